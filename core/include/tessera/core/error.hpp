@@ -1,0 +1,122 @@
+// tessera/core/error.hpp — typed errors and the result type every module returns.
+//
+// Expected failures (bad input, a file that is not what it claims, a budget that is too small) cross
+// module boundaries as a `tessera::core::error`: a std::error_code from the module's own category plus
+// one human line that names what is wrong (file, field, record, offset). Functions that can fail return
+// `result<T>`; exceptions are used only at process edges, where `main` turns an error into one line.
+//
+//   core::result<model_spec> spec = load_model_spec("model.json");
+//   if (!spec) {
+//     std::fprintf(stderr, "%s\n", spec.error().message.c_str());
+//     return 1;
+//   }
+//   use(spec.value());
+#pragma once
+
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include "tessera/core/assert.hpp"
+
+namespace tessera::core {
+
+// Error conditions of the core module.
+enum class errc {
+  invalid_spec = 1,   // a model specification or configuration field is wrong
+  invalid_argument,   // a caller passed values that do not fit together
+  io,                 // the operating system refused a read or write
+  bad_format,         // a file or blob is not in the format it claims
+  truncated,          // a file or blob ends before its declared size
+  not_finite,         // a NaN or infinity where finite numbers are required
+  over_budget,        // what is asked does not fit in the memory budget
+  unsupported,        // a valid but unsupported variant (dtype, rank, codec)
+};
+
+[[nodiscard]] const std::error_category& core_category() noexcept;
+[[nodiscard]] inline std::error_code make_error_code(errc e) noexcept {
+  return {static_cast<int>(e), core_category()};
+}
+
+// An expected failure: what kind it is, and one line for a person saying exactly what is wrong.
+struct error {
+  std::error_code code;
+  std::string message;
+};
+
+[[nodiscard]] inline error make_error(errc e, std::string message) {
+  return {make_error_code(e), std::move(message)};
+}
+
+// Either a T or an error. Access to the wrong alternative is a bug and asserts.
+template <class T>
+class [[nodiscard]] result {
+ public:
+  result(T value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT: implicit by design
+  result(core::error e) : v_(std::in_place_index<1>, std::move(e)) {}       // NOLINT: implicit by design
+
+  [[nodiscard]] bool ok() const noexcept { return v_.index() == 0; }
+  explicit operator bool() const noexcept { return ok(); }
+
+  [[nodiscard]] T& value() & {
+    TESSERA_ASSERT(ok());
+    return std::get<0>(v_);
+  }
+  [[nodiscard]] const T& value() const& {
+    TESSERA_ASSERT(ok());
+    return std::get<0>(v_);
+  }
+  [[nodiscard]] T&& value() && {
+    TESSERA_ASSERT(ok());
+    return std::get<0>(std::move(v_));
+  }
+  [[nodiscard]] const core::error& error() const& {
+    TESSERA_ASSERT(!ok());
+    return std::get<1>(v_);
+  }
+  [[nodiscard]] core::error&& error() && {
+    TESSERA_ASSERT(!ok());
+    return std::get<1>(std::move(v_));
+  }
+
+ private:
+  std::variant<T, core::error> v_;
+};
+
+// The no-value case: success, or an error.
+template <>
+class [[nodiscard]] result<void> {
+ public:
+  result() = default;
+  result(core::error e) : e_(std::move(e)), failed_(true) {}  // NOLINT: implicit by design
+
+  [[nodiscard]] bool ok() const noexcept { return !failed_; }
+  explicit operator bool() const noexcept { return ok(); }
+  [[nodiscard]] const core::error& error() const& {
+    TESSERA_ASSERT(failed_);
+    return e_;
+  }
+  [[nodiscard]] core::error&& error() && {
+    TESSERA_ASSERT(failed_);
+    return std::move(e_);
+  }
+
+ private:
+  core::error e_;
+  bool failed_ = false;
+};
+
+}  // namespace tessera::core
+
+template <>
+struct std::is_error_code_enum<tessera::core::errc> : std::true_type {};
+
+// Propagates an error out of the enclosing function: TESSERA_TRY(r) returns r.error() if r failed.
+#define TESSERA_TRY(expr)                          \
+  do {                                             \
+    auto&& tessera_try_r_ = (expr);                \
+    if (!tessera_try_r_.ok())                      \
+      return std::move(tessera_try_r_).error();    \
+  } while (false)

@@ -1,0 +1,86 @@
+// tessera/core/model_spec.hpp — what network is trained: widths, task, initialisation, compensation.
+//
+// A model specification is a small JSON object. Every field but the widths has a default:
+//
+//   { "inputs": 784, "hidden": [512, 512], "outputs": 10,
+//     "task": "classification",            // or "regression" (MSE)
+//     "init": "he_uniform",                // or "he_normal", "xavier_uniform"
+//     "compensation": "layer_norm",        // how narrow subnets match the full model, see below
+//     "seed": 1 }
+//
+//   auto spec = core::parse_model_spec(text, "hub.json:model");  // errors name the field and source
+//   std::vector<float> params(core::param_count(spec.value().full_arch()));
+//   core::initialize(spec.value(), params);
+//
+// `compensation` (DESIGN.md §2): a subnet holds |G| of a layer's n neurons, so its pre-activations are
+// smaller than the full model's. "none" leaves them; "scale" multiplies each layer's input by n/|G| in
+// the subnet (inverted dropout, the full model runs unscaled); "layer_norm" adds a LayerNorm after every
+// hidden layer whose gain and bias are partitioned with their neurons; "layer_norm_scale" does both.
+// bench/ist_quality measured them; the default is the winner recorded there.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/core/error.hpp"
+
+namespace tessera::core {
+
+enum class task_kind { classification, regression };
+enum class init_kind { he_uniform, he_normal, xavier_uniform };
+enum class compensation_kind { none, scale, layer_norm, layer_norm_scale };
+
+[[nodiscard]] std::string_view to_string(task_kind v) noexcept;
+[[nodiscard]] std::string_view to_string(init_kind v) noexcept;
+[[nodiscard]] std::string_view to_string(compensation_kind v) noexcept;
+[[nodiscard]] result<compensation_kind> parse_compensation(std::string_view s);
+
+// The shape of one concrete MLP: the full model or a subnet cut out of it.
+// widths = {n0 (inputs), n1..nL (hidden), nL+1 (outputs)}; input_scale[l-1] multiplies the input of
+// layer l (1 for the full model; n/|G| for a scaled subnet).
+struct mlp_arch {
+  std::vector<std::int64_t> widths;
+  task_kind task = task_kind::classification;
+  bool layer_norm = false;
+  std::vector<float> input_scale;
+
+  [[nodiscard]] std::size_t layers() const noexcept { return widths.size() - 1; }  // L + 1
+  [[nodiscard]] std::size_t hidden_layers() const noexcept { return widths.size() - 2; }
+  [[nodiscard]] std::int64_t inputs() const noexcept { return widths.front(); }
+  [[nodiscard]] std::int64_t outputs() const noexcept { return widths.back(); }
+};
+
+struct model_spec {
+  std::int64_t inputs = 0;
+  std::vector<std::int64_t> hidden;
+  std::int64_t outputs = 0;
+  task_kind task = task_kind::classification;
+  init_kind init = init_kind::he_uniform;
+  compensation_kind compensation = compensation_kind::layer_norm;
+  std::uint64_t seed = 1;
+
+  // The full model's architecture (all input scales 1).
+  [[nodiscard]] mlp_arch full_arch() const;
+};
+
+// Limits that keep a hostile or mistaken spec from asking for absurd memory.
+inline constexpr std::int64_t k_max_width = 1 << 20;
+inline constexpr std::size_t k_max_hidden_layers = 64;
+inline constexpr std::int64_t k_max_params = std::int64_t{1} << 31;
+
+// Parses and validates a JSON model spec; `source` names where it came from in error messages.
+[[nodiscard]] result<model_spec> parse_model_spec(std::string_view json_text, std::string_view source);
+// Reads a JSON file holding a model spec.
+[[nodiscard]] result<model_spec> load_model_spec(const std::string& path);
+// The spec as JSON text (round-trips through parse_model_spec).
+[[nodiscard]] std::string to_json(const model_spec& spec);
+// Checks widths and limits; used by the parser and by anything that builds a spec in code.
+[[nodiscard]] result<void> validate(const model_spec& spec, std::string_view source);
+
+// Fills `params` (param_count(spec.full_arch()) floats) deterministically from spec.seed.
+void initialize(const model_spec& spec, std::span<float> params);
+
+}  // namespace tessera::core

@@ -1,0 +1,47 @@
+// tessera/core/optimizer.hpp — SGD with momentum and weight decay, and learning-rate schedules.
+//
+// Semantics match torch.optim.SGD (dampening 0): g ← g + λ·w;  v ← μ·v + g;  w ← w − η·v
+// (Nesterov: w ← w − η·(g + μ·v)). Velocity starts at zero each round, since a subnet is new each round.
+//
+//   core::sgd_options opt{.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f};
+//   core::sgd_step(opt, params, grads, velocity);       // spans of equal length, no allocation
+//   float lr = core::learning_rate_at(schedule, round);  // per-round schedule
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "tessera/core/error.hpp"
+
+namespace tessera::core {
+
+struct sgd_options {
+  float learning_rate = 0.05f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+};
+
+// One in-place update of params and velocity from grads. All spans have the same length.
+void sgd_step(const sgd_options& options, std::span<float> params, std::span<const float> grads,
+              std::span<float> velocity) noexcept;
+
+// Per-round learning rate: constant, step decay (× gamma every `step_rounds`), or cosine from `base`
+// down to `base·final_fraction` over `total_rounds`, each after `warmup_rounds` of linear warm-up.
+enum class schedule_kind { constant, step, cosine };
+struct lr_schedule {
+  schedule_kind kind = schedule_kind::constant;
+  float base = 0.05f;
+  std::int64_t warmup_rounds = 0;
+  std::int64_t step_rounds = 10;   // step: decay period
+  float gamma = 0.5f;              // step: decay factor
+  std::int64_t total_rounds = 1;   // cosine: length of the decay
+  float final_fraction = 0.0f;     // cosine: where it ends, as a fraction of base
+};
+[[nodiscard]] float learning_rate_at(const lr_schedule& schedule, std::int64_t round) noexcept;
+[[nodiscard]] result<schedule_kind> parse_schedule_kind(std::string_view s);
+[[nodiscard]] std::string_view to_string(schedule_kind k) noexcept;
+
+}  // namespace tessera::core

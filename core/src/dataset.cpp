@@ -1,0 +1,192 @@
+// Format-independent parts of the dataset module: statistics, the in-memory table, load_all, and the
+// standardize helper the IDX and CSV readers share.
+#include "tessera/core/dataset.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "dataset_internal.hpp"
+
+namespace tessera::core {
+
+namespace detail {
+
+// A constant feature (deviation 0) is centred but not scaled, instead of dividing by zero.
+result<void> prepare_standardize(const feature_stats& stats, std::int64_t features, const std::string& what,
+                                 std::vector<float>& mean, std::vector<float>& inv_stddev) {
+  const auto n = static_cast<std::size_t>(features);
+  if (stats.mean.size() != n || stats.stddev.size() != n)
+    return make_error(errc::invalid_argument,
+                      what + ": standardize statistics have " + std::to_string(stats.mean.size()) + " means and " +
+                          std::to_string(stats.stddev.size()) + " standard deviations, the data has " +
+                          std::to_string(features) + " features");
+  mean.assign(n, 0.0f);
+  inv_stddev.assign(n, 1.0f);
+  for (std::size_t j = 0; j < n; ++j) {
+    const float m = stats.mean[j];
+    const float s = stats.stddev[j];
+    if (!std::isfinite(m) || !std::isfinite(s))
+      return make_error(errc::not_finite, what + ": standardize statistics for feature " + std::to_string(j) +
+                                              " are not finite (mean " + std::to_string(m) + ", stddev " +
+                                              std::to_string(s) + ")");
+    if (s < 0.0f)
+      return make_error(errc::invalid_argument, what + ": standardize statistics for feature " + std::to_string(j) +
+                                                    " have a negative stddev " + std::to_string(s));
+    mean[j] = m;
+    inv_stddev[j] = s == 0.0f ? 1.0f : 1.0f / s;
+  }
+  return {};
+}
+
+}  // namespace detail
+
+namespace {
+
+// Rows per chunk when a helper reads a whole stream: about 256 KiB of features, at least one row, so the
+// scratch memory does not depend on the dataset size.
+std::size_t chunk_rows(std::int64_t features) {
+  constexpr std::size_t k_chunk_floats = std::size_t{1} << 16;
+  const auto f = static_cast<std::size_t>(std::max<std::int64_t>(features, 1));
+  return std::max<std::size_t>(1, k_chunk_floats / f);
+}
+
+}  // namespace
+
+result<feature_stats> compute_stats(example_stream& stream) {
+  const std::int64_t features = stream.feature_count();
+  TESSERA_ASSERT(features > 0);
+  const auto f = static_cast<std::size_t>(features);
+  // Start from the first example whatever the caller did before, so "the statistics" are those of the
+  // whole dataset.
+  TESSERA_TRY(stream.rewind());
+
+  // Welford's update in double: one pass, and no catastrophic cancellation of sum(x^2) - n*mean^2 on
+  // features with a large mean and a small spread (pixel columns that are almost always 255).
+  std::vector<double> mean(f, 0.0);
+  std::vector<double> m2(f, 0.0);
+  std::int64_t count = 0;
+  const std::size_t rows = chunk_rows(features);
+  std::vector<float> x(rows * f);
+  std::vector<float> y(rows);
+  while (true) {
+    auto n = stream.read(x, y);
+    TESSERA_TRY(n);
+    if (n.value() == 0) break;
+    for (std::size_t r = 0; r < n.value(); ++r) {
+      ++count;
+      const double inv_count = 1.0 / static_cast<double>(count);
+      const float* row = x.data() + r * f;
+      for (std::size_t j = 0; j < f; ++j) {
+        const double v = row[j];
+        const double delta = v - mean[j];
+        mean[j] += delta * inv_count;
+        m2[j] += delta * (v - mean[j]);
+      }
+    }
+  }
+  if (count == 0)
+    return make_error(errc::invalid_argument, stream.describe() + ": no examples to measure statistics on");
+  TESSERA_TRY(stream.rewind());
+
+  // Population deviation (divide by n), as scikit-learn's StandardScaler does, so statistics exported to
+  // Python agree with the ones measured there.
+  feature_stats stats;
+  stats.mean.resize(f);
+  stats.stddev.resize(f);
+  for (std::size_t j = 0; j < f; ++j) {
+    const double sd = std::sqrt(std::max(0.0, m2[j] / static_cast<double>(count)));
+    stats.mean[j] = static_cast<float>(mean[j]);
+    const auto sd_f = static_cast<float>(sd);
+    stats.stddev[j] = sd_f == 0.0f ? 1.0f : sd_f;
+  }
+  return stats;
+}
+
+memory_table::memory_table(std::int64_t feature_count, std::vector<float> features, std::vector<float> targets,
+                           std::string description)
+    : features_per_example_(feature_count),
+      features_(std::move(features)),
+      targets_(std::move(targets)),
+      description_(std::move(description)) {
+  TESSERA_ASSERT(features_per_example_ > 0);
+  TESSERA_ASSERT(features_.size() == targets_.size() * static_cast<std::size_t>(features_per_example_));
+  // gather() takes 32-bit indices: every example must be reachable by one.
+  TESSERA_ASSERT(targets_.size() <= std::size_t{std::numeric_limits<std::uint32_t>::max()} + 1);
+}
+
+result<void> memory_table::gather(std::span<const std::uint32_t> indices, std::span<float> features,
+                                  std::span<float> targets) {
+  const auto f = static_cast<std::size_t>(features_per_example_);
+  // Spans too small for the indices are a bug in the caller, not bad input.
+  TESSERA_ASSERT(targets.size() >= indices.size());
+  TESSERA_ASSERT(features.size() >= indices.size() * f);
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    const std::size_t i = indices[k];
+    if (i >= targets_.size())
+      return make_error(errc::invalid_argument, description_ + ": index " + std::to_string(i) +
+                                                    " is out of range (size " + std::to_string(targets_.size()) +
+                                                    ")");
+    std::memcpy(features.data() + k * f, features_.data() + i * f, f * sizeof(float));
+    targets[k] = targets_[i];
+  }
+  return {};
+}
+
+memory_table memory_table::subset(std::span<const std::uint32_t> indices, std::string description) const {
+  const auto f = static_cast<std::size_t>(features_per_example_);
+  std::vector<float> x(indices.size() * f);
+  std::vector<float> y(indices.size());
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    const std::size_t i = indices[k];
+    TESSERA_ASSERT(i < targets_.size());  // subset() is given indices the caller built from size()
+    std::memcpy(x.data() + k * f, features_.data() + i * f, f * sizeof(float));
+    y[k] = targets_[i];
+  }
+  return memory_table(features_per_example_, std::move(x), std::move(y), std::move(description));
+}
+
+result<memory_table> load_all(example_stream& stream, std::int64_t max_examples) {
+  TESSERA_ASSERT(max_examples >= 0);
+  const std::int64_t features = stream.feature_count();
+  TESSERA_ASSERT(features > 0);
+  const auto f = static_cast<std::size_t>(features);
+  const auto over_budget = [&] {
+    return make_error(errc::over_budget, stream.describe() + ": more than " + std::to_string(max_examples) +
+                                             " examples (the max_examples bound of load_all)");
+  };
+  // When the header states the count, refuse before reading a byte.
+  const std::int64_t hint = stream.size_hint();
+  if (hint > max_examples) return over_budget();
+  TESSERA_TRY(stream.rewind());  // "whole stream": from the first example whatever was read before
+
+  std::vector<float> x;
+  std::vector<float> y;
+  if (hint > 0) {
+    x.reserve(static_cast<std::size_t>(hint) * f);
+    y.reserve(static_cast<std::size_t>(hint));
+  }
+  // Read straight into the tail of the growing vectors. At most max_examples + 1 examples are ever asked
+  // for: one past the bound is enough to know the stream is over it, so memory stays bounded by it.
+  const auto limit = static_cast<std::size_t>(max_examples) + 1;
+  const std::size_t rows = chunk_rows(features);
+  std::size_t have = 0;
+  while (have < limit) {
+    const std::size_t want = std::min(rows, limit - have);
+    x.resize((have + want) * f);
+    y.resize(have + want);
+    auto n = stream.read(std::span(x).subspan(have * f, want * f), std::span(y).subspan(have, want));
+    TESSERA_TRY(n);
+    have += n.value();
+    if (n.value() == 0) break;
+  }
+  if (have > static_cast<std::size_t>(max_examples)) return over_budget();
+  x.resize(have * f);
+  y.resize(have);
+  x.shrink_to_fit();
+  y.shrink_to_fit();
+  return memory_table(features, std::move(x), std::move(y), stream.describe());
+}
+
+}  // namespace tessera::core

@@ -1,0 +1,92 @@
+#include "tessera/core/model_io.hpp"
+
+#include "tessera/core/mlp.hpp"
+#include "tessera/core/safetensors.hpp"
+
+namespace tessera::core {
+namespace {
+
+constexpr const char* k_spec_key = "tessera.spec";
+
+struct named_slot {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::size_t offset;
+};
+
+std::vector<named_slot> tensor_table(const mlp_arch& arch) {
+  std::vector<named_slot> out;
+  const auto slots = param_slots(arch);
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const std::string base = "layers." + std::to_string(i);
+    out.push_back({base + ".weight", {slots[i].rows, slots[i].cols}, slots[i].weight});
+    out.push_back({base + ".bias", {slots[i].rows}, slots[i].bias});
+    if (slots[i].has_norm) {
+      out.push_back({base + ".norm.weight", {slots[i].rows}, slots[i].gain});
+      out.push_back({base + ".norm.bias", {slots[i].rows}, slots[i].shift});
+    }
+  }
+  return out;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  out += "]";
+  return out;
+}
+
+std::size_t elements(const std::vector<std::int64_t>& shape) {
+  std::size_t n = 1;
+  for (auto d : shape) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+}  // namespace
+
+result<void> save_model(const std::string& path, const model_spec& spec, std::span<const float> params,
+                        const std::map<std::string, std::string>& extra_metadata) {
+  const mlp_arch arch = spec.full_arch();
+  if (params.size() != param_count(arch))
+    return make_error(errc::invalid_argument, path + ": " + std::to_string(params.size()) + " parameters, the spec has " +
+                                                  std::to_string(param_count(arch)));
+  std::vector<tensor_f32> tensors;
+  for (const auto& t : tensor_table(arch)) {
+    const auto first = params.begin() + static_cast<std::ptrdiff_t>(t.offset);
+    tensors.push_back({t.name, t.shape, std::vector<float>(first, first + static_cast<std::ptrdiff_t>(elements(t.shape)))});
+  }
+  auto metadata = extra_metadata;
+  metadata[k_spec_key] = to_json(spec);
+  metadata["format"] = "pt";
+  return write_safetensors(path, tensors, metadata);
+}
+
+result<stored_model> load_model(const std::string& path) {
+  auto file = read_safetensors(path);
+  TESSERA_TRY(file);
+  const auto it = file.value().metadata.find(k_spec_key);
+  if (it == file.value().metadata.end())
+    return make_error(errc::bad_format, path + ": no '" + std::string(k_spec_key) + "' metadata: not a Tessera model");
+  auto spec = parse_model_spec(it->second, path + ": metadata '" + k_spec_key + "'");
+  TESSERA_TRY(spec);
+  stored_model model;
+  model.spec = spec.value();
+  const mlp_arch arch = model.spec.full_arch();
+  model.params.resize(param_count(arch));
+  for (const auto& t : tensor_table(arch)) {
+    const tensor_f32* found = file.value().find(t.name);
+    if (found == nullptr) return make_error(errc::bad_format, path + ": tensor '" + t.name + "' is missing");
+    if (found->shape != t.shape) {
+      return make_error(errc::bad_format, path + ": tensor '" + t.name + "' has shape " + shape_text(found->shape) +
+                                              ", the spec needs " + shape_text(t.shape));
+    }
+    std::copy(found->data.begin(), found->data.end(), model.params.begin() + static_cast<std::ptrdiff_t>(t.offset));
+  }
+  model.metadata = std::move(file.value().metadata);
+  return model;
+}
+
+}  // namespace tessera::core

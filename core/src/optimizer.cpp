@@ -1,0 +1,61 @@
+#include "tessera/core/optimizer.hpp"
+
+#include <cmath>
+#include <numbers>
+
+#include <Eigen/Core>
+
+namespace tessera::core {
+
+void sgd_step(const sgd_options& o, std::span<float> params, std::span<const float> grads,
+              std::span<float> velocity) noexcept {
+  TESSERA_ASSERT(params.size() == grads.size() && params.size() == velocity.size());
+  const auto n = static_cast<Eigen::Index>(params.size());
+  Eigen::Map<Eigen::ArrayXf> w(params.data(), n);
+  Eigen::Map<const Eigen::ArrayXf> g(grads.data(), n);
+  Eigen::Map<Eigen::ArrayXf> v(velocity.data(), n);
+  // One fused pass over the three arrays: this is memory-bound, so each array is read once.
+  if (o.nesterov) {
+    v = o.momentum * v + g + o.weight_decay * w;
+    w -= o.learning_rate * (g + o.weight_decay * w + o.momentum * v);
+  } else {
+    v = o.momentum * v + g + o.weight_decay * w;
+    w -= o.learning_rate * v;
+  }
+}
+
+float learning_rate_at(const lr_schedule& s, std::int64_t round) noexcept {
+  if (round < s.warmup_rounds)
+    return s.base * static_cast<float>(round + 1) / static_cast<float>(s.warmup_rounds + 1);
+  const std::int64_t r = round - s.warmup_rounds;
+  switch (s.kind) {
+    case schedule_kind::constant: return s.base;
+    case schedule_kind::step:
+      return s.base * std::pow(s.gamma, static_cast<float>(r / std::max<std::int64_t>(1, s.step_rounds)));
+    case schedule_kind::cosine: {
+      const std::int64_t len = std::max<std::int64_t>(1, s.total_rounds - s.warmup_rounds);
+      const double t = std::min(1.0, static_cast<double>(r) / static_cast<double>(len));
+      const double lo = static_cast<double>(s.base) * static_cast<double>(s.final_fraction);
+      return static_cast<float>(lo + (static_cast<double>(s.base) - lo) * 0.5 * (1.0 + std::cos(std::numbers::pi * t)));
+    }
+  }
+  return s.base;
+}
+
+result<schedule_kind> parse_schedule_kind(std::string_view s) {
+  if (s == "constant") return schedule_kind::constant;
+  if (s == "step") return schedule_kind::step;
+  if (s == "cosine") return schedule_kind::cosine;
+  return make_error(errc::invalid_spec, "unknown schedule '" + std::string(s) + "' (constant, step, cosine)");
+}
+
+std::string_view to_string(schedule_kind k) noexcept {
+  switch (k) {
+    case schedule_kind::constant: return "constant";
+    case schedule_kind::step: return "step";
+    case schedule_kind::cosine: return "cosine";
+  }
+  return "?";
+}
+
+}  // namespace tessera::core

@@ -1,0 +1,82 @@
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <unistd.h>
+
+#include "tessera/core/mlp.hpp"
+#include "tessera/core/model_io.hpp"
+#include "tessera/core/safetensors.hpp"
+
+using namespace tessera::core;
+namespace fs = std::filesystem;
+
+namespace {
+struct temp_dir {
+  fs::path path = fs::temp_directory_path() / ("tessera_model_io_" + std::to_string(::getpid()));
+  temp_dir() { fs::create_directories(path); }
+  ~temp_dir() { fs::remove_all(path); }
+};
+
+model_spec spec_with(compensation_kind c) {
+  model_spec s;
+  s.inputs = 5;
+  s.hidden = {4, 3};
+  s.outputs = 2;
+  s.compensation = c;
+  s.seed = 42;
+  return s;
+}
+}  // namespace
+
+TEST_CASE("model file: save then load gives the same spec and parameters, with PyTorch-style names") {
+  temp_dir dir;
+  for (auto c : {compensation_kind::none, compensation_kind::layer_norm}) {
+    const model_spec spec = spec_with(c);
+    std::vector<float> params(param_count(spec.full_arch()));
+    initialize(spec, params);
+    const std::string path = (dir.path / "m.safetensors").string();
+    REQUIRE(save_model(path, spec, params, {{"tessera.round", "7"}}).ok());
+    auto loaded = load_model(path);
+    REQUIRE(loaded.ok());
+    CHECK(loaded.value().params == params);
+    CHECK(loaded.value().spec.hidden == spec.hidden);
+    CHECK(loaded.value().spec.compensation == c);
+    CHECK(loaded.value().metadata.at("tessera.round") == "7");
+    auto raw = read_safetensors(path);
+    REQUIRE(raw.ok());
+    const tensor_f32* w0 = raw.value().find("layers.0.weight");
+    REQUIRE(w0 != nullptr);
+    CHECK(w0->shape == std::vector<std::int64_t>{4, 5});  // [out, in] as nn.Linear.weight
+    CHECK(raw.value().find("layers.2.bias")->shape == std::vector<std::int64_t>{2});
+    CHECK((raw.value().find("layers.1.norm.weight") != nullptr) == (c == compensation_kind::layer_norm));
+  }
+}
+
+TEST_CASE("model file: a tensor with the wrong shape is refused, naming it and both shapes") {
+  temp_dir dir;
+  const model_spec spec = spec_with(compensation_kind::none);
+  std::vector<float> params(param_count(spec.full_arch()));
+  const std::string path = (dir.path / "m.safetensors").string();
+  REQUIRE(save_model(path, spec, params).ok());
+  auto raw = read_safetensors(path);
+  REQUIRE(raw.ok());
+  auto tensors = raw.value().tensors;
+  for (auto& t : tensors)
+    if (t.name == "layers.1.weight") t.shape = {12, 1};
+  REQUIRE(write_safetensors(path, tensors, raw.value().metadata).ok());
+  auto loaded = load_model(path);
+  REQUIRE_FALSE(loaded.ok());
+  CHECK(loaded.error().message.find("layers.1.weight") != std::string::npos);
+  CHECK(loaded.error().message.find("[12, 1]") != std::string::npos);
+  CHECK(loaded.error().message.find("[3, 4]") != std::string::npos);
+}
+
+TEST_CASE("model file: a safetensors file without a Tessera spec is refused") {
+  temp_dir dir;
+  const std::string path = (dir.path / "other.safetensors").string();
+  const std::vector<tensor_f32> t = {{"w", {2}, {1.0f, 2.0f}}};
+  REQUIRE(write_safetensors(path, t, {}).ok());
+  auto loaded = load_model(path);
+  REQUIRE_FALSE(loaded.ok());
+  CHECK(loaded.error().message.find("tessera.spec") != std::string::npos);
+}

@@ -1,0 +1,112 @@
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "tessera/core/dataset.hpp"
+#include "tessera/core/ist.hpp"
+#include "tessera/core/model_spec.hpp"
+#include "tessera/core/rng.hpp"
+#include "tessera/core/train.hpp"
+
+using namespace tessera::core;
+
+namespace {
+
+// Two Gaussian blobs per class in 4 dimensions: easy, so training must reach high accuracy.
+memory_table blobs(std::int64_t n, std::uint64_t seed) {
+  rng r(seed);
+  std::vector<float> x, y;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto cls = static_cast<int>(r.below(3));
+    for (int f = 0; f < 4; ++f) x.push_back((f == cls ? 2.0f : 0.0f) + (r.uniform() - 0.5f));
+    y.push_back(static_cast<float>(cls));
+  }
+  return memory_table(4, std::move(x), std::move(y), "blobs");
+}
+
+model_spec small_spec() {
+  model_spec s;
+  s.inputs = 4;
+  s.hidden = {16, 16};
+  s.outputs = 3;
+  s.compensation = compensation_kind::none;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("batch sampler: each epoch visits every example once, order is seeded") {
+  batch_sampler a(10, 3), b(10, 3), c(10, 4);
+  std::vector<std::uint32_t> ea(10), eb(10), ec(10);
+  a.next(ea);
+  b.next(eb);
+  c.next(ec);
+  CHECK(ea == eb);
+  CHECK(ea != ec);
+  auto sorted = ea;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::uint32_t i = 0; i < 10; ++i) CHECK(sorted[i] == i);
+  std::vector<std::uint32_t> next(10);
+  a.next(next);
+  CHECK(a.epoch() == 1);
+  CHECK(next != ea);  // a new epoch is reshuffled
+}
+
+TEST_CASE("local training learns an easy problem") {
+  auto data = blobs(600, 1);
+  const model_spec spec = small_spec();
+  std::vector<float> params(param_count(spec.full_arch()));
+  initialize(spec, params);
+  local_trainer trainer(spec.full_arch(), 16);
+  batch_sampler order(data.size(), 5);
+  auto before = evaluate(trainer.net(), params, data);
+  auto report = trainer.run(params, data, order, {.steps = 300, .sgd = {.learning_rate = 0.05f, .momentum = 0.9f}});
+  REQUIRE(report.ok());
+  CHECK(report.value().examples == 300 * 16);
+  auto after = evaluate(trainer.net(), params, data);
+  REQUIRE((before.ok() && after.ok()));
+  CHECK(after.value().loss < before.value().loss);
+  CHECK(after.value().accuracy > 0.95);
+}
+
+TEST_CASE("FedAvg with one device equals local training") {
+  auto data = blobs(200, 2);
+  const model_spec spec = small_spec();
+  const mlp_arch full = spec.full_arch();
+  std::vector<float> direct(param_count(full));
+  initialize(spec, direct);
+  std::vector<float> federated = direct;
+  const local_training_options opt{.steps = 40, .sgd = {.learning_rate = 0.1f, .momentum = 0.9f, .weight_decay = 1e-3f}};
+
+  local_trainer t1(full, 8);
+  batch_sampler o1(data.size(), 7);
+  batch_sampler o2(data.size(), 7);
+  for (int round = 0; round < 3; ++round) {
+    REQUIRE(t1.run(direct, data, o1, opt).ok());
+
+    const round_plan plan = make_full_plan(full, 1);
+    const subnet sub = make_subnet(full, spec.compensation, plan, 0);
+    std::vector<float> local(param_count(sub.arch));
+    gather(full, sub, federated, local);
+    local_trainer t2(sub.arch, 8);
+    auto rep = t2.run(local, data, o2, opt);
+    REQUIRE(rep.ok());
+    aggregator agg(full);
+    agg.add(sub, local, static_cast<double>(rep.value().examples));
+    agg.finish(federated);
+  }
+  CHECK(federated == direct);
+}
+
+TEST_CASE("trainer refuses data whose width does not match the model, naming the data") {
+  auto data = blobs(10, 3);
+  model_spec spec = small_spec();
+  spec.inputs = 5;
+  std::vector<float> params(param_count(spec.full_arch()));
+  local_trainer t(spec.full_arch(), 4);
+  batch_sampler order(data.size(), 1);
+  auto r = t.run(params, data, order, {});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("blobs") != std::string::npos);
+}
