@@ -9,10 +9,17 @@ namespace tessera::core {
 
 void sgd_step(const sgd_options& o, std::span<float> params, std::span<const float> grads,
               std::span<float> velocity) noexcept {
-  TESSERA_ASSERT(params.size() == grads.size() && params.size() == velocity.size());
+  TESSERA_ASSERT(params.size() == grads.size());
   const auto n = static_cast<Eigen::Index>(params.size());
   Eigen::Map<Eigen::ArrayXf> w(params.data(), n);
   Eigen::Map<const Eigen::ArrayXf> g(grads.data(), n);
+  if (velocity.empty()) {
+    // Plain SGD keeps no state: a device without momentum saves a parameter-sized buffer.
+    TESSERA_ASSERT(o.momentum == 0.0f);
+    w -= o.learning_rate * (g + o.weight_decay * w);
+    return;
+  }
+  TESSERA_ASSERT(params.size() == velocity.size());
   Eigen::Map<Eigen::ArrayXf> v(velocity.data(), n);
   // One fused pass over the three arrays: this is memory-bound, so each array is read once.
   if (o.nesterov) {

@@ -1,72 +1,127 @@
 #include "tessera/core/train.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
-#include <numeric>
 
 #include "tessera/core/rng.hpp"
 
 namespace tessera::core {
 
-batch_sampler::batch_sampler(std::int64_t n, std::uint64_t seed) : order_(static_cast<std::size_t>(n)), seed_(seed) {
+// ---- batch_sampler: a keyed Feistel permutation of [0, 2^(2h)) restricted to [0, n) by cycle-walking.
+// Four rounds of a balanced Feistel network with a strong round function are a pseudo-random permutation
+// (Luby–Rackoff); walking the cycle from i until it lands below n keeps it a bijection on [0, n). The
+// domain is less than 4n, so a walk takes fewer than 4 steps on average.
+
+batch_sampler::batch_sampler(std::int64_t n, std::uint64_t seed) : n_(static_cast<std::uint64_t>(n)), seed_(seed) {
   TESSERA_ASSERT(n > 0 && n <= std::int64_t{UINT32_MAX});
-  reshuffle();
+  const unsigned bits = std::max(2u, static_cast<unsigned>(std::bit_width(n_ - 1)));
+  half_bits_ = (bits + 1) / 2;
+  start_epoch();
 }
 
-void batch_sampler::reshuffle() {
-  std::iota(order_.begin(), order_.end(), 0u);
+void batch_sampler::start_epoch() noexcept {
   rng r(mix_seed(seed_, static_cast<std::uint64_t>(epoch_)));
-  shuffle(order_.begin(), order_.end(), r);
+  for (auto& k : round_keys_) k = r.next();
   pos_ = 0;
 }
 
-void batch_sampler::next(std::span<std::uint32_t> out) {
-  for (auto& v : out) {
-    if (pos_ == order_.size()) {
-      ++epoch_;
-      reshuffle();
+std::uint32_t batch_sampler::at(std::uint64_t i) const noexcept {
+  const std::uint64_t mask = (std::uint64_t{1} << half_bits_) - 1;
+  std::uint64_t x = i;
+  do {
+    std::uint64_t left = x >> half_bits_;
+    std::uint64_t right = x & mask;
+    for (const std::uint64_t key : round_keys_) {
+      const std::uint64_t f = splitmix64(right ^ key) & mask;
+      const std::uint64_t next_right = left ^ f;
+      left = right;
+      right = next_right;
     }
-    v = order_[pos_++];
+    x = (left << half_bits_) | right;
+  } while (x >= n_);
+  return static_cast<std::uint32_t>(x);
+}
+
+void batch_sampler::next(std::span<std::uint32_t> out) noexcept {
+  for (auto& v : out) {
+    if (pos_ == n_) {
+      ++epoch_;
+      start_epoch();
+    }
+    v = at(pos_++);
   }
+}
+
+// ---- table_batches
+
+table_batches::table_batches(example_table& table, std::uint64_t seed, std::int64_t max_batch)
+    : table_(table), order_(table.size(), seed), indices_(static_cast<std::size_t>(max_batch)) {
+  TESSERA_ASSERT(max_batch > 0);
+}
+
+result<void> table_batches::next(std::span<float> features, std::span<float> targets) {
+  TESSERA_ASSERT(targets.size() <= indices_.size());
+  const auto idx = std::span(indices_).first(targets.size());
+  order_.next(idx);
+  return table_.gather(idx, features, targets);
+}
+
+// ---- local_trainer
+
+std::int64_t target_width(const mlp_arch& arch) noexcept {
+  return arch.task == task_kind::classification ? 1 : arch.outputs();
 }
 
 local_trainer::local_trainer(mlp_arch arch, std::int64_t batch) : net_(std::move(arch)), batch_(batch) {
   TESSERA_ASSERT(batch > 0);
   const auto b = static_cast<std::size_t>(batch);
-  const std::int64_t target_width = net_.arch().task == task_kind::classification ? 1 : net_.arch().outputs();
-  grads_.resize(net_.param_count());
-  velocity_.resize(net_.param_count());
-  workspace_.resize(net_.workspace_floats(batch));
-  x_.resize(b * static_cast<std::size_t>(net_.arch().inputs()));
-  y_.resize(b * static_cast<std::size_t>(target_width));
-  indices_.resize(b);
+  const std::size_t p = net_.param_count();
+  const std::size_t ws = net_.workspace_floats(batch);
+  const std::size_t x = b * static_cast<std::size_t>(net_.arch().inputs());
+  const std::size_t y = b * static_cast<std::size_t>(target_width(net_.arch()));
+  owned_.resize(2 * p + ws + x + y);
+  std::span<float> all(owned_);
+  buf_ = {all.subspan(0, p), all.subspan(p, p), all.subspan(2 * p, ws), all.subspan(2 * p + ws, x),
+          all.subspan(2 * p + ws + x, y)};
 }
 
-result<local_training_report> local_trainer::run(std::span<float> params, example_table& data, batch_sampler& order,
+local_trainer::local_trainer(mlp_arch arch, std::int64_t batch, training_buffers buffers)
+    : net_(std::move(arch)), batch_(batch), buf_(buffers) {
+  TESSERA_ASSERT(batch > 0);
+  const auto b = static_cast<std::size_t>(batch);
+  TESSERA_ASSERT(buf_.grads.size() == net_.param_count());
+  TESSERA_ASSERT(buf_.velocity.empty() || buf_.velocity.size() == net_.param_count());
+  TESSERA_ASSERT(buf_.workspace.size() >= net_.workspace_floats(batch));
+  TESSERA_ASSERT(buf_.features.size() == b * static_cast<std::size_t>(net_.arch().inputs()));
+  TESSERA_ASSERT(buf_.targets.size() == b * static_cast<std::size_t>(target_width(net_.arch())));
+}
+
+result<local_training_report> local_trainer::run(std::span<float> params, batch_source& source,
                                                  const local_training_options& options) {
   TESSERA_ASSERT(params.size() == net_.param_count());
-  if (data.feature_count() != net_.arch().inputs())
-    return make_error(errc::invalid_argument, data.describe() + ": " + std::to_string(data.feature_count()) +
+  if (source.feature_count() != net_.arch().inputs())
+    return make_error(errc::invalid_argument, source.describe() + ": " + std::to_string(source.feature_count()) +
                                                   " features per example, the model takes " +
                                                   std::to_string(net_.arch().inputs()));
   if (net_.arch().task == task_kind::regression && net_.arch().outputs() != 1)
-    return make_error(errc::unsupported, data.describe() + ": the data readers give one target per example; a "
-                                                           "regression model must have 1 output, this one has " +
-                                                           std::to_string(net_.arch().outputs()));
-  if (order.size() != data.size())
-    return make_error(errc::invalid_argument, data.describe() + ": sampler covers " + std::to_string(order.size()) +
-                                                  " examples, the data has " + std::to_string(data.size()));
+    return make_error(errc::unsupported, source.describe() + ": the data readers give one target per example; a "
+                                                             "regression model must have 1 output, this one has " +
+                                                             std::to_string(net_.arch().outputs()));
+  const bool momentum = options.sgd.momentum != 0.0f;
+  if (momentum && buf_.velocity.empty())
+    return make_error(errc::invalid_argument, "momentum " + std::to_string(options.sgd.momentum) +
+                                                  " needs a velocity buffer, and this trainer was sized without one");
   const auto start = std::chrono::steady_clock::now();
-  std::fill(velocity_.begin(), velocity_.end(), 0.0f);
+  std::fill(buf_.velocity.begin(), buf_.velocity.end(), 0.0f);
   local_training_report report;
   double loss_sum = 0;
   for (std::int64_t step = 0; step < options.steps; ++step) {
-    order.next(indices_);
-    TESSERA_TRY(data.gather(indices_, x_, y_));
-    auto loss = net_.forward_backward(params, grads_, x_.data(), y_.data(), batch_, workspace_);
-    if (!loss) return make_error(errc::bad_format, data.describe() + ": " + loss.error().message);
+    TESSERA_TRY(source.next(buf_.features, buf_.targets.first(static_cast<std::size_t>(batch_))));
+    auto loss = net_.forward_backward(params, buf_.grads, buf_.features.data(), buf_.targets.data(), batch_, buf_.workspace);
+    if (!loss) return make_error(errc::bad_format, source.describe() + ": " + loss.error().message);
     loss_sum += loss.value();
-    sgd_step(options.sgd, params, grads_, velocity_);
+    sgd_step(options.sgd, params, buf_.grads, momentum ? buf_.velocity : std::span<float>{});
     report.examples += batch_;
     ++report.steps;
   }

@@ -249,8 +249,11 @@ core::result<std::unique_ptr<simulation>> simulation::create(const sim_config& c
   for (std::size_t d = 0; d < devices; ++d) {
     if (shards[d].empty()) return make_error(errc::invalid_spec, "device " + std::to_string(d) + " got no examples");
     sim->shards_.push_back(train.subset(shards[d], "device " + std::to_string(d)));
-    sim->samplers_.emplace_back(static_cast<std::int64_t>(shards[d].size()), core::mix_seed(config.seed, k_stream_order + d));
   }
+  // After all shards exist: the batch sources keep references into shards_.
+  for (std::size_t d = 0; d < devices; ++d)
+    sim->batches_.push_back(std::make_unique<core::table_batches>(sim->shards_[d], core::mix_seed(config.seed, k_stream_order + d),
+                                                                  config.batch));
   sim->capacities_ = config.capacities.empty() ? std::vector<double>(devices, 1.0) : config.capacities;
   return sim;
 }
@@ -292,7 +295,7 @@ core::result<round_metrics> simulation::run_round() {
     std::vector<float> local(core::param_count(sub.arch));
     core::gather(full_, sub, params_, local);
     core::local_trainer trainer(sub.arch, config_.batch);
-    auto report = trainer.run(local, shards_[d], samplers_[d], opt);
+    auto report = trainer.run(local, *batches_[d], opt);
     TESSERA_TRY(report);
     aggregator_.add(sub, local, static_cast<double>(report.value().examples));
     loss_weighted += report.value().mean_loss * static_cast<double>(report.value().examples);

@@ -36,6 +36,24 @@ model_spec small_spec() {
 
 }  // namespace
 
+TEST_CASE("batch sampler: a permutation of every size, without storing it") {
+  for (std::int64_t n : {1, 2, 3, 5, 16, 17, 1000, 65537}) {
+    batch_sampler s(n, 11);
+    std::vector<char> seen(static_cast<std::size_t>(n), 0);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto v = s.at(static_cast<std::uint64_t>(i));
+      REQUIRE(v < n);
+      CHECK(seen[v] == 0);
+      seen[v] = 1;
+    }
+  }
+  // Shuffled: few examples stay in place.
+  batch_sampler s(1000, 3);
+  int fixed = 0;
+  for (std::uint32_t i = 0; i < 1000; ++i) fixed += s.at(i) == i;
+  CHECK(fixed < 20);
+}
+
 TEST_CASE("batch sampler: each epoch visits every example once, order is seeded") {
   batch_sampler a(10, 3), b(10, 3), c(10, 4);
   std::vector<std::uint32_t> ea(10), eb(10), ec(10);
@@ -59,9 +77,9 @@ TEST_CASE("local training learns an easy problem") {
   std::vector<float> params(param_count(spec.full_arch()));
   initialize(spec, params);
   local_trainer trainer(spec.full_arch(), 16);
-  batch_sampler order(data.size(), 5);
+  table_batches order(data, 5, 16);
   auto before = evaluate(trainer.net(), params, data);
-  auto report = trainer.run(params, data, order, {.steps = 300, .sgd = {.learning_rate = 0.05f, .momentum = 0.9f}});
+  auto report = trainer.run(params, order, {.steps = 300, .sgd = {.learning_rate = 0.05f, .momentum = 0.9f}});
   REQUIRE(report.ok());
   CHECK(report.value().examples == 300 * 16);
   auto after = evaluate(trainer.net(), params, data);
@@ -80,17 +98,17 @@ TEST_CASE("FedAvg with one device equals local training") {
   const local_training_options opt{.steps = 40, .sgd = {.learning_rate = 0.1f, .momentum = 0.9f, .weight_decay = 1e-3f}};
 
   local_trainer t1(full, 8);
-  batch_sampler o1(data.size(), 7);
-  batch_sampler o2(data.size(), 7);
+  table_batches o1(data, 7, 8);
+  table_batches o2(data, 7, 8);
   for (int round = 0; round < 3; ++round) {
-    REQUIRE(t1.run(direct, data, o1, opt).ok());
+    REQUIRE(t1.run(direct, o1, opt).ok());
 
     const round_plan plan = make_full_plan(full, 1);
     const subnet sub = make_subnet(full, spec.compensation, plan, 0);
     std::vector<float> local(param_count(sub.arch));
     gather(full, sub, federated, local);
     local_trainer t2(sub.arch, 8);
-    auto rep = t2.run(local, data, o2, opt);
+    auto rep = t2.run(local, o2, opt);
     REQUIRE(rep.ok());
     aggregator agg(full);
     agg.add(sub, local, static_cast<double>(rep.value().examples));
@@ -105,8 +123,8 @@ TEST_CASE("trainer refuses data whose width does not match the model, naming the
   spec.inputs = 5;
   std::vector<float> params(param_count(spec.full_arch()));
   local_trainer t(spec.full_arch(), 4);
-  batch_sampler order(data.size(), 1);
-  auto r = t.run(params, data, order, {});
+  table_batches order(data, 1, 4);
+  auto r = t.run(params, order, {});
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message.find("blobs") != std::string::npos);
 }

@@ -122,6 +122,30 @@ class memory_table final : public example_table {
   std::string description_;
 };
 
+// NumPy .npy files: features of shape (N, ...) as float32 ('<f4') or uint8 ('|u1'), C order; labels of
+// shape (N,) as any integer dtype (class indices) or float32/float64 (regression targets). Read with
+// pread per record (random access, memory independent of file size). The header is bounded
+// (k_npy_max_header bytes) and checked against the file size before any record is read.
+struct npy_options {
+  normalization norm = normalization::none;  // uint8 features usually want scale_unit
+  feature_stats stats;                       // for standardize; measured with compute_stats when empty
+};
+inline constexpr std::size_t k_npy_max_header = 1 << 16;
+[[nodiscard]] result<std::unique_ptr<example_table>> open_npy(const std::string& features_path,
+                                                              const std::string& labels_path, const npy_options& options);
+// Writers for tests and exports: float32 features (N × features) and int32 labels.
+[[nodiscard]] result<void> write_npy_features(const std::string& path, std::int64_t features, std::span<const float> values);
+[[nodiscard]] result<void> write_npy_labels(const std::string& path, std::span<const std::int32_t> labels);
+
+// A contiguous range [begin, end) of a table, as a table: a local validation split that needs no copy
+// and no index array. `base` must outlive the view.
+[[nodiscard]] std::unique_ptr<example_table> make_range_table(example_table& base, std::int64_t begin, std::int64_t end);
+
+// A validation split of a stream: with `validation` true only records whose index is a multiple of
+// `every` (every >= 2), otherwise all the others. Owns `base`; memory O(1).
+[[nodiscard]] std::unique_ptr<example_stream> make_split_stream(std::unique_ptr<example_stream> base, std::int64_t every,
+                                                                bool validation);
+
 // Reads a whole stream into memory; refuses more than `max_examples` (a bound, not a guess).
 [[nodiscard]] result<memory_table> load_all(example_stream& stream, std::int64_t max_examples);
 

@@ -24,7 +24,8 @@ struct sgd_options {
   bool nesterov = false;
 };
 
-// One in-place update of params and velocity from grads. All spans have the same length.
+// One in-place update of params and velocity from grads. All spans have the same length, except that
+// velocity may be empty when momentum is 0 (plain SGD needs no state).
 void sgd_step(const sgd_options& options, std::span<float> params, std::span<const float> grads,
               std::span<float> velocity) noexcept;
 

@@ -20,21 +20,76 @@
 namespace tessera::core {
 
 // Mini-batch order over n examples: a fresh seeded permutation each epoch, a cursor that carries over
-// from one round to the next. Holds n 32-bit indices.
+// from one round to the next. The permutation is computed, not stored (a keyed Feistel network over the
+// index bits with cycle-walking), so the sampler takes O(1) memory whatever n is.
 class batch_sampler {
  public:
   batch_sampler(std::int64_t n, std::uint64_t seed);
-  // Fills `out` with the next indices, starting a new epoch (reshuffled) when one runs out.
-  void next(std::span<std::uint32_t> out);
+  // Fills `out` with the next indices, starting a new epoch (a new permutation) when one runs out.
+  void next(std::span<std::uint32_t> out) noexcept;
+  // The example at position i of the current epoch's order (i < size()).
+  [[nodiscard]] std::uint32_t at(std::uint64_t i) const noexcept;
   [[nodiscard]] std::int64_t epoch() const noexcept { return epoch_; }
-  [[nodiscard]] std::int64_t size() const noexcept { return static_cast<std::int64_t>(order_.size()); }
+  [[nodiscard]] std::int64_t size() const noexcept { return static_cast<std::int64_t>(n_); }
 
  private:
-  void reshuffle();
-  std::vector<std::uint32_t> order_;
-  std::size_t pos_ = 0;
-  std::int64_t epoch_ = 0;
+  void start_epoch() noexcept;
+  std::uint64_t n_;
   std::uint64_t seed_;
+  std::uint64_t pos_ = 0;
+  std::int64_t epoch_ = 0;
+  unsigned half_bits_ = 1;          // the permuted domain is 2^(2·half_bits) >= n
+  std::uint64_t round_keys_[4]{};   // this epoch's keys
+};
+
+// Where mini-batches come from: next() fills exactly targets.size() examples, starting a new epoch
+// (reshuffled) whenever the data runs out. No allocation after construction.
+class batch_source {
+ public:
+  virtual ~batch_source() = default;
+  [[nodiscard]] virtual std::int64_t feature_count() const noexcept = 0;
+  [[nodiscard]] virtual result<void> next(std::span<float> features, std::span<float> targets) = 0;
+  [[nodiscard]] virtual std::string describe() const = 0;
+  // Bytes the source holds in its own buffers, fixed at construction (counted against a device's budget).
+  [[nodiscard]] virtual std::size_t buffer_bytes() const noexcept = 0;
+};
+
+// Batches read from a table in the order of a batch_sampler (exact shuffling, O(1) memory).
+class table_batches final : public batch_source {
+ public:
+  table_batches(example_table& table, std::uint64_t seed, std::int64_t max_batch);
+  [[nodiscard]] std::int64_t feature_count() const noexcept override { return table_.feature_count(); }
+  [[nodiscard]] result<void> next(std::span<float> features, std::span<float> targets) override;
+  [[nodiscard]] std::string describe() const override { return table_.describe(); }
+  [[nodiscard]] std::size_t buffer_bytes() const noexcept override { return indices_.size() * sizeof(std::uint32_t); }
+  [[nodiscard]] const batch_sampler& order() const noexcept { return order_; }
+
+ private:
+  example_table& table_;
+  batch_sampler order_;
+  std::vector<std::uint32_t> indices_;
+};
+
+// Batches read from a stream (CSV, gzip) through a bounded shuffle buffer of `capacity` examples: each
+// example handed out is drawn at random from the buffer and its slot refilled with the next one read; at
+// the end of the stream the stream is rewound (a new epoch). Memory: capacity × (features + 1) floats.
+class shuffled_stream_batches final : public batch_source {
+ public:
+  shuffled_stream_batches(example_stream& stream, std::size_t capacity, std::uint64_t seed);
+  [[nodiscard]] std::int64_t feature_count() const noexcept override { return stream_.feature_count(); }
+  [[nodiscard]] result<void> next(std::span<float> features, std::span<float> targets) override;
+  [[nodiscard]] std::string describe() const override { return stream_.describe(); }
+  [[nodiscard]] std::size_t buffer_bytes() const noexcept override;
+
+ private:
+  example_stream& stream_;
+  std::size_t capacity_;
+  std::uint64_t seed_;
+  std::uint64_t draws_ = 0;
+  std::vector<float> features_;  // capacity × feature_count
+  std::vector<float> targets_;   // capacity
+  std::size_t filled_ = 0;       // slots holding an example
+  bool stream_ended_ = false;
 };
 
 struct local_training_options {
@@ -49,25 +104,40 @@ struct local_training_report {
   double seconds = 0;
 };
 
-// Trains one architecture with a fixed batch size; owns its gradients, velocity, workspace and batch
-// buffers, sized at construction, so that run() does not allocate.
+// The memory a trainer works in, all of it provided by the caller (on a device: views into its arena).
+// Sizes: grads param_count floats, velocity param_count (or empty when momentum is 0), workspace
+// network::workspace_floats(batch), features batch × inputs, targets batch × target width.
+struct training_buffers {
+  std::span<float> grads;
+  std::span<float> velocity;
+  std::span<float> workspace;
+  std::span<float> features;
+  std::span<float> targets;
+};
+
+// Trains one architecture with a fixed batch size. run() does not allocate.
 class local_trainer {
  public:
+  // Owns its buffers (the simulator, tests).
   local_trainer(mlp_arch arch, std::int64_t batch);
+  // Works in caller-provided memory (the device's arena); asserts the sizes.
+  local_trainer(mlp_arch arch, std::int64_t batch, training_buffers buffers);
 
   [[nodiscard]] const network& net() const noexcept { return net_; }
   [[nodiscard]] std::int64_t batch() const noexcept { return batch_; }
 
-  // Runs options.steps SGD steps on params (velocity restarts at zero). Batches come from `data` in the
-  // order of `order` (whose size must equal data.size()).
-  [[nodiscard]] result<local_training_report> run(std::span<float> params, example_table& data, batch_sampler& order,
+  // Runs options.steps SGD steps on params (velocity restarts at zero) on batches from `source`.
+  [[nodiscard]] result<local_training_report> run(std::span<float> params, batch_source& source,
                                                   const local_training_options& options);
 
  private:
   network net_;
   std::int64_t batch_;
-  std::vector<float> grads_, velocity_, workspace_, x_, y_;
-  std::vector<std::uint32_t> indices_;
+  std::vector<float> owned_;
+  training_buffers buf_;
 };
+
+// Floats per example of the targets a model trains on: 1 (class index) or the output width.
+[[nodiscard]] std::int64_t target_width(const mlp_arch& arch) noexcept;
 
 }  // namespace tessera::core

@@ -120,7 +120,7 @@ class simulation {
   core::mlp_arch full_;
   std::vector<float> params_;
   std::vector<core::memory_table> shards_;
-  std::vector<core::batch_sampler> samplers_;
+  std::vector<std::unique_ptr<core::table_batches>> batches_;  // per device, persists across rounds
   std::vector<double> capacities_;
   core::memory_table* test_;
   core::aggregator aggregator_;

@@ -1,0 +1,54 @@
+// tessera/core/memory.hpp — the memory-budget formula: exactly what training a subnet needs.
+//
+// A device trains inside one arena (DESIGN.md §4) holding, each region aligned to 64 bytes:
+//   parameters, gradients, optimizer state (velocity; none for plain SGD), the activations and their
+//   gradients for one mini-batch (network::workspace_floats), the input batch and its targets, and the
+//   codec's staging buffer (the encoded blob of the received subnet before it is decoded into the
+//   parameters; none for f32, which is received straight into them).
+// The hub sizes each device's subnet with this formula and the agent checks it again before it accepts
+// an assignment; the arena is carved by the same layout, so "needed" and "used" cannot drift apart.
+//
+//   core::training_memory m = core::plan_training_memory(sub.arch, 32, true, core::codec_kind::f32);
+//   if (m.total > budget_bytes) refuse("needs " + std::to_string(m.total) + " bytes");
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "tessera/core/error.hpp"
+#include "tessera/core/model_spec.hpp"
+
+namespace tessera::core {
+
+// How parameters travel (DESIGN.md §3): fp32, fp16, or int8 with one fp32 scale per row.
+enum class codec_kind { f32, f16, q8 };
+[[nodiscard]] std::string_view to_string(codec_kind c) noexcept;
+[[nodiscard]] result<codec_kind> parse_codec(std::string_view s);
+// Bytes of a subnet's parameters encoded with `codec`.
+[[nodiscard]] std::size_t encoded_bytes(const mlp_arch& arch, codec_kind codec) noexcept;
+
+inline constexpr std::size_t k_arena_alignment = 64;
+
+// Byte offsets of each region in the arena, and the total.
+struct training_memory {
+  std::size_t params = 0, grads = 0, velocity = 0, workspace = 0, features = 0, targets = 0, staging = 0;
+  std::size_t params_bytes = 0, grads_bytes = 0, velocity_bytes = 0, workspace_bytes = 0, features_bytes = 0,
+              targets_bytes = 0, staging_bytes = 0;
+  std::size_t total = 0;  // bytes of the whole arena
+};
+
+[[nodiscard]] training_memory plan_training_memory(const mlp_arch& arch, std::int64_t batch, bool momentum,
+                                                   codec_kind codec) noexcept;
+[[nodiscard]] inline std::size_t bytes_needed(const mlp_arch& arch, std::int64_t batch, bool momentum,
+                                              codec_kind codec) noexcept {
+  return plan_training_memory(arch, batch, momentum, codec).total;
+}
+
+// The largest fraction f in (0, 1] of every hidden layer such that a subnet with ⌊f·n_l⌋ neurons per
+// hidden layer fits in budget_bytes; 0 if not even min_width neurons per layer fit. Used by the hub to
+// turn a device's budget into its capacity for the planner.
+[[nodiscard]] double capacity_for_budget(const mlp_arch& full, std::int64_t batch, bool momentum, codec_kind codec,
+                                         std::size_t budget_bytes, std::int64_t min_width) noexcept;
+
+}  // namespace tessera::core

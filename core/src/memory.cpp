@@ -1,0 +1,91 @@
+#include "tessera/core/memory.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "tessera/core/mlp.hpp"
+
+namespace tessera::core {
+namespace {
+
+constexpr std::size_t align_up(std::size_t n) noexcept {
+  return (n + k_arena_alignment - 1) / k_arena_alignment * k_arena_alignment;
+}
+
+}  // namespace
+
+std::string_view to_string(codec_kind c) noexcept {
+  switch (c) {
+    case codec_kind::f32: return "f32";
+    case codec_kind::f16: return "f16";
+    case codec_kind::q8: return "q8";
+  }
+  return "?";
+}
+
+result<codec_kind> parse_codec(std::string_view s) {
+  for (auto c : {codec_kind::f32, codec_kind::f16, codec_kind::q8})
+    if (s == to_string(c)) return c;
+  return make_error(errc::unsupported, "unknown codec '" + std::string(s) + "' (f32, f16, q8)");
+}
+
+std::size_t encoded_bytes(const mlp_arch& arch, codec_kind codec) noexcept {
+  const std::size_t n = param_count(arch);
+  switch (codec) {
+    case codec_kind::f32: return 4 * n;
+    case codec_kind::f16: return 2 * n;
+    case codec_kind::q8: {
+      // One byte per value plus one fp32 scale per row of every tensor (a vector is one row).
+      std::size_t rows = 0;
+      for (const auto& s : param_slots(arch)) rows += static_cast<std::size_t>(s.rows) + 1 + (s.has_norm ? 2 : 0);
+      return n + 4 * rows;
+    }
+  }
+  return 4 * n;
+}
+
+training_memory plan_training_memory(const mlp_arch& arch, std::int64_t batch, bool momentum, codec_kind codec) noexcept {
+  const network net(arch);
+  const auto b = static_cast<std::size_t>(batch);
+  training_memory m;
+  std::size_t at = 0;
+  auto region = [&](std::size_t& offset, std::size_t& size, std::size_t bytes) {
+    offset = at;
+    size = bytes;
+    at += align_up(bytes);
+  };
+  const std::size_t p = net.param_count() * sizeof(float);
+  region(m.params, m.params_bytes, p);
+  region(m.grads, m.grads_bytes, p);
+  region(m.velocity, m.velocity_bytes, momentum ? p : 0);
+  region(m.workspace, m.workspace_bytes, net.workspace_floats(batch) * sizeof(float));
+  region(m.features, m.features_bytes, b * static_cast<std::size_t>(arch.inputs()) * sizeof(float));
+  const std::size_t tw = arch.task == task_kind::classification ? 1 : static_cast<std::size_t>(arch.outputs());
+  region(m.targets, m.targets_bytes, b * tw * sizeof(float));
+  region(m.staging, m.staging_bytes, codec == codec_kind::f32 ? 0 : encoded_bytes(arch, codec));
+  m.total = at;
+  return m;
+}
+
+double capacity_for_budget(const mlp_arch& full, std::int64_t batch, bool momentum, codec_kind codec,
+                           std::size_t budget_bytes, std::int64_t min_width) noexcept {
+  auto arch_at = [&](double f) {
+    mlp_arch a = full;
+    for (std::size_t h = 1; h + 1 < a.widths.size(); ++h)
+      a.widths[h] = std::max<std::int64_t>(std::min(min_width, full.widths[h]),
+                                           static_cast<std::int64_t>(std::floor(f * static_cast<double>(full.widths[h]))));
+    return a;
+  };
+  if (bytes_needed(arch_at(1.0), batch, momentum, codec) <= budget_bytes) return 1.0;
+  if (bytes_needed(arch_at(0.0), batch, momentum, codec) > budget_bytes) return 0.0;
+  // Memory grows monotonically with f: bisect to a resolution finer than one neuron of the widest layer.
+  double lo = 0.0, hi = 1.0;
+  for (int i = 0; i < 40; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (bytes_needed(arch_at(mid), batch, momentum, codec) <= budget_bytes ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+}  // namespace tessera::core

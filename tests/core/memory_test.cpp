@@ -1,0 +1,74 @@
+#include <doctest/doctest.h>
+
+#include "tessera/core/memory.hpp"
+#include "tessera/core/mlp.hpp"
+
+using namespace tessera::core;
+
+namespace {
+mlp_arch arch_of(std::vector<std::int64_t> widths, bool layer_norm = true) {
+  mlp_arch a;
+  a.widths = std::move(widths);
+  a.layer_norm = layer_norm;
+  a.input_scale.assign(a.widths.size() - 1, 1.0f);
+  return a;
+}
+}  // namespace
+
+TEST_CASE("memory plan: regions are aligned, disjoint and add up to the total") {
+  const auto a = arch_of({784, 64, 64, 10});
+  const training_memory m = plan_training_memory(a, 32, true, codec_kind::q8);
+  const std::size_t p = param_count(a) * 4;
+  CHECK(m.params_bytes == p);
+  CHECK(m.grads_bytes == p);
+  CHECK(m.velocity_bytes == p);
+  CHECK(m.workspace_bytes == network(a).workspace_floats(32) * 4);
+  CHECK(m.features_bytes == 32 * 784 * 4);
+  CHECK(m.targets_bytes == 32 * 4);
+  CHECK(m.staging_bytes == encoded_bytes(a, codec_kind::q8));
+  const std::size_t offsets[] = {m.params, m.grads, m.velocity, m.workspace, m.features, m.targets, m.staging};
+  const std::size_t sizes[] = {m.params_bytes, m.grads_bytes, m.velocity_bytes, m.workspace_bytes,
+                               m.features_bytes, m.targets_bytes, m.staging_bytes};
+  for (std::size_t i = 0; i < 7; ++i) {
+    CHECK(offsets[i] % k_arena_alignment == 0);
+    if (i + 1 < 7) CHECK(offsets[i] + sizes[i] <= offsets[i + 1]);
+  }
+  CHECK(m.total == m.staging + (m.staging_bytes + 63) / 64 * 64);
+}
+
+TEST_CASE("memory plan: plain SGD needs no velocity, f32 no staging") {
+  const auto a = arch_of({20, 8, 3}, false);
+  const auto with = plan_training_memory(a, 4, true, codec_kind::f32);
+  const auto without = plan_training_memory(a, 4, false, codec_kind::f32);
+  CHECK(without.velocity_bytes == 0);
+  CHECK(with.staging_bytes == 0);
+  CHECK(with.total - without.total == (param_count(a) * 4 + 63) / 64 * 64);
+  CHECK(encoded_bytes(a, codec_kind::f16) == param_count(a) * 2);
+}
+
+TEST_CASE("capacity for a budget: the largest fraction whose subnet fits") {
+  const auto full = arch_of({784, 512, 512, 10});
+  for (std::size_t mib : {4, 8, 16}) {
+    const std::size_t budget = mib << 20;
+    const double f = capacity_for_budget(full, 32, true, codec_kind::f32, budget, 8);
+    REQUIRE(f > 0.0);
+    REQUIRE(f <= 1.0);
+    mlp_arch sub = full;
+    for (std::size_t h = 1; h <= 2; ++h) sub.widths[h] = static_cast<std::int64_t>(f * 512);
+    CHECK(bytes_needed(sub, 32, true, codec_kind::f32) <= budget);
+    if (f < 1.0) {
+      // One more neuron per layer would not fit (within the bisection's resolution).
+      for (std::size_t h = 1; h <= 2; ++h) sub.widths[h] += 2;
+      CHECK(bytes_needed(sub, 32, true, codec_kind::f32) > budget);
+    }
+  }
+  CHECK(capacity_for_budget(full, 32, true, codec_kind::f32, 64 << 10, 8) == 0.0);  // 64 KiB: not even one batch
+  CHECK(capacity_for_budget(full, 32, true, codec_kind::f32, std::size_t{1} << 30, 8) == 1.0);
+}
+
+TEST_CASE("codec names parse and unknown ones are refused") {
+  CHECK(parse_codec("q8").value() == codec_kind::q8);
+  auto bad = parse_codec("f64");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("f64") != std::string::npos);
+}
