@@ -96,8 +96,8 @@ network::network(mlp_arch arch) : arch_(std::move(arch)) {
   max_width_ = *std::max_element(arch_.widths.begin() + 1, arch_.widths.end());
 }
 
-std::vector<network::ws_slots> network::workspace_slots(std::int64_t rows) const {
-  std::vector<ws_slots> out(slots_.size());
+network::ws_table network::workspace_slots(std::int64_t rows) const noexcept {
+  ws_table out{};
   std::size_t at = 0;
   for (std::size_t l = 0; l < slots_.size(); ++l) {
     const std::size_t n = sz(rows) * sz(slots_[l].rows);
@@ -167,7 +167,7 @@ void network::forward(std::span<const float> params, const float* x, std::int64_
 
 std::span<const float> network::outputs(std::span<const float> workspace, std::int64_t rows) const noexcept {
   const auto ws = workspace_slots(rows);
-  return workspace.subspan(ws.back().act, sz(rows) * sz(arch_.outputs()));
+  return workspace.subspan(ws[slots_.size() - 1].act, sz(rows) * sz(arch_.outputs()));
 }
 
 // Writes d(mean loss)/d(outputs) into d_out and adds the batch's summed loss to loss_sum.
@@ -175,7 +175,7 @@ result<void> network::output_gradient(std::span<float> workspace, const float* y
                                       float* d_out, double& loss_sum) const {
   const std::int64_t k = arch_.outputs();
   const auto ws = workspace_slots(rows);
-  const const_matrix_map out(workspace.data() + ws.back().act, rows, k);
+  const const_matrix_map out(workspace.data() + ws[slots_.size() - 1].act, rows, k);
   const float inv_rows = 1.0f / static_cast<float>(rows);
   if (arch_.task == task_kind::classification) {
     for (std::int64_t r = 0; r < rows; ++r) {

@@ -19,6 +19,7 @@
 //   core::sgd_step(opt, params, grads, velocity);
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -79,7 +80,9 @@ class network {
     std::size_t norm = 0;  // LN: normalised pre-activation x̂_l, rows × n_l
     std::size_t rstd = 0;  // LN: 1/σ per row
   };
-  [[nodiscard]] std::vector<ws_slots> workspace_slots(std::int64_t rows) const;
+  // A fixed array, not a vector: computed on every pass, and passes must not allocate.
+  using ws_table = std::array<ws_slots, k_max_hidden_layers + 1>;
+  [[nodiscard]] ws_table workspace_slots(std::int64_t rows) const noexcept;
   [[nodiscard]] result<void> output_gradient(std::span<float> workspace, const float* y, std::int64_t rows,
                                              float* d_out, double& loss_sum) const;
 

@@ -1,0 +1,63 @@
+// tessera/edge/device_data.hpp — a device's own examples, streamed from its files in bounded memory.
+//
+// Formats: IDX (images + labels; plain files are read at random, gzip through a shuffle buffer), NumPy
+// .npy pairs (random access), CSV (a stream through a shuffle buffer). An optional local validation
+// split holds out the last fraction of a table, or every k-th record of a stream. Memory is bounded by
+// the reader's fixed buffers (`buffer_bytes()`), independent of the file size, and counted against
+// the device's budget together with the training arena.
+//
+//   edge::data_config cfg{.format = "idx", .features = "train-images-idx3-ubyte",
+//                         .labels = "train-labels-idx1-ubyte", .validation_fraction = 0.1};
+//   auto data = edge::device_data::open(cfg, seed);
+//   trainer.run(params, data.value()->train(), options);
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tessera/core/dataset.hpp"
+#include "tessera/core/error.hpp"
+#include "tessera/core/train.hpp"
+
+namespace tessera::edge {
+
+struct data_config {
+  std::string format = "idx";      // "idx", "npy" or "csv"
+  std::string features;            // IDX images, .npy features, or the CSV file
+  std::string labels;              // IDX labels or .npy labels (unused for CSV)
+  core::normalization norm = core::normalization::scale_unit;
+  std::size_t label_column = 0;    // CSV
+  bool header = false;             // CSV
+  std::int64_t shuffle_buffer = 1024;  // examples held for shuffling a stream (gzip IDX, CSV)
+  double validation_fraction = 0;  // held out for local validation, in [0, 0.5]
+  std::int64_t max_batch = 256;    // largest batch the train source will be asked for
+};
+
+class device_data {
+ public:
+  [[nodiscard]] static core::result<std::unique_ptr<device_data>> open(const data_config& config, std::uint64_t seed);
+
+  [[nodiscard]] core::batch_source& train() noexcept { return *train_; }
+  // Training examples (known for tables; for streams counted by one pass at open).
+  [[nodiscard]] std::int64_t train_examples() const noexcept { return train_examples_; }
+  [[nodiscard]] bool has_validation() const noexcept { return validation_table_ || validation_stream_; }
+  // Evaluates the full-model or subnet `net` on the validation split using the caller's buffers.
+  [[nodiscard]] core::result<core::evaluation> validate(const core::network& net, std::span<const float> params,
+                                                        core::training_buffers buffers, std::int64_t batch);
+  [[nodiscard]] std::size_t buffer_bytes() const noexcept;
+  [[nodiscard]] std::int64_t feature_count() const noexcept { return train_->feature_count(); }
+
+ private:
+  device_data() = default;
+  std::unique_ptr<core::example_table> table_;            // the whole file, when random access works
+  std::unique_ptr<core::example_table> train_table_;      // its training range
+  std::unique_ptr<core::example_table> validation_table_;
+  std::unique_ptr<core::example_stream> train_stream_;
+  std::unique_ptr<core::example_stream> validation_stream_;
+  std::unique_ptr<core::batch_source> train_;
+  std::int64_t train_examples_ = 0;
+  std::size_t stream_buffers_ = 0;
+};
+
+}  // namespace tessera::edge

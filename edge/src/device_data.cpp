@@ -1,0 +1,153 @@
+#include "tessera/edge/device_data.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "tessera/core/mlp.hpp"
+
+namespace tessera::edge {
+namespace {
+
+// Bytes a stream reader holds: its read buffer (the readers use 64 KiB) plus zlib's window and buffers.
+constexpr std::size_t k_stream_reader_bytes = (64 + 64 + 32) << 10;
+
+bool is_gzip(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  unsigned char magic[2] = {0, 0};
+  const bool gz = std::fread(magic, 1, 2, f) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+  std::fclose(f);
+  return gz;
+}
+
+core::result<std::unique_ptr<core::example_stream>> open_stream(const data_config& c) {
+  if (c.format == "csv") {
+    core::csv_options o;
+    o.norm = c.norm;
+    o.label_column = c.label_column;
+    o.header = c.header;
+    return core::open_csv(c.features, o);
+  }
+  core::idx_options o;
+  o.norm = c.norm;
+  return core::open_idx(c.features, c.labels, o);
+}
+
+}  // namespace
+
+core::result<std::unique_ptr<device_data>> device_data::open(const data_config& c, std::uint64_t seed) {
+  if (!(c.validation_fraction >= 0 && c.validation_fraction <= 0.5))
+    return core::make_error(core::errc::invalid_spec, "validation_fraction must be in [0, 0.5]");
+  if (c.format != "idx" && c.format != "npy" && c.format != "csv")
+    return core::make_error(core::errc::invalid_spec, "data format '" + c.format + "' is not one of idx, npy, csv");
+  std::unique_ptr<device_data> d(new device_data());
+  const bool random_access = c.format == "npy" || (c.format == "idx" && !is_gzip(c.features) && !is_gzip(c.labels));
+  if (random_access) {
+    if (c.format == "npy") {
+      core::npy_options o;
+      o.norm = c.norm;
+      auto t = core::open_npy(c.features, c.labels, o);
+      TESSERA_TRY(t);
+      d->table_ = std::move(t.value());
+    } else {
+      core::idx_options o;
+      o.norm = c.norm;
+      auto t = core::open_idx_table(c.features, c.labels, o);
+      TESSERA_TRY(t);
+      d->table_ = std::move(t.value());
+    }
+    const std::int64_t n = d->table_->size();
+    const auto held_out = static_cast<std::int64_t>(std::floor(c.validation_fraction * static_cast<double>(n)));
+    if (n - held_out < 1) return core::make_error(core::errc::bad_format, d->table_->describe() + ": no examples to train on");
+    d->train_table_ = core::make_range_table(*d->table_, 0, n - held_out);
+    if (held_out > 0) d->validation_table_ = core::make_range_table(*d->table_, n - held_out, n);
+    d->train_ = std::make_unique<core::table_batches>(*d->train_table_, seed, c.max_batch);
+    d->train_examples_ = n - held_out;
+    return d;
+  }
+  if (c.shuffle_buffer < 1) return core::make_error(core::errc::invalid_spec, "shuffle_buffer must be at least 1");
+  auto s = open_stream(c);
+  TESSERA_TRY(s);
+  const std::int64_t every = c.validation_fraction > 0 ? std::max<std::int64_t>(2, std::llround(1.0 / c.validation_fraction)) : 0;
+  if (every > 0) {
+    auto v = open_stream(c);
+    TESSERA_TRY(v);
+    d->validation_stream_ = core::make_split_stream(std::move(v.value()), every, true);
+    d->train_stream_ = core::make_split_stream(std::move(s.value()), every, false);
+    d->stream_buffers_ = 2 * k_stream_reader_bytes;
+  } else {
+    d->train_stream_ = std::move(s.value());
+    d->stream_buffers_ = k_stream_reader_bytes;
+  }
+  // One counting pass: the trainer needs the example count for epochs, and it finds bad records early.
+  {
+    std::vector<float> x(static_cast<std::size_t>(64 * d->train_stream_->feature_count())), y(64);
+    std::int64_t n = 0;
+    for (;;) {
+      auto got = d->train_stream_->read(x, y);
+      TESSERA_TRY(got);
+      if (got.value() == 0) break;
+      n += static_cast<std::int64_t>(got.value());
+    }
+    TESSERA_TRY(d->train_stream_->rewind());
+    if (n == 0) return core::make_error(core::errc::bad_format, d->train_stream_->describe() + ": no examples to train on");
+    d->train_examples_ = n;
+  }
+  d->train_ = std::make_unique<core::shuffled_stream_batches>(*d->train_stream_, static_cast<std::size_t>(c.shuffle_buffer), seed);
+  return d;
+}
+
+std::size_t device_data::buffer_bytes() const noexcept { return train_->buffer_bytes() + stream_buffers_; }
+
+core::result<core::evaluation> device_data::validate(const core::network& net, std::span<const float> params,
+                                                     core::training_buffers buf, std::int64_t batch) {
+  core::evaluation ev;
+  const std::int64_t k = net.arch().outputs();
+  double loss_sum = 0;
+  std::int64_t correct = 0;
+  auto score = [&](std::int64_t rows) -> core::result<void> {
+    net.forward(params, buf.features.data(), rows, buf.workspace);
+    auto l = net.loss(buf.workspace, buf.targets.data(), rows);
+    TESSERA_TRY(l);
+    loss_sum += l.value() * static_cast<double>(rows);
+    if (net.arch().task == core::task_kind::classification) {
+      const auto out = net.outputs(buf.workspace, rows);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float* o = out.data() + r * k;
+        if (static_cast<float>(std::max_element(o, o + k) - o) == buf.targets[static_cast<std::size_t>(r)]) ++correct;
+      }
+    }
+    ev.examples += rows;
+    return {};
+  };
+  const auto inputs = static_cast<std::size_t>(net.arch().inputs());
+  if (validation_table_) {
+    // Index buffer on the stack: validation must not allocate either.
+    std::uint32_t idx[256];
+    const std::int64_t step = std::min<std::int64_t>(batch, 256);
+    for (std::int64_t start = 0; start < validation_table_->size(); start += step) {
+      const std::int64_t rows = std::min(step, validation_table_->size() - start);
+      for (std::int64_t i = 0; i < rows; ++i) idx[i] = static_cast<std::uint32_t>(start + i);
+      const auto n = static_cast<std::size_t>(rows);
+      TESSERA_TRY(validation_table_->gather(std::span(idx, n), buf.features.first(n * inputs), buf.targets.first(n)));
+      TESSERA_TRY(score(rows));
+    }
+  } else if (validation_stream_) {
+    TESSERA_TRY(validation_stream_->rewind());
+    for (;;) {
+      auto got = validation_stream_->read(buf.features.first(static_cast<std::size_t>(batch) * inputs),
+                                          buf.targets.first(static_cast<std::size_t>(batch)));
+      TESSERA_TRY(got);
+      if (got.value() == 0) break;
+      TESSERA_TRY(score(static_cast<std::int64_t>(got.value())));
+    }
+  }
+  if (ev.examples > 0) {
+    ev.loss = loss_sum / static_cast<double>(ev.examples);
+    ev.accuracy = static_cast<double>(correct) / static_cast<double>(ev.examples);
+  }
+  return ev;
+}
+
+}  // namespace tessera::edge

@@ -1,0 +1,127 @@
+// A training step must not allocate (DESIGN.md §4). This executable replaces malloc and friends with
+// counting versions (glibc lets a program interpose them) and runs steps in an arena with the counter
+// armed. Eigen's own runtime malloc check is armed too, though it only fires in builds with assertions.
+// Under AddressSanitizer, which owns malloc itself, the test is compiled out.
+#include <doctest/doctest.h>
+
+#include <malloc.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdlib>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TESSERA_COUNT_MALLOC 0
+#else
+#define TESSERA_COUNT_MALLOC 1
+#endif
+
+#if TESSERA_COUNT_MALLOC
+namespace {
+std::atomic<bool> armed{false};
+std::atomic<long> allocations{0};
+void count() noexcept {
+  if (armed.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
+extern "C" {
+void* __libc_malloc(std::size_t);
+void* __libc_calloc(std::size_t, std::size_t);
+void* __libc_realloc(void*, std::size_t);
+void* __libc_memalign(std::size_t, std::size_t);
+void* malloc(std::size_t n) noexcept {
+  count();
+  return __libc_malloc(n);
+}
+void* calloc(std::size_t n, std::size_t m) noexcept {
+  count();
+  return __libc_calloc(n, m);
+}
+void* realloc(void* p, std::size_t n) noexcept {
+  count();
+  return __libc_realloc(p, n);
+}
+void* aligned_alloc(std::size_t a, std::size_t n) noexcept {
+  count();
+  return __libc_memalign(a, n);
+}
+void* memalign(std::size_t a, std::size_t n) noexcept {
+  count();
+  return __libc_memalign(a, n);
+}
+int posix_memalign(void** out, std::size_t a, std::size_t n) noexcept {
+  count();
+  *out = __libc_memalign(a, n);
+  return *out != nullptr ? 0 : 12;  // ENOMEM
+}
+}
+#endif
+
+#include <Eigen/Core>
+
+#include "tessera/core/memory.hpp"
+#include "tessera/core/model_spec.hpp"
+#include "tessera/core/rng.hpp"
+#include "tessera/core/train.hpp"
+#include "tessera/edge/arena.hpp"
+
+using namespace tessera;
+
+namespace {
+
+// Random examples in memory, served without allocation.
+class random_source final : public core::batch_source {
+ public:
+  explicit random_source(std::int64_t features) : features_(features) {}
+  std::int64_t feature_count() const noexcept override { return features_; }
+  core::result<void> next(std::span<float> x, std::span<float> y) override {
+    for (auto& v : x) v = r_.uniform();
+    for (auto& v : y) v = static_cast<float>(r_.below(10));
+    return {};
+  }
+  std::string describe() const override { return "random"; }
+  std::size_t buffer_bytes() const noexcept override { return 0; }
+
+ private:
+  std::int64_t features_;
+  core::rng r_{1};
+};
+
+}  // namespace
+
+TEST_CASE("a training step in the arena allocates nothing" * doctest::skip(!TESSERA_COUNT_MALLOC)) {
+#if TESSERA_COUNT_MALLOC
+  for (auto hidden : {std::vector<std::int64_t>{64, 64}, std::vector<std::int64_t>{512, 512}, std::vector<std::int64_t>{2048}}) {
+    core::model_spec spec;
+    spec.inputs = 784;
+    spec.hidden = hidden;
+    spec.outputs = 10;
+    const core::mlp_arch arch = spec.full_arch();
+    auto arena = edge::training_arena::reserve(arch, 64, true, core::codec_kind::f32, std::size_t{1} << 30);
+    REQUIRE(arena.ok());
+    core::initialize(spec, arena.value()->params());
+    core::local_trainer trainer(arch, 64, arena.value()->buffers());
+    random_source source(784);
+    const core::local_training_options opt{.steps = 3, .sgd = {.learning_rate = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f}};
+    REQUIRE(trainer.run(arena.value()->params(), source, opt).ok());  // warm-up outside the armed region
+
+    Eigen::internal::set_is_malloc_allowed(false);
+    allocations = 0;
+    armed = true;
+    auto report = trainer.run(arena.value()->params(), source, opt);
+    armed = false;
+    Eigen::internal::set_is_malloc_allowed(true);
+    REQUIRE(report.ok());
+    CHECK(report.value().steps == 3);
+    CHECK(allocations.load() == 0);
+  }
+  // The counter does count: an allocation while armed is seen.
+  allocations = 0;
+  armed = true;
+  void* p = std::malloc(100);
+  armed = false;
+  std::free(p);
+  CHECK(allocations.load() == 1);
+#endif
+}
