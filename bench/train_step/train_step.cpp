@@ -5,7 +5,6 @@
 // gradients the same again, input gradients 2·B·Σ_{l≥2} n_l·n_{l-1} (none for the data). The ratio
 // printed is (useful flops / step time) / (flops of a large square GEMM / its time).
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -17,34 +16,12 @@
 #include "tessera/core/model_spec.hpp"
 #include "tessera/core/optimizer.hpp"
 #include "tessera/core/rng.hpp"
-
-namespace {
-
-using clock_type = std::chrono::steady_clock;
-
-// Best of `repeats` timings of `reps` calls, in seconds per call: the least disturbed estimate.
-template <class F>
-double best_seconds(F&& f, int reps, int repeats) {
-  f();  // warm caches and page in buffers
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = clock_type::now();
-    for (int i = 0; i < reps; ++i) f();
-    best = std::min(best, std::chrono::duration<double>(clock_type::now() - t0).count() / reps);
-  }
-  return best;
-}
-
-double gemm_gflops(int n) {
-  Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n), c(n, n);
-  const double s = best_seconds([&] { c.noalias() = a * b; }, 3, 5);
-  return 2.0 * n * n * static_cast<double>(n) / s / 1e9;
-}
-
-}  // namespace
+#include "../common/timing.hpp"
 
 int main(int argc, char** argv) {
   using namespace tessera::core;
+  using tessera::bench::best_seconds;
+  using tessera::bench::gemm_gflops;
   Eigen::setNbThreads(1);
   std::vector<std::int64_t> hidden = {512, 512};
   if (argc > 1 && std::string(argv[1]) == "--wide") hidden = {2048, 2048};

@@ -2,8 +2,12 @@
 // standardize helper the IDX and CSV readers share.
 #include "tessera/core/dataset.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -12,6 +16,32 @@
 namespace tessera::core {
 
 namespace detail {
+
+std::string hex_bytes(std::span<const std::uint8_t> bytes) {
+  std::string out;
+  for (const std::uint8_t b : bytes) {
+    char buf[4] = {};
+    std::snprintf(buf, sizeof buf, "%02x", static_cast<unsigned>(b));
+    if (!out.empty()) out += ' ';
+    out += buf;
+  }
+  return out;
+}
+
+result<std::size_t> pread_full(int fd, std::span<std::uint8_t> out, std::int64_t offset, const std::string& path) {
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset) + static_cast<off_t>(done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return make_error(errc::io, path + ": read failed at offset " + std::to_string(offset) + ": " +
+                                      std::generic_category().message(errno));
+    }
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  return done;
+}
 
 // A constant feature (deviation 0) is centred but not scaled, instead of dividing by zero.
 result<void> prepare_standardize(const feature_stats& stats, std::int64_t features, const std::string& what,

@@ -54,16 +54,6 @@ struct idx_header {
 
 std::string errno_text(int e) { return std::generic_category().message(e); }
 
-std::string hex_bytes(std::span<const std::uint8_t> bytes) {
-  std::string out;
-  for (const std::uint8_t b : bytes) {
-    std::array<char, 4> buf{};
-    std::snprintf(buf.data(), buf.size(), "%02x", static_cast<unsigned>(b));
-    if (!out.empty()) out += ' ';
-    out += buf.data();
-  }
-  return out;
-}
 
 std::string truncated_at(const std::string& path, const idx_header& h, std::int64_t record) {
   return path + ": truncated at record " + std::to_string(record) + " of " + std::to_string(h.count) + " (offset " +
@@ -81,10 +71,10 @@ result<idx_header> parse_idx_header(Read&& read, const std::string& path, idx_ro
     return make_error(errc::truncated, path + ": truncated in the header (" + std::to_string(got.value()) +
                                            " of the 4 magic bytes)");
   if (magic[0] != 0 || magic[1] != 0)
-    return make_error(errc::bad_format, path + ": not an IDX file: it starts with " + hex_bytes(magic) +
+    return make_error(errc::bad_format, path + ": not an IDX file: it starts with " + detail::hex_bytes(magic) +
                                             ", an IDX file starts with 00 00 08 NN");
   if (magic[2] != k_type_u8)
-    return make_error(errc::unsupported, path + ": IDX element type " + hex_bytes(std::span(magic).subspan(2, 1)) +
+    return make_error(errc::unsupported, path + ": IDX element type " + detail::hex_bytes(std::span(magic).subspan(2, 1)) +
                                              " is not supported (only 08, unsigned bytes)");
   const unsigned rank = magic[3];
   if (role == idx_role::images && rank < 2)
@@ -335,60 +325,19 @@ class idx_stream : public example_stream {
 
 // ---- random access with pread ---------------------------------------------------------------------
 
-class unique_fd {
- public:
-  unique_fd() = default;
-  explicit unique_fd(int fd) : fd_(fd) {}
-  unique_fd(unique_fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  unique_fd& operator=(unique_fd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  unique_fd(const unique_fd&) = delete;
-  unique_fd& operator=(const unique_fd&) = delete;
-  ~unique_fd() { reset(); }
 
-  [[nodiscard]] int get() const noexcept { return fd_; }
-
- private:
-  void reset() noexcept {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  int fd_ = -1;
-};
-
-// Reads until `out` is full or the file ends; returns the bytes read.
-result<std::size_t> pread_full(int fd, std::span<std::uint8_t> out, std::int64_t offset, const std::string& path) {
-  std::size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset) +
-                                                                            static_cast<off_t>(done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return make_error(errc::io, path + ": read failed at offset " + std::to_string(offset) + ": " +
-                                      errno_text(errno));
-    }
-    if (n == 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  return done;
-}
 
 struct table_file {
-  unique_fd fd;
+  detail::unique_fd fd;
   idx_header header;
 };
 
 // Opens an uncompressed IDX file for pread and checks its size against the header.
 result<table_file> open_table_file(const std::string& path, idx_role role) {
-  unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  detail::unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return make_error(errc::io, path + ": cannot open: " + errno_text(errno));
   std::array<std::uint8_t, 2> first{};
-  auto got = pread_full(fd.get(), first, 0, path);
+  auto got = detail::pread_full(fd.get(), first, 0, path);
   TESSERA_TRY(got);
   if (got.value() == 2 && first[0] == 0x1f && first[1] == 0x8b)
     return make_error(errc::unsupported, path + ": gzip-compressed; random access needs an uncompressed IDX file "
@@ -396,7 +345,7 @@ result<table_file> open_table_file(const std::string& path, idx_role role) {
   std::int64_t pos = 0;
   auto h = parse_idx_header(
       [&](std::span<std::uint8_t> out) -> result<std::size_t> {
-        auto n = pread_full(fd.get(), out, pos, path);
+        auto n = detail::pread_full(fd.get(), out, pos, path);
         if (n) pos += static_cast<std::int64_t>(n.value());
         return n;
       },
@@ -445,11 +394,11 @@ class idx_table final : public example_table {
       if (i >= ih.count)
         return make_error(errc::invalid_argument, describe() + ": index " + std::to_string(i) +
                                                       " is out of range (size " + std::to_string(ih.count) + ")");
-      auto got = pread_full(images_.fd.get(), record_, ih.data_offset + i * ih.features, images_path_);
+      auto got = detail::pread_full(images_.fd.get(), record_, ih.data_offset + i * ih.features, images_path_);
       TESSERA_TRY(got);
       if (got.value() < f) return make_error(errc::truncated, truncated_at(images_path_, ih, i));
       std::array<std::uint8_t, 1> label{};
-      got = pread_full(labels_.fd.get(), label, lh.data_offset + i, labels_path_);
+      got = detail::pread_full(labels_.fd.get(), label, lh.data_offset + i, labels_path_);
       TESSERA_TRY(got);
       if (got.value() < 1) return make_error(errc::truncated, truncated_at(labels_path_, lh, i));
       conv_.convert(record_.data(), features.data() + k * f, f);

@@ -61,16 +61,6 @@ constexpr std::size_t k_data_alignment = 64;
 
 std::string errno_text(int e) { return std::generic_category().message(e); }
 
-std::string hex_bytes(std::span<const std::uint8_t> bytes) {
-  std::string out;
-  for (const std::uint8_t b : bytes) {
-    std::array<char, 4> buf{};
-    std::snprintf(buf.data(), buf.size(), "%02x", static_cast<unsigned>(b));
-    if (!out.empty()) out += ' ';
-    out += buf.data();
-  }
-  return out;
-}
 
 std::string number_text(double v) {
   std::array<char, 32> buf{};
@@ -78,48 +68,7 @@ std::string number_text(double v) {
   return buf.data();
 }
 
-class unique_fd {
- public:
-  unique_fd() = default;
-  explicit unique_fd(int fd) : fd_(fd) {}
-  unique_fd(unique_fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  unique_fd& operator=(unique_fd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  unique_fd(const unique_fd&) = delete;
-  unique_fd& operator=(const unique_fd&) = delete;
-  ~unique_fd() { reset(); }
 
-  [[nodiscard]] int get() const noexcept { return fd_; }
-
- private:
-  void reset() noexcept {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  int fd_ = -1;
-};
-
-// Reads until `out` is full or the file ends; returns the bytes read.
-result<std::size_t> pread_full(int fd, std::span<std::uint8_t> out, std::int64_t offset, const std::string& path) {
-  std::size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done,
-                              static_cast<off_t>(offset) + static_cast<off_t>(done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return make_error(errc::io, path + ": read failed at offset " + std::to_string(offset) + ": " +
-                                      errno_text(errno));
-    }
-    if (n == 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  return done;
-}
 
 // ---- the header dict ------------------------------------------------------------------------------
 
@@ -380,27 +329,27 @@ result<void> apply_shape(const std::vector<std::uint64_t>& dims, const std::stri
 
 struct npy_file {
   std::string path;
-  unique_fd fd;
+  detail::unique_fd fd;
   npy_header header;
 };
 
 // Opens a .npy file for pread: parses and checks the header, then the file size against it, so that
 // gather() can only meet a short read if the file shrinks while open.
 result<npy_file> open_npy_file(const std::string& path, npy_role role) {
-  unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  detail::unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return make_error(errc::io, path + ": cannot open: " + errno_text(errno));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return make_error(errc::io, path + ": cannot stat: " + errno_text(errno));
   const std::int64_t file_size = st.st_size;
 
   std::array<std::uint8_t, 12> pre{};
-  auto got = pread_full(fd.get(), pre, 0, path);
+  auto got = detail::pread_full(fd.get(), pre, 0, path);
   TESSERA_TRY(got);
   const std::size_t have = got.value();
   const std::size_t magic_have = std::min(have, k_magic.size());
   if (!std::equal(pre.begin(), pre.begin() + static_cast<std::ptrdiff_t>(magic_have), k_magic.begin()))
     return make_error(errc::bad_format, path + ": not a .npy file: the magic is " +
-                                            hex_bytes(std::span(pre).first(magic_have)) +
+                                            detail::hex_bytes(std::span(pre).first(magic_have)) +
                                             ", a .npy file starts with 93 4e 55 4d 50 59 (\"\\x93NUMPY\")");
   if (have < 8)
     return make_error(errc::truncated, path + ": truncated in the preamble (" + std::to_string(have) +
@@ -427,7 +376,7 @@ result<npy_file> open_npy_file(const std::string& path, npy_role role) {
                                            " bytes, the header starts at offset " + std::to_string(preamble) + ")");
 
   std::string text(static_cast<std::size_t>(header_length), '\0');
-  got = pread_full(fd.get(), std::span(reinterpret_cast<std::uint8_t*>(text.data()), text.size()),
+  got = detail::pread_full(fd.get(), std::span(reinterpret_cast<std::uint8_t*>(text.data()), text.size()),
                    static_cast<std::int64_t>(preamble), path);
   TESSERA_TRY(got);
   if (got.value() < text.size())
@@ -513,7 +462,7 @@ class npy_table final : public example_table {
     for (std::size_t done = 0; done < f;) {
       const std::size_t k = std::min(chunk, f - done);
       const auto bytes = std::span(scratch_).first(k * elem);
-      auto got = pread_full(x_.fd.get(), bytes, offset + static_cast<std::int64_t>(done * elem), x_.path);
+      auto got = detail::pread_full(x_.fd.get(), bytes, offset + static_cast<std::int64_t>(done * elem), x_.path);
       TESSERA_TRY(got);
       if (got.value() < bytes.size()) return make_error(errc::truncated, truncated_at(x_.path, h, i));
       float* dst = out + done;
@@ -558,7 +507,7 @@ class npy_table final : public example_table {
     const npy_header& h = y_.header;
     std::array<std::uint8_t, 8> raw{};
     const auto bytes = std::span(raw).first(h.dtype.size);
-    auto got = pread_full(y_.fd.get(), bytes, h.data_offset + i * h.record_bytes, y_.path);
+    auto got = detail::pread_full(y_.fd.get(), bytes, h.data_offset + i * h.record_bytes, y_.path);
     TESSERA_TRY(got);
     if (got.value() < bytes.size()) return make_error(errc::truncated, truncated_at(y_.path, h, i));
     const std::uint64_t bits = load_bits(raw.data(), h.dtype.size, h.dtype.big_endian);

@@ -22,36 +22,14 @@
 namespace core = tessera::core;
 namespace fs = std::filesystem;
 
+#include "test_files.hpp"
+
 namespace {
 
-// A fresh folder per test case, removed at the end of it.
-class temp_dir {
- public:
-  temp_dir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("tessera_npy_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
+using tessera::testing::temp_dir;
+using tessera::testing::write_bytes;
 
-  [[nodiscard]] std::string file(const std::string& name) const { return (path_ / name).string(); }
 
- private:
-  fs::path path_;
-};
-
-void write_bytes(const std::string& path, std::string_view bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  REQUIRE(out.good());
-}
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

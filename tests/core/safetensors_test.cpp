@@ -19,30 +19,13 @@ namespace core = tessera::core;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+#include "test_files.hpp"
+
 namespace {
 
-class temp_dir {
- public:
-  temp_dir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("tessera_safetensors_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
+using tessera::testing::temp_dir;
+using tessera::testing::write_bytes;
 
-  [[nodiscard]] std::string file(const std::string& name) const { return (path_ / name).string(); }
-  [[nodiscard]] const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 std::vector<std::uint8_t> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
