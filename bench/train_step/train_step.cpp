@@ -51,9 +51,8 @@ int main(int argc, char** argv) {
       const sgd_options opt{.learning_rate = 0.001f, .momentum = 0.9f, .weight_decay = 0.0f, .nesterov = false};
       const double s = best_seconds(
           [&] {
-            auto loss = net.forward_backward(params, grads, x.data(), y.data(), batch, ws);
+            auto loss = net.train_step(params, grads, velocity, opt, x.data(), y.data(), batch, ws);
             if (!loss) std::abort();
-            sgd_step(opt, params, grads, velocity);
           },
           20, 5);
       const double flops = 2.0 * static_cast<double>(batch) * (2 * macs + macs_input_grad);

@@ -57,7 +57,7 @@ training_memory plan_training_memory(const mlp_arch& arch, std::int64_t batch, b
   };
   const std::size_t p = net.param_count() * sizeof(float);
   region(m.params, m.params_bytes, p);
-  region(m.grads, m.grads_bytes, p);
+  region(m.grads, m.grads_bytes, momentum ? 0 : p);
   region(m.velocity, m.velocity_bytes, momentum ? p : 0);
   region(m.workspace, m.workspace_bytes, net.workspace_floats(batch) * sizeof(float));
   region(m.features, m.features_bytes, b * static_cast<std::size_t>(arch.inputs()) * sizeof(float));

@@ -217,8 +217,40 @@ result<double> network::loss(std::span<const float> workspace, const float* y, s
 
 result<double> network::forward_backward(std::span<const float> params, std::span<float> grads, const float* x,
                                          const float* y, std::int64_t rows, std::span<float> workspace) const {
-  TESSERA_ASSERT(grads.size() == param_count_);
   forward(params, x, rows, workspace);
+  // Without an optimizer the parameters are only read.
+  return backward(std::span<float>(const_cast<float*>(params.data()), params.size()), grads, {}, nullptr, x, y, rows,
+                  workspace);
+}
+
+result<double> network::train_step(std::span<float> params, std::span<float> grads, std::span<float> velocity,
+                                   const sgd_options& sgd, const float* x, const float* y, std::int64_t rows,
+                                   std::span<float> workspace) const {
+  forward(params, x, rows, workspace);
+  return backward(params, grads, velocity, &sgd, x, y, rows, workspace);
+}
+
+result<double> network::backward(std::span<float> params, std::span<float> grads, std::span<float> velocity,
+                                 const sgd_options* sgd, const float* x, const float* y, std::int64_t rows,
+                                 std::span<float> workspace) const {
+  TESSERA_ASSERT(sgd != nullptr || velocity.empty());
+  // With momentum (and no Nesterov) the gradient is accumulated straight into the velocity, which the
+  // previous update left holding μ·v + λ·w: one GEMM with β = 1 instead of a zeroed gradient buffer, a
+  // read of it and a separate velocity pass. Otherwise gradients go to `grads`.
+  const bool into_velocity = sgd != nullptr && !velocity.empty() && !sgd->nesterov;
+  TESSERA_ASSERT(into_velocity || grads.size() == param_count_);
+  TESSERA_ASSERT(!into_velocity || velocity.size() == param_count_);
+  float* const gbase = into_velocity ? velocity.data() : grads.data();
+  // Updates params[first, first + count) from its finished gradient (only when training).
+  auto update = [&](std::size_t first, std::size_t count) {
+    if (sgd == nullptr) return;
+    if (into_velocity) {
+      sgd_apply_prepared(*sgd, params.subspan(first, count), velocity.subspan(first, count));
+    } else {
+      sgd_step(*sgd, params.subspan(first, count), grads.subspan(first, count),
+               velocity.empty() ? velocity : velocity.subspan(first, count));
+    }
+  };
   const auto ws = workspace_slots(rows);
   const std::size_t grad_buf = workspace_floats(rows) - 2 * align_up(sz(rows) * sz(max_width_));
   float* g_cur = workspace.data() + grad_buf;
@@ -226,6 +258,11 @@ result<double> network::forward_backward(std::span<const float> params, std::spa
 
   double loss_sum = 0;
   TESSERA_TRY(output_gradient(workspace, y, rows, g_cur, loss_sum));
+  // dst = value, or dst += value when accumulating into the velocity.
+  auto put = [into_velocity](auto&& dst, const auto& value) {
+    if (into_velocity) dst.noalias() += value;
+    else dst.noalias() = value;
+  };
 
   for (std::size_t l = slots_.size(); l-- > 0;) {
     const layer_slots& s = slots_[l];
@@ -233,28 +270,33 @@ result<double> network::forward_backward(std::span<const float> params, std::spa
     const const_matrix_map dz(g_cur, rows, s.rows);
     const float* a_prev_ptr = l == 0 ? x : workspace.data() + ws[l - 1].act;
     const const_matrix_map a_prev(a_prev_ptr, rows, s.cols);
-    matrix_map dw(grads.data() + s.weight, s.rows, s.cols);
-    row_vector_map db(grads.data() + s.bias, s.rows);
-    dw.noalias() = (scale * dz.transpose()) * a_prev;
-    db = dz.colwise().sum();
-    if (l == 0) break;
+    matrix_map dw(gbase + s.weight, s.rows, s.cols);
+    row_vector_map db(gbase + s.bias, s.rows);
+    put(dw, (scale * dz.transpose()) * a_prev);
+    put(db, dz.colwise().sum());
+    if (l == 0) {
+      update(s.weight, s.bias + sz(s.rows) - s.weight);
+      break;
+    }
 
     // Gradient into the previous hidden layer's activations, then through its ReLU (and LayerNorm).
     const layer_slots& p = slots_[l - 1];
     const const_matrix_map w(params.data() + s.weight, s.rows, s.cols);
     matrix_map da(g_next, rows, s.cols);
     da.noalias() = (scale * dz) * w;
+    update(s.weight, s.bias + sz(s.rows) - s.weight);  // W_l was last needed just above
     const const_matrix_map a(workspace.data() + ws[l - 1].act, rows, p.rows);
     da.array() = (a.array() > 0.0f).select(da.array(), 0.0f);
     if (p.has_norm) {
       const const_matrix_map xhat(workspace.data() + ws[l - 1].norm, rows, p.rows);
       const Eigen::Map<const Eigen::VectorXf> rstd(workspace.data() + ws[l - 1].rstd, rows);
       const const_row_vector_map gain(params.data() + p.gain, p.rows);
-      row_vector_map dgain(grads.data() + p.gain, p.rows);
-      row_vector_map dshift(grads.data() + p.shift, p.rows);
-      dgain.array() = (da.array() * xhat.array()).colwise().sum();
-      dshift = da.colwise().sum();
+      row_vector_map dgain(gbase + p.gain, p.rows);
+      row_vector_map dshift(gbase + p.shift, p.rows);
+      put(dgain, (da.array() * xhat.array()).colwise().sum().matrix());
+      put(dshift, da.colwise().sum());
       da.array().rowwise() *= gain.array();
+      update(p.gain, p.shift + sz(p.rows) - p.gain);  // gain was last needed just above
       const float inv_n = 1.0f / static_cast<float>(p.rows);
       for (std::int64_t r = 0; r < rows; ++r) {
         auto dr = da.row(r);

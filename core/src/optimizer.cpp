@@ -31,6 +31,21 @@ void sgd_step(const sgd_options& o, std::span<float> params, std::span<const flo
   }
 }
 
+void sgd_apply_prepared(const sgd_options& o, std::span<float> params, std::span<float> velocity) noexcept {
+  TESSERA_ASSERT(params.size() == velocity.size());
+  const auto n = static_cast<Eigen::Index>(params.size());
+  Eigen::Map<Eigen::ArrayXf> w(params.data(), n);
+  Eigen::Map<Eigen::ArrayXf> v(velocity.data(), n);
+  w -= o.learning_rate * v;
+  v = o.momentum * v + o.weight_decay * w;
+}
+
+void sgd_prepare_start(const sgd_options& o, std::span<const float> params, std::span<float> velocity) noexcept {
+  TESSERA_ASSERT(params.size() == velocity.size());
+  const auto n = static_cast<Eigen::Index>(params.size());
+  Eigen::Map<Eigen::ArrayXf>(velocity.data(), n) = o.weight_decay * Eigen::Map<const Eigen::ArrayXf>(params.data(), n);
+}
+
 float learning_rate_at(const lr_schedule& s, std::int64_t round) noexcept {
   if (round < s.warmup_rounds)
     return s.base * static_cast<float>(round + 1) / static_cast<float>(s.warmup_rounds + 1);

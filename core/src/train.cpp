@@ -80,6 +80,7 @@ local_trainer::local_trainer(mlp_arch arch, std::int64_t batch) : net_(std::move
   const std::size_t ws = net_.workspace_floats(batch);
   const std::size_t x = b * static_cast<std::size_t>(net_.arch().inputs());
   const std::size_t y = b * static_cast<std::size_t>(target_width(net_.arch()));
+  // Gradients and velocity both, so that every optimizer setting works with an owned trainer.
   owned_.resize(2 * p + ws + x + y);
   std::span<float> all(owned_);
   buf_ = {all.subspan(0, p), all.subspan(p, p), all.subspan(2 * p, ws), all.subspan(2 * p + ws, x),
@@ -90,8 +91,9 @@ local_trainer::local_trainer(mlp_arch arch, std::int64_t batch, training_buffers
     : net_(std::move(arch)), batch_(batch), buf_(buffers) {
   TESSERA_ASSERT(batch > 0);
   const auto b = static_cast<std::size_t>(batch);
-  TESSERA_ASSERT(buf_.grads.size() == net_.param_count());
+  TESSERA_ASSERT(buf_.grads.empty() || buf_.grads.size() == net_.param_count());
   TESSERA_ASSERT(buf_.velocity.empty() || buf_.velocity.size() == net_.param_count());
+  TESSERA_ASSERT(!buf_.grads.empty() || !buf_.velocity.empty());
   TESSERA_ASSERT(buf_.workspace.size() >= net_.workspace_floats(batch));
   TESSERA_ASSERT(buf_.features.size() == b * static_cast<std::size_t>(net_.arch().inputs()));
   TESSERA_ASSERT(buf_.targets.size() == b * static_cast<std::size_t>(target_width(net_.arch())));
@@ -112,16 +114,21 @@ result<local_training_report> local_trainer::run(std::span<float> params, batch_
   if (momentum && buf_.velocity.empty())
     return make_error(errc::invalid_argument, "momentum " + std::to_string(options.sgd.momentum) +
                                                   " needs a velocity buffer, and this trainer was sized without one");
+  if ((!momentum || options.sgd.nesterov) && buf_.grads.empty())
+    return make_error(errc::invalid_argument, "plain SGD and Nesterov momentum need a gradient buffer, and this "
+                                              "trainer was sized without one");
   const auto start = std::chrono::steady_clock::now();
-  std::fill(buf_.velocity.begin(), buf_.velocity.end(), 0.0f);
+  // A fresh velocity each round (the subnet is new), in the prepared form train_step accumulates into.
+  if (momentum && !options.sgd.nesterov) sgd_prepare_start(options.sgd, params, buf_.velocity);
+  else std::fill(buf_.velocity.begin(), buf_.velocity.end(), 0.0f);
   local_training_report report;
   double loss_sum = 0;
   for (std::int64_t step = 0; step < options.steps; ++step) {
     TESSERA_TRY(source.next(buf_.features, buf_.targets.first(static_cast<std::size_t>(batch_))));
-    auto loss = net_.forward_backward(params, buf_.grads, buf_.features.data(), buf_.targets.data(), batch_, buf_.workspace);
+    auto loss = net_.train_step(params, buf_.grads, momentum ? buf_.velocity : std::span<float>{}, options.sgd,
+                                buf_.features.data(), buf_.targets.data(), batch_, buf_.workspace);
     if (!loss) return make_error(errc::bad_format, source.describe() + ": " + loss.error().message);
     loss_sum += loss.value();
-    sgd_step(options.sgd, params, buf_.grads, momentum ? buf_.velocity : std::span<float>{});
     report.examples += batch_;
     ++report.steps;
   }

@@ -1,14 +1,16 @@
 // tessera/core/memory.hpp — the memory-budget formula: exactly what training a subnet needs.
 //
 // A device trains inside one arena (DESIGN.md §4) holding, each region aligned to 64 bytes:
-//   parameters, gradients, optimizer state (velocity; none for plain SGD), the activations and their
+//   parameters, the optimizer's state (with momentum a velocity that the backward pass accumulates
+//   gradients into; plain SGD a gradient buffer instead), the activations and their
 //   gradients for one mini-batch (network::workspace_floats), the input batch and its targets, and the
 //   codec's staging buffer (the encoded blob of the received subnet before it is decoded into the
 //   parameters; none for f32, which is received straight into them).
 // The hub sizes each device's subnet with this formula and the agent checks it again before it accepts
 // an assignment; the arena is carved by the same layout, so "needed" and "used" cannot drift apart.
 //
-//   core::training_memory m = core::plan_training_memory(sub.arch, 32, true, core::codec_kind::f32);
+//   core::training_memory m = core::plan_training_memory(sub.arch, 32, /*momentum=*/true, core::codec_kind::f32);
+// (Nesterov momentum needs the gradient and the velocity both: it is not offered on devices.)
 //   if (m.total > budget_bytes) refuse("needs " + std::to_string(m.total) + " bytes");
 #pragma once
 

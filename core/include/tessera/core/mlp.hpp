@@ -26,6 +26,7 @@
 
 #include "tessera/core/error.hpp"
 #include "tessera/core/model_spec.hpp"
+#include "tessera/core/optimizer.hpp"
 
 namespace tessera::core {
 
@@ -74,6 +75,13 @@ class network {
                                                 const float* x, const float* y, std::int64_t rows,
                                                 std::span<float> workspace) const;
 
+  // One training step: forward_backward and sgd_step fused, each layer updated as soon as its gradient
+  // is complete (and no longer needed below), while its tensors are still in cache. The result equals
+  // forward_backward followed by sgd_step over the whole buffer, bit for bit.
+  [[nodiscard]] result<double> train_step(std::span<float> params, std::span<float> grads, std::span<float> velocity,
+                                          const sgd_options& sgd, const float* x, const float* y, std::int64_t rows,
+                                          std::span<float> workspace) const;
+
  private:
   struct ws_slots {
     std::size_t act = 0;   // A_l (or Z_l for the output layer), rows × n_l
@@ -83,6 +91,9 @@ class network {
   // A fixed array, not a vector: computed on every pass, and passes must not allocate.
   using ws_table = std::array<ws_slots, k_max_hidden_layers + 1>;
   [[nodiscard]] ws_table workspace_slots(std::int64_t rows) const noexcept;
+  [[nodiscard]] result<double> backward(std::span<float> params, std::span<float> grads, std::span<float> velocity,
+                                        const sgd_options* sgd, const float* x, const float* y, std::int64_t rows,
+                                        std::span<float> workspace) const;
   [[nodiscard]] result<void> output_gradient(std::span<float> workspace, const float* y, std::int64_t rows,
                                              float* d_out, double& loss_sum) const;
 

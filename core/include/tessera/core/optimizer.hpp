@@ -5,6 +5,7 @@
 //
 //   core::sgd_options opt{.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f};
 //   core::sgd_step(opt, params, grads, velocity);       // spans of equal length, no allocation
+// (network::train_step fuses the update into the backward pass; see sgd_apply_prepared.)
 //   float lr = core::learning_rate_at(schedule, round);  // per-round schedule
 #pragma once
 
@@ -28,6 +29,13 @@ struct sgd_options {
 // velocity may be empty when momentum is 0 (plain SGD needs no state).
 void sgd_step(const sgd_options& options, std::span<float> params, std::span<const float> grads,
               std::span<float> velocity) noexcept;
+
+// The same update split for accumulating gradients straight into the velocity. A step then is:
+// velocity holds μ·v + λ·w ("prepared"); the backward pass adds g to it; sgd_apply_prepared does
+// w ← w − η·v and prepares the next step, v ← μ·v + λ·w. Start a run with sgd_prepare_start.
+// Not for Nesterov (which needs g apart from v).
+void sgd_apply_prepared(const sgd_options& options, std::span<float> params, std::span<float> velocity) noexcept;
+void sgd_prepare_start(const sgd_options& options, std::span<const float> params, std::span<float> velocity) noexcept;
 
 // Per-round learning rate: constant, step decay (× gamma every `step_rounds`), or cosine from `base`
 // down to `base·final_fraction` over `total_rounds`, each after `warmup_rounds` of linear warm-up.

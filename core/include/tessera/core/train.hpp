@@ -105,7 +105,8 @@ struct local_training_report {
 };
 
 // The memory a trainer works in, all of it provided by the caller (on a device: views into its arena).
-// Sizes: grads param_count floats, velocity param_count (or empty when momentum is 0), workspace
+// Sizes: with momentum, velocity param_count floats and grads empty (gradients are accumulated into the
+// velocity); plain SGD or Nesterov, grads param_count (and velocity param_count for Nesterov); workspace
 // network::workspace_floats(batch), features batch × inputs, targets batch × target width.
 struct training_buffers {
   std::span<float> grads;
@@ -126,7 +127,7 @@ class local_trainer {
   [[nodiscard]] const network& net() const noexcept { return net_; }
   [[nodiscard]] std::int64_t batch() const noexcept { return batch_; }
 
-  // Runs options.steps SGD steps on params (velocity restarts at zero) on batches from `source`.
+  // Runs options.steps SGD steps on params (the velocity restarts each run) on batches from `source`.
   [[nodiscard]] result<local_training_report> run(std::span<float> params, batch_source& source,
                                                   const local_training_options& options);
 
