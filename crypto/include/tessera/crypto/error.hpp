@@ -1,0 +1,39 @@
+// tessera/crypto/error.hpp — the crypto module's typed errors.
+//
+// Every OpenSSL failure becomes a `core::error` whose code is one of these and whose message carries
+// what we were doing plus OpenSSL's own reason text, taken where the failure happened.
+//
+//   core::result<crypto::sha256_digest> d = crypto::sha256_file("model.safetensors");
+//   if (!d && d.error().code == crypto::errc::io) { ... }
+#pragma once
+
+#include <string>
+#include <system_error>
+
+#include "tessera/core/error.hpp"
+
+namespace tessera::crypto {
+
+enum class errc {
+  openssl = 1,        // an OpenSSL call failed; the message holds its reason
+  io,                 // the operating system refused a read or write
+  exists,             // an output file exists and --force was not given
+  invalid_argument,   // a name, id, key or option is malformed
+  bad_format,         // a PEM/DER/sealed file is not what it claims to be
+  auth_failed,        // AES-GCM tag mismatch: wrong key or tampered data
+  no_device_id,       // a certificate carries no Tessera device id
+  already_revoked,    // the serial is already on the revocation list
+};
+
+[[nodiscard]] const std::error_category& crypto_category() noexcept;
+[[nodiscard]] inline std::error_code make_error_code(errc e) noexcept {
+  return {static_cast<int>(e), crypto_category()};
+}
+[[nodiscard]] inline core::error make_error(errc e, std::string message) {
+  return {make_error_code(e), std::move(message)};
+}
+
+}  // namespace tessera::crypto
+
+template <>
+struct std::is_error_code_enum<tessera::crypto::errc> : std::true_type {};

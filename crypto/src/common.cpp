@@ -1,0 +1,193 @@
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+
+#include "ossl.hpp"
+#include "tessera/crypto/error.hpp"
+
+namespace tessera::crypto {
+namespace {
+
+class crypto_category_impl final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "tessera.crypto"; }
+  std::string message(int value) const override {
+    switch (static_cast<errc>(value)) {
+      case errc::openssl: return "OpenSSL failure";
+      case errc::io: return "input/output error";
+      case errc::exists: return "file exists";
+      case errc::invalid_argument: return "invalid argument";
+      case errc::bad_format: return "bad format";
+      case errc::auth_failed: return "authentication failed";
+      case errc::no_device_id: return "no device id in certificate";
+      case errc::already_revoked: return "already revoked";
+    }
+    return "unknown crypto error";
+  }
+};
+
+core::error io_error(const std::string& what, const std::filesystem::path& path) {
+  return make_error(errc::io, what + " " + path.string() + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+const std::error_category& crypto_category() noexcept {
+  static const crypto_category_impl category;
+  return category;
+}
+
+namespace detail {
+
+core::error openssl_error(const std::string& what) {
+  std::string text = what;
+  bool first = true;
+  while (unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof buf);
+    text += first ? ": " : "; ";
+    text += buf;
+    first = false;
+  }
+  return make_error(errc::openssl, std::move(text));
+}
+
+core::result<void> check_outputs(std::span<const std::filesystem::path> paths, bool force) {
+  if (force) return {};
+  for (const auto& p : paths) {
+    std::error_code ec;
+    if (std::filesystem::exists(p, ec))
+      return make_error(errc::exists, p.string() + " exists (use --force to replace it)");
+  }
+  return {};
+}
+
+core::result<void> write_file(const std::filesystem::path& path, std::span<const std::byte> bytes, unsigned mode,
+                              bool force) {
+  // A random suffix keeps concurrent writers from sharing a temporary.
+  std::uint32_t suffix = 0;
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(&suffix), sizeof suffix) != 1)
+    return openssl_error("random temporary name");
+  const std::filesystem::path tmp = path.string() + ".tmp" + std::to_string(suffix);
+  // O_EXCL: never follow or reuse something already there; the mode is set at creation so a key is
+  // never readable by others, not even for an instant.
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
+  if (fd < 0) return io_error("cannot create", tmp);
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      auto err = io_error("cannot write", tmp);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return err;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    auto err = io_error("cannot flush", tmp);
+    ::unlink(tmp.c_str());
+    return err;
+  }
+  if (force) {
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+      auto err = io_error("cannot rename to", path);
+      ::unlink(tmp.c_str());
+      return err;
+    }
+  } else {
+    // link() fails with EEXIST instead of replacing: the no-overwrite promise holds even if the file
+    // appeared after check_outputs.
+    if (::link(tmp.c_str(), path.c_str()) != 0) {
+      auto err = errno == EEXIST ? make_error(errc::exists, path.string() + " exists (use --force to replace it)")
+                                 : io_error("cannot create", path);
+      ::unlink(tmp.c_str());
+      return err;
+    }
+    ::unlink(tmp.c_str());
+  }
+  return {};
+}
+
+core::result<std::vector<std::byte>> read_file(const std::filesystem::path& path, std::size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return io_error("cannot open", path);
+  in.seekg(0, std::ios::end);
+  const auto size = in.tellg();
+  if (size < 0) return io_error("cannot size", path);
+  if (static_cast<std::uint64_t>(size) > max_bytes)
+    return make_error(errc::bad_format, path.string() + ": larger than " + std::to_string(max_bytes) + " bytes");
+  in.seekg(0);
+  std::vector<std::byte> bytes(static_cast<std::size_t>(size));
+  if (!in.read(reinterpret_cast<char*>(bytes.data()), size)) return io_error("cannot read", path);
+  return bytes;
+}
+
+namespace {
+constexpr std::size_t k_pem_limit = 1 << 20;  // PEM files we read are a few KiB; a CRL grows ~40 B/serial
+
+core::result<bio_ptr> read_bio(const std::filesystem::path& path) {
+  auto bytes = read_file(path, k_pem_limit);
+  TESSERA_TRY(bytes);
+  BIO* mem = BIO_new(BIO_s_mem());
+  if (!mem) return openssl_error("BIO_new");
+  bio_ptr bio(mem);
+  if (!bytes.value().empty() &&
+      BIO_write(mem, bytes.value().data(), static_cast<int>(bytes.value().size())) != static_cast<int>(bytes.value().size()))
+    return openssl_error("BIO_write");
+  return bio;
+}
+}  // namespace
+
+core::result<x509_ptr> read_cert(const std::filesystem::path& path) {
+  auto bio = read_bio(path);
+  TESSERA_TRY(bio);
+  x509_ptr cert(PEM_read_bio_X509(bio.value().get(), nullptr, nullptr, nullptr));
+  if (!cert) {
+    auto e = openssl_error(path.string() + ": not a PEM certificate");
+    return make_error(errc::bad_format, e.message);
+  }
+  return cert;
+}
+
+core::result<pkey_ptr> read_key(const std::filesystem::path& path) {
+  auto bio = read_bio(path);
+  TESSERA_TRY(bio);
+  pkey_ptr key(PEM_read_bio_PrivateKey(bio.value().get(), nullptr, nullptr, nullptr));
+  if (!key) {
+    auto e = openssl_error(path.string() + ": not a PEM private key");
+    return make_error(errc::bad_format, e.message);
+  }
+  return key;
+}
+
+core::result<x509_crl_ptr> read_crl(const std::filesystem::path& path) {
+  auto bio = read_bio(path);
+  TESSERA_TRY(bio);
+  x509_crl_ptr crl(PEM_read_bio_X509_CRL(bio.value().get(), nullptr, nullptr, nullptr));
+  if (!crl) {
+    auto e = openssl_error(path.string() + ": not a PEM CRL");
+    return make_error(errc::bad_format, e.message);
+  }
+  return crl;
+}
+
+std::vector<std::byte> bio_contents(BIO* bio) {
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio, &data);
+  if (n <= 0 || data == nullptr) return {};
+  const auto* first = reinterpret_cast<const std::byte*>(data);
+  return {first, first + n};
+}
+
+}  // namespace detail
+}  // namespace tessera::crypto

@@ -1,0 +1,117 @@
+#include "tessera/crypto/tls.hpp"
+
+#include <arpa/inet.h>
+
+#include "ossl.hpp"
+#include "tessera/crypto/pki.hpp"
+
+namespace tessera::crypto {
+namespace {
+
+using namespace detail;
+
+core::result<ssl_ctx_ptr> base_context(const std::filesystem::path& ca_cert, const std::filesystem::path& cert,
+                                       const std::filesystem::path& key, int purpose) {
+  ssl_ctx_ptr ctx(SSL_CTX_new(TLS_method()));
+  if (!ctx) return openssl_error("SSL_CTX_new");
+  // TLS 1.3 only: both bounds pinned, so there is no version to fall back to.
+  if (SSL_CTX_set_min_proto_version(ctx.get(), TLS1_3_VERSION) != 1 ||
+      SSL_CTX_set_max_proto_version(ctx.get(), TLS1_3_VERSION) != 1)
+    return openssl_error("pin TLS 1.3");
+  SSL_CTX_set_options(ctx.get(), SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+
+  if (SSL_CTX_use_certificate_chain_file(ctx.get(), cert.c_str()) != 1)
+    return openssl_error("load certificate " + cert.string());
+  if (SSL_CTX_use_PrivateKey_file(ctx.get(), key.c_str(), SSL_FILETYPE_PEM) != 1)
+    return openssl_error("load key " + key.string());
+  if (SSL_CTX_check_private_key(ctx.get()) != 1)
+    return openssl_error(key.string() + " does not match " + cert.string());
+  // Only our CA is trusted: no default verify paths are loaded.
+  if (SSL_CTX_load_verify_locations(ctx.get(), ca_cert.c_str(), nullptr) != 1)
+    return openssl_error("load CA " + ca_cert.string());
+  // The peer must hold the matching extended key usage (clientAuth for devices, serverAuth for the
+  // hub), so a device certificate cannot impersonate the hub and vice versa.
+  if (SSL_CTX_set_purpose(ctx.get(), purpose) != 1) return openssl_error("set purpose");
+  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  SSL_CTX_set_verify_depth(ctx.get(), 2);
+  return ctx;
+}
+
+tls_context wrap(ssl_ctx_ptr ctx) {
+  return tls_context(std::shared_ptr<void>(ctx.release(), [](void* p) { SSL_CTX_free(static_cast<SSL_CTX*>(p)); }));
+}
+
+}  // namespace
+
+void* tls_context::native_handle_add_ref() const noexcept {
+  if (!handle_) return nullptr;
+  SSL_CTX_up_ref(static_cast<SSL_CTX*>(handle_.get()));
+  return handle_.get();
+}
+
+core::result<tls_context> make_hub_tls(const hub_tls_files& files) {
+  auto ctx = base_context(files.ca_cert, files.cert, files.key, X509_PURPOSE_SSL_CLIENT);
+  TESSERA_TRY(ctx);
+  SSL_CTX* c = ctx.value().get();
+  auto crl = read_crl(files.crl);
+  TESSERA_TRY(crl);
+  X509_STORE* store = SSL_CTX_get_cert_store(c);
+  if (X509_STORE_add_crl(store, crl.value().get()) != 1) return openssl_error("add CRL " + files.crl.string());
+  // CRL_CHECK: the leaf's serial is looked up in the CA's CRL, whose signature and dates are verified;
+  // a missing or stale CRL fails closed.
+  if (X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK) != 1) return openssl_error("CRL check flag");
+  // No tickets and no session cache: every connection presents and verifies a certificate against the
+  // current CRL.
+  SSL_CTX_set_options(c, SSL_OP_NO_TICKET);
+  SSL_CTX_set_num_tickets(c, 0);
+  SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_OFF);
+  return wrap(std::move(ctx).value());
+}
+
+core::result<tls_context> make_agent_tls(const agent_tls_files& files) {
+  if (files.hub_name.empty()) return make_error(errc::invalid_argument, "hub name is required");
+  auto ctx = base_context(files.ca_cert, files.cert, files.key, X509_PURPOSE_SSL_SERVER);
+  TESSERA_TRY(ctx);
+  X509_VERIFY_PARAM* param = SSL_CTX_get0_param(ctx.value().get());
+  unsigned char ip[16];
+  const bool is_ip = inet_pton(AF_INET, files.hub_name.c_str(), ip) == 1 ||
+                     inet_pton(AF_INET6, files.hub_name.c_str(), ip) == 1;
+  if (is_ip) {
+    if (X509_VERIFY_PARAM_set1_ip_asc(param, files.hub_name.c_str()) != 1) return openssl_error("hub IP");
+  } else {
+    X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+    if (X509_VERIFY_PARAM_set1_host(param, files.hub_name.c_str(), files.hub_name.size()) != 1)
+      return openssl_error("hub name");
+  }
+  return wrap(std::move(ctx).value());
+}
+
+core::result<std::string> device_id_from_der(std::span<const std::uint8_t> der) {
+  const unsigned char* p = der.data();
+  x509_ptr cert(d2i_X509(nullptr, &p, static_cast<long>(der.size())));
+  if (!cert) return openssl_error("parse peer certificate");
+  using names_ptr = std::unique_ptr<GENERAL_NAMES, decltype([](GENERAL_NAMES* n) { GENERAL_NAMES_free(n); })>;
+  names_ptr names(static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert.get(), NID_subject_alt_name, nullptr, nullptr)));
+  std::string id;
+  int found = 0;
+  if (names) {
+    for (int i = 0; i < sk_GENERAL_NAME_num(names.get()); ++i) {
+      const GENERAL_NAME* n = sk_GENERAL_NAME_value(names.get(), i);
+      if (n->type != GEN_URI) continue;
+      const auto* data = reinterpret_cast<const char*>(ASN1_STRING_get0_data(n->d.uniformResourceIdentifier));
+      std::string_view uri(data, static_cast<std::size_t>(ASN1_STRING_length(n->d.uniformResourceIdentifier)));
+      if (!uri.starts_with(device_uri_prefix)) continue;
+      id = std::string(uri.substr(device_uri_prefix.size()));
+      ++found;
+    }
+  }
+  if (found != 1 || !valid_device_id(id))
+    return make_error(errc::no_device_id, "peer certificate carries no single valid device id URI");
+  char cn[80] = {};
+  const int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert.get()), NID_commonName, cn, sizeof cn);
+  if (n < 0 || std::string_view(cn, static_cast<std::size_t>(n)) != id)
+    return make_error(errc::no_device_id, "peer certificate's common name differs from its device id");
+  return id;
+}
+
+}  // namespace tessera::crypto

@@ -1,0 +1,124 @@
+// tessera/net/messages.hpp — the control messages of DESIGN.md §3 and their JSON encoding.
+//
+// Every control frame's payload is one JSON object. Parsing validates every field the message needs
+// (presence, type, range) and reports the first failure as errc::bad_field naming the field, e.g.
+// "ASSIGN: field 'sha256': expected 64 hex characters". Unknown extra fields are ignored so newer peers
+// can add fields. Nesting is limited (max_json_depth) before the JSON parser runs, so a payload of
+// brackets cannot exhaust the stack. Tensor bytes never travel here: they go in CHUNK frames.
+//
+//   net::msg::hello h{.device_id = "pi-07", .memory_budget_bytes = 64 << 20, .examples = 6000,
+//                     .codecs = {net::codec::f32}};
+//   std::vector<std::byte> frame = net::encode_message(h);         // header + JSON payload
+//   auto m = net::parse_message(net::frame_type::hello, payload);   // result<net::message>
+//   if (m) if (auto* got = std::get_if<net::msg::hello>(&m.value())) use(got->device_id);
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "tessera/core/error.hpp"
+#include "tessera/net/frame.hpp"
+
+namespace tessera::net {
+
+inline constexpr int max_json_depth = 16;
+inline constexpr std::size_t max_reason_chars = 1024;
+inline constexpr std::size_t max_resume_entries = 16;
+inline constexpr std::size_t max_widths = 64;
+
+// How a parameter blob is encoded. Only f32 is produced today; f16 and q8 are reserved names.
+enum class codec : std::uint8_t { f32, f16, q8 };
+[[nodiscard]] std::string_view to_string(codec c) noexcept;
+[[nodiscard]] std::optional<codec> codec_from_string(std::string_view s) noexcept;
+
+using digest = std::array<std::uint8_t, 32>;  // SHA-256 of a whole blob
+
+// Same rule as crypto::valid_device_id ([A-Za-z0-9._-]{1,64}); kept here so the codec needs no OpenSSL.
+[[nodiscard]] bool valid_device_id(std::string_view id) noexcept;
+
+namespace msg {
+
+struct resume_entry {
+  std::uint64_t transfer = 0;
+  std::uint64_t offset = 0;  // bytes of the blob the agent holds (and acknowledged)
+};
+
+struct hello {
+  std::string device_id{};
+  std::uint32_t version = protocol_version;
+  std::uint64_t memory_budget_bytes = 0;
+  std::uint64_t examples = 0;          // examples held by the device
+  std::vector<codec> codecs{};           // codecs the agent can decode/encode; unknown names are skipped
+  std::vector<resume_entry> resume{};    // downloads in progress, so the hub resumes them
+};
+
+struct welcome {
+  std::uint32_t heartbeat_ms = 10000;
+  std::uint32_t max_frame_payload = default_max_payload;
+  std::uint32_t max_chunk_bytes = 256u << 10;
+};
+
+struct assign {
+  std::uint64_t round = 0;
+  std::vector<std::uint32_t> widths{};   // subnet widths per hidden layer
+  std::string hyper_json = "{}";       // a JSON object, passed through untouched
+  std::uint64_t transfer = 0;
+  std::uint64_t size = 0;              // bytes
+  codec blob_codec = codec::f32;
+  digest sha256{};
+};
+
+struct ack {
+  std::uint64_t transfer = 0;
+  std::uint64_t offset = 0;            // all bytes before this offset are held by the receiver
+};
+
+struct update {
+  std::uint64_t round = 0;
+  std::uint64_t examples = 0;
+  std::uint64_t steps = 0;
+  double loss = 0.0;                   // finite
+  std::uint64_t transfer = 0;
+  std::uint64_t size = 0;
+  codec blob_codec = codec::f32;
+  digest sha256{};
+};
+
+struct result {
+  bool accepted = false;
+  std::string reason{};
+};
+
+struct ping {
+  std::uint64_t seq = 0;
+};
+
+struct pong {
+  std::uint64_t seq = 0;
+};
+
+struct refuse {
+  std::string reason{};
+};
+
+}  // namespace msg
+
+using message = std::variant<msg::hello, msg::welcome, msg::assign, msg::ack, msg::update, msg::result, msg::ping,
+                             msg::pong, msg::refuse>;
+
+[[nodiscard]] frame_type type_of(const message& m) noexcept;
+// The JSON payload of a control message.
+[[nodiscard]] std::string to_json(const message& m);
+// Header + JSON payload, ready to write.
+[[nodiscard]] std::vector<std::byte> encode_message(const message& m);
+// Parses and validates the payload of a control frame of type `t` (any type but CHUNK).
+[[nodiscard]] core::result<message> parse_message(frame_type t, std::span<const std::byte> payload);
+
+}  // namespace tessera::net

@@ -1,0 +1,359 @@
+#include "tessera/net/messages.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::net {
+namespace {
+
+using json = nlohmann::json;
+
+// Rejects nesting deeper than max_json_depth with a linear scan, before nlohmann's recursive parser
+// sees the text. Strings are skipped (with their escapes) so brackets inside them do not count.
+bool depth_ok(std::string_view text) noexcept {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > max_json_depth) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
+
+// Reads fields of one message, keeping the first error; each error names the message and field.
+class reader {
+ public:
+  reader(const json& j, std::string_view what) : j_(j), what_(what) {}
+
+  const json* field(const char* key) {
+    if (failed_) return nullptr;
+    auto it = j_.find(key);
+    if (it == j_.end()) {
+      fail(key, "missing");
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  std::uint64_t u64(const char* key, std::uint64_t max = UINT64_MAX) {
+    const json* v = field(key);
+    if (!v) return 0;
+    if (!v->is_number_unsigned()) {
+      fail(key, "expected a non-negative integer");
+      return 0;
+    }
+    const auto x = v->get<std::uint64_t>();
+    if (x > max) fail(key, "over the maximum of " + std::to_string(max));
+    return x;
+  }
+  std::uint32_t u32(const char* key, std::uint32_t min, std::uint32_t max) {
+    const std::uint64_t x = u64(key, max);
+    if (!failed_ && x < min) fail(key, "under the minimum of " + std::to_string(min));
+    return static_cast<std::uint32_t>(x);
+  }
+  double finite(const char* key) {
+    const json* v = field(key);
+    if (!v) return 0;
+    if (!v->is_number()) {
+      fail(key, "expected a number");
+      return 0;
+    }
+    const double x = v->get<double>();
+    if (!std::isfinite(x)) fail(key, "not finite");
+    return x;
+  }
+  bool boolean(const char* key) {
+    const json* v = field(key);
+    if (!v) return false;
+    if (!v->is_boolean()) {
+      fail(key, "expected true or false");
+      return false;
+    }
+    return v->get<bool>();
+  }
+  std::string string(const char* key, std::size_t max_chars) {
+    const json* v = field(key);
+    if (!v) return {};
+    if (!v->is_string()) {
+      fail(key, "expected a string");
+      return {};
+    }
+    auto s = v->get<std::string>();
+    if (s.size() > max_chars) fail(key, "longer than " + std::to_string(max_chars) + " characters");
+    return s;
+  }
+  codec blob_codec(const char* key) {
+    const std::string s = string(key, 16);
+    if (failed_) return codec::f32;
+    auto c = codec_from_string(s);
+    if (!c) fail(key, "unknown codec '" + s + "'");
+    return c.value_or(codec::f32);
+  }
+  digest sha256(const char* key) {
+    const std::string s = string(key, 64);
+    digest d{};
+    if (failed_) return d;
+    auto hex = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      return -1;
+    };
+    if (s.size() != 64) {
+      fail(key, "expected 64 hex characters");
+      return d;
+    }
+    for (std::size_t i = 0; i < d.size(); ++i) {
+      const int hi = hex(s[2 * i]);
+      const int lo = hex(s[2 * i + 1]);
+      if (hi < 0 || lo < 0) {
+        fail(key, "expected 64 hex characters");
+        return d;
+      }
+      d[i] = static_cast<std::uint8_t>(hi * 16 + lo);
+    }
+    return d;
+  }
+  const json* array(const char* key, std::size_t max_items) {
+    const json* v = field(key);
+    if (!v) return nullptr;
+    if (!v->is_array()) {
+      fail(key, "expected an array");
+      return nullptr;
+    }
+    if (v->size() > max_items) {
+      fail(key, "more than " + std::to_string(max_items) + " items");
+      return nullptr;
+    }
+    return v;
+  }
+
+  void fail(const std::string& key, const std::string& why) {
+    if (failed_) return;
+    failed_ = true;
+    error_ = make_error(errc::bad_field, std::string(what_) + ": field '" + key + "': " + why);
+  }
+  [[nodiscard]] bool failed() const noexcept { return failed_; }
+  [[nodiscard]] core::error error() const { return error_; }
+
+ private:
+  const json& j_;
+  std::string_view what_;
+  bool failed_ = false;
+  core::error error_;
+};
+
+std::string hex_of(const digest& d) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s;
+  for (std::uint8_t b : d) {
+    s.push_back(digits[b >> 4]);
+    s.push_back(digits[b & 0xf]);
+  }
+  return s;
+}
+
+json to_object(const message& m) {
+  return std::visit(
+      [](const auto& v) -> json {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, msg::hello>) {
+          json codecs = json::array();
+          for (codec c : v.codecs) codecs.push_back(std::string(to_string(c)));
+          json resume = json::array();
+          for (const auto& r : v.resume) resume.push_back({{"transfer", r.transfer}, {"offset", r.offset}});
+          return {{"device_id", v.device_id}, {"version", v.version},
+                  {"memory_budget_bytes", v.memory_budget_bytes}, {"examples", v.examples},
+                  {"codecs", codecs}, {"resume", resume}};
+        } else if constexpr (std::is_same_v<T, msg::welcome>) {
+          return {{"heartbeat_ms", v.heartbeat_ms}, {"max_frame_payload", v.max_frame_payload},
+                  {"max_chunk_bytes", v.max_chunk_bytes}};
+        } else if constexpr (std::is_same_v<T, msg::assign>) {
+          json hyper = json::parse(v.hyper_json, nullptr, false);
+          // Our own caller passed hyper-parameters that are not a JSON object: a bug, not input.
+          TESSERA_ASSERT(hyper.is_object());
+          return {{"round", v.round}, {"widths", v.widths}, {"hyper", hyper},
+                  {"transfer", v.transfer}, {"size", v.size}, {"codec", std::string(to_string(v.blob_codec))},
+                  {"sha256", hex_of(v.sha256)}};
+        } else if constexpr (std::is_same_v<T, msg::ack>) {
+          return {{"transfer", v.transfer}, {"offset", v.offset}};
+        } else if constexpr (std::is_same_v<T, msg::update>) {
+          return {{"round", v.round}, {"examples", v.examples}, {"steps", v.steps}, {"loss", v.loss},
+                  {"transfer", v.transfer}, {"size", v.size}, {"codec", std::string(to_string(v.blob_codec))},
+                  {"sha256", hex_of(v.sha256)}};
+        } else if constexpr (std::is_same_v<T, msg::result>) {
+          return {{"accepted", v.accepted}, {"reason", v.reason}};
+        } else if constexpr (std::is_same_v<T, msg::ping> || std::is_same_v<T, msg::pong>) {
+          return {{"seq", v.seq}};
+        } else {
+          static_assert(std::is_same_v<T, msg::refuse>);
+          return {{"reason", v.reason}};
+        }
+      },
+      m);
+}
+
+core::result<message> parse_object(frame_type t, const json& j) {
+  const std::string what(to_string(t));
+  reader r(j, what);
+  message out;
+  switch (t) {
+    case frame_type::hello: {
+      msg::hello h;
+      h.device_id = r.string("device_id", 64);
+      if (!r.failed() && !valid_device_id(h.device_id)) r.fail("device_id", "must match [A-Za-z0-9._-]{1,64}");
+      h.version = r.u32("version", 1, UINT32_MAX);
+      h.memory_budget_bytes = r.u64("memory_budget_bytes");
+      h.examples = r.u64("examples");
+      if (const json* cs = r.array("codecs", 8)) {
+        for (const auto& c : *cs) {
+          if (!c.is_string()) {
+            r.fail("codecs", "expected strings");
+            break;
+          }
+          if (auto k = codec_from_string(c.get<std::string>())) h.codecs.push_back(*k);
+        }
+      }
+      if (const json* rs = r.array("resume", max_resume_entries)) {
+        for (std::size_t i = 0; i < rs->size() && !r.failed(); ++i) {
+          const json& e = (*rs)[i];
+          const std::string key = "resume[" + std::to_string(i) + "]";
+          if (!e.is_object()) {
+            r.fail(key, "expected an object");
+            break;
+          }
+          reader er(e, what);
+          msg::resume_entry entry{er.u64("transfer"), er.u64("offset")};
+          if (er.failed()) r.fail(key, er.error().message);
+          h.resume.push_back(entry);
+        }
+      }
+      out = std::move(h);
+      break;
+    }
+    case frame_type::welcome: {
+      msg::welcome w;
+      w.heartbeat_ms = r.u32("heartbeat_ms", 1, 3'600'000);
+      w.max_frame_payload = r.u32("max_frame_payload", 1024, hard_max_payload);
+      w.max_chunk_bytes = r.u32("max_chunk_bytes", 1, hard_max_payload);
+      out = w;
+      break;
+    }
+    case frame_type::assign: {
+      msg::assign a;
+      a.round = r.u64("round");
+      if (const json* ws = r.array("widths", max_widths)) {
+        for (const auto& w : *ws) {
+          if (!w.is_number_unsigned() || w.get<std::uint64_t>() < 1 || w.get<std::uint64_t>() > (1u << 24)) {
+            r.fail("widths", "expected integers in 1..16777216");
+            break;
+          }
+          a.widths.push_back(w.get<std::uint32_t>());
+        }
+      }
+      if (const json* hp = r.field("hyper")) {
+        if (!hp->is_object()) r.fail("hyper", "expected an object");
+        else a.hyper_json = hp->dump();
+      }
+      a.transfer = r.u64("transfer");
+      a.size = r.u64("size");
+      a.blob_codec = r.blob_codec("codec");
+      a.sha256 = r.sha256("sha256");
+      out = std::move(a);
+      break;
+    }
+    case frame_type::ack: out = msg::ack{r.u64("transfer"), r.u64("offset")}; break;
+    case frame_type::update: {
+      msg::update u;
+      u.round = r.u64("round");
+      u.examples = r.u64("examples");
+      u.steps = r.u64("steps");
+      u.loss = r.finite("loss");
+      u.transfer = r.u64("transfer");
+      u.size = r.u64("size");
+      u.blob_codec = r.blob_codec("codec");
+      u.sha256 = r.sha256("sha256");
+      out = u;
+      break;
+    }
+    case frame_type::result: {
+      msg::result v;
+      v.accepted = r.boolean("accepted");
+      v.reason = r.string("reason", max_reason_chars);
+      out = std::move(v);
+      break;
+    }
+    case frame_type::ping: out = msg::ping{r.u64("seq")}; break;
+    case frame_type::pong: out = msg::pong{r.u64("seq")}; break;
+    case frame_type::refuse: out = msg::refuse{r.string("reason", max_reason_chars)}; break;
+    case frame_type::chunk: return make_error(errc::unknown_type, "CHUNK is not a control message");
+  }
+  if (r.failed()) return r.error();
+  return out;
+}
+
+}  // namespace
+
+std::string_view to_string(codec c) noexcept {
+  switch (c) {
+    case codec::f32: return "f32";
+    case codec::f16: return "f16";
+    case codec::q8: return "q8";
+  }
+  return "?";
+}
+
+std::optional<codec> codec_from_string(std::string_view s) noexcept {
+  if (s == "f32") return codec::f32;
+  if (s == "f16") return codec::f16;
+  if (s == "q8") return codec::q8;
+  return std::nullopt;
+}
+
+bool valid_device_id(std::string_view id) noexcept {
+  if (id.empty() || id.size() > 64) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_' || c == '.';
+  });
+}
+
+frame_type type_of(const message& m) noexcept {
+  static constexpr frame_type types[] = {frame_type::hello, frame_type::welcome, frame_type::assign,
+                                         frame_type::ack,   frame_type::update,  frame_type::result,
+                                         frame_type::ping,  frame_type::pong,    frame_type::refuse};
+  static_assert(std::size(types) == std::variant_size_v<message>);
+  return types[m.index()];
+}
+
+std::string to_json(const message& m) { return to_object(m).dump(); }
+
+std::vector<std::byte> encode_message(const message& m) {
+  const std::string text = to_json(m);
+  return encode_frame(type_of(m), std::as_bytes(std::span(text.data(), text.size())));
+}
+
+core::result<message> parse_message(frame_type t, std::span<const std::byte> payload) {
+  const std::string_view text(reinterpret_cast<const char*>(payload.data()), payload.size());
+  const std::string what(to_string(t));
+  if (!depth_ok(text)) return make_error(errc::bad_json, what + ": JSON nested deeper than 16 levels");
+  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return make_error(errc::bad_json, what + ": payload is not valid JSON");
+  if (!j.is_object()) return make_error(errc::bad_json, what + ": payload is not a JSON object");
+  return parse_object(t, j);
+}
+
+}  // namespace tessera::net

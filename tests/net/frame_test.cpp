@@ -1,0 +1,219 @@
+// The codec alone: round trips, and one named test for every way a frame or a message must be refused.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tessera/net/frame.hpp"
+#include "tessera/net/messages.hpp"
+
+namespace net = tessera::net;
+
+namespace {
+
+std::vector<std::byte> bytes_of(const std::string& s) {
+  const auto* p = reinterpret_cast<const std::byte*>(s.data());
+  return {p, p + s.size()};
+}
+
+std::vector<std::byte> frame_with_json(net::frame_type t, const std::string& json) {
+  return net::encode_frame(t, bytes_of(json));
+}
+
+std::error_code decode_error(std::span<const std::byte> bytes) {
+  auto f = net::decode_frame(bytes, net::default_max_payload);
+  if (!f) return f.error().code;
+  if (f.value().header.type == net::frame_type::chunk) return {};
+  auto m = net::parse_message(f.value().header.type, f.value().payload);
+  return m ? std::error_code{} : m.error().code;
+}
+
+std::string decode_message_text(std::span<const std::byte> bytes) {
+  auto f = net::decode_frame(bytes, net::default_max_payload);
+  if (!f) return f.error().message;
+  auto m = net::parse_message(f.value().header.type, f.value().payload);
+  return m ? std::string() : m.error().message;
+}
+
+net::message round_trip(const net::message& m) {
+  const auto frame = net::encode_message(m);
+  auto f = net::decode_frame(frame, net::default_max_payload);
+  REQUIRE(f);
+  CHECK(f.value().frame_bytes == frame.size());
+  CHECK(f.value().header.type == net::type_of(m));
+  auto back = net::parse_message(f.value().header.type, f.value().payload);
+  REQUIRE(back);
+  return back.value();
+}
+
+net::digest some_digest() {
+  net::digest d{};
+  for (std::size_t i = 0; i < d.size(); ++i) d[i] = static_cast<std::uint8_t>(i * 7 + 1);
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("frame header layout is the documented little-endian one") {
+  std::array<std::byte, net::header_bytes> h{};
+  net::encode_header({net::frame_type::assign, 0, 0x01020304}, h);
+  const unsigned char expect[12] = {'T', 'S', 'R', 'A', 1, 3, 0, 0, 0x04, 0x03, 0x02, 0x01};
+  CHECK(std::memcmp(h.data(), expect, 12) == 0);
+  std::array<std::byte, net::chunk_header_bytes> c{};
+  net::encode_chunk_header({0x1122334455667788ull, 0x0102ull}, c);
+  CHECK(std::to_integer<int>(c[0]) == 0x88);
+  CHECK(std::to_integer<int>(c[7]) == 0x11);
+  CHECK(std::to_integer<int>(c[8]) == 0x02);
+  CHECK(std::to_integer<int>(c[9]) == 0x01);
+}
+
+TEST_CASE("every control message round-trips through its frame") {
+  net::msg::hello h{.device_id = "pi-07", .version = 1, .memory_budget_bytes = 64u << 20, .examples = 6000,
+                    .codecs = {net::codec::f32, net::codec::q8}, .resume = {{7, 1024}}};
+  auto h2 = std::get<net::msg::hello>(round_trip(h));
+  CHECK(h2.device_id == "pi-07");
+  CHECK(h2.memory_budget_bytes == (64u << 20));
+  CHECK(h2.codecs == h.codecs);
+  REQUIRE(h2.resume.size() == 1);
+  CHECK(h2.resume[0].offset == 1024);
+
+  auto w = std::get<net::msg::welcome>(round_trip(net::msg::welcome{250, 1u << 20, 65536}));
+  CHECK(w.heartbeat_ms == 250);
+
+  net::msg::assign a{.round = 3, .widths = {64, 32}, .hyper_json = R"({"lr":0.05,"steps":20})", .transfer = 9,
+                     .size = 4096, .blob_codec = net::codec::f32, .sha256 = some_digest()};
+  auto a2 = std::get<net::msg::assign>(round_trip(a));
+  CHECK(a2.widths == a.widths);
+  CHECK(a2.sha256 == a.sha256);
+  CHECK(a2.hyper_json.find("\"lr\":0.05") != std::string::npos);
+
+  auto k = std::get<net::msg::ack>(round_trip(net::msg::ack{9, 2048}));
+  CHECK(k.offset == 2048);
+  net::msg::update u{.round = 3, .examples = 600, .steps = 20, .loss = 0.25, .transfer = 10, .size = 8,
+                     .blob_codec = net::codec::f32, .sha256 = some_digest()};
+  auto u2 = std::get<net::msg::update>(round_trip(u));
+  CHECK(u2.loss == doctest::Approx(0.25));
+  auto r = std::get<net::msg::result>(round_trip(net::msg::result{false, "digest"}));
+  CHECK(r.reason == "digest");
+  CHECK(std::get<net::msg::ping>(round_trip(net::msg::ping{5})).seq == 5);
+  CHECK(std::get<net::msg::pong>(round_trip(net::msg::pong{6})).seq == 6);
+  CHECK(std::get<net::msg::refuse>(round_trip(net::msg::refuse{"no"})).reason == "no");
+}
+
+TEST_CASE("chunk frames decode their binary sub-header and data") {
+  std::vector<std::byte> payload(net::chunk_header_bytes + 5, std::byte{0xab});
+  net::encode_chunk_header({42, 1000}, std::span<std::byte, net::chunk_header_bytes>(payload.data(), 16));
+  const auto frame = net::encode_frame(net::frame_type::chunk, payload);
+  auto f = net::decode_frame(frame, net::default_max_payload);
+  REQUIRE(f);
+  CHECK(f.value().chunk.transfer == 42);
+  CHECK(f.value().chunk.offset == 1000);
+  CHECK(f.value().payload.size() == 5);
+}
+
+TEST_CASE("malformed: bad magic") {
+  auto f = net::encode_message(net::msg::ping{1});
+  f[0] = std::byte{'X'};
+  CHECK(decode_error(f) == net::errc::bad_magic);
+}
+
+TEST_CASE("malformed: unknown version") {
+  auto f = net::encode_message(net::msg::ping{1});
+  f[4] = std::byte{2};
+  CHECK(decode_error(f) == net::errc::bad_version);
+}
+
+TEST_CASE("malformed: unknown type") {
+  auto f = net::encode_message(net::msg::ping{1});
+  f[5] = std::byte{0};
+  CHECK(decode_error(f) == net::errc::unknown_type);
+  f[5] = std::byte{11};
+  CHECK(decode_error(f) == net::errc::unknown_type);
+  f[5] = std::byte{255};
+  CHECK(decode_error(f) == net::errc::unknown_type);
+}
+
+TEST_CASE("malformed: undefined flags") {
+  auto f = net::encode_message(net::msg::ping{1});
+  f[6] = std::byte{1};
+  CHECK(decode_error(f) == net::errc::bad_flags);
+}
+
+TEST_CASE("malformed: length over the limit is refused from the header alone") {
+  // Only the 12 header bytes exist: the decision cannot depend on reading (or allocating) the payload.
+  std::array<std::byte, net::header_bytes> h{};
+  net::encode_header({net::frame_type::hello, 0, 0xfffffff0u}, h);
+  auto r = net::decode_header(h, net::default_max_payload);
+  REQUIRE(!r);
+  CHECK(r.error().code == net::errc::frame_too_large);
+  net::encode_header({net::frame_type::hello, 0, net::default_max_payload + 1}, h);
+  CHECK(net::decode_header(h, net::default_max_payload).error().code == net::errc::frame_too_large);
+  // A configured limit above the hard cap is clamped to it.
+  net::encode_header({net::frame_type::chunk, 0, net::hard_max_payload + 1}, h);
+  CHECK(net::decode_header(h, 0xffffffffu).error().code == net::errc::frame_too_large);
+  net::encode_header({net::frame_type::hello, 0, net::default_max_payload}, h);
+  CHECK(net::decode_header(h, net::default_max_payload));
+}
+
+TEST_CASE("malformed: truncated header") {
+  const auto f = net::encode_message(net::msg::ping{1});
+  for (std::size_t n = 0; n < net::header_bytes; ++n)
+    CHECK(decode_error(std::span(f).first(n)) == net::errc::truncated_header);
+}
+
+TEST_CASE("malformed: truncated payload") {
+  const auto f = net::encode_message(net::msg::ping{1});
+  CHECK(decode_error(std::span(f).first(f.size() - 1)) == net::errc::truncated_payload);
+  CHECK(decode_error(std::span(f).first(net::header_bytes)) == net::errc::truncated_payload);
+}
+
+TEST_CASE("malformed: invalid JSON") {
+  CHECK(decode_error(frame_with_json(net::frame_type::ping, "{\"seq\": 1")) == net::errc::bad_json);
+  CHECK(decode_error(frame_with_json(net::frame_type::ping, "")) == net::errc::bad_json);
+  CHECK(decode_error(frame_with_json(net::frame_type::ping, "[1]")) == net::errc::bad_json);
+  CHECK(decode_error(frame_with_json(net::frame_type::ping, "{\"seq\": \"\xff\"}")) == net::errc::bad_json);
+  // Deep nesting is refused before the recursive parser runs.
+  CHECK(decode_error(frame_with_json(net::frame_type::ping, std::string(100000, '['))) == net::errc::bad_json);
+}
+
+TEST_CASE("malformed: JSON with a missing field names the field") {
+  const auto f = frame_with_json(net::frame_type::hello, R"({"version":1,"memory_budget_bytes":1,"examples":1,"codecs":[],"resume":[]})");
+  CHECK(decode_error(f) == net::errc::bad_field);
+  CHECK(decode_message_text(f).find("'device_id'") != std::string::npos);
+  CHECK(decode_error(frame_with_json(net::frame_type::ack, R"({"transfer":1})")) == net::errc::bad_field);
+}
+
+TEST_CASE("malformed: JSON with a wrong-typed or out-of-range field names the field") {
+  auto text = [](net::frame_type t, const char* j) { return decode_message_text(frame_with_json(t, j)); };
+  CHECK(text(net::frame_type::ack, R"({"transfer":"1","offset":0})").find("'transfer'") != std::string::npos);
+  CHECK(text(net::frame_type::ack, R"({"transfer":-1,"offset":0})").find("'transfer'") != std::string::npos);
+  CHECK(text(net::frame_type::ack, R"({"transfer":1,"offset":1.5})").find("'offset'") != std::string::npos);
+  CHECK(text(net::frame_type::welcome, R"({"heartbeat_ms":0,"max_frame_payload":65536,"max_chunk_bytes":1})")
+            .find("'heartbeat_ms'") != std::string::npos);
+  CHECK(text(net::frame_type::assign,
+             R"({"round":1,"widths":[4],"hyper":[],"transfer":1,"size":4,"codec":"f32","sha256":"00"})")
+            .find("'hyper'") != std::string::npos);
+  CHECK(text(net::frame_type::assign,
+             R"({"round":1,"widths":[4],"hyper":{},"transfer":1,"size":4,"codec":"f64","sha256":"00"})")
+            .find("'codec'") != std::string::npos);
+  CHECK(text(net::frame_type::assign,
+             R"({"round":1,"widths":[4],"hyper":{},"transfer":1,"size":4,"codec":"f32","sha256":"zz"})")
+            .find("'sha256'") != std::string::npos);
+  CHECK(text(net::frame_type::assign,
+             R"({"round":1,"widths":[0],"hyper":{},"transfer":1,"size":4,"codec":"f32","sha256":"zz"})")
+            .find("'widths'") != std::string::npos);
+  CHECK(text(net::frame_type::hello,
+             R"({"device_id":"a b","version":1,"memory_budget_bytes":1,"examples":1,"codecs":[],"resume":[]})")
+            .find("'device_id'") != std::string::npos);
+  CHECK(text(net::frame_type::result, R"({"accepted":1,"reason":""})").find("'accepted'") != std::string::npos);
+  CHECK(decode_error(frame_with_json(net::frame_type::ack, R"({"transfer":true,"offset":0})")) == net::errc::bad_field);
+}
+
+TEST_CASE("malformed: chunk too short for its sub-header, or with an overflowing offset") {
+  std::vector<std::byte> payload(net::chunk_header_bytes, std::byte{0});
+  CHECK(decode_error(net::encode_frame(net::frame_type::chunk, payload)) == net::errc::bad_chunk);
+  payload.resize(net::chunk_header_bytes + 8);
+  net::encode_chunk_header({1, UINT64_MAX - 3}, std::span<std::byte, net::chunk_header_bytes>(payload.data(), 16));
+  CHECK(decode_error(net::encode_frame(net::frame_type::chunk, payload)) == net::errc::chunk_out_of_range);
+}

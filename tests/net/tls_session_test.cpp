@@ -1,0 +1,83 @@
+// Mutual TLS over loopback: who may talk. Each refusal is observed on the side that refuses.
+#include <doctest/doctest.h>
+
+#include "net_test_util.hpp"
+
+using namespace tessera::test;
+namespace crypto = tessera::crypto;
+
+namespace {
+
+// The hub's view of one refused handshake: its session closed with tls_handshake, the agent never got
+// a WELCOME, and the hub then still serves a good device.
+void expect_hub_refuses(const std::shared_ptr<asio::ssl::context>& agent_ctx, const char* reason_part) {
+  hub_fixture hub;
+  auto agent = start_agent(hub.io, agent_ctx, hub.port, "dev-a");
+  REQUIRE(run_until(hub.io, [&] { return !hub.closes.empty() && agent->closed.has_value(); }));
+  CHECK(hub.closes[0].code == net::errc::tls_handshake);
+  INFO(hub.closes[0].message);
+  CHECK(hub.closes[0].message.find(reason_part) != std::string::npos);
+  CHECK(!agent->welcomed);
+  CHECK(hub.hellos.empty());
+  CHECK(still_serving(hub));
+}
+
+}  // namespace
+
+TEST_CASE("tls: a device with a valid certificate is accepted and identified by its certificate") {
+  hub_fixture hub;
+  auto agent = start_agent(hub.io, asio_tls(test_pki::get().agent_tls(test_pki::get().dev_a)), hub.port, "dev-a");
+  REQUIRE(run_until(hub.io, [&] { return agent->welcomed; }));
+  REQUIRE(hub.peer_ids.size() == 1);
+  CHECK(hub.peer_ids[0] == "dev-a");
+  CHECK(agent->s->bytes_received() > 0);
+}
+
+TEST_CASE("tls: a client without a certificate is refused") {
+  auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
+  SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_3_VERSION);
+  ctx->load_verify_file(test_pki::get().ca.cert.string());
+  ctx->set_verify_mode(asio::ssl::verify_peer);
+  expect_hub_refuses(ctx, "did not return a certificate");
+}
+
+TEST_CASE("tls: a client certificate from another CA is refused") {
+  // The agent trusts our CA (so it accepts the hub) but presents a certificate from another CA.
+  const auto& pki = test_pki::get();
+  auto tls = crypto::make_agent_tls({pki.ca.cert, pki.foreign.cert, pki.foreign.key, "localhost"});
+  REQUIRE(tls);
+  expect_hub_refuses(asio_tls(tls.value()), "certificate verify failed");
+}
+
+TEST_CASE("tls: an expired client certificate is refused") {
+  expect_hub_refuses(asio_tls(test_pki::get().agent_tls(test_pki::get().expired)), "expired");
+}
+
+TEST_CASE("tls: a revoked client certificate is refused") {
+  expect_hub_refuses(asio_tls(test_pki::get().agent_tls(test_pki::get().revoked)), "revoked");
+}
+
+TEST_CASE("tls: the agent refuses a hub whose certificate does not carry the dialled name") {
+  hub_fixture hub;
+  auto wrong = asio_tls(test_pki::get().agent_tls(test_pki::get().dev_a, "hub.example.org"));
+  auto agent = start_agent(hub.io, wrong, hub.port, "dev-a");
+  REQUIRE(run_until(hub.io, [&] { return agent->closed.has_value() && !hub.closes.empty(); }));
+  CHECK(agent->closed->code == net::errc::tls_handshake);
+  INFO(agent->closed->message);
+  CHECK(agent->closed->message.find("hostname mismatch") != std::string::npos);
+  CHECK(!agent->ready);
+  CHECK(hub.hellos.empty());
+  CHECK(still_serving(hub));
+}
+
+TEST_CASE("tls: a device whose HELLO claims another id than its certificate is refused") {
+  hub_fixture hub;
+  auto agent = start_agent(hub.io, asio_tls(test_pki::get().agent_tls(test_pki::get().dev_a)), hub.port, "dev-b");
+  REQUIRE(run_until(hub.io, [&] { return agent->closed.has_value() && !hub.closes.empty(); }));
+  CHECK(hub.closes[0].code == net::errc::identity_mismatch);
+  CHECK(agent->closed->code == net::errc::refused);
+  CHECK(agent->closed->message.find("certificate is 'dev-a'") != std::string::npos);
+  CHECK(!agent->welcomed);
+  CHECK(hub.hellos.empty());
+  CHECK(still_serving(hub));
+}
