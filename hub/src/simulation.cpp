@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "tessera/core/codec.hpp"
 #include "tessera/core/json_config.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/partition.hpp"
@@ -84,6 +85,7 @@ core::result<sim_config> parse_sim_config(const nlohmann::json& json, const std:
   c.lr.step_rounds = r.integer("lr_step_rounds", 10, 1, 10'000'000);
   c.lr.gamma = static_cast<float>(r.number("lr_gamma", 0.5, 0.0, 1.0));
   c.lr.final_fraction = static_cast<float>(r.number("lr_final_fraction", 0.0, 0.0, 1.0));
+  c.codec = core::parse_codec(r.choice("codec", "f32", {"f32", "f16", "q8"})).value();
   c.partition = r.choice("partition", "iid", {"iid", "dirichlet"});
   c.alpha = r.number("alpha", 0.5, 1e-3, 1e6);
   c.seed = static_cast<std::uint64_t>(r.integer("seed", 1, 0, INT64_MAX));
@@ -294,15 +296,25 @@ core::result<round_metrics> simulation::run_round() {
     const core::subnet& sub = subnets[plan.device_group[d]];
     std::vector<float> local(core::param_count(sub.arch));
     core::gather(full_, sub, params_, local);
+    // What the device receives and sends has been through the codec, as on the wire.
+    std::vector<std::byte> blob(core::encoded_bytes(sub.arch, config_.codec));
+    auto wire = [&](const char* direction) -> core::result<void> {
+      if (config_.codec == core::codec_kind::f32) return {};
+      auto e = core::encode(sub.arch, config_.codec, local, blob);
+      if (!e) return make_error(errc::not_finite, "device " + std::to_string(d) + " " + direction + ": " + e.error().message);
+      return core::decode(sub.arch, config_.codec, blob, local);
+    };
+    TESSERA_TRY(wire("download"));
     core::local_trainer trainer(sub.arch, config_.batch);
     auto report = trainer.run(local, *batches_[d], opt);
     TESSERA_TRY(report);
+    TESSERA_TRY(wire("upload"));
     aggregator_.add(sub, local, static_cast<double>(report.value().examples));
     loss_weighted += report.value().mean_loss * static_cast<double>(report.value().examples);
     m.examples += report.value().examples;
     if (config_.strategy != strategy_kind::central) {
-      m.bytes_down += local.size() * sizeof(float);
-      m.bytes_up += local.size() * sizeof(float);
+      m.bytes_down += blob.size();
+      m.bytes_up += blob.size();
     }
   }
   aggregator_.finish(params_);

@@ -160,3 +160,33 @@ TEST_CASE("simulation: data of the wrong width is refused, naming the data") {
   REQUIRE_FALSE(sim.ok());
   CHECK(sim.error().message.find("prototypes") != std::string::npos);
 }
+
+TEST_CASE("simulation: parameters pass through the codec both ways, and bytes count the encoded size") {
+  auto train = prototypes(400, 7);
+  auto test = prototypes(200, 8);
+  std::uint64_t bytes[3] = {};
+  double accuracy[3] = {};
+  int i = 0;
+  for (auto codec : {core::codec_kind::f32, core::codec_kind::f16, core::codec_kind::q8}) {
+    auto cfg = config_for("ist");
+    cfg.codec = codec;
+    auto sim = hub::simulation::create(cfg, train, &test);
+    REQUIRE(sim.ok());
+    hub::round_metrics last;
+    while (!sim.value()->done()) {
+      auto m = sim.value()->run_round();
+      REQUIRE(m.ok());
+      last = m.value();
+    }
+    bytes[i] = last.bytes_down;
+    accuracy[i] = *last.test_accuracy;
+    ++i;
+  }
+  CHECK(bytes[1] * 2 == bytes[0]);
+  CHECK(bytes[2] < bytes[1]);
+  CHECK(accuracy[1] > 0.9);
+  CHECK(accuracy[2] > 0.9);
+  auto bad = hub::parse_sim_config({{"codec", "f8"}}, "sim.json");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("'codec'") != std::string::npos);
+}

@@ -22,6 +22,7 @@
 
 #include "tessera/core/dataset.hpp"
 #include "tessera/core/ist.hpp"
+#include "tessera/core/memory.hpp"
 #include "tessera/core/model_spec.hpp"
 #include "tessera/core/optimizer.hpp"
 #include "tessera/core/train.hpp"
@@ -57,6 +58,7 @@ struct sim_config {
   float momentum = 0.9f;
   float weight_decay = 0.0f;
   bool nesterov = false;
+  core::codec_kind codec = core::codec_kind::f32;  // parameters pass through it both ways
   std::string partition = "iid";     // "iid" or "dirichlet"
   double alpha = 0.5;
   std::uint64_t seed = 1;
