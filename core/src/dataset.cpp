@@ -143,7 +143,7 @@ memory_table::memory_table(std::int64_t feature_count, std::vector<float> featur
   TESSERA_ASSERT(features_per_example_ > 0);
   TESSERA_ASSERT(features_.size() == targets_.size() * static_cast<std::size_t>(features_per_example_));
   // gather() takes 32-bit indices: every example must be reachable by one.
-  TESSERA_ASSERT(targets_.size() <= std::size_t{std::numeric_limits<std::uint32_t>::max()} + 1);
+  TESSERA_ASSERT(std::uint64_t{targets_.size()} <= std::uint64_t{std::numeric_limits<std::uint32_t>::max()} + 1);
 }
 
 result<void> memory_table::gather(std::span<const std::uint32_t> indices, std::span<float> features,

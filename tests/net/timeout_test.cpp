@@ -67,8 +67,8 @@ TEST_CASE("write: a peer that stops reading is dropped at the write deadline, th
   cfg.write_timeout = 300ms;
   cfg.transfer_window_bytes = 32u << 20;  // no ACKs will come: let the hub fill every socket buffer
   cfg.chunk_bytes = 256u << 10;
+  const auto blob = pattern(32u << 20, 41);  // declared first: it must outlive the hub's sessions writing it
   hub_fixture hub(cfg);
-  const auto blob = pattern(32u << 20, 41);
   hub.download = std::make_shared<net::outgoing_transfer>(3, blob);
   // HELLO, then a PING every 50 ms (so the hub's idle deadline never fires), and never a read.
   std::vector<raw_peer::step> steps{{0ms, net::encode_message(hello_for("dev-a"))}};

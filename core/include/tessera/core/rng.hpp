@@ -27,8 +27,24 @@ namespace tessera::core {
   return splitmix64(splitmix64(base) ^ (stream * 0xd1342543de82ef95ULL + 1));
 }
 
-// A 128-bit product for Lemire's bounded draw; GCC and Clang have it on every 64-bit target we build.
-__extension__ using uint128 = unsigned __int128;
+// The full 128-bit product a * b as its high and low 64-bit words, for Lemire's bounded draw. GCC and
+// Clang have __int128 on 64-bit targets; 32-bit ones (armhf) assemble it from 32-bit halves: same bits.
+struct product128 {
+  std::uint64_t high;
+  std::uint64_t low;
+};
+[[nodiscard]] constexpr product128 multiply_wide(std::uint64_t a, std::uint64_t b) noexcept {
+#ifdef __SIZEOF_INT128__
+  __extension__ using uint128 = unsigned __int128;
+  const uint128 m = static_cast<uint128>(a) * b;
+  return {static_cast<std::uint64_t>(m >> 64), static_cast<std::uint64_t>(m)};
+#else
+  const std::uint64_t a_lo = a & 0xffffffffU, a_hi = a >> 32, b_lo = b & 0xffffffffU, b_hi = b >> 32;
+  const std::uint64_t ll = a_lo * b_lo, lh = a_lo * b_hi, hl = a_hi * b_lo, hh = a_hi * b_hi;
+  const std::uint64_t mid = (ll >> 32) + (lh & 0xffffffffU) + (hl & 0xffffffffU);  // < 3 * 2^32
+  return {hh + (lh >> 32) + (hl >> 32) + (mid >> 32), (mid << 32) | (ll & 0xffffffffU)};
+#endif
+}
 
 class rng {
  public:
@@ -56,9 +72,8 @@ class rng {
   // Uniform integer in [0, n), n > 0, without modulo bias (Lemire's multiply-and-reject).
   constexpr std::uint64_t below(std::uint64_t n) noexcept {
     for (;;) {
-      const uint128 m = static_cast<uint128>(next()) * n;
-      const auto low = static_cast<std::uint64_t>(m);
-      if (low >= n || low >= (0 - n) % n) return static_cast<std::uint64_t>(m >> 64);
+      const product128 m = multiply_wide(next(), n);
+      if (m.low >= n || m.low >= (0 - n) % n) return m.high;
     }
   }
 
