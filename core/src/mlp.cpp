@@ -23,6 +23,8 @@ constexpr std::size_t k_align_floats = 16;
 constexpr std::size_t align_up(std::size_t n) noexcept { return (n + k_align_floats - 1) / k_align_floats * k_align_floats; }
 
 std::size_t sz(std::int64_t v) noexcept { return static_cast<std::size_t>(v); }
+// Eigen::Index is std::ptrdiff_t, 32 bits on armhf; every size here indexes an allocated arena, so it fits.
+Eigen::Index ix(std::int64_t v) noexcept { return static_cast<Eigen::Index>(v); }
 
 }  // namespace
 
@@ -132,28 +134,28 @@ void network::forward(std::span<const float> params, const float* x, std::int64_
   const float* input = x;
   for (std::size_t l = 0; l < slots_.size(); ++l) {
     const layer_slots& s = slots_[l];
-    const const_matrix_map a_prev(input, rows, s.cols);
-    const const_matrix_map w(params.data() + s.weight, s.rows, s.cols);
-    const const_row_vector_map b(params.data() + s.bias, s.rows);
+    const const_matrix_map a_prev(input, ix(rows), ix(s.cols));
+    const const_matrix_map w(params.data() + s.weight, ix(s.rows), ix(s.cols));
+    const const_row_vector_map b(params.data() + s.bias, ix(s.rows));
     float* z_ptr = workspace.data() + (s.has_norm ? ws[l].norm : ws[l].act);
-    matrix_map z(z_ptr, rows, s.rows);
+    matrix_map z(z_ptr, ix(rows), ix(s.rows));
     z.rowwise() = b;
     z.noalias() += (arch_.input_scale[l] * a_prev) * w.transpose();
     const bool hidden = l + 1 < slots_.size();
     if (hidden) {
-      matrix_map a(workspace.data() + ws[l].act, rows, s.rows);
+      matrix_map a(workspace.data() + ws[l].act, ix(rows), ix(s.rows));
       if (s.has_norm) {
-        vector_map rstd(workspace.data() + ws[l].rstd, rows);
-        const const_row_vector_map gain(params.data() + s.gain, s.rows);
-        const const_row_vector_map shift(params.data() + s.shift, s.rows);
+        vector_map rstd(workspace.data() + ws[l].rstd, ix(rows));
+        const const_row_vector_map gain(params.data() + s.gain, ix(s.rows));
+        const const_row_vector_map shift(params.data() + s.shift, ix(s.rows));
         const float inv_n = 1.0f / static_cast<float>(s.rows);
         for (std::int64_t r = 0; r < rows; ++r) {
-          auto zr = z.row(r);
+          auto zr = z.row(ix(r));
           const float mean = zr.sum() * inv_n;
           zr.array() -= mean;
           const float var = zr.squaredNorm() * inv_n;
           const float inv = 1.0f / std::sqrt(var + k_layer_norm_epsilon);
-          rstd(r) = inv;
+          rstd(ix(r)) = inv;
           zr *= inv;
         }
         a.array() = ((z.array().rowwise() * gain.array()).rowwise() + shift.array()).cwiseMax(0.0f);
@@ -175,7 +177,7 @@ result<void> network::output_gradient(std::span<float> workspace, const float* y
                                       float* d_out, double& loss_sum) const {
   const std::int64_t k = arch_.outputs();
   const auto ws = workspace_slots(rows);
-  const const_matrix_map out(workspace.data() + ws[slots_.size() - 1].act, rows, k);
+  const const_matrix_map out(workspace.data() + ws[slots_.size() - 1].act, ix(rows), ix(k));
   const float inv_rows = 1.0f / static_cast<float>(rows);
   if (arch_.task == task_kind::classification) {
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -184,23 +186,23 @@ result<void> network::output_gradient(std::span<float> workspace, const float* y
         return make_error(errc::bad_format, "batch row " + std::to_string(r) + ": class label " + std::to_string(label) +
                                                 " is not an integer in [0, " + std::to_string(k) + ")");
       const auto cls = static_cast<std::int64_t>(label);
-      const auto zr = out.row(r);
+      const auto zr = out.row(ix(r));
       const float m = zr.maxCoeff();
       const float sum = (zr.array() - m).exp().sum();
-      loss_sum += static_cast<double>(m + std::log(sum) - zr(cls));
+      loss_sum += static_cast<double>(m + std::log(sum) - zr(ix(cls)));
       if (d_out != nullptr) {
-        matrix_map d(d_out, rows, k);
-        d.row(r).array() = (zr.array() - m).exp() * (inv_rows / sum);
-        d(r, cls) -= inv_rows;
+        matrix_map d(d_out, ix(rows), ix(k));
+        d.row(ix(r)).array() = (zr.array() - m).exp() * (inv_rows / sum);
+        d(ix(r), ix(cls)) -= inv_rows;
       }
     }
   } else {
     // MSE: mean over rows and outputs of (ŷ - y)².
-    const const_matrix_map target(y, rows, k);
+    const const_matrix_map target(y, ix(rows), ix(k));
     const float inv_count = inv_rows / static_cast<float>(k);
     loss_sum += static_cast<double>((out - target).squaredNorm()) / static_cast<double>(k);
     if (d_out != nullptr) {
-      matrix_map d(d_out, rows, k);
+      matrix_map d(d_out, ix(rows), ix(k));
       d = (out - target) * (2.0f * inv_count);
     }
   }
@@ -267,11 +269,11 @@ result<double> network::backward(std::span<float> params, std::span<float> grads
   for (std::size_t l = slots_.size(); l-- > 0;) {
     const layer_slots& s = slots_[l];
     const float scale = arch_.input_scale[l];
-    const const_matrix_map dz(g_cur, rows, s.rows);
+    const const_matrix_map dz(g_cur, ix(rows), ix(s.rows));
     const float* a_prev_ptr = l == 0 ? x : workspace.data() + ws[l - 1].act;
-    const const_matrix_map a_prev(a_prev_ptr, rows, s.cols);
-    matrix_map dw(gbase + s.weight, s.rows, s.cols);
-    row_vector_map db(gbase + s.bias, s.rows);
+    const const_matrix_map a_prev(a_prev_ptr, ix(rows), ix(s.cols));
+    matrix_map dw(gbase + s.weight, ix(s.rows), ix(s.cols));
+    row_vector_map db(gbase + s.bias, ix(s.rows));
     put(dw, (scale * dz.transpose()) * a_prev);
     put(db, dz.colwise().sum());
     if (l == 0) {
@@ -281,29 +283,29 @@ result<double> network::backward(std::span<float> params, std::span<float> grads
 
     // Gradient into the previous hidden layer's activations, then through its ReLU (and LayerNorm).
     const layer_slots& p = slots_[l - 1];
-    const const_matrix_map w(params.data() + s.weight, s.rows, s.cols);
-    matrix_map da(g_next, rows, s.cols);
+    const const_matrix_map w(params.data() + s.weight, ix(s.rows), ix(s.cols));
+    matrix_map da(g_next, ix(rows), ix(s.cols));
     da.noalias() = (scale * dz) * w;
     update(s.weight, s.bias + sz(s.rows) - s.weight);  // W_l was last needed just above
-    const const_matrix_map a(workspace.data() + ws[l - 1].act, rows, p.rows);
+    const const_matrix_map a(workspace.data() + ws[l - 1].act, ix(rows), ix(p.rows));
     da.array() = (a.array() > 0.0f).select(da.array(), 0.0f);
     if (p.has_norm) {
-      const const_matrix_map xhat(workspace.data() + ws[l - 1].norm, rows, p.rows);
-      const Eigen::Map<const Eigen::VectorXf> rstd(workspace.data() + ws[l - 1].rstd, rows);
-      const const_row_vector_map gain(params.data() + p.gain, p.rows);
-      row_vector_map dgain(gbase + p.gain, p.rows);
-      row_vector_map dshift(gbase + p.shift, p.rows);
+      const const_matrix_map xhat(workspace.data() + ws[l - 1].norm, ix(rows), ix(p.rows));
+      const Eigen::Map<const Eigen::VectorXf> rstd(workspace.data() + ws[l - 1].rstd, ix(rows));
+      const const_row_vector_map gain(params.data() + p.gain, ix(p.rows));
+      row_vector_map dgain(gbase + p.gain, ix(p.rows));
+      row_vector_map dshift(gbase + p.shift, ix(p.rows));
       put(dgain, (da.array() * xhat.array()).colwise().sum().matrix());
       put(dshift, da.colwise().sum());
       da.array().rowwise() *= gain.array();
       update(p.gain, p.shift + sz(p.rows) - p.gain);  // gain was last needed just above
       const float inv_n = 1.0f / static_cast<float>(p.rows);
       for (std::int64_t r = 0; r < rows; ++r) {
-        auto dr = da.row(r);
-        const auto xr = xhat.row(r);
+        auto dr = da.row(ix(r));
+        const auto xr = xhat.row(ix(r));
         const float mean_d = dr.sum() * inv_n;
         const float mean_dx = dr.dot(xr) * inv_n;
-        dr = rstd(r) * (dr.array() - mean_d - xr.array() * mean_dx).matrix();
+        dr = rstd(ix(r)) * (dr.array() - mean_d - xr.array() * mean_dx).matrix();
       }
     }
     std::swap(g_cur, g_next);

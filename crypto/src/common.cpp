@@ -128,7 +128,8 @@ core::result<std::vector<std::byte>> read_file(const std::filesystem::path& path
     return make_error(errc::bad_format, path.string() + ": larger than " + std::to_string(max_bytes) + " bytes");
   in.seekg(0);
   std::vector<std::byte> bytes(static_cast<std::size_t>(size));
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), size)) return io_error("cannot read", path);
+  if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size)))
+    return io_error("cannot read", path);
   return bytes;
 }
 

@@ -361,8 +361,9 @@ TEST_CASE("npy: random access in any order, with repeats; an index out of range 
   std::vector<float> y(order.size());
   REQUIRE(t.value()->gather(order, x, y).ok());
   const auto all = sample_features();
+  const auto stride = static_cast<std::size_t>(k_features);
   for (std::size_t k = 0; k < order.size(); ++k) {
-    for (std::size_t j = 0; j < k_features; ++j) CHECK(x[k * k_features + j] == all[order[k] * k_features + j]);
+    for (std::size_t j = 0; j < k_features; ++j) CHECK(x[k * stride + j] == all[order[k] * stride + j]);
     CHECK(y[k] == static_cast<float>(sample_labels()[order[k]]));
   }
   const std::vector<std::uint32_t> bad = {1, 5};

@@ -18,7 +18,8 @@ double reference_loss(const mlp_arch& arch, const std::vector<double>& p, const 
   const auto slots = param_slots(arch);
   double total = 0;
   for (std::int64_t r = 0; r < rows; ++r) {
-    std::vector<double> a(x.begin() + r * arch.inputs(), x.begin() + (r + 1) * arch.inputs());
+    std::vector<double> a(x.begin() + static_cast<std::ptrdiff_t>(r * arch.inputs()),
+                          x.begin() + static_cast<std::ptrdiff_t>((r + 1) * arch.inputs()));
     for (std::size_t l = 0; l < slots.size(); ++l) {
       const auto& s = slots[l];
       std::vector<double> z(static_cast<std::size_t>(s.rows));

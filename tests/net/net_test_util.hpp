@@ -126,7 +126,7 @@ struct hub_fixture {
             self->send_blob(download, held);
           }
         } else if (const auto* u = std::get_if<net::msg::update>(&m)) {
-          upload_buf.assign(u->size, std::byte{0});
+          upload_buf.assign(static_cast<std::size_t>(u->size), std::byte{0});
           upload = std::make_shared<net::incoming_transfer>(u->transfer, upload_buf, u->sha256);
           self->expect_blob(upload);
         }
