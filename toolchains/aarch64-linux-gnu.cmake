@@ -28,5 +28,5 @@ set(CMAKE_CXX_FLAGS_INIT "-march=armv8-a")
 # CTest and add_test run target binaries through user-mode qemu. `-L /` (the host's root) and not
 # `-L /usr/aarch64-linux-gnu`: once the multiarch packages are installed, the target's ld.so and libc live
 # under /lib and /usr/lib/aarch64-linux-gnu, and the cross toolchain's copy under /usr/aarch64-linux-gnu
-# makes binaries hang in thread start-up on this machine.
+# makes binaries hang in thread start-up (qemu-user 7.2 of Debian 12).
 set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64-static -L /)
