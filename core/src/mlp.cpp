@@ -173,7 +173,7 @@ std::span<const float> network::outputs(std::span<const float> workspace, std::i
 }
 
 // Writes d(mean loss)/d(outputs) into d_out and adds the batch's summed loss to loss_sum.
-result<void> network::output_gradient(std::span<float> workspace, const float* y, std::int64_t rows,
+result<void> network::output_gradient(std::span<const float> workspace, const float* y, std::int64_t rows,
                                       float* d_out, double& loss_sum) const {
   const std::int64_t k = arch_.outputs();
   const auto ws = workspace_slots(rows);
@@ -211,9 +211,7 @@ result<void> network::output_gradient(std::span<float> workspace, const float* y
 
 result<double> network::loss(std::span<const float> workspace, const float* y, std::int64_t rows) const {
   double sum = 0;
-  // The workspace is not written when d_out is null; the cast only satisfies the shared signature.
-  TESSERA_TRY(output_gradient(std::span<float>(const_cast<float*>(workspace.data()), workspace.size()), y, rows,
-                              nullptr, sum));
+  TESSERA_TRY(output_gradient(workspace, y, rows, nullptr, sum));
   return sum / static_cast<double>(rows);
 }
 

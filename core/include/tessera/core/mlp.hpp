@@ -94,7 +94,7 @@ class network {
   [[nodiscard]] result<double> backward(std::span<float> params, std::span<float> grads, std::span<float> velocity,
                                         const sgd_options* sgd, const float* x, const float* y, std::int64_t rows,
                                         std::span<float> workspace) const;
-  [[nodiscard]] result<void> output_gradient(std::span<float> workspace, const float* y, std::int64_t rows,
+  [[nodiscard]] result<void> output_gradient(std::span<const float> workspace, const float* y, std::int64_t rows,
                                              float* d_out, double& loss_sum) const;
 
   mlp_arch arch_;
