@@ -28,6 +28,18 @@ std::string hex_bytes(std::span<const std::uint8_t> bytes) {
   return out;
 }
 
+result<void> close_written(std::FILE* f, bool failed, int err, const std::string& path) {
+  if (std::fclose(f) != 0 && !failed) {
+    failed = true;
+    err = errno;
+  }
+  if (failed) {
+    std::remove(path.c_str());
+    return make_error(errc::io, path + ": write failed: " + std::generic_category().message(err));
+  }
+  return {};
+}
+
 result<std::size_t> pread_full(int fd, std::span<std::uint8_t> out, std::int64_t offset, const std::string& path) {
   std::size_t done = 0;
   while (done < out.size()) {

@@ -489,16 +489,7 @@ result<void> write_file(const std::string& path, std::span<const std::uint8_t> h
   bool failed = std::fwrite(header.data(), 1, header.size(), f) != header.size() ||
                 (!data.empty() && std::fwrite(data.data(), 1, data.size(), f) != data.size());
   int err = failed ? errno : 0;
-  // fclose flushes the stdio buffer: a full disk often shows up only here.
-  if (std::fclose(f) != 0 && !failed) {
-    failed = true;
-    err = errno;
-  }
-  if (failed) {
-    std::remove(path.c_str());
-    return make_error(errc::io, path + ": write failed: " + errno_text(err));
-  }
-  return {};
+  return detail::close_written(f, failed, err, path);
 }
 
 void put_be32(std::vector<std::uint8_t>& out, std::uint64_t v) {

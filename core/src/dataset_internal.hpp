@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <span>
 #include <string>
 #include <utility>
@@ -50,5 +51,9 @@ result<std::size_t> pread_full(int fd, std::span<std::uint8_t> out, std::int64_t
 
 // Bytes as hex pairs separated by spaces ("00 00 08 03"), for messages about magic numbers.
 std::string hex_bytes(std::span<const std::uint8_t> bytes);
+
+// Closes a file being written (fclose flushes stdio's buffer, where a full disk often shows up first)
+// and, if this or an earlier write failed (errno in `err`), removes the partial file and says why.
+result<void> close_written(std::FILE* f, bool failed, int err, const std::string& path);
 
 }  // namespace tessera::core::detail

@@ -627,16 +627,7 @@ result<void> write_npy_32(const std::string& path, std::string_view descr, const
     }
     done += k;
   }
-  // fclose flushes the stdio buffer: a full disk often shows up only here.
-  if (std::fclose(f) != 0 && !failed) {
-    failed = true;
-    err = errno;
-  }
-  if (failed) {
-    std::remove(path.c_str());
-    return make_error(errc::io, path + ": write failed: " + errno_text(err));
-  }
-  return {};
+  return detail::close_written(f, failed, err, path);
 }
 
 }  // namespace
