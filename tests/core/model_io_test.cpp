@@ -1,21 +1,15 @@
 #include <doctest/doctest.h>
 
-#include <filesystem>
-#include <unistd.h>
 
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/model_io.hpp"
 #include "tessera/core/safetensors.hpp"
+#include "test_files.hpp"
 
 using namespace tessera::core;
-namespace fs = std::filesystem;
 
 namespace {
-struct temp_dir {
-  fs::path path = fs::temp_directory_path() / ("tessera_model_io_" + std::to_string(::getpid()));
-  temp_dir() { fs::create_directories(path); }
-  ~temp_dir() { fs::remove_all(path); }
-};
+using tessera::testing::temp_dir;
 
 model_spec spec_with(compensation_kind c) {
   model_spec s;
@@ -34,7 +28,7 @@ TEST_CASE("model file: save then load gives the same spec and parameters, with P
     const model_spec spec = spec_with(c);
     std::vector<float> params(param_count(spec.full_arch()));
     initialize(spec, params);
-    const std::string path = (dir.path / "m.safetensors").string();
+    const std::string path = dir.file("m.safetensors");
     REQUIRE(save_model(path, spec, params, {{"tessera.round", "7"}}).ok());
     auto loaded = load_model(path);
     REQUIRE(loaded.ok());
@@ -56,7 +50,7 @@ TEST_CASE("model file: a tensor with the wrong shape is refused, naming it and b
   temp_dir dir;
   const model_spec spec = spec_with(compensation_kind::none);
   std::vector<float> params(param_count(spec.full_arch()));
-  const std::string path = (dir.path / "m.safetensors").string();
+  const std::string path = dir.file("m.safetensors");
   REQUIRE(save_model(path, spec, params).ok());
   auto raw = read_safetensors(path);
   REQUIRE(raw.ok());
@@ -73,7 +67,7 @@ TEST_CASE("model file: a tensor with the wrong shape is refused, naming it and b
 
 TEST_CASE("model file: a safetensors file without a Tessera spec is refused") {
   temp_dir dir;
-  const std::string path = (dir.path / "other.safetensors").string();
+  const std::string path = dir.file("other.safetensors");
   const std::vector<tensor_f32> t = {{"w", {2}, {1.0f, 2.0f}}};
   REQUIRE(write_safetensors(path, t, {}).ok());
   auto loaded = load_model(path);

@@ -1,7 +1,5 @@
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -13,18 +11,14 @@
 #include "tessera/core/rng.hpp"
 #include "tessera/edge/arena.hpp"
 #include "tessera/edge/device_data.hpp"
+#include "../core/test_files.hpp"
 
 using namespace tessera;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct temp_dir {
-  fs::path path = fs::temp_directory_path() / ("tessera_edge_test_" + std::to_string(::getpid()));
-  temp_dir() { fs::create_directories(path); }
-  ~temp_dir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using tessera::testing::temp_dir;
 
 core::model_spec small_spec() {
   core::model_spec s;
