@@ -19,6 +19,7 @@ class core_category_impl final : public std::error_category {
       case errc::not_finite: return "value not finite";
       case errc::over_budget: return "over the memory budget";
       case errc::unsupported: return "unsupported";
+      case errc::cancelled: return "cancelled";
     }
     return "unknown core error";
   }

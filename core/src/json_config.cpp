@@ -1,5 +1,6 @@
 #include "tessera/core/json_config.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -56,6 +57,14 @@ const nlohmann::json* config_reader::find(const std::string& key) {
   if (!object_.is_object()) return nullptr;
   const auto it = object_.find(key);
   return it == object_.end() ? nullptr : &*it;
+}
+
+std::uint64_t config_reader::seed(const std::string& key, std::uint64_t fallback) {
+  const auto* v = find(key);
+  if (v == nullptr) return fallback;
+  if (v->is_number_unsigned()) return v->get<std::uint64_t>();
+  fail(key, "expected an integer in [0, 2^64), found " + v->dump());
+  return fallback;
 }
 
 std::int64_t config_reader::integer(const std::string& key, std::int64_t fallback, std::int64_t min, std::int64_t max) {
@@ -150,6 +159,28 @@ std::vector<std::int64_t> config_reader::integers(const std::string& key, const 
   return out;
 }
 
+std::vector<std::string> config_reader::choices(const std::string& key, const std::vector<std::string>& fallback,
+                                               std::initializer_list<std::string_view> allowed) {
+  const auto* v = find(key);
+  if (v == nullptr) return fallback;
+  std::string names;
+  for (auto a : allowed) names += (names.empty() ? "" : ", ") + std::string(a);
+  if (!v->is_array()) {
+    fail(key, "expected an array of names (" + names + "), found " + v->dump());
+    return fallback;
+  }
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    const auto& e = (*v)[i];
+    if (!e.is_string() || std::find(allowed.begin(), allowed.end(), e.get<std::string>()) == allowed.end()) {
+      fail(key + "[" + std::to_string(i) + "]", "expected one of " + names + ", found " + e.dump());
+      return fallback;
+    }
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
 std::vector<double> config_reader::numbers(const std::string& key, const std::vector<double>& fallback, double min,
                                            double max) {
   const auto* v = find(key);
@@ -191,6 +222,40 @@ result<void> config_reader::finish() {
       if (!known_.contains(k)) return make_error(errc::invalid_spec, where(k) + ": unknown field");
     }
   }
+  return {};
+}
+
+namespace {
+
+result<void> apply_override(nlohmann::json& root, const std::string& item) {
+  const auto eq = item.find('=');
+  if (eq == std::string::npos || eq == 0)
+    return make_error(errc::invalid_spec, "override '" + item + "': expected key=value");
+  const std::string key = item.substr(0, eq);
+  const std::string text = item.substr(eq + 1);
+  nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
+  if (value.is_discarded()) value = text;
+  nlohmann::json* node = &root;
+  std::size_t start = 0;
+  for (;;) {
+    const auto dot = key.find('.', start);
+    const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (part.empty()) return make_error(errc::invalid_spec, "override '" + item + "': empty field name");
+    if (!node->is_object()) return make_error(errc::invalid_spec, "override '" + item + "': '" + part + "' is inside a non-object");
+    if (dot == std::string::npos) {
+      (*node)[part] = value;
+      return {};
+    }
+    node = &(*node)[part];
+    if (node->is_null()) *node = nlohmann::json::object();
+    start = dot + 1;
+  }
+}
+
+}  // namespace
+
+result<void> apply_overrides(nlohmann::json& root, const std::vector<std::string>& overrides) {
+  for (const auto& o : overrides) TESSERA_TRY(apply_override(root, o));
   return {};
 }
 

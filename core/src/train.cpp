@@ -124,6 +124,9 @@ result<local_training_report> local_trainer::run(std::span<float> params, batch_
   local_training_report report;
   double loss_sum = 0;
   for (std::int64_t step = 0; step < options.steps; ++step) {
+    if (options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed))
+      return make_error(errc::cancelled, "training stopped after " + std::to_string(step) + " of " +
+                                             std::to_string(options.steps) + " steps");
     TESSERA_TRY(source.next(buf_.features, buf_.targets.first(static_cast<std::size_t>(batch_))));
     auto loss = net_.train_step(params, buf_.grads, momentum ? buf_.velocity : std::span<float>{}, options.sgd,
                                 buf_.features.data(), buf_.targets.data(), batch_, buf_.workspace);

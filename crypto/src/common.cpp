@@ -11,6 +11,7 @@
 #include <openssl/rand.h>
 
 #include "ossl.hpp"
+#include "tessera/core/file_io.hpp"
 #include "tessera/crypto/error.hpp"
 
 namespace tessera::crypto {
@@ -33,10 +34,6 @@ class crypto_category_impl final : public std::error_category {
     return "unknown crypto error";
   }
 };
-
-core::error io_error(const std::string& what, const std::filesystem::path& path) {
-  return make_error(errc::io, what + " " + path.string() + ": " + std::strerror(errno));
-}
 
 }  // namespace
 
@@ -72,65 +69,23 @@ core::result<void> check_outputs(std::span<const std::filesystem::path> paths, b
 
 core::result<void> write_file(const std::filesystem::path& path, std::span<const std::byte> bytes, unsigned mode,
                               bool force) {
-  // A random suffix keeps concurrent writers from sharing a temporary.
-  std::uint32_t suffix = 0;
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(&suffix), sizeof suffix) != 1)
-    return openssl_error("random temporary name");
-  const std::filesystem::path tmp = path.string() + ".tmp" + std::to_string(suffix);
-  // O_EXCL: never follow or reuse something already there; the mode is set at creation so a key is
-  // never readable by others, not even for an instant.
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
-  if (fd < 0) return io_error("cannot create", tmp);
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      auto err = io_error("cannot write", tmp);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return err;
-    }
-    done += static_cast<std::size_t>(n);
+  if (!force) {
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec))
+      return make_error(errc::exists, path.string() + " exists (use --force to replace it)");
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    auto err = io_error("cannot flush", tmp);
-    ::unlink(tmp.c_str());
-    return err;
-  }
-  if (force) {
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-      auto err = io_error("cannot rename to", path);
-      ::unlink(tmp.c_str());
-      return err;
-    }
-  } else {
-    // link() fails with EEXIST instead of replacing: the no-overwrite promise holds even if the file
-    // appeared after check_outputs.
-    if (::link(tmp.c_str(), path.c_str()) != 0) {
-      auto err = errno == EEXIST ? make_error(errc::exists, path.string() + " exists (use --force to replace it)")
-                                 : io_error("cannot create", path);
-      ::unlink(tmp.c_str());
-      return err;
-    }
-    ::unlink(tmp.c_str());
-  }
-  return {};
+  auto written = core::write_file_atomic(path, bytes, mode, force);
+  if (written) return {};
+  // Lost a race with a file that appeared meanwhile: the same answer as above.
+  if (!force && std::filesystem::exists(path)) return make_error(errc::exists, path.string() + " exists (use --force to replace it)");
+  return make_error(errc::io, written.error().message);
 }
 
 core::result<std::vector<std::byte>> read_file(const std::filesystem::path& path, std::size_t max_bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error("cannot open", path);
-  in.seekg(0, std::ios::end);
-  const auto size = in.tellg();
-  if (size < 0) return io_error("cannot size", path);
-  if (static_cast<std::uint64_t>(size) > max_bytes)
-    return make_error(errc::bad_format, path.string() + ": larger than " + std::to_string(max_bytes) + " bytes");
-  in.seekg(0);
-  std::vector<std::byte> bytes(static_cast<std::size_t>(size));
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size)))
-    return io_error("cannot read", path);
-  return bytes;
+  auto bytes = core::read_file_bounded(path, max_bytes);
+  if (bytes) return bytes;
+  // This module's callers (and users' scripts) see crypto's own codes.
+  return make_error(bytes.error().code == core::errc::bad_format ? errc::bad_format : errc::io, bytes.error().message);
 }
 
 namespace {

@@ -33,6 +33,7 @@ enum class errc {
   not_finite,         // a NaN or infinity where finite numbers are required
   over_budget,        // what is asked does not fit in the memory budget
   unsupported,        // a valid but unsupported variant (dtype, rank, codec)
+  cancelled,          // the caller asked a long operation to stop
 };
 
 [[nodiscard]] const std::error_category& core_category() noexcept;

@@ -30,12 +30,18 @@ namespace tessera::core {
 // Reads a whole (small) file, refusing more than max_bytes, and parses it.
 [[nodiscard]] result<nlohmann::json> load_json_file(const std::string& path, std::size_t max_bytes = 1 << 20);
 
+// Applies "a.b=value" overrides (from a command line) to a JSON object; a value is parsed as JSON, or
+// taken as a string if it is not JSON: rounds=100 model.hidden=[2048,2048] listen=0.0.0.0:7443
+[[nodiscard]] result<void> apply_overrides(nlohmann::json& root, const std::vector<std::string>& overrides);
+
 class config_reader {
  public:
   // `object` must outlive the reader. A non-object is reported by finish().
   config_reader(const nlohmann::json& object, std::string source, std::string prefix = {});
 
   [[nodiscard]] std::int64_t integer(const std::string& key, std::int64_t fallback, std::int64_t min, std::int64_t max);
+  // A seed: any unsigned 64-bit integer.
+  [[nodiscard]] std::uint64_t seed(const std::string& key, std::uint64_t fallback);
   [[nodiscard]] double number(const std::string& key, double fallback, double min, double max);
   [[nodiscard]] bool boolean(const std::string& key, bool fallback);
   [[nodiscard]] std::string string(const std::string& key, const std::string& fallback);
@@ -43,6 +49,9 @@ class config_reader {
                                    std::initializer_list<std::string_view> allowed);
   [[nodiscard]] std::vector<std::int64_t> integers(const std::string& key, const std::vector<std::int64_t>& fallback,
                                                    std::int64_t min, std::int64_t max);
+  // A list whose every entry is one of `allowed`.
+  [[nodiscard]] std::vector<std::string> choices(const std::string& key, const std::vector<std::string>& fallback,
+                                                 std::initializer_list<std::string_view> allowed);
   [[nodiscard]] std::vector<double> numbers(const std::string& key, const std::vector<double>& fallback, double min,
                                             double max);
   // A nested object (nullptr if absent); read it with a child reader built by `child`.

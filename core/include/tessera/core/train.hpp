@@ -8,6 +8,7 @@
 //   auto report = trainer.run(params, table, order, {.steps = 200, .sgd = {.learning_rate = 0.05f}});
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -95,6 +96,9 @@ class shuffled_stream_batches final : public batch_source {
 struct local_training_options {
   std::int64_t steps = 100;
   sgd_options sgd;
+  // Checked before every step: when it turns true, run() stops with errc::cancelled (the agent uses it
+  // when a newer assignment supersedes the one in training).
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct local_training_report {

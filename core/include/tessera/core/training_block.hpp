@@ -1,0 +1,49 @@
+// tessera/core/training_block.hpp — one aligned allocation carved into a trainer's regions.
+//
+// The device's arena (edge/arena.hpp) and the simulator's per-device training memory are the same
+// thing: plan_training_memory's layout in one allocation aligned to k_arena_alignment. Sharing it is
+// what makes a simulated round and a device's round compute the very same floats: Eigen's kernels peel
+// loops by address alignment, so the same math on differently aligned buffers sums in another order.
+//
+//   auto block = core::training_block::allocate(core::plan_training_memory(arch, 32, true, codec));
+//   core::local_trainer trainer(arch, 32, block.value().buffers());
+//   trainer.run(block.value().params(), batches, options);
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+
+#include "tessera/core/error.hpp"
+#include "tessera/core/memory.hpp"
+#include "tessera/core/train.hpp"
+
+namespace tessera::core {
+
+class training_block {
+ public:
+  // Allocates (and touches, so it is resident from the start) layout.total bytes; errc::over_budget
+  // if the allocation fails.
+  [[nodiscard]] static result<training_block> allocate(const training_memory& layout);
+
+  [[nodiscard]] std::span<float> params() noexcept { return floats(layout_.params, layout_.params_bytes); }
+  [[nodiscard]] std::span<std::byte> staging() noexcept { return {base() + layout_.staging, layout_.staging_bytes}; }
+  [[nodiscard]] training_buffers buffers() noexcept;
+  [[nodiscard]] std::span<std::byte> all() noexcept { return {base(), layout_.total}; }
+  [[nodiscard]] const training_memory& layout() const noexcept { return layout_; }
+  [[nodiscard]] std::size_t size_bytes() const noexcept { return layout_.total; }
+
+ private:
+  struct free_deleter {
+    void operator()(std::byte* p) const noexcept;
+  };
+  training_block(training_memory layout, std::byte* base) : layout_(layout), base_(base) {}
+  [[nodiscard]] std::byte* base() noexcept { return base_.get(); }
+  [[nodiscard]] std::span<float> floats(std::size_t offset, std::size_t bytes) noexcept {
+    return {reinterpret_cast<float*>(base() + offset), bytes / sizeof(float)};
+  }
+  training_memory layout_;
+  std::unique_ptr<std::byte, free_deleter> base_;
+};
+
+}  // namespace tessera::core

@@ -1,0 +1,91 @@
+#include "tessera/core/file_io.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace tessera::core {
+namespace {
+
+error io_error(const std::string& what, const std::filesystem::path& path, int err) {
+  return make_error(errc::io, what + " " + path.string() + ": " + std::strerror(err));
+}
+
+}  // namespace
+
+result<void> write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes, unsigned mode,
+                               bool replace) {
+  // A random suffix keeps concurrent writers from sharing a temporary.
+  std::random_device rd;
+  const std::filesystem::path tmp = path.string() + ".tmp" + std::to_string(rd());
+  // O_EXCL: never follow or reuse something already there; the mode is set at creation so a private
+  // file is never readable by others, not even for an instant.
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
+  if (fd < 0) return io_error("cannot create", tmp, errno);
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return io_error("cannot write", tmp, err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  // The data must be on disk before the rename makes it the file.
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return io_error("cannot flush", tmp, err);
+  }
+  if (replace) {
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+      const int err = errno;
+      ::unlink(tmp.c_str());
+      return io_error("cannot rename to", path, err);
+    }
+  } else {
+    // link() fails with EEXIST instead of replacing: the no-overwrite promise holds even if the file
+    // appeared after the caller looked.
+    if (::link(tmp.c_str(), path.c_str()) != 0) {
+      const int err = errno;
+      ::unlink(tmp.c_str());
+      if (err == EEXIST) return make_error(errc::io, path.string() + " exists (use --force to replace it)");
+      return io_error("cannot create", path, err);
+    }
+    ::unlink(tmp.c_str());
+  }
+  // Make the rename itself durable. Best effort: some file systems refuse fsync on a directory.
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    static_cast<void>(::fsync(dir_fd));
+    ::close(dir_fd);
+  }
+  return {};
+}
+
+result<std::vector<std::byte>> read_file_bounded(const std::filesystem::path& path, std::size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return io_error("cannot open", path, errno);
+  in.seekg(0, std::ios::end);
+  const auto size = in.tellg();
+  if (size < 0) return io_error("cannot size", path, errno);
+  if (static_cast<std::uint64_t>(size) > max_bytes)
+    return make_error(errc::bad_format, path.string() + ": larger than " + std::to_string(max_bytes) + " bytes");
+  in.seekg(0);
+  std::vector<std::byte> bytes(static_cast<std::size_t>(size));
+  if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size)))
+    return io_error("cannot read", path, errno);
+  return bytes;
+}
+
+}  // namespace tessera::core
