@@ -92,6 +92,10 @@ void server::stop(std::function<void()> on_drained) {
   });
 }
 
+void server::set_tls(const crypto::tls_context& tls) {
+  asio::dispatch(strand_, [self = shared_from_this(), ctx = detail::adopt_tls(tls)]() mutable { self->tls_ = std::move(ctx); });
+}
+
 void server::check_drained() {
   if (!stopping_ || !sessions_.empty() || !on_drained_) return;
   auto done = std::move(on_drained_);

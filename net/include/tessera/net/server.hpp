@@ -39,6 +39,9 @@ class server : public std::enable_shared_from_this<server> {
   // Binds and starts accepting. Returns the bound port (useful with port 0).
   [[nodiscard]] core::result<std::uint16_t> listen(const std::string& address, std::uint16_t port);
   void stop(std::function<void()> on_drained = {});
+  // Uses `tls` for connections accepted from now on (e.g. after the revocation list changed); sessions
+  // already open keep theirs.
+  void set_tls(const crypto::tls_context& tls);
   [[nodiscard]] std::size_t session_count() const noexcept { return count_.load(); }
 
   server(asio::io_context& io, const crypto::tls_context& tls, const session_config& session_cfg,

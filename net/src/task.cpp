@@ -1,0 +1,120 @@
+#include "tessera/net/task.hpp"
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/core/mlp.hpp"
+#include "tessera/net/error.hpp"
+
+namespace tessera::net {
+namespace {
+
+using json = nlohmann::json;
+
+core::error bad(const std::string& field, const std::string& what) {
+  return make_error(errc::bad_field, "ASSIGN: field '" + field + "': " + what);
+}
+
+core::result<std::int64_t> integer(const json& j, const char* key, std::int64_t min, std::int64_t max) {
+  auto it = j.find(key);
+  if (it == j.end()) return bad(key, "missing");
+  if (!it->is_number_integer()) return bad(key, "expected an integer");
+  const auto v = it->get<std::int64_t>();
+  if (v < min || v > max) return bad(key, std::to_string(v) + " is outside [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  return v;
+}
+
+core::result<double> number(const json& j, const char* key, double min, double max) {
+  auto it = j.find(key);
+  if (it == j.end()) return bad(key, "missing");
+  if (!it->is_number()) return bad(key, "expected a number");
+  const auto v = it->get<double>();
+  if (!std::isfinite(v) || v < min || v > max) return bad(key, "outside [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  return v;
+}
+
+}  // namespace
+
+std::vector<std::uint32_t> hidden_widths(const core::mlp_arch& arch) {
+  std::vector<std::uint32_t> w;
+  for (std::size_t l = 1; l + 1 < arch.widths.size(); ++l) w.push_back(static_cast<std::uint32_t>(arch.widths[l]));
+  return w;
+}
+
+std::string task_to_json(const training_task& t) {
+  json j;
+  j["inputs"] = t.arch.inputs();
+  j["outputs"] = t.arch.outputs();
+  j["task"] = std::string(core::to_string(t.arch.task));
+  j["layer_norm"] = t.arch.layer_norm;
+  j["input_scale"] = t.arch.input_scale;
+  j["steps"] = t.steps;
+  j["batch"] = t.batch;
+  j["lr"] = t.sgd.learning_rate;
+  j["momentum"] = t.sgd.momentum;
+  j["weight_decay"] = t.sgd.weight_decay;
+  j["nesterov"] = t.sgd.nesterov;
+  return j.dump();
+}
+
+core::result<training_task> task_from_assign(const msg::assign& a) {
+  // messages.cpp already checked that hyper_json is one JSON object of bounded depth.
+  const json j = json::parse(a.hyper_json, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return bad("hyper", "not a JSON object");
+  training_task t;
+  auto inputs = integer(j, "inputs", 1, core::k_max_width);
+  TESSERA_TRY(inputs);
+  auto outputs = integer(j, "outputs", 1, core::k_max_width);
+  TESSERA_TRY(outputs);
+  if (a.widths.empty()) return bad("widths", "a subnet needs at least one hidden layer");
+  if (a.widths.size() > core::k_max_hidden_layers) return bad("widths", "more than " + std::to_string(core::k_max_hidden_layers) + " hidden layers");
+  t.arch.widths.push_back(inputs.value());
+  for (const auto w : a.widths) {
+    if (w < 1 || w > core::k_max_width) return bad("widths", "width " + std::to_string(w) + " is outside [1, " + std::to_string(core::k_max_width) + "]");
+    t.arch.widths.push_back(w);
+  }
+  t.arch.widths.push_back(outputs.value());
+  // Bounded before the count is computed in 64 bits: each layer's product is below 2^40.
+  std::int64_t count = 0;
+  for (std::size_t l = 1; l < t.arch.widths.size(); ++l) count += (t.arch.widths[l - 1] + 3) * t.arch.widths[l];
+  if (count > core::k_max_params) return bad("widths", "the subnet would have more than " + std::to_string(core::k_max_params) + " parameters");
+
+  auto task = j.find("task");
+  if (task == j.end() || !task->is_string()) return bad("task", "expected \"classification\" or \"regression\"");
+  if (*task == "classification") t.arch.task = core::task_kind::classification;
+  else if (*task == "regression") t.arch.task = core::task_kind::regression;
+  else return bad("task", "expected \"classification\" or \"regression\"");
+  auto ln = j.find("layer_norm");
+  if (ln == j.end() || !ln->is_boolean()) return bad("layer_norm", "expected true or false");
+  t.arch.layer_norm = ln->get<bool>();
+  auto scale = j.find("input_scale");
+  if (scale == j.end() || !scale->is_array() || scale->size() != t.arch.layers())
+    return bad("input_scale", "expected " + std::to_string(t.arch.layers()) + " numbers, one per layer");
+  for (const auto& s : *scale) {
+    if (!s.is_number()) return bad("input_scale", "expected numbers");
+    const auto v = s.get<double>();
+    if (!std::isfinite(v) || v <= 0 || v > 1e6) return bad("input_scale", "each scale must be finite, positive and at most 1e6");
+    t.arch.input_scale.push_back(static_cast<float>(v));
+  }
+  auto steps = integer(j, "steps", 1, max_task_steps);
+  TESSERA_TRY(steps);
+  t.steps = steps.value();
+  auto batch = integer(j, "batch", 1, max_task_batch);
+  TESSERA_TRY(batch);
+  t.batch = batch.value();
+  auto lr = number(j, "lr", 0.0, 100.0);
+  TESSERA_TRY(lr);
+  auto momentum = number(j, "momentum", 0.0, 0.9999);
+  TESSERA_TRY(momentum);
+  auto decay = number(j, "weight_decay", 0.0, 1.0);
+  TESSERA_TRY(decay);
+  auto nesterov = j.find("nesterov");
+  if (nesterov == j.end() || !nesterov->is_boolean()) return bad("nesterov", "expected true or false");
+  t.sgd = {.learning_rate = static_cast<float>(lr.value()), .momentum = static_cast<float>(momentum.value()),
+           .weight_decay = static_cast<float>(decay.value()), .nesterov = nesterov->get<bool>()};
+  if (t.sgd.nesterov) return bad("nesterov", "Nesterov momentum is not offered on devices");
+  return t;
+}
+
+}  // namespace tessera::net
