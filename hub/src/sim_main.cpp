@@ -11,6 +11,7 @@
 namespace {
 
 constexpr const char* k_usage = R"(usage: tessera-sim [--config FILE] [KEY=VALUE ...]
+       tessera-sim shards --out DIR [--config FILE] [KEY=VALUE ...]
 
 Runs a federation of virtual devices in one process (no network) and prints one line per round.
 
@@ -18,6 +19,10 @@ Runs a federation of virtual devices in one process (no network) and prints one 
   KEY=VALUE       overrides a field of the configuration; values are JSON, dotted keys reach into
                   objects: rounds=100 strategy=fedavg model.hidden=[2048,2048] lr_schedule=cosine
   --help          this text
+
+shards: writes each device's shard of the training set (the same split and batch-order seed the
+simulator uses) into DIR/device-<d>/ as IDX files, with the agent's "data" settings in data.json, so
+a real fleet (tessera-hub and tessera-edge) can run exactly the simulated federation.
 
 Fields: model{inputs,hidden,outputs,task,init,compensation,seed}, strategy (ist|fedavg|central),
 devices, groups (0: auto), min_width, capacities[], rounds, local_steps, batch, lr, lr_schedule
@@ -37,9 +42,10 @@ int fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   using namespace tessera;
-  std::string config_path;
+  std::string config_path, shards_dir;
   std::vector<std::string> overrides;
-  for (int i = 1; i < argc; ++i) {
+  const bool shards = argc > 1 && std::strcmp(argv[1], "shards") == 0;
+  for (int i = shards ? 2 : 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::fputs(k_usage, stdout);
@@ -48,6 +54,9 @@ int main(int argc, char** argv) {
     if (arg == "--config") {
       if (i + 1 >= argc) return fail("--config needs a file");
       config_path = argv[++i];
+    } else if (shards && arg == "--out") {
+      if (i + 1 >= argc) return fail("--out needs a folder");
+      shards_dir = argv[++i];
     } else if (arg.find('=') != std::string::npos && arg.rfind("--", 0) != 0) {
       overrides.push_back(arg);
     } else {
@@ -57,6 +66,13 @@ int main(int argc, char** argv) {
   auto config = hub::load_sim_config(config_path, overrides);
   if (!config) return fail(config.error().message);
   const hub::sim_config& cfg = config.value();
+  if (shards) {
+    if (shards_dir.empty()) return fail("shards needs --out DIR");
+    auto folders = hub::write_shards(cfg, shards_dir);
+    if (!folders) return fail(folders.error().message);
+    for (const auto& f : folders.value()) std::printf("%s\n", f.c_str());
+    return 0;
+  }
 
   auto data = hub::load_sim_data(cfg.data);
   if (!data) return fail(data.error().message);

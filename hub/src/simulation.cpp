@@ -3,12 +3,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 
 #include "tessera/core/codec.hpp"
 #include "tessera/core/json_config.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/partition.hpp"
 #include "tessera/core/rng.hpp"
+#include "tessera/core/training_block.hpp"
 
 namespace tessera::hub {
 namespace {
@@ -16,84 +19,15 @@ namespace {
 using core::errc;
 using core::make_error;
 
-// Seeds of the sub-streams of a run, derived from the run's seed so one number reproduces it all.
-constexpr std::uint64_t k_stream_plan = 0x504c414e;    // per round
-constexpr std::uint64_t k_stream_shard = 0x53485244;
-constexpr std::uint64_t k_stream_order = 0x4f524452;   // per device
-
-// Applies "a.b=value" to a JSON object; value is parsed as JSON, or taken as a string if it is not.
-core::result<void> apply_override(nlohmann::json& root, const std::string& item) {
-  const auto eq = item.find('=');
-  if (eq == std::string::npos || eq == 0)
-    return make_error(errc::invalid_spec, "override '" + item + "': expected key=value");
-  const std::string key = item.substr(0, eq);
-  const std::string text = item.substr(eq + 1);
-  nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
-  if (value.is_discarded()) value = text;
-  nlohmann::json* node = &root;
-  std::size_t start = 0;
-  for (;;) {
-    const auto dot = key.find('.', start);
-    const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (part.empty()) return make_error(errc::invalid_spec, "override '" + item + "': empty field name");
-    if (!node->is_object()) return make_error(errc::invalid_spec, "override '" + item + "': '" + part + "' is inside a non-object");
-    if (dot == std::string::npos) {
-      (*node)[part] = value;
-      return {};
-    }
-    node = &(*node)[part];
-    if (node->is_null()) *node = nlohmann::json::object();
-    start = dot + 1;
-  }
-}
-
 }  // namespace
-
-std::string_view to_string(strategy_kind s) noexcept {
-  switch (s) {
-    case strategy_kind::ist: return "ist";
-    case strategy_kind::fedavg: return "fedavg";
-    case strategy_kind::central: return "central";
-  }
-  return "?";
-}
 
 core::result<sim_config> parse_sim_config(const nlohmann::json& json, const std::string& source) {
   core::config_reader r(json, source);
   sim_config c;
-  // The model defaults to the Fashion-MNIST MLP of the benchmarks; given fields replace the defaults.
-  nlohmann::json model = {{"inputs", 784}, {"hidden", {512, 512}}, {"outputs", 10}};
-  if (const auto* m = r.object("model")) model.update(*m);
-  auto spec = core::parse_model_spec(model.dump(), source + ": field 'model'");
-  TESSERA_TRY(spec);
-  c.model = spec.value();
-  const std::string strategy = r.choice("strategy", "ist", {"ist", "fedavg", "central"});
-  c.strategy = strategy == "fedavg" ? strategy_kind::fedavg : strategy == "central" ? strategy_kind::central : strategy_kind::ist;
+  TESSERA_TRY(read_run_fields(r, source, c, /*allow_central=*/true));
   c.devices = static_cast<std::size_t>(r.integer("devices", 8, 1, 4096));
-  c.groups = static_cast<std::size_t>(r.integer("groups", 0, 0, 4096));
-  c.min_width = r.integer("min_width", 8, 1, core::k_max_width);
-  c.rounds = r.integer("rounds", 50, 1, 10'000'000);
-  c.local_steps = r.integer("local_steps", 50, 1, 100'000'000);
-  c.batch = r.integer("batch", 32, 1, 65536);
-  c.momentum = static_cast<float>(r.number("momentum", 0.9, 0.0, 0.9999));
-  c.weight_decay = static_cast<float>(r.number("weight_decay", 0.0, 0.0, 1.0));
-  c.nesterov = r.boolean("nesterov", false);
-  c.lr.base = static_cast<float>(r.number("lr", 0.05, 0.0, 100.0));
-  auto kind = core::parse_schedule_kind(r.choice("lr_schedule", "constant", {"constant", "step", "cosine"}));
-  c.lr.kind = kind.ok() ? kind.value() : core::schedule_kind::constant;
-  c.lr.warmup_rounds = r.integer("lr_warmup_rounds", 0, 0, 10'000'000);
-  c.lr.step_rounds = r.integer("lr_step_rounds", 10, 1, 10'000'000);
-  c.lr.gamma = static_cast<float>(r.number("lr_gamma", 0.5, 0.0, 1.0));
-  c.lr.final_fraction = static_cast<float>(r.number("lr_final_fraction", 0.0, 0.0, 1.0));
-  c.codec = core::parse_codec(r.choice("codec", "f32", {"f32", "f16", "q8"})).value();
   c.partition = r.choice("partition", "iid", {"iid", "dirichlet"});
   c.alpha = r.number("alpha", 0.5, 1e-3, 1e6);
-  c.seed = static_cast<std::uint64_t>(r.integer("seed", 1, 0, INT64_MAX));
-  c.eval_every = r.integer("eval_every", 1, 1, 10'000'000);
-  c.patience = r.integer("patience", 0, 0, 10'000'000);
-  c.metrics_path = r.string("metrics", "");
-  c.output_path = r.string("output", "");
-  c.lr.total_rounds = c.rounds;
   c.capacities = r.numbers("capacities", {}, 1e-6, 1.0);
   if (!c.capacities.empty() && c.capacities.size() != c.devices)
     r.fail("capacities", std::to_string(c.capacities.size()) + " entries for " + std::to_string(c.devices) + " devices");
@@ -133,7 +67,7 @@ core::result<sim_config> load_sim_config(const std::string& path, const std::vec
     TESSERA_TRY(loaded);
     json = std::move(loaded.value());
   }
-  for (const auto& o : overrides) TESSERA_TRY(apply_override(json, o));
+  TESSERA_TRY(core::apply_overrides(json, overrides));
   return parse_sim_config(json, path.empty() ? "command line" : path);
 }
 
@@ -151,6 +85,11 @@ nlohmann::json round_metrics::to_json() const {
   j["examples"] = examples;
   j["lr"] = learning_rate;
   j["seconds"] = seconds;
+  j["plan_seed"] = plan_seed;
+  if (stragglers) j["stragglers"] = *stragglers;
+  if (refused) j["refused"] = *refused;
+  if (rejected) j["rejected"] = *rejected;
+  if (resent_bytes) j["resent_bytes"] = *resent_bytes;
   return j;
 }
 
@@ -160,7 +99,13 @@ std::string round_metrics::to_line() const {
   std::snprintf(buf, sizeof buf, "round %5lld  %-7s devices %3zu  down %9.2f MB  up %9.2f MB  loss %.4f  test %s  lr %.4g  %.2fs",
                 static_cast<long long>(round), strategy.c_str(), devices, static_cast<double>(bytes_down) / 1e6,
                 static_cast<double>(bytes_up) / 1e6, train_loss, acc.c_str(), learning_rate, seconds);
-  return buf;
+  std::string line = buf;
+  if (stragglers || refused || rejected) {
+    std::snprintf(buf, sizeof buf, "  stragglers %zu  refused %zu  rejected %zu", stragglers.value_or(0),
+                  refused.value_or(0), rejected.value_or(0));
+    line += buf;
+  }
+  return line;
 }
 
 core::result<sim_data> load_sim_data(const data_config& d) {
@@ -219,6 +164,61 @@ core::result<sim_data> load_sim_data(const data_config& d) {
   return out;
 }
 
+core::result<core::shard_list> make_shards(const sim_config& config, const core::memory_table& train) {
+  const std::size_t devices = config.strategy == strategy_kind::central ? 1 : config.devices;
+  if (devices == 1) return core::shard_iid(train.size(), 1, 0);
+  if (config.partition == "iid") return core::shard_iid(train.size(), devices, core::mix_seed(config.seed, k_stream_shard));
+  if (config.model.task != core::task_kind::classification)
+    return make_error(errc::invalid_spec, "partition 'dirichlet' needs a classification task");
+  return core::shard_dirichlet(train.targets(), config.model.outputs, devices, config.alpha,
+                               core::mix_seed(config.seed, k_stream_shard));
+}
+
+std::uint64_t device_order_seed(const sim_config& config, std::size_t device) noexcept {
+  return core::mix_seed(config.seed, k_stream_order + device);
+}
+
+core::result<std::vector<std::string>> write_shards(const sim_config& config, const std::string& out_dir) {
+  if (config.data.format != "idx")
+    return make_error(errc::unsupported, "shards are written as IDX files: the data must be IDX (data.format), not " + config.data.format);
+  data_config raw = config.data;
+  raw.norm = core::normalization::none;  // the bytes of the files, so a device reads what the simulator reads
+  raw.test_images.clear();
+  auto loaded = load_sim_data(raw);
+  TESSERA_TRY(loaded);
+  const core::memory_table& train = *loaded.value().train;
+  auto shards = make_shards(config, train);
+  TESSERA_TRY(shards);
+  const auto features = static_cast<std::size_t>(train.feature_count());
+  std::vector<std::string> folders;
+  std::error_code ec;
+  for (std::size_t d = 0; d < shards.value().size(); ++d) {
+    const auto& idx = shards.value()[d];
+    if (idx.empty()) return make_error(errc::invalid_spec, "device " + std::to_string(d) + " got no examples");
+    std::vector<std::uint8_t> pixels(idx.size() * features), labels(idx.size());
+    for (std::size_t i = 0; i < idx.size(); ++i) {
+      const float* x = train.features().data() + static_cast<std::size_t>(idx[i]) * features;
+      for (std::size_t f = 0; f < features; ++f) pixels[i * features + f] = static_cast<std::uint8_t>(x[f]);
+      labels[i] = static_cast<std::uint8_t>(train.targets()[idx[i]]);
+    }
+    const std::filesystem::path dir = std::filesystem::absolute(std::filesystem::path(out_dir) / ("device-" + std::to_string(d)));
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return make_error(errc::io, dir.string() + ": cannot create: " + ec.message());
+    const std::string images = (dir / "train-images-idx3-ubyte").string();
+    const std::string labels_path = (dir / "train-labels-idx1-ubyte").string();
+    TESSERA_TRY(core::write_idx_images(images, 1, static_cast<std::int64_t>(features), pixels));
+    TESSERA_TRY(core::write_idx_labels(labels_path, labels));
+    // The agent's "data" object: these files, and the batch order the simulator gives this device.
+    const nlohmann::json data = {{"format", "idx"}, {"features", images}, {"labels", labels_path},
+                                 {"seed", device_order_seed(config, d)}};
+    std::ofstream out(dir / "data.json");
+    out << data.dump(2) << '\n';
+    if (!out) return make_error(errc::io, (dir / "data.json").string() + ": cannot write");
+    folders.push_back(dir.string());
+  }
+  return folders;
+}
+
 simulation::simulation(const sim_config& config, core::memory_table* test)
     : config_(config), full_(config.model.full_arch()), test_(test), aggregator_(full_) {}
 
@@ -235,27 +235,16 @@ core::result<std::unique_ptr<simulation>> simulation::create(const sim_config& c
   core::initialize(config.model, sim->params_);
 
   const std::size_t devices = config.strategy == strategy_kind::central ? 1 : config.devices;
-  core::shard_list shards;
-  if (devices == 1) {
-    shards = core::shard_iid(train.size(), 1, 0);
-  } else if (config.partition == "iid") {
-    shards = core::shard_iid(train.size(), devices, core::mix_seed(config.seed, k_stream_shard));
-  } else {
-    if (config.model.task != core::task_kind::classification)
-      return make_error(errc::invalid_spec, "partition 'dirichlet' needs a classification task");
-    auto s = core::shard_dirichlet(train.targets(), config.model.outputs, devices, config.alpha,
-                                   core::mix_seed(config.seed, k_stream_shard));
-    TESSERA_TRY(s);
-    shards = std::move(s.value());
-  }
+  auto made = make_shards(config, train);
+  TESSERA_TRY(made);
+  const core::shard_list& shards = made.value();
   for (std::size_t d = 0; d < devices; ++d) {
     if (shards[d].empty()) return make_error(errc::invalid_spec, "device " + std::to_string(d) + " got no examples");
     sim->shards_.push_back(train.subset(shards[d], "device " + std::to_string(d)));
   }
   // After all shards exist: the batch sources keep references into shards_.
   for (std::size_t d = 0; d < devices; ++d)
-    sim->batches_.push_back(std::make_unique<core::table_batches>(sim->shards_[d], core::mix_seed(config.seed, k_stream_order + d),
-                                                                  config.batch));
+    sim->batches_.push_back(std::make_unique<core::table_batches>(sim->shards_[d], device_order_seed(config, d), config.batch));
   sim->capacities_ = config.capacities.empty() ? std::vector<double>(devices, 1.0) : config.capacities;
   return sim;
 }
@@ -282,6 +271,7 @@ core::result<round_metrics> simulation::run_round() {
     plan = core::make_full_plan(full_, devices);
   }
   m.groups = plan.groups;
+  m.plan_seed = plan.seed;
 
   const core::local_training_options opt{
       .steps = config_.local_steps,
@@ -294,7 +284,10 @@ core::result<round_metrics> simulation::run_round() {
     subnets.push_back(core::make_subnet(full_, config_.model.compensation, plan, g));
   for (std::size_t d = 0; d < devices; ++d) {
     const core::subnet& sub = subnets[plan.device_group[d]];
-    std::vector<float> local(core::param_count(sub.arch));
+    // The device's own memory layout (core/training_block.hpp), so the floats are the device's too.
+    auto block = core::training_block::allocate(core::plan_training_memory(sub.arch, config_.batch, config_.momentum != 0.0f, config_.codec));
+    TESSERA_TRY(block);
+    std::span<float> local = block.value().params();
     core::gather(full_, sub, params_, local);
     // What the device receives and sends has been through the codec, as on the wire.
     std::vector<std::byte> blob(core::encoded_bytes(sub.arch, config_.codec));
@@ -305,7 +298,7 @@ core::result<round_metrics> simulation::run_round() {
       return core::decode(sub.arch, config_.codec, blob, local);
     };
     TESSERA_TRY(wire("download"));
-    core::local_trainer trainer(sub.arch, config_.batch);
+    core::local_trainer trainer(sub.arch, config_.batch, block.value().buffers());
     auto report = trainer.run(local, *batches_[d], opt);
     TESSERA_TRY(report);
     TESSERA_TRY(wire("upload"));

@@ -25,11 +25,11 @@
 #include "tessera/core/memory.hpp"
 #include "tessera/core/model_spec.hpp"
 #include "tessera/core/optimizer.hpp"
+#include "tessera/core/partition.hpp"
 #include "tessera/core/train.hpp"
+#include "tessera/hub/run_config.hpp"
 
 namespace tessera::hub {
-
-enum class strategy_kind { ist, fedavg, central };
 
 struct data_config {
   std::string format = "idx";  // "idx" or "csv"
@@ -44,32 +44,15 @@ struct data_config {
   std::int64_t max_examples = 10'000'000;
 };
 
-struct sim_config {
-  core::model_spec model;
-  strategy_kind strategy = strategy_kind::ist;
+// The simulator's run: the shared fields plus its virtual fleet and the data it shards.
+struct sim_config : run_config {
   std::size_t devices = 8;
-  std::size_t groups = 0;            // 0: one per device, as many as min_width allows
-  std::int64_t min_width = 8;
   std::vector<double> capacities;    // per device, empty: all 1
-  std::int64_t rounds = 50;
-  std::int64_t local_steps = 50;
-  std::int64_t batch = 32;
-  core::lr_schedule lr;
-  float momentum = 0.9f;
-  float weight_decay = 0.0f;
-  bool nesterov = false;
-  core::codec_kind codec = core::codec_kind::f32;  // parameters pass through it both ways
   std::string partition = "iid";     // "iid" or "dirichlet"
   double alpha = 0.5;
-  std::uint64_t seed = 1;
-  std::int64_t eval_every = 1;
-  std::int64_t patience = 0;         // stop after this many evaluations without a new best (0: never)
-  std::string metrics_path;          // JSON lines; empty: none
-  std::string output_path;           // safetensors written at the end; empty: none
   data_config data;
 };
 
-[[nodiscard]] std::string_view to_string(strategy_kind s) noexcept;
 
 // Reads a config file (empty path: all defaults) and applies `key=value` overrides whose keys are
 // top-level or dotted fields of the same JSON ("rounds=100", "model.hidden=[2048,2048]").
@@ -90,6 +73,11 @@ struct round_metrics {
   std::int64_t examples = 0;     // examples processed this round, all devices
   double learning_rate = 0;
   double seconds = 0;
+  // Over the network only (the hub): devices whose update did not arrive by the deadline, devices that
+  // refused their assignment, updates rejected, and blob bytes sent again after broken links.
+  std::optional<std::size_t> stragglers, refused, rejected;
+  std::optional<std::uint64_t> resent_bytes;
+  std::uint64_t plan_seed = 0;
 
   [[nodiscard]] nlohmann::json to_json() const;
   [[nodiscard]] std::string to_line() const;
@@ -101,6 +89,14 @@ struct sim_data {
   std::unique_ptr<core::memory_table> test;
 };
 [[nodiscard]] core::result<sim_data> load_sim_data(const data_config& data);
+
+// The devices' shards of the training set (IID or Dirichlet, from the run's seed) and each device's
+// batch-order seed: what a real fleet must hold to reproduce a simulated run.
+[[nodiscard]] core::result<core::shard_list> make_shards(const sim_config& config, const core::memory_table& train);
+[[nodiscard]] std::uint64_t device_order_seed(const sim_config& config, std::size_t device) noexcept;
+// Writes each device's shard as uncompressed IDX files into out_dir/device-<d>/, with a data.json
+// holding the agent's "data" settings (files and batch-order seed). Returns the folders.
+[[nodiscard]] core::result<std::vector<std::string>> write_shards(const sim_config& config, const std::string& out_dir);
 
 class simulation {
  public:

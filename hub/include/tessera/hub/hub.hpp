@@ -1,0 +1,138 @@
+// tessera/hub/hub.hpp — the hub as a network service: registry, rounds over mutual TLS, checkpoints.
+//
+// The service accepts agents (net::server), keeps a registry of devices (id from the certificate,
+// budget, examples, codecs, last seen, rounds done), and drives the round_engine through this machine:
+//
+//        start / resume from the latest checkpoint
+//              │
+//              ▼
+//        ┌───────────┐  max_devices ready, or min_devices ready after device_wait_s
+//   ┌───▶│  waiting  │──────────────────────────────┐
+//   │    └───────────┘                              ▼
+//   │                                        ┌────────────┐ plan (capacity from each budget),
+//   │                                        │  dispatch  │ ASSIGN + subnet download to each
+//   │                                        └─────┬──────┘
+//   │                                              ▼
+//   │        UPDATE + upload: check round,   ┌────────────┐  a refusal (over budget) or a bad
+//   │        transfer, size, digest, shapes, │  collect   │  update: left out, reason logged
+//   │        finite values; RESULT back  ───▶│            │  and sent back
+//   │                                        └─────┬──────┘
+//   │                     every update in, or round_deadline_s (stragglers keep old blocks)
+//   │                                              ▼
+//   │    ┌────────────┐    ┌──────────┐     ┌────────────┐
+//   └────│ checkpoint │◀───│ validate │◀────│ aggregate  │  an update for a closed round is refused
+//        └─────┬──────┘    └──────────┘     └────────────┘
+//              │ last round
+//              ▼
+//        export the model (safetensors) ──▶ finished
+//
+// Links may break at any point: a device that reconnects within the round resumes its download or
+// upload from the last acknowledged byte (HELLO's resume state, the transfer objects kept here); a
+// device that lost its state gets its assignment again. Everything runs on one thread: call io.run()
+// from one thread only.
+//
+//   asio::io_context io;
+//   auto hub = hub::hub_service::create(io, config, log).value();
+//   hub->on_round([](const hub::round_metrics& m) { std::puts(m.to_line().c_str()); });
+//   auto port = hub->start();             // listens; result<uint16_t>
+//   io.run();                             // returns after the last round, once sessions are closed
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "tessera/crypto/seal.hpp"
+#include "tessera/hub/checkpoint.hpp"
+#include "tessera/hub/hub_config.hpp"
+#include "tessera/hub/rounds.hpp"
+#include "tessera/net/server.hpp"
+
+namespace tessera::hub {
+
+enum class log_level { info, warning, error };
+using log_sink = std::function<void(log_level, const std::string&)>;
+
+class hub_service {
+ public:
+  [[nodiscard]] static core::result<std::unique_ptr<hub_service>> create(boost::asio::io_context& io, const hub_config& config,
+                                                                         log_sink log);
+  ~hub_service();
+  hub_service(const hub_service&) = delete;
+  hub_service& operator=(const hub_service&) = delete;
+
+  void on_round(std::function<void(const round_metrics&)> f) { on_round_ = std::move(f); }
+  // Called once when the service stops (finished, failed, or stop()).
+  void on_stopped(std::function<void()> f) { on_stopped_ = std::move(f); }
+  // Binds the listening socket and starts; returns the bound port (listen port 0 picks one).
+  [[nodiscard]] core::result<std::uint16_t> start();
+  // Stops accepting, closes every session; io.run() then returns.
+  void stop();
+
+  [[nodiscard]] bool finished() const noexcept { return finished_; }
+  // A fatal error that ended the run (empty if none).
+  [[nodiscard]] const std::string& failure() const noexcept { return failure_; }
+  [[nodiscard]] const round_engine& engine() const noexcept { return *engine_; }
+  [[nodiscard]] std::int64_t resumed_from() const noexcept { return resumed_from_; }
+
+ private:
+  struct upload_slot;
+  struct download_slot;
+  struct device_entry {
+    device_record record;
+    std::shared_ptr<net::session> session;   // the current connection, after its HELLO
+    std::vector<net::codec> codecs;
+    std::uint64_t download_id = 0;
+    std::shared_ptr<download_slot> download;
+    std::shared_ptr<upload_slot> upload;
+    net::msg::update update{};               // the announcement of the upload in flight
+  };
+
+  hub_service(boost::asio::io_context& io, const hub_config& config, log_sink log);
+  void log(log_level level, const std::string& text) const;
+  void attach(const std::shared_ptr<net::session>& s);
+  void on_hello(const std::shared_ptr<net::session>& s, const net::msg::hello& h);
+  void on_update(const std::shared_ptr<net::session>& s, const net::msg::update& u);
+  void on_refuse(const std::shared_ptr<net::session>& s, const net::msg::refuse& r);
+  void on_upload(const std::shared_ptr<net::session>& s, const std::shared_ptr<net::incoming_transfer>& in);
+  void on_download_sent(const std::string& id, const std::shared_ptr<net::outgoing_transfer>& out);
+  void on_closed(const std::shared_ptr<net::session>& s, const core::error& why);
+  void send_assignment(device_entry& d, const assignment& a);
+  void reject(const std::shared_ptr<net::session>& s, const std::string& id, const std::string& reason);
+  void arm_wait_timer();
+  void maybe_start_round();
+  void start_round();
+  void close_round();
+  void reload_revocations();
+  void finish(const std::string& failure);
+
+  boost::asio::io_context& io_;
+  hub_config config_;
+  log_sink log_;
+  std::function<void(const round_metrics&)> on_round_;
+  std::function<void()> on_stopped_;
+  crypto::tls_context tls_;
+  std::filesystem::file_time_type crl_time_{};
+  std::optional<crypto::sealing_key> seal_key_;
+  std::shared_ptr<net::server> server_;
+  std::unique_ptr<round_engine> engine_;
+  std::unique_ptr<core::memory_table> validation_;
+  std::map<std::string, device_entry> devices_;
+  boost::asio::steady_timer wait_timer_;
+  boost::asio::steady_timer deadline_timer_;
+  std::chrono::steady_clock::time_point waiting_since_{}, round_started_{};
+  std::uint64_t next_transfer_ = 0;
+  std::int64_t resumed_from_ = 0;
+  bool waiting_ = false;
+  bool finished_ = false;
+  bool stopping_ = false;
+  std::string failure_;
+};
+
+}  // namespace tessera::hub

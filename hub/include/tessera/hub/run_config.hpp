@@ -1,0 +1,59 @@
+// tessera/hub/run_config.hpp — the settings a federated run shares between tessera-sim and tessera-hub.
+//
+// The simulator and the hub read the same field names with the same defaults, so a configuration tried
+// in the simulator means the same thing on a real fleet (and the two can be checked against each
+// other: same seed, same shards, same model). Each adds its own fields (sim_config, hub_config).
+//
+//   core::config_reader r(json, "hub.json");
+//   hub::run_config c;
+//   hub::read_run_fields(r, "hub.json", c, /*allow_central=*/false);
+//   TESSERA_TRY(r.finish());
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/core/json_config.hpp"
+#include "tessera/core/memory.hpp"
+#include "tessera/core/model_spec.hpp"
+#include "tessera/core/optimizer.hpp"
+
+namespace tessera::hub {
+
+enum class strategy_kind { ist, fedavg, central };
+[[nodiscard]] std::string_view to_string(strategy_kind s) noexcept;
+
+struct run_config {
+  core::model_spec model;
+  strategy_kind strategy = strategy_kind::ist;
+  std::size_t groups = 0;            // 0: one per device, as many as min_width allows
+  std::int64_t min_width = 8;
+  std::int64_t rounds = 50;
+  std::int64_t local_steps = 50;
+  std::int64_t batch = 32;
+  core::lr_schedule lr;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+  core::codec_kind codec = core::codec_kind::f32;  // parameters pass through it both ways
+  std::uint64_t seed = 1;
+  std::int64_t eval_every = 1;
+  std::int64_t patience = 0;         // stop after this many evaluations without a new best (0: never)
+  std::string metrics_path;          // JSON lines; empty: none
+  std::string output_path;           // safetensors written at the end; empty: none
+};
+
+// Reads the shared fields; errors are kept by the reader (see core::config_reader::finish).
+[[nodiscard]] core::result<void> read_run_fields(core::config_reader& r, const std::string& source, run_config& c,
+                                                 bool allow_central);
+
+// Seeds of the sub-streams of a run, derived from the run's seed so one number reproduces it all. The
+// hub and the simulator use the same ones: that is what makes their runs comparable.
+inline constexpr std::uint64_t k_stream_plan = 0x504c414e;    // + round index
+inline constexpr std::uint64_t k_stream_shard = 0x53485244;
+inline constexpr std::uint64_t k_stream_order = 0x4f524452;   // + device index
+
+}  // namespace tessera::hub

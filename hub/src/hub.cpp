@@ -1,0 +1,429 @@
+#include "tessera/hub/hub.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <random>
+
+#include "tessera/core/model_io.hpp"
+#include "tessera/net/task.hpp"
+
+namespace tessera::hub {
+namespace {
+
+using core::errc;
+using core::make_error;
+using clock_type = std::chrono::steady_clock;
+
+std::chrono::milliseconds ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
+}
+
+std::int64_t unix_now() { return static_cast<std::int64_t>(std::time(nullptr)); }
+
+}  // namespace
+
+// The bytes of a blob and its transfer in one allocation: a session may still hold the transfer after
+// the round closed, and the aliasing shared_ptr keeps the bytes alive exactly as long.
+struct hub_service::download_slot {
+  std::vector<std::byte> bytes;
+  net::outgoing_transfer out;
+  download_slot(std::uint64_t id, std::vector<std::byte> b, const net::digest& sha)
+      : bytes(std::move(b)), out(id, std::span<const std::byte>(bytes), sha) {}
+};
+
+struct hub_service::upload_slot {
+  std::vector<std::byte> bytes;
+  net::incoming_transfer in;
+  upload_slot(std::uint64_t id, std::size_t size, const net::digest& sha)
+      : bytes(size), in(id, std::span<std::byte>(bytes), sha) {}
+};
+
+hub_service::hub_service(boost::asio::io_context& io, const hub_config& config, log_sink log)
+    : io_(io), config_(config), log_(std::move(log)), wait_timer_(io), deadline_timer_(io) {}
+
+hub_service::~hub_service() = default;
+
+core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_context& io, const hub_config& config,
+                                                               log_sink log) {
+  std::unique_ptr<hub_service> h(new hub_service(io, config, std::move(log)));
+  auto tls = crypto::make_hub_tls(config.tls);
+  TESSERA_TRY(tls);
+  h->tls_ = tls.value();
+  std::error_code ec;
+  h->crl_time_ = std::filesystem::last_write_time(config.tls.crl, ec);
+  if (!config.seal_key.empty()) {
+    auto key = crypto::sealing_key::load(config.seal_key);
+    TESSERA_TRY(key);
+    h->seal_key_ = key.value();
+  }
+  if (config.validation) {
+    auto v = load_validation(*config.validation);
+    TESSERA_TRY(v);
+    if (v.value()->feature_count() != config.model.inputs)
+      return make_error(errc::invalid_spec, v.value()->describe() + ": " + std::to_string(v.value()->feature_count()) +
+                                                " features per example, but model.inputs is " + std::to_string(config.model.inputs));
+    h->validation_ = std::move(v.value());
+  }
+  // Resume from the latest checkpoint, or start from the seeded initial model.
+  std::vector<float> params(core::param_count(config.model.full_arch()));
+  std::int64_t completed = 0;
+  if (!config.checkpoint_dir.empty()) {
+    std::filesystem::create_directories(config.checkpoint_dir, ec);
+    if (ec) return make_error(errc::io, config.checkpoint_dir + ": cannot create the checkpoint folder: " + ec.message());
+    const auto path = std::filesystem::path(config.checkpoint_dir) / "hub.ckpt";
+    auto ck = load_checkpoint(path, config.model, h->seal_key_ ? &*h->seal_key_ : nullptr);
+    TESSERA_TRY(ck);
+    if (ck.value()) {
+      const checkpoint& c = *ck.value();
+      if (c.seed != config.seed || c.strategy != to_string(config.strategy))
+        return make_error(errc::invalid_spec, path.string() + ": written by a run with seed " + std::to_string(c.seed) +
+                                                  " and strategy " + c.strategy + "; the configuration has seed " +
+                                                  std::to_string(config.seed) + " and strategy " +
+                                                  std::string(to_string(config.strategy)));
+      params = c.params;
+      completed = c.round;
+      for (const auto& d : c.registry) h->devices_[d.id].record = d;
+      h->resumed_from_ = completed;
+    }
+  }
+  if (completed == 0) core::initialize(config.model, params);
+  h->engine_ = std::make_unique<round_engine>(config, std::move(params), completed);
+  std::random_device rd;
+  h->next_transfer_ = ((static_cast<std::uint64_t>(rd()) << 32) ^ rd()) & ~net::upload_bit & ~std::uint64_t{0xffff};
+  return h;
+}
+
+void hub_service::log(log_level level, const std::string& text) const {
+  if (log_) log_(level, text);
+}
+
+core::result<std::uint16_t> hub_service::start() {
+  net::session_config sc;
+  sc.heartbeat_interval = ms(config_.heartbeat_s);
+  sc.idle_timeout = ms(config_.idle_timeout_s);
+  sc.write_timeout = ms(config_.idle_timeout_s);
+  server_ = net::server::create(io_, tls_, sc, {.max_sessions = config_.max_sessions});
+  server_->on_session([this](const std::shared_ptr<net::session>& s) { attach(s); });
+  auto port = server_->listen(config_.listen_host, config_.listen_port);
+  TESSERA_TRY(port);
+  if (resumed_from_ > 0)
+    log(log_level::info, "resumed from checkpoint after round " + std::to_string(resumed_from_) + " (" +
+                             std::to_string(devices_.size()) + " devices known)");
+  if (engine_->finished()) {
+    finish("");
+    return port;
+  }
+  waiting_ = true;
+  waiting_since_ = clock_type::now();
+  arm_wait_timer();
+  return port;
+}
+
+void hub_service::attach(const std::shared_ptr<net::session>& s) {
+  std::weak_ptr<net::session> weak = s;
+  s->on_message([this, weak](const net::message& m) {
+    auto self = weak.lock();
+    if (!self) return;
+    if (const auto* h = std::get_if<net::msg::hello>(&m)) on_hello(self, *h);
+    else if (const auto* u = std::get_if<net::msg::update>(&m)) on_update(self, *u);
+    else if (const auto* r = std::get_if<net::msg::refuse>(&m)) on_refuse(self, *r);
+  });
+  s->on_blob_received([this, weak](const std::shared_ptr<net::incoming_transfer>& in) {
+    if (auto self = weak.lock()) on_upload(self, in);
+  });
+  s->on_blob_sent([this, weak](const std::shared_ptr<net::outgoing_transfer>& out) {
+    if (auto self = weak.lock()) on_download_sent(self->peer_device_id(), out);
+  });
+  s->on_closed([this, weak](const core::error& why) {
+    if (auto self = weak.lock()) on_closed(self, why);
+  });
+}
+
+void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::msg::hello& h) {
+  const std::string& id = s->peer_device_id();
+  device_entry& d = devices_[id];
+  if (d.session && d.session != s) d.session->close();  // a dead link the hub had not noticed yet
+  const bool known = d.record.id == id;
+  d.session = s;
+  d.record.id = id;
+  d.record.budget_bytes = h.memory_budget_bytes;
+  d.record.examples = h.examples;
+  d.record.last_seen = unix_now();
+  d.codecs = h.codecs;
+  log(log_level::info, "device " + id + (known ? " reconnected" : " joined") + ": budget " +
+                           std::to_string(h.memory_budget_bytes >> 20) + " MiB, " + std::to_string(h.examples) + " examples");
+
+  assignment* a = stopping_ ? nullptr : engine_->find(id);
+  const bool open_assignment = a != nullptr && a->state == assignment_state::assigned;
+  // An upload in flight: register it before the WELCOME, so our ACK tells the agent where to resume.
+  if (open_assignment && d.upload && !d.upload->in.complete())
+    s->expect_blob(std::shared_ptr<net::incoming_transfer>(d.upload, &d.upload->in));
+  s->send(net::msg::welcome{.heartbeat_ms = static_cast<std::uint32_t>(config_.heartbeat_s * 1000.0)});
+  if (open_assignment && !d.upload) {
+    const auto held = std::find_if(h.resume.begin(), h.resume.end(),
+                                   [&](const net::msg::resume_entry& r) { return r.transfer == d.download_id; });
+    if (held != h.resume.end() && d.download && held->offset <= d.download->out.size()) {
+      // The agent keeps the assignment: finish the download (a no-op when it holds it all).
+      if (held->offset < d.download->out.size())
+        s->send_blob(std::shared_ptr<net::outgoing_transfer>(d.download, &d.download->out), held->offset);
+    } else {
+      send_assignment(d, *a);  // it lost the assignment (restarted): send it again from the start
+    }
+  }
+  if (waiting_) maybe_start_round();
+}
+
+void hub_service::send_assignment(device_entry& d, const assignment& a) {
+  // A fresh transfer id each time, so a restarted agent never resumes bytes of another download.
+  d.download_id = next_transfer_++;
+  std::vector<std::byte> bytes = d.download ? d.download->bytes : a.download;
+  d.download = std::make_shared<download_slot>(d.download_id, std::move(bytes), a.download_sha);
+  net::msg::assign m{.round = static_cast<std::uint64_t>(engine_->current_round()),
+                     .widths = net::hidden_widths(a.sub.arch),
+                     .hyper_json = net::task_to_json(a.task),
+                     .transfer = d.download_id,
+                     .size = d.download->out.size(),
+                     .blob_codec = to_net(a.codec),
+                     .sha256 = a.download_sha};
+  d.session->send(m);
+  d.session->send_blob(std::shared_ptr<net::outgoing_transfer>(d.download, &d.download->out));
+}
+
+void hub_service::reject(const std::shared_ptr<net::session>& s, const std::string& id, const std::string& reason) {
+  log(log_level::warning, "update from " + id + " refused: " + reason);
+  s->send(net::msg::result{.accepted = false, .reason = reason});
+}
+
+void hub_service::on_update(const std::shared_ptr<net::session>& s, const net::msg::update& u) {
+  const std::string& id = s->peer_device_id();
+  device_entry& d = devices_[id];
+  d.record.last_seen = unix_now();
+  assignment* a = engine_->find(id);
+  if (a == nullptr) {
+    const auto open = engine_->in_round() ? engine_->current_round() : engine_->current_round() - 1;
+    reject(s, id, engine_->in_round() && static_cast<std::int64_t>(u.round) == open
+                      ? "no assignment for this device in round " + std::to_string(open)
+                      : "update for round " + std::to_string(u.round) + ", which is closed");
+    return;
+  }
+  if (u.transfer != net::upload_transfer_id(d.download_id)) {
+    reject(s, id, "update for round " + std::to_string(u.round) + " answers another assignment (transfer " +
+                      std::to_string(u.transfer) + ")");
+    return;
+  }
+  if (d.upload && d.upload->in.id() == u.transfer) {  // the agent re-announces after a reconnect
+    if (!d.upload->in.complete()) s->expect_blob(std::shared_ptr<net::incoming_transfer>(d.upload, &d.upload->in));
+    return;
+  }
+  if (auto ok = engine_->check_update(*a, u); !ok) {
+    reject(s, id, ok.error().message);
+    if (a->state == assignment_state::assigned && static_cast<std::int64_t>(u.round) == engine_->current_round()) {
+      a->state = assignment_state::rejected;
+      a->reason = ok.error().message;
+      if (engine_->all_reported()) close_round();
+    }
+    return;
+  }
+  d.update = u;
+  d.upload = std::make_shared<upload_slot>(u.transfer, a->upload_bytes, u.sha256);
+  s->expect_blob(std::shared_ptr<net::incoming_transfer>(d.upload, &d.upload->in));
+}
+
+void hub_service::on_upload(const std::shared_ptr<net::session>& s, const std::shared_ptr<net::incoming_transfer>& in) {
+  const std::string& id = s->peer_device_id();
+  device_entry& d = devices_[id];
+  assignment* a = engine_->find(id);
+  if (a == nullptr || !d.upload || &d.upload->in != in.get() || a->state != assignment_state::assigned) {
+    reject(s, id, "update arrived after its round closed");
+    return;
+  }
+  a->examples = d.update.examples;
+  a->steps = d.update.steps;
+  a->loss = d.update.loss;
+  a->bytes_up = in->bytes_received_total();
+  a->resent_bytes += in->bytes_received_total() - in->size();
+  auto ok = engine_->accept_blob(*a, d.upload->bytes);
+  d.upload.reset();
+  if (!ok) {
+    a->state = assignment_state::rejected;
+    a->reason = ok.error().message;
+    reject(s, id, ok.error().message);
+  } else {
+    s->send(net::msg::result{.accepted = true, .reason = {}});
+  }
+  if (engine_->all_reported()) close_round();
+}
+
+void hub_service::on_download_sent(const std::string& id, const std::shared_ptr<net::outgoing_transfer>& out) {
+  assignment* a = engine_->find(id);
+  auto it = devices_.find(id);
+  if (a == nullptr || it == devices_.end() || !it->second.download || &it->second.download->out != out.get()) return;
+  a->bytes_down = out->bytes_sent_total();
+  a->resent_bytes += out->bytes_sent_total() - out->size();
+}
+
+void hub_service::on_refuse(const std::shared_ptr<net::session>& s, const net::msg::refuse& r) {
+  const std::string& id = s->peer_device_id();
+  assignment* a = engine_->find(id);
+  log(log_level::warning, "device " + id + " refused" + (a ? " its assignment" : "") + ": " + r.reason);
+  if (a != nullptr && a->state == assignment_state::assigned) {
+    a->state = assignment_state::refused;
+    a->reason = r.reason;
+    if (engine_->all_reported()) close_round();
+  }
+}
+
+void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::error& why) {
+  const std::string& id = s->peer_device_id();
+  if (id.empty()) {  // never got past the handshake: a revoked or foreign certificate, a port scan
+    if (!stopping_) log(log_level::warning, "connection refused: " + why.message);
+    return;
+  }
+  auto it = devices_.find(id);
+  if (it == devices_.end() || it->second.session != s) return;
+  it->second.session.reset();
+  if (!stopping_) log(log_level::info, "device " + id + " disconnected: " + why.message);
+}
+
+void hub_service::arm_wait_timer() {
+  // Re-check once a second: devices come and go, and device_wait_s runs out.
+  wait_timer_.expires_after(std::chrono::seconds(1));
+  wait_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopping_ || !waiting_) return;
+    maybe_start_round();
+    if (waiting_) arm_wait_timer();
+  });
+}
+
+void hub_service::maybe_start_round() {
+  if (!waiting_ || stopping_) return;
+  std::size_t ready = 0;
+  for (const auto& [id, d] : devices_) ready += d.session ? 1 : 0;
+  const bool waited = clock_type::now() - waiting_since_ >= ms(config_.device_wait_s);
+  if (ready >= config_.max_devices || (waited && ready >= config_.min_devices)) start_round();
+}
+
+void hub_service::reload_revocations() {
+  std::error_code ec;
+  const auto t = std::filesystem::last_write_time(config_.tls.crl, ec);
+  if (ec || t == crl_time_) return;
+  auto tls = crypto::make_hub_tls(config_.tls);
+  if (!tls) {
+    log(log_level::error, "revocation list changed but cannot be loaded (keeping the old one): " + tls.error().message);
+    return;
+  }
+  crl_time_ = t;
+  tls_ = tls.value();
+  server_->set_tls(tls_);
+  log(log_level::info, "revocation list reloaded from " + config_.tls.crl.string());
+}
+
+void hub_service::start_round() {
+  reload_revocations();
+  std::vector<device_offer> offers;
+  for (const auto& [id, d] : devices_) {
+    if (!d.session) continue;
+    if (offers.size() >= config_.max_devices) break;
+    offers.push_back({.id = id, .budget_bytes = d.record.budget_bytes, .examples = d.record.examples, .codecs = d.codecs});
+  }
+  auto excluded = engine_->begin_round(std::move(offers));
+  if (!excluded) {
+    log(log_level::warning, "round " + std::to_string(engine_->current_round()) + " cannot start: " + excluded.error().message);
+    waiting_since_ = clock_type::now();  // wait another device_wait_s for the fleet to change
+    return;
+  }
+  for (const auto& e : excluded.value())
+    log(log_level::warning, "device " + e.id + " left out of round " + std::to_string(engine_->current_round()) + ": " + e.reason);
+  waiting_ = false;
+  wait_timer_.cancel();
+  round_started_ = clock_type::now();
+  for (auto& a : engine_->assignments()) {
+    device_entry& d = devices_[a.device];
+    d.upload.reset();
+    d.download.reset();
+    send_assignment(d, a);
+    a.download = {};  // the slot holds the bytes now
+  }
+  deadline_timer_.expires_after(ms(config_.round_deadline_s));
+  deadline_timer_.async_wait([this, round = engine_->current_round()](const boost::system::error_code& ec) {
+    if (ec || stopping_ || !engine_->in_round() || engine_->current_round() != round) return;
+    close_round();
+  });
+}
+
+void hub_service::close_round() {
+  deadline_timer_.cancel();
+  const double seconds = std::chrono::duration<double>(clock_type::now() - round_started_).count();
+  for (const auto& a : engine_->assignments()) {
+    device_entry& d = devices_[a.device];
+    if (a.state == assignment_state::accepted) ++d.record.rounds_done;
+    else ++d.record.rounds_missed;
+    if (a.state == assignment_state::assigned)
+      log(log_level::warning, "device " + a.device + " missed the deadline of round " + std::to_string(engine_->current_round()) +
+                                  ": its neurons keep their values");
+    d.upload.reset();  // a late upload still arriving is answered "round closed"
+  }
+  auto m = engine_->close_round(validation_.get(), seconds);
+  if (!m) {
+    finish("round " + std::to_string(engine_->current_round()) + ": " + m.error().message);
+    return;
+  }
+  if (!config_.checkpoint_dir.empty()) {
+    checkpoint c{.round = engine_->completed(),
+                 .plan_seed = engine_->plan_seed(),
+                 .seed = config_.seed,
+                 .strategy = std::string(to_string(config_.strategy)),
+                 .spec = config_.model,
+                 .params = {engine_->params().begin(), engine_->params().end()},
+                 .registry = {}};
+    for (const auto& [id, d] : devices_) c.registry.push_back(d.record);
+    auto saved = save_checkpoint(std::filesystem::path(config_.checkpoint_dir) / "hub.ckpt", c, seal_key_ ? &*seal_key_ : nullptr);
+    if (!saved) {
+      finish("checkpoint after round " + std::to_string(c.round) + ": " + saved.error().message);
+      return;
+    }
+  }
+  if (!config_.metrics_path.empty()) {
+    std::ofstream out(config_.metrics_path, std::ios::app);
+    out << m.value().to_json().dump() << '\n';
+    if (!out) log(log_level::error, config_.metrics_path + ": cannot append the round's metrics");
+  }
+  if (on_round_) on_round_(m.value());
+  if (engine_->finished()) {
+    finish("");
+    return;
+  }
+  waiting_ = true;
+  waiting_since_ = clock_type::now();
+  maybe_start_round();
+  if (waiting_) arm_wait_timer();
+}
+
+void hub_service::finish(const std::string& failure) {
+  failure_ = failure;
+  if (failure.empty() && !config_.output_path.empty()) {
+    auto saved = core::save_model(config_.output_path, config_.model, engine_->params(),
+                                  {{"tessera.rounds", std::to_string(engine_->completed())},
+                                   {"tessera.strategy", std::string(to_string(config_.strategy))}});
+    if (!saved) failure_ = saved.error().message;
+    else log(log_level::info, "model written to " + config_.output_path);
+  }
+  if (!failure_.empty()) log(log_level::error, failure_);
+  finished_ = failure_.empty();
+  stop();
+}
+
+void hub_service::stop() {
+  if (stopping_) return;
+  stopping_ = true;
+  waiting_ = false;
+  wait_timer_.cancel();
+  deadline_timer_.cancel();
+  for (auto& [id, d] : devices_) d.session.reset();
+  if (server_) server_->stop();
+  if (on_stopped_) on_stopped_();
+}
+
+}  // namespace tessera::hub
