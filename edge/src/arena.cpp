@@ -1,8 +1,5 @@
 #include "tessera/edge/arena.hpp"
 
-#include <cstdlib>
-#include <cstring>
-#include <new>
 #include <string>
 
 namespace tessera::edge {
@@ -17,21 +14,12 @@ core::result<std::unique_ptr<training_arena>> training_arena::reserve(const core
     return core::make_error(core::errc::over_budget, "subnet " + widths + " at batch " + std::to_string(batch) + " needs " +
                                                          std::to_string(layout.total) + " bytes, the memory budget is " +
                                                          std::to_string(budget_bytes) + " bytes");
-  void* p = std::aligned_alloc(core::k_arena_alignment, std::max<std::size_t>(layout.total, core::k_arena_alignment));
-  if (p == nullptr)
+  // Touched at allocation, so the arena's memory is resident from the start and never faulted in mid-round.
+  auto block = core::training_block::allocate(layout);
+  if (!block)
     return core::make_error(core::errc::over_budget,
                             "cannot allocate the " + std::to_string(layout.total) + "-byte training arena for subnet " + widths);
-  // Touch every page now, so the arena's memory is resident from the start and never faulted in mid-round.
-  std::memset(p, 0, layout.total);
-  return std::unique_ptr<training_arena>(new training_arena(layout, static_cast<std::byte*>(p)));
-}
-
-training_arena::~training_arena() { std::free(base_); }
-
-core::training_buffers training_arena::buffers() noexcept {
-  return {floats(layout_.grads, layout_.grads_bytes), floats(layout_.velocity, layout_.velocity_bytes),
-          floats(layout_.workspace, layout_.workspace_bytes), floats(layout_.features, layout_.features_bytes),
-          floats(layout_.targets, layout_.targets_bytes)};
+  return std::unique_ptr<training_arena>(new training_arena(std::move(block.value())));
 }
 
 }  // namespace tessera::edge

@@ -1,15 +1,21 @@
-// tessera-edge: the device agent. `train-local` trains a subnet on a local data file inside a memory
-// budget, with no network, so the runtime can be tried on a board alone.
+// tessera-edge: the device agent. `run` serves a hub over mutual TLS (the agent's normal life);
+// `train-local` trains a subnet on a local data file inside a memory budget, with no network, so the
+// runtime can be tried on a board alone.
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+
 #include "tessera/core/memory.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/model_spec.hpp"
+#include "tessera/edge/agent.hpp"
 #include "tessera/edge/arena.hpp"
 #include "tessera/edge/device_data.hpp"
 #include "tessera/edge/process.hpp"
@@ -18,7 +24,20 @@ namespace {
 
 using namespace tessera;
 
-constexpr const char* k_usage = R"(usage: tessera-edge train-local [options]
+constexpr const char* k_usage = R"(usage: tessera-edge run --config FILE [KEY=VALUE ...]
+       tessera-edge train-local [options]
+       tessera-edge baseline
+
+run: serves a hub. Connects over mutual TLS, trains each assigned subnet on this device's data inside
+the memory budget, uploads it, and reconnects on its own (backoff with jitter) whenever the link drops.
+Stop it with SIGTERM or SIGINT. Events go to standard error.
+  --config FILE          JSON configuration (see examples/agent.json); KEY=VALUE overrides a field
+Fields: hub (HOST:PORT), hub_name (the name the hub's certificate carries; default: the host),
+tls{ca, cert, key}, data{format (idx|npy|csv), features, labels, normalization (none|scale_unit),
+label_column, header, shuffle_buffer, max_batch, seed}, memory_budget_mib, codecs (["f32","f16","q8"]),
+reconnect{initial_ms, max_ms, jitter}, heartbeat_s, idle_timeout_s, exit_after_rounds (0: forever).
+
+train-local:
 
 Trains a subnet of a model on a local data file inside a fixed memory budget (no network) and prints
 progress. The subnet holds --fraction of every hidden layer of the model, as an IST round would give it.
@@ -199,6 +218,55 @@ int train_local(const options& o) {
   return 0;
 }
 
+void print_log(edge::log_level level, const std::string& text) {
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%H:%M:%S", std::localtime(&now));
+  const char* tag = level == edge::log_level::error ? "error: " : level == edge::log_level::warning ? "warning: " : "";
+  std::fprintf(stderr, "[edge %s] %s%s\n", stamp, tag, text.c_str());
+}
+
+int run(int argc, char** argv) {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(k_usage, stdout);
+      return 0;
+    }
+    if (a == "--config") {
+      if (i + 1 >= argc) die("--config needs a file");
+      config_path = argv[++i];
+    } else if (a.find('=') != std::string::npos && a.rfind("--", 0) != 0) {
+      overrides.push_back(a);
+    } else {
+      die("unknown argument '" + a + "' (see tessera-edge --help)");
+    }
+  }
+  if (config_path.empty() && overrides.empty()) die("run needs --config FILE (see tessera-edge --help)");
+  auto config = edge::load_agent_config(config_path, overrides);
+  if (!config) die(config.error().message);
+  boost::asio::io_context io;
+  auto agent = edge::agent::create(io, config.value(), print_log);
+  if (!agent) die(agent.error().message);
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (!ec) agent.value()->stop();
+  });
+  agent.value()->start();
+  // The agent posts stop() itself when exit_after_rounds is reached; then only the signal wait is left.
+  while (!io.stopped()) {
+    io.run_one();
+    if (agent.value()->stopped()) signals.cancel();
+  }
+  const auto& s = agent.value()->stats();
+  print_log(edge::log_level::info, "stopped: " + std::to_string(s.accepted) + " updates accepted, " + std::to_string(s.rejected) +
+                                       " rejected, " + std::to_string(s.refused) + " assignments refused; peak memory " +
+                                       std::to_string(edge::peak_rss_bytes() >> 10) + " KiB");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -206,11 +274,12 @@ int main(int argc, char** argv) {
     std::fputs(k_usage, stdout);
     return argc < 2 ? 1 : 0;
   }
+  if (std::strcmp(argv[1], "run") == 0) return run(argc, argv);
   if (std::strcmp(argv[1], "train-local") == 0) return train_local(parse(argc, argv));
   if (std::strcmp(argv[1], "baseline") == 0) {
     // The process with no model at all: the memory benchmark's baseline.
     std::printf("peak resident memory %.2f MiB\n", static_cast<double>(edge::peak_rss_bytes()) / (1024.0 * 1024.0));
     return 0;
   }
-  die(std::string("unknown command '") + argv[1] + "' (train-local, baseline; see --help)");
+  die(std::string("unknown command '") + argv[1] + "' (run, train-local, baseline; see --help)");
 }

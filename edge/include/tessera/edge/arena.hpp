@@ -18,6 +18,7 @@
 #include "tessera/core/error.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/core/train.hpp"
+#include "tessera/core/training_block.hpp"
 
 namespace tessera::edge {
 
@@ -29,24 +30,19 @@ class training_arena {
                                                                              std::int64_t batch, bool momentum,
                                                                              core::codec_kind codec,
                                                                              std::size_t budget_bytes);
-  ~training_arena();
   training_arena(const training_arena&) = delete;
   training_arena& operator=(const training_arena&) = delete;
 
-  [[nodiscard]] std::span<float> params() noexcept { return floats(layout_.params, layout_.params_bytes); }
-  [[nodiscard]] std::span<std::byte> staging() noexcept { return {base_ + layout_.staging, layout_.staging_bytes}; }
-  [[nodiscard]] core::training_buffers buffers() noexcept;
-  [[nodiscard]] const core::training_memory& layout() const noexcept { return layout_; }
-  [[nodiscard]] std::size_t size_bytes() const noexcept { return layout_.total; }
-  [[nodiscard]] std::span<std::byte> all() noexcept { return {base_, layout_.total}; }
+  [[nodiscard]] std::span<float> params() noexcept { return block_.params(); }
+  [[nodiscard]] std::span<std::byte> staging() noexcept { return block_.staging(); }
+  [[nodiscard]] core::training_buffers buffers() noexcept { return block_.buffers(); }
+  [[nodiscard]] const core::training_memory& layout() const noexcept { return block_.layout(); }
+  [[nodiscard]] std::size_t size_bytes() const noexcept { return block_.size_bytes(); }
+  [[nodiscard]] std::span<std::byte> all() noexcept { return block_.all(); }
 
  private:
-  training_arena(core::training_memory layout, std::byte* base) : layout_(layout), base_(base) {}
-  [[nodiscard]] std::span<float> floats(std::size_t offset, std::size_t bytes) noexcept {
-    return {reinterpret_cast<float*>(base_ + offset), bytes / sizeof(float)};
-  }
-  core::training_memory layout_;
-  std::byte* base_;
+  explicit training_arena(core::training_block block) : block_(std::move(block)) {}
+  core::training_block block_;
 };
 
 }  // namespace tessera::edge

@@ -1,0 +1,124 @@
+// tessera/edge/agent.hpp — the device agent as a long-lived service: connect, train, upload, repeat.
+//
+// The agent dials the hub over mutual TLS (net::client: reconnects with capped exponential backoff and
+// jitter), says HELLO (its id from its certificate, the memory it offers for training, its example
+// count, its codecs, and what it holds of an assignment), and then serves assignments:
+//
+//   ASSIGN ──▶ check it (the task parses, inputs match the data, codec known, batch within the data
+//   │          reader's bound, and bytes_needed fits the budget: otherwise REFUSE with the reason)
+//   ▼
+//   download ──▶ straight into the training arena (f32) or its staging (f16/q8); resumes from the
+//   │            last acknowledged byte after a reconnect
+//   ▼
+//   train ──▶ on a worker thread, local_steps SGD steps on the device's own batches; the link keeps
+//   │         its heartbeats meanwhile
+//   ▼
+//   upload ──▶ UPDATE + the trained subnet in the assignment's codec; resumes after a reconnect
+//   ▼
+//   RESULT ──▶ accepted or rejected (logged); the arena is released until the next assignment
+//
+// A newer ASSIGN supersedes the current one (training is cancelled within one step). Nothing the hub
+// sends can crash the agent: every field is bounded before use and a bad assignment is refused.
+// Run io.run() on one thread; training has its own.
+//
+//   auto cfg = edge::load_agent_config("agent.json", overrides).value();
+//   auto a = edge::agent::create(io, cfg, log).value();
+//   a->start();
+//   io.run();
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tessera/crypto/tls.hpp"
+#include "tessera/edge/arena.hpp"
+#include "tessera/edge/device_data.hpp"
+#include "tessera/net/client.hpp"
+#include "tessera/net/task.hpp"
+
+namespace tessera::edge {
+
+struct agent_config {
+  std::string hub_host = "127.0.0.1";
+  std::uint16_t hub_port = 7443;
+  crypto::agent_tls_files tls{.ca_cert = "pki/ca.pem", .cert = "pki/device.pem", .key = "pki/device.key", .hub_name = ""};
+  data_config data;
+  std::uint64_t data_seed = 0;               // batch order; 0: derived from the device id
+  std::size_t budget_bytes = 16u << 20;      // training arena + data reader buffers
+  std::vector<net::codec> codecs{net::codec::f32, net::codec::f16, net::codec::q8};
+  std::chrono::milliseconds backoff_initial{250};
+  std::chrono::milliseconds backoff_max{30'000};
+  double jitter = 0.5;
+  double heartbeat_s = 10;
+  double idle_timeout_s = 60;
+  std::int64_t exit_after_rounds = 0;        // 0: serve forever; N: exit after N accepted updates
+};
+
+[[nodiscard]] core::result<agent_config> parse_agent_config(const nlohmann::json& json, const std::string& source);
+[[nodiscard]] core::result<agent_config> load_agent_config(const std::string& path, const std::vector<std::string>& overrides);
+
+enum class log_level { info, warning, error };
+using log_sink = std::function<void(log_level, const std::string&)>;
+
+struct agent_stats {
+  std::int64_t assignments = 0, accepted = 0, rejected = 0, refused = 0, cancelled = 0;
+  std::uint64_t bytes_down = 0, bytes_up = 0;
+};
+
+class agent {
+ public:
+  [[nodiscard]] static core::result<std::unique_ptr<agent>> create(boost::asio::io_context& io, const agent_config& config,
+                                                                   log_sink log);
+  ~agent();
+  agent(const agent&) = delete;
+  agent& operator=(const agent&) = delete;
+
+  void start();
+  // Cancels training, closes the link; io.run() returns once the work is drained.
+  void stop();
+  [[nodiscard]] bool stopped() const noexcept { return stopped_; }
+  [[nodiscard]] const std::string& device_id() const noexcept { return id_; }
+  [[nodiscard]] const agent_stats& stats() const noexcept { return stats_; }
+  // Bytes offered to the hub for the training arena (the budget less the data reader's buffers).
+  [[nodiscard]] std::size_t arena_budget() const noexcept { return arena_budget_; }
+
+ private:
+  struct job;
+  agent(boost::asio::io_context& io, const agent_config& config, log_sink log);
+  void log(log_level level, const std::string& text) const;
+  void attach(const std::shared_ptr<net::session>& s);
+  void on_ready(const std::shared_ptr<net::session>& s);
+  void on_welcome(const std::shared_ptr<net::session>& s);
+  void on_assign(const std::shared_ptr<net::session>& s, const net::msg::assign& a);
+  void on_downloaded(const std::shared_ptr<net::incoming_transfer>& in);
+  void on_trained(std::uint64_t generation, core::result<core::local_training_report> report);
+  void on_result(const net::msg::result& r);
+  void cancel_job();
+
+  boost::asio::io_context& io_;
+  agent_config config_;
+  log_sink log_;
+  std::string id_;
+  crypto::tls_context tls_;
+  std::unique_ptr<device_data> data_;
+  std::size_t arena_budget_ = 0;
+  std::shared_ptr<net::client> client_;
+  std::shared_ptr<net::session> session_;  // the current link, once ready
+  std::unique_ptr<job> job_;
+  std::uint64_t generation_ = 0;
+  std::thread worker_;
+  std::atomic<bool> cancel_{false};
+  agent_stats stats_;
+  bool stopped_ = false;
+};
+
+}  // namespace tessera::edge
