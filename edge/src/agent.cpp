@@ -116,19 +116,23 @@ core::result<agent_config> load_agent_config(const std::string& path, const std:
   return parse_agent_config(json, path.empty() ? "command line" : path);
 }
 
-// One assignment, from ASSIGN to RESULT.
-struct agent::job {
+// One assignment, from ASSIGN to RESULT. Shared: a session holding one of its transfers (handed out
+// as aliasing pointers) keeps the job, and so the arena its bytes live in, alive until it lets go.
+struct agent::job : std::enable_shared_from_this<job> {
   enum class stage { downloading, training, uploading, waiting_result };
   std::uint64_t round = 0;
   std::uint64_t download_id = 0;
   net::training_task task;
   core::codec_kind codec = core::codec_kind::f32;
   std::unique_ptr<training_arena> arena;
-  std::shared_ptr<net::incoming_transfer> download;
-  std::shared_ptr<net::outgoing_transfer> upload;
+  std::optional<net::incoming_transfer> download_state;
+  std::optional<net::outgoing_transfer> upload_state;
   net::msg::update update{};
   stage at = stage::downloading;
   std::span<std::byte> blob;  // where the blob lives in the arena: params (f32) or staging
+
+  std::shared_ptr<net::incoming_transfer> download() { return {shared_from_this(), &*download_state}; }
+  std::shared_ptr<net::outgoing_transfer> upload() { return {shared_from_this(), &*upload_state}; }
 };
 
 agent::agent(boost::asio::io_context& io, const agent_config& config, log_sink log)
@@ -222,7 +226,7 @@ void agent::attach(const std::shared_ptr<net::session>& s) {
   });
   s->on_blob_received([this](const std::shared_ptr<net::incoming_transfer>& in) { on_downloaded(in); });
   s->on_blob_sent([this](const std::shared_ptr<net::outgoing_transfer>& out) {
-    if (job_ && job_->upload == out) {
+    if (job_ && job_->upload_state && &*job_->upload_state == out.get()) {
       job_->at = job::stage::waiting_result;
       stats_.bytes_up += out->bytes_sent_total();
     }
@@ -245,7 +249,7 @@ void agent::on_ready(const std::shared_ptr<net::session>& s) {
                     .codecs = config_.codecs,
                     .resume = {}};
   // What we hold of the current assignment, so the hub resumes it rather than starting over.
-  if (job_) h.resume.push_back({job_->download_id, job_->download->received()});
+  if (job_) h.resume.push_back({job_->download_id, job_->download_state->received()});
   s->send(h);
 }
 
@@ -253,10 +257,10 @@ void agent::on_welcome(const std::shared_ptr<net::session>& s) {
   log(log_level::info, "connected to the hub" + std::string(job_ ? " (resuming round " + std::to_string(job_->round) + ")" : ""));
   if (!job_) return;
   if (job_->at == job::stage::downloading) {
-    s->expect_blob(job_->download);
+    s->expect_blob(job_->download());
   } else if (job_->at == job::stage::uploading || job_->at == job::stage::waiting_result) {
     s->send(job_->update);
-    s->send_blob(job_->upload);
+    s->send_blob(job_->upload());
   }
 }
 
@@ -285,7 +289,7 @@ void agent::on_assign(const std::shared_ptr<net::session>& s, const net::msg::as
   auto arena = training_arena::reserve(t.arch, t.batch, t.sgd.momentum != 0.0f, codec, arena_budget_);
   if (!arena) return refuse(arena.error().message);
 
-  auto j = std::make_unique<job>();
+  auto j = std::make_shared<job>();
   j->round = a.round;
   j->download_id = a.transfer;
   j->task = t;
@@ -293,17 +297,17 @@ void agent::on_assign(const std::shared_ptr<net::session>& s, const net::msg::as
   j->arena = std::move(arena.value());
   j->blob = codec == core::codec_kind::f32 ? std::as_writable_bytes(j->arena->params()) : j->arena->staging();
   j->blob = j->blob.first(static_cast<std::size_t>(a.size));
-  j->download = std::make_shared<net::incoming_transfer>(a.transfer, j->blob, a.sha256);
+  j->download_state.emplace(a.transfer, j->blob, a.sha256);
   job_ = std::move(j);
   log(log_level::info, "round " + std::to_string(a.round) + ": subnet of " + std::to_string(core::param_count(t.arch)) +
                            " parameters (" + mib(a.size) + " " + std::string(net::to_string(a.blob_codec)) + "), arena " +
                            mib(job_->arena->size_bytes()) + " of " + mib(arena_budget_) + ", " + std::to_string(t.steps) +
                            " steps of " + std::to_string(t.batch));
-  s->expect_blob(job_->download);
+  s->expect_blob(job_->download());
 }
 
 void agent::on_downloaded(const std::shared_ptr<net::incoming_transfer>& in) {
-  if (!job_ || job_->download != in || job_->at != job::stage::downloading) return;
+  if (!job_ || &*job_->download_state != in.get() || job_->at != job::stage::downloading) return;
   stats_.bytes_down += in->bytes_received_total();
   job& j = *job_;
   // The digest matched what ASSIGN declared; the values must still be finite before training on them.
@@ -328,14 +332,15 @@ void agent::on_downloaded(const std::shared_ptr<net::incoming_transfer>& in) {
   j.at = job::stage::training;
   const std::uint64_t generation = generation_;
   // The worker owns the arena and the data until it posts its report back to the I/O thread.
-  worker_ = std::thread([this, generation, &j] {
-    core::local_trainer trainer(j.task.arch, j.task.batch, j.arena->buffers());
-    auto report = trainer.run(j.arena->params(), data_->train(), {.steps = j.task.steps, .sgd = j.task.sgd, .cancel = &cancel_});
-    if (report && j.codec != core::codec_kind::f32) {
-      if (auto e = core::encode(j.task.arch, j.codec, j.arena->params(), j.blob); !e) report = e.error();
+  worker_ = std::thread([this, generation, keep = job_] {
+    job& w = *keep;
+    core::local_trainer trainer(w.task.arch, w.task.batch, w.arena->buffers());
+    auto report = trainer.run(w.arena->params(), data_->train(), {.steps = w.task.steps, .sgd = w.task.sgd, .cancel = &cancel_});
+    if (report && w.codec != core::codec_kind::f32) {
+      if (auto e = core::encode(w.task.arch, w.codec, w.arena->params(), w.blob); !e) report = e.error();
     }
     net::digest sha{};
-    if (report) sha = crypto::sha256_of(j.blob);
+    if (report) sha = crypto::sha256_of(w.blob);
     boost::asio::post(io_, [this, generation, report = std::move(report), sha]() mutable {
       if (generation == generation_ && job_) job_->update.sha256 = sha;
       on_trained(generation, std::move(report));
@@ -367,7 +372,7 @@ void agent::on_trained(std::uint64_t generation, core::result<core::local_traini
     case core::codec_kind::f16: j.update.blob_codec = net::codec::f16; break;
     case core::codec_kind::q8: j.update.blob_codec = net::codec::q8; break;
   }
-  j.upload = std::make_shared<net::outgoing_transfer>(j.update.transfer, std::span<const std::byte>(j.blob), j.update.sha256);
+  j.upload_state.emplace(j.update.transfer, std::span<const std::byte>(j.blob), j.update.sha256);
   j.at = job::stage::uploading;
   char line[160];
   std::snprintf(line, sizeof line, "round %llu: trained %lld steps in %.2f s, loss %.4f; uploading",
@@ -375,7 +380,7 @@ void agent::on_trained(std::uint64_t generation, core::result<core::local_traini
   log(log_level::info, line);
   if (session_) {  // otherwise on_welcome sends it after the reconnect
     session_->send(j.update);
-    session_->send_blob(j.upload);
+    session_->send_blob(j.upload());
   }
 }
 

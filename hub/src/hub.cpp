@@ -156,20 +156,25 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
                            std::to_string(h.memory_budget_bytes >> 20) + " MiB, " + std::to_string(h.examples) + " examples");
 
   assignment* a = stopping_ ? nullptr : engine_->find(id);
-  const bool open_assignment = a != nullptr && a->state == assignment_state::assigned;
-  // An upload in flight: register it before the WELCOME, so our ACK tells the agent where to resume.
-  if (open_assignment && d.upload && !d.upload->in.complete())
-    s->expect_blob(std::shared_ptr<net::incoming_transfer>(d.upload, &d.upload->in));
-  s->send(net::msg::welcome{.heartbeat_ms = static_cast<std::uint32_t>(config_.heartbeat_s * 1000.0)});
-  if (open_assignment && !d.upload) {
+  const net::msg::welcome welcome{.heartbeat_ms = static_cast<std::uint32_t>(config_.heartbeat_s * 1000.0)};
+  if (a == nullptr || a->state != assignment_state::assigned) {
+    s->send(welcome);
+  } else {
     const auto held = std::find_if(h.resume.begin(), h.resume.end(),
                                    [&](const net::msg::resume_entry& r) { return r.transfer == d.download_id; });
     if (held != h.resume.end() && d.download && held->offset <= d.download->out.size()) {
-      // The agent keeps the assignment: finish the download (a no-op when it holds it all).
+      // The agent still has this round's assignment. An upload in flight is registered before the
+      // WELCOME, so our ACK tells the agent where to resume; a download continues from its offset.
+      if (d.upload && !d.upload->in.complete())
+        s->expect_blob(std::shared_ptr<net::incoming_transfer>(d.upload, &d.upload->in));
+      s->send(welcome);
       if (held->offset < d.download->out.size())
         s->send_blob(std::shared_ptr<net::outgoing_transfer>(d.download, &d.download->out), held->offset);
     } else {
-      send_assignment(d, *a);  // it lost the assignment (restarted): send it again from the start
+      // It lost the assignment (a restarted agent): whatever it had sent is void; send it again.
+      d.upload.reset();
+      s->send(welcome);
+      send_assignment(d, *a);
     }
   }
   if (waiting_) maybe_start_round();
@@ -191,8 +196,10 @@ void hub_service::send_assignment(device_entry& d, const assignment& a) {
   d.session->send_blob(std::shared_ptr<net::outgoing_transfer>(d.download, &d.download->out));
 }
 
-void hub_service::reject(const std::shared_ptr<net::session>& s, const std::string& id, const std::string& reason) {
+void hub_service::reject(const std::shared_ptr<net::session>& s, const std::string& id, const std::string& reason,
+                         std::uint64_t transfer) {
   log(log_level::warning, "update from " + id + " refused: " + reason);
+  if (transfer != 0) s->discard_blob(transfer);  // its chunks may already be on their way
   s->send(net::msg::result{.accepted = false, .reason = reason});
 }
 
@@ -201,16 +208,23 @@ void hub_service::on_update(const std::shared_ptr<net::session>& s, const net::m
   device_entry& d = devices_[id];
   d.record.last_seen = unix_now();
   assignment* a = engine_->find(id);
+  if (u.transfer == d.accepted_upload) {  // accepted before the link broke and its RESULT was lost
+    s->send(net::msg::result{.accepted = true, .reason = {}});
+    return;
+  }
   if (a == nullptr) {
-    const auto open = engine_->in_round() ? engine_->current_round() : engine_->current_round() - 1;
-    reject(s, id, engine_->in_round() && static_cast<std::int64_t>(u.round) == open
-                      ? "no assignment for this device in round " + std::to_string(open)
-                      : "update for round " + std::to_string(u.round) + ", which is closed");
+    const auto round = static_cast<std::int64_t>(u.round);
+    const std::string why = round <= engine_->completed() ? "update for round " + std::to_string(round) + ", which is closed"
+                            : engine_->in_round() && round == engine_->current_round()
+                                ? "no assignment for this device in round " + std::to_string(round)
+                                : "update for round " + std::to_string(round) + ", which is not open";
+    reject(s, id, why, u.transfer);
     return;
   }
   if (u.transfer != net::upload_transfer_id(d.download_id)) {
     reject(s, id, "update for round " + std::to_string(u.round) + " answers another assignment (transfer " +
-                      std::to_string(u.transfer) + ")");
+                      std::to_string(u.transfer) + ")",
+           u.transfer);
     return;
   }
   if (d.upload && d.upload->in.id() == u.transfer) {  // the agent re-announces after a reconnect
@@ -218,7 +232,7 @@ void hub_service::on_update(const std::shared_ptr<net::session>& s, const net::m
     return;
   }
   if (auto ok = engine_->check_update(*a, u); !ok) {
-    reject(s, id, ok.error().message);
+    reject(s, id, ok.error().message, u.transfer);
     if (a->state == assignment_state::assigned && static_cast<std::int64_t>(u.round) == engine_->current_round()) {
       a->state = assignment_state::rejected;
       a->reason = ok.error().message;
@@ -236,7 +250,7 @@ void hub_service::on_upload(const std::shared_ptr<net::session>& s, const std::s
   device_entry& d = devices_[id];
   assignment* a = engine_->find(id);
   if (a == nullptr || !d.upload || &d.upload->in != in.get() || a->state != assignment_state::assigned) {
-    reject(s, id, "update arrived after its round closed");
+    reject(s, id, "update arrived after its round closed", 0);
     return;
   }
   a->examples = d.update.examples;
@@ -249,8 +263,9 @@ void hub_service::on_upload(const std::shared_ptr<net::session>& s, const std::s
   if (!ok) {
     a->state = assignment_state::rejected;
     a->reason = ok.error().message;
-    reject(s, id, ok.error().message);
+    reject(s, id, ok.error().message, 0);
   } else {
+    d.accepted_upload = in->id();
     s->send(net::msg::result{.accepted = true, .reason = {}});
   }
   if (engine_->all_reported()) close_round();

@@ -188,6 +188,12 @@ bool session::on_frame_part() {
     case read_state::chunk_header:
       return begin_chunk();
     case read_state::chunk_skip: {
+      if (!chunk_in_) {  // a discarded transfer's chunk: read and dropped whole
+        rstate_ = read_state::header;
+        target_ = header_buf_;
+        filled_ = 0;
+        return true;
+      }
       filled_ = 0;
       rstate_ = read_state::chunk_data;
       const std::uint64_t start = chunk_.offset + chunk_skip_;
@@ -210,6 +216,16 @@ bool session::begin_chunk() {
   }
   chunk_ = c.value();
   auto it = incoming_.find(chunk_.transfer);
+  if (it == incoming_.end() && std::find(discarded_.begin(), discarded_.end(), chunk_.transfer) != discarded_.end()) {
+    // The caller refused this blob (its announcement was rejected): drop the bytes, ACK nothing, so
+    // the sender stops after one window and reads the verdict.
+    chunk_in_.reset();
+    filled_ = 0;
+    rstate_ = read_state::chunk_skip;
+    payload_.resize(header_.payload_bytes - chunk_header_bytes);
+    target_ = payload_;
+    return true;
+  }
   if (it == incoming_.end()) {
     fail(make_error(errc::unknown_transfer, "CHUNK for transfer " + std::to_string(chunk_.transfer) +
                                                 " that was not announced"),
@@ -409,6 +425,14 @@ void session::expect_blob(std::shared_ptr<incoming_transfer> t) {
     self->incoming_[t->id()] = t;
     // Tell the sender where to resume; on a fresh transfer this is ACK 0 and harmless.
     self->enqueue(encode_message(msg::ack{t->id(), t->received_}));
+  });
+}
+
+void session::discard_blob(std::uint64_t id) {
+  asio::dispatch(strand_, [self = shared_from_this(), id] {
+    if (std::find(self->discarded_.begin(), self->discarded_.end(), id) != self->discarded_.end()) return;
+    if (self->discarded_.size() >= k_max_discarded) self->discarded_.pop_front();
+    self->discarded_.push_back(id);
   });
 }
 

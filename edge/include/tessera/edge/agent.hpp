@@ -113,7 +113,7 @@ class agent {
   std::size_t arena_budget_ = 0;
   std::shared_ptr<net::client> client_;
   std::shared_ptr<net::session> session_;  // the current link, once ready
-  std::unique_ptr<job> job_;
+  std::shared_ptr<job> job_;
   std::uint64_t generation_ = 0;
   std::thread worker_;
   std::atomic<bool> cancel_{false};

@@ -92,6 +92,7 @@ class hub_service {
     std::shared_ptr<download_slot> download;
     std::shared_ptr<upload_slot> upload;
     net::msg::update update{};               // the announcement of the upload in flight
+    std::uint64_t accepted_upload = 0;       // the last upload accepted (a repeat gets its RESULT again)
   };
 
   hub_service(boost::asio::io_context& io, const hub_config& config, log_sink log);
@@ -104,7 +105,8 @@ class hub_service {
   void on_download_sent(const std::string& id, const std::shared_ptr<net::outgoing_transfer>& out);
   void on_closed(const std::shared_ptr<net::session>& s, const core::error& why);
   void send_assignment(device_entry& d, const assignment& a);
-  void reject(const std::shared_ptr<net::session>& s, const std::string& id, const std::string& reason);
+  // Logs and answers RESULT{rejected}; `transfer` (if not 0) is the announced upload, whose chunks are dropped.
+  void reject(const std::shared_ptr<net::session>& s, const std::string& id, const std::string& reason, std::uint64_t transfer);
   void arm_wait_timer();
   void maybe_start_round();
   void start_round();

@@ -89,6 +89,9 @@ class session : public std::enable_shared_from_this<session> {
   void send_blob(std::shared_ptr<outgoing_transfer> t, std::uint64_t peer_offset = 0);
   // Registers a blob this side will receive and tells the peer how much of it is already here (ACK).
   void expect_blob(std::shared_ptr<incoming_transfer> t);
+  // Drops the chunks of a blob this side refused (its UPDATE or ASSIGN was rejected) instead of treating
+  // them as a protocol error; the sender, receiving no ACK, stops after one window.
+  void discard_blob(std::uint64_t id);
   // Flushes queued frames, exchanges close_notify, closes; on_closed reports errc::stopped.
   void close();
   // Sends REFUSE{reason} and closes; on_closed reports `code`.
@@ -183,6 +186,8 @@ class session : public std::enable_shared_from_this<session> {
   std::map<std::uint64_t, std::uint64_t> peer_acks_;
   std::map<std::uint64_t, std::shared_ptr<outgoing_transfer>> outgoing_;
   std::map<std::uint64_t, std::shared_ptr<incoming_transfer>> incoming_;
+  static constexpr std::size_t k_max_discarded = 16;
+  std::deque<std::uint64_t> discarded_;
 };
 
 }  // namespace tessera::net
