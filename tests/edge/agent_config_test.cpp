@@ -1,0 +1,64 @@
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/core/json_config.hpp"
+#include "tessera/edge/agent.hpp"
+
+using namespace tessera;
+
+namespace {
+
+nlohmann::json minimal() {
+  return {{"hub", "hub.example.org:7443"}, {"data", {{"features", "x.idx"}, {"labels", "y.idx"}}}};
+}
+
+std::string error_of(const nlohmann::json& j) {
+  auto c = edge::parse_agent_config(j, "agent.json");
+  REQUIRE_FALSE(c.ok());
+  return c.error().message;
+}
+
+}  // namespace
+
+TEST_CASE("agent config: defaults and overrides") {
+  auto c = edge::parse_agent_config(minimal(), "agent.json");
+  REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
+  CHECK(c.value().hub_host == "hub.example.org");
+  CHECK(c.value().hub_port == 7443);
+  CHECK(c.value().tls.hub_name == "hub.example.org");  // the name dialled is the name checked
+  CHECK(c.value().budget_bytes == 16u << 20);
+  CHECK(c.value().codecs.size() == 3);
+  CHECK(c.value().data_seed == 0);
+
+  auto j = minimal();
+  REQUIRE(core::apply_overrides(j, {"memory_budget_mib=4", "codecs=[\"q8\"]", "data.seed=18446744073709551615",
+                                    "reconnect.max_ms=500", "hub_name=hub"}).ok());
+  auto o = edge::parse_agent_config(j, "agent.json");
+  REQUIRE_MESSAGE(o.ok(), (o.ok() ? "" : o.error().message));
+  CHECK(o.value().budget_bytes == 4u << 20);
+  REQUIRE(o.value().codecs.size() == 2);  // f32 is always understood
+  CHECK(o.value().codecs[0] == net::codec::q8);
+  CHECK(o.value().data_seed == 18446744073709551615ull);
+  CHECK(o.value().backoff_max.count() == 500);
+  CHECK(o.value().tls.hub_name == "hub");
+}
+
+TEST_CASE("agent config: errors name the file and the field") {
+  CHECK(error_of({{"hub", "x:1"}}).find("'data'") != std::string::npos);
+  auto j = minimal();
+  j["hub"] = "no-port";
+  CHECK(error_of(j).find("agent.json: field 'hub'") != std::string::npos);
+  j = minimal();
+  j["codecs"] = {"f32", "zip"};
+  CHECK(error_of(j).find("'codecs[1]'") != std::string::npos);
+  j = minimal();
+  j["data"].erase("labels");
+  CHECK(error_of(j).find("'data.labels'") != std::string::npos);
+  j = minimal();
+  j["reconnect"] = {{"initial_ms", 1000}, {"max_ms", 10}};
+  CHECK(error_of(j).find("'reconnect.max_ms'") != std::string::npos);
+  j = minimal();
+  j["memory_budget"] = 3;
+  CHECK(error_of(j).find("memory_budget") != std::string::npos);
+}

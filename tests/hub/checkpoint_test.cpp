@@ -1,0 +1,118 @@
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "../core/test_files.hpp"
+#include "tessera/core/mlp.hpp"
+#include "tessera/hub/checkpoint.hpp"
+
+using namespace tessera;
+using tessera::testing::temp_dir;
+
+namespace {
+
+core::model_spec spec(std::int64_t hidden = 16) {
+  core::model_spec s;
+  s.inputs = 8;
+  s.hidden = {hidden, hidden};
+  s.outputs = 3;
+  return s;
+}
+
+hub::checkpoint sample() {
+  hub::checkpoint c;
+  c.round = 7;
+  c.plan_seed = 0xfeedfacecafebeefull;
+  c.seed = 3;
+  c.strategy = "ist";
+  c.spec = spec();
+  c.params.resize(core::param_count(c.spec.full_arch()));
+  core::initialize(c.spec, c.params);
+  c.registry = {{.id = "pi-01", .budget_bytes = 8u << 20, .examples = 600, .rounds_done = 6, .rounds_missed = 1, .last_seen = 1700000000},
+                {.id = "pi-02", .budget_bytes = 4u << 20, .examples = 300, .rounds_done = 7, .rounds_missed = 0, .last_seen = 1700000100}};
+  return c;
+}
+
+void flip_byte(const std::string& path, std::streamoff at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(at);
+  char ch = 0;
+  f.read(&ch, 1);
+  ch = static_cast<char>(ch ^ 0x40);
+  f.seekp(at);
+  f.write(&ch, 1);
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: round trip, plain and sealed") {
+  temp_dir d("ckpt");
+  const hub::checkpoint c = sample();
+  auto key = crypto::sealing_key::generate();
+  REQUIRE(key.ok());
+  const crypto::sealing_key* keys[] = {nullptr, &key.value()};
+  for (const crypto::sealing_key* k : keys) {
+    const std::string path = d.file(k ? "sealed.ckpt" : "plain.ckpt");
+    REQUIRE(hub::save_checkpoint(path, c, k).ok());
+    auto back = hub::load_checkpoint(path, spec(), k);
+    REQUIRE_MESSAGE(back.ok(), (back.ok() ? "" : back.error().message));
+    REQUIRE(back.value().has_value());
+    const hub::checkpoint& b = *back.value();
+    CHECK(b.round == 7);
+    CHECK(b.plan_seed == c.plan_seed);
+    CHECK(b.seed == 3);
+    CHECK(b.strategy == "ist");
+    CHECK(b.params == c.params);
+    REQUIRE(b.registry.size() == 2);
+    CHECK(b.registry[1].id == "pi-02");
+    CHECK(b.registry[0].rounds_missed == 1);
+    CHECK(b.registry[1].last_seen == 1700000100);
+  }
+  // No file yet: nothing to resume, not an error.
+  auto none = hub::load_checkpoint(d.file("absent.ckpt"), spec(), nullptr);
+  REQUIRE(none.ok());
+  CHECK_FALSE(none.value().has_value());
+}
+
+TEST_CASE("checkpoint: a changed byte, the wrong key, another model or a missing key are refused with the file named") {
+  temp_dir d("ckpt");
+  const hub::checkpoint c = sample();
+  const std::string plain = d.file("plain.ckpt"), sealed = d.file("sealed.ckpt");
+  auto key = crypto::sealing_key::generate();
+  auto other = crypto::sealing_key::generate();
+  REQUIRE((key.ok() && other.ok()));
+  REQUIRE(hub::save_checkpoint(plain, c, nullptr).ok());
+  REQUIRE(hub::save_checkpoint(sealed, c, &key.value()).ok());
+
+  auto wrong_model = hub::load_checkpoint(plain, spec(32), nullptr);
+  REQUIRE_FALSE(wrong_model.ok());
+  CHECK(wrong_model.error().message.find(plain) != std::string::npos);
+  CHECK(wrong_model.error().message.find("configuration asks for") != std::string::npos);
+
+  CHECK_FALSE(hub::load_checkpoint(sealed, spec(), &other.value()).ok());
+  auto unsealed_read = hub::load_checkpoint(sealed, spec(), nullptr);
+  REQUIRE_FALSE(unsealed_read.ok());
+  CHECK(unsealed_read.error().message.find("sealed") != std::string::npos);
+
+  // A flipped parameter byte (near the end) fails the digest; a flipped header byte fails parsing.
+  const auto size = static_cast<std::streamoff>(std::filesystem::file_size(plain));
+  flip_byte(plain, size - 3);
+  auto tampered = hub::load_checkpoint(plain, spec(), nullptr);
+  REQUIRE_FALSE(tampered.ok());
+  CHECK(tampered.error().message.find("SHA-256") != std::string::npos);
+
+  flip_byte(sealed, 40);
+  CHECK_FALSE(hub::load_checkpoint(sealed, spec(), &key.value()).ok());
+
+  // Truncated: the parameters end early.
+  REQUIRE(hub::save_checkpoint(plain, c, nullptr).ok());
+  std::filesystem::resize_file(plain, static_cast<std::uintmax_t>(size - 8));
+  auto cut = hub::load_checkpoint(plain, spec(), nullptr);
+  REQUIRE_FALSE(cut.ok());
+  CHECK(cut.error().message.find("parameter bytes") != std::string::npos);
+
+  tessera::testing::write_bytes(d.file("junk.ckpt"), std::string_view("not a checkpoint at all"));
+  auto junk = hub::load_checkpoint(d.file("junk.ckpt"), spec(), nullptr);
+  REQUIRE_FALSE(junk.ok());
+  CHECK(junk.error().message.find("not a hub checkpoint") != std::string::npos);
+}

@@ -1,0 +1,43 @@
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/hub/hub_config.hpp"
+
+using namespace tessera;
+
+namespace {
+
+std::string error_of(const nlohmann::json& j) {
+  auto c = hub::parse_hub_config(j, "hub.json");
+  REQUIRE_FALSE(c.ok());
+  return c.error().message;
+}
+
+}  // namespace
+
+TEST_CASE("hub config: defaults, and overrides from the command line") {
+  auto c = hub::load_hub_config("", {"listen=0.0.0.0:9000", "rounds=12", "tls.crl=other.crl", "strategy=fedavg",
+                                     "model.hidden=[64,32]"});
+  REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
+  CHECK(c.value().listen_host == "0.0.0.0");
+  CHECK(c.value().listen_port == 9000);
+  CHECK(c.value().rounds == 12);
+  CHECK(c.value().lr.total_rounds == 12);
+  CHECK(c.value().tls.crl == "other.crl");
+  CHECK(c.value().tls.ca_cert == "pki/ca.pem");
+  CHECK(c.value().strategy == hub::strategy_kind::fedavg);
+  CHECK(c.value().model.hidden == std::vector<std::int64_t>{64, 32});
+  CHECK_FALSE(c.value().validation.has_value());
+}
+
+TEST_CASE("hub config: errors name the file and the field") {
+  CHECK(error_of({{"listen", "nowhere"}}).find("hub.json: field 'listen'") != std::string::npos);
+  CHECK(error_of({{"min_devices", 5}, {"max_devices", 2}}).find("'max_devices'") != std::string::npos);
+  CHECK(error_of({{"seal_key", "k"}}).find("'seal_key'") != std::string::npos);
+  CHECK(error_of({{"strategy", "central"}}).find("'strategy'") != std::string::npos);
+  CHECK(error_of({{"nesterov", true}}).find("'nesterov'") != std::string::npos);
+  CHECK(error_of({{"heartbeat_s", 30}, {"idle_timeout_s", 20}}).find("'idle_timeout_s'") != std::string::npos);
+  CHECK(error_of({{"validation", {{"format", "idx"}}}}).find("validation") != std::string::npos);
+  CHECK(error_of({{"roundz", 3}}).find("roundz") != std::string::npos);
+}

@@ -1,0 +1,81 @@
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/core/mlp.hpp"
+#include "tessera/net/task.hpp"
+
+using namespace tessera;
+
+namespace {
+
+net::training_task sample() {
+  net::training_task t;
+  t.arch.widths = {784, 128, 96, 10};
+  t.arch.layer_norm = true;
+  t.arch.input_scale = {1.0f, 4.0f, 5.0f};
+  t.steps = 100;
+  t.batch = 32;
+  t.sgd = {.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = false};
+  return t;
+}
+
+net::msg::assign assign_of(const net::training_task& t) {
+  return {.round = 3, .widths = net::hidden_widths(t.arch), .hyper_json = net::task_to_json(t), .transfer = 9, .size = 0,
+          .blob_codec = net::codec::f32, .sha256 = {}};
+}
+
+// The ASSIGN with one field of hyper_json replaced (or removed, with a null value).
+std::string error_with(const std::string& key, const nlohmann::json& value) {
+  auto a = assign_of(sample());
+  auto j = nlohmann::json::parse(a.hyper_json);
+  if (value.is_null()) j.erase(key);
+  else j[key] = value;
+  a.hyper_json = j.dump();
+  auto t = net::task_from_assign(a);
+  REQUIRE_FALSE(t.ok());
+  return t.error().message;
+}
+
+}  // namespace
+
+TEST_CASE("task: what the hub sends is what the agent rebuilds") {
+  const auto t = sample();
+  auto back = net::task_from_assign(assign_of(t));
+  REQUIRE_MESSAGE(back.ok(), (back.ok() ? "" : back.error().message));
+  CHECK(back.value().arch.widths == t.arch.widths);
+  CHECK(back.value().arch.layer_norm);
+  CHECK(back.value().arch.input_scale == t.arch.input_scale);
+  CHECK(back.value().steps == 100);
+  CHECK(back.value().batch == 32);
+  CHECK(back.value().sgd.learning_rate == doctest::Approx(0.05));
+  CHECK(back.value().sgd.momentum == doctest::Approx(0.9));
+  CHECK(net::upload_transfer_id(9) != 9);
+  CHECK((net::upload_transfer_id(9) & ~net::upload_bit) == 9);
+}
+
+TEST_CASE("task: every field is bounded before anything is sized from it, and the error names it") {
+  CHECK(error_with("inputs", nullptr).find("'inputs': missing") != std::string::npos);
+  CHECK(error_with("inputs", 0).find("'inputs'") != std::string::npos);
+  CHECK(error_with("outputs", "ten").find("'outputs'") != std::string::npos);
+  CHECK(error_with("batch", 1 << 20).find("'batch'") != std::string::npos);
+  CHECK(error_with("steps", -1).find("'steps'") != std::string::npos);
+  CHECK(error_with("lr", "fast").find("'lr'") != std::string::npos);
+  CHECK(error_with("momentum", 1.5).find("'momentum'") != std::string::npos);
+  CHECK(error_with("input_scale", nlohmann::json::array({1, 2})).find("'input_scale'") != std::string::npos);
+  CHECK(error_with("input_scale", nlohmann::json::array({1, -2, 1})).find("'input_scale'") != std::string::npos);
+  CHECK(error_with("task", "poetry").find("'task'") != std::string::npos);
+  CHECK(error_with("nesterov", true).find("'nesterov'") != std::string::npos);
+
+  auto a = assign_of(sample());
+  a.widths = {};
+  CHECK(net::task_from_assign(a).error().message.find("'widths'") != std::string::npos);
+  a.widths = {0};
+  CHECK(net::task_from_assign(a).error().message.find("'widths'") != std::string::npos);
+  // Each width is allowed, but together they would need terabytes: refused before anything is sized.
+  a.widths = {1u << 20, 1u << 20, 1u << 20};
+  CHECK(net::task_from_assign(a).error().message.find("parameters") != std::string::npos);
+  a = assign_of(sample());
+  a.hyper_json = "[1, 2]";
+  CHECK_FALSE(net::task_from_assign(a).ok());
+}
