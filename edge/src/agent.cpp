@@ -97,6 +97,15 @@ core::result<agent_config> parse_agent_config(const nlohmann::json& json, const 
     if (c.backoff_max < c.backoff_initial) rr.fail("max_ms", "is below initial_ms");
     TESSERA_TRY(rr.finish());
   }
+  if (const auto* rl = r.object("rate_limit")) {
+    core::config_reader lr = r.child("rate_limit", *rl);
+    c.upload_bytes_per_s = static_cast<std::uint64_t>(lr.integer("upload_bytes_per_s", 0, 0, INT64_MAX));
+    c.download_bytes_per_s = static_cast<std::uint64_t>(lr.integer("download_bytes_per_s", 0, 0, INT64_MAX));
+    // A cap below a few hundred bytes per second could not even carry the heartbeats.
+    if (c.upload_bytes_per_s != 0 && c.upload_bytes_per_s < 512) lr.fail("upload_bytes_per_s", "below 512 (0 means no cap)");
+    if (c.download_bytes_per_s != 0 && c.download_bytes_per_s < 512) lr.fail("download_bytes_per_s", "below 512 (0 means no cap)");
+    TESSERA_TRY(lr.finish());
+  }
   c.heartbeat_s = r.number("heartbeat_s", 10, 0.05, 3600);
   c.idle_timeout_s = r.number("idle_timeout_s", 60, 0.2, 86400);
   if (c.idle_timeout_s <= c.heartbeat_s) r.fail("idle_timeout_s", "must exceed heartbeat_s");
@@ -179,6 +188,8 @@ void agent::start() {
   sc.heartbeat_interval = ms(config_.heartbeat_s);
   sc.idle_timeout = ms(config_.idle_timeout_s);
   sc.write_timeout = ms(config_.idle_timeout_s);
+  sc.send_rate = config_.upload_bytes_per_s;
+  sc.receive_rate = config_.download_bytes_per_s;
   client_ = net::client::create(io_, tls_, sc,
                                 {.host = config_.hub_host, .port = config_.hub_port, .backoff_initial = config_.backoff_initial,
                                  .backoff_max = config_.backoff_max, .jitter = config_.jitter, .seed = 0});

@@ -35,7 +35,8 @@ Stop it with SIGTERM or SIGINT. Events go to standard error.
 Fields: hub (HOST:PORT), hub_name (the name the hub's certificate carries; default: the host),
 tls{ca, cert, key}, data{format (idx|npy|csv), features, labels, normalization (none|scale_unit),
 label_column, header, shuffle_buffer, max_batch, seed}, memory_budget_mib, codecs (["f32","f16","q8"]),
-reconnect{initial_ms, max_ms, jitter}, heartbeat_s, idle_timeout_s, exit_after_rounds (0: forever).
+reconnect{initial_ms, max_ms, jitter}, rate_limit{upload_bytes_per_s, download_bytes_per_s} (caps for
+metered links; 0: none), heartbeat_s, idle_timeout_s, exit_after_rounds (0: forever).
 
 train-local:
 

@@ -49,7 +49,9 @@ session::session(tcp::socket socket, std::shared_ptr<asio::ssl::context> tls, ro
       stream_(std::move(socket), *tls_),
       watchdog_(strand_),
       role_(r),
-      config_(config) {
+      config_(config),
+      send_timer_(strand_),
+      receive_timer_(strand_) {
   // Chunks must fit the peer's frame limit together with their sub-header; a config that breaks this
   // is a programming error.
   config_.max_frame_payload = std::min(config_.max_frame_payload, hard_max_payload);
@@ -59,11 +61,33 @@ session::session(tcp::socket socket, std::shared_ptr<asio::ssl::context> tls, ro
 
 session::~session() = default;
 
+void session::bucket::init(std::uint64_t r, clock::time_point now) {
+  rate = r;
+  burst = std::max(4096.0, static_cast<double>(r) * 0.05);
+  tokens = burst;
+  refilled = now;
+}
+
+std::size_t session::bucket::allow(std::size_t want, clock::time_point now) {
+  if (rate == 0) return want;
+  tokens = std::min(burst, tokens + std::chrono::duration<double>(now - refilled).count() * static_cast<double>(rate));
+  refilled = now;
+  if (tokens < 1.0) return 0;
+  return std::min(want, static_cast<std::size_t>(tokens));
+}
+
+std::chrono::nanoseconds session::bucket::wait_for(std::size_t n) const {
+  const double missing = std::max(1.0, static_cast<double>(n) - tokens);
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(missing / static_cast<double>(rate) * 1e9) + 1);
+}
+
 void session::start() {
   asio::dispatch(strand_, [self = shared_from_this()] {
     if (self->started_) return;
     self->started_ = true;
     self->started_at_ = self->last_rx_ = self->last_tx_ = self->last_tx_progress_ = clock::now();
+    self->send_bucket_.init(self->config_.send_rate, self->started_at_);
+    self->receive_bucket_.init(self->config_.receive_rate, self->started_at_);
     self->do_tick();
     self->stream_.async_handshake(
         self->role_ == role::hub ? asio::ssl::stream_base::server : asio::ssl::stream_base::client,
@@ -118,8 +142,30 @@ void session::on_handshake(const boost::system::error_code& ec) {
 }
 
 void session::do_read() {
+  std::size_t want = target_.size() - filled_;
+  if (receive_bucket_.rate != 0) {
+    // Read no more than the bucket holds, so pacing pauses stay short; wait when it is empty.
+    const auto now = clock::now();
+    const std::size_t cap = std::max<std::size_t>(1, static_cast<std::size_t>(receive_bucket_.burst));
+    want = receive_bucket_.allow(std::min(want, cap), now);
+    if (want == 0) {
+      receive_paused_ = true;
+      receive_timer_.expires_after(receive_bucket_.wait_for(std::min(target_.size() - filled_, cap)));
+      receive_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+        self->receive_paused_ = false;
+        if (ec || self->closed_) return;
+        if (self->closing_) {
+          self->continue_close();
+          return;
+        }
+        self->last_rx_ = clock::now();  // our own pause is no silence of the peer
+        self->do_read();
+      });
+      return;
+    }
+  }
   read_pending_ = true;
-  stream_.async_read_some(asio::buffer(target_.data() + filled_, target_.size() - filled_),
+  stream_.async_read_some(asio::buffer(target_.data() + filled_, want),
                           asio::bind_executor(strand_, [self = shared_from_this()](const boost::system::error_code& ec,
                                                                                   std::size_t n) {
                             self->on_read(ec, n);
@@ -143,6 +189,7 @@ void session::on_read(const boost::system::error_code& ec, std::size_t n) {
   }
   last_rx_ = clock::now();
   bytes_rx_ += n;
+  receive_bucket_.spend(n);
   filled_ += n;
   if (filled_ < target_.size()) {
     do_read();
@@ -483,12 +530,29 @@ void session::pump_blobs() {
 }
 
 void session::do_write() {
-  if (queue_.empty() || write_pending_ || closed_ || transport_broken_) return;
+  if (queue_.empty() || write_pending_ || send_paused_ || closed_ || transport_broken_) return;
   const out_frame& f = queue_.front();
   // Asio's SSL stream writes one buffer per call; progress is tracked per call for the write deadline.
   asio::const_buffer buf;
   if (written_ < f.head.size()) buf = asio::buffer(f.head.data() + written_, f.head.size() - written_);
   else buf = asio::buffer(f.body.data() + (written_ - f.head.size()), f.body.size() - (written_ - f.head.size()));
+  if (send_bucket_.rate != 0) {
+    const std::size_t cap = std::max<std::size_t>(1, static_cast<std::size_t>(send_bucket_.burst));
+    const std::size_t allowed = send_bucket_.allow(std::min(buf.size(), cap), clock::now());
+    if (allowed == 0) {
+      send_paused_ = true;
+      send_timer_.expires_after(send_bucket_.wait_for(std::min(buf.size(), cap)));
+      send_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+        self->send_paused_ = false;
+        if (ec || self->closed_) return;
+        self->do_write();
+        if (!self->write_pending_ && self->closing_) self->continue_close();
+      });
+      return;
+    }
+    buf = asio::buffer(buf.data(), allowed);
+    send_bucket_.spend(allowed);
+  }
   write_pending_ = true;
   last_tx_progress_ = clock::now();
   stream_.async_write_some(buf, asio::bind_executor(strand_, [self = shared_from_this()](
@@ -644,6 +708,8 @@ void session::finish() {
   closing_ = true;
   boost::system::error_code ignored;
   watchdog_.cancel();
+  send_timer_.cancel();
+  receive_timer_.cancel();
   stream_.lowest_layer().shutdown(tcp::socket::shutdown_both, ignored);
   stream_.lowest_layer().close(ignored);
   // Detach the transfers: the next session resumes them from the last acknowledged offset.

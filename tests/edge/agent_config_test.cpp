@@ -33,7 +33,7 @@ TEST_CASE("agent config: defaults and overrides") {
 
   auto j = minimal();
   REQUIRE(core::apply_overrides(j, {"memory_budget_mib=4", "codecs=[\"q8\"]", "data.seed=18446744073709551615",
-                                    "reconnect.max_ms=500", "hub_name=hub"}).ok());
+                                    "reconnect.max_ms=500", "hub_name=hub", "rate_limit.upload_bytes_per_s=32000"}).ok());
   auto o = edge::parse_agent_config(j, "agent.json");
   REQUIRE_MESSAGE(o.ok(), (o.ok() ? "" : o.error().message));
   CHECK(o.value().budget_bytes == 4u << 20);
@@ -42,6 +42,8 @@ TEST_CASE("agent config: defaults and overrides") {
   CHECK(o.value().data_seed == 18446744073709551615ull);
   CHECK(o.value().backoff_max.count() == 500);
   CHECK(o.value().tls.hub_name == "hub");
+  CHECK(o.value().upload_bytes_per_s == 32000);
+  CHECK(o.value().download_bytes_per_s == 0);
 }
 
 TEST_CASE("agent config: errors name the file and the field") {
@@ -58,6 +60,9 @@ TEST_CASE("agent config: errors name the file and the field") {
   j = minimal();
   j["reconnect"] = {{"initial_ms", 1000}, {"max_ms", 10}};
   CHECK(error_of(j).find("'reconnect.max_ms'") != std::string::npos);
+  j = minimal();
+  j["rate_limit"] = {{"upload_bytes_per_s", 100}};
+  CHECK(error_of(j).find("'rate_limit.upload_bytes_per_s'") != std::string::npos);
   j = minimal();
   j["memory_budget"] = 3;
   CHECK(error_of(j).find("memory_budget") != std::string::npos);

@@ -321,3 +321,43 @@ TEST_CASE("client: reconnects on a timer with growing delays while the hub is un
   CHECK(delays[3] == 40ms);
   CHECK(delays[4] == 40ms);
 }
+
+TEST_CASE("transfer: the agent's rate caps pace its download and its upload, and the link survives the pacing") {
+  hub_fixture hub;
+  const auto down = pattern(1u << 20, 21);
+  const auto up = pattern(512u << 10, 22);
+  hub.download = std::make_shared<net::outgoing_transfer>(1, down);
+  auto up_t = std::make_shared<net::outgoing_transfer>(2, up);
+  std::vector<std::byte> got(down.size());
+  std::shared_ptr<net::incoming_transfer> in;
+  net::session_config capped = fast_config();
+  capped.receive_rate = 1u << 20;  // 1 MiB/s down
+  capped.send_rate = 256u << 10;   // 256 KiB/s up
+  using clock = std::chrono::steady_clock;
+  clock::time_point assigned{}, downloaded{}, uploaded{};
+  auto agent = start_agent(hub.io, asio_tls(test_pki::get().agent_tls(test_pki::get().dev_a)), hub.port, "dev-a", capped,
+                           [&](agent_probe& probe, const net::message& m) {
+                             if (const auto* a = std::get_if<net::msg::assign>(&m)) {
+                               assigned = clock::now();
+                               in = std::make_shared<net::incoming_transfer>(a->transfer, got, a->sha256);
+                               probe.s->expect_blob(in);
+                             }
+                           });
+  agent->s->on_blob_received([&](const std::shared_ptr<net::incoming_transfer>&) {
+    downloaded = clock::now();
+    agent->s->send(net::msg::update{.round = 1, .examples = 10, .steps = 3, .loss = 0.1, .transfer = 2,
+                                    .size = up_t->size(), .blob_codec = net::codec::f32, .sha256 = up_t->sha256()});
+    agent->s->send_blob(up_t);
+  });
+  agent->s->on_blob_sent([&](const std::shared_ptr<net::outgoing_transfer>&) { uploaded = clock::now(); });
+  REQUIRE(run_until(hub.io, [&] { return hub.blobs_received == 1 && uploaded != clock::time_point{}; }, 20000ms));
+  CHECK(got == down);
+  CHECK(hub.upload_buf == up);
+  CHECK(hub.closes.empty());  // 400 ms idle deadlines on both sides held throughout
+  const double down_s = std::chrono::duration<double>(downloaded - assigned).count();
+  const double up_s = std::chrono::duration<double>(uploaded - downloaded).count();
+  MESSAGE("1 MiB down at a 1 MiB/s cap: " << down_s << " s; 512 KiB up at a 256 KiB/s cap: " << up_s << " s");
+  // At most one 50 ms burst goes faster than the cap.
+  CHECK(down_s >= 0.9);
+  CHECK(up_s >= 1.9);
+}

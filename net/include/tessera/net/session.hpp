@@ -64,6 +64,12 @@ struct session_config {
   std::uint32_t chunk_bytes = 256u << 10;                  // data bytes per CHUNK we send
   std::uint64_t transfer_window_bytes = 2u << 20;          // unacknowledged bytes per outgoing blob
   std::size_t max_queued_control = 256;                    // control frames waiting to be written
+  // Rate caps for metered links, bytes per second of TLS payload (0: none). Sending and receiving are
+  // paced by token buckets holding at most 50 ms of traffic (at least 4 KiB), so a cap holds over
+  // any window longer than that; paused time does not count against the write deadline, and reads
+  // are sized so a pause never approaches the idle deadline.
+  std::uint64_t send_rate = 0;
+  std::uint64_t receive_rate = 0;
 };
 
 class session : public std::enable_shared_from_this<session> {
@@ -129,6 +135,18 @@ class session : public std::enable_shared_from_this<session> {
   void on_write(const boost::system::error_code& ec, std::size_t n);
   void do_tick();
   void on_tick();
+  // Token buckets of the rate caps: how many bytes may move now (refilled first), and spending them.
+  struct bucket {
+    std::uint64_t rate = 0;  // bytes per second; 0: unlimited
+    double tokens = 0;
+    double burst = 0;
+    clock::time_point refilled{};
+    void init(std::uint64_t r, clock::time_point now);
+    [[nodiscard]] std::size_t allow(std::size_t want, clock::time_point now);
+    void spend(std::size_t n) { tokens -= static_cast<double>(n); }
+    // How long until `n` bytes are available.
+    [[nodiscard]] std::chrono::nanoseconds wait_for(std::size_t n) const;
+  };
   // Graceful: flush, REFUSE if a reason is given, close_notify. Hard: close the socket now.
   void fail(core::error why, bool graceful, bool send_refuse);
   void continue_close();
@@ -176,6 +194,11 @@ class session : public std::enable_shared_from_this<session> {
   chunk_header chunk_{};
   std::uint64_t chunk_skip_ = 0;     // leading bytes of this chunk already held (a resend)
   std::shared_ptr<incoming_transfer> chunk_in_;
+
+  // Rate caps (session_config::send_rate, receive_rate).
+  bucket send_bucket_, receive_bucket_;
+  asio::steady_timer send_timer_, receive_timer_;
+  bool send_paused_ = false, receive_paused_ = false;
 
   // Writing.
   std::deque<out_frame> queue_;
