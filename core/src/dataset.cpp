@@ -190,6 +190,14 @@ memory_table memory_table::subset(std::span<const std::uint32_t> indices, std::s
 }
 
 result<memory_table> load_all(example_stream& stream, std::int64_t max_examples) {
+  return load_examples(stream, max_examples, /*refuse_more=*/true);
+}
+
+result<memory_table> load_first(example_stream& stream, std::int64_t count) {
+  return load_examples(stream, count, /*refuse_more=*/false);
+}
+
+result<memory_table> load_examples(example_stream& stream, std::int64_t max_examples, bool refuse_more) {
   TESSERA_ASSERT(max_examples >= 0);
   const std::int64_t features = stream.feature_count();
   TESSERA_ASSERT(features > 0);
@@ -199,8 +207,11 @@ result<memory_table> load_all(example_stream& stream, std::int64_t max_examples)
                                              " examples (the max_examples bound of load_all)");
   };
   // When the header states the count, refuse before reading a byte.
-  const std::int64_t hint = stream.size_hint();
-  if (hint > max_examples) return over_budget();
+  std::int64_t hint = stream.size_hint();
+  if (hint > max_examples) {
+    if (refuse_more) return over_budget();
+    hint = max_examples;
+  }
   TESSERA_TRY(stream.rewind());  // "whole stream": from the first example whatever was read before
 
   std::vector<float> x;
@@ -211,7 +222,7 @@ result<memory_table> load_all(example_stream& stream, std::int64_t max_examples)
   }
   // Read straight into the tail of the growing vectors. At most max_examples + 1 examples are ever asked
   // for: one past the bound is enough to know the stream is over it, so memory stays bounded by it.
-  const auto limit = static_cast<std::size_t>(max_examples) + 1;
+  const auto limit = static_cast<std::size_t>(max_examples) + (refuse_more ? 1 : 0);
   const std::size_t rows = chunk_rows(features);
   std::size_t have = 0;
   while (have < limit) {
@@ -223,7 +234,7 @@ result<memory_table> load_all(example_stream& stream, std::int64_t max_examples)
     have += n.value();
     if (n.value() == 0) break;
   }
-  if (have > static_cast<std::size_t>(max_examples)) return over_budget();
+  if (refuse_more && have > static_cast<std::size_t>(max_examples)) return over_budget();
   x.resize(have * f);
   y.resize(have);
   x.shrink_to_fit();

@@ -106,6 +106,9 @@ core::result<agent_config> parse_agent_config(const nlohmann::json& json, const 
     if (c.download_bytes_per_s != 0 && c.download_bytes_per_s < 512) lr.fail("download_bytes_per_s", "below 512 (0 means no cap)");
     TESSERA_TRY(lr.finish());
   }
+  c.chunk_kib = static_cast<std::uint32_t>(r.integer("chunk_kib", 256, 1, 1000));
+  c.window_kib = static_cast<std::uint32_t>(r.integer("window_kib", 2048, 1, 1 << 20));
+  if (c.window_kib < c.chunk_kib) r.fail("window_kib", "is below chunk_kib");
   c.heartbeat_s = r.number("heartbeat_s", 10, 0.05, 3600);
   c.idle_timeout_s = r.number("idle_timeout_s", 60, 0.2, 86400);
   if (c.idle_timeout_s <= c.heartbeat_s) r.fail("idle_timeout_s", "must exceed heartbeat_s");
@@ -188,6 +191,8 @@ void agent::start() {
   sc.heartbeat_interval = ms(config_.heartbeat_s);
   sc.idle_timeout = ms(config_.idle_timeout_s);
   sc.write_timeout = ms(config_.idle_timeout_s);
+  sc.chunk_bytes = config_.chunk_kib << 10;
+  sc.transfer_window_bytes = std::uint64_t{config_.window_kib} << 10;
   sc.send_rate = config_.upload_bytes_per_s;
   sc.receive_rate = config_.download_bytes_per_s;
   client_ = net::client::create(io_, tls_, sc,

@@ -36,7 +36,8 @@ Fields: hub (HOST:PORT), hub_name (the name the hub's certificate carries; defau
 tls{ca, cert, key}, data{format (idx|npy|csv), features, labels, normalization (none|scale_unit),
 label_column, header, shuffle_buffer, max_batch, seed}, memory_budget_mib, codecs (["f32","f16","q8"]),
 reconnect{initial_ms, max_ms, jitter}, rate_limit{upload_bytes_per_s, download_bytes_per_s} (caps for
-metered links; 0: none), heartbeat_s, idle_timeout_s, exit_after_rounds (0: forever).
+metered links; 0: none), chunk_kib, window_kib (small on slow links: a cut resends at most a window),
+heartbeat_s, idle_timeout_s, exit_after_rounds (0: forever).
 
 train-local:
 

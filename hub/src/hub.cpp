@@ -104,6 +104,8 @@ core::result<std::uint16_t> hub_service::start() {
   sc.heartbeat_interval = ms(config_.heartbeat_s);
   sc.idle_timeout = ms(config_.idle_timeout_s);
   sc.write_timeout = ms(config_.idle_timeout_s);
+  sc.chunk_bytes = config_.chunk_kib << 10;
+  sc.transfer_window_bytes = std::uint64_t{config_.window_kib} << 10;
   server_ = net::server::create(io_, tls_, sc, {.max_sessions = config_.max_sessions});
   server_->on_session([this](const std::shared_ptr<net::session>& s) { attach(s); });
   auto port = server_->listen(config_.listen_host, config_.listen_port);

@@ -43,6 +43,9 @@ core::result<hub_config> parse_hub_config(const nlohmann::json& json, const std:
   c.heartbeat_s = r.number("heartbeat_s", 10, 0.05, 3600);
   c.idle_timeout_s = r.number("idle_timeout_s", 60, 0.2, 86400);
   if (c.idle_timeout_s <= c.heartbeat_s) r.fail("idle_timeout_s", "must exceed heartbeat_s, or idle links are cut between heartbeats");
+  c.chunk_kib = static_cast<std::uint32_t>(r.integer("chunk_kib", 256, 1, 1000));
+  c.window_kib = static_cast<std::uint32_t>(r.integer("window_kib", 2048, 1, 1 << 20));
+  if (c.window_kib < c.chunk_kib) r.fail("window_kib", "is below chunk_kib");
   c.max_sessions = static_cast<std::size_t>(r.integer("max_sessions", 4096, 1, 1'000'000));
   if (const auto* v = r.object("validation")) {
     core::config_reader vr = r.child("validation", *v);

@@ -26,7 +26,8 @@ One progress line per round goes to standard output; events go to standard error
 Fields:
   listen (HOST:PORT), tls{ca, cert, key, crl}
   model{inputs, hidden, outputs, task, init, compensation, seed}, strategy (ist|fedavg)
-  rounds, min_devices, max_devices, device_wait_s, round_deadline_s, heartbeat_s, idle_timeout_s
+  rounds, min_devices, max_devices, device_wait_s, round_deadline_s, heartbeat_s, idle_timeout_s,
+  chunk_kib, window_kib (CHUNK size and unacknowledged bytes per blob: small on slow links)
   local_steps, batch, lr, lr_schedule (constant|step|cosine), lr_warmup_rounds, lr_step_rounds,
   lr_gamma, lr_final_fraction, momentum, weight_decay, min_width, groups (0: auto), codec (f32|f16|q8)
   validation{format (idx|csv), images, labels, csv, label_column, header, normalization, max_examples}

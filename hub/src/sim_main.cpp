@@ -29,7 +29,8 @@ devices, groups (0: auto), min_width, capacities[], rounds, local_steps, batch, 
 (constant|step|cosine), lr_warmup_rounds, lr_step_rounds, lr_gamma, lr_final_fraction, momentum,
 weight_decay, nesterov, codec (f32|f16|q8), partition (iid|dirichlet), alpha, seed, eval_every, patience, metrics (JSON
 lines file), output (safetensors file), data{format (idx|csv), train_images, train_labels,
-test_images, test_labels, train_csv, test_csv, label_column, header, normalization, max_examples}.
+test_images, test_labels, train_csv, test_csv, label_column, header, normalization, max_examples,
+examples (use only the first N training examples)}.
 The default data is Fashion-MNIST from Debian's dataset-fashion-mnist package.
 )";
 

@@ -49,6 +49,7 @@ core::result<sim_config> parse_sim_config(const nlohmann::json& json, const std:
                 : norm == "standardize" ? core::normalization::standardize
                                         : core::normalization::scale_unit;
     data.max_examples = dr.integer("max_examples", data.max_examples, 1, 1LL << 31);
+    data.examples = dr.integer("examples", 0, 0, 1LL << 31);
     if (data.format == "csv" && data.train_csv.empty()) dr.fail("train_csv", "required when format is csv");
     TESSERA_TRY(dr.finish());
   }
@@ -111,7 +112,7 @@ std::string round_metrics::to_line() const {
 core::result<sim_data> load_sim_data(const data_config& d) {
   sim_data out;
   auto load = [&](const std::string& images, const std::string& labels, const std::string& csv,
-                  const core::feature_stats* stats) -> core::result<core::memory_table> {
+                  const core::feature_stats* stats, std::int64_t first) -> core::result<core::memory_table> {
     std::unique_ptr<core::example_stream> stream;
     if (d.format == "idx") {
       core::idx_options o;
@@ -130,6 +131,7 @@ core::result<sim_data> load_sim_data(const data_config& d) {
       TESSERA_TRY(s);
       stream = std::move(s.value());
     }
+    if (first > 0) return core::load_first(*stream, std::min(first, d.max_examples));
     return core::load_all(*stream, d.max_examples);
   };
   // Standardisation statistics come from the training set only, and are applied to the test set too.
@@ -152,12 +154,12 @@ core::result<sim_data> load_sim_data(const data_config& d) {
     TESSERA_TRY(st);
     stats = std::move(st.value());
   }
-  auto train = load(d.train_images, d.train_labels, d.train_csv, stats ? &*stats : nullptr);
+  auto train = load(d.train_images, d.train_labels, d.train_csv, stats ? &*stats : nullptr, d.examples);
   TESSERA_TRY(train);
   out.train = std::make_unique<core::memory_table>(std::move(train.value()));
   const bool has_test = d.format == "idx" ? !d.test_images.empty() : !d.test_csv.empty();
   if (has_test) {
-    auto test = load(d.test_images, d.test_labels, d.test_csv, stats ? &*stats : nullptr);
+    auto test = load(d.test_images, d.test_labels, d.test_csv, stats ? &*stats : nullptr, 0);
     TESSERA_TRY(test);
     out.test = std::make_unique<core::memory_table>(std::move(test.value()));
   }

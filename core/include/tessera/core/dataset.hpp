@@ -148,6 +148,10 @@ inline constexpr std::size_t k_npy_max_header = 1 << 16;
 
 // Reads a whole stream into memory; refuses more than `max_examples` (a bound, not a guess).
 [[nodiscard]] result<memory_table> load_all(example_stream& stream, std::int64_t max_examples);
+// The first `count` examples of a stream (all of them if it holds fewer).
+[[nodiscard]] result<memory_table> load_first(example_stream& stream, std::int64_t count);
+// Either of the above: refuse_more chooses between refusing a longer stream and cutting it.
+[[nodiscard]] result<memory_table> load_examples(example_stream& stream, std::int64_t max_examples, bool refuse_more);
 
 // Writers, for tests, for sharding a dataset into per-device folders and for exports.
 // IDX: images as u8 rank-3 (count, rows, cols), labels as u8 rank-1; uncompressed.

@@ -60,6 +60,8 @@ struct agent_config {
   double jitter = 0.5;
   double heartbeat_s = 10;
   double idle_timeout_s = 60;
+  std::uint32_t chunk_kib = 256;             // CHUNK size and unacknowledged bytes per upload
+  std::uint32_t window_kib = 2048;
   std::uint64_t upload_bytes_per_s = 0;      // rate caps for metered links (0: none)
   std::uint64_t download_bytes_per_s = 0;
   std::int64_t exit_after_rounds = 0;        // 0: serve forever; N: exit after N accepted updates

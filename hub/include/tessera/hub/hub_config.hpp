@@ -36,6 +36,8 @@ struct hub_config : run_config {
   double round_deadline_s = 300;       // from dispatch; stragglers' blocks then keep their old values
   double heartbeat_s = 10;
   double idle_timeout_s = 60;
+  std::uint32_t chunk_kib = 256;       // bytes per CHUNK sent, and the unacknowledged bytes in flight per
+  std::uint32_t window_kib = 2048;     // blob: on a slow link, small values limit what a cut resends
   std::size_t max_sessions = 4096;
   std::optional<validation_config> validation;
   std::string checkpoint_dir;          // empty: no checkpoints (and no resume)

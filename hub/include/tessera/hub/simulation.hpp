@@ -41,7 +41,8 @@ struct data_config {
   std::size_t label_column = 0;
   bool header = false;
   core::normalization norm = core::normalization::scale_unit;
-  std::int64_t max_examples = 10'000'000;
+  std::int64_t max_examples = 10'000'000;  // a bound: a larger training set is refused
+  std::int64_t examples = 0;               // use only the first this many training examples (0: all)
 };
 
 // The simulator's run: the shared fields plus its virtual fleet and the data it shards.
