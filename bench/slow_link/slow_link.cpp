@@ -1,0 +1,317 @@
+// bench_slow_link — IST against FedAvg when every device sits behind a slow link: time and bytes to a
+// target test accuracy on Fashion-MNIST, and the accuracy each reaches in a fixed time budget.
+//
+// Two parts.
+//  1. Curves. For every method (ist, fedavg), codec (f32, q8) and local-steps setting of the grid,
+//     tessera-sim's round logic (hub::simulation, the very computation of a real fleet: see the
+//     equivalence tests) runs 8 devices round after round; after each round the full model is
+//     evaluated on the 10,000 test images. Each round's wall time on the fleet is modelled as
+//       latency + bytes_down·8/rate + compute + bytes_up·8/rate + latency
+//     with the link's rate and one-way latency, the blob sizes of that round, and `compute` the
+//     measured training time of one device's subnet on this machine (one core per device). The
+//     method's best local-steps setting (least time to target; if none reaches it, the highest
+//     accuracy in the budget) is reported, so neither method is a strawman.
+//  2. Validation. The real thing for a few rounds of every (method, codec) of the grid's first
+//     setting: tessera-hub's service and 8 tessera-edge agents in this process, each agent behind its
+//     own net::link_emulator of that rate and latency, over mutual TLS; the measured seconds per round
+//     against the model's. (8 agents share this machine's cores here, so their compute is slower than
+//     on a fleet; the comparison prints both.)
+//
+//   bench_slow_link [--model small|wide] [--rate-kbit 1000] [--latency-ms 100] [--budget-min M]
+//                   [--target 0.84] [--steps 50,200] [--max-rounds N] [--validate-rounds K] [--csv FILE]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+
+#include "tessera/core/mlp.hpp"
+#include "tessera/crypto/pki.hpp"
+#include "tessera/edge/agent.hpp"
+#include "tessera/hub/hub.hpp"
+#include "tessera/hub/simulation.hpp"
+#include "tessera/net/link_emulator.hpp"
+
+namespace {
+
+using namespace tessera;
+using clock_type = std::chrono::steady_clock;
+
+struct options {
+  std::string model = "small";
+  double rate_kbit = 1000;
+  double latency_ms = 100;
+  double budget_min = 0;  // 0: per model default
+  double target = 0;      // 0: per model default
+  std::vector<std::int64_t> steps{50, 200};
+  std::int64_t max_rounds = 2000;
+  std::int64_t validate_rounds = 2;
+  std::string csv;
+};
+
+[[noreturn]] void die(const std::string& m) {
+  std::fprintf(stderr, "bench_slow_link: %s\n", m.c_str());
+  std::exit(1);
+}
+
+template <class T>
+T must(core::result<T> r) {
+  if (!r) die(r.error().message);
+  return std::move(r).value();
+}
+void must(core::result<void> r) {
+  if (!r) die(r.error().message);
+}
+
+struct point {
+  std::int64_t round;
+  double seconds;        // modelled fleet wall time so far
+  std::uint64_t bytes;   // all devices, both ways, so far
+  double accuracy;
+};
+
+struct run_result {
+  std::string method, codec;
+  std::int64_t steps = 0;
+  double compute_s = 0;             // one device's training per round
+  std::uint64_t device_bytes = 0;   // one device, one way, one round
+  std::vector<point> curve;
+  std::optional<point> at_target;   // first point at or above the target
+  double accuracy_at_budget = 0;
+};
+
+hub::sim_config sim_config_for(const options& o, const std::string& method, const std::string& codec, std::int64_t steps) {
+  nlohmann::json j = {{"model", {{"inputs", 784}, {"hidden", o.model == "wide" ? nlohmann::json{2048, 2048} : nlohmann::json{512, 512}},
+                                 {"outputs", 10}}},
+                      {"strategy", method}, {"devices", 8}, {"rounds", o.max_rounds}, {"local_steps", steps},
+                      {"batch", 32}, {"lr", 0.05}, {"momentum", 0.9}, {"codec", codec}, {"seed", 1}};
+  return must(hub::parse_sim_config(j, "bench_slow_link"));
+}
+
+run_result curve(const options& o, const std::string& method, const std::string& codec, std::int64_t steps,
+                 const core::memory_table& train, core::memory_table& test, double budget_s) {
+  run_result r;
+  r.method = method;
+  r.codec = codec;
+  r.steps = steps;
+  const auto cfg = sim_config_for(o, method, codec, steps);
+  auto sim = must(hub::simulation::create(cfg, train, nullptr));
+  const core::mlp_arch full = cfg.model.full_arch();
+  const double rate = o.rate_kbit * 1000.0;
+  const double latency = o.latency_ms / 1000.0;
+  double t = 0;
+  std::uint64_t bytes = 0;
+  std::vector<double> computes;
+  while (!sim->done()) {
+    auto m = must(sim->run_round());
+    const double compute = m.seconds / static_cast<double>(m.devices);  // devices train in turn here
+    computes.push_back(compute);
+    const auto per_device = m.bytes_down / m.devices;
+    r.device_bytes = per_device;
+    t += 2 * latency + 2.0 * static_cast<double>(per_device) * 8.0 / rate + compute;
+    bytes += m.bytes_down + m.bytes_up;
+    core::network net(full);
+    const auto ev = must(core::evaluate(net, sim->params(), test));
+    const point p{m.round, t, bytes, ev.accuracy};
+    r.curve.push_back(p);
+    if (t <= budget_s) r.accuracy_at_budget = std::max(r.accuracy_at_budget, ev.accuracy);
+    if (!r.at_target && ev.accuracy >= o.target) r.at_target = p;
+    if (t > budget_s && r.at_target) break;
+    if (t > budget_s * 3) break;  // far past the budget without reaching the target: it will not
+  }
+  std::sort(computes.begin(), computes.end());
+  r.compute_s = computes[computes.size() / 2];
+  std::printf("  %-6s %-3s steps %4lld: %4zu rounds simulated, %7.1f kB/device/way/round, compute %.3f s/round; "
+              "target %s; best in budget %.2f%%\n",
+              method.c_str(), codec.c_str(), static_cast<long long>(steps), r.curve.size(),
+              static_cast<double>(r.device_bytes) / 1e3, r.compute_s,
+              r.at_target ? (std::to_string(static_cast<int>(r.at_target->seconds)) + " s, round " + std::to_string(r.at_target->round)).c_str()
+                          : "not reached",
+              100.0 * r.accuracy_at_budget);
+  std::fflush(stdout);
+  return r;
+}
+
+// Part 2: real rounds over emulated links. Returns the measured seconds per round (hub's figure).
+std::vector<double> validate(const options& o, const std::string& method, const std::string& codec, std::int64_t steps,
+                             const std::filesystem::path& work, const std::vector<std::string>& shards) {
+  const auto pki_dir = work / "pki";
+  const crypto::ca_files ca = crypto::ca_files::in(pki_dir);
+  const crypto::cert_files hub_files{pki_dir / "hub.pem", pki_dir / "hub.key"};
+  nlohmann::json hc = {{"listen", "127.0.0.1:0"},
+                       {"tls", {{"ca", ca.cert.string()}, {"cert", hub_files.cert.string()}, {"key", hub_files.key.string()},
+                                {"crl", ca.crl.string()}}},
+                       {"model", {{"hidden", o.model == "wide" ? nlohmann::json{2048, 2048} : nlohmann::json{512, 512}}}},
+                       {"strategy", method}, {"codec", codec}, {"rounds", o.validate_rounds}, {"min_devices", 8},
+                       {"max_devices", 8}, {"device_wait_s", 120}, {"round_deadline_s", 3600}, {"local_steps", steps},
+                       {"batch", 32}, {"lr", 0.05}, {"heartbeat_s", 10}, {"idle_timeout_s", 120}, {"chunk_kib", 64},
+                       {"window_kib", 512}};
+  const auto cfg = must(hub::parse_hub_config(hc, "validation hub"));
+  boost::asio::io_context io;
+  auto service = must(hub::hub_service::create(io, cfg, {}));
+  std::vector<double> seconds;
+  service->on_round([&](const hub::round_metrics& m) { seconds.push_back(m.seconds); });
+  const auto port = must(service->start());
+  const net::link_profile profile{.rate_bits_per_s = static_cast<std::uint64_t>(o.rate_kbit * 1000.0),
+                                  .latency = std::chrono::milliseconds(static_cast<std::int64_t>(o.latency_ms))};
+  std::vector<std::shared_ptr<net::link_emulator>> links;
+  std::vector<std::unique_ptr<edge::agent>> agents;
+  for (std::size_t d = 0; d < 8; ++d) {
+    auto link = net::link_emulator::create(io, profile, "127.0.0.1", port);
+    const auto lp = must(link->listen("127.0.0.1", 0));
+    links.push_back(link);
+    const std::string id = "dev-" + std::to_string(d);
+    nlohmann::json ac = {{"hub", "127.0.0.1:" + std::to_string(lp)},
+                         {"tls", {{"ca", ca.cert.string()}, {"cert", (pki_dir / (id + ".pem")).string()},
+                                  {"key", (pki_dir / (id + ".key")).string()}}},
+                         {"data", must(core::load_json_file(shards[d] + "/data.json"))}, {"memory_budget_mib", 256},
+                         {"heartbeat_s", 10}, {"idle_timeout_s", 120}, {"chunk_kib", 64}, {"window_kib", 512},
+                         {"codecs", {"f32", "q8"}}};
+    auto a = must(edge::agent::create(io, must(edge::parse_agent_config(ac, "validation agent")), {}));
+    a->start();
+    agents.push_back(std::move(a));
+  }
+  const auto deadline = clock_type::now() + std::chrono::minutes(30);
+  while (!service->finished() && service->failure().empty() && clock_type::now() < deadline) io.run_for(std::chrono::milliseconds(200));
+  for (auto& a : agents) a->stop();
+  for (auto& l : links) l->stop();
+  io.run_for(std::chrono::milliseconds(300));
+  if (!service->finished()) die("validation run (" + method + " " + codec + ") did not finish: " + service->failure());
+  return seconds;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) die(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--model") o.model = value();
+    else if (a == "--rate-kbit") o.rate_kbit = std::stod(value());
+    else if (a == "--latency-ms") o.latency_ms = std::stod(value());
+    else if (a == "--budget-min") o.budget_min = std::stod(value());
+    else if (a == "--target") o.target = std::stod(value());
+    else if (a == "--max-rounds") o.max_rounds = std::stoll(value());
+    else if (a == "--validate-rounds") o.validate_rounds = std::stoll(value());
+    else if (a == "--csv") o.csv = value();
+    else if (a == "--steps") {
+      o.steps.clear();
+      std::string s = value();
+      for (std::size_t p = 0; p <= s.size();) {
+        const auto q = std::min(s.find(',', p), s.size());
+        o.steps.push_back(std::stoll(s.substr(p, q - p)));
+        p = q + 1;
+      }
+    } else die("unknown option " + a);
+  }
+  if (o.model != "small" && o.model != "wide") die("--model small|wide");
+  if (o.target == 0) o.target = o.model == "wide" ? 0.86 : 0.84;
+  if (o.budget_min == 0) o.budget_min = o.model == "wide" ? 60 : 20;
+  const double budget_s = o.budget_min * 60.0;
+
+  std::printf("bench_slow_link: model 784-%s-10, 8 devices, each behind %.0f kbit/s and %.0f ms; target %.0f%%, budget %.0f min; "
+              "local steps {",
+              o.model == "wide" ? "2048-2048" : "512-512", o.rate_kbit, o.latency_ms, 100 * o.target, o.budget_min);
+  for (std::size_t i = 0; i < o.steps.size(); ++i) std::printf("%s%lld", i ? "," : "", static_cast<long long>(o.steps[i]));
+  std::printf("}\n");
+  std::fflush(stdout);
+
+  hub::data_config data;
+  auto loaded = must(hub::load_sim_data(data));
+  std::vector<run_result> runs;
+  for (const std::string method : {"ist", "fedavg"})
+    for (const std::string codec : {"f32", "q8"})
+      for (auto s : o.steps) runs.push_back(curve(o, method, codec, s, *loaded.train, *loaded.test, budget_s));
+
+  if (!o.csv.empty()) {
+    std::ofstream csv(o.csv);
+    csv << "model,method,codec,local_steps,round,seconds,bytes,accuracy\n";
+    for (const auto& r : runs)
+      for (const auto& p : r.curve)
+        csv << o.model << ',' << r.method << ',' << r.codec << ',' << r.steps << ',' << p.round << ',' << p.seconds << ','
+            << p.bytes << ',' << p.accuracy << '\n';
+  }
+
+  // The best setting per (method, codec): least time to target, else the best accuracy in the budget.
+  std::map<std::string, const run_result*> best;
+  for (const auto& r : runs) {
+    const std::string key = r.method + " " + r.codec;
+    const run_result*& b = best[key];
+    auto better = [&](const run_result& x, const run_result& y) {
+      if (x.at_target && y.at_target) return x.at_target->seconds < y.at_target->seconds;
+      if (x.at_target.has_value() != y.at_target.has_value()) return x.at_target.has_value();
+      return x.accuracy_at_budget > y.accuracy_at_budget;
+    };
+    if (b == nullptr || better(r, *b)) b = &r;
+  }
+  std::printf("\n| method | codec | best local steps | time to %.0f%% | bytes to %.0f%% (all devices) | accuracy in %.0f min |\n"
+              "|---|---|---|---|---|---|\n",
+              100 * o.target, 100 * o.target, o.budget_min);
+  for (const auto& [key, r] : best) {
+    char time[32] = "not reached", bytes[32] = "-";
+    if (r->at_target) {
+      std::snprintf(time, sizeof time, "%.1f min", r->at_target->seconds / 60.0);
+      std::snprintf(bytes, sizeof bytes, "%.1f MB", static_cast<double>(r->at_target->bytes) / 1e6);
+    }
+    std::printf("| %s | %s | %lld | %s | %s | %.2f%% |\n", r->method.c_str(), r->codec.c_str(), static_cast<long long>(r->steps), time,
+                bytes, 100.0 * r->accuracy_at_budget);
+  }
+  for (const std::string codec : {"f32", "q8"}) {
+    const auto* i = best["ist " + codec];
+    const auto* f = best["fedavg " + codec];
+    if (i && f && i->at_target && f->at_target)
+      std::printf("%s: IST reaches %.0f%% %.2fx sooner than FedAvg, with %.2fx fewer bytes\n", codec.c_str(), 100 * o.target,
+                  f->at_target->seconds / i->at_target->seconds,
+                  static_cast<double>(f->at_target->bytes) / static_cast<double>(i->at_target->bytes));
+  }
+  std::fflush(stdout);
+
+  if (o.validate_rounds > 0) {
+    std::printf("\nvalidation: %lld real rounds over emulated links (hub + 8 agents in this process, mutual TLS)\n",
+                static_cast<long long>(o.validate_rounds));
+    const auto work = std::filesystem::temp_directory_path() / ("tessera-slow-link-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(work / "pki");
+    const crypto::ca_files ca = crypto::ca_files::in(work / "pki");
+    must(crypto::init_ca(ca, {}, true));
+    must(crypto::issue(ca, {.ip_addresses = {"127.0.0.1"}}, {work / "pki" / "hub.pem", work / "pki" / "hub.key"}, true));
+    for (int d = 0; d < 8; ++d) {
+      const std::string id = "dev-" + std::to_string(d);
+      must(crypto::issue(ca, {.device_id = id}, {work / "pki" / (id + ".pem"), work / "pki" / (id + ".key")}, true));
+    }
+    auto shard_cfg = sim_config_for(o, "ist", "f32", o.steps.front());
+    const auto shards = must(hub::write_shards(shard_cfg, (work / "shards").string()));
+    for (const std::string method : {"ist", "fedavg"})
+      for (const std::string codec : {"f32", "q8"}) {
+        const run_result* model = nullptr;
+        for (const auto& r : runs)
+          if (r.method == method && r.codec == codec && r.steps == o.steps.front()) model = &r;
+        const auto measured = validate(o, method, codec, o.steps.front(), work, shards);
+        const double predicted = 2 * o.latency_ms / 1000.0 + 2.0 * static_cast<double>(model->device_bytes) * 8.0 / (o.rate_kbit * 1000.0);
+        double mean = 0;
+        for (double s : measured) mean += s;
+        mean /= static_cast<double>(std::max<std::size_t>(1, measured.size()));
+        std::printf("  %-6s %-3s steps %lld: measured %.1f s/round over the emulated links; model: %.1f s of link + %.2f s of "
+                    "one device's compute = %.1f s\n",
+                    method.c_str(), codec.c_str(), static_cast<long long>(o.steps.front()), mean, predicted, model->compute_s,
+                    predicted + model->compute_s);
+        std::fflush(stdout);
+      }
+    std::filesystem::remove_all(work);
+  }
+  return 0;
+}
