@@ -82,8 +82,10 @@ TEST_CASE("link emulator: bytes arrive no faster than the rate and no sooner tha
 }
 
 TEST_CASE("link emulator: a connection is cut after its byte budget, and stalls hold everything back") {
-  asio::io_context io;
+  // One io_context per scenario, declared first: it must outlive (and never run after) the sockets and
+  // handlers of its scenario.
   {
+    asio::io_context io;
     sink s(io);
     auto link = net::link_emulator::create(io, {.cut_after_bytes = 100'000}, "127.0.0.1", s.port());
     auto port = link->listen("127.0.0.1", 0);
@@ -94,6 +96,7 @@ TEST_CASE("link emulator: a connection is cut after its byte budget, and stalls 
     CHECK(link->stats().cuts == 1);
   }
   {
+    asio::io_context io;
     sink s(io);
     // Stalls of 400 ms every 500 ms: a 1 Mbit/s transfer of 1.2 s needs at least two more stalls' time.
     auto link = net::link_emulator::create(io, {.rate_bits_per_s = 1'000'000, .stall_every = 500ms, .stall_for = 400ms},
