@@ -2,7 +2,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <string>
 
@@ -74,17 +73,32 @@ result<void> write_file_atomic(const std::filesystem::path& path, std::span<cons
 }
 
 result<std::vector<std::byte>> read_file_bounded(const std::filesystem::path& path, std::size_t max_bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error("cannot open", path, errno);
-  in.seekg(0, std::ios::end);
-  const auto size = in.tellg();
-  if (size < 0) return io_error("cannot size", path, errno);
-  if (static_cast<std::uint64_t>(size) > max_bytes)
+  // POSIX calls rather than iostreams: the static agent then carries no locale machinery.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return io_error("cannot open", path, errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return io_error("cannot size", path, err);
+  }
+  if (static_cast<std::uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
     return make_error(errc::bad_format, path.string() + ": larger than " + std::to_string(max_bytes) + " bytes");
-  in.seekg(0);
-  std::vector<std::byte> bytes(static_cast<std::size_t>(size));
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size)))
-    return io_error("cannot read", path, errno);
+  }
+  std::vector<std::byte> bytes(static_cast<std::size_t>(st.st_size));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      return io_error(n < 0 ? "cannot read" : "file shrank while reading", path, err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
   return bytes;
 }
 

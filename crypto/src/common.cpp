@@ -3,7 +3,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <random>
 
 #include <openssl/err.h>

@@ -1,6 +1,9 @@
 #include "tessera/crypto/digest.hpp"
 
-#include <fstream>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <vector>
 
 #include "ossl.hpp"
@@ -42,16 +45,21 @@ sha256_digest sha256_of(std::span<const std::byte> bytes) {
 }
 
 core::result<sha256_digest> sha256_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(errc::io, "cannot open " + path.string());
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return make_error(errc::io, "cannot open " + path.string());
   sha256 h;
-  std::vector<char> buf(1 << 16);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    const auto n = in.gcount();
-    if (n > 0) h.update(std::as_bytes(std::span(buf.data(), static_cast<std::size_t>(n))));
+  std::vector<std::byte> buf(1 << 16);
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      return make_error(errc::io, "cannot read " + path.string());
+    }
+    if (n == 0) break;
+    h.update(std::span<const std::byte>(buf.data(), static_cast<std::size_t>(n)));
   }
-  if (in.bad()) return make_error(errc::io, "cannot read " + path.string());
+  ::close(fd);
   return h.finish();
 }
 
