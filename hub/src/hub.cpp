@@ -182,10 +182,11 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
   if (waiting_) maybe_start_round();
 }
 
-void hub_service::send_assignment(device_entry& d, const assignment& a) {
+void hub_service::send_assignment(device_entry& d, assignment& a) {
   // A fresh transfer id each time, so a restarted agent never resumes bytes of another download.
   d.download_id = next_transfer_++;
-  std::vector<std::byte> bytes = d.download ? d.download->bytes : a.download;
+  // The first send takes the engine's bytes; a resend (the agent lost them) copies the slot's.
+  std::vector<std::byte> bytes = d.download ? d.download->bytes : std::move(a.download);
   d.download = std::make_shared<download_slot>(d.download_id, std::move(bytes), a.download_sha);
   net::msg::assign m{.round = static_cast<std::uint64_t>(engine_->current_round()),
                      .widths = net::hidden_widths(a.sub.arch),
@@ -338,6 +339,7 @@ void hub_service::reload_revocations() {
 }
 
 void hub_service::start_round() {
+  const auto planning = clock_type::now();
   reload_revocations();
   std::vector<device_offer> offers;
   for (const auto& [id, d] : devices_) {
@@ -355,13 +357,12 @@ void hub_service::start_round() {
     log(log_level::warning, "device " + e.id + " left out of round " + std::to_string(engine_->current_round()) + ": " + e.reason);
   waiting_ = false;
   wait_timer_.cancel();
-  round_started_ = clock_type::now();
+  round_started_ = planning;  // a round's seconds cover planning to checkpoint
   for (auto& a : engine_->assignments()) {
     device_entry& d = devices_[a.device];
     d.upload.reset();
     d.download.reset();
-    send_assignment(d, a);
-    a.download = {};  // the slot holds the bytes now
+    send_assignment(d, a);  // the slot holds the bytes now
   }
   deadline_timer_.expires_after(ms(config_.round_deadline_s));
   deadline_timer_.async_wait([this, round = engine_->current_round()](const boost::system::error_code& ec) {
@@ -402,6 +403,7 @@ void hub_service::close_round() {
       return;
     }
   }
+  m.value().seconds = std::chrono::duration<double>(clock_type::now() - round_started_).count();
   if (!config_.metrics_path.empty()) {
     std::ofstream out(config_.metrics_path, std::ios::app);
     out << m.value().to_json().dump() << '\n';

@@ -104,7 +104,7 @@ class hub_service {
   void on_upload(const std::shared_ptr<net::session>& s, const std::shared_ptr<net::incoming_transfer>& in);
   void on_download_sent(const std::string& id, const std::shared_ptr<net::outgoing_transfer>& out);
   void on_closed(const std::shared_ptr<net::session>& s, const core::error& why);
-  void send_assignment(device_entry& d, const assignment& a);
+  void send_assignment(device_entry& d, assignment& a);
   // Logs and answers RESULT{rejected}; `transfer` (if not 0) is the announced upload, whose chunks are dropped.
   void reject(const std::shared_ptr<net::session>& s, const std::string& id, const std::string& reason, std::uint64_t transfer);
   void arm_wait_timer();
