@@ -1,0 +1,137 @@
+// The network run equals the simulated one: tessera-hub with three tessera-edge agents holding the
+// simulator's shards ends with tessera-sim's model, parameter by parameter, for IST and for FedAvg.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "fleet.hpp"
+#include "tessera/core/mlp.hpp"
+
+namespace tessera::testing {
+namespace {
+
+constexpr int k_devices = 3;
+constexpr int k_rounds = 3;
+
+// The fields tessera-sim and tessera-hub share (hub/run_config.hpp): same values, same run.
+nlohmann::json run_fields(const std::string& strategy) {
+  return {{"model", {{"inputs", 784}, {"hidden", {64, 64}}, {"outputs", 10}}},
+          {"strategy", strategy},
+          {"rounds", k_rounds},
+          {"local_steps", 20},
+          {"batch", 32},
+          {"lr", 0.05},
+          {"seed", 7}};
+}
+
+// A small slice of Fashion-MNIST for training and for the simulator's evaluation.
+nlohmann::json sim_config(const std::string& strategy, const nlohmann::json& train, const nlohmann::json& test) {
+  nlohmann::json s = run_fields(strategy);
+  s["devices"] = k_devices;
+  s["data"] = {{"train_images", train.at("images")},
+               {"train_labels", train.at("labels")},
+               {"test_images", test.at("images")},
+               {"test_labels", test.at("labels")}};
+  return s;
+}
+
+struct difference {
+  double max_abs = 0;
+  std::size_t at = 0;
+};
+
+difference compare(const std::vector<float>& a, const std::vector<float>& b) {
+  difference d;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double e = std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    if (!(e <= d.max_abs)) {  // NaN counts as the largest difference
+      d.max_abs = std::isnan(e) ? INFINITY : e;
+      d.at = i;
+    }
+  }
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist, fedavg)") {
+  fleet f("fed_equal");
+  INFO(f.diagnostics());
+  std::vector<std::string> ids;
+  for (int d = 0; d < k_devices; ++d) ids.push_back("device-" + std::to_string(d));  // sorted as the sim's order
+  f.make_pki(ids);
+  const nlohmann::json train = f.write_subset("train", 4000), test = f.write_subset("t10k", 1000);
+  const std::vector<nlohmann::json> data = f.make_shards(sim_config("ist", train, test));  // the same for both strategies
+
+  for (const std::string strategy : {"ist", "fedavg"}) {
+    CAPTURE(strategy);
+    // The simulator's run.
+    nlohmann::json sim = sim_config(strategy, train, test);
+    sim["output"] = f.file("sim-" + strategy + ".safetensors");
+    sim["metrics"] = f.file("sim-" + strategy + ".jsonl");
+    f.run_tool("sim-" + strategy, {k_sim_binary, "--config", f.write_json("sim-" + strategy + ".json", sim)}, 120s);
+
+    // The same run over the network.
+    nlohmann::json hub_json = run_fields(strategy);
+    hub_json.update({{"min_devices", k_devices},
+                     {"max_devices", k_devices},
+                     {"device_wait_s", 60},
+                     {"round_deadline_s", 60},
+                     {"output", f.file("hub-" + strategy + ".safetensors")},
+                     {"metrics", f.file("hub-" + strategy + ".jsonl")}});
+    hub_handle hub = f.start_hub("hub-" + strategy, hub_json);
+    std::vector<child_process*> agents;
+    for (int d = 0; d < k_devices; ++d) {
+      nlohmann::json a = f.agent_config(ids[static_cast<std::size_t>(d)], data[static_cast<std::size_t>(d)], hub.port);
+      a["exit_after_rounds"] = k_rounds;
+      agents.push_back(&f.start_agent(ids[static_cast<std::size_t>(d)] + "-" + strategy, a));
+    }
+    const auto hub_code = hub.process.wait_exit(120s);
+    REQUIRE_MESSAGE(hub_code.has_value(), "the hub did not finish " << k_rounds << " rounds within 120 s");
+    REQUIRE_MESSAGE(*hub_code == 0, "the hub exited with " << *hub_code);
+    CHECK(count_of(hub.process.out(), "tessera-hub: done after 3 rounds") == 1);
+    for (child_process* a : agents) {
+      // exit_after_rounds: each agent leaves after its k_rounds-th accepted update.
+      const auto code = a->wait_exit(30s);
+      REQUIRE_MESSAGE(code.has_value(), a->name() << " did not exit after " << k_rounds << " accepted updates");
+      CHECK(*code == 0);
+      CHECK(count_of(a->err(), "update accepted") == k_rounds);
+      CHECK(count_of(a->err(), "refusing") == 0);
+    }
+
+    const auto hub_metrics = read_metrics(f.file("hub-" + strategy + ".jsonl"));
+    const auto sim_metrics = read_metrics(f.file("sim-" + strategy + ".jsonl"));
+    REQUIRE(hub_metrics.size() == k_rounds);
+    REQUIRE(sim_metrics.size() == k_rounds);
+    for (int r = 0; r < k_rounds; ++r) {
+      const auto& h = hub_metrics[static_cast<std::size_t>(r)];
+      const auto& s = sim_metrics[static_cast<std::size_t>(r)];
+      CAPTURE(h.dump());
+      CHECK(h.at("round") == r + 1);
+      CHECK(h.at("devices") == k_devices);
+      CHECK(h.at("stragglers") == 0);
+      CHECK(h.at("refused") == 0);
+      CHECK(h.at("rejected") == 0);
+      CHECK(h.at("plan_seed") == s.at("plan_seed"));
+      CHECK(h.at("groups") == s.at("groups"));
+      // The agents' reported losses, weighted as the simulator weights its devices'.
+      CHECK(h.at("train_loss").get<double>() == doctest::Approx(s.at("train_loss").get<double>()).epsilon(1e-5));
+    }
+
+    const core::stored_model from_hub = load_model_or_fail(f.file("hub-" + strategy + ".safetensors"));
+    const core::stored_model from_sim = load_model_or_fail(f.file("sim-" + strategy + ".safetensors"));
+    REQUIRE(from_hub.params.size() == core::param_count(from_sim.spec.full_arch()));
+    REQUIRE(from_hub.params.size() == from_sim.params.size());
+    CHECK(from_hub.metadata.at("tessera.rounds") == std::to_string(k_rounds));
+    const difference d = compare(from_hub.params, from_sim.params);
+    INFO("largest difference " << d.max_abs << " at parameter " << d.at);
+    CHECK(d.max_abs <= 1e-5);
+
+    // Not a vacuous equality: both trained away from the seeded initial model.
+    std::vector<float> initial(from_sim.params.size());
+    core::initialize(from_sim.spec, initial);
+    CHECK(compare(from_hub.params, initial).max_abs > 1e-3);
+  }
+}
+
+}  // namespace tessera::testing

@@ -1,0 +1,385 @@
+// Helpers for the federation tests: real tessera-hub, tessera-edge, tessera-sim and tessera-pki
+// processes on 127.0.0.1, in a temporary folder per test case.
+//
+// Every child runs under a guard (child_process) that SIGKILLs and reaps it when the guard goes, so a
+// failing REQUIRE never leaves processes behind; the children also die with the test process
+// (PR_SET_PDEATHSIG). Their standard output and error go to files in the folder, which the tests poll:
+// every wait has a deadline and fails with the tail of every log (fleet::diagnostics).
+//
+//   testing::fleet f("resume");
+//   INFO(f.diagnostics());                              // printed if a check fails
+//   f.make_pki({"device-0", "device-1"});
+//   auto data = f.make_shards(sim_json);                // each device's "data" object
+//   auto hub = f.start_hub("hub", hub_json);            // waits for the port
+//   auto& a = f.start_agent("device-0", data[0], hub.port);
+//   REQUIRE_MESSAGE(f.wait_for_exit(hub.process, 60s) == 0, "the hub did not finish");
+#pragma once
+
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../core/test_files.hpp"
+#include "tessera/core/dataset.hpp"
+#include "tessera/core/model_io.hpp"
+
+namespace tessera::testing {
+
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+// The binaries under test (compile definitions, see tests/federation/CMakeLists.txt).
+inline constexpr const char* k_hub_binary = TESSERA_HUB_BINARY;
+inline constexpr const char* k_edge_binary = TESSERA_EDGE_BINARY;
+inline constexpr const char* k_sim_binary = TESSERA_SIM_BINARY;
+inline constexpr const char* k_pki_binary = TESSERA_PKI_BINARY;
+
+// Fashion-MNIST from Debian's dataset-fashion-mnist package (tessera-sim's default data).
+inline const std::string k_fashion_dir = "/usr/share/datasets/fashion-mnist/";
+
+inline std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+inline std::size_t count_of(std::string_view text, std::string_view needle) {
+  std::size_t n = 0;
+  for (auto at = text.find(needle); at != std::string_view::npos; at = text.find(needle, at + needle.size())) ++n;
+  return n;
+}
+
+// The complete lines of `text` that contain `needle`.
+inline std::vector<std::string> lines_with(const std::string& text, std::string_view needle) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.find(needle) != std::string::npos) out.push_back(line);
+  return out;
+}
+
+inline std::string last_lines(const std::string& text, std::size_t n) {
+  std::size_t at = text.size();
+  if (at > 0 && text[at - 1] == '\n') --at;
+  for (std::size_t seen = 0; at > 0; --at)
+    if (text[at - 1] == '\n' && ++seen == n) break;
+  return text.substr(at);
+}
+
+// Polls `ready` about every 10 ms until it holds or `limit` passes. `pump` (if given) runs instead of
+// sleeping: the tests' in-process agents are driven from this thread.
+template <class Pred>
+[[nodiscard]] bool eventually(Pred&& ready, std::chrono::milliseconds limit, const std::function<void()>& pump = {}) {
+  const auto deadline = clock_type::now() + limit;
+  while (!ready()) {
+    if (clock_type::now() >= deadline) return false;
+    if (pump) pump();
+    else std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+// One child process: started by the constructor, SIGKILLed and reaped by kill() or the destructor.
+class child_process {
+ public:
+  child_process(std::string name, std::vector<std::string> argv, const std::filesystem::path& folder)
+      : name_(std::move(name)), out_(folder / (name_ + ".out")), err_(folder / (name_ + ".err")) {
+    REQUIRE(!argv.empty());
+    // Everything the child needs is prepared before fork(): after it, only async-signal-safe calls.
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    const int out = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int err = ::open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    REQUIRE_MESSAGE((out >= 0 && err >= 0 && null >= 0), "cannot open the log files of " << name_);
+    const pid_t parent = ::getpid();
+    rlimit files{};
+    ::getrlimit(RLIMIT_NOFILE, &files);
+    const int max_fd = static_cast<int>(std::min<rlim_t>(files.rlim_cur, 65536));
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      // Dies with the test process, even if that one is killed before its guards run.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(126);
+      ::dup2(null, 0);
+      ::dup2(out, 1);
+      ::dup2(err, 2);
+      // Sockets of the test's in-process agents must not stay open in a child: a closed link would not close.
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+      if (::close_range(3, ~0u, 0) != 0)
+#endif
+        for (int fd = 3; fd < max_fd; ++fd) ::close(fd);
+      ::execv(args[0], args.data());
+      ::_exit(127);
+    }
+    ::close(out);
+    ::close(err);
+    ::close(null);
+    REQUIRE_MESSAGE(pid_ > 0, "fork failed for " << name_);
+  }
+  ~child_process() { kill(); }
+  child_process(const child_process&) = delete;
+  child_process& operator=(const child_process&) = delete;
+
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] const std::filesystem::path& out_path() const noexcept { return out_; }
+  [[nodiscard]] const std::filesystem::path& err_path() const noexcept { return err_; }
+  [[nodiscard]] std::string out() const { return read_text(out_); }
+  [[nodiscard]] std::string err() const { return read_text(err_); }
+
+  // True until the process has exited (reaps it then).
+  [[nodiscard]] bool running() {
+    if (exit_code_ || pid_ <= 0) return false;
+    int status = 0;
+    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == 0) return true;
+    record(r == pid_ ? status : -1);
+    return false;
+  }
+  // The exit status (128 + signal if killed by one), once it has exited.
+  [[nodiscard]] std::optional<int> exit_code() {
+    (void)running();
+    return exit_code_;
+  }
+  [[nodiscard]] std::optional<int> wait_exit(std::chrono::milliseconds limit) {
+    (void)eventually([&] { return !running(); }, limit);
+    return exit_code_;
+  }
+  // SIGKILL and reap; a no-op once the process has exited.
+  void kill() {
+    if (!running()) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    const pid_t r = ::waitpid(pid_, &status, 0);
+    record(r == pid_ ? status : -1);
+  }
+
+ private:
+  void record(int status) {
+    if (status < 0) exit_code_ = -1;
+    else if (WIFEXITED(status)) exit_code_ = WEXITSTATUS(status);
+    else if (WIFSIGNALED(status)) exit_code_ = 128 + WTERMSIG(status);
+    else exit_code_ = -1;
+  }
+
+  std::string name_;
+  std::filesystem::path out_, err_;
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+};
+
+struct hub_handle {
+  child_process& process;
+  std::uint16_t port = 0;
+};
+
+// One test case's federation: its folder, certificates, shards and processes.
+class fleet {
+ public:
+  explicit fleet(std::string_view tag) : dir_(tag) {}
+  ~fleet() {
+    for (auto& c : children_) c->kill();  // before the folder goes
+  }
+  fleet(const fleet&) = delete;
+  fleet& operator=(const fleet&) = delete;
+
+  [[nodiscard]] std::string file(const std::string& name) const { return dir_.file(name); }
+  [[nodiscard]] std::string pki_file(const std::string& name) const { return dir_.file("pki/" + name); }
+
+  // The tail of every child's output: what a failed check prints (INFO is evaluated only then).
+  [[nodiscard]] std::string diagnostics() const {
+    std::string s;
+    for (const auto& c : children_) {
+      s += "\n--- " + c->name() + " (stderr, last lines) ---\n" + last_lines(c->err(), 25);
+      const std::string out = last_lines(c->out(), 8);
+      if (!out.empty()) s += "--- " + c->name() + " (stdout, last lines) ---\n" + out;
+    }
+    return s;
+  }
+
+  child_process& spawn(const std::string& name, std::vector<std::string> argv) {
+    children_.push_back(std::make_unique<child_process>(name, std::move(argv), dir_.path()));
+    return *children_.back();
+  }
+
+  // Runs a command-line tool to completion; fails the test if it runs over `limit` or exits non-zero.
+  std::string run_tool(const std::string& name, std::vector<std::string> argv, std::chrono::milliseconds limit = 60s) {
+    child_process& c = spawn(name, std::move(argv));
+    const auto code = c.wait_exit(limit);
+    if (!code) c.kill();
+    REQUIRE_MESSAGE(code.has_value(), name << " did not finish within " << limit.count() << " ms");
+    REQUIRE_MESSAGE(*code == 0, name << " exited with " << *code << ":\n" << c.err());
+    return c.out();
+  }
+
+  // A CA, the hub's certificate for 127.0.0.1 and one certificate per device id, under pki/.
+  void make_pki(const std::vector<std::string>& device_ids) {
+    const std::string pki = file("pki");
+    run_tool("pki-init", {k_pki_binary, "init", "--dir", pki});
+    run_tool("pki-hub", {k_pki_binary, "issue-hub", "--dir", pki, "--name", "127.0.0.1"});
+    for (const auto& id : device_ids) run_tool("pki-" + id, {k_pki_binary, "issue-device", "--dir", pki, "--id", id});
+  }
+  void revoke(const std::string& device_id) {
+    run_tool("pki-revoke-" + device_id, {k_pki_binary, "revoke", "--dir", file("pki"), "--cert", pki_file(device_id + ".pem")});
+  }
+
+  // Writes the simulator's shards for `sim` (a tessera-sim configuration) and returns each device's
+  // "data" object (data.json), in device order.
+  std::vector<nlohmann::json> make_shards(const nlohmann::json& sim) {
+    const std::string config = write_json("sim-shards.json", sim);
+    run_tool("sim-shards", {k_sim_binary, "shards", "--out", file("shards"), "--config", config}, 120s);
+    std::vector<nlohmann::json> data;
+    for (std::int64_t d = 0; d < sim.at("devices").get<std::int64_t>(); ++d) {
+      const std::string text = read_text(file("shards/device-" + std::to_string(d) + "/data.json"));
+      REQUIRE_MESSAGE(!text.empty(), "no data.json for device " << d);
+      data.push_back(nlohmann::json::parse(text));
+    }
+    return data;
+  }
+
+  // The first `n` examples of a packaged IDX set (e.g. "train" or "t10k" of Fashion-MNIST) as
+  // uncompressed IDX files in the folder: a small data set, so a federation runs in seconds. Returns
+  // {"images": path, "labels": path}.
+  nlohmann::json write_subset(const std::string& set, std::int64_t n) {
+    auto in = core::open_idx(k_fashion_dir + set + "-images-idx3-ubyte.gz", k_fashion_dir + set + "-labels-idx1-ubyte.gz",
+                             {.norm = core::normalization::none, .stats = {}});
+    REQUIRE_MESSAGE(in.ok(), (in ? std::string() : in.error().message));
+    const std::int64_t features = in.value()->feature_count();
+    const auto count = static_cast<std::size_t>(n);
+    std::vector<float> x(count * static_cast<std::size_t>(features)), y(count);
+    std::size_t got = 0;
+    while (got < count) {
+      auto r = in.value()->read(std::span<float>(x).subspan(got * static_cast<std::size_t>(features)), std::span<float>(y).subspan(got));
+      REQUIRE_MESSAGE(r.ok(), (r ? std::string() : r.error().message));
+      REQUIRE_MESSAGE(r.value() > 0, set << " holds fewer than " << n << " examples");
+      got += r.value();
+    }
+    std::vector<std::uint8_t> pixels(x.size()), labels(y.size());
+    std::transform(x.begin(), x.end(), pixels.begin(), [](float v) { return static_cast<std::uint8_t>(v); });
+    std::transform(y.begin(), y.end(), labels.begin(), [](float v) { return static_cast<std::uint8_t>(v); });
+    const std::string images = file(set + "-" + std::to_string(n) + "-images-idx3-ubyte");
+    const std::string labels_path = file(set + "-" + std::to_string(n) + "-labels-idx1-ubyte");
+    REQUIRE(core::write_idx_images(images, 1, features, pixels).ok());
+    REQUIRE(core::write_idx_labels(labels_path, labels).ok());
+    return {{"images", images}, {"labels", labels_path}};
+  }
+
+  std::string write_json(const std::string& name, const nlohmann::json& j) const {
+    const std::string path = file(name);
+    std::ofstream out(path);
+    out << j.dump(2) << '\n';
+    REQUIRE(out.good());
+    return path;
+  }
+
+  // The TLS part of a hub configuration, for the certificates of make_pki.
+  [[nodiscard]] nlohmann::json hub_tls() const {
+    return {{"ca", pki_file("ca.pem")}, {"cert", pki_file("hub.pem")}, {"key", pki_file("hub.key")}, {"crl", pki_file("ca.crl")}};
+  }
+
+  // Starts tessera-hub with `config` (listen and tls filled in unless given) and waits for the port it
+  // prints in its first line.
+  hub_handle start_hub(const std::string& name, nlohmann::json config, const std::vector<std::string>& overrides = {}) {
+    if (!config.contains("listen")) config["listen"] = "127.0.0.1:0";
+    if (!config.contains("tls")) config["tls"] = hub_tls();
+    std::vector<std::string> argv{k_hub_binary, "--config", write_json(name + ".json", config)};
+    argv.insert(argv.end(), overrides.begin(), overrides.end());
+    child_process& hub = spawn(name, std::move(argv));
+    std::uint16_t port = 0;
+    const bool up = eventually(
+        [&] {
+          const std::string out = hub.out();
+          const auto at = out.find(" on 127.0.0.1:");
+          if (at == std::string::npos || out.find('\n', at) == std::string::npos) return !hub.running();
+          port = static_cast<std::uint16_t>(std::stoul(out.substr(at + 14)));
+          return true;
+        },
+        30s);
+    REQUIRE_MESSAGE((up && port != 0), name << " did not start listening:\n" << hub.err());
+    return {hub, port};
+  }
+
+  // The agent configuration for device `id` (certificates of make_pki) against a hub on `port`.
+  [[nodiscard]] nlohmann::json agent_config(const std::string& id, const nlohmann::json& data, std::uint16_t port) const {
+    return {{"hub", "127.0.0.1:" + std::to_string(port)},
+            {"hub_name", "127.0.0.1"},
+            {"tls", {{"ca", pki_file("ca.pem")}, {"cert", pki_file(id + ".pem")}, {"key", pki_file(id + ".key")}}},
+            {"data", data},
+            {"memory_budget_mib", 16},
+            {"reconnect", {{"initial_ms", 50}, {"max_ms", 500}, {"jitter", 0.5}}},
+            {"heartbeat_s", 1},
+            {"idle_timeout_s", 10}};
+  }
+
+  child_process& start_agent(const std::string& name, const nlohmann::json& config) {
+    return spawn(name, {k_edge_binary, "run", "--config", write_json(name + ".json", config)});
+  }
+  child_process& start_agent(const std::string& id, const nlohmann::json& data, std::uint16_t port) {
+    return start_agent(id, agent_config(id, data, port));
+  }
+
+ private:
+  temp_dir dir_;
+  std::deque<std::unique_ptr<child_process>> children_;  // declared after dir_: killed before it is removed
+};
+
+// Waits until `needle` appears `times` times in the child's stderr; false on timeout or if it exited first.
+[[nodiscard]] inline bool wait_for_log(child_process& c, std::string_view needle, std::chrono::milliseconds limit,
+                                       std::size_t times = 1, const std::function<void()>& pump = {}) {
+  bool found = false;
+  (void)eventually(
+      [&] {
+        const bool alive = c.running();
+        found = count_of(c.err(), needle) >= times;
+        return found || !alive;
+      },
+      limit, pump);
+  return found;
+}
+
+// The hub's metrics file: one JSON object per completed line.
+[[nodiscard]] inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  const std::string text = read_text(path);
+  std::size_t start = 0;
+  for (auto end = text.find('\n'); end != std::string::npos; start = end + 1, end = text.find('\n', start))
+    out.push_back(nlohmann::json::parse(text.substr(start, end - start)));
+  return out;
+}
+
+[[nodiscard]] inline core::stored_model load_model_or_fail(const std::string& path) {
+  auto m = core::load_model(path);
+  REQUIRE_MESSAGE(m.ok(), path << ": " << (m ? std::string() : m.error().message));
+  return std::move(m).value();
+}
+
+[[nodiscard]] inline bool all_finite(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+}
+
+}  // namespace tessera::testing

@@ -1,0 +1,234 @@
+// Crashes in the middle of a round: a hub killed with SIGKILL resumes from its checkpoint while the
+// agents reconnect on their own; an agent killed with SIGKILL becomes a straggler whose neurons keep
+// their values, and is taken back once it returns.
+#include <csignal>
+#include <string>
+#include <vector>
+
+#include "fleet.hpp"
+#include "tessera/core/ist.hpp"
+#include "tessera/core/mlp.hpp"
+#include "tessera/hub/checkpoint.hpp"
+#include "tessera/hub/hub_config.hpp"
+
+namespace tessera::testing {
+namespace {
+
+constexpr int k_devices = 3;
+
+// 1000 local steps take a few tenths of a second per round: long enough that a kill timed from the
+// agent's "round N: subnet" line lands while the round is still open (the tests check that it did).
+nlohmann::json hub_config(fleet& f, const nlohmann::json& validation, int rounds) {
+  return {{"model", {{"inputs", 784}, {"hidden", {64, 64}}, {"outputs", 10}}},
+          {"strategy", "ist"},
+          {"rounds", rounds},
+          {"local_steps", 1000},
+          {"batch", 32},
+          {"lr", 0.02},
+          {"seed", 11},
+          {"validation", {{"format", "idx"}, {"images", validation.at("images")}, {"labels", validation.at("labels")}}},
+          {"checkpoint_dir", f.file("checkpoints")},
+          {"metrics", f.file("metrics.jsonl")},
+          {"output", f.file("model.safetensors")}};
+}
+
+std::vector<std::string> device_ids() {
+  std::vector<std::string> ids;
+  for (int d = 0; d < k_devices; ++d) ids.push_back("device-" + std::to_string(d));
+  return ids;
+}
+
+void check_round_figures(const nlohmann::json& m) {
+  CAPTURE(m.dump());
+  CHECK(std::isfinite(m.at("train_loss").get<double>()));
+  REQUIRE(m.at("test_accuracy").is_number());
+  const double accuracy = m.at("test_accuracy").get<double>();
+  CHECK(accuracy >= 0.0);
+  CHECK(accuracy <= 1.0);
+}
+
+}  // namespace
+
+TEST_CASE("federation: a hub killed mid-round resumes from its checkpoint; the agents reconnect by themselves") {
+  constexpr int rounds = 5;
+  fleet f("fed_hub_crash");
+  INFO(f.diagnostics());
+  const auto ids = device_ids();
+  f.make_pki(ids);
+  const nlohmann::json train = f.write_subset("train", 3000), validation = f.write_subset("t10k", 1000);
+  const auto data = f.make_shards({{"devices", k_devices},
+                                   {"seed", 11},
+                                   {"data", {{"train_images", train.at("images")}, {"train_labels", train.at("labels")}}}});
+
+  nlohmann::json config = hub_config(f, validation, rounds);
+  config.update({{"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 60}});
+  hub_handle first = f.start_hub("hub-1", config);
+  std::vector<child_process*> agents;
+  for (int d = 0; d < k_devices; ++d)
+    agents.push_back(&f.start_agent(ids[static_cast<std::size_t>(d)], data[static_cast<std::size_t>(d)], first.port));
+
+  // Round 2 done and checkpointed, round 3 dispatched: every agent holds its round-3 assignment.
+  REQUIRE_MESSAGE(eventually([&] { return read_metrics(f.file("metrics.jsonl")).size() >= 2 || !first.process.running(); }, 90s),
+                  "round 2 did not complete within 90 s");
+  for (child_process* a : agents)
+    REQUIRE_MESSAGE(wait_for_log(*a, "round 3: subnet of", 30s), a->name() << " got no round-3 assignment");
+  first.process.kill();
+  CHECK(first.process.exit_code() == 128 + SIGKILL);
+  REQUIRE_MESSAGE(read_metrics(f.file("metrics.jsonl")).size() == 2, "the hub was not killed inside round 3");
+
+  // The same configuration on the same port: the agents, never restarted, find it again.
+  config["listen"] = "127.0.0.1:" + std::to_string(first.port);
+  hub_handle second = f.start_hub("hub-2", config);
+  CHECK(second.port == first.port);
+  CHECK(count_of(second.process.out(), "rounds 5 (from 2)") == 1);
+  CHECK(wait_for_log(second.process, "resumed from checkpoint after round 2", 10s));
+  const auto code = second.process.wait_exit(120s);
+  REQUIRE_MESSAGE(code.has_value(), "the restarted hub did not finish within 120 s");
+  REQUIRE_MESSAGE(*code == 0, "the restarted hub exited with " << *code);
+  CHECK(count_of(second.process.out(), "tessera-hub: done after 5 rounds") == 1);
+
+  const std::string hub_log = second.process.err();
+  for (std::size_t d = 0; d < agents.size(); ++d) {
+    child_process& a = *agents[d];
+    CAPTURE(a.name());
+    CHECK(a.running());  // the same process all along
+    CHECK(count_of(hub_log, "device " + ids[d] + " reconnected") >= 1);  // known from the checkpoint's registry
+    const std::string log = a.err();
+    CHECK(count_of(log, "link to the hub lost") >= 1);
+    CHECK(count_of(log, "connected to the hub") >= 2);
+    for (int r = 1; r <= rounds; ++r) CHECK(count_of(log, "round " + std::to_string(r) + ": update accepted") >= 1);
+  }
+
+  // One line per round, the rounds after the resume point contiguous, all of the fleet in each.
+  const auto metrics = read_metrics(f.file("metrics.jsonl"));
+  REQUIRE(metrics.size() == rounds);
+  for (int r = 0; r < rounds; ++r) {
+    const auto& m = metrics[static_cast<std::size_t>(r)];
+    CAPTURE(m.dump());
+    CHECK(m.at("round") == r + 1);
+    CHECK(m.at("devices") == k_devices);
+    CHECK(m.at("stragglers") == 0);
+    CHECK(m.at("rejected") == 0);
+    check_round_figures(m);
+  }
+  const core::stored_model model = load_model_or_fail(f.file("model.safetensors"));
+  CHECK(model.metadata.at("tessera.rounds") == std::to_string(rounds));
+  CHECK(all_finite(model.params));
+}
+
+TEST_CASE("federation: an agent killed mid-round is a straggler, its neurons keep their values, and it is taken back") {
+  constexpr int rounds = 4;
+  constexpr double deadline_s = 6;  // ample for the two healthy agents even under a sanitizer
+  fleet f("fed_agent_crash");
+  INFO(f.diagnostics());
+  const auto ids = device_ids();
+  f.make_pki(ids);
+  const nlohmann::json train = f.write_subset("train", 3000), validation = f.write_subset("t10k", 1000);
+  const auto data = f.make_shards({{"devices", k_devices},
+                                   {"seed", 11},
+                                   {"data", {{"train_images", train.at("images")}, {"train_labels", train.at("labels")}}}});
+
+  nlohmann::json config = hub_config(f, validation, rounds);
+  // A round goes ahead with two devices once the third has been missing for device_wait_s.
+  config.update({{"min_devices", 2}, {"max_devices", k_devices}, {"device_wait_s", 1}, {"round_deadline_s", deadline_s}});
+  hub_handle hub = f.start_hub("hub", config);
+  std::vector<child_process*> agents;
+  for (int d = 0; d < k_devices; ++d)
+    agents.push_back(&f.start_agent(ids[static_cast<std::size_t>(d)], data[static_cast<std::size_t>(d)], hub.port));
+  const std::size_t victim = 1;
+  child_process& doomed = *agents[victim];
+
+  // Round 1 with everyone; then the victim dies holding its round-2 assignment. Killing it exactly
+  // mid-upload cannot be timed from outside (a subnet this size crosses loopback in well under a
+  // millisecond), so it dies between its assignment and its upload: from the hub's side the same
+  // straggler, and the check below proves it never uploaded.
+  REQUIRE_MESSAGE(eventually([&] { return !read_metrics(f.file("metrics.jsonl")).empty() || !hub.process.running(); }, 60s),
+                  "round 1 did not complete within 60 s");
+  REQUIRE_MESSAGE(wait_for_log(doomed, "round 2: subnet of", 30s), "the victim got no round-2 assignment");
+  doomed.kill();
+  REQUIRE_MESSAGE(count_of(doomed.err(), "round 2: trained") == 0, "the victim finished training before it was killed");
+  REQUIRE(read_metrics(f.file("metrics.jsonl")).size() == 1);
+
+  const auto hub_cfg = hub::load_hub_config(f.file("hub.json"), {});
+  REQUIRE(hub_cfg.ok());
+  const core::model_spec& spec = hub_cfg.value().model;
+  const std::string checkpoint_path = f.file("checkpoints/hub.ckpt");
+  auto before = hub::load_checkpoint(checkpoint_path, spec, nullptr);
+  REQUIRE(before.ok());
+  REQUIRE(before.value().has_value());
+  REQUIRE(before.value()->round == 1);
+
+  // The round waits for the deadline, then closes without it.
+  REQUIRE_MESSAGE(eventually([&] { return read_metrics(f.file("metrics.jsonl")).size() >= 2 || !hub.process.running(); },
+                             std::chrono::milliseconds(static_cast<int>(deadline_s * 1000)) + 30s),
+                  "round 2 did not close");
+  auto after = hub::load_checkpoint(checkpoint_path, spec, nullptr);
+  REQUIRE(after.ok());
+  REQUIRE(after.value().has_value());
+  REQUIRE_MESSAGE(after.value()->round == 2, "round 3 closed before round 2's checkpoint was read");
+  const nlohmann::json round2 = read_metrics(f.file("metrics.jsonl"))[1];
+  {
+    CAPTURE(round2.dump());
+    CHECK(round2.at("round") == 2);
+    CHECK(round2.at("devices") == k_devices);
+    CHECK(round2.at("stragglers") == 1);
+    CHECK(round2.at("rejected") == 0);
+    CHECK(round2.at("refused") == 0);
+    CHECK(round2.at("seconds").get<double>() >= deadline_s - 0.05);
+    check_round_figures(round2);
+  }
+  CHECK(wait_for_log(hub.process, "device " + ids[victim] + " missed the deadline of round 2", 5s));
+
+  // The victim's subnet in round 2 (the plan from the round's seed, as the hub made it: devices in id
+  // order, every budget holding the whole model) is exactly as before the round, but for the output
+  // bias all subnets share; the subnets of the two devices that reported did change.
+  const core::mlp_arch full = spec.full_arch();
+  const std::vector<double> capacities(k_devices, 1.0);
+  const std::size_t groups = hub_cfg.value().groups > 0 ? std::min<std::size_t>(hub_cfg.value().groups, k_devices)
+                                                          : core::default_group_count(full, k_devices, hub_cfg.value().min_width);
+  auto plan = core::make_plan(full, capacities, groups, {.min_width = hub_cfg.value().min_width},
+                              round2.at("plan_seed").get<std::uint64_t>());
+  REQUIRE(plan.ok());
+  REQUIRE(plan.value().groups == k_devices);  // one device per group: the victim's block is its own
+  for (std::size_t d = 0; d < k_devices; ++d) {
+    const core::subnet sub = core::make_subnet(full, spec.compensation, plan.value(), plan.value().device_group[d]);
+    std::vector<float> old_values(core::param_count(sub.arch)), new_values(old_values.size());
+    core::gather(full, sub, before.value()->params, old_values);
+    core::gather(full, sub, after.value()->params, new_values);
+    const core::layer_slots out = core::param_slots(sub.arch).back();
+    std::size_t changed = 0;
+    for (std::size_t i = 0; i < old_values.size(); ++i) {
+      const bool shared_bias = i >= out.bias && i < out.bias + static_cast<std::size_t>(out.rows);
+      if (!shared_bias && old_values[i] != new_values[i]) ++changed;
+    }
+    CAPTURE(d);
+    if (d == victim) CHECK(changed == 0);
+    else CHECK(changed > old_values.size() / 2);
+  }
+
+  // Back after its round closed, with no state from its previous life: accepted in a later round.
+  child_process& back = f.start_agent(ids[victim] + "-restarted", f.agent_config(ids[victim], data[victim], hub.port));
+  const auto code = hub.process.wait_exit(90s);
+  REQUIRE_MESSAGE(code.has_value(), "the hub did not finish within 90 s");
+  REQUIRE_MESSAGE(*code == 0, "the hub exited with " << *code);
+  CHECK(count_of(hub.process.err(), "device " + ids[victim] + " reconnected") >= 1);
+  CHECK(count_of(back.err(), "update accepted") >= 1);
+  CHECK(count_of(back.err(), "refusing") == 0);
+
+  const auto metrics = read_metrics(f.file("metrics.jsonl"));
+  REQUIRE(metrics.size() == rounds);
+  bool whole_fleet_again = false;
+  for (std::size_t r = 2; r < metrics.size(); ++r) {
+    const auto& m = metrics[r];
+    CAPTURE(m.dump());
+    CHECK(m.at("round") == r + 1);
+    CHECK(m.at("stragglers") == 0);
+    CHECK(m.at("rejected") == 0);
+    check_round_figures(m);
+    if (m.at("devices") == k_devices) whole_fleet_again = true;
+  }
+  CHECK(whole_fleet_again);
+  CHECK(all_finite(load_model_or_fail(f.file("model.safetensors")).params));
+}
+
+}  // namespace tessera::testing

@@ -1,0 +1,354 @@
+// Bad updates are refused with their reason, and training goes on: three in-process devices that spoil
+// their updates on purpose (a NaN, a wrong size, a stale round) take part in every round next to two
+// real agents, and a device whose certificate is revoked mid-run cannot get through the handshake.
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "fleet.hpp"
+#include "tessera/crypto/digest.hpp"
+#include "tessera/crypto/tls.hpp"
+#include "tessera/net/client.hpp"
+#include "tessera/net/task.hpp"
+
+namespace tessera::testing {
+namespace {
+
+namespace asio = boost::asio;
+
+enum class fault { nan_value, wrong_size, stale_round };
+
+crypto::tls_context device_tls(const fleet& f, const std::string& id) {
+  auto tls = crypto::make_agent_tls(
+      {.ca_cert = f.pki_file("ca.pem"), .cert = f.pki_file(id + ".pem"), .key = f.pki_file(id + ".key"), .hub_name = "127.0.0.1"});
+  REQUIRE_MESSAGE(tls.ok(), (tls ? std::string() : tls.error().message));
+  return tls.value();
+}
+
+// A device on net::client that follows the protocol (HELLO, ASSIGN, download) and then sends an update
+// spoiled in one way:
+//   nan_value    the trained subnet with a NaN in it (right size and digest): refused when decoded
+//   wrong_size   four bytes more than the subnet, blob and all: refused from the UPDATE, its chunks dropped
+//   stale_round  an UPDATE for the round before the open one: refused; then it sends the subnet back
+//                unchanged for the right round, which must be accepted (a refusal does not end the
+//                assignment)
+// Its handlers run on the test thread, inside io.run_for(): no locks.
+class crafted_agent {
+ public:
+  struct verdict {
+    std::uint64_t round = 0;
+    bool accepted = false;
+    std::string reason;
+  };
+
+  crafted_agent(asio::io_context& io, const fleet& f, std::string id, fault kind, std::uint16_t port)
+      : id_(std::move(id)), kind_(kind) {
+    net::session_config sc;
+    sc.heartbeat_interval = 1000ms;
+    client_ = net::client::create(io, device_tls(f, id_), sc,
+                                  {.host = "127.0.0.1", .port = port, .backoff_initial = 50ms, .backoff_max = 500ms, .jitter = 0.5, .seed = 1});
+    client_->on_session([this](const std::shared_ptr<net::session>& s) { attach(s); });
+  }
+  ~crafted_agent() { client_->stop(); }
+  crafted_agent(const crafted_agent&) = delete;
+  crafted_agent& operator=(const crafted_agent&) = delete;
+
+  void start() { client_->start(); }
+  [[nodiscard]] const std::string& id() const noexcept { return id_; }
+  [[nodiscard]] const std::vector<verdict>& verdicts() const noexcept { return verdicts_; }
+  [[nodiscard]] int welcomes() const noexcept { return welcomes_; }
+  [[nodiscard]] std::size_t assignments() const noexcept { return jobs_.size(); }
+  // Anything the hub sent that this device did not expect.
+  [[nodiscard]] const std::vector<std::string>& surprises() const noexcept { return surprises_; }
+
+ private:
+  struct job {
+    net::msg::assign assign;
+    net::training_task task;
+    std::vector<std::byte> received, spoiled;
+    std::shared_ptr<net::incoming_transfer> download;
+    std::shared_ptr<net::outgoing_transfer> upload;
+    bool stale_refused = false;
+  };
+
+  void attach(const std::shared_ptr<net::session>& s) {
+    std::weak_ptr<net::session> weak = s;
+    s->on_ready([this, weak] {
+      if (auto self = weak.lock())
+        self->send(net::msg::hello{.device_id = id_,
+                                   .version = net::protocol_version,
+                                   .memory_budget_bytes = 64u << 20,
+                                   .examples = 500,
+                                   .codecs = {net::codec::f32},
+                                   .resume = {}});
+    });
+    s->on_message([this, weak](const net::message& m) {
+      auto self = weak.lock();
+      if (!self) return;
+      if (std::holds_alternative<net::msg::welcome>(m)) ++welcomes_;
+      else if (const auto* a = std::get_if<net::msg::assign>(&m)) on_assign(*self, *a);
+      else if (const auto* r = std::get_if<net::msg::result>(&m)) on_result(*self, *r);
+      else if (const auto* f = std::get_if<net::msg::refuse>(&m)) surprises_.push_back("REFUSE: " + f->reason);
+    });
+    s->on_blob_received([this, weak](const std::shared_ptr<net::incoming_transfer>& in) {
+      if (auto self = weak.lock()) on_downloaded(*self, in);
+    });
+  }
+
+  void on_assign(net::session& s, const net::msg::assign& a) {
+    auto task = net::task_from_assign(a);
+    if (!task || a.blob_codec != net::codec::f32 || a.size > (64u << 20)) {
+      surprises_.push_back("unexpected ASSIGN for round " + std::to_string(a.round));
+      return;
+    }
+    auto j = std::make_unique<job>();
+    j->assign = a;
+    j->task = task.value();
+    j->received.resize(static_cast<std::size_t>(a.size));
+    j->download = std::make_shared<net::incoming_transfer>(a.transfer, std::span<std::byte>(j->received), a.sha256);
+    s.expect_blob(j->download);
+    jobs_.push_back(std::move(j));
+  }
+
+  // The UPDATE announcing `blob` as the answer to job j, honest in every field.
+  static net::msg::update honest_update(const job& j, std::span<const std::byte> blob) {
+    return {.round = j.assign.round,
+            .examples = static_cast<std::uint64_t>(j.task.steps * j.task.batch),
+            .steps = static_cast<std::uint64_t>(j.task.steps),
+            .loss = 0.5,
+            .transfer = net::upload_transfer_id(j.assign.transfer),
+            .size = blob.size(),
+            .blob_codec = net::codec::f32,
+            .sha256 = crypto::sha256_of(blob)};
+  }
+
+  void upload(net::session& s, job& j, const net::msg::update& u, std::span<const std::byte> blob) {
+    s.send(u);
+    j.upload = std::make_shared<net::outgoing_transfer>(u.transfer, blob, u.sha256);
+    s.send_blob(j.upload);
+  }
+
+  void on_downloaded(net::session& s, const std::shared_ptr<net::incoming_transfer>& in) {
+    if (jobs_.empty() || jobs_.back()->download != in) return;
+    job& j = *jobs_.back();
+    switch (kind_) {
+      case fault::nan_value: {
+        j.spoiled = j.received;
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        std::memcpy(j.spoiled.data() + 4 * (j.spoiled.size() / 8), &nan, sizeof nan);  // a weight mid-blob
+        upload(s, j, honest_update(j, j.spoiled), j.spoiled);
+        break;
+      }
+      case fault::wrong_size:
+        j.spoiled = j.received;
+        j.spoiled.resize(j.spoiled.size() + 4);
+        upload(s, j, honest_update(j, j.spoiled), j.spoiled);
+        break;
+      case fault::stale_round: {
+        net::msg::update u = honest_update(j, j.received);
+        u.round = j.assign.round - 1;
+        s.send(u);
+        break;
+      }
+    }
+  }
+
+  void on_result(net::session& s, const net::msg::result& r) {
+    if (jobs_.empty()) {
+      surprises_.push_back("RESULT before any assignment");
+      return;
+    }
+    job& j = *jobs_.back();
+    verdicts_.push_back({j.assign.round, r.accepted, r.reason});
+    if (kind_ == fault::stale_round && !r.accepted && !j.stale_refused) {
+      j.stale_refused = true;
+      upload(s, j, honest_update(j, j.received), j.received);  // the subnet back, unchanged, for the open round
+    }
+  }
+
+  std::string id_;
+  fault kind_;
+  std::shared_ptr<net::client> client_;
+  std::vector<std::unique_ptr<job>> jobs_;
+  std::vector<verdict> verdicts_;
+  std::vector<std::string> surprises_;
+  int welcomes_ = 0;
+};
+
+// One connection attempt with a device's certificate: does the hub let it say HELLO?
+struct handshake_probe {
+  bool ready = false;      // our side of the TLS handshake finished (in TLS 1.3 before the hub's verdict)
+  bool welcomed = false;   // the hub answered HELLO
+  std::optional<core::error> closed;
+};
+
+handshake_probe try_connect(const fleet& f, const std::string& id, std::uint16_t port) {
+  asio::io_context io;
+  handshake_probe p;
+  auto client = net::client::create(io, device_tls(f, id), net::session_config{},
+                                    {.host = "127.0.0.1", .port = port, .backoff_initial = 10'000ms, .backoff_max = 10'000ms, .jitter = 0, .seed = 1});
+  client->on_session([&p, &client, &id](const std::shared_ptr<net::session>& s) {
+    std::weak_ptr<net::session> weak = s;
+    s->on_ready([&p, &id, weak] {
+      p.ready = true;
+      if (auto self = weak.lock())
+        self->send(net::msg::hello{.device_id = id, .version = net::protocol_version, .memory_budget_bytes = 64u << 20,
+                                   .examples = 500, .codecs = {net::codec::f32}, .resume = {}});
+    });
+    s->on_message([&p](const net::message& m) {
+      if (std::holds_alternative<net::msg::welcome>(m)) p.welcomed = true;
+    });
+    s->on_closed([&p, &client](const core::error& e) {
+      p.closed = e;
+      client->stop();  // one attempt only
+    });
+  });
+  client->start();
+  const bool done = eventually([&] { return p.closed.has_value() || p.welcomed; }, 15s, [&] {
+    io.restart();
+    io.run_for(10ms);
+  });
+  client->stop();
+  io.restart();
+  io.run_for(50ms);  // let the stop run before the client goes
+  REQUIRE_MESSAGE(done, "the connection with " << id << "'s certificate neither closed nor got a WELCOME within 15 s");
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("federation: NaN, wrong-size and stale updates are refused with their reason; a revoked device is turned away") {
+  constexpr int rounds = 4;
+  constexpr int devices = 5;
+  const std::vector<std::string> real{"device-0", "device-1"};
+  const std::string revoked = "device-revoked";
+  fleet f("fed_refusals");
+  INFO(f.diagnostics());
+  f.make_pki({real[0], real[1], "crafted-nan", "crafted-size", "crafted-stale", revoked});
+  const nlohmann::json train = f.write_subset("train", 3000), validation = f.write_subset("t10k", 1000);
+  const auto data = f.make_shards({{"devices", 2},
+                                   {"seed", 3},
+                                   {"data", {{"train_images", train.at("images")}, {"train_labels", train.at("labels")}}}});
+
+  hub_handle hub = f.start_hub(
+      "hub", {{"model", {{"inputs", 784}, {"hidden", {64, 64}}, {"outputs", 10}}},
+              {"strategy", "ist"},
+              {"rounds", rounds},
+              {"local_steps", 50},
+              {"batch", 32},
+              {"lr", 0.05},
+              {"seed", 3},
+              {"min_devices", devices},
+              {"max_devices", devices},
+              {"device_wait_s", 60},
+              {"round_deadline_s", 60},
+              {"validation", {{"format", "idx"}, {"images", validation.at("images")}, {"labels", validation.at("labels")}}},
+              {"metrics", f.file("metrics.jsonl")},
+              {"output", f.file("model.safetensors")}});
+  std::vector<child_process*> agents;
+  for (std::size_t d = 0; d < real.size(); ++d) agents.push_back(&f.start_agent(real[d], data[d], hub.port));
+
+  asio::io_context io;
+  crafted_agent nan_agent(io, f, "crafted-nan", fault::nan_value, hub.port);
+  crafted_agent size_agent(io, f, "crafted-size", fault::wrong_size, hub.port);
+  crafted_agent stale_agent(io, f, "crafted-stale", fault::stale_round, hub.port);
+  const std::vector<crafted_agent*> crafted{&nan_agent, &size_agent, &stale_agent};
+  for (auto* c : crafted) c->start();
+  const std::function<void()> pump = [&io] {
+    io.restart();
+    io.run_for(10ms);
+  };
+
+  // Revoked after round 1: the hub reloads the list at the start of a round, for new connections.
+  REQUIRE_MESSAGE(eventually([&] { return !read_metrics(f.file("metrics.jsonl")).empty() || !hub.process.running(); }, 60s, pump),
+                  "round 1 did not complete within 60 s");
+  f.revoke(revoked);
+  REQUIRE_MESSAGE(wait_for_log(hub.process, "revocation list reloaded", 30s, 1, pump), "the hub did not reload the revocation list");
+  // The crafted devices are not driven meanwhile, so the open round cannot close: the hub is surely up.
+  const handshake_probe probe = try_connect(f, revoked, hub.port);
+  CHECK_FALSE(probe.welcomed);
+  REQUIRE(probe.closed.has_value());
+  REQUIRE_MESSAGE(wait_for_log(hub.process, "connection refused: TLS handshake", 10s), "the hub did not log the refused handshake");
+  const auto refused_lines = lines_with(hub.process.err(), "connection refused: TLS handshake");
+  REQUIRE(refused_lines.size() == 1);
+  CHECK(refused_lines[0].find("revoked") != std::string::npos);
+
+  const bool finished = eventually([&] { return !hub.process.running(); }, 120s, pump);
+  REQUIRE_MESSAGE(finished, "the hub did not finish within 120 s");
+  REQUIRE(hub.process.exit_code() == 0);
+  const std::string hub_log = hub.process.err();
+  CHECK(count_of(hub_log, "device " + revoked) == 0);  // it never got as far as HELLO
+
+  // Every round went ahead with the whole fleet: two updates rejected, none missing.
+  const auto metrics = read_metrics(f.file("metrics.jsonl"));
+  REQUIRE(metrics.size() == rounds);
+  for (int r = 0; r < rounds; ++r) {
+    const auto& m = metrics[static_cast<std::size_t>(r)];
+    CAPTURE(m.dump());
+    CHECK(m.at("round") == r + 1);
+    CHECK(m.at("devices") == devices);
+    CHECK(m.at("rejected") == 2);
+    CHECK(m.at("stragglers") == 0);
+    CHECK(m.at("refused") == 0);
+    CHECK(std::isfinite(m.at("train_loss").get<double>()));
+    REQUIRE(m.at("test_accuracy").is_number());
+    CHECK(m.at("test_accuracy").get<double>() > 0.1);  // better than chance on ten classes
+  }
+  CHECK(all_finite(load_model_or_fail(f.file("model.safetensors")).params));
+  for (child_process* a : agents) {  // the real agents trained every round, undisturbed
+    CAPTURE(a->name());
+    for (int r = 1; r <= rounds; ++r) CHECK(count_of(a->err(), "round " + std::to_string(r) + ": update accepted") == 1);
+    CHECK(count_of(a->err(), "rejected") == 0);
+  }
+
+  for (const auto* c : crafted) {
+    CAPTURE(c->id());
+    CHECK(c->surprises().empty());
+    CHECK(c->welcomes() == 1);  // one link for the whole run: no refusal cost it its connection
+    CHECK(c->assignments() == rounds);
+    // Every refusal reached the device with the reason the hub logged.
+    for (const auto& v : c->verdicts()) {
+      if (v.accepted) continue;
+      CAPTURE(v.reason);
+      CHECK(!v.reason.empty());
+      CHECK(count_of(hub_log, "update from " + c->id() + " refused: " + v.reason) >= 1);
+    }
+  }
+  auto reasons_of = [](const crafted_agent& c) {
+    std::string out;
+    for (const auto& v : c.verdicts())
+      out += std::string("\n  round ") + std::to_string(v.round) + (v.accepted ? ": accepted" : ": refused: " + v.reason);
+    return out;
+  };
+  INFO("crafted-nan:" << reasons_of(nan_agent));
+  INFO("crafted-size:" << reasons_of(size_agent));
+  INFO("crafted-stale:" << reasons_of(stale_agent));
+  REQUIRE(nan_agent.verdicts().size() == rounds);
+  REQUIRE(size_agent.verdicts().size() == rounds);
+  REQUIRE(stale_agent.verdicts().size() == 2 * rounds);
+  for (std::size_t r = 0; r < rounds; ++r) {
+    const auto round = r + 1;
+    const auto& nan = nan_agent.verdicts()[r];
+    CHECK(nan.round == round);
+    CHECK_FALSE(nan.accepted);
+    CHECK(nan.reason.find("not a finite value") != std::string::npos);
+    const auto& size = size_agent.verdicts()[r];
+    CHECK(size.round == round);
+    CHECK_FALSE(size.accepted);
+    CHECK(size.reason.find("bytes, the assigned subnet is") != std::string::npos);
+    const auto& stale = stale_agent.verdicts()[2 * r];
+    CHECK(stale.round == round);
+    CHECK_FALSE(stale.accepted);
+    CHECK(stale.reason.find("update for round " + std::to_string(round - 1)) != std::string::npos);
+    const auto& retry = stale_agent.verdicts()[2 * r + 1];
+    CHECK(retry.round == round);
+    CHECK(retry.accepted);
+  }
+}
+
+}  // namespace tessera::testing
