@@ -24,15 +24,6 @@ std::chrono::milliseconds ms(double seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
 }
 
-core::codec_kind to_core(net::codec c) noexcept {
-  switch (c) {
-    case net::codec::f32: return core::codec_kind::f32;
-    case net::codec::f16: return core::codec_kind::f16;
-    case net::codec::q8: return core::codec_kind::q8;
-  }
-  return core::codec_kind::f32;
-}
-
 std::string mib(std::uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
@@ -298,7 +289,7 @@ void agent::on_assign(const std::shared_ptr<net::session>& s, const net::msg::as
     return refuse("batch " + std::to_string(t.batch) + " exceeds this device's data.max_batch " + std::to_string(config_.data.max_batch));
   if (std::find(config_.codecs.begin(), config_.codecs.end(), a.blob_codec) == config_.codecs.end())
     return refuse("codec " + std::string(net::to_string(a.blob_codec)) + " is not enabled on this device");
-  const core::codec_kind codec = to_core(a.blob_codec);
+  const core::codec_kind codec = net::to_core(a.blob_codec);
   if (a.size != core::encoded_bytes(t.arch, codec))
     return refuse("declared size " + std::to_string(a.size) + " bytes, the subnet in " + std::string(net::to_string(a.blob_codec)) +
                   " is " + std::to_string(core::encoded_bytes(t.arch, codec)) + " bytes");
@@ -383,11 +374,7 @@ void agent::on_trained(std::uint64_t generation, core::result<core::local_traini
   j.update.loss = r.mean_loss;
   j.update.transfer = net::upload_transfer_id(j.download_id);
   j.update.size = j.blob.size();
-  switch (j.codec) {
-    case core::codec_kind::f32: j.update.blob_codec = net::codec::f32; break;
-    case core::codec_kind::f16: j.update.blob_codec = net::codec::f16; break;
-    case core::codec_kind::q8: j.update.blob_codec = net::codec::q8; break;
-  }
+  j.update.blob_codec = net::to_net(j.codec);
   j.upload_state.emplace(j.update.transfer, std::span<const std::byte>(j.blob), j.update.sha256);
   j.at = job::stage::uploading;
   char line[160];

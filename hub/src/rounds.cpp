@@ -22,24 +22,6 @@ std::string mib(std::uint64_t bytes) {
 
 }  // namespace
 
-core::codec_kind to_core(net::codec c) noexcept {
-  switch (c) {
-    case net::codec::f32: return core::codec_kind::f32;
-    case net::codec::f16: return core::codec_kind::f16;
-    case net::codec::q8: return core::codec_kind::q8;
-  }
-  return core::codec_kind::f32;
-}
-
-net::codec to_net(core::codec_kind c) noexcept {
-  switch (c) {
-    case core::codec_kind::f32: return net::codec::f32;
-    case core::codec_kind::f16: return net::codec::f16;
-    case core::codec_kind::q8: return net::codec::q8;
-  }
-  return net::codec::f32;
-}
-
 std::string_view to_string(assignment_state s) noexcept {
   switch (s) {
     case assignment_state::assigned: return "assigned";
@@ -55,11 +37,15 @@ round_engine::round_engine(const run_config& config, std::vector<float> params, 
   TESSERA_ASSERT(params_.size() == core::param_count(full_));
 }
 
+core::codec_kind round_engine::codec_for(const device_offer& offer) const noexcept {
+  // The hub's preference if the device speaks it, else f32, which every device does.
+  const bool speaks = std::find(offer.codecs.begin(), offer.codecs.end(), to_net(config_.codec)) != offer.codecs.end();
+  return speaks ? config_.codec : core::codec_kind::f32;
+}
+
 core::result<double> round_engine::capacity(const device_offer& offer) const {
   const bool momentum = config_.momentum != 0.0f;
-  // The codec this device would get: the hub's preference if the device speaks it, else f32.
-  const bool speaks = std::find(offer.codecs.begin(), offer.codecs.end(), to_net(config_.codec)) != offer.codecs.end();
-  const core::codec_kind codec = speaks ? config_.codec : core::codec_kind::f32;
+  const core::codec_kind codec = codec_for(offer);
   if (offer.examples == 0) return make_error(errc::invalid_argument, "it holds no examples");
   if (config_.strategy == strategy_kind::fedavg) {
     const std::size_t need = core::bytes_needed(full_, config_.batch, momentum, codec);
@@ -124,8 +110,7 @@ core::result<std::vector<excluded_device>> round_engine::begin_round(std::vector
     a.index = i;
     a.group = plan.device_group[i];
     a.sub = core::make_subnet(full_, config_.model.compensation, plan, a.group);
-    const bool speaks = std::find(o.codecs.begin(), o.codecs.end(), to_net(config_.codec)) != o.codecs.end();
-    a.codec = speaks ? config_.codec : core::codec_kind::f32;
+    a.codec = codec_for(o);
     const std::size_t need = core::bytes_needed(a.sub.arch, config_.batch, momentum, a.codec);
     if (need > o.budget_bytes) {  // the planner rounds widths; never send what the device must refuse
       excluded.push_back({o.id, "its subnet needs " + mib(need) + "; the budget is " + mib(o.budget_bytes)});

@@ -83,6 +83,8 @@ class round_engine {
   [[nodiscard]] std::uint64_t plan_seed() const noexcept { return plan_seed_; }
   [[nodiscard]] const run_config& config() const noexcept { return config_; }
 
+  // The codec a device gets: the configured one if it speaks it, else f32.
+  [[nodiscard]] core::codec_kind codec_for(const device_offer& offer) const noexcept;
   // Capacity a device's offer gives it in (0, 1], or an error saying why it cannot take part.
   [[nodiscard]] core::result<double> capacity(const device_offer& offer) const;
 
@@ -116,7 +118,7 @@ class round_engine {
   bool stopped_early_ = false;
 };
 
-[[nodiscard]] core::codec_kind to_core(net::codec c) noexcept;
-[[nodiscard]] net::codec to_net(core::codec_kind c) noexcept;
+using net::to_core;
+using net::to_net;
 
 }  // namespace tessera::hub

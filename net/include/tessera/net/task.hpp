@@ -19,6 +19,7 @@
 #include <string>
 
 #include "tessera/core/error.hpp"
+#include "tessera/core/memory.hpp"
 #include "tessera/core/model_spec.hpp"
 #include "tessera/core/optimizer.hpp"
 #include "tessera/net/messages.hpp"
@@ -44,6 +45,10 @@ struct training_task {
 // from the one it waits for.
 inline constexpr std::uint64_t upload_bit = std::uint64_t{1} << 63;
 [[nodiscard]] constexpr std::uint64_t upload_transfer_id(std::uint64_t download_id) noexcept { return download_id | upload_bit; }
+
+// The wire's codec names and the core's codecs are the same three.
+[[nodiscard]] core::codec_kind to_core(codec c) noexcept;
+[[nodiscard]] codec to_net(core::codec_kind c) noexcept;
 
 // The hidden widths of an architecture, as ASSIGN.widths carries them.
 [[nodiscard]] std::vector<std::uint32_t> hidden_widths(const core::mlp_arch& arch);
