@@ -119,8 +119,10 @@ result<local_training_report> local_trainer::run(std::span<float> params, batch_
                                               "trainer was sized without one");
   const auto start = std::chrono::steady_clock::now();
   // A fresh velocity each round (the subnet is new), in the prepared form train_step accumulates into.
-  if (momentum && !options.sgd.nesterov) sgd_prepare_start(options.sgd, params, buf_.velocity);
-  else std::fill(buf_.velocity.begin(), buf_.velocity.end(), 0.0f);
+  if (!options.keep_velocity) {
+    if (momentum && !options.sgd.nesterov) sgd_prepare_start(options.sgd, params, buf_.velocity);
+    else std::fill(buf_.velocity.begin(), buf_.velocity.end(), 0.0f);
+  }
   local_training_report report;
   double loss_sum = 0;
   for (std::int64_t step = 0; step < options.steps; ++step) {

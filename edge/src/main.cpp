@@ -196,7 +196,9 @@ int train_local(const options& o) {
   double loss_sum = 0;
   while (done < steps) {
     const std::int64_t chunk = std::min(o.progress_every, steps - done);
-    auto r = trainer.run(arena.value()->params(), data.value()->train(), {.steps = chunk, .sgd = o.sgd});
+    // One run in pieces: the momentum carries over from piece to piece.
+    auto r = trainer.run(arena.value()->params(), data.value()->train(),
+                         {.steps = chunk, .sgd = o.sgd, .cancel = nullptr, .keep_velocity = done > 0});
     if (!r) die(r.error().message);
     done += chunk;
     loss_sum += r.value().mean_loss * static_cast<double>(chunk);

@@ -128,3 +128,42 @@ TEST_CASE("trainer refuses data whose width does not match the model, naming the
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message.find("blobs") != std::string::npos);
 }
+
+TEST_CASE("a run split in pieces with keep_velocity equals one run; without it the momentum restarts") {
+  auto data = blobs(300, 4);
+  const model_spec spec = small_spec();
+  std::vector<float> start(param_count(spec.full_arch()));
+  initialize(spec, start);
+  const sgd_options sgd{.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 0.001f, .nesterov = false};
+  auto train = [&](bool keep) {
+    std::vector<float> p = start;
+    local_trainer trainer(spec.full_arch(), 16);
+    table_batches order(data, 9, 16);
+    REQUIRE(trainer.run(p, order, {.steps = 10, .sgd = sgd}).ok());
+    REQUIRE(trainer.run(p, order, {.steps = 10, .sgd = sgd, .cancel = nullptr, .keep_velocity = keep}).ok());
+    return p;
+  };
+  std::vector<float> whole = start;
+  {
+    local_trainer trainer(spec.full_arch(), 16);
+    table_batches order(data, 9, 16);
+    REQUIRE(trainer.run(whole, order, {.steps = 20, .sgd = sgd}).ok());
+  }
+  CHECK(train(true) == whole);
+  CHECK(train(false) != whole);
+}
+
+TEST_CASE("a cancelled run stops before its next step") {
+  auto data = blobs(100, 5);
+  const model_spec spec = small_spec();
+  std::vector<float> params(param_count(spec.full_arch()));
+  initialize(spec, params);
+  const std::vector<float> before = params;
+  local_trainer trainer(spec.full_arch(), 16);
+  table_batches order(data, 1, 16);
+  std::atomic<bool> cancel{true};
+  auto r = trainer.run(params, order, {.steps = 50, .sgd = {.learning_rate = 0.1f}, .cancel = &cancel});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == errc::cancelled);
+  CHECK(params == before);
+}

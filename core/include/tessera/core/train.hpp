@@ -99,6 +99,9 @@ struct local_training_options {
   // Checked before every step: when it turns true, run() stops with errc::cancelled (the agent uses it
   // when a newer assignment supersedes the one in training).
   const std::atomic<bool>* cancel = nullptr;
+  // Continue the momentum of the previous run() on the same parameters instead of starting afresh
+  // (a long run split into pieces, as train-local does for its progress lines).
+  bool keep_velocity = false;
 };
 
 struct local_training_report {
