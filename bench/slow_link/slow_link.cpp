@@ -19,6 +19,7 @@
 //
 //   bench_slow_link [--model small|wide] [--rate-kbit 1000] [--latency-ms 100] [--budget-min M]
 //                   [--target 0.84] [--steps 50,200] [--max-rounds N] [--validate-rounds K] [--csv FILE]
+//                   [--methods ist,fedavg] [--codecs f32,q8] [--horizon 3]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -57,8 +58,21 @@ struct options {
   std::vector<std::int64_t> steps{50, 200};
   std::int64_t max_rounds = 2000;
   std::int64_t validate_rounds = 2;
+  double horizon = 3;  // a run that has not reached the target stops at horizon × budget
+  std::vector<std::string> methods{"ist", "fedavg"};
+  std::vector<std::string> codecs{"f32", "q8"};
   std::string csv;
 };
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  for (std::size_t p = 0; p <= s.size();) {
+    const auto q = std::min(s.find(',', p), s.size());
+    out.push_back(s.substr(p, q - p));
+    p = q + 1;
+  }
+  return out;
+}
 
 [[noreturn]] void die(const std::string& m) {
   std::fprintf(stderr, "bench_slow_link: %s\n", m.c_str());
@@ -122,7 +136,7 @@ run_result curve(const options& o, const std::string& method, const std::string&
     t += 2 * latency + 2.0 * static_cast<double>(per_device) * 8.0 / rate + compute;
     bytes += m.bytes_down + m.bytes_up;
     if (t > budget_s && r.at_target) break;
-    if (t > budget_s * 3) break;  // far past the budget without reaching the target: it will not
+    if (t > budget_s * o.horizon) break;  // far past the budget without reaching the target
     // Every round until the target is reached (its time is the figure); after that every 10th round
     // and the last one within the budget, since evaluating the wide model costs more than its IST round.
     const bool last_in_budget = t <= budget_s && t + (t / static_cast<double>(m.round)) > budget_s;
@@ -213,6 +227,9 @@ int main(int argc, char** argv) {
     else if (a == "--max-rounds") o.max_rounds = std::stoll(value());
     else if (a == "--validate-rounds") o.validate_rounds = std::stoll(value());
     else if (a == "--csv") o.csv = value();
+    else if (a == "--horizon") o.horizon = std::stod(value());
+    else if (a == "--methods") o.methods = split(value());
+    else if (a == "--codecs") o.codecs = split(value());
     else if (a == "--steps") {
       o.steps.clear();
       std::string s = value();
@@ -238,8 +255,8 @@ int main(int argc, char** argv) {
   hub::data_config data;
   auto loaded = must(hub::load_sim_data(data));
   std::vector<run_result> runs;
-  for (const std::string method : {"ist", "fedavg"})
-    for (const std::string codec : {"f32", "q8"})
+  for (const auto& method : o.methods)
+    for (const auto& codec : o.codecs)
       for (auto s : o.steps) runs.push_back(curve(o, method, codec, s, *loaded.train, *loaded.test, budget_s));
 
   if (!o.csv.empty()) {
@@ -304,6 +321,7 @@ int main(int argc, char** argv) {
         const run_result* model = nullptr;
         for (const auto& r : runs)
           if (r.method == method && r.codec == codec && r.steps == o.steps.front()) model = &r;
+        if (model == nullptr) continue;  // not among this run's --methods/--codecs
         const auto measured = validate(o, method, codec, o.steps.front(), work, shards);
         const double predicted = 2 * o.latency_ms / 1000.0 + 2.0 * static_cast<double>(model->device_bytes) * 8.0 / (o.rate_kbit * 1000.0);
         double mean = 0;
