@@ -259,4 +259,15 @@ result<void> apply_overrides(nlohmann::json& root, const std::vector<std::string
   return {};
 }
 
+result<nlohmann::json> load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  nlohmann::json json = nlohmann::json::object();
+  if (!path.empty()) {
+    auto loaded = load_json_file(path);
+    TESSERA_TRY(loaded);
+    json = std::move(loaded.value());
+  }
+  TESSERA_TRY(apply_overrides(json, overrides));
+  return json;
+}
+
 }  // namespace tessera::core

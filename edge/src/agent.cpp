@@ -109,14 +109,9 @@ core::result<agent_config> parse_agent_config(const nlohmann::json& json, const 
 }
 
 core::result<agent_config> load_agent_config(const std::string& path, const std::vector<std::string>& overrides) {
-  nlohmann::json json = nlohmann::json::object();
-  if (!path.empty()) {
-    auto loaded = core::load_json_file(path);
-    TESSERA_TRY(loaded);
-    json = std::move(loaded.value());
-  }
-  TESSERA_TRY(core::apply_overrides(json, overrides));
-  return parse_agent_config(json, path.empty() ? "command line" : path);
+  auto json = core::load_config(path, overrides);
+  TESSERA_TRY(json);
+  return parse_agent_config(json.value(), path.empty() ? "command line" : path);
 }
 
 // One assignment, from ASSIGN to RESULT. Shared: a session holding one of its transfers (handed out

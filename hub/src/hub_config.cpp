@@ -72,14 +72,9 @@ core::result<hub_config> parse_hub_config(const nlohmann::json& json, const std:
 }
 
 core::result<hub_config> load_hub_config(const std::string& path, const std::vector<std::string>& overrides) {
-  nlohmann::json json = nlohmann::json::object();
-  if (!path.empty()) {
-    auto loaded = core::load_json_file(path);
-    TESSERA_TRY(loaded);
-    json = std::move(loaded.value());
-  }
-  TESSERA_TRY(core::apply_overrides(json, overrides));
-  return parse_hub_config(json, path.empty() ? "command line" : path);
+  auto json = core::load_config(path, overrides);
+  TESSERA_TRY(json);
+  return parse_hub_config(json.value(), path.empty() ? "command line" : path);
 }
 
 core::result<std::unique_ptr<core::memory_table>> load_validation(const validation_config& v) {

@@ -62,14 +62,9 @@ core::result<sim_config> parse_sim_config(const nlohmann::json& json, const std:
 }
 
 core::result<sim_config> load_sim_config(const std::string& path, const std::vector<std::string>& overrides) {
-  nlohmann::json json = nlohmann::json::object();
-  if (!path.empty()) {
-    auto loaded = core::load_json_file(path);
-    TESSERA_TRY(loaded);
-    json = std::move(loaded.value());
-  }
-  TESSERA_TRY(core::apply_overrides(json, overrides));
-  return parse_sim_config(json, path.empty() ? "command line" : path);
+  auto json = core::load_config(path, overrides);
+  TESSERA_TRY(json);
+  return parse_sim_config(json.value(), path.empty() ? "command line" : path);
 }
 
 nlohmann::json round_metrics::to_json() const {

@@ -34,6 +34,10 @@ namespace tessera::core {
 // taken as a string if it is not JSON: rounds=100 model.hidden=[2048,2048] listen=0.0.0.0:7443
 [[nodiscard]] result<void> apply_overrides(nlohmann::json& root, const std::vector<std::string>& overrides);
 
+// A command's configuration: the JSON file at `path` (an empty object if path is empty) with the
+// command line's KEY=VALUE overrides applied.
+[[nodiscard]] result<nlohmann::json> load_config(const std::string& path, const std::vector<std::string>& overrides);
+
 class config_reader {
  public:
   // `object` must outlive the reader. A non-object is reported by finish().
