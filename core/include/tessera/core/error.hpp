@@ -121,3 +121,17 @@ struct std::is_error_code_enum<tessera::core::errc> : std::true_type {};
     if (!tessera_try_r_.ok())                      \
       return std::move(tessera_try_r_).error();    \
   } while (false)
+
+// Evaluates a result-returning expression; on failure returns its error from the enclosing function,
+// otherwise moves the value into `lhs` (a declaration or an lvalue), as Abseil's ASSIGN_OR_RETURN:
+//
+//   TESSERA_ASSIGN_OR_RETURN(auto spec, core::load_model_spec(path));   // spec is a model_spec
+//   TESSERA_ASSIGN_OR_RETURN(config.model, parse(json));
+#define TESSERA_ASSIGN_OR_RETURN(lhs, ...) \
+  TESSERA_ASSIGN_OR_RETURN_IMPL_(TESSERA_CONCAT_(tessera_aor_, __COUNTER__), lhs, __VA_ARGS__)
+#define TESSERA_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, ...) \
+  auto tmp = (__VA_ARGS__);                           \
+  if (!tmp.ok()) return std::move(tmp).error();      \
+  lhs = std::move(tmp).value()
+#define TESSERA_CONCAT_(a, b) TESSERA_CONCAT_INNER_(a, b)
+#define TESSERA_CONCAT_INNER_(a, b) a##b

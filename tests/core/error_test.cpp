@@ -1,0 +1,55 @@
+// Tests of tessera/core/error.hpp: the result type and the propagation macros.
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <string>
+
+#include "tessera/core/error.hpp"
+
+namespace core = tessera::core;
+
+namespace {
+
+core::result<int> parse_positive(int v) {
+  if (v <= 0) return core::make_error(core::errc::invalid_argument, "not positive: " + std::to_string(v));
+  return v;
+}
+
+core::result<std::unique_ptr<int>> boxed(int v) {
+  TESSERA_ASSIGN_OR_RETURN(const int checked, parse_positive(v));
+  return std::make_unique<int>(checked);
+}
+
+core::result<int> sum_of_boxes(int a, int b) {
+  TESSERA_ASSIGN_OR_RETURN(auto x, boxed(a));  // move-only values move out
+  TESSERA_ASSIGN_OR_RETURN(auto y, boxed(b));  // two in one scope: distinct temporaries
+  int total = 0;
+  TESSERA_ASSIGN_OR_RETURN(total, parse_positive(*x + *y));  // into an existing lvalue
+  return total;
+}
+
+core::result<void> check_both(int a, int b) {
+  TESSERA_TRY(parse_positive(a));
+  TESSERA_TRY(parse_positive(b));
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("TESSERA_ASSIGN_OR_RETURN yields the value or returns the first error") {
+  auto ok = sum_of_boxes(2, 3);
+  REQUIRE(ok);
+  CHECK(ok.value() == 5);
+
+  auto bad = sum_of_boxes(2, -7);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().code == core::errc::invalid_argument);
+  CHECK(bad.error().message == "not positive: -7");
+}
+
+TEST_CASE("TESSERA_TRY returns the first error and passes success through") {
+  CHECK(check_both(1, 1));
+  auto bad = check_both(-1, -2);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message == "not positive: -1");
+}
