@@ -248,7 +248,7 @@ class light_agent {
     auto task = net::task_from_assign(a);
     std::string problem;
     if (!task) problem = task.error().message;
-    else if (a.blob_codec != net::codec::f32) problem = "codec " + std::string(net::to_string(a.blob_codec)) + " was not offered";
+    else if (a.blob_codec != net::codec::f32) problem = "codec " + std::string(core::to_string(a.blob_codec)) + " was not offered";
     else if (a.size != core::encoded_bytes(task.value().arch, core::codec_kind::f32))
       problem = "declared size " + std::to_string(a.size) + " does not match the subnet";
     if (!problem.empty()) {

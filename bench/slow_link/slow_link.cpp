@@ -3,7 +3,7 @@
 //
 // Two parts.
 //  1. Curves. For every method (ist, fedavg), codec (f32, q8) and local-steps setting of the grid,
-//     tessera-sim's round logic (hub::simulation, the very computation of a real fleet: see the
+//     tessera-sim's round logic (sim::simulation, the very computation of a real fleet: see the
 //     equivalence tests) runs 8 devices round after round; after each round the full model is
 //     evaluated on the 10,000 test images. Each round's wall time on the fleet is modelled as
 //       latency + bytes_down·8/rate + compute + bytes_up·8/rate + latency
@@ -41,7 +41,8 @@
 #include "tessera/crypto/pki.hpp"
 #include "tessera/edge/agent.hpp"
 #include "tessera/hub/hub.hpp"
-#include "tessera/hub/simulation.hpp"
+#include "tessera/sim/shards.hpp"
+#include "tessera/sim/simulation.hpp"
 #include "tessera/net/link_emulator.hpp"
 
 namespace {
@@ -105,12 +106,12 @@ struct run_result {
   double accuracy_at_budget = 0;
 };
 
-hub::sim_config sim_config_for(const options& o, const std::string& method, const std::string& codec, std::int64_t steps) {
+sim::sim_config sim_config_for(const options& o, const std::string& method, const std::string& codec, std::int64_t steps) {
   nlohmann::json j = {{"model", {{"inputs", 784}, {"hidden", o.model == "wide" ? nlohmann::json{2048, 2048} : nlohmann::json{512, 512}},
                                  {"outputs", 10}}},
                       {"strategy", method}, {"devices", 8}, {"rounds", o.max_rounds}, {"local_steps", steps},
                       {"batch", 32}, {"lr", 0.05}, {"momentum", 0.9}, {"codec", codec}, {"seed", 1}};
-  return must(hub::parse_sim_config(j, "bench_slow_link"));
+  return must(sim::parse_sim_config(j, "bench_slow_link"));
 }
 
 run_result curve(const options& o, const std::string& method, const std::string& codec, std::int64_t steps,
@@ -120,7 +121,7 @@ run_result curve(const options& o, const std::string& method, const std::string&
   r.codec = codec;
   r.steps = steps;
   const auto cfg = sim_config_for(o, method, codec, steps);
-  auto sim = must(hub::simulation::create(cfg, train, nullptr));
+  auto sim = must(sim::simulation::create(cfg, train, nullptr));
   const core::mlp_arch full = cfg.model.full_arch();
   const double rate = o.rate_kbit * 1000.0;
   const double latency = o.latency_ms / 1000.0;
@@ -179,7 +180,7 @@ std::vector<double> validate(const options& o, const std::string& method, const 
   boost::asio::io_context io;
   auto service = must(hub::hub_service::create(io, cfg, {}));
   std::vector<double> seconds;
-  service->on_round([&](const hub::round_metrics& m) { seconds.push_back(m.seconds); });
+  service->on_round([&](const rounds::round_metrics& m) { seconds.push_back(m.seconds); });
   const auto port = must(service->start());
   const net::link_profile profile{.rate_bits_per_s = static_cast<std::uint64_t>(o.rate_kbit * 1000.0),
                                   .latency = std::chrono::milliseconds(static_cast<std::int64_t>(o.latency_ms))};
@@ -252,8 +253,8 @@ int main(int argc, char** argv) {
   std::printf("}\n");
   std::fflush(stdout);
 
-  hub::data_config data;
-  auto loaded = must(hub::load_sim_data(data));
+  sim::data_config data;
+  auto loaded = must(sim::load_sim_data(data));
   std::vector<run_result> runs;
   for (const auto& method : o.methods)
     for (const auto& codec : o.codecs)
@@ -315,7 +316,7 @@ int main(int argc, char** argv) {
       must(crypto::issue(ca, {.device_id = id}, {work / "pki" / (id + ".pem"), work / "pki" / (id + ".key")}, true));
     }
     auto shard_cfg = sim_config_for(o, "ist", "f32", o.steps.front());
-    const auto shards = must(hub::write_shards(shard_cfg, (work / "shards").string()));
+    const auto shards = must(sim::write_shards(shard_cfg, (work / "shards").string()));
     for (const std::string method : {"ist", "fedavg"})
       for (const std::string codec : {"f32", "q8"}) {
         const run_result* model = nullptr;

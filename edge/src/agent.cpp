@@ -8,9 +8,10 @@
 #include <boost/asio/post.hpp>
 
 #include "tessera/core/codec.hpp"
+#include "tessera/core/device_round.hpp"
 #include "tessera/core/json_config.hpp"
 #include "tessera/core/mlp.hpp"
-#include "tessera/core/rng.hpp"
+#include "tessera/core/seeds.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/crypto/pki.hpp"
 
@@ -18,6 +19,7 @@ namespace tessera::edge {
 namespace {
 
 using core::errc;
+using core::log_level;
 using core::make_error;
 
 std::chrono::milliseconds ms(double seconds) {
@@ -76,10 +78,10 @@ core::result<agent_config> parse_agent_config(const nlohmann::json& json, const 
   c.budget_bytes = static_cast<std::size_t>(r.number("memory_budget_mib", 16, 0.25, 1 << 20) * 1024 * 1024);
   c.codecs.clear();
   for (const auto& name : r.choices("codecs", {"f32", "f16", "q8"}, {"f32", "f16", "q8"})) {
-    const auto k = net::codec_from_string(name);
-    if (k && std::find(c.codecs.begin(), c.codecs.end(), *k) == c.codecs.end()) c.codecs.push_back(*k);
+    const auto k = core::parse_codec(name);
+    if (k && std::find(c.codecs.begin(), c.codecs.end(), k.value()) == c.codecs.end()) c.codecs.push_back(k.value());
   }
-  if (std::find(c.codecs.begin(), c.codecs.end(), net::codec::f32) == c.codecs.end()) c.codecs.push_back(net::codec::f32);
+  if (std::find(c.codecs.begin(), c.codecs.end(), core::codec_kind::f32) == c.codecs.end()) c.codecs.push_back(core::codec_kind::f32);
   if (const auto* rc = r.object("reconnect")) {
     core::config_reader rr = r.child("reconnect", *rc);
     c.backoff_initial = std::chrono::milliseconds(rr.integer("initial_ms", 250, 1, 3'600'000));
@@ -120,7 +122,7 @@ struct agent::job : std::enable_shared_from_this<job> {
   enum class stage { downloading, training, uploading, waiting_result };
   std::uint64_t round = 0;
   std::uint64_t download_id = 0;
-  net::training_task task;
+  core::training_task task;
   core::codec_kind codec = core::codec_kind::f32;
   std::unique_ptr<training_arena> arena;
   std::optional<net::incoming_transfer> download_state;
@@ -133,14 +135,14 @@ struct agent::job : std::enable_shared_from_this<job> {
   std::shared_ptr<net::outgoing_transfer> upload() { return {shared_from_this(), &*upload_state}; }
 };
 
-agent::agent(boost::asio::io_context& io, const agent_config& config, log_sink log)
+agent::agent(boost::asio::io_context& io, const agent_config& config, core::log_sink log)
     : io_(io), config_(config), log_(std::move(log)) {}
 
 agent::~agent() {
   cancel_job();
 }
 
-core::result<std::unique_ptr<agent>> agent::create(boost::asio::io_context& io, const agent_config& config, log_sink log) {
+core::result<std::unique_ptr<agent>> agent::create(boost::asio::io_context& io, const agent_config& config, core::log_sink log) {
   std::unique_ptr<agent> a(new agent(io, config, std::move(log)));
   // The id is the certificate's: the hub checks HELLO against it.
   auto der = crypto::certificate_der(config.tls.cert);
@@ -151,12 +153,7 @@ core::result<std::unique_ptr<agent>> agent::create(boost::asio::io_context& io, 
   auto tls = crypto::make_agent_tls(config.tls);
   TESSERA_TRY(tls);
   a->tls_ = tls.value();
-  std::uint64_t seed = config.data_seed;
-  if (seed == 0) {  // FNV-1a of the id: a stable order per device without configuration
-    seed = 1469598103934665603ull;
-    for (unsigned char ch : a->id_) seed = (seed ^ ch) * 1099511628211ull;
-    seed = core::mix_seed(seed, 0x4f524452);
-  }
+  const std::uint64_t seed = config.data_seed != 0 ? config.data_seed : core::id_order_seed(a->id_);
   auto data = device_data::open(config.data, seed);
   TESSERA_TRY(data);
   a->data_ = std::move(data.value());
@@ -168,7 +165,7 @@ core::result<std::unique_ptr<agent>> agent::create(boost::asio::io_context& io, 
   return a;
 }
 
-void agent::log(log_level level, const std::string& text) const {
+void agent::log(core::log_level level, const std::string& text) const {
   if (log_) log_(level, text);
 }
 
@@ -276,17 +273,17 @@ void agent::on_assign(const std::shared_ptr<net::session>& s, const net::msg::as
   };
   auto task = net::task_from_assign(a);
   if (!task) return refuse(task.error().message);
-  const net::training_task& t = task.value();
+  const core::training_task& t = task.value();
   if (t.arch.inputs() != data_->feature_count())
     return refuse("the subnet takes " + std::to_string(t.arch.inputs()) + " inputs, this device's data has " +
                   std::to_string(data_->feature_count()) + " features");
   if (t.batch > config_.data.max_batch)
     return refuse("batch " + std::to_string(t.batch) + " exceeds this device's data.max_batch " + std::to_string(config_.data.max_batch));
   if (std::find(config_.codecs.begin(), config_.codecs.end(), a.blob_codec) == config_.codecs.end())
-    return refuse("codec " + std::string(net::to_string(a.blob_codec)) + " is not enabled on this device");
-  const core::codec_kind codec = net::to_core(a.blob_codec);
+    return refuse("codec " + std::string(core::to_string(a.blob_codec)) + " is not enabled on this device");
+  const core::codec_kind codec = a.blob_codec;
   if (a.size != core::encoded_bytes(t.arch, codec))
-    return refuse("declared size " + std::to_string(a.size) + " bytes, the subnet in " + std::string(net::to_string(a.blob_codec)) +
+    return refuse("declared size " + std::to_string(a.size) + " bytes, the subnet in " + std::string(core::to_string(a.blob_codec)) +
                   " is " + std::to_string(core::encoded_bytes(t.arch, codec)) + " bytes");
   auto arena = training_arena::reserve(t.arch, t.batch, t.sgd.momentum != 0.0f, codec, arena_budget_);
   if (!arena) return refuse(arena.error().message);
@@ -297,12 +294,11 @@ void agent::on_assign(const std::shared_ptr<net::session>& s, const net::msg::as
   j->task = t;
   j->codec = codec;
   j->arena = std::move(arena.value());
-  j->blob = codec == core::codec_kind::f32 ? std::as_writable_bytes(j->arena->params()) : j->arena->staging();
-  j->blob = j->blob.first(static_cast<std::size_t>(a.size));
+  j->blob = core::blob_region(j->arena->block(), codec, static_cast<std::size_t>(a.size));
   j->download_state.emplace(a.transfer, j->blob, a.sha256);
   job_ = std::move(j);
   log(log_level::info, "round " + std::to_string(a.round) + ": subnet of " + std::to_string(core::param_count(t.arch)) +
-                           " parameters (" + mib(a.size) + " " + std::string(net::to_string(a.blob_codec)) + "), arena " +
+                           " parameters (" + mib(a.size) + " " + std::string(core::to_string(a.blob_codec)) + "), arena " +
                            mib(job_->arena->size_bytes()) + " of " + mib(arena_budget_) + ", " + std::to_string(t.steps) +
                            " steps of " + std::to_string(t.batch));
   s->expect_blob(job_->download());
@@ -313,22 +309,11 @@ void agent::on_downloaded(const std::shared_ptr<net::incoming_transfer>& in) {
   stats_.bytes_down += in->bytes_received_total();
   job& j = *job_;
   // The digest matched what ASSIGN declared; the values must still be finite before training on them.
-  auto params = j.arena->params();
-  if (j.codec == core::codec_kind::f32) {
-    const auto bad = std::find_if(params.begin(), params.end(), [](float v) { return !std::isfinite(v); });
-    if (bad != params.end()) {
-      const auto round = j.round;
-      job_.reset();
-      ++stats_.refused;
-      if (session_) session_->refuse(net::errc::refused, "assignment of round " + std::to_string(round) + ": parameter " +
-                                                            std::to_string(bad - params.begin()) + " is not finite");
-      return;
-    }
-  } else if (auto d = core::decode(j.task.arch, j.codec, j.blob, params); !d) {
+  if (auto ok = core::take_download(j.arena->block(), j.task.arch, j.codec, j.blob); !ok) {
     const auto round = j.round;
     job_.reset();
     ++stats_.refused;
-    if (session_) session_->refuse(net::errc::refused, "assignment of round " + std::to_string(round) + ": " + d.error().message);
+    if (session_) session_->refuse(net::errc::refused, "assignment of round " + std::to_string(round) + ": " + ok.error().message);
     return;
   }
   j.at = job::stage::training;
@@ -336,11 +321,7 @@ void agent::on_downloaded(const std::shared_ptr<net::incoming_transfer>& in) {
   // The worker owns the arena and the data until it posts its report back to the I/O thread.
   worker_ = std::thread([this, generation, keep = job_] {
     job& w = *keep;
-    core::local_trainer trainer(w.task.arch, w.task.batch, w.arena->buffers());
-    auto report = trainer.run(w.arena->params(), data_->train(), {.steps = w.task.steps, .sgd = w.task.sgd, .cancel = &cancel_});
-    if (report && w.codec != core::codec_kind::f32) {
-      if (auto e = core::encode(w.task.arch, w.codec, w.arena->params(), w.blob); !e) report = e.error();
-    }
+    auto report = core::train_for_upload(w.arena->block(), w.task, w.codec, w.blob, data_->train(), &cancel_);
     net::digest sha{};
     if (report) sha = crypto::sha256_of(w.blob);
     boost::asio::post(io_, [this, generation, report = std::move(report), sha]() mutable {
@@ -369,7 +350,7 @@ void agent::on_trained(std::uint64_t generation, core::result<core::local_traini
   j.update.loss = r.mean_loss;
   j.update.transfer = net::upload_transfer_id(j.download_id);
   j.update.size = j.blob.size();
-  j.update.blob_codec = net::to_net(j.codec);
+  j.update.blob_codec = j.codec;
   j.upload_state.emplace(j.update.transfer, std::span<const std::byte>(j.blob), j.update.sha256);
   j.at = job::stage::uploading;
   char line[160];
@@ -398,7 +379,8 @@ void agent::on_result(const net::msg::result& r) {
     }
   } else {
     ++stats_.rejected;
-    log(log_level::warning, "round " + std::to_string(round) + ": update rejected: " + r.reason);
+    log(log_level::warning, "round " + std::to_string(round) + ": update rejected" + (r.code.empty() ? "" : " (" + r.code + ")") +
+                                ": " + r.reason);
   }
 }
 

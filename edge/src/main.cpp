@@ -222,14 +222,6 @@ int train_local(const options& o) {
   return 0;
 }
 
-void print_log(edge::log_level level, const std::string& text) {
-  const std::time_t now = std::time(nullptr);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%H:%M:%S", std::localtime(&now));
-  const char* tag = level == edge::log_level::error ? "error: " : level == edge::log_level::warning ? "warning: " : "";
-  std::fprintf(stderr, "[edge %s] %s%s\n", stamp, tag, text.c_str());
-}
-
 int run(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> overrides;
@@ -252,7 +244,8 @@ int run(int argc, char** argv) {
   auto config = edge::load_agent_config(config_path, overrides);
   if (!config) die(config.error().message);
   boost::asio::io_context io;
-  auto agent = edge::agent::create(io, config.value(), print_log);
+  const core::log_sink log = core::stderr_log("edge");
+  auto agent = edge::agent::create(io, config.value(), log);
   if (!agent) die(agent.error().message);
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int) {
@@ -265,7 +258,7 @@ int run(int argc, char** argv) {
     if (agent.value()->stopped()) signals.cancel();
   }
   const auto& s = agent.value()->stats();
-  print_log(edge::log_level::info, "stopped: " + std::to_string(s.accepted) + " updates accepted, " + std::to_string(s.rejected) +
+  log(core::log_level::info, "stopped: " + std::to_string(s.accepted) + " updates accepted, " + std::to_string(s.rejected) +
                                        " rejected, " + std::to_string(s.refused) + " assignments refused; peak memory " +
                                        std::to_string(edge::peak_rss_bytes() >> 10) + " KiB");
   return 0;

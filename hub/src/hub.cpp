@@ -6,15 +6,19 @@
 #include <fstream>
 #include <random>
 
-#include "tessera/core/model_io.hpp"
+#include "tessera/crypto/digest.hpp"
+#include "tessera/hub/error.hpp"
 #include "tessera/net/task.hpp"
+#include "tessera/rounds/error.hpp"
 
 namespace tessera::hub {
 namespace {
 
-using core::errc;
-using core::make_error;
 using clock_type = std::chrono::steady_clock;
+using core::log_level;
+using rounds::assignment;
+using rounds::assignment_state;
+using rounds::is_open;
 
 std::chrono::milliseconds ms(double seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
@@ -40,56 +44,54 @@ struct hub_service::upload_slot {
       : bytes(size), in(id, std::span<std::byte>(bytes), sha) {}
 };
 
-hub_service::hub_service(boost::asio::io_context& io, const hub_config& config, log_sink log)
+hub_service::hub_service(boost::asio::io_context& io, const hub_config& config, core::log_sink log)
     : io_(io), config_(config), log_(std::move(log)), wait_timer_(io), deadline_timer_(io) {}
 
 hub_service::~hub_service() = default;
 
 core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_context& io, const hub_config& config,
-                                                               log_sink log) {
+                                                               core::log_sink log) {
   std::unique_ptr<hub_service> h(new hub_service(io, config, std::move(log)));
-  auto tls = crypto::make_hub_tls(config.tls);
-  TESSERA_TRY(tls);
-  h->tls_ = tls.value();
+  TESSERA_ASSIGN_OR_RETURN(h->tls_, crypto::make_hub_tls(config.tls));
   std::error_code ec;
   h->crl_time_ = std::filesystem::last_write_time(config.tls.crl, ec);
+  rounds::recorder_settings rs;
   if (!config.seal_key.empty()) {
-    auto key = crypto::sealing_key::load(config.seal_key);
-    TESSERA_TRY(key);
-    h->seal_key_ = key.value();
+    TESSERA_ASSIGN_OR_RETURN(rs.seal_key, crypto::sealing_key::load(config.seal_key));
   }
   if (config.validation) {
-    auto v = load_validation(*config.validation);
-    TESSERA_TRY(v);
-    if (v.value()->feature_count() != config.model.inputs)
-      return make_error(errc::invalid_spec, v.value()->describe() + ": " + std::to_string(v.value()->feature_count()) +
-                                                " features per example, but model.inputs is " + std::to_string(config.model.inputs));
-    h->validation_ = std::move(v.value());
+    TESSERA_ASSIGN_OR_RETURN(h->validation_, load_validation(*config.validation));
+    if (h->validation_->feature_count() != config.model.inputs)
+      return core::make_error(core::errc::invalid_spec, h->validation_->describe() + ": " +
+                                                            std::to_string(h->validation_->feature_count()) +
+                                                            " features per example, but model.inputs is " +
+                                                            std::to_string(config.model.inputs));
   }
   // Resume from the latest checkpoint, or start from the seeded initial model.
   std::vector<float> params(core::param_count(config.model.full_arch()));
   std::int64_t completed = 0;
+  rounds::early_stop stopping;
   if (!config.checkpoint_dir.empty()) {
     std::filesystem::create_directories(config.checkpoint_dir, ec);
-    if (ec) return make_error(errc::io, config.checkpoint_dir + ": cannot create the checkpoint folder: " + ec.message());
-    const auto path = std::filesystem::path(config.checkpoint_dir) / "hub.ckpt";
-    auto ck = load_checkpoint(path, config.model, h->seal_key_ ? &*h->seal_key_ : nullptr);
-    TESSERA_TRY(ck);
-    if (ck.value()) {
-      const checkpoint& c = *ck.value();
-      if (c.seed != config.seed || c.strategy != to_string(config.strategy))
-        return make_error(errc::invalid_spec, path.string() + ": written by a run with seed " + std::to_string(c.seed) +
-                                                  " and strategy " + c.strategy + "; the configuration has seed " +
-                                                  std::to_string(config.seed) + " and strategy " +
-                                                  std::string(to_string(config.strategy)));
-      params = c.params;
-      completed = c.round;
-      for (const auto& d : c.registry) h->devices_[d.id].record = d;
+    if (ec) return core::make_error(core::errc::io, config.checkpoint_dir + ": cannot create the checkpoint folder: " + ec.message());
+    rs.checkpoint = std::filesystem::path(config.checkpoint_dir) / "hub.ckpt";
+    TESSERA_ASSIGN_OR_RETURN(auto ck, rounds::load_checkpoint(rs.checkpoint, config.model, rs.seal_key ? &*rs.seal_key : nullptr));
+    if (ck) {
+      if (ck->seed != config.seed || ck->strategy != rounds::to_string(config.strategy))
+        return make_error(errc::checkpoint_mismatch, rs.checkpoint.string() + ": written by a run with seed " +
+                                                         std::to_string(ck->seed) + " and strategy " + ck->strategy +
+                                                         "; the configuration has seed " + std::to_string(config.seed) +
+                                                         " and strategy " + std::string(rounds::to_string(config.strategy)));
+      params = std::move(ck->params);
+      completed = ck->round;
+      stopping = ck->stopping;
+      for (const auto& d : ck->registry) h->devices_[d.id].record = d;
       h->resumed_from_ = completed;
     }
   }
   if (completed == 0) core::initialize(config.model, params);
-  h->engine_ = std::make_unique<round_engine>(config, std::move(params), completed);
+  h->engine_ = std::make_unique<rounds::engine>(config, std::move(params), completed, stopping);
+  TESSERA_ASSIGN_OR_RETURN(h->recorder_, rounds::recorder::open(config, std::move(rs), h->log_));
   std::random_device rd;
   h->next_transfer_ = ((static_cast<std::uint64_t>(rd()) << 32) ^ rd()) & ~net::upload_bit & ~std::uint64_t{0xffff};
   return h;
@@ -108,8 +110,7 @@ core::result<std::uint16_t> hub_service::start() {
   sc.transfer_window_bytes = std::uint64_t{config_.window_kib} << 10;
   server_ = net::server::create(io_, tls_, sc, {.max_sessions = config_.max_sessions});
   server_->on_session([this](const std::shared_ptr<net::session>& s) { attach(s); });
-  auto port = server_->listen(config_.listen_host, config_.listen_port);
-  TESSERA_TRY(port);
+  TESSERA_ASSIGN_OR_RETURN(const std::uint16_t port, server_->listen(config_.listen_host, config_.listen_port));
   if (resumed_from_ > 0)
     log(log_level::info, "resumed from checkpoint after round " + std::to_string(resumed_from_) + " (" +
                              std::to_string(devices_.size()) + " devices known)");
@@ -159,7 +160,7 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
 
   assignment* a = stopping_ ? nullptr : engine_->find(id);
   const net::msg::welcome welcome{.heartbeat_ms = static_cast<std::uint32_t>(config_.heartbeat_s * 1000.0)};
-  if (a == nullptr || a->state != assignment_state::assigned) {
+  if (a == nullptr || !is_open(a->state)) {
     s->send(welcome);
   } else {
     const auto held = std::find_if(h.resume.begin(), h.resume.end(),
@@ -172,6 +173,8 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
       s->send(welcome);
       if (held->offset < d.download->out.size())
         s->send_blob(std::shared_ptr<net::outgoing_transfer>(d.download, &d.download->out), held->offset);
+      else if (a->state == assignment_state::downloading)  // it got every byte; the last ACK was lost
+        note_downloaded(*a, d.download->out);
     } else {
       // It lost the assignment (a restarted agent): whatever it had sent is void; send it again.
       d.upload.reset();
@@ -185,25 +188,38 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
 void hub_service::send_assignment(device_entry& d, assignment& a) {
   // A fresh transfer id each time, so a restarted agent never resumes bytes of another download.
   d.download_id = next_transfer_++;
-  // The first send takes the engine's bytes; a resend (the agent lost them) copies the slot's.
-  std::vector<std::byte> bytes = d.download ? d.download->bytes : std::move(a.download);
-  d.download = std::make_shared<download_slot>(d.download_id, std::move(bytes), a.download_sha);
+  std::vector<std::byte> bytes;
+  net::digest sha{};
+  if (d.download) {  // a resend: the agent lost its copy; the model has not changed within the round
+    bytes = d.download->bytes;
+    sha = d.download->out.sha256();
+  } else {
+    bytes.resize(a.blob_bytes);
+    if (auto ok = engine_->encode_download(a, bytes); !ok) {
+      engine_->reject(a, ok.error());
+      log(log_level::error, ok.error().message);
+      return;
+    }
+    sha = crypto::sha256_of(bytes);
+  }
+  d.download = std::make_shared<download_slot>(d.download_id, std::move(bytes), sha);
+  (void)engine_->sent(a);  // always fits an open assignment
   net::msg::assign m{.round = static_cast<std::uint64_t>(engine_->current_round()),
                      .widths = net::hidden_widths(a.sub.arch),
                      .hyper_json = net::task_to_json(a.task),
                      .transfer = d.download_id,
                      .size = d.download->out.size(),
-                     .blob_codec = to_net(a.codec),
-                     .sha256 = a.download_sha};
+                     .blob_codec = a.codec,
+                     .sha256 = sha};
   d.session->send(m);
   d.session->send_blob(std::shared_ptr<net::outgoing_transfer>(d.download, &d.download->out));
 }
 
-void hub_service::reject(const std::shared_ptr<net::session>& s, const std::string& id, const std::string& reason,
+void hub_service::reject(const std::shared_ptr<net::session>& s, const std::string& id, const core::error& why,
                          std::uint64_t transfer) {
-  log(log_level::warning, "update from " + id + " refused: " + reason);
+  log(log_level::warning, "update from " + id + " refused: " + why.message);
   if (transfer != 0) s->discard_blob(transfer);  // its chunks may already be on their way
-  s->send(net::msg::result{.accepted = false, .reason = reason});
+  s->send(net::msg::result{.accepted = false, .code = core::error_name(why.code), .reason = why.message});
 }
 
 void hub_service::on_update(const std::shared_ptr<net::session>& s, const net::msg::update& u) {
@@ -212,21 +228,22 @@ void hub_service::on_update(const std::shared_ptr<net::session>& s, const net::m
   d.record.last_seen = unix_now();
   assignment* a = engine_->find(id);
   if (u.transfer == d.accepted_upload) {  // accepted before the link broke and its RESULT was lost
-    s->send(net::msg::result{.accepted = true, .reason = {}});
+    s->send(net::msg::result{.accepted = true, .code = {}, .reason = {}});
     return;
   }
   if (a == nullptr) {
     const auto round = static_cast<std::int64_t>(u.round);
-    const std::string why = round <= engine_->completed() ? "update for round " + std::to_string(round) + ", which is closed"
-                            : engine_->in_round() && round == engine_->current_round()
-                                ? "no assignment for this device in round " + std::to_string(round)
-                                : "update for round " + std::to_string(round) + ", which is not open";
+    const core::error why =
+        round <= engine_->completed() ? make_error(errc::round_closed, "update for round " + std::to_string(round) + ", which is closed")
+        : engine_->in_round() && round == engine_->current_round()
+            ? make_error(errc::not_assigned, "no assignment for this device in round " + std::to_string(round))
+            : make_error(errc::round_not_open, "update for round " + std::to_string(round) + ", which is not open");
     reject(s, id, why, u.transfer);
     return;
   }
   if (u.transfer != net::upload_transfer_id(d.download_id)) {
-    reject(s, id, "update for round " + std::to_string(u.round) + " answers another assignment (transfer " +
-                      std::to_string(u.transfer) + ")",
+    reject(s, id, make_error(errc::wrong_transfer, "update for round " + std::to_string(u.round) +
+                                                       " answers another assignment (transfer " + std::to_string(u.transfer) + ")"),
            u.transfer);
     return;
   }
@@ -234,17 +251,14 @@ void hub_service::on_update(const std::shared_ptr<net::session>& s, const net::m
     if (!d.upload->in.complete()) s->expect_blob(std::shared_ptr<net::incoming_transfer>(d.upload, &d.upload->in));
     return;
   }
-  if (auto ok = engine_->check_update(*a, u); !ok) {
-    reject(s, id, ok.error().message, u.transfer);
-    if (a->state == assignment_state::assigned && static_cast<std::int64_t>(u.round) == engine_->current_round()) {
-      a->state = assignment_state::rejected;
-      a->reason = ok.error().message;
-      if (engine_->all_reported()) close_round();
-    }
+  const rounds::update_claim claim{.round = u.round, .examples = u.examples, .steps = u.steps, .loss = u.loss,
+                                   .size = u.size, .codec = u.blob_codec};
+  if (auto ok = engine_->announce(*a, claim); !ok) {
+    reject(s, id, ok.error(), u.transfer);
+    if (engine_->all_reported()) close_round();
     return;
   }
-  d.update = u;
-  d.upload = std::make_shared<upload_slot>(u.transfer, a->upload_bytes, u.sha256);
+  d.upload = std::make_shared<upload_slot>(u.transfer, a->blob_bytes, u.sha256);
   s->expect_blob(std::shared_ptr<net::incoming_transfer>(d.upload, &d.upload->in));
 }
 
@@ -252,43 +266,42 @@ void hub_service::on_upload(const std::shared_ptr<net::session>& s, const std::s
   const std::string& id = s->peer_device_id();
   device_entry& d = devices_[id];
   assignment* a = engine_->find(id);
-  if (a == nullptr || !d.upload || &d.upload->in != in.get() || a->state != assignment_state::assigned) {
-    reject(s, id, "update arrived after its round closed", 0);
+  if (a == nullptr || !d.upload || &d.upload->in != in.get() || a->state != assignment_state::uploading) {
+    reject(s, id, make_error(errc::round_closed, "update arrived after its round closed"), 0);
     return;
   }
-  a->examples = d.update.examples;
-  a->steps = d.update.steps;
-  a->loss = d.update.loss;
   a->bytes_up = in->bytes_received_total();
   a->resent_bytes += in->bytes_received_total() - in->size();
-  auto ok = engine_->accept_blob(*a, d.upload->bytes);
+  auto ok = engine_->receive(*a, d.upload->bytes);
   d.upload.reset();
   if (!ok) {
-    a->state = assignment_state::rejected;
-    a->reason = ok.error().message;
-    reject(s, id, ok.error().message, 0);
+    reject(s, id, ok.error(), 0);
   } else {
     d.accepted_upload = in->id();
-    s->send(net::msg::result{.accepted = true, .reason = {}});
+    s->send(net::msg::result{.accepted = true, .code = {}, .reason = {}});
   }
   if (engine_->all_reported()) close_round();
+}
+
+void hub_service::note_downloaded(assignment& a, const net::outgoing_transfer& out) {
+  a.bytes_down = out.bytes_sent_total();
+  a.resent_bytes += out.bytes_sent_total() - out.size();
+  (void)engine_->downloaded(a);  // an update may have come first after a cut: then it stays as it is
 }
 
 void hub_service::on_download_sent(const std::string& id, const std::shared_ptr<net::outgoing_transfer>& out) {
   assignment* a = engine_->find(id);
   auto it = devices_.find(id);
   if (a == nullptr || it == devices_.end() || !it->second.download || &it->second.download->out != out.get()) return;
-  a->bytes_down = out->bytes_sent_total();
-  a->resent_bytes += out->bytes_sent_total() - out->size();
+  note_downloaded(*a, *out);
 }
 
 void hub_service::on_refuse(const std::shared_ptr<net::session>& s, const net::msg::refuse& r) {
   const std::string& id = s->peer_device_id();
   assignment* a = engine_->find(id);
   log(log_level::warning, "device " + id + " refused" + (a ? " its assignment" : "") + ": " + r.reason);
-  if (a != nullptr && a->state == assignment_state::assigned) {
-    a->state = assignment_state::refused;
-    a->reason = r.reason;
+  if (a != nullptr && is_open(a->state)) {
+    engine_->refuse(*a, r.reason);
     if (engine_->all_reported()) close_round();
   }
 }
@@ -341,11 +354,11 @@ void hub_service::reload_revocations() {
 void hub_service::start_round() {
   const auto planning = clock_type::now();
   reload_revocations();
-  std::vector<device_offer> offers;
+  std::vector<rounds::device_offer> offers;
   for (const auto& [id, d] : devices_) {
     if (!d.session) continue;
     if (offers.size() >= config_.max_devices) break;
-    offers.push_back({.id = id, .budget_bytes = d.record.budget_bytes, .examples = d.record.examples, .codecs = d.codecs});
+    offers.push_back({.id = id, .budget_bytes = d.record.budget_bytes, .examples = d.record.examples, .codecs = d.codecs, .capacity = 0});
   }
   auto excluded = engine_->begin_round(std::move(offers));
   if (!excluded) {
@@ -362,54 +375,45 @@ void hub_service::start_round() {
     device_entry& d = devices_[a.device];
     d.upload.reset();
     d.download.reset();
-    send_assignment(d, a);  // the slot holds the bytes now
+    send_assignment(d, a);
   }
   deadline_timer_.expires_after(ms(config_.round_deadline_s));
   deadline_timer_.async_wait([this, round = engine_->current_round()](const boost::system::error_code& ec) {
     if (ec || stopping_ || !engine_->in_round() || engine_->current_round() != round) return;
     close_round();
   });
+  if (engine_->all_reported()) close_round();  // every download failed to encode
 }
 
 void hub_service::close_round() {
   deadline_timer_.cancel();
-  const double seconds = std::chrono::duration<double>(clock_type::now() - round_started_).count();
   for (const auto& a : engine_->assignments()) {
-    device_entry& d = devices_[a.device];
-    if (a.state == assignment_state::accepted) ++d.record.rounds_done;
-    else ++d.record.rounds_missed;
-    if (a.state == assignment_state::assigned)
+    if (is_open(a.state))
       log(log_level::warning, "device " + a.device + " missed the deadline of round " + std::to_string(engine_->current_round()) +
                                   ": its neurons keep their values");
-    d.upload.reset();  // a late upload still arriving is answered "round closed"
+    devices_[a.device].upload.reset();  // a late upload still arriving is answered "round closed"
   }
-  auto m = engine_->close_round(validation_.get(), seconds);
+  auto m = engine_->close_round(validation_.get());
   if (!m) {
     finish("round " + std::to_string(engine_->current_round()) + ": " + m.error().message);
     return;
   }
-  if (!config_.checkpoint_dir.empty()) {
-    checkpoint c{.round = engine_->completed(),
-                 .plan_seed = engine_->plan_seed(),
-                 .seed = config_.seed,
-                 .strategy = std::string(to_string(config_.strategy)),
-                 .spec = config_.model,
-                 .params = {engine_->params().begin(), engine_->params().end()},
-                 .registry = {}};
-    for (const auto& [id, d] : devices_) c.registry.push_back(d.record);
-    auto saved = save_checkpoint(std::filesystem::path(config_.checkpoint_dir) / "hub.ckpt", c, seal_key_ ? &*seal_key_ : nullptr);
-    if (!saved) {
-      finish("checkpoint after round " + std::to_string(c.round) + ": " + saved.error().message);
-      return;
-    }
+  const rounds::round_faults& f = engine_->last_faults();
+  m.value().stragglers = f.stragglers;
+  m.value().refused = f.refused;
+  m.value().rejected = f.rejected;
+  m.value().resent_bytes = f.resent_bytes;
+  std::vector<rounds::device_record> registry;
+  for (const auto& a : engine_->assignments()) {
+    device_entry& d = devices_[a.device];
+    if (a.state == assignment_state::accepted) ++d.record.rounds_done;
+    else ++d.record.rounds_missed;
   }
-  m.value().seconds = std::chrono::duration<double>(clock_type::now() - round_started_).count();
-  if (!config_.metrics_path.empty()) {
-    std::ofstream out(config_.metrics_path, std::ios::app);
-    out << m.value().to_json().dump() << '\n';
-    if (!out) log(log_level::error, config_.metrics_path + ": cannot append the round's metrics");
+  for (const auto& [id, d] : devices_) registry.push_back(d.record);
+  if (auto saved = recorder_->record(*engine_, m.value(), round_started_, registry); !saved) {
+    finish(saved.error().message);
+    return;
   }
-  if (on_round_) on_round_(m.value());
   if (engine_->finished()) {
     finish("");
     return;
@@ -422,12 +426,8 @@ void hub_service::close_round() {
 
 void hub_service::finish(const std::string& failure) {
   failure_ = failure;
-  if (failure.empty() && !config_.output_path.empty()) {
-    auto saved = core::save_model(config_.output_path, config_.model, engine_->params(),
-                                  {{"tessera.rounds", std::to_string(engine_->completed())},
-                                   {"tessera.strategy", std::string(to_string(config_.strategy))}});
-    if (!saved) failure_ = saved.error().message;
-    else log(log_level::info, "model written to " + config_.output_path);
+  if (failure.empty()) {
+    if (auto saved = recorder_->finish(*engine_); !saved) failure_ = saved.error().message;
   }
   if (!failure_.empty()) log(log_level::error, failure_);
   finished_ = failure_.empty();

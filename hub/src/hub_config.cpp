@@ -13,7 +13,7 @@ using core::make_error;
 core::result<hub_config> parse_hub_config(const nlohmann::json& json, const std::string& source) {
   core::config_reader r(json, source);
   hub_config c;
-  TESSERA_TRY(read_run_fields(r, source, c, /*allow_central=*/false));
+  TESSERA_TRY(rounds::read_run_fields(r, source, c, /*allow_central=*/false));
   const std::string listen = r.string("listen", "127.0.0.1:7443");
   const auto colon = listen.rfind(':');
   unsigned port = 0;

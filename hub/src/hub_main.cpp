@@ -40,14 +40,6 @@ int fail(const std::string& message) {
   return 1;
 }
 
-void print_log(tessera::hub::log_level level, const std::string& text) {
-  const std::time_t now = std::time(nullptr);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%H:%M:%S", std::localtime(&now));
-  const char* tag = level == tessera::hub::log_level::error ? "error: " : level == tessera::hub::log_level::warning ? "warning: " : "";
-  std::fprintf(stderr, "[hub %s] %s%s\n", stamp, tag, text.c_str());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -74,16 +66,17 @@ int main(int argc, char** argv) {
   const hub::hub_config& cfg = config.value();
 
   boost::asio::io_context io;
-  auto service = hub::hub_service::create(io, cfg, print_log);
+  const core::log_sink log = core::stderr_log("hub");
+  auto service = hub::hub_service::create(io, cfg, log);
   if (!service) return fail(service.error().message);
   hub::hub_service& h = *service.value();
-  h.on_round([](const hub::round_metrics& m) {
+  h.on_round([](const rounds::round_metrics& m) {
     std::printf("%s\n", m.to_line().c_str());
     std::fflush(stdout);
   });
   auto port = h.start();
   if (!port) return fail(port.error().message);
-  std::printf("tessera-hub: %s on %s:%u, model %lld", std::string(hub::to_string(cfg.strategy)).c_str(), cfg.listen_host.c_str(),
+  std::printf("tessera-hub: %s on %s:%u, model %lld", std::string(rounds::to_string(cfg.strategy)).c_str(), cfg.listen_host.c_str(),
               static_cast<unsigned>(port.value()), static_cast<long long>(cfg.model.inputs));
   for (auto w : cfg.model.hidden) std::printf("-%lld", static_cast<long long>(w));
   std::printf("-%lld, rounds %lld (from %lld), devices %zu..%zu, seed %llu\n", static_cast<long long>(cfg.model.outputs),
@@ -94,7 +87,7 @@ int main(int argc, char** argv) {
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
     if (ec) return;
-    print_log(hub::log_level::warning, std::string("stopping on ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+    log(core::log_level::warning, std::string("stopping on ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
                                            " (the last checkpoint is kept; restart to resume)");
     h.stop();
   });

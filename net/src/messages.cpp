@@ -99,10 +99,11 @@ class reader {
   codec blob_codec(const char* key) {
     const std::string s = string(key, 16);
     if (failed_) return codec::f32;
-    auto c = codec_from_string(s);
+    auto c = core::parse_codec(s);
     if (!c) fail(key, "unknown codec '" + s + "'");
-    return c.value_or(codec::f32);
+    return c ? c.value() : codec::f32;
   }
+  bool has(const char* key) const { return !failed_ && j_.contains(key); }
   digest sha256(const char* key) {
     const std::string s = string(key, 64);
     digest d{};
@@ -173,7 +174,7 @@ json to_object(const message& m) {
         using T = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<T, msg::hello>) {
           json codecs = json::array();
-          for (codec c : v.codecs) codecs.push_back(std::string(to_string(c)));
+          for (codec c : v.codecs) codecs.push_back(std::string(core::to_string(c)));
           json resume = json::array();
           for (const auto& r : v.resume) resume.push_back({{"transfer", r.transfer}, {"offset", r.offset}});
           return {{"device_id", v.device_id}, {"version", v.version},
@@ -187,16 +188,18 @@ json to_object(const message& m) {
           // Our own caller passed hyper-parameters that are not a JSON object: a bug, not input.
           TESSERA_ASSERT(hyper.is_object());
           return {{"round", v.round}, {"widths", v.widths}, {"hyper", hyper},
-                  {"transfer", v.transfer}, {"size", v.size}, {"codec", std::string(to_string(v.blob_codec))},
+                  {"transfer", v.transfer}, {"size", v.size}, {"codec", std::string(core::to_string(v.blob_codec))},
                   {"sha256", hex_of(v.sha256)}};
         } else if constexpr (std::is_same_v<T, msg::ack>) {
           return {{"transfer", v.transfer}, {"offset", v.offset}};
         } else if constexpr (std::is_same_v<T, msg::update>) {
           return {{"round", v.round}, {"examples", v.examples}, {"steps", v.steps}, {"loss", v.loss},
-                  {"transfer", v.transfer}, {"size", v.size}, {"codec", std::string(to_string(v.blob_codec))},
+                  {"transfer", v.transfer}, {"size", v.size}, {"codec", std::string(core::to_string(v.blob_codec))},
                   {"sha256", hex_of(v.sha256)}};
         } else if constexpr (std::is_same_v<T, msg::result>) {
-          return {{"accepted", v.accepted}, {"reason", v.reason}};
+          json j = {{"accepted", v.accepted}, {"reason", v.reason}};
+          if (!v.code.empty()) j["code"] = v.code;
+          return j;
         } else if constexpr (std::is_same_v<T, msg::ping> || std::is_same_v<T, msg::pong>) {
           return {{"seq", v.seq}};
         } else {
@@ -225,7 +228,7 @@ core::result<message> parse_object(frame_type t, const json& j) {
             r.fail("codecs", "expected strings");
             break;
           }
-          if (auto k = codec_from_string(c.get<std::string>())) h.codecs.push_back(*k);
+          if (auto k = core::parse_codec(c.get<std::string>())) h.codecs.push_back(k.value());
         }
       }
       if (const json* rs = r.array("resume", max_resume_entries)) {
@@ -293,6 +296,7 @@ core::result<message> parse_object(frame_type t, const json& j) {
     case frame_type::result: {
       msg::result v;
       v.accepted = r.boolean("accepted");
+      if (r.has("code")) v.code = r.string("code", max_code_chars);  // absent from older hubs
       v.reason = r.string("reason", max_reason_chars);
       out = std::move(v);
       break;
@@ -307,22 +311,6 @@ core::result<message> parse_object(frame_type t, const json& j) {
 }
 
 }  // namespace
-
-std::string_view to_string(codec c) noexcept {
-  switch (c) {
-    case codec::f32: return "f32";
-    case codec::f16: return "f16";
-    case codec::q8: return "q8";
-  }
-  return "?";
-}
-
-std::optional<codec> codec_from_string(std::string_view s) noexcept {
-  if (s == "f32") return codec::f32;
-  if (s == "f16") return codec::f16;
-  if (s == "q8") return codec::q8;
-  return std::nullopt;
-}
 
 bool valid_device_id(std::string_view id) noexcept {
   if (id.empty() || id.size() > 64) return false;

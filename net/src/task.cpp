@@ -36,24 +36,6 @@ core::result<double> number(const json& j, const char* key, double min, double m
 
 }  // namespace
 
-core::codec_kind to_core(codec c) noexcept {
-  switch (c) {
-    case codec::f32: return core::codec_kind::f32;
-    case codec::f16: return core::codec_kind::f16;
-    case codec::q8: return core::codec_kind::q8;
-  }
-  return core::codec_kind::f32;
-}
-
-codec to_net(core::codec_kind c) noexcept {
-  switch (c) {
-    case core::codec_kind::f32: return codec::f32;
-    case core::codec_kind::f16: return codec::f16;
-    case core::codec_kind::q8: return codec::q8;
-  }
-  return codec::f32;
-}
-
 std::vector<std::uint32_t> hidden_widths(const core::mlp_arch& arch) {
   std::vector<std::uint32_t> w;
   for (std::size_t l = 1; l + 1 < arch.widths.size(); ++l) w.push_back(static_cast<std::uint32_t>(arch.widths[l]));

@@ -13,7 +13,7 @@ namespace {
 constexpr int k_devices = 3;
 constexpr int k_rounds = 3;
 
-// The fields tessera-sim and tessera-hub share (hub/run_config.hpp): same values, same run.
+// The fields tessera-sim and tessera-hub share (rounds/run_config.hpp): same values, same run.
 nlohmann::json run_fields(const std::string& strategy) {
   return {{"model", {{"inputs", 784}, {"hidden", {64, 64}}, {"outputs", 10}}},
           {"strategy", strategy},

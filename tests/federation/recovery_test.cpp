@@ -8,7 +8,7 @@
 #include "fleet.hpp"
 #include "tessera/core/ist.hpp"
 #include "tessera/core/mlp.hpp"
-#include "tessera/hub/checkpoint.hpp"
+#include "tessera/rounds/checkpoint.hpp"
 #include "tessera/hub/hub_config.hpp"
 
 namespace tessera::testing {
@@ -153,7 +153,7 @@ TEST_CASE("federation: an agent killed mid-round is a straggler, its neurons kee
   REQUIRE(hub_cfg.ok());
   const core::model_spec& spec = hub_cfg.value().model;
   const std::string checkpoint_path = f.file("checkpoints/hub.ckpt");
-  auto before = hub::load_checkpoint(checkpoint_path, spec, nullptr);
+  auto before = rounds::load_checkpoint(checkpoint_path, spec, nullptr);
   REQUIRE(before.ok());
   REQUIRE(before.value().has_value());
   REQUIRE(before.value()->round == 1);
@@ -162,7 +162,7 @@ TEST_CASE("federation: an agent killed mid-round is a straggler, its neurons kee
   REQUIRE_MESSAGE(eventually([&] { return read_metrics(f.file("metrics.jsonl")).size() >= 2 || !hub.process.running(); },
                              std::chrono::milliseconds(static_cast<int>(deadline_s * 1000)) + 30s),
                   "round 2 did not close");
-  auto after = hub::load_checkpoint(checkpoint_path, spec, nullptr);
+  auto after = rounds::load_checkpoint(checkpoint_path, spec, nullptr);
   REQUIRE(after.ok());
   REQUIRE(after.value().has_value());
   REQUIRE_MESSAGE(after.value()->round == 2, "round 3 closed before round 2's checkpoint was read");

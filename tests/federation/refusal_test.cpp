@@ -37,12 +37,15 @@ crypto::tls_context device_tls(const fleet& f, const std::string& id) {
 //   stale_round  an UPDATE for the round before the open one: refused; then it sends the subnet back
 //                unchanged for the right round, which must be accepted (a refusal does not end the
 //                assignment)
-// Its handlers run on the test thread, inside io.run_for(): no locks.
+// hold_after(r) makes it sit on assignments of later rounds (downloaded, unanswered) until the hold
+// is raised, so a test can keep the hub in a round of its choosing. Its handlers run on the test
+// thread, inside io.run_for(): no locks.
 class crafted_agent {
  public:
   struct verdict {
     std::uint64_t round = 0;
     bool accepted = false;
+    std::string code;  // RESULT's code: why, for a program
     std::string reason;
   };
 
@@ -59,6 +62,15 @@ class crafted_agent {
   crafted_agent& operator=(const crafted_agent&) = delete;
 
   void start() { client_->start(); }
+  // Answers assignments of rounds up to `round` (answering one held until now).
+  void hold_after(std::uint64_t round) {
+    hold_after_ = round;
+    auto s = session_.lock();
+    if (s && !jobs_.empty() && jobs_.back()->held && jobs_.back()->assign.round <= hold_after_) {
+      jobs_.back()->held = false;
+      answer(*s, *jobs_.back());
+    }
+  }
   [[nodiscard]] const std::string& id() const noexcept { return id_; }
   [[nodiscard]] const std::vector<verdict>& verdicts() const noexcept { return verdicts_; }
   [[nodiscard]] int welcomes() const noexcept { return welcomes_; }
@@ -74,10 +86,12 @@ class crafted_agent {
     std::shared_ptr<net::incoming_transfer> download;
     std::shared_ptr<net::outgoing_transfer> upload;
     bool stale_refused = false;
+    bool held = false;  // downloaded, not answered yet (hold_after)
   };
 
   void attach(const std::shared_ptr<net::session>& s) {
     std::weak_ptr<net::session> weak = s;
+    session_ = s;
     s->on_ready([this, weak] {
       if (auto self = weak.lock())
         self->send(net::msg::hello{.device_id = id_,
@@ -136,6 +150,14 @@ class crafted_agent {
   void on_downloaded(net::session& s, const std::shared_ptr<net::incoming_transfer>& in) {
     if (jobs_.empty() || jobs_.back()->download != in) return;
     job& j = *jobs_.back();
+    if (j.assign.round > hold_after_) {
+      j.held = true;
+      return;
+    }
+    answer(s, j);
+  }
+
+  void answer(net::session& s, job& j) {
     switch (kind_) {
       case fault::nan_value: {
         j.spoiled = j.received;
@@ -164,7 +186,7 @@ class crafted_agent {
       return;
     }
     job& j = *jobs_.back();
-    verdicts_.push_back({j.assign.round, r.accepted, r.reason});
+    verdicts_.push_back({j.assign.round, r.accepted, r.code, r.reason});
     if (kind_ == fault::stale_round && !r.accepted && !j.stale_refused) {
       j.stale_refused = true;
       upload(s, j, honest_update(j, j.received), j.received);  // the subnet back, unchanged, for the open round
@@ -173,7 +195,9 @@ class crafted_agent {
 
   std::string id_;
   fault kind_;
+  std::uint64_t hold_after_ = UINT64_MAX;
   std::shared_ptr<net::client> client_;
+  std::weak_ptr<net::session> session_;
   std::vector<std::unique_ptr<job>> jobs_;
   std::vector<verdict> verdicts_;
   std::vector<std::string> surprises_;
@@ -258,18 +282,23 @@ TEST_CASE("federation: NaN, wrong-size and stale updates are refused with their 
   crafted_agent size_agent(io, f, "crafted-size", fault::wrong_size, hub.port);
   crafted_agent stale_agent(io, f, "crafted-stale", fault::stale_round, hub.port);
   const std::vector<crafted_agent*> crafted{&nan_agent, &size_agent, &stale_agent};
-  for (auto* c : crafted) c->start();
+  for (auto* c : crafted) {
+    c->hold_after(1);  // round 2 waits for them: the hub is surely in round 2 when the list changes
+    c->start();
+  }
   const std::function<void()> pump = [&io] {
     io.restart();
     io.run_for(10ms);
   };
 
-  // Revoked after round 1: the hub reloads the list at the start of a round, for new connections.
+  // Revoked during round 2: the hub reloads the list at the start of a round (round 3), for new
+  // connections; the crafted devices hold round 3 open meanwhile, so the hub is up for the probe.
   REQUIRE_MESSAGE(eventually([&] { return !read_metrics(f.file("metrics.jsonl")).empty() || !hub.process.running(); }, 60s, pump),
                   "round 1 did not complete within 60 s");
   f.revoke(revoked);
+  for (auto* c : crafted) c->hold_after(2);
   REQUIRE_MESSAGE(wait_for_log(hub.process, "revocation list reloaded", 30s, 1, pump), "the hub did not reload the revocation list");
-  // The crafted devices are not driven meanwhile, so the open round cannot close: the hub is surely up.
+  CHECK(read_metrics(f.file("metrics.jsonl")).size() == 2);
   const handshake_probe probe = try_connect(f, revoked, hub.port);
   CHECK_FALSE(probe.welcomed);
   REQUIRE(probe.closed.has_value());
@@ -277,6 +306,7 @@ TEST_CASE("federation: NaN, wrong-size and stale updates are refused with their 
   const auto refused_lines = lines_with(hub.process.err(), "connection refused: TLS handshake");
   REQUIRE(refused_lines.size() == 1);
   CHECK(refused_lines[0].find("revoked") != std::string::npos);
+  for (auto* c : crafted) c->hold_after(UINT64_MAX);
 
   const bool finished = eventually([&] { return !hub.process.running(); }, 120s, pump);
   REQUIRE_MESSAGE(finished, "the hub did not finish within 120 s");
@@ -337,17 +367,21 @@ TEST_CASE("federation: NaN, wrong-size and stale updates are refused with their 
     CHECK(nan.round == round);
     CHECK_FALSE(nan.accepted);
     CHECK(nan.reason.find("not a finite value") != std::string::npos);
+    CHECK(nan.code == "rounds.bad_values");
     const auto& size = size_agent.verdicts()[r];
     CHECK(size.round == round);
     CHECK_FALSE(size.accepted);
     CHECK(size.reason.find("bytes, the assigned subnet is") != std::string::npos);
+    CHECK(size.code == "rounds.size_mismatch");
     const auto& stale = stale_agent.verdicts()[2 * r];
     CHECK(stale.round == round);
     CHECK_FALSE(stale.accepted);
     CHECK(stale.reason.find("update for round " + std::to_string(round - 1)) != std::string::npos);
+    CHECK(stale.code == "rounds.wrong_round");
     const auto& retry = stale_agent.verdicts()[2 * r + 1];
     CHECK(retry.round == round);
     CHECK(retry.accepted);
+    CHECK(retry.code.empty());
   }
 }
 

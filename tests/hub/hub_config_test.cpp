@@ -26,7 +26,7 @@ TEST_CASE("hub config: defaults, and overrides from the command line") {
   CHECK(c.value().lr.total_rounds == 12);
   CHECK(c.value().tls.crl == "other.crl");
   CHECK(c.value().tls.ca_cert == "pki/ca.pem");
-  CHECK(c.value().strategy == hub::strategy_kind::fedavg);
+  CHECK(c.value().strategy == rounds::strategy_kind::fedavg);
   CHECK(c.value().model.hidden == std::vector<std::int64_t>{64, 32});
   CHECK_FALSE(c.value().validation.has_value());
 }

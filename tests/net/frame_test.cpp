@@ -94,8 +94,15 @@ TEST_CASE("every control message round-trips through its frame") {
                      .blob_codec = net::codec::f32, .sha256 = some_digest()};
   auto u2 = std::get<net::msg::update>(round_trip(u));
   CHECK(u2.loss == doctest::Approx(0.25));
-  auto r = std::get<net::msg::result>(round_trip(net::msg::result{false, "digest"}));
+  auto r = std::get<net::msg::result>(
+      round_trip(net::msg::result{.accepted = false, .code = "rounds.size_mismatch", .reason = "digest"}));
+  CHECK(r.code == "rounds.size_mismatch");
   CHECK(r.reason == "digest");
+  // A RESULT without a code (from a hub before codes) still parses.
+  const std::string old = R"({"accepted":false,"reason":"late"})";
+  auto parsed = net::parse_message(net::frame_type::result, std::as_bytes(std::span(old.data(), old.size())));
+  REQUIRE(parsed.ok());
+  CHECK(std::get<net::msg::result>(parsed.value()).code.empty());
   CHECK(std::get<net::msg::ping>(round_trip(net::msg::ping{5})).seq == 5);
   CHECK(std::get<net::msg::pong>(round_trip(net::msg::pong{6})).seq == 6);
   CHECK(std::get<net::msg::refuse>(round_trip(net::msg::refuse{"no"})).reason == "no");

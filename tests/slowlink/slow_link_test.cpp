@@ -12,6 +12,7 @@
 #include "tessera/crypto/pki.hpp"
 #include "tessera/edge/agent.hpp"
 #include "tessera/hub/hub.hpp"
+#include "tessera/sim/shards.hpp"
 #include "tessera/net/link_emulator.hpp"
 
 using namespace tessera;
@@ -48,9 +49,9 @@ TEST_CASE("slow link: at 256 kbit/s with 2 s stalls and a cut every 30 s, rounds
   pki_dir pki(dir.path() / "pki");
 
   // Each agent's shard of Fashion-MNIST, as tessera-sim would give it.
-  auto sim = hub::parse_sim_config({{"devices", k_agents}, {"data", {{"examples", 2000}}}}, "test");
+  auto sim = sim::parse_sim_config({{"devices", k_agents}, {"data", {{"examples", 2000}}}}, "test");
   REQUIRE(sim.ok());
-  auto folders = hub::write_shards(sim.value(), (dir.path() / "shards").string());
+  auto folders = sim::write_shards(sim.value(), (dir.path() / "shards").string());
   REQUIRE_MESSAGE(folders.ok(), (folders.ok() ? "" : folders.error().message));
 
   // The hub: a 784-128-128-10 model, so each agent's subnet is ~220 kB, several seconds each way.
@@ -67,10 +68,10 @@ TEST_CASE("slow link: at 256 kbit/s with 2 s stalls and a cut every 30 s, rounds
 
   boost::asio::io_context io;
   std::vector<std::string> hub_log;
-  auto service = hub::hub_service::create(io, cfg.value(), [&](hub::log_level, const std::string& m) { hub_log.push_back(m); });
+  auto service = hub::hub_service::create(io, cfg.value(), [&](core::log_level, const std::string& m) { hub_log.push_back(m); });
   REQUIRE(service.ok());
-  std::vector<hub::round_metrics> rounds;
-  service.value()->on_round([&](const hub::round_metrics& m) { rounds.push_back(m); });
+  std::vector<rounds::round_metrics> rounds;
+  service.value()->on_round([&](const rounds::round_metrics& m) { rounds.push_back(m); });
   auto port = service.value()->start();
   REQUIRE(port.ok());
 

@@ -13,6 +13,7 @@
 //   use(spec.value());
 #pragma once
 
+#include <span>
 #include <string>
 #include <system_error>
 #include <type_traits>
@@ -40,6 +41,38 @@ enum class errc {
 [[nodiscard]] inline std::error_code make_error_code(errc e) noexcept {
   return {static_cast<int>(e), core_category()};
 }
+
+// A module's error category from a table: per code an identifier (stable: it travels in RESULT
+// messages and logs) and a line of text. Every module's errc has one:
+//
+//   constexpr core::error_text k_texts[] = {{1, "size_mismatch", "update of the wrong size"}, ...};
+//   const std::error_category& rounds_category() noexcept {
+//     static const core::table_category c("tessera.rounds", k_texts);
+//     return c;
+//   }
+struct error_text {
+  int value;
+  const char* name;
+  const char* text;
+};
+
+class table_category final : public std::error_category {
+ public:
+  // `name` and `texts` must outlive the category (string literals and a constexpr array do).
+  table_category(const char* name, std::span<const error_text> texts) noexcept : name_(name), texts_(texts) {}
+  [[nodiscard]] const char* name() const noexcept override { return name_; }
+  [[nodiscard]] std::string message(int value) const override;
+  // The code's identifier ("size_mismatch"), or nullptr for a value not in the table.
+  [[nodiscard]] const char* identifier(int value) const noexcept;
+
+ private:
+  const char* name_;
+  std::span<const error_text> texts_;
+};
+
+// "rounds.size_mismatch" for a code of a table category named "tessera.rounds"; otherwise
+// "<category>:<value>" (e.g. "generic:2").
+[[nodiscard]] std::string error_name(const std::error_code& code);
 
 // An expected failure: what kind it is, and one line for a person saying exactly what is wrong.
 struct error {

@@ -39,6 +39,7 @@
 #include <boost/asio/io_context.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tessera/core/log.hpp"
 #include "tessera/crypto/tls.hpp"
 #include "tessera/edge/arena.hpp"
 #include "tessera/edge/device_data.hpp"
@@ -54,7 +55,7 @@ struct agent_config {
   data_config data;
   std::uint64_t data_seed = 0;               // batch order; 0: derived from the device id
   std::size_t budget_bytes = 16u << 20;      // training arena + data reader buffers
-  std::vector<net::codec> codecs{net::codec::f32, net::codec::f16, net::codec::q8};
+  std::vector<core::codec_kind> codecs{core::codec_kind::f32, core::codec_kind::f16, core::codec_kind::q8};
   std::chrono::milliseconds backoff_initial{250};
   std::chrono::milliseconds backoff_max{30'000};
   double jitter = 0.5;
@@ -70,9 +71,6 @@ struct agent_config {
 [[nodiscard]] core::result<agent_config> parse_agent_config(const nlohmann::json& json, const std::string& source);
 [[nodiscard]] core::result<agent_config> load_agent_config(const std::string& path, const std::vector<std::string>& overrides);
 
-enum class log_level { info, warning, error };
-using log_sink = std::function<void(log_level, const std::string&)>;
-
 struct agent_stats {
   std::int64_t assignments = 0, accepted = 0, rejected = 0, refused = 0, cancelled = 0;
   std::uint64_t bytes_down = 0, bytes_up = 0;
@@ -81,7 +79,7 @@ struct agent_stats {
 class agent {
  public:
   [[nodiscard]] static core::result<std::unique_ptr<agent>> create(boost::asio::io_context& io, const agent_config& config,
-                                                                   log_sink log);
+                                                                   core::log_sink log);
   ~agent();
   agent(const agent&) = delete;
   agent& operator=(const agent&) = delete;
@@ -97,8 +95,8 @@ class agent {
 
  private:
   struct job;
-  agent(boost::asio::io_context& io, const agent_config& config, log_sink log);
-  void log(log_level level, const std::string& text) const;
+  agent(boost::asio::io_context& io, const agent_config& config, core::log_sink log);
+  void log(core::log_level level, const std::string& text) const;
   void attach(const std::shared_ptr<net::session>& s);
   void on_ready(const std::shared_ptr<net::session>& s);
   void on_welcome(const std::shared_ptr<net::session>& s);
@@ -110,7 +108,7 @@ class agent {
 
   boost::asio::io_context& io_;
   agent_config config_;
-  log_sink log_;
+  core::log_sink log_;
   std::string id_;
   crypto::tls_context tls_;
   std::unique_ptr<device_data> data_;

@@ -1,7 +1,9 @@
 // tessera/hub/hub.hpp — the hub as a network service: registry, rounds over mutual TLS, checkpoints.
 //
 // The service accepts agents (net::server), keeps a registry of devices (id from the certificate,
-// budget, examples, codecs, last seen, rounds done), and drives the round_engine through this machine:
+// budget, examples, codecs, last seen, rounds done), and drives the round engine (rounds/engine.hpp)
+// through this machine; the engine owns each assignment's state, the service reports what the
+// sessions saw (sent, downloaded, announced, received, refused) and answers with the engine's verdict:
 //
 //        start / resume from the latest checkpoint
 //              │
@@ -15,7 +17,7 @@
 //   │                                              ▼
 //   │        UPDATE + upload: check round,   ┌────────────┐  a refusal (over budget) or a bad
 //   │        transfer, size, digest, shapes, │  collect   │  update: left out, reason logged
-//   │        finite values; RESULT back  ───▶│            │  and sent back
+//   │        finite values; RESULT back  ───▶│            │  and sent back (code and text)
 //   │                                        └─────┬──────┘
 //   │                     every update in, or round_deadline_s (stragglers keep old blocks)
 //   │                                              ▼
@@ -32,8 +34,8 @@
 // from one thread only.
 //
 //   asio::io_context io;
-//   auto hub = hub::hub_service::create(io, config, log).value();
-//   hub->on_round([](const hub::round_metrics& m) { std::puts(m.to_line().c_str()); });
+//   auto hub = hub::hub_service::create(io, config, core::stderr_log("hub")).value();
+//   hub->on_round([](const rounds::round_metrics& m) { std::puts(m.to_line().c_str()); });
 //   auto port = hub->start();             // listens; result<uint16_t>
 //   io.run();                             // returns after the last round, once sessions are closed
 #pragma once
@@ -48,26 +50,24 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "tessera/crypto/seal.hpp"
-#include "tessera/hub/checkpoint.hpp"
+#include "tessera/core/log.hpp"
 #include "tessera/hub/hub_config.hpp"
-#include "tessera/hub/rounds.hpp"
 #include "tessera/net/server.hpp"
+#include "tessera/rounds/checkpoint.hpp"
+#include "tessera/rounds/engine.hpp"
+#include "tessera/rounds/recorder.hpp"
 
 namespace tessera::hub {
-
-enum class log_level { info, warning, error };
-using log_sink = std::function<void(log_level, const std::string&)>;
 
 class hub_service {
  public:
   [[nodiscard]] static core::result<std::unique_ptr<hub_service>> create(boost::asio::io_context& io, const hub_config& config,
-                                                                         log_sink log);
+                                                                         core::log_sink log);
   ~hub_service();
   hub_service(const hub_service&) = delete;
   hub_service& operator=(const hub_service&) = delete;
 
-  void on_round(std::function<void(const round_metrics&)> f) { on_round_ = std::move(f); }
+  void on_round(std::function<void(const rounds::round_metrics&)> f) { recorder_->on_round(std::move(f)); }
   // Called once when the service stops (finished, failed, or stop()).
   void on_stopped(std::function<void()> f) { on_stopped_ = std::move(f); }
   // Binds the listening socket and starts; returns the bound port (listen port 0 picks one).
@@ -78,16 +78,16 @@ class hub_service {
   [[nodiscard]] bool finished() const noexcept { return finished_; }
   // A fatal error that ended the run (empty if none).
   [[nodiscard]] const std::string& failure() const noexcept { return failure_; }
-  [[nodiscard]] const round_engine& engine() const noexcept { return *engine_; }
+  [[nodiscard]] const rounds::engine& engine() const noexcept { return *engine_; }
   [[nodiscard]] std::int64_t resumed_from() const noexcept { return resumed_from_; }
 
  private:
   struct upload_slot;
   struct download_slot;
   struct device_entry {
-    device_record record;
+    rounds::device_record record;
     std::shared_ptr<net::session> session;   // the current connection, after its HELLO
-    std::vector<net::codec> codecs;
+    std::vector<core::codec_kind> codecs;
     std::uint64_t download_id = 0;
     std::shared_ptr<download_slot> download;
     std::shared_ptr<upload_slot> upload;
@@ -95,18 +95,20 @@ class hub_service {
     std::uint64_t accepted_upload = 0;       // the last upload accepted (a repeat gets its RESULT again)
   };
 
-  hub_service(boost::asio::io_context& io, const hub_config& config, log_sink log);
-  void log(log_level level, const std::string& text) const;
+  hub_service(boost::asio::io_context& io, const hub_config& config, core::log_sink log);
+  void log(core::log_level level, const std::string& text) const;
   void attach(const std::shared_ptr<net::session>& s);
   void on_hello(const std::shared_ptr<net::session>& s, const net::msg::hello& h);
   void on_update(const std::shared_ptr<net::session>& s, const net::msg::update& u);
   void on_refuse(const std::shared_ptr<net::session>& s, const net::msg::refuse& r);
   void on_upload(const std::shared_ptr<net::session>& s, const std::shared_ptr<net::incoming_transfer>& in);
   void on_download_sent(const std::string& id, const std::shared_ptr<net::outgoing_transfer>& out);
+  void note_downloaded(rounds::assignment& a, const net::outgoing_transfer& out);
   void on_closed(const std::shared_ptr<net::session>& s, const core::error& why);
-  void send_assignment(device_entry& d, assignment& a);
-  // Logs and answers RESULT{rejected}; `transfer` (if not 0) is the announced upload, whose chunks are dropped.
-  void reject(const std::shared_ptr<net::session>& s, const std::string& id, const std::string& reason, std::uint64_t transfer);
+  void send_assignment(device_entry& d, rounds::assignment& a);
+  // Logs and answers RESULT{rejected, code, reason}; `transfer` (if not 0) is the announced upload,
+  // whose chunks are dropped.
+  void reject(const std::shared_ptr<net::session>& s, const std::string& id, const core::error& why, std::uint64_t transfer);
   void arm_wait_timer();
   void maybe_start_round();
   void start_round();
@@ -116,14 +118,13 @@ class hub_service {
 
   boost::asio::io_context& io_;
   hub_config config_;
-  log_sink log_;
-  std::function<void(const round_metrics&)> on_round_;
+  core::log_sink log_;
   std::function<void()> on_stopped_;
   crypto::tls_context tls_;
   std::filesystem::file_time_type crl_time_{};
-  std::optional<crypto::sealing_key> seal_key_;
   std::shared_ptr<net::server> server_;
-  std::unique_ptr<round_engine> engine_;
+  std::unique_ptr<rounds::engine> engine_;
+  std::optional<rounds::recorder> recorder_;
   std::unique_ptr<core::memory_table> validation_;
   std::map<std::string, device_entry> devices_;
   boost::asio::steady_timer wait_timer_;

@@ -12,7 +12,7 @@
 
 #include "tessera/core/dataset.hpp"
 #include "tessera/crypto/tls.hpp"
-#include "tessera/hub/run_config.hpp"
+#include "tessera/rounds/run_config.hpp"
 
 namespace tessera::hub {
 
@@ -26,7 +26,7 @@ struct validation_config {
   std::int64_t max_examples = 10'000'000;
 };
 
-struct hub_config : run_config {
+struct hub_config : rounds::run_config {
   std::string listen_host = "127.0.0.1";
   std::uint16_t listen_port = 7443;
   crypto::hub_tls_files tls{.ca_cert = "pki/ca.pem", .cert = "pki/hub.pem", .key = "pki/hub.key", .crl = "pki/ca.crl"};

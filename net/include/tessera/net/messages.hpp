@@ -7,7 +7,7 @@
 // brackets cannot exhaust the stack. Tensor bytes never travel here: they go in CHUNK frames.
 //
 //   net::msg::hello h{.device_id = "pi-07", .memory_budget_bytes = 64 << 20, .examples = 6000,
-//                     .codecs = {net::codec::f32}};
+//                     .codecs = {core::codec_kind::f32}};
 //   std::vector<std::byte> frame = net::encode_message(h);         // header + JSON payload
 //   auto m = net::parse_message(net::frame_type::hello, payload);   // result<net::message>
 //   if (m) if (auto* got = std::get_if<net::msg::hello>(&m.value())) use(got->device_id);
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "tessera/core/error.hpp"
+#include "tessera/core/memory.hpp"
 #include "tessera/net/frame.hpp"
 
 namespace tessera::net {
@@ -33,10 +34,10 @@ inline constexpr std::size_t max_reason_chars = 1024;
 inline constexpr std::size_t max_resume_entries = 16;
 inline constexpr std::size_t max_widths = 64;
 
-// How a parameter blob is encoded. Only f32 is produced today; f16 and q8 are reserved names.
-enum class codec : std::uint8_t { f32, f16, q8 };
-[[nodiscard]] std::string_view to_string(codec c) noexcept;
-[[nodiscard]] std::optional<codec> codec_from_string(std::string_view s) noexcept;
+// How a parameter blob is encoded on the wire: core::codec_kind, by its names "f32", "f16", "q8"
+// (core/codec.hpp documents the bytes).
+using codec = core::codec_kind;
+inline constexpr std::size_t max_code_chars = 64;
 
 using digest = std::array<std::uint8_t, 32>;  // SHA-256 of a whole blob
 
@@ -93,6 +94,7 @@ struct update {
 
 struct result {
   bool accepted = false;
+  std::string code{};                  // why rejected, as core::error_name ("rounds.size_mismatch"); optional
   std::string reason{};
 };
 

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 
+#include "tessera/core/device_round.hpp"
 #include "tessera/core/error.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/core/model_spec.hpp"
@@ -29,12 +30,7 @@ namespace tessera::net {
 inline constexpr std::int64_t max_task_batch = 4096;
 inline constexpr std::int64_t max_task_steps = 100'000'000;
 
-struct training_task {
-  core::mlp_arch arch;         // the subnet (widths include inputs and outputs)
-  std::int64_t steps = 0;
-  std::int64_t batch = 0;
-  core::sgd_options sgd;
-};
+using core::training_task;  // core/device_round.hpp: the subnet and how to train it
 
 // The hyper_json of an ASSIGN (the hidden widths travel in ASSIGN.widths).
 [[nodiscard]] std::string task_to_json(const training_task& t);
@@ -45,10 +41,6 @@ struct training_task {
 // from the one it waits for.
 inline constexpr std::uint64_t upload_bit = std::uint64_t{1} << 63;
 [[nodiscard]] constexpr std::uint64_t upload_transfer_id(std::uint64_t download_id) noexcept { return download_id | upload_bit; }
-
-// The wire's codec names and the core's codecs are the same three.
-[[nodiscard]] core::codec_kind to_core(codec c) noexcept;
-[[nodiscard]] codec to_net(core::codec_kind c) noexcept;
 
 // The hidden widths of an architecture, as ASSIGN.widths carries them.
 [[nodiscard]] std::vector<std::uint32_t> hidden_widths(const core::mlp_arch& arch);

@@ -1,11 +1,13 @@
-// tessera/hub/checkpoint.hpp — the hub's state after a completed round, durable across crashes.
+// tessera/rounds/checkpoint.hpp — a run's state after a completed round, durable across crashes.
 //
 // File layout (little-endian):
 //   offset 0   8 bytes  magic "TSCKPT\x01\0"
 //   offset 8   8 bytes  u64 n, length of the JSON header (≤ 16 MiB)
 //   offset 16  n bytes  JSON: {"round", "plan_seed", "strategy", "seed", "spec", "param_count",
 //                              "params_sha256", "registry": [{"id", "budget_bytes", "examples",
-//                              "rounds_done", "rounds_missed", "last_seen"}]}
+//                              "rounds_done", "rounds_missed", "last_seen"}],
+//                              "early_stop": {"have_best", "best_score", "evals_since_best",
+//                              "stopped"} (absent in files of older versions: a fresh start)}
 //   then       4·param_count bytes of the full model's parameters (f32)
 // The whole file is written to a temporary, fsync'd and renamed (core::write_file_atomic), so a hub
 // killed at any instant leaves the previous checkpoint or the new one. With a sealing key the same bytes
@@ -13,8 +15,8 @@
 // Loading checks the magic, the header, the spec against the hub's configuration (resuming a different
 // model is an error naming both), the parameter count and their SHA-256.
 //
-//   TESSERA_TRY(hub::save_checkpoint("ckpt/hub.ckpt", state, key));    // key may be null
-//   auto st = hub::load_checkpoint("ckpt/hub.ckpt", config.model, key); // result<optional<checkpoint>>
+//   TESSERA_TRY(rounds::save_checkpoint("ckpt/hub.ckpt", state, key));    // key may be null
+//   auto st = rounds::load_checkpoint("ckpt/hub.ckpt", config.model, key); // result<optional<checkpoint>>
 #pragma once
 
 #include <cstdint>
@@ -26,8 +28,9 @@
 #include "tessera/core/error.hpp"
 #include "tessera/core/model_spec.hpp"
 #include "tessera/crypto/seal.hpp"
+#include "tessera/rounds/engine.hpp"
 
-namespace tessera::hub {
+namespace tessera::rounds {
 
 struct device_record {
   std::string id;
@@ -46,6 +49,7 @@ struct checkpoint {
   core::model_spec spec;
   std::vector<float> params;
   std::vector<device_record> registry;
+  early_stop stopping;
 };
 
 [[nodiscard]] core::result<void> save_checkpoint(const std::filesystem::path& path, const checkpoint& c,
@@ -55,4 +59,4 @@ struct checkpoint {
                                                                       const core::model_spec& expected,
                                                                       const crypto::sealing_key* key);
 
-}  // namespace tessera::hub
+}  // namespace tessera::rounds

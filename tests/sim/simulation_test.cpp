@@ -5,7 +5,8 @@
 #include "tessera/core/ist.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/rng.hpp"
-#include "tessera/hub/simulation.hpp"
+#include "tessera/sim/shards.hpp"
+#include "tessera/sim/simulation.hpp"
 
 using namespace tessera;
 
@@ -23,17 +24,17 @@ core::memory_table prototypes(std::int64_t n, std::uint64_t seed) {
   return core::memory_table(12, std::move(x), std::move(y), "prototypes");
 }
 
-hub::sim_config config_for(const std::string& strategy) {
+sim::sim_config config_for(const std::string& strategy) {
   nlohmann::json j = {{"model", {{"inputs", 12}, {"hidden", {32, 32}}, {"outputs", 3}}},
                       {"strategy", strategy}, {"devices", 4}, {"rounds", 6}, {"local_steps", 20},
                       {"batch", 8}, {"lr", 0.05}, {"min_width", 4}};
-  auto c = hub::parse_sim_config(j, "test.json");
+  auto c = sim::parse_sim_config(j, "test.json");
   REQUIRE(c.ok());
   return c.value();
 }
 
 std::string config_error(const nlohmann::json& j) {
-  auto c = hub::parse_sim_config(j, "sim.json");
+  auto c = sim::parse_sim_config(j, "sim.json");
   REQUIRE_FALSE(c.ok());
   return c.error().message;
 }
@@ -45,9 +46,9 @@ TEST_CASE("simulation: every strategy learns the toy problem and reports its rou
   auto test = prototypes(300, 2);
   for (const char* strategy : {"ist", "fedavg", "central"}) {
     INFO(strategy);
-    auto sim = hub::simulation::create(config_for(strategy), train, &test);
+    auto sim = sim::simulation::create(config_for(strategy), train, &test);
     REQUIRE(sim.ok());
-    std::vector<hub::round_metrics> rounds;
+    std::vector<rounds::round_metrics> rounds;
     while (!sim.value()->done()) {
       auto m = sim.value()->run_round();
       REQUIRE(m.ok());
@@ -64,11 +65,11 @@ TEST_CASE("simulation: every strategy learns the toy problem and reports its rou
 
 TEST_CASE("simulation: same seed, same model; another seed, another model") {
   auto train = prototypes(400, 3);
-  auto a = hub::simulation::create(config_for("ist"), train, nullptr);
-  auto b = hub::simulation::create(config_for("ist"), train, nullptr);
+  auto a = sim::simulation::create(config_for("ist"), train, nullptr);
+  auto b = sim::simulation::create(config_for("ist"), train, nullptr);
   auto cfg = config_for("ist");
   cfg.seed = 2;
-  auto c = hub::simulation::create(cfg, train, nullptr);
+  auto c = sim::simulation::create(cfg, train, nullptr);
   REQUIRE((a.ok() && b.ok() && c.ok()));
   for (int i = 0; i < 3; ++i) {
     REQUIRE(a.value()->run_round().ok());
@@ -86,9 +87,9 @@ TEST_CASE("simulation: IST bytes per device are at most 20% of FedAvg's with 8 d
   cfg.model.inputs = 12;
   cfg.devices = 8;
   cfg.local_steps = 1;
-  auto ist = hub::simulation::create(cfg, train, nullptr);
-  cfg.strategy = hub::strategy_kind::fedavg;
-  auto fedavg = hub::simulation::create(cfg, train, nullptr);
+  auto ist = sim::simulation::create(cfg, train, nullptr);
+  cfg.strategy = rounds::strategy_kind::fedavg;
+  auto fedavg = sim::simulation::create(cfg, train, nullptr);
   REQUIRE((ist.ok() && fedavg.ok()));
   auto mi = ist.value()->run_round();
   auto mf = fedavg.value()->run_round();
@@ -116,7 +117,7 @@ TEST_CASE("simulation: non-IID Dirichlet shards skew the labels and still cover 
   auto cfg = config_for("ist");
   cfg.partition = "dirichlet";
   cfg.alpha = 0.3;
-  auto sim = hub::simulation::create(cfg, train, nullptr);
+  auto sim = sim::simulation::create(cfg, train, nullptr);
   REQUIRE(sim.ok());
   std::int64_t total = 0;
   double max_share = 0;
@@ -140,14 +141,14 @@ TEST_CASE("sim config: errors name the field") {
 }
 
 TEST_CASE("sim config: overrides reach dotted fields and parse JSON values") {
-  auto c = hub::load_sim_config("", {"rounds=3", "model.hidden=[64,32]", "strategy=fedavg", "metrics=out/m.jsonl"});
+  auto c = sim::load_sim_config("", {"rounds=3", "model.hidden=[64,32]", "strategy=fedavg", "metrics=out/m.jsonl"});
   REQUIRE(c.ok());
   CHECK(c.value().rounds == 3);
   CHECK(c.value().model.hidden == std::vector<std::int64_t>{64, 32});
   CHECK(c.value().model.inputs == 784);  // the rest of the model keeps its defaults
-  CHECK(c.value().strategy == hub::strategy_kind::fedavg);
+  CHECK(c.value().strategy == rounds::strategy_kind::fedavg);
   CHECK(c.value().metrics_path == "out/m.jsonl");
-  auto bad = hub::load_sim_config("", {"rounds"});
+  auto bad = sim::load_sim_config("", {"rounds"});
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message.find("key=value") != std::string::npos);
 }
@@ -156,7 +157,7 @@ TEST_CASE("simulation: data of the wrong width is refused, naming the data") {
   auto train = prototypes(50, 6);
   auto cfg = config_for("ist");
   cfg.model.inputs = 13;
-  auto sim = hub::simulation::create(cfg, train, nullptr);
+  auto sim = sim::simulation::create(cfg, train, nullptr);
   REQUIRE_FALSE(sim.ok());
   CHECK(sim.error().message.find("prototypes") != std::string::npos);
 }
@@ -170,9 +171,9 @@ TEST_CASE("simulation: parameters pass through the codec both ways, and bytes co
   for (auto codec : {core::codec_kind::f32, core::codec_kind::f16, core::codec_kind::q8}) {
     auto cfg = config_for("ist");
     cfg.codec = codec;
-    auto sim = hub::simulation::create(cfg, train, &test);
+    auto sim = sim::simulation::create(cfg, train, &test);
     REQUIRE(sim.ok());
-    hub::round_metrics last;
+    rounds::round_metrics last;
     while (!sim.value()->done()) {
       auto m = sim.value()->run_round();
       REQUIRE(m.ok());
@@ -186,7 +187,7 @@ TEST_CASE("simulation: parameters pass through the codec both ways, and bytes co
   CHECK(bytes[2] < bytes[1]);
   CHECK(accuracy[1] > 0.9);
   CHECK(accuracy[2] > 0.9);
-  auto bad = hub::parse_sim_config({{"codec", "f8"}}, "sim.json");
+  auto bad = sim::parse_sim_config({{"codec", "f8"}}, "sim.json");
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message.find("'codec'") != std::string::npos);
 }

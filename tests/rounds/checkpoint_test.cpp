@@ -4,7 +4,7 @@
 
 #include "../core/test_files.hpp"
 #include "tessera/core/mlp.hpp"
-#include "tessera/hub/checkpoint.hpp"
+#include "tessera/rounds/checkpoint.hpp"
 
 using namespace tessera;
 using tessera::testing::temp_dir;
@@ -19,8 +19,8 @@ core::model_spec spec(std::int64_t hidden = 16) {
   return s;
 }
 
-hub::checkpoint sample() {
-  hub::checkpoint c;
+rounds::checkpoint sample() {
+  rounds::checkpoint c;
   c.round = 7;
   c.plan_seed = 0xfeedfacecafebeefull;
   c.seed = 3;
@@ -47,17 +47,17 @@ void flip_byte(const std::string& path, std::streamoff at) {
 
 TEST_CASE("checkpoint: round trip, plain and sealed") {
   temp_dir d("ckpt");
-  const hub::checkpoint c = sample();
+  const rounds::checkpoint c = sample();
   auto key = crypto::sealing_key::generate();
   REQUIRE(key.ok());
   const crypto::sealing_key* keys[] = {nullptr, &key.value()};
   for (const crypto::sealing_key* k : keys) {
     const std::string path = d.file(k ? "sealed.ckpt" : "plain.ckpt");
-    REQUIRE(hub::save_checkpoint(path, c, k).ok());
-    auto back = hub::load_checkpoint(path, spec(), k);
+    REQUIRE(rounds::save_checkpoint(path, c, k).ok());
+    auto back = rounds::load_checkpoint(path, spec(), k);
     REQUIRE_MESSAGE(back.ok(), (back.ok() ? "" : back.error().message));
     REQUIRE(back.value().has_value());
-    const hub::checkpoint& b = *back.value();
+    const rounds::checkpoint& b = *back.value();
     CHECK(b.round == 7);
     CHECK(b.plan_seed == c.plan_seed);
     CHECK(b.seed == 3);
@@ -69,50 +69,50 @@ TEST_CASE("checkpoint: round trip, plain and sealed") {
     CHECK(b.registry[1].last_seen == 1700000100);
   }
   // No file yet: nothing to resume, not an error.
-  auto none = hub::load_checkpoint(d.file("absent.ckpt"), spec(), nullptr);
+  auto none = rounds::load_checkpoint(d.file("absent.ckpt"), spec(), nullptr);
   REQUIRE(none.ok());
   CHECK_FALSE(none.value().has_value());
 }
 
 TEST_CASE("checkpoint: a changed byte, the wrong key, another model or a missing key are refused with the file named") {
   temp_dir d("ckpt");
-  const hub::checkpoint c = sample();
+  const rounds::checkpoint c = sample();
   const std::string plain = d.file("plain.ckpt"), sealed = d.file("sealed.ckpt");
   auto key = crypto::sealing_key::generate();
   auto other = crypto::sealing_key::generate();
   REQUIRE((key.ok() && other.ok()));
-  REQUIRE(hub::save_checkpoint(plain, c, nullptr).ok());
-  REQUIRE(hub::save_checkpoint(sealed, c, &key.value()).ok());
+  REQUIRE(rounds::save_checkpoint(plain, c, nullptr).ok());
+  REQUIRE(rounds::save_checkpoint(sealed, c, &key.value()).ok());
 
-  auto wrong_model = hub::load_checkpoint(plain, spec(32), nullptr);
+  auto wrong_model = rounds::load_checkpoint(plain, spec(32), nullptr);
   REQUIRE_FALSE(wrong_model.ok());
   CHECK(wrong_model.error().message.find(plain) != std::string::npos);
   CHECK(wrong_model.error().message.find("configuration asks for") != std::string::npos);
 
-  CHECK_FALSE(hub::load_checkpoint(sealed, spec(), &other.value()).ok());
-  auto unsealed_read = hub::load_checkpoint(sealed, spec(), nullptr);
+  CHECK_FALSE(rounds::load_checkpoint(sealed, spec(), &other.value()).ok());
+  auto unsealed_read = rounds::load_checkpoint(sealed, spec(), nullptr);
   REQUIRE_FALSE(unsealed_read.ok());
   CHECK(unsealed_read.error().message.find("sealed") != std::string::npos);
 
   // A flipped parameter byte (near the end) fails the digest; a flipped header byte fails parsing.
   const auto size = static_cast<std::streamoff>(std::filesystem::file_size(plain));
   flip_byte(plain, size - 3);
-  auto tampered = hub::load_checkpoint(plain, spec(), nullptr);
+  auto tampered = rounds::load_checkpoint(plain, spec(), nullptr);
   REQUIRE_FALSE(tampered.ok());
   CHECK(tampered.error().message.find("SHA-256") != std::string::npos);
 
   flip_byte(sealed, 40);
-  CHECK_FALSE(hub::load_checkpoint(sealed, spec(), &key.value()).ok());
+  CHECK_FALSE(rounds::load_checkpoint(sealed, spec(), &key.value()).ok());
 
   // Truncated: the parameters end early.
-  REQUIRE(hub::save_checkpoint(plain, c, nullptr).ok());
+  REQUIRE(rounds::save_checkpoint(plain, c, nullptr).ok());
   std::filesystem::resize_file(plain, static_cast<std::uintmax_t>(size - 8));
-  auto cut = hub::load_checkpoint(plain, spec(), nullptr);
+  auto cut = rounds::load_checkpoint(plain, spec(), nullptr);
   REQUIRE_FALSE(cut.ok());
   CHECK(cut.error().message.find("parameter bytes") != std::string::npos);
 
   tessera::testing::write_bytes(d.file("junk.ckpt"), std::string_view("not a checkpoint at all"));
-  auto junk = hub::load_checkpoint(d.file("junk.ckpt"), spec(), nullptr);
+  auto junk = rounds::load_checkpoint(d.file("junk.ckpt"), spec(), nullptr);
   REQUIRE_FALSE(junk.ok());
   CHECK(junk.error().message.find("not a hub checkpoint") != std::string::npos);
 }

@@ -1,6 +1,6 @@
-#include "tessera/hub/run_config.hpp"
+#include "tessera/rounds/run_config.hpp"
 
-namespace tessera::hub {
+namespace tessera::rounds {
 
 std::string_view to_string(strategy_kind s) noexcept {
   switch (s) {
@@ -49,4 +49,4 @@ core::result<void> read_run_fields(core::config_reader& r, const std::string& so
   return {};
 }
 
-}  // namespace tessera::hub
+}  // namespace tessera::rounds

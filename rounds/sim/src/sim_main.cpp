@@ -5,8 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/model_io.hpp"
-#include "tessera/hub/simulation.hpp"
+#include "tessera/core/log.hpp"
+#include "tessera/sim/shards.hpp"
+#include "tessera/sim/simulation.hpp"
 
 namespace {
 
@@ -64,50 +65,35 @@ int main(int argc, char** argv) {
       return fail("unknown argument '" + arg + "' (see --help)");
     }
   }
-  auto config = hub::load_sim_config(config_path, overrides);
+  auto config = sim::load_sim_config(config_path, overrides);
   if (!config) return fail(config.error().message);
-  const hub::sim_config& cfg = config.value();
+  const sim::sim_config& cfg = config.value();
   if (shards) {
     if (shards_dir.empty()) return fail("shards needs --out DIR");
-    auto folders = hub::write_shards(cfg, shards_dir);
+    auto folders = sim::write_shards(cfg, shards_dir);
     if (!folders) return fail(folders.error().message);
     for (const auto& f : folders.value()) std::printf("%s\n", f.c_str());
     return 0;
   }
 
-  auto data = hub::load_sim_data(cfg.data);
+  auto data = sim::load_sim_data(cfg.data);
   if (!data) return fail(data.error().message);
-  auto sim = hub::simulation::create(cfg, *data.value().train, data.value().test.get());
-  if (!sim) return fail(sim.error().message);
-
-  std::ofstream metrics;
-  if (!cfg.metrics_path.empty()) {
-    metrics.open(cfg.metrics_path, std::ios::out | std::ios::app);
-    if (!metrics) return fail(cfg.metrics_path + ": cannot open for writing: " + std::strerror(errno));
-  }
-  std::printf("tessera-sim: %s, %zu device(s), model %lld", std::string(hub::to_string(cfg.strategy)).c_str(),
-              sim.value()->shards().size(), static_cast<long long>(cfg.model.inputs));
+  auto created = sim::simulation::create(cfg, *data.value().train, data.value().test.get(), core::stderr_log("sim"));
+  if (!created) return fail(created.error().message);
+  sim::simulation& s = *created.value();
+  std::printf("tessera-sim: %s, %zu device(s), model %lld", std::string(rounds::to_string(cfg.strategy)).c_str(),
+              s.shards().size(), static_cast<long long>(cfg.model.inputs));
   for (auto h : cfg.model.hidden) std::printf("-%lld", static_cast<long long>(h));
   std::printf("-%lld, compensation %s, %lld training examples, seed %llu\n", static_cast<long long>(cfg.model.outputs),
               std::string(core::to_string(cfg.model.compensation)).c_str(), static_cast<long long>(data.value().train->size()),
               static_cast<unsigned long long>(cfg.seed));
   std::fflush(stdout);
-  while (!sim.value()->done()) {
-    auto m = sim.value()->run_round();
-    if (!m) return fail(m.error().message);
-    std::printf("%s\n", m.value().to_line().c_str());
+  s.on_round([](const rounds::round_metrics& m) {
+    std::printf("%s\n", m.to_line().c_str());
     std::fflush(stdout);
-    if (metrics.is_open()) {
-      metrics << m.value().to_json().dump() << '\n';
-      metrics.flush();
-    }
-  }
-  if (!cfg.output_path.empty()) {
-    auto saved = core::save_model(cfg.output_path, cfg.model, sim.value()->params(),
-                                  {{"tessera.rounds", std::to_string(sim.value()->round())},
-                                   {"tessera.strategy", std::string(hub::to_string(cfg.strategy))}});
-    if (!saved) return fail(saved.error().message);
-    std::printf("model written to %s\n", cfg.output_path.c_str());
-  }
+  });
+  while (!s.done())
+    if (auto m = s.run_round(); !m) return fail(m.error().message);
+  if (auto done = s.finish(); !done) return fail(done.error().message);
   return 0;
 }

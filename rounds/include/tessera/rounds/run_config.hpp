@@ -1,12 +1,13 @@
-// tessera/hub/run_config.hpp — the settings a federated run shares between tessera-sim and tessera-hub.
+// tessera/rounds/run_config.hpp — the settings of a federated run, shared by tessera-sim and tessera-hub.
 //
 // The simulator and the hub read the same field names with the same defaults, so a configuration tried
 // in the simulator means the same thing on a real fleet (and the two can be checked against each
 // other: same seed, same shards, same model). Each adds its own fields (sim_config, hub_config).
+// The seeds of a run's sub-streams (plan, shards, batch order) are in core/seeds.hpp.
 //
 //   core::config_reader r(json, "hub.json");
-//   hub::run_config c;
-//   hub::read_run_fields(r, "hub.json", c, /*allow_central=*/false);
+//   rounds::run_config c;
+//   rounds::read_run_fields(r, "hub.json", c, /*allow_central=*/false);
 //   TESSERA_TRY(r.finish());
 #pragma once
 
@@ -21,7 +22,7 @@
 #include "tessera/core/model_spec.hpp"
 #include "tessera/core/optimizer.hpp"
 
-namespace tessera::hub {
+namespace tessera::rounds {
 
 enum class strategy_kind { ist, fedavg, central };
 [[nodiscard]] std::string_view to_string(strategy_kind s) noexcept;
@@ -50,10 +51,4 @@ struct run_config {
 [[nodiscard]] core::result<void> read_run_fields(core::config_reader& r, const std::string& source, run_config& c,
                                                  bool allow_central);
 
-// Seeds of the sub-streams of a run, derived from the run's seed so one number reproduces it all. The
-// hub and the simulator use the same ones: that is what makes their runs comparable.
-inline constexpr std::uint64_t k_stream_plan = 0x504c414e;    // + round index
-inline constexpr std::uint64_t k_stream_shard = 0x53485244;
-inline constexpr std::uint64_t k_stream_order = 0x4f524452;   // + device index
-
-}  // namespace tessera::hub
+}  // namespace tessera::rounds

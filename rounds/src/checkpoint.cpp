@@ -1,4 +1,4 @@
-#include "tessera/hub/checkpoint.hpp"
+#include "tessera/rounds/checkpoint.hpp"
 
 #include <cstring>
 
@@ -8,7 +8,7 @@
 #include "tessera/core/mlp.hpp"
 #include "tessera/crypto/digest.hpp"
 
-namespace tessera::hub {
+namespace tessera::rounds {
 namespace {
 
 using core::errc;
@@ -44,6 +44,8 @@ core::result<void> save_checkpoint(const std::filesystem::path& path, const chec
     reg.push_back({{"id", d.id}, {"budget_bytes", d.budget_bytes}, {"examples", d.examples},
                    {"rounds_done", d.rounds_done}, {"rounds_missed", d.rounds_missed}, {"last_seen", d.last_seen}});
   j["registry"] = std::move(reg);
+  j["early_stop"] = {{"have_best", c.stopping.have_best}, {"best_score", c.stopping.best_score},
+                     {"evals_since_best", c.stopping.evals_since_best}, {"stopped", c.stopping.stopped}};
   const std::string header = j.dump();
   std::vector<std::byte> bytes;
   bytes.reserve(16 + header.size() + param_bytes.size());
@@ -61,9 +63,8 @@ core::result<std::optional<checkpoint>> load_checkpoint(const std::filesystem::p
   if (!std::filesystem::exists(path, ec)) return std::optional<checkpoint>{};
   const std::string where = path.string();
   const std::size_t max_bytes = 16 + k_max_header + core::param_count(expected.full_arch()) * sizeof(float);
-  auto loaded = key != nullptr ? crypto::unseal_file(*key, path) : core::read_file_bounded(path, max_bytes);
-  TESSERA_TRY(loaded);
-  const std::vector<std::byte>& b = loaded.value();
+  TESSERA_ASSIGN_OR_RETURN(const std::vector<std::byte> b,
+                           key != nullptr ? crypto::unseal_file(*key, path) : core::read_file_bounded(path, max_bytes));
   if (b.size() < 16 || std::memcmp(b.data(), k_magic, 8) != 0) {
     const bool sealed = b.size() >= 5 && std::memcmp(b.data(), "TSEAL", 5) == 0;
     return make_error(errc::bad_format, where + ": not a hub checkpoint" +
@@ -79,9 +80,7 @@ core::result<std::optional<checkpoint>> load_checkpoint(const std::filesystem::p
     c.plan_seed = j.at("plan_seed").get<std::uint64_t>();
     c.seed = j.at("seed").get<std::uint64_t>();
     c.strategy = j.at("strategy").get<std::string>();
-    auto spec = core::parse_model_spec(j.at("spec").dump(), where + ": spec");
-    TESSERA_TRY(spec);
-    c.spec = spec.value();
+    TESSERA_ASSIGN_OR_RETURN(c.spec, core::parse_model_spec(j.at("spec").dump(), where + ": spec"));
     const auto count = j.at("param_count").get<std::uint64_t>();
     const std::string sha = j.at("params_sha256").get<std::string>();
     if (core::to_json(c.spec) != core::to_json(expected))
@@ -102,6 +101,12 @@ core::result<std::optional<checkpoint>> load_checkpoint(const std::filesystem::p
                             .rounds_missed = d.at("rounds_missed").get<std::int64_t>(),
                             .last_seen = d.at("last_seen").get<std::int64_t>()});
     }
+    if (const auto es = j.find("early_stop"); es != j.end()) {
+      c.stopping = {.have_best = es->at("have_best").get<bool>(),
+                    .best_score = es->at("best_score").get<double>(),
+                    .evals_since_best = es->at("evals_since_best").get<std::int64_t>(),
+                    .stopped = es->at("stopped").get<bool>()};
+    }
   } catch (const nlohmann::json::exception& e) {
     return make_error(errc::bad_format, where + ": header field missing or of the wrong type (" + e.what() + ")");
   }
@@ -109,4 +114,4 @@ core::result<std::optional<checkpoint>> load_checkpoint(const std::filesystem::p
   return std::optional<checkpoint>(std::move(c));
 }
 
-}  // namespace tessera::hub
+}  // namespace tessera::rounds

@@ -1,0 +1,37 @@
+#include "tessera/core/device_round.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "tessera/core/codec.hpp"
+
+namespace tessera::core {
+
+std::span<std::byte> blob_region(training_block& block, codec_kind codec, std::size_t bytes) noexcept {
+  const std::span<std::byte> region = codec == codec_kind::f32 ? std::as_writable_bytes(block.params()) : block.staging();
+  TESSERA_ASSERT(bytes <= region.size());
+  return region.first(bytes);
+}
+
+result<void> take_download(training_block& block, const mlp_arch& arch, codec_kind codec, std::span<const std::byte> blob) {
+  const std::span<float> params = block.params();
+  if (codec != codec_kind::f32) return decode(arch, codec, blob, params);
+  // f32 arrived in place; its digest matched, but the values must still be finite before training.
+  const auto bad = std::find_if(params.begin(), params.end(), [](float v) { return !std::isfinite(v); });
+  if (bad != params.end())
+    return make_error(errc::not_finite, "parameter " + std::to_string(bad - params.begin()) + " is not finite");
+  return {};
+}
+
+result<local_training_report> train_for_upload(training_block& block, const training_task& task, codec_kind codec,
+                                               std::span<std::byte> blob, batch_source& data,
+                                               const std::atomic<bool>* cancel) {
+  local_trainer trainer(task.arch, task.batch, block.buffers());
+  TESSERA_ASSIGN_OR_RETURN(auto report,
+                           trainer.run(block.params(), data, {.steps = task.steps, .sgd = task.sgd, .cancel = cancel}));
+  if (codec != codec_kind::f32) TESSERA_TRY(encode(task.arch, codec, block.params(), blob));
+  return report;
+}
+
+}  // namespace tessera::core

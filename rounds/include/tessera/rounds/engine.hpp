@@ -1,0 +1,156 @@
+// tessera/rounds/engine.hpp — the one implementation of a federated round, apart from any socket.
+//
+// An engine holds the full model and runs rounds for whatever devices its driver offers: the hub
+// (hub/) drives it with network sessions, tessera-sim (rounds/sim/) with in-process devices. Both get
+// the same plan, the same checks and the same sums, so the same seed and shards give the same model.
+//
+//   begin_round(offers)   plan: devices in natural order of their ids ("device-2" before "device-10");
+//                         each one's capacity is the largest subnet its reported budget holds
+//                         (core::capacity_for_budget, the core's bytes_needed formula) unless the
+//                         driver fixes it; a device that cannot hold min_width neurons per layer (or
+//                         the whole model, for FedAvg) is left out with its reason. Seeds: core/seeds.hpp.
+//   encode_download(a)    the subnet in the assignment's codec, into the driver's memory.
+//   sent / downloaded / announce / receive / refuse / reject
+//                         what happened to an assignment; the engine moves its state (assignment.hpp)
+//                         and checks the claim and the values of an update before accepting it.
+//   close_round(v)        open assignments become stragglers (their neurons keep their values); the
+//                         accepted subnets are averaged, weighted by examples, in device order (so the
+//                         sums are reproducible whatever order uploads arrived in); the model is
+//                         evaluated on `v` when due and early stopping decided. Returns the figures.
+//
+// Accepted uploads are added to the round's sums as soon as every device before them has ended, so a
+// driver that reports in device order (the simulator) holds one subnet at a time.
+//
+//   rounds::engine e(config, initial_params, /*completed=*/0);
+//   while (!e.finished()) {
+//     TESSERA_TRY(e.begin_round(offers));
+//     for (auto& a : e.assignments()) { ... e.sent(a); ... e.announce(a, claim); e.receive(a, blob); }
+//     auto m = e.close_round(validation);
+//   }
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/core/dataset.hpp"
+#include "tessera/core/ist.hpp"
+#include "tessera/core/memory.hpp"
+#include "tessera/rounds/assignment.hpp"
+#include "tessera/rounds/metrics.hpp"
+#include "tessera/rounds/run_config.hpp"
+
+namespace tessera::rounds {
+
+struct device_offer {
+  std::string id;
+  std::uint64_t budget_bytes = 0;            // training memory the device offers
+  std::uint64_t examples = 0;
+  std::vector<core::codec_kind> codecs;      // f32 is always understood
+  double capacity = 0;                       // > 0: fixed by the driver (the simulator's capacities),
+                                             // and the budget is not consulted
+};
+
+struct excluded_device {
+  std::string id;
+  std::string reason;
+};
+
+// What an UPDATE says about the upload it announces.
+struct update_claim {
+  std::uint64_t round = 0;
+  std::uint64_t examples = 0;
+  std::uint64_t steps = 0;
+  double loss = 0;
+  std::uint64_t size = 0;                    // bytes
+  core::codec_kind codec = core::codec_kind::f32;
+};
+
+// Early stopping's memory: the best score so far (accuracy for classification, −loss for regression),
+// evaluations since it, and whether patience ran out. Checkpointed, so a resumed run stops alike.
+struct early_stop {
+  bool have_best = false;
+  double best_score = 0;
+  std::int64_t evals_since_best = 0;
+  bool stopped = false;
+};
+
+// How the assignments of the last closed round ended, besides accepted.
+struct round_faults {
+  std::size_t stragglers = 0, refused = 0, rejected = 0;
+  std::uint64_t resent_bytes = 0;
+};
+
+class engine {
+ public:
+  // `params`: the full model to start from; `completed`: rounds already done (from a checkpoint).
+  engine(const run_config& config, std::vector<float> params, std::int64_t completed, early_stop stopping = {});
+
+  [[nodiscard]] const run_config& config() const noexcept { return config_; }
+  [[nodiscard]] const core::mlp_arch& full() const noexcept { return full_; }
+  [[nodiscard]] std::span<const float> params() const noexcept { return params_; }
+  [[nodiscard]] std::int64_t completed() const noexcept { return completed_; }
+  [[nodiscard]] std::int64_t current_round() const noexcept { return completed_ + 1; }  // 1-based
+  [[nodiscard]] bool in_round() const noexcept { return in_round_; }
+  [[nodiscard]] bool finished() const noexcept { return completed_ >= config_.rounds || stopping_.stopped; }
+  [[nodiscard]] std::uint64_t plan_seed() const noexcept { return plan_seed_; }
+  [[nodiscard]] const early_stop& stopping() const noexcept { return stopping_; }
+  [[nodiscard]] const round_faults& last_faults() const noexcept { return faults_; }
+
+  // The codec a device gets: the configured one if it speaks it, else f32.
+  [[nodiscard]] core::codec_kind codec_for(const device_offer& offer) const noexcept;
+  // The share of every hidden layer a device can train, in (0, 1], or why it cannot take part.
+  [[nodiscard]] core::result<double> capacity(const device_offer& offer) const;
+
+  // Plans the next round for `offers` (any order) and prepares every assignment. Returns the devices
+  // left out, with reasons; fails (errc::no_devices) if nobody can take part.
+  [[nodiscard]] core::result<std::vector<excluded_device>> begin_round(std::vector<device_offer> offers);
+  [[nodiscard]] std::span<assignment> assignments() noexcept { return assignments_; }
+  [[nodiscard]] std::span<const assignment> assignments() const noexcept { return assignments_; }
+  // The device's assignment in the open round, or null.
+  [[nodiscard]] assignment* find(std::string_view device) noexcept;
+
+  // Writes the assignment's subnet, encoded in its codec, into `out` (exactly a.blob_bytes bytes).
+  [[nodiscard]] core::result<void> encode_download(const assignment& a, std::span<std::byte> out) const;
+
+  // Events. Each fails with errc::illegal_transition where it does not fit the state (and changes nothing).
+  [[nodiscard]] core::result<void> sent(assignment& a);        // the download started (again)
+  [[nodiscard]] core::result<void> downloaded(assignment& a);  // the device holds the whole download
+  // An update is announced. A claim for another round, or for an assignment that already ended, is
+  // refused and changes nothing; a claim that does not fit the assignment (codec, size, steps, examples,
+  // a non-finite loss) rejects the assignment. On success the upload's bytes may come.
+  [[nodiscard]] core::result<void> announce(assignment& a, const update_claim& claim);
+  // The announced upload arrived whole (its digest already checked): decode it; every value must be
+  // finite. Accepts the assignment, or rejects it with the reason.
+  [[nodiscard]] core::result<void> receive(assignment& a, std::span<const std::byte> blob);
+  void refuse(assignment& a, std::string reason);  // the device declined; a no-op once ended
+  void reject(assignment& a, core::error why);     // a no-op once ended
+  [[nodiscard]] bool all_reported() const noexcept;
+
+  // Ends the round: stragglers, assembly, evaluation on `validation` (may be null) when due.
+  [[nodiscard]] core::result<round_metrics> close_round(core::example_table* validation);
+
+ private:
+  [[nodiscard]] core::result<void> move(assignment& a, assignment_event e);
+  void fold_ready();
+
+  run_config config_;
+  core::mlp_arch full_;
+  std::vector<float> params_;
+  std::int64_t completed_ = 0;
+  bool in_round_ = false;
+  std::uint64_t plan_seed_ = 0;
+  std::size_t groups_ = 0;
+  std::vector<assignment> assignments_;
+  core::aggregator aggregator_;
+  std::size_t folded_ = 0;          // assignments [0, folded_) are in the round's sums
+  double loss_weighted_ = 0;
+  std::int64_t examples_ = 0;
+  early_stop stopping_;
+  round_faults faults_;
+};
+
+}  // namespace tessera::rounds

@@ -1,0 +1,38 @@
+// tessera/rounds/error.hpp — the round engine's typed errors.
+//
+// Why a device was left out of a round, or why its update was not applied, has a code of its own: the
+// hub sends it back in RESULT (as core::error_name, e.g. "rounds.size_mismatch") with the line of text,
+// and tests tell a stale update from a wrong-sized one without parsing text.
+//
+//   auto ok = engine.announce(a, claim);
+//   if (!ok && ok.error().code == rounds::errc::wrong_round) { ... }
+#pragma once
+
+#include <string>
+#include <system_error>
+
+#include "tessera/core/error.hpp"
+
+namespace tessera::rounds {
+
+enum class errc {
+  no_devices = 1,        // nobody can take part in the round
+  wrong_round,           // an update for a round that is not the open one
+  already_reported,      // the assignment already ended (accepted, refused, rejected)
+  codec_mismatch,        // the update is in another codec than the assignment's
+  size_mismatch,         // the update's declared size is not the subnet's
+  steps_mismatch,        // the update reports other steps than were assigned
+  examples_out_of_range, // zero examples, or more than the steps and batch allow
+  loss_not_finite,       // the reported training loss is NaN or infinite
+  bad_values,            // the blob does not decode, or a value is not finite
+  illegal_transition,    // an event that does not fit the assignment's state
+};
+
+[[nodiscard]] const std::error_category& rounds_category() noexcept;
+[[nodiscard]] inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), rounds_category()}; }
+[[nodiscard]] inline core::error make_error(errc e, std::string message) { return {make_error_code(e), std::move(message)}; }
+
+}  // namespace tessera::rounds
+
+template <>
+struct std::is_error_code_enum<tessera::rounds::errc> : std::true_type {};

@@ -1,0 +1,42 @@
+// tessera/rounds/metrics.hpp — one round's figures, as a progress line and as a JSON line.
+//
+// The engine fills the figures every driver shares (plan, devices, bytes, loss, evaluation); the hub
+// adds what only a real fleet has (stragglers, refusals, rejections, bytes sent again after cuts) and
+// the recorder stamps the round's seconds (planning to checkpoint).
+//
+//   std::puts(m.to_line().c_str());        // round    12  ist     devices   8  down ...  test 86.12% ...
+//   metrics_file << m.to_json().dump() << '\n';
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::rounds {
+
+struct round_metrics {
+  std::int64_t round = 0;        // 1-based
+  std::string strategy;
+  std::size_t devices = 0;       // devices assigned this round
+  std::size_t groups = 0;
+  std::uint64_t bytes_down = 0;  // what the devices received this round, summed
+  std::uint64_t bytes_up = 0;    // what they sent
+  double train_loss = 0;         // example-weighted mean of the accepted devices' local losses
+  std::optional<double> test_accuracy;  // classification, on rounds that evaluate
+  std::optional<double> test_loss;
+  std::int64_t examples = 0;     // examples processed this round by the accepted devices
+  double learning_rate = 0;
+  double seconds = 0;
+  // A real fleet only (the hub): devices whose update did not arrive by the deadline, devices that
+  // refused their assignment, updates rejected, and blob bytes sent again after broken links.
+  std::optional<std::size_t> stragglers, refused, rejected;
+  std::optional<std::uint64_t> resent_bytes;
+  std::uint64_t plan_seed = 0;
+
+  [[nodiscard]] nlohmann::json to_json() const;
+  [[nodiscard]] std::string to_line() const;
+};
+
+}  // namespace tessera::rounds

@@ -1,0 +1,75 @@
+// tessera/sim/simulation.hpp — a whole federation in one process: the round engine with in-process devices.
+//
+// `tessera-sim` runs N virtual devices, each owning a shard of the training set (IID or Dirichlet label
+// skew), through the round engine (tessera/rounds/engine.hpp) the hub runs over the network: the same
+// plan, checks and sums. Each device trains exactly as an agent does (core/device_round.hpp, in a
+// training_block laid out like the agent's arena), so the simulator computes the fleet's very floats.
+// Strategies: `ist`, `fedavg`, and `central` (one device with all the data: the reference). It is the
+// tool for research on the algorithm and the engine of the learning-quality benchmarks.
+//
+//   TESSERA_ASSIGN_OR_RETURN(auto cfg, sim::load_sim_config("sim.json", overrides));
+//   TESSERA_ASSIGN_OR_RETURN(auto data, sim::load_sim_data(cfg.data));
+//   TESSERA_ASSIGN_OR_RETURN(auto s, sim::simulation::create(cfg, *data.train, data.test.get(), log));
+//   s->on_round([](const rounds::round_metrics& m) { std::puts(m.to_line().c_str()); });
+//   while (!s->done()) TESSERA_TRY(s->run_round());
+//   TESSERA_TRY(s->finish());                                  // writes the model, if configured
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/core/dataset.hpp"
+#include "tessera/core/log.hpp"
+#include "tessera/core/train.hpp"
+#include "tessera/rounds/engine.hpp"
+#include "tessera/rounds/recorder.hpp"
+#include "tessera/sim/sim_config.hpp"
+
+namespace tessera::sim {
+
+class simulation {
+ public:
+  // Validates the config against the data and builds the shards; errors name the field.
+  [[nodiscard]] static core::result<std::unique_ptr<simulation>> create(const sim_config& config, const core::memory_table& train,
+                                                                        core::memory_table* test, core::log_sink log = {});
+  simulation(const simulation&) = delete;
+  simulation& operator=(const simulation&) = delete;
+
+  void on_round(std::function<void(const rounds::round_metrics&)> f) { recorder_.on_round(std::move(f)); }
+  // Runs and records one round; a device whose update the engine rejects (a diverged loss, say) is
+  // logged and left out, as on a real fleet.
+  [[nodiscard]] core::result<rounds::round_metrics> run_round();
+  // Writes the model (config.output_path), if configured.
+  [[nodiscard]] core::result<void> finish() { return recorder_.finish(engine_); }
+
+  [[nodiscard]] bool done() const noexcept { return engine_.finished(); }
+  [[nodiscard]] std::int64_t round() const noexcept { return engine_.completed(); }
+  [[nodiscard]] std::span<const float> params() const noexcept { return engine_.params(); }
+  [[nodiscard]] const rounds::engine& engine() const noexcept { return engine_; }
+  [[nodiscard]] const std::vector<core::memory_table>& shards() const noexcept { return shards_; }
+
+ private:
+  struct device {
+    std::string id;
+    std::size_t shard = 0;
+    std::unique_ptr<core::table_batches> batches;  // persists across rounds: the order carries over
+    double capacity = 1.0;
+  };
+  simulation(const sim_config& config, core::memory_table* test, std::vector<float> params, rounds::recorder recorder,
+             core::log_sink log);
+  [[nodiscard]] core::result<void> run_device(rounds::assignment& a, device& d);
+
+  sim_config config_;
+  core::memory_table* test_;
+  rounds::engine engine_;
+  rounds::recorder recorder_;
+  core::log_sink log_;
+  std::vector<core::memory_table> shards_;
+  std::vector<device> devices_;
+  std::map<std::string, std::size_t, std::less<>> by_id_;
+};
+
+}  // namespace tessera::sim

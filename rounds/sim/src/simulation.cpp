@@ -1,0 +1,120 @@
+#include "tessera/sim/simulation.hpp"
+
+#include <chrono>
+#include <limits>
+
+#include "tessera/core/codec.hpp"
+#include "tessera/core/device_round.hpp"
+#include "tessera/core/mlp.hpp"
+#include "tessera/core/seeds.hpp"
+#include "tessera/core/training_block.hpp"
+#include "tessera/sim/shards.hpp"
+
+namespace tessera::sim {
+namespace {
+
+using core::errc;
+using core::make_error;
+
+core::result<void> check_features(const core::memory_table& table, const sim_config& config) {
+  if (table.feature_count() == config.model.inputs) return {};
+  return make_error(errc::invalid_spec, table.describe() + ": " + std::to_string(table.feature_count()) +
+                                            " features per example, but model.inputs is " + std::to_string(config.model.inputs));
+}
+
+}  // namespace
+
+simulation::simulation(const sim_config& config, core::memory_table* test, std::vector<float> params, rounds::recorder recorder,
+                       core::log_sink log)
+    : config_(config),
+      test_(test),
+      engine_(config, std::move(params), 0),
+      recorder_(std::move(recorder)),
+      log_(std::move(log)) {}
+
+core::result<std::unique_ptr<simulation>> simulation::create(const sim_config& config, const core::memory_table& train,
+                                                             core::memory_table* test, core::log_sink log) {
+  TESSERA_TRY(check_features(train, config));
+  if (test) TESSERA_TRY(check_features(*test, config));
+  TESSERA_ASSIGN_OR_RETURN(auto shards, make_shards(config, train));
+  std::vector<float> params(core::param_count(config.model.full_arch()));
+  core::initialize(config.model, params);
+  TESSERA_ASSIGN_OR_RETURN(auto recorder, rounds::recorder::open(config, {}, log));
+  std::unique_ptr<simulation> sim(new simulation(config, test, std::move(params), std::move(recorder), std::move(log)));
+
+  const std::size_t devices = device_count(config);
+  for (std::size_t d = 0; d < devices; ++d) {
+    if (shards[d].empty()) return make_error(errc::invalid_spec, "device " + std::to_string(d) + " got no examples");
+    sim->shards_.push_back(train.subset(shards[d], "device " + std::to_string(d)));
+  }
+  // After all shards exist: the batch sources keep references into shards_.
+  for (std::size_t d = 0; d < devices; ++d) {
+    device dev{.id = device_id(d),
+               .shard = d,
+               .batches = std::make_unique<core::table_batches>(sim->shards_[d], core::device_order_seed(config.seed, d), config.batch),
+               .capacity = config.capacities.empty() ? 1.0 : config.capacities[d]};
+    sim->by_id_.emplace(dev.id, d);
+    sim->devices_.push_back(std::move(dev));
+  }
+  return sim;
+}
+
+core::result<rounds::round_metrics> simulation::run_round() {
+  const auto started = rounds::recorder::clock::now();
+  std::vector<rounds::device_offer> offers;
+  offers.reserve(devices_.size());
+  for (const auto& d : devices_)
+    offers.push_back({.id = d.id,
+                      .budget_bytes = std::numeric_limits<std::uint64_t>::max(),
+                      .examples = static_cast<std::uint64_t>(shards_[d.shard].size()),
+                      .codecs = {config_.codec},
+                      .capacity = d.capacity});
+  TESSERA_ASSIGN_OR_RETURN(const auto excluded, engine_.begin_round(std::move(offers)));
+  if (!excluded.empty()) return make_error(errc::invalid_spec, excluded.front().id + " cannot take part: " + excluded.front().reason);
+  for (auto& a : engine_.assignments()) TESSERA_TRY(run_device(a, devices_[by_id_.find(a.device)->second]));
+
+  TESSERA_ASSIGN_OR_RETURN(auto m, engine_.close_round(test_));
+  // A fault-free round prints as it always has; a rejected (diverged) device is said so.
+  if (const auto& f = engine_.last_faults(); f.rejected > 0) {
+    m.stragglers = f.stragglers;
+    m.refused = f.refused;
+    m.rejected = f.rejected;
+  }
+  TESSERA_TRY(recorder_.record(engine_, m, started, {}));
+  return m;
+}
+
+// One in-process device's round, as an agent does it: the download lands in its training memory, is
+// checked, trained on, and the upload goes back through the codec.
+core::result<void> simulation::run_device(rounds::assignment& a, device& d) {
+  TESSERA_ASSIGN_OR_RETURN(auto block, core::training_block::allocate(core::plan_training_memory(
+                                           a.sub.arch, config_.batch, config_.momentum != 0.0f, a.codec)));
+  const std::span<std::byte> blob = core::blob_region(block, a.codec, a.blob_bytes);
+  TESSERA_TRY(engine_.encode_download(a, blob));
+  TESSERA_TRY(engine_.sent(a));
+  if (auto ok = core::take_download(block, a.sub.arch, a.codec, blob); !ok)
+    return make_error(errc::not_finite, a.device + " download: " + ok.error().message);
+  TESSERA_TRY(engine_.downloaded(a));
+  if (config_.strategy != rounds::strategy_kind::central) a.bytes_down = a.bytes_up = blob.size();
+
+  auto report = core::train_for_upload(block, a.task, a.codec, blob, *d.batches, nullptr);
+  if (!report) {
+    // Parameters that diverged cannot be encoded: the device's update is rejected, as the hub would.
+    if (report.error().code != errc::not_finite) return std::move(report).error();
+    engine_.reject(a, std::move(report).error());
+  } else if (auto ok = engine_.announce(a, {.round = static_cast<std::uint64_t>(engine_.current_round()),
+                                            .examples = static_cast<std::uint64_t>(report.value().examples),
+                                            .steps = static_cast<std::uint64_t>(report.value().steps),
+                                            .loss = report.value().mean_loss,
+                                            .size = blob.size(),
+                                            .codec = a.codec});
+             ok) {
+    (void)engine_.receive(a, blob);
+  }
+  if (a.state == rounds::assignment_state::rejected && log_)
+    log_(core::log_level::warning, a.device + ": update rejected in round " + std::to_string(engine_.current_round()) + ": " +
+                                       a.reason.message);
+  return {};
+}
+
+}  // namespace tessera::sim

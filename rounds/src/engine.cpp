@@ -1,0 +1,309 @@
+#include "tessera/rounds/engine.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "tessera/core/codec.hpp"
+#include "tessera/core/mlp.hpp"
+#include "tessera/core/seeds.hpp"
+#include "tessera/rounds/error.hpp"
+
+namespace tessera::rounds {
+namespace {
+
+std::string mib(std::uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+bool is_digit(char c) noexcept { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
+
+// Ids compared with their runs of digits as numbers ("device-2" < "device-10"), so a fleet named by
+// index sorts like the simulator's devices; ties (leading zeros) fall back to plain comparison.
+bool natural_less(std::string_view a, std::string_view b) noexcept {
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (is_digit(a[i]) && is_digit(b[j])) {
+      std::size_t ie = i, je = j;
+      while (ie < a.size() && a[ie] == '0') ++ie;
+      while (je < b.size() && b[je] == '0') ++je;
+      std::size_t ia = ie, jb = je;
+      while (ia < a.size() && is_digit(a[ia])) ++ia;
+      while (jb < b.size() && is_digit(b[jb])) ++jb;
+      if (ia - ie != jb - je) return ia - ie < jb - je;
+      const int c = a.substr(ie, ia - ie).compare(b.substr(je, jb - je));
+      if (c != 0) return c < 0;
+      i = ia;
+      j = jb;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  if (a.size() - i != b.size() - j) return a.size() - i < b.size() - j;
+  return a < b;
+}
+
+}  // namespace
+
+engine::engine(const run_config& config, std::vector<float> params, std::int64_t completed, early_stop stopping)
+    : config_(config),
+      full_(config.model.full_arch()),
+      params_(std::move(params)),
+      completed_(completed),
+      aggregator_(full_),
+      stopping_(stopping) {
+  TESSERA_ASSERT(params_.size() == core::param_count(full_));
+}
+
+core::codec_kind engine::codec_for(const device_offer& offer) const noexcept {
+  const bool speaks = std::find(offer.codecs.begin(), offer.codecs.end(), config_.codec) != offer.codecs.end();
+  return speaks ? config_.codec : core::codec_kind::f32;
+}
+
+core::result<double> engine::capacity(const device_offer& offer) const {
+  if (offer.examples == 0) return core::make_error(core::errc::invalid_argument, "it holds no examples");
+  if (config_.strategy != strategy_kind::ist) {
+    if (offer.capacity > 0) return 1.0;
+    const std::size_t need = core::bytes_needed(full_, config_.batch, config_.momentum != 0.0f, codec_for(offer));
+    if (offer.budget_bytes < need)
+      return core::make_error(core::errc::over_budget, "FedAvg trains the whole model, which needs " + mib(need) +
+                                                           "; the budget is " + mib(offer.budget_bytes));
+    return 1.0;
+  }
+  if (offer.capacity > 0) return std::min(offer.capacity, 1.0);
+  const bool momentum = config_.momentum != 0.0f;
+  const core::codec_kind codec = codec_for(offer);
+  const double c = core::capacity_for_budget(full_, config_.batch, momentum, codec,
+                                             static_cast<std::size_t>(offer.budget_bytes), config_.min_width);
+  if (c <= 0) {
+    core::mlp_arch narrow = full_;
+    for (std::size_t l = 1; l + 1 < narrow.widths.size(); ++l) narrow.widths[l] = std::min(narrow.widths[l], config_.min_width);
+    return core::make_error(core::errc::over_budget, "the narrowest subnet (min_width " + std::to_string(config_.min_width) +
+                                                         ") needs " + mib(core::bytes_needed(narrow, config_.batch, momentum, codec)) +
+                                                         "; the budget is " + mib(offer.budget_bytes));
+  }
+  return c;
+}
+
+core::result<std::vector<excluded_device>> engine::begin_round(std::vector<device_offer> offers) {
+  TESSERA_ASSERT(!in_round_ && !finished());
+  std::sort(offers.begin(), offers.end(), [](const auto& a, const auto& b) { return natural_less(a.id, b.id); });
+  std::vector<excluded_device> excluded;
+  std::vector<device_offer> taking;
+  std::vector<double> capacities;
+  for (auto& o : offers) {
+    auto c = capacity(o);
+    if (!c) {
+      excluded.push_back({o.id, c.error().message});
+      continue;
+    }
+    capacities.push_back(c.value());
+    taking.push_back(std::move(o));
+  }
+  if (taking.empty()) return make_error(errc::no_devices, "no device can take part in this round");
+
+  core::round_plan plan;
+  if (config_.strategy == strategy_kind::ist) {
+    const std::size_t groups = config_.groups > 0 ? std::min(config_.groups, taking.size())
+                                                  : core::default_group_count(full_, taking.size(), config_.min_width);
+    TESSERA_ASSIGN_OR_RETURN(plan, core::make_plan(full_, capacities, groups, {.min_width = config_.min_width},
+                                                   core::plan_seed(config_.seed, static_cast<std::uint64_t>(completed_))));
+  } else {
+    plan = core::make_full_plan(full_, taking.size());
+  }
+  plan_seed_ = plan.seed;
+  groups_ = plan.groups;
+
+  const float lr = core::learning_rate_at(config_.lr, completed_);
+  const bool momentum = config_.momentum != 0.0f;
+  assignments_.clear();
+  assignments_.reserve(taking.size());
+  for (std::size_t i = 0; i < taking.size(); ++i) {
+    const device_offer& o = taking[i];
+    assignment a;
+    a.device = o.id;
+    a.index = assignments_.size();
+    a.group = plan.device_group[i];
+    a.sub = core::make_subnet(full_, config_.model.compensation, plan, a.group);
+    a.codec = codec_for(o);
+    const std::size_t need = core::bytes_needed(a.sub.arch, config_.batch, momentum, a.codec);
+    if (o.capacity <= 0 && need > o.budget_bytes) {  // the planner rounds widths; never send what the device must refuse
+      excluded.push_back({o.id, "its subnet needs " + mib(need) + "; the budget is " + mib(o.budget_bytes)});
+      continue;
+    }
+    a.task = {.arch = a.sub.arch,
+              .steps = config_.local_steps,
+              .batch = config_.batch,
+              .sgd = {.learning_rate = lr, .momentum = config_.momentum, .weight_decay = config_.weight_decay,
+                      .nesterov = config_.nesterov}};
+    a.blob_bytes = core::encoded_bytes(a.sub.arch, a.codec);
+    assignments_.push_back(std::move(a));
+  }
+  if (assignments_.empty()) return make_error(errc::no_devices, "no device can take part in this round");
+  aggregator_.reset();
+  folded_ = 0;
+  loss_weighted_ = 0;
+  examples_ = 0;
+  in_round_ = true;
+  return excluded;
+}
+
+assignment* engine::find(std::string_view device) noexcept {
+  if (!in_round_) return nullptr;
+  for (auto& a : assignments_)
+    if (a.device == device) return &a;
+  return nullptr;
+}
+
+core::result<void> engine::encode_download(const assignment& a, std::span<std::byte> out) const {
+  TESSERA_ASSERT(out.size() == a.blob_bytes);
+  std::vector<float> local(core::param_count(a.sub.arch));
+  core::gather(full_, a.sub, params_, local);
+  if (auto e = core::encode(a.sub.arch, a.codec, local, out); !e)
+    return core::make_error(core::errc::not_finite, "the model cannot be sent to " + a.device + ": " + e.error().message);
+  return {};
+}
+
+core::result<void> engine::move(assignment& a, assignment_event e) {
+  const auto next = next_state(a.state, e);
+  if (!next)
+    return make_error(errc::illegal_transition, "device " + a.device + ": '" + std::string(to_string(e)) + "' while " +
+                                                    std::string(to_string(a.state)));
+  a.state = *next;
+  if (!is_open(a.state)) fold_ready();
+  return {};
+}
+
+core::result<void> engine::sent(assignment& a) { return move(a, assignment_event::sent); }
+
+core::result<void> engine::downloaded(assignment& a) { return move(a, assignment_event::downloaded); }
+
+core::result<void> engine::announce(assignment& a, const update_claim& u) {
+  const auto round = static_cast<std::uint64_t>(current_round());
+  if (!in_round_ || u.round != round)
+    return make_error(errc::wrong_round, "update for round " + std::to_string(u.round) + ", but round " +
+                                             std::to_string(in_round_ ? round : round - 1) + (in_round_ ? " is open" : " is closed"));
+  if (!is_open(a.state) || a.state == assignment_state::uploading)
+    return make_error(errc::already_reported, "round " + std::to_string(round) + " already has this device's update (" +
+                                                  std::string(to_string(a.state)) + ")");
+  core::result<void> bad;
+  const auto most = static_cast<std::uint64_t>(a.task.steps) * static_cast<std::uint64_t>(a.task.batch);
+  if (u.codec != a.codec)
+    bad = make_error(errc::codec_mismatch, "update in codec " + std::string(core::to_string(u.codec)) +
+                                               ", the assignment's is " + std::string(core::to_string(a.codec)));
+  else if (u.size != a.blob_bytes)
+    bad = make_error(errc::size_mismatch, "update of " + std::to_string(u.size) + " bytes, the assigned subnet is " +
+                                              std::to_string(a.blob_bytes) + " bytes");
+  else if (u.steps != static_cast<std::uint64_t>(a.task.steps))
+    bad = make_error(errc::steps_mismatch, "update after " + std::to_string(u.steps) + " steps, " +
+                                               std::to_string(a.task.steps) + " were assigned");
+  else if (u.examples == 0 || u.examples > most)
+    bad = make_error(errc::examples_out_of_range, "update claims " + std::to_string(u.examples) + " examples; " +
+                                                      std::to_string(a.task.steps) + " steps of batch " +
+                                                      std::to_string(a.task.batch) + " hold at most " + std::to_string(most));
+  else if (!std::isfinite(u.loss))
+    bad = make_error(errc::loss_not_finite, "update reports a non-finite loss");
+  if (!bad) {
+    reject(a, bad.error());
+    return bad;
+  }
+  a.examples = u.examples;
+  a.steps = u.steps;
+  a.loss = u.loss;
+  return move(a, assignment_event::announced);
+}
+
+core::result<void> engine::receive(assignment& a, std::span<const std::byte> blob) {
+  if (a.state != assignment_state::uploading)
+    return make_error(errc::illegal_transition, "device " + a.device + ": an upload while " + std::string(to_string(a.state)));
+  a.trained.resize(core::param_count(a.sub.arch));
+  if (auto d = core::decode(a.sub.arch, a.codec, blob, a.trained); !d) {
+    a.trained = {};
+    core::error why = make_error(errc::bad_values, d.error().message);
+    reject(a, why);
+    return why;
+  }
+  return move(a, assignment_event::received);
+}
+
+void engine::refuse(assignment& a, std::string reason) {
+  if (!is_open(a.state)) return;
+  a.reason = core::make_error(core::errc::invalid_argument, std::move(reason));
+  (void)move(a, assignment_event::refused);
+}
+
+void engine::reject(assignment& a, core::error why) {
+  if (!is_open(a.state)) return;
+  a.reason = std::move(why);
+  a.trained = {};
+  (void)move(a, assignment_event::rejected);
+}
+
+bool engine::all_reported() const noexcept {
+  return std::none_of(assignments_.begin(), assignments_.end(), [](const assignment& a) { return is_open(a.state); });
+}
+
+// Adds ended assignments to the round's sums in device order, as far as no open one comes first.
+void engine::fold_ready() {
+  while (folded_ < assignments_.size() && !is_open(assignments_[folded_].state)) {
+    assignment& a = assignments_[folded_++];
+    if (a.state != assignment_state::accepted) continue;
+    aggregator_.add(a.sub, a.trained, static_cast<double>(a.examples));
+    loss_weighted_ += a.loss * static_cast<double>(a.examples);
+    examples_ += static_cast<std::int64_t>(a.examples);
+    a.trained = {};
+  }
+}
+
+core::result<round_metrics> engine::close_round(core::example_table* validation) {
+  TESSERA_ASSERT(in_round_);
+  round_metrics m;
+  m.round = current_round();
+  m.strategy = std::string(to_string(config_.strategy));
+  m.devices = assignments_.size();
+  m.groups = groups_;
+  m.plan_seed = plan_seed_;
+  m.learning_rate = core::learning_rate_at(config_.lr, completed_);
+  faults_ = {};
+  for (auto& a : assignments_) {
+    if (is_open(a.state)) a.state = assignment_state::straggler;  // the round waits no longer
+    m.bytes_down += a.bytes_down;
+    m.bytes_up += a.bytes_up;
+    faults_.resent_bytes += a.resent_bytes;
+    faults_.stragglers += a.state == assignment_state::straggler ? 1 : 0;
+    faults_.refused += a.state == assignment_state::refused ? 1 : 0;
+    faults_.rejected += a.state == assignment_state::rejected ? 1 : 0;
+  }
+  fold_ready();
+  TESSERA_ASSERT(folded_ == assignments_.size());
+  aggregator_.finish(params_);
+  m.examples = examples_;
+  m.train_loss = examples_ > 0 ? loss_weighted_ / static_cast<double>(examples_) : 0.0;
+  ++completed_;
+  in_round_ = false;
+
+  const bool evaluate_now = validation != nullptr && (completed_ % config_.eval_every == 0 || completed_ == config_.rounds);
+  if (evaluate_now) {
+    core::network net(full_);
+    TESSERA_ASSIGN_OR_RETURN(const auto ev, core::evaluate(net, params_, *validation));
+    m.test_loss = ev.loss;
+    if (config_.model.task == core::task_kind::classification) m.test_accuracy = ev.accuracy;
+    const double score = m.test_accuracy ? *m.test_accuracy : -ev.loss;
+    if (!stopping_.have_best || score > stopping_.best_score) {
+      stopping_.have_best = true;
+      stopping_.best_score = score;
+      stopping_.evals_since_best = 0;
+    } else if (config_.patience > 0 && ++stopping_.evals_since_best >= config_.patience) {
+      stopping_.stopped = true;
+    }
+  }
+  return m;
+}
+
+}  // namespace tessera::rounds

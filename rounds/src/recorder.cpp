@@ -1,0 +1,56 @@
+#include "tessera/rounds/recorder.hpp"
+
+#include <cerrno>
+#include <cstring>
+
+#include "tessera/core/model_io.hpp"
+
+namespace tessera::rounds {
+
+recorder::recorder(const run_config& config, recorder_settings settings, core::log_sink log)
+    : metrics_path_(config.metrics_path), output_path_(config.output_path), settings_(std::move(settings)), log_(std::move(log)) {}
+
+core::result<recorder> recorder::open(const run_config& config, recorder_settings settings, core::log_sink log) {
+  recorder r(config, std::move(settings), std::move(log));
+  if (!r.metrics_path_.empty()) {
+    r.metrics_ = std::make_unique<std::ofstream>(r.metrics_path_, std::ios::out | std::ios::app);
+    if (!*r.metrics_)
+      return core::make_error(core::errc::io, r.metrics_path_ + ": cannot open for writing: " + std::strerror(errno));
+  }
+  return r;
+}
+
+core::result<void> recorder::record(const engine& e, round_metrics& m, clock::time_point round_started,
+                                    std::span<const device_record> registry) {
+  if (!settings_.checkpoint.empty()) {
+    const checkpoint c{.round = e.completed(),
+                       .plan_seed = e.plan_seed(),
+                       .seed = e.config().seed,
+                       .strategy = std::string(to_string(e.config().strategy)),
+                       .spec = e.config().model,
+                       .params = {e.params().begin(), e.params().end()},
+                       .registry = {registry.begin(), registry.end()},
+                       .stopping = e.stopping()};
+    if (auto saved = save_checkpoint(settings_.checkpoint, c, settings_.seal_key ? &*settings_.seal_key : nullptr); !saved)
+      return core::make_error(core::errc::io, "checkpoint after round " + std::to_string(c.round) + ": " + saved.error().message);
+  }
+  m.seconds = std::chrono::duration<double>(clock::now() - round_started).count();
+  if (metrics_) {
+    *metrics_ << m.to_json().dump() << '\n';
+    metrics_->flush();
+    if (!*metrics_ && log_) log_(core::log_level::error, metrics_path_ + ": cannot append the round's metrics");
+  }
+  if (on_round_) on_round_(m);
+  return {};
+}
+
+core::result<void> recorder::finish(const engine& e) {
+  if (output_path_.empty()) return {};
+  TESSERA_TRY(core::save_model(output_path_, e.config().model, e.params(),
+                               {{"tessera.rounds", std::to_string(e.completed())},
+                                {"tessera.strategy", std::string(to_string(e.config().strategy))}}));
+  if (log_) log_(core::log_level::info, "model written to " + output_path_);
+  return {};
+}
+
+}  // namespace tessera::rounds

@@ -1,0 +1,325 @@
+// Tests of tessera/rounds/engine.hpp: planning from budgets, the checks on an update, assembly with
+// stragglers and rejections, the order of the sums, evaluation and early stopping.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/core/codec.hpp"
+#include "tessera/core/mlp.hpp"
+#include "tessera/core/seeds.hpp"
+#include "tessera/rounds/engine.hpp"
+#include "tessera/rounds/error.hpp"
+
+using namespace tessera;
+
+namespace {
+
+rounds::run_config config(nlohmann::json extra = nlohmann::json::object()) {
+  nlohmann::json j = {{"model", {{"inputs", 64}, {"hidden", {256, 256}}, {"outputs", 10}}},
+                      {"local_steps", 5}, {"batch", 16}, {"min_width", 8}, {"rounds", 3}};
+  j.update(extra);
+  core::config_reader r(j, "run.json");
+  rounds::run_config c;
+  REQUIRE(rounds::read_run_fields(r, "run.json", c, /*allow_central=*/true).ok());
+  auto done = r.finish();
+  REQUIRE_MESSAGE(done.ok(), (done.ok() ? "" : done.error().message));
+  return c;
+}
+
+rounds::engine engine_for(const rounds::run_config& c) {
+  std::vector<float> params(core::param_count(c.model.full_arch()));
+  core::initialize(c.model, params);
+  return rounds::engine(c, std::move(params), 0);
+}
+
+rounds::device_offer offer(const std::string& id, std::uint64_t budget,
+                           std::vector<core::codec_kind> codecs = {core::codec_kind::f32}) {
+  return {.id = id, .budget_bytes = budget, .examples = 1000, .codecs = std::move(codecs), .capacity = 0};
+}
+
+// What a well-behaved device would announce for its assignment.
+rounds::update_claim claim_for(const rounds::engine& e, const rounds::assignment& a, std::uint64_t examples = 0) {
+  return {.round = static_cast<std::uint64_t>(e.current_round()),
+          .examples = examples != 0 ? examples : static_cast<std::uint64_t>(a.task.steps * a.task.batch),
+          .steps = static_cast<std::uint64_t>(a.task.steps),
+          .loss = 0.5,
+          .size = a.blob_bytes,
+          .codec = a.codec};
+}
+
+std::vector<std::byte> encoded(const rounds::assignment& a, std::span<const float> values) {
+  std::vector<std::byte> blob(a.blob_bytes);
+  REQUIRE(core::encode(a.sub.arch, a.codec, values, blob).ok());
+  return blob;
+}
+
+// The device's side, done right: download, train (here: add `delta` to every value), upload.
+std::vector<float> train_and_report(rounds::engine& e, rounds::assignment& a, float delta, std::uint64_t examples) {
+  std::vector<std::byte> down(a.blob_bytes);
+  REQUIRE(e.encode_download(a, down).ok());
+  REQUIRE(e.sent(a).ok());
+  REQUIRE(e.downloaded(a).ok());
+  std::vector<float> values(core::param_count(a.sub.arch));
+  REQUIRE(core::decode(a.sub.arch, a.codec, down, values).ok());
+  for (auto& v : values) v += delta;
+  REQUIRE(e.announce(a, claim_for(e, a, examples)).ok());
+  REQUIRE(e.receive(a, encoded(a, values)).ok());
+  return values;
+}
+
+}  // namespace
+
+TEST_CASE("engine: each device's subnet fits the budget it reported, and bigger budgets get bigger subnets") {
+  const auto c = config();
+  auto e = engine_for(c);
+  const std::size_t full = core::bytes_needed(c.model.full_arch(), c.batch, true, core::codec_kind::f32);
+  // Budgets that bind: a quarter, a third and a half of what the whole model needs.
+  auto excluded = e.begin_round({offer("c", full / 2), offer("a", full / 4), offer("b", full / 3)});
+  REQUIRE(excluded.ok());
+  CHECK(excluded.value().empty());
+  auto as = e.assignments();
+  REQUIRE(as.size() == 3);
+  CHECK(as[0].device == "a");  // device order is by id
+  CHECK(as[1].device == "b");
+  CHECK(as[2].device == "c");
+  const std::uint64_t budgets[] = {full / 4, full / 3, full / 2};
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(core::bytes_needed(as[i].sub.arch, c.batch, true, as[i].codec) <= budgets[i]);
+    CHECK(as[i].task.steps == 5);
+    CHECK(as[i].blob_bytes == core::encoded_bytes(as[i].sub.arch, as[i].codec));
+    CHECK(as[i].state == rounds::assignment_state::assigned);
+  }
+  CHECK(as[0].sub.arch.widths[1] < as[1].sub.arch.widths[1]);
+  CHECK(as[1].sub.arch.widths[1] <= as[2].sub.arch.widths[1]);
+}
+
+TEST_CASE("engine: devices are ordered by id with numbers compared as numbers") {
+  auto e = engine_for(config());
+  REQUIRE(e.begin_round({offer("device-10", 64u << 20), offer("device-2", 64u << 20), offer("device-1", 64u << 20),
+                         offer("device-02", 64u << 20), offer("alpha", 64u << 20)})
+              .ok());
+  std::vector<std::string> order;
+  for (const auto& a : e.assignments()) order.push_back(a.device);
+  CHECK(order == std::vector<std::string>{"alpha", "device-1", "device-02", "device-2", "device-10"});
+}
+
+TEST_CASE("engine: a device too small for min_width, or for the whole model under FedAvg, is left out with the reason") {
+  auto e = engine_for(config());
+  auto excluded = e.begin_round({offer("big", 64u << 20), offer("tiny", 4096)});
+  REQUIRE(excluded.ok());
+  REQUIRE(excluded.value().size() == 1);
+  CHECK(excluded.value()[0].id == "tiny");
+  CHECK(excluded.value()[0].reason.find("min_width 8") != std::string::npos);
+  CHECK(excluded.value()[0].reason.find("MiB") != std::string::npos);
+  CHECK(e.assignments().size() == 1);
+
+  const auto fc = config({{"strategy", "fedavg"}});
+  auto f = engine_for(fc);
+  const std::size_t full = core::bytes_needed(fc.model.full_arch(), fc.batch, true, core::codec_kind::f32);
+  auto fx = f.begin_round({offer("a", full), offer("b", full - 1)});
+  REQUIRE(fx.ok());
+  REQUIRE(fx.value().size() == 1);
+  CHECK(fx.value()[0].reason.find("FedAvg trains the whole model") != std::string::npos);
+
+  auto none = engine_for(config());
+  auto nobody = none.begin_round({offer("tiny", 4096)});
+  REQUIRE_FALSE(nobody.ok());
+  CHECK(nobody.error().code == rounds::errc::no_devices);
+}
+
+TEST_CASE("engine: a capacity fixed by the driver replaces the budget, and groups never exceed the devices") {
+  auto e = engine_for(config({{"groups", 8}}));
+  rounds::device_offer half = offer("a", 0), quarter = offer("b", 0);
+  half.capacity = 0.5;
+  quarter.capacity = 0.25;
+  auto ok = e.begin_round({half, quarter});
+  REQUIRE(ok.ok());
+  CHECK(ok.value().empty());
+  REQUIRE(e.assignments().size() == 2);
+  CHECK(e.assignments()[0].sub.arch.widths[1] == 128);
+  CHECK(e.assignments()[1].sub.arch.widths[1] == 64);
+  CHECK(e.assignments()[0].group != e.assignments()[1].group);
+}
+
+TEST_CASE("engine: the run's codec is used where the device speaks it, f32 elsewhere") {
+  auto e = engine_for(config({{"codec", "q8"}}));
+  REQUIRE(e.begin_round({offer("a", 64u << 20, {core::codec_kind::f32, core::codec_kind::q8}), offer("b", 64u << 20)}).ok());
+  CHECK(e.assignments()[0].codec == core::codec_kind::q8);
+  CHECK(e.assignments()[1].codec == core::codec_kind::f32);
+}
+
+TEST_CASE("engine: a claim for another round, or a second one, changes nothing; a claim that does not fit rejects") {
+  auto e = engine_for(config());
+  REQUIRE(e.begin_round({offer("a", 64u << 20), offer("b", 64u << 20)}).ok());
+  rounds::assignment& a = e.assignments()[0];
+  auto u = claim_for(e, a);
+  u.round = 0;
+  auto stale = e.announce(a, u);
+  REQUIRE_FALSE(stale.ok());
+  CHECK(stale.error().code == rounds::errc::wrong_round);
+  CHECK(stale.error().message.find("round 0") != std::string::npos);
+  CHECK(a.state == rounds::assignment_state::assigned);
+
+  REQUIRE(e.announce(a, claim_for(e, a)).ok());
+  CHECK(a.state == rounds::assignment_state::uploading);
+  auto again = e.announce(a, claim_for(e, a));
+  REQUIRE_FALSE(again.ok());
+  CHECK(again.error().code == rounds::errc::already_reported);
+  CHECK(a.state == rounds::assignment_state::uploading);
+
+  struct bad_claim {
+    const char* name;
+    void (*spoil)(rounds::update_claim&);
+    rounds::errc code;
+    const char* words;
+  };
+  const bad_claim cases[] = {
+      {"size", [](rounds::update_claim& c) { c.size += 4; }, rounds::errc::size_mismatch, "bytes"},
+      {"codec", [](rounds::update_claim& c) { c.codec = core::codec_kind::f16; }, rounds::errc::codec_mismatch, "codec f16"},
+      {"steps", [](rounds::update_claim& c) { c.steps = 4; }, rounds::errc::steps_mismatch, "steps"},
+      {"no examples", [](rounds::update_claim& c) { c.examples = 0; }, rounds::errc::examples_out_of_range, "examples"},
+      {"too many examples", [](rounds::update_claim& c) { c.examples = 1'000'000; }, rounds::errc::examples_out_of_range, "examples"},
+      {"NaN loss", [](rounds::update_claim& c) { c.loss = std::numeric_limits<double>::quiet_NaN(); }, rounds::errc::loss_not_finite, "loss"},
+  };
+  for (const auto& bc : cases) {
+    INFO(bc.name);
+    auto f = engine_for(config());
+    REQUIRE(f.begin_round({offer("a", 64u << 20)}).ok());
+    rounds::assignment& fa = f.assignments()[0];
+    auto c = claim_for(f, fa);
+    bc.spoil(c);
+    auto r = f.announce(fa, c);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == bc.code);
+    CHECK_MESSAGE(r.error().message.find(bc.words) != std::string::npos, r.error().message);
+    CHECK(fa.state == rounds::assignment_state::rejected);
+    CHECK(fa.reason.code == bc.code);
+    CHECK(f.all_reported());
+  }
+}
+
+TEST_CASE("engine: events that do not fit the state are refused and change nothing") {
+  auto e = engine_for(config());
+  REQUIRE(e.begin_round({offer("a", 64u << 20)}).ok());
+  rounds::assignment& a = e.assignments()[0];
+  auto early = e.downloaded(a);  // never sent
+  REQUIRE_FALSE(early.ok());
+  CHECK(early.error().code == rounds::errc::illegal_transition);
+  CHECK(a.state == rounds::assignment_state::assigned);
+  std::vector<std::byte> blob(a.blob_bytes);
+  auto unannounced = e.receive(a, blob);
+  REQUIRE_FALSE(unannounced.ok());
+  CHECK(unannounced.error().code == rounds::errc::illegal_transition);
+  e.refuse(a, "over budget");
+  CHECK(a.state == rounds::assignment_state::refused);
+  CHECK(a.reason.message == "over budget");
+  CHECK_FALSE(e.sent(a).ok());  // refused is final
+  e.reject(a, core::make_error(core::errc::invalid_argument, "late"));
+  CHECK(a.state == rounds::assignment_state::refused);
+}
+
+TEST_CASE("engine: a blob with a NaN is rejected and changes nothing; a straggler's neurons keep their values") {
+  const auto c = config();
+  auto e = engine_for(c);
+  const std::vector<float> before(e.params().begin(), e.params().end());
+  REQUIRE(e.begin_round({offer("a", 64u << 20), offer("b", 64u << 20), offer("c", 64u << 20)}).ok());
+  auto as = e.assignments();
+  // a: trains (every value +1); b: sends a NaN; c: downloads and never reports.
+  const std::vector<float> va = train_and_report(e, as[0], 1.0f, 80);
+  REQUIRE(e.sent(as[1]).ok());
+  REQUIRE(e.announce(as[1], claim_for(e, as[1])).ok());  // an update may follow a download whose last ACK was lost
+  std::vector<float> vb(core::param_count(as[1].sub.arch), 0.25f);
+  auto blob_b = encoded(as[1], vb);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(blob_b.data() + 8, &nan, sizeof nan);
+  auto refused = e.receive(as[1], blob_b);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == rounds::errc::bad_values);
+  CHECK(refused.error().message.find("finite") != std::string::npos);
+  CHECK(as[1].state == rounds::assignment_state::rejected);
+  REQUIRE(e.sent(as[2]).ok());
+  CHECK_FALSE(e.all_reported());
+  std::vector<float> c_before(core::param_count(as[2].sub.arch));
+  core::gather(e.full(), as[2].sub, before, c_before);
+  const core::subnet sub_a = as[0].sub, sub_c = as[2].sub;
+
+  auto m = e.close_round(nullptr);
+  REQUIRE(m.ok());
+  CHECK(m.value().round == 1);
+  CHECK(e.last_faults().stragglers == 1);
+  CHECK(e.last_faults().rejected == 1);
+  CHECK(e.last_faults().refused == 0);
+  CHECK(e.assignments()[2].state == rounds::assignment_state::straggler);
+  CHECK(m.value().examples == 80);
+  CHECK(e.completed() == 1);
+  CHECK_FALSE(e.in_round());
+  for (float v : e.params()) REQUIRE(std::isfinite(v));
+  std::vector<float> a_after(core::param_count(sub_a.arch)), c_after(core::param_count(sub_c.arch));
+  core::gather(e.full(), sub_a, e.params(), a_after);
+  core::gather(e.full(), sub_c, e.params(), c_after);
+  CHECK(a_after == va);  // the only report of its blocks, and of the shared output bias
+  const std::size_t shared = static_cast<std::size_t>(c.model.outputs);  // the output bias, last in the layout
+  for (std::size_t i = 0; i + shared < c_after.size(); ++i) REQUIRE(c_after[i] == c_before[i]);
+}
+
+TEST_CASE("engine: the model does not depend on the order in which uploads arrive") {
+  const auto c = config({{"strategy", "fedavg"}});
+  const std::uint64_t examples[] = {30, 50, 70, 10};
+  const float deltas[] = {0.1f, -0.3f, 0.7f, 0.05f};
+  auto run = [&](std::vector<std::size_t> arrival) {
+    auto e = engine_for(c);
+    REQUIRE(e.begin_round({offer("a", 64u << 20), offer("b", 64u << 20), offer("c", 64u << 20), offer("d", 64u << 20)}).ok());
+    for (std::size_t i : arrival) train_and_report(e, e.assignments()[i], deltas[i], examples[i]);
+    REQUIRE(e.close_round(nullptr).ok());
+    return std::vector<float>(e.params().begin(), e.params().end());
+  };
+  const auto in_order = run({0, 1, 2, 3});
+  CHECK(run({3, 2, 1, 0}) == in_order);  // bitwise: the sums are taken in device order either way
+  CHECK(run({2, 0, 3, 1}) == in_order);
+}
+
+TEST_CASE("engine: the plan of round r is drawn from the run's seed and r") {
+  auto e = engine_for(config({{"seed", 11}}));
+  REQUIRE(e.begin_round({offer("d0", 64u << 20), offer("d1", 64u << 20)}).ok());
+  const std::uint64_t first = e.plan_seed();
+  CHECK(first == core::plan_seed(11, 0));
+  e.refuse(e.assignments()[0], "no");
+  e.refuse(e.assignments()[1], "no");
+  CHECK(e.all_reported());
+  REQUIRE(e.close_round(nullptr).ok());
+  REQUIRE(e.begin_round({offer("d0", 64u << 20), offer("d1", 64u << 20)}).ok());
+  CHECK(e.plan_seed() != first);
+  CHECK(e.plan_seed() == core::plan_seed(11, 1));
+}
+
+TEST_CASE("engine: early stopping counts evaluations without a new best, for accuracy and for regression's loss") {
+  // A validation set the model cannot improve on (nobody trains): the first evaluation sets the best,
+  // the next `patience` ones do not beat it, and the run stops.
+  for (const char* task : {"classification", "regression"}) {
+    INFO(task);
+    const bool regression = std::string(task) == "regression";
+    auto c = config({{"rounds", 10}, {"patience", 2},
+                     {"model", {{"inputs", 4}, {"hidden", {16}}, {"outputs", regression ? 1 : 2}, {"task", task}}}});
+    auto e = engine_for(c);
+    std::vector<float> x(8 * 4, 0.5f), y(8, 1.0f);
+    core::memory_table validation(4, std::move(x), std::move(y), "validation");
+    for (int round = 1; round <= 3; ++round) {
+      REQUIRE_FALSE(e.finished());
+      REQUIRE(e.begin_round({offer("a", 64u << 20)}).ok());
+      e.refuse(e.assignments()[0], "resting");
+      auto m = e.close_round(&validation);
+      REQUIRE(m.ok());
+      CHECK(m.value().test_loss.has_value());
+      CHECK(m.value().test_accuracy.has_value() == !regression);
+    }
+    CHECK(e.stopping().have_best);
+    CHECK(e.stopping().evals_since_best == 2);
+    CHECK(e.finished());
+    CHECK(e.completed() == 3);
+    if (regression) CHECK(e.stopping().best_score < 0);  // −loss
+  }
+}
