@@ -41,35 +41,13 @@
 
 #include "tessera/core/log.hpp"
 #include "tessera/crypto/tls.hpp"
-#include "tessera/edge/arena.hpp"
+#include "tessera/edge/agent_config.hpp"
 #include "tessera/edge/device_data.hpp"
+#include "tessera/edge/job.hpp"
 #include "tessera/net/client.hpp"
 #include "tessera/net/task.hpp"
 
 namespace tessera::edge {
-
-struct agent_config {
-  std::string hub_host = "127.0.0.1";
-  std::uint16_t hub_port = 7443;
-  crypto::agent_tls_files tls{.ca_cert = "pki/ca.pem", .cert = "pki/device.pem", .key = "pki/device.key", .hub_name = ""};
-  data_config data;
-  std::uint64_t data_seed = 0;               // batch order; 0: derived from the device id
-  std::size_t budget_bytes = 16u << 20;      // training arena + data reader buffers
-  std::vector<core::codec_kind> codecs{core::codec_kind::f32, core::codec_kind::f16, core::codec_kind::q8};
-  std::chrono::milliseconds backoff_initial{250};
-  std::chrono::milliseconds backoff_max{30'000};
-  double jitter = 0.5;
-  double heartbeat_s = 10;
-  double idle_timeout_s = 60;
-  std::uint32_t chunk_kib = 256;             // CHUNK size and unacknowledged bytes per upload
-  std::uint32_t window_kib = 2048;
-  std::uint64_t upload_bytes_per_s = 0;      // rate caps for metered links (0: none)
-  std::uint64_t download_bytes_per_s = 0;
-  std::int64_t exit_after_rounds = 0;        // 0: serve forever; N: exit after N accepted updates
-};
-
-[[nodiscard]] core::result<agent_config> parse_agent_config(const nlohmann::json& json, const std::string& source);
-[[nodiscard]] core::result<agent_config> load_agent_config(const std::string& path, const std::vector<std::string>& overrides);
 
 struct agent_stats {
   std::int64_t assignments = 0, accepted = 0, rejected = 0, refused = 0, cancelled = 0;
@@ -94,17 +72,18 @@ class agent {
   [[nodiscard]] std::size_t arena_budget() const noexcept { return arena_budget_; }
 
  private:
-  struct job;
   agent(boost::asio::io_context& io, const agent_config& config, core::log_sink log);
   void log(core::log_level level, const std::string& text) const;
   void attach(const std::shared_ptr<net::session>& s);
   void on_ready(const std::shared_ptr<net::session>& s);
   void on_welcome(const std::shared_ptr<net::session>& s);
-  void on_assign(const std::shared_ptr<net::session>& s, const net::msg::assign& a);
+  void on_assign(const net::msg::assign& a);
   void on_downloaded(const std::shared_ptr<net::incoming_transfer>& in);
-  void on_trained(std::uint64_t generation, core::result<core::local_training_report> report);
+  void on_trained(std::uint64_t generation, core::result<core::local_training_report> report, const net::digest& sha);
   void on_result(const net::msg::result& r);
   void cancel_job();
+  // REFUSE{reason} for the assignment of `round`, logged.
+  void refuse_job(std::uint64_t round, const core::error& why);
 
   boost::asio::io_context& io_;
   agent_config config_;

@@ -1,0 +1,46 @@
+// tessera/edge/agent_config.hpp — tessera-edge run's configuration: the hub, the files, the data, the budget.
+//
+// A JSON file (every field has a default except the data; an error names the file and the field) and
+// KEY=VALUE overrides from the command line ("hub=10.0.0.5:7443", "memory_budget_mib=64").
+//
+//   TESSERA_ASSIGN_OR_RETURN(auto cfg, edge::load_agent_config("/etc/tessera/agent.json", overrides));
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/core/error.hpp"
+#include "tessera/core/memory.hpp"
+#include "tessera/crypto/tls.hpp"
+#include "tessera/edge/device_data.hpp"
+
+namespace tessera::edge {
+
+struct agent_config {
+  std::string hub_host = "127.0.0.1";
+  std::uint16_t hub_port = 7443;
+  crypto::agent_tls_files tls{.ca_cert = "pki/ca.pem", .cert = "pki/device.pem", .key = "pki/device.key", .hub_name = ""};
+  data_config data;
+  std::uint64_t data_seed = 0;               // batch order; 0: derived from the device id
+  std::size_t budget_bytes = 16u << 20;      // training arena + data reader buffers
+  std::vector<core::codec_kind> codecs{core::codec_kind::f32, core::codec_kind::f16, core::codec_kind::q8};
+  std::chrono::milliseconds backoff_initial{250};
+  std::chrono::milliseconds backoff_max{30'000};
+  double jitter = 0.5;
+  double heartbeat_s = 10;
+  double idle_timeout_s = 60;
+  std::uint32_t chunk_kib = 256;             // CHUNK size and unacknowledged bytes per upload
+  std::uint32_t window_kib = 2048;
+  std::uint64_t upload_bytes_per_s = 0;      // rate caps for metered links (0: none)
+  std::uint64_t download_bytes_per_s = 0;
+  std::int64_t exit_after_rounds = 0;        // 0: serve forever; N: exit after N accepted updates
+};
+
+[[nodiscard]] core::result<agent_config> parse_agent_config(const nlohmann::json& json, const std::string& source);
+[[nodiscard]] core::result<agent_config> load_agent_config(const std::string& path, const std::vector<std::string>& overrides);
+
+}  // namespace tessera::edge

@@ -1,0 +1,98 @@
+// tessera/edge/job.hpp — one assignment on the device, from ASSIGN to RESULT, apart from any socket.
+//
+// check_assignment() is everything an ASSIGN must pass before the agent reserves memory for it: the
+// task parses within bounds, the subnet's inputs match the data, the batch fits the data reader, the
+// codec is enabled, the declared size is the subnet's size in that codec, and bytes_needed fits the
+// budget (the arena is then reserved: one allocation, exactly that size). A job then moves through
+//
+//   downloading ──downloaded()──▶ training ──trained()──▶ uploading ──upload_sent()──▶ waiting_result
+//        (values decoded and finite)    (UPDATE prepared)       (hub ACKed every byte)      │ RESULT
+//                                                                                           ▼ (dropped)
+//
+// and after a reconnect resumes where it stood (resume_action): a download continues from what it
+// holds, an upload is announced again and continues from the hub's ACK, training goes on undisturbed.
+// The transfers are handed out as aliasing pointers: a session holding one keeps the job, and so the
+// arena its bytes live in, alive until it lets go.
+//
+//   auto j = edge::job::start(assign, limits);          // errc: why it is refused
+//   session->expect_blob(j.value()->download());
+//   ... on_blob_received: j->downloaded(); worker: j->train(data, &cancel); I/O thread: j->trained(...)
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "tessera/core/device_round.hpp"
+#include "tessera/edge/arena.hpp"
+#include "tessera/edge/error.hpp"
+#include "tessera/net/messages.hpp"
+#include "tessera/net/transfer.hpp"
+
+namespace tessera::edge {
+
+// What this device can take: its data's shape, its reader's largest batch, its codecs, its memory.
+struct device_limits {
+  std::int64_t feature_count = 0;
+  std::int64_t max_batch = 0;
+  std::vector<core::codec_kind> codecs;
+  std::size_t arena_budget = 0;     // bytes for the training arena (the budget less the reader's buffers)
+};
+
+// The assignment's task, or why this device refuses it (edge::errc; core::errc::over_budget when the
+// subnet does not fit, with both numbers).
+[[nodiscard]] core::result<core::training_task> check_assignment(const net::msg::assign& a, const device_limits& limits);
+
+class job : public std::enable_shared_from_this<job> {
+ public:
+  enum class stage { downloading, training, uploading, waiting_result };
+  enum class resume_action { expect_download, wait, resend_upload };
+
+  // Checks the assignment and reserves its arena.
+  [[nodiscard]] static core::result<std::shared_ptr<job>> start(const net::msg::assign& a, const device_limits& limits);
+
+  [[nodiscard]] std::uint64_t round() const noexcept { return round_; }
+  [[nodiscard]] std::uint64_t download_id() const noexcept { return download_id_; }
+  [[nodiscard]] stage at() const noexcept { return at_; }
+  [[nodiscard]] const core::training_task& task() const noexcept { return task_; }
+  [[nodiscard]] core::codec_kind codec() const noexcept { return codec_; }
+  [[nodiscard]] const training_arena& arena() const noexcept { return *arena_; }
+  [[nodiscard]] std::span<const std::byte> blob() const noexcept { return blob_; }
+  [[nodiscard]] const net::msg::update& update() const noexcept { return update_; }
+  // What to do on a new link.
+  [[nodiscard]] resume_action on_reconnect() const noexcept;
+
+  [[nodiscard]] std::shared_ptr<net::incoming_transfer> download() { return {shared_from_this(), &*download_state_}; }
+  [[nodiscard]] std::shared_ptr<net::outgoing_transfer> upload() { return {shared_from_this(), &*upload_state_}; }
+  [[nodiscard]] bool owns(const net::incoming_transfer* t) const noexcept { return t == &*download_state_; }
+  [[nodiscard]] bool owns(const net::outgoing_transfer* t) const noexcept { return upload_state_ && t == &*upload_state_; }
+
+  // The download arrived whole (the session checked its digest): decode it, or check it is finite.
+  // → training; on error the stage stays.
+  [[nodiscard]] core::result<void> downloaded();
+  // Trains and encodes the upload (any thread; the job's stage does not change).
+  [[nodiscard]] core::result<core::local_training_report> train(core::batch_source& data, const std::atomic<bool>* cancel);
+  // Back on the I/O thread with the report and the upload's digest: the UPDATE is ready. → uploading.
+  void trained(const core::local_training_report& report, const net::digest& sha256);
+  // The hub acknowledged every byte of the upload. → waiting_result.
+  void upload_sent() noexcept;
+
+ private:
+  job() = default;
+
+  std::uint64_t round_ = 0;
+  std::uint64_t download_id_ = 0;
+  core::training_task task_;
+  core::codec_kind codec_ = core::codec_kind::f32;
+  std::unique_ptr<training_arena> arena_;
+  std::span<std::byte> blob_;  // where the blob lives in the arena: params (f32) or staging
+  std::optional<net::incoming_transfer> download_state_;
+  std::optional<net::outgoing_transfer> upload_state_;
+  net::msg::update update_{};
+  stage at_ = stage::downloading;
+};
+
+}  // namespace tessera::edge

@@ -1,0 +1,88 @@
+#include "tessera/edge/job.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "tessera/core/codec.hpp"
+#include "tessera/net/task.hpp"
+
+namespace tessera::edge {
+
+core::result<core::training_task> check_assignment(const net::msg::assign& a, const device_limits& limits) {
+  auto task = net::task_from_assign(a);
+  if (!task) return make_error(errc::bad_task, task.error().message);
+  const core::training_task& t = task.value();
+  if (t.arch.inputs() != limits.feature_count)
+    return make_error(errc::inputs_mismatch, "the subnet takes " + std::to_string(t.arch.inputs()) + " inputs, this device's data has " +
+                                                 std::to_string(limits.feature_count) + " features");
+  if (t.batch > limits.max_batch)
+    return make_error(errc::batch_too_large, "batch " + std::to_string(t.batch) + " exceeds this device's data.max_batch " +
+                                                 std::to_string(limits.max_batch));
+  if (std::find(limits.codecs.begin(), limits.codecs.end(), a.blob_codec) == limits.codecs.end())
+    return make_error(errc::codec_disabled, "codec " + std::string(core::to_string(a.blob_codec)) + " is not enabled on this device");
+  const std::size_t expected = core::encoded_bytes(t.arch, a.blob_codec);
+  if (a.size != expected)
+    return make_error(errc::size_mismatch, "declared size " + std::to_string(a.size) + " bytes, the subnet in " +
+                                               std::string(core::to_string(a.blob_codec)) + " is " + std::to_string(expected) + " bytes");
+  return task;
+}
+
+core::result<std::shared_ptr<job>> job::start(const net::msg::assign& a, const device_limits& limits) {
+  TESSERA_ASSIGN_OR_RETURN(auto task, check_assignment(a, limits));
+  TESSERA_ASSIGN_OR_RETURN(auto arena,
+                           training_arena::reserve(task.arch, task.batch, task.sgd.momentum != 0.0f, a.blob_codec, limits.arena_budget));
+  std::shared_ptr<job> j(new job());
+  j->round_ = a.round;
+  j->download_id_ = a.transfer;
+  j->task_ = std::move(task);
+  j->codec_ = a.blob_codec;
+  j->arena_ = std::move(arena);
+  j->blob_ = core::blob_region(j->arena_->block(), j->codec_, static_cast<std::size_t>(a.size));
+  j->download_state_.emplace(a.transfer, j->blob_, a.sha256);
+  return j;
+}
+
+job::resume_action job::on_reconnect() const noexcept {
+  switch (at_) {
+    case stage::downloading: return resume_action::expect_download;
+    case stage::training: return resume_action::wait;
+    case stage::uploading:
+    case stage::waiting_result: return resume_action::resend_upload;
+  }
+  return resume_action::wait;
+}
+
+core::result<void> job::downloaded() {
+  TESSERA_ASSERT(at_ == stage::downloading);
+  if (auto ok = core::take_download(arena_->block(), task_.arch, codec_, blob_); !ok)
+    return make_error(errc::bad_download, ok.error().message);
+  at_ = stage::training;
+  return {};
+}
+
+core::result<core::local_training_report> job::train(core::batch_source& data, const std::atomic<bool>* cancel) {
+  auto report = core::train_for_upload(arena_->block(), task_, codec_, blob_, data, cancel);
+  if (!report && report.error().code != core::errc::cancelled)
+    return make_error(errc::training_failed, report.error().message);
+  return report;
+}
+
+void job::trained(const core::local_training_report& r, const net::digest& sha256) {
+  TESSERA_ASSERT(at_ == stage::training);
+  update_ = {.round = round_,
+             .examples = static_cast<std::uint64_t>(r.examples),
+             .steps = static_cast<std::uint64_t>(r.steps),
+             .loss = r.mean_loss,
+             .transfer = net::upload_transfer_id(download_id_),
+             .size = blob_.size(),
+             .blob_codec = codec_,
+             .sha256 = sha256};
+  upload_state_.emplace(update_.transfer, std::span<const std::byte>(blob_), sha256);
+  at_ = stage::uploading;
+}
+
+void job::upload_sent() noexcept {
+  if (at_ == stage::uploading) at_ = stage::waiting_result;
+}
+
+}  // namespace tessera::edge

@@ -1,0 +1,186 @@
+// Tests of tessera/edge/job.hpp: what an assignment must pass before the agent reserves memory, and the
+// stages of a job — without a hub or a socket.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "tessera/core/codec.hpp"
+#include "tessera/core/mlp.hpp"
+#include "tessera/core/rng.hpp"
+#include "tessera/crypto/digest.hpp"
+#include "tessera/edge/job.hpp"
+#include "tessera/net/task.hpp"
+
+using namespace tessera;
+
+namespace {
+
+core::training_task small_task() {
+  core::model_spec spec;
+  spec.inputs = 12;
+  spec.hidden = {16, 8};
+  spec.outputs = 3;
+  return {.arch = spec.full_arch(), .steps = 4, .batch = 8, .sgd = {.learning_rate = 0.05f, .momentum = 0.9f}};
+}
+
+// What a hub sends for `task`, with `params` as the blob.
+net::msg::assign assign_for(const core::training_task& t, core::codec_kind codec, std::span<const std::byte> blob) {
+  return {.round = 7,
+          .widths = net::hidden_widths(t.arch),
+          .hyper_json = net::task_to_json(t),
+          .transfer = 42,
+          .size = blob.size(),
+          .blob_codec = codec,
+          .sha256 = crypto::sha256_of(blob)};
+}
+
+edge::device_limits roomy() {
+  return {.feature_count = 12, .max_batch = 64, .codecs = {core::codec_kind::f32, core::codec_kind::q8}, .arena_budget = 64u << 20};
+}
+
+std::vector<std::byte> encoded_params(const core::training_task& t, core::codec_kind codec, float value) {
+  std::vector<float> params(core::param_count(t.arch), value);
+  std::vector<std::byte> blob(core::encoded_bytes(t.arch, codec));
+  REQUIRE(core::encode(t.arch, codec, params, blob).ok());
+  return blob;
+}
+
+// A batch source of constant examples of class 1.
+class constant_source final : public core::batch_source {
+ public:
+  [[nodiscard]] std::int64_t feature_count() const noexcept override { return 12; }
+  [[nodiscard]] core::result<void> next(std::span<float> features, std::span<float> targets) override {
+    std::fill(features.begin(), features.end(), 0.5f);
+    std::fill(targets.begin(), targets.end(), 1.0f);
+    return {};
+  }
+  [[nodiscard]] std::string describe() const override { return "constant"; }
+  [[nodiscard]] std::size_t buffer_bytes() const noexcept override { return 0; }
+};
+
+}  // namespace
+
+TEST_CASE("check_assignment: every way an ASSIGN does not fit this device, each with its code") {
+  const auto t = small_task();
+  const auto blob = encoded_params(t, core::codec_kind::f32, 0.1f);
+  CHECK(edge::check_assignment(assign_for(t, core::codec_kind::f32, blob), roomy()).ok());
+
+  struct refusal {
+    const char* name;
+    void (*spoil)(net::msg::assign&, edge::device_limits&);
+    std::error_code code;
+    const char* words;
+  };
+  const refusal cases[] = {
+      {"task that does not parse", [](net::msg::assign& a, edge::device_limits&) { a.hyper_json = R"({"inputs": 12})"; },
+       edge::errc::bad_task, "ASSIGN: field"},
+      {"inputs other than the data's features", [](net::msg::assign&, edge::device_limits& l) { l.feature_count = 13; },
+       edge::errc::inputs_mismatch, "12 inputs, this device's data has 13 features"},
+      {"batch over the reader's bound", [](net::msg::assign&, edge::device_limits& l) { l.max_batch = 4; },
+       edge::errc::batch_too_large, "batch 8 exceeds this device's data.max_batch 4"},
+      {"codec not enabled", [](net::msg::assign&, edge::device_limits& l) { l.codecs = {core::codec_kind::q8}; },
+       edge::errc::codec_disabled, "codec f32 is not enabled"},
+      {"size not the subnet's", [](net::msg::assign& a, edge::device_limits&) { a.size += 4; },
+       edge::errc::size_mismatch, "bytes, the subnet in f32 is"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    auto a = assign_for(t, core::codec_kind::f32, blob);
+    auto limits = roomy();
+    c.spoil(a, limits);
+    auto r = edge::check_assignment(a, limits);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == c.code);
+    CHECK_MESSAGE(r.error().message.find(c.words) != std::string::npos, r.error().message);
+  }
+
+  // Over budget is refused when the arena is reserved, with both numbers.
+  auto tight = roomy();
+  tight.arena_budget = 1024;
+  auto j = edge::job::start(assign_for(t, core::codec_kind::f32, blob), tight);
+  REQUIRE_FALSE(j.ok());
+  CHECK(j.error().code == core::errc::over_budget);
+  CHECK(j.error().message.find("1024") != std::string::npos);
+}
+
+TEST_CASE("job: download, train, upload, each stage in turn; the update describes the upload exactly") {
+  for (auto codec : {core::codec_kind::f32, core::codec_kind::q8}) {
+    INFO(core::to_string(codec));
+    const auto t = small_task();
+    const auto blob = encoded_params(t, codec, 0.1f);
+    auto started = edge::job::start(assign_for(t, codec, blob), roomy());
+    REQUIRE(started.ok());
+    auto j = started.value();
+    CHECK(j->at() == edge::job::stage::downloading);
+    CHECK(j->on_reconnect() == edge::job::resume_action::expect_download);
+    CHECK(j->arena().size_bytes() == core::bytes_needed(t.arch, t.batch, true, codec));
+    auto in = j->download();
+    CHECK(j->owns(in.get()));
+    REQUIRE(in->size() == blob.size());
+    std::memcpy(in->data().data(), blob.data(), blob.size());  // where a session writes the chunks
+
+    REQUIRE(j->downloaded().ok());
+    CHECK(j->at() == edge::job::stage::training);
+    CHECK(j->on_reconnect() == edge::job::resume_action::wait);
+    constant_source data;
+    auto report = j->train(data, nullptr);
+    REQUIRE(report.ok());
+    CHECK(report.value().steps == 4);
+    const auto sha = crypto::sha256_of(j->blob());
+    j->trained(report.value(), sha);
+    CHECK(j->at() == edge::job::stage::uploading);
+    CHECK(j->on_reconnect() == edge::job::resume_action::resend_upload);
+    const net::msg::update& u = j->update();
+    CHECK(u.round == 7);
+    CHECK(u.examples == 32);
+    CHECK(u.steps == 4);
+    CHECK(std::isfinite(u.loss));
+    CHECK(u.transfer == net::upload_transfer_id(42));
+    CHECK(u.size == blob.size());
+    CHECK(u.blob_codec == codec);
+    CHECK(u.sha256 == sha);
+    auto out = j->upload();
+    CHECK(j->owns(out.get()));
+    CHECK(out->size() == blob.size());
+    CHECK(out->sha256() == sha);
+    // The upload decodes to the trained parameters, which moved from where they started.
+    std::vector<float> back(core::param_count(t.arch));
+    REQUIRE(core::decode(t.arch, codec, j->blob(), back).ok());
+    CHECK(std::any_of(back.begin(), back.end(), [](float v) { return std::fabs(v - 0.1f) > 1e-3f; }));
+    j->upload_sent();
+    CHECK(j->at() == edge::job::stage::waiting_result);
+    CHECK(j->on_reconnect() == edge::job::resume_action::resend_upload);
+  }
+}
+
+TEST_CASE("job: a download with a value that is not finite is refused as bad_download and stays where it was") {
+  for (auto codec : {core::codec_kind::f32, core::codec_kind::q8}) {
+    INFO(core::to_string(codec));
+    const auto t = small_task();
+    auto blob = encoded_params(t, codec, 0.1f);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(blob.data(), &nan, sizeof nan);  // the first f32 value, or the first q8 row's scale
+    auto j = edge::job::start(assign_for(t, codec, blob), roomy()).value();
+    std::memcpy(j->download()->data().data(), blob.data(), blob.size());
+    auto r = j->downloaded();
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == edge::errc::bad_download);
+    CHECK(j->at() == edge::job::stage::downloading);
+  }
+}
+
+TEST_CASE("job: cancelled training reports cancelled, not a failure") {
+  const auto t = small_task();
+  const auto blob = encoded_params(t, core::codec_kind::f32, 0.1f);
+  auto j = edge::job::start(assign_for(t, core::codec_kind::f32, blob), roomy()).value();
+  std::memcpy(j->download()->data().data(), blob.data(), blob.size());
+  REQUIRE(j->downloaded().ok());
+  constant_source data;
+  const std::atomic<bool> cancel{true};
+  auto r = j->train(data, &cancel);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == core::errc::cancelled);
+}
