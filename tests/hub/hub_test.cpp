@@ -1,0 +1,236 @@
+// Tests of tessera/hub/hub.hpp without processes: the hub service and real agents (edge::agent) in one
+// process, on one io_context, over mutual TLS on 127.0.0.1. The service's decisions — when a round
+// starts, who is left out and why, what a finished round leaves behind, where a restarted hub resumes —
+// are checked here in seconds; tests/federation runs the same programs as separate processes.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <nlohmann/json.hpp>
+
+#include "../core/test_files.hpp"
+#include "../crypto/test_pki.hpp"
+#include "tessera/core/dataset.hpp"
+#include "tessera/core/rng.hpp"
+#include "tessera/edge/agent.hpp"
+#include "tessera/hub/hub.hpp"
+#include "tessera/rounds/checkpoint.hpp"
+
+using namespace tessera;
+using namespace std::chrono_literals;
+
+namespace {
+
+// 4 classes of 4×4 "images", a bright quadrant per class: learnable in a few rounds.
+void write_data(const std::string& images, const std::string& labels, std::int64_t n, std::uint64_t seed) {
+  core::rng r(seed);
+  std::vector<std::uint8_t> px, lab;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto cls = static_cast<std::uint8_t>(r.below(4));
+    for (int y = 0; y < 4; ++y)
+      for (int x = 0; x < 4; ++x)
+        px.push_back(static_cast<std::uint8_t>(((y / 2) * 2 + x / 2 == cls ? 200 : 20) + r.below(40)));
+    lab.push_back(cls);
+  }
+  REQUIRE(core::write_idx_images(images, 4, 4, px).ok());
+  REQUIRE(core::write_idx_labels(labels, lab).ok());
+}
+
+struct device_files {
+  std::string images, labels;
+};
+
+// A hub and agents sharing one io_context; run() drives them until the hub stops (or a deadline).
+class federation {
+ public:
+  explicit federation(const testing::temp_dir& dir) : dir_(dir) {
+    write_data(dir.file("val-images"), dir.file("val-labels"), 300, 99);
+  }
+
+  hub::hub_config hub_config(nlohmann::json extra = nlohmann::json::object()) const {
+    const auto& pki = test::test_pki::get();
+    nlohmann::json j = {{"listen", "127.0.0.1:0"},
+                        {"tls", {{"ca", pki.ca.cert.string()}, {"cert", pki.hub.cert.string()},
+                                 {"key", pki.hub.key.string()}, {"crl", pki.ca.crl.string()}}},
+                        {"model", {{"inputs", 16}, {"hidden", {32, 32}}, {"outputs", 4}}},
+                        {"rounds", 3}, {"local_steps", 10}, {"batch", 8}, {"min_width", 4}, {"lr", 0.05},
+                        {"min_devices", 2}, {"max_devices", 2}, {"device_wait_s", 30}, {"round_deadline_s", 30},
+                        {"heartbeat_s", 0.5}, {"idle_timeout_s", 5},
+                        {"validation", {{"format", "idx"}, {"images", dir_.file("val-images")}, {"labels", dir_.file("val-labels")}}},
+                        {"checkpoint_dir", dir_.file("ckpt")}, {"metrics", dir_.file("metrics.jsonl")},
+                        {"output", dir_.file("model.safetensors")}};
+    j.update(extra);
+    auto c = hub::parse_hub_config(j, "hub.json");
+    REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
+    return c.value();
+  }
+
+  device_files data_for(const std::string& id, std::int64_t n) {
+    device_files f{dir_.file(id + "-images"), dir_.file(id + "-labels")};
+    write_data(f.images, f.labels, n, std::hash<std::string>{}(id));
+    return f;
+  }
+
+  void start_hub(const hub::hub_config& config) {
+    auto h = hub::hub_service::create(io_, config, [this](core::log_level, const std::string& line) { hub_log_.push_back(line); });
+    REQUIRE_MESSAGE(h.ok(), (h.ok() ? "" : h.error().message));
+    hub_ = std::move(h.value());
+    hub_->on_round([this](const rounds::round_metrics& m) { rounds_.push_back(m); });
+    auto port = hub_->start();
+    REQUIRE(port.ok());
+    port_ = port.value();
+  }
+
+  edge::agent& start_agent(const crypto::cert_files& cert, const device_files& data, std::size_t budget_bytes = 16u << 20) {
+    const auto& pki = test::test_pki::get();
+    edge::agent_config c;
+    c.hub_host = "127.0.0.1";
+    c.hub_port = port_;
+    c.tls = {.ca_cert = pki.ca.cert, .cert = cert.cert, .key = cert.key, .hub_name = "127.0.0.1"};
+    c.data.format = "idx";
+    c.data.features = data.images;
+    c.data.labels = data.labels;
+    c.budget_bytes = budget_bytes;
+    c.backoff_initial = 20ms;
+    c.backoff_max = 200ms;
+    c.heartbeat_s = 0.5;
+    c.idle_timeout_s = 5;
+    auto a = edge::agent::create(io_, c, [this](core::log_level, const std::string& line) { agent_log_.push_back(line); });
+    REQUIRE_MESSAGE(a.ok(), (a.ok() ? "" : a.error().message));
+    agents_.push_back(std::move(a.value()));
+    agents_.back()->start();
+    return *agents_.back();
+  }
+
+  // Runs until the hub has stopped and the agents have let go; fails after `limit`. The agents get a
+  // moment after the hub stops to read what it flushed (the last RESULT) before they stop too.
+  void run(std::chrono::seconds limit = 60s) {
+    boost::asio::steady_timer deadline(io_, limit), grace(io_);
+    bool timed_out = false;
+    deadline.async_wait([&](const boost::system::error_code& ec) {
+      if (ec) return;
+      timed_out = true;
+      hub_->stop();
+    });
+    hub_->on_stopped([this, &deadline, &grace] {
+      deadline.cancel();
+      grace.expires_after(300ms);
+      grace.async_wait([this](const boost::system::error_code&) {
+        for (auto& a : agents_) a->stop();
+      });
+    });
+    io_.run();
+    io_.restart();
+    REQUIRE_FALSE(timed_out);
+  }
+
+  [[nodiscard]] hub::hub_service& hub() { return *hub_; }
+  [[nodiscard]] const std::vector<rounds::round_metrics>& recorded() const { return rounds_; }
+  [[nodiscard]] std::size_t hub_lines_with(std::string_view needle) const {
+    std::size_t n = 0;
+    for (const auto& l : hub_log_) n += l.find(needle) != std::string::npos ? 1 : 0;
+    return n;
+  }
+  void clear() {
+    agents_.clear();
+    hub_.reset();
+    rounds_.clear();
+  }
+
+ private:
+  const testing::temp_dir& dir_;
+  boost::asio::io_context io_;
+  std::unique_ptr<hub::hub_service> hub_;
+  std::uint16_t port_ = 0;
+  std::vector<std::unique_ptr<edge::agent>> agents_;
+  std::vector<std::string> hub_log_, agent_log_;
+  std::vector<rounds::round_metrics> rounds_;
+};
+
+}  // namespace
+
+TEST_CASE("hub service: a round starts when max_devices are ready, runs every agent, and is recorded") {
+  testing::temp_dir dir("hub-service");
+  federation f(dir);
+  f.start_hub(f.hub_config());
+  const auto& pki = test::test_pki::get();
+  edge::agent& a = f.start_agent(pki.dev_a, f.data_for("dev-a", 400));
+  edge::agent& b = f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
+  f.run();
+
+  REQUIRE(f.hub().finished());
+  CHECK(f.hub().failure().empty());
+  REQUIRE(f.recorded().size() == 3);
+  for (const auto& m : f.recorded()) {
+    CHECK(m.devices == 2);
+    CHECK(m.stragglers == 0u);
+    CHECK(m.refused == 0u);
+    CHECK(m.rejected == 0u);
+    CHECK(m.examples == 2 * 10 * 8);
+    CHECK(m.bytes_down > 0);
+    CHECK(m.bytes_up == m.bytes_down);  // f32 both ways, nothing resent on loopback
+    CHECK(m.test_accuracy.has_value());
+  }
+  CHECK(*f.recorded().back().test_accuracy > 0.6);
+  CHECK(a.stats().accepted == 3);
+  CHECK(b.stats().accepted == 3);
+  // The recorder left the metrics file, the checkpoint (with the registry) and the model.
+  auto ck = rounds::load_checkpoint(dir.file("ckpt/hub.ckpt"), f.hub().engine().config().model, nullptr);
+  REQUIRE(ck.ok());
+  REQUIRE(ck.value().has_value());
+  CHECK(ck.value()->round == 3);
+  REQUIRE(ck.value()->registry.size() == 2);
+  for (const auto& d : ck.value()->registry) CHECK(d.rounds_done == 3);
+  CHECK(std::filesystem::exists(dir.file("model.safetensors")));
+  CHECK(f.hub_lines_with("device dev-a joined") == 1);
+}
+
+TEST_CASE("hub service: a device whose budget holds no subnet is left out with the reason; the round goes on") {
+  testing::temp_dir dir("hub-service-budget");
+  federation f(dir);
+  f.start_hub(f.hub_config({{"rounds", 2}, {"min_devices", 1}, {"device_wait_s", 0.2}}));
+  const auto& pki = test::test_pki::get();
+  f.start_agent(pki.dev_a, f.data_for("dev-a", 400));
+  // The data reader's buffers (1 KiB of batch indices) and 76 bytes more: no subnet fits.
+  edge::agent& tiny = f.start_agent(pki.dev_b, f.data_for("dev-b", 300), 1100);
+  f.run();
+  REQUIRE(f.hub().finished());
+  REQUIRE(f.recorded().size() == 2);
+  for (const auto& m : f.recorded()) CHECK(m.devices == 1);
+  CHECK(f.hub_lines_with("device dev-b left out of round") >= 1);
+  CHECK(f.hub_lines_with("the budget is") >= 1);
+  CHECK(tiny.stats().assignments == 0);
+}
+
+TEST_CASE("hub service: a hub restarted on its checkpoint resumes after the last completed round") {
+  testing::temp_dir dir("hub-service-resume");
+  const auto& pki = test::test_pki::get();
+  std::vector<float> after_two;
+  {
+    federation f(dir);
+    f.start_hub(f.hub_config({{"rounds", 2}}));
+    f.start_agent(pki.dev_a, f.data_for("dev-a", 400));
+    f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
+    f.run();
+    REQUIRE(f.hub().finished());
+    after_two.assign(f.hub().engine().params().begin(), f.hub().engine().params().end());
+  }
+  federation f(dir);
+  f.start_hub(f.hub_config({{"rounds", 4}}));
+  CHECK(f.hub().resumed_from() == 2);
+  CHECK(std::equal(after_two.begin(), after_two.end(), f.hub().engine().params().begin()));  // the checkpoint's model
+  f.start_agent(pki.dev_a, f.data_for("dev-a", 400));
+  f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
+  f.run();
+  REQUIRE(f.hub().finished());
+  REQUIRE(f.recorded().size() == 2);
+  CHECK(f.recorded().front().round == 3);
+  CHECK(f.recorded().back().round == 4);
+  CHECK(f.hub_lines_with("resumed from checkpoint after round 2") == 1);
+}
