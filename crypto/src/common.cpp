@@ -16,28 +16,23 @@
 namespace tessera::crypto {
 namespace {
 
-class crypto_category_impl final : public std::error_category {
- public:
-  const char* name() const noexcept override { return "tessera.crypto"; }
-  std::string message(int value) const override {
-    switch (static_cast<errc>(value)) {
-      case errc::openssl: return "OpenSSL failure";
-      case errc::io: return "input/output error";
-      case errc::exists: return "file exists";
-      case errc::invalid_argument: return "invalid argument";
-      case errc::bad_format: return "bad format";
-      case errc::auth_failed: return "authentication failed";
-      case errc::no_device_id: return "no device id in certificate";
-      case errc::already_revoked: return "already revoked";
-    }
-    return "unknown crypto error";
-  }
+constexpr int code(errc e) noexcept { return static_cast<int>(e); }
+
+constexpr core::error_text k_texts[] = {
+    {code(errc::openssl), "openssl", "OpenSSL failure"},
+    {code(errc::io), "io", "input/output error"},
+    {code(errc::exists), "exists", "file exists"},
+    {code(errc::invalid_argument), "invalid_argument", "invalid argument"},
+    {code(errc::bad_format), "bad_format", "bad format"},
+    {code(errc::auth_failed), "auth_failed", "authentication failed"},
+    {code(errc::no_device_id), "no_device_id", "no device id in certificate"},
+    {code(errc::already_revoked), "already_revoked", "already revoked"},
 };
 
 }  // namespace
 
 const std::error_category& crypto_category() noexcept {
-  static const crypto_category_impl category;
+  static const core::table_category category("tessera.crypto", k_texts);
   return category;
 }
 

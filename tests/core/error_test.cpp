@@ -1,6 +1,7 @@
 // Tests of tessera/core/error.hpp: the result type and the propagation macros.
 #include <doctest/doctest.h>
 
+#include <cerrno>
 #include <memory>
 #include <string>
 
@@ -52,4 +53,15 @@ TEST_CASE("TESSERA_TRY returns the first error and passes success through") {
   auto bad = check_both(-1, -2);
   REQUIRE_FALSE(bad);
   CHECK(bad.error().message == "not positive: -1");
+}
+
+TEST_CASE("table_category: text and identifier per code; error_name qualifies it by module") {
+  const std::error_code over = core::errc::over_budget;
+  CHECK(over.message() == "over the memory budget");
+  CHECK(std::string(over.category().name()) == "tessera.core");
+  CHECK(core::error_name(over) == "core.over_budget");
+  const std::error_code unknown(999, core::core_category());
+  CHECK(unknown.message() == "unknown tessera.core error 999");
+  CHECK(core::error_name(unknown) == "tessera.core:999");
+  CHECK(core::error_name(std::make_error_code(std::errc::io_error)) == "generic:" + std::to_string(EIO));
 }
