@@ -113,10 +113,9 @@ result<feature_stats> compute_stats(example_stream& stream) {
   std::vector<float> x(rows * f);
   std::vector<float> y(rows);
   while (true) {
-    auto n = stream.read(x, y);
-    TESSERA_TRY(n);
-    if (n.value() == 0) break;
-    for (std::size_t r = 0; r < n.value(); ++r) {
+    TESSERA_ASSIGN_OR_RETURN(const std::size_t n, stream.read(x, y));
+    if (n == 0) break;
+    for (std::size_t r = 0; r < n; ++r) {
       ++count;
       const double inv_count = 1.0 / static_cast<double>(count);
       const float* row = x.data() + r * f;
@@ -229,10 +228,10 @@ result<memory_table> load_examples(example_stream& stream, std::int64_t max_exam
     const std::size_t want = std::min(rows, limit - have);
     x.resize((have + want) * f);
     y.resize(have + want);
-    auto n = stream.read(std::span(x).subspan(have * f, want * f), std::span(y).subspan(have, want));
-    TESSERA_TRY(n);
-    have += n.value();
-    if (n.value() == 0) break;
+    TESSERA_ASSIGN_OR_RETURN(const std::size_t n,
+                             stream.read(std::span(x).subspan(have * f, want * f), std::span(y).subspan(have, want)));
+    have += n;
+    if (n == 0) break;
   }
   if (refuse_more && have > static_cast<std::size_t>(max_examples)) return over_budget();
   x.resize(have * f);

@@ -84,9 +84,8 @@ class csv_stream final : public example_stream {
   result<void> start() {
     TESSERA_TRY(rewind());
     while (true) {
-      auto more = next_line();
-      TESSERA_TRY(more);
-      if (!more.value())
+      TESSERA_ASSIGN_OR_RETURN(const bool more, next_line());
+      if (!more)
         return make_error(errc::bad_format, path_ + ": no data lines" + (header_ ? " after the header" : ""));
       if (!is_blank(line_)) break;
     }
@@ -177,9 +176,8 @@ class csv_stream final : public example_stream {
     bool any = false;
     while (true) {
       if (pos_ == end_) {
-        auto n = fill();
-        TESSERA_TRY(n);
-        if (n.value() == 0) {
+        TESSERA_ASSIGN_OR_RETURN(const std::size_t n, fill());
+        if (n == 0) {
           if (!any) return false;
           break;  // the last line has no newline
         }
@@ -286,9 +284,7 @@ result<std::unique_ptr<example_stream>> open_csv(const std::string& path, const 
     const feature_stats* stats = &options.stats;
     if (options.stats.mean.empty() && options.stats.stddev.empty()) {
       // The stream still reads raw values here; compute_stats rewinds it.
-      auto m = compute_stats(*stream);
-      TESSERA_TRY(m);
-      measured = std::move(m).value();
+      TESSERA_ASSIGN_OR_RETURN(measured, compute_stats(*stream));
       stats = &measured;
     }
     std::vector<float> mean;

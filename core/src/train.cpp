@@ -180,9 +180,8 @@ result<evaluation> evaluate(const network& net, std::span<const float> params, e
     for (std::size_t i = 0; i < n; ++i) idx[i] = static_cast<std::uint32_t>(start + static_cast<std::int64_t>(i));
     TESSERA_TRY(data.gather(std::span(idx).first(n), std::span(x).first(n * inputs), std::span(y).first(n * width)));
     net.forward(params, x.data(), rows, ws);
-    auto l = net.loss(ws, y.data(), rows);
-    TESSERA_TRY(l);
-    loss_sum += l.value() * static_cast<double>(rows);
+    TESSERA_ASSIGN_OR_RETURN(const double loss, net.loss(ws, y.data(), rows));
+    loss_sum += loss * static_cast<double>(rows);
     if (arch.task == task_kind::classification) {
       const auto out = net.outputs(ws, rows);
       for (std::int64_t r = 0; r < rows; ++r) {
