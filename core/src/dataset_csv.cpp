@@ -101,10 +101,10 @@ class csv_stream final : public example_stream {
     return rewind();
   }
 
-  void set_normalization(normalization norm, std::vector<float> mean, std::vector<float> inv_stddev) {
+  void set_normalization(normalization norm, detail::standardize_params params) {
     norm_ = norm;
-    mean_ = std::move(mean);
-    inv_stddev_ = std::move(inv_stddev);
+    mean_ = std::move(params.mean);
+    inv_stddev_ = std::move(params.inv_stddev);
   }
 
   std::int64_t feature_count() const noexcept override { return static_cast<std::int64_t>(columns_ - 1); }
@@ -279,21 +279,11 @@ result<std::unique_ptr<example_stream>> open_csv(const std::string& path, const 
   if (!file) return make_error(errc::io, path + ": cannot open: " + errno_text(errno));
   auto stream = std::make_unique<csv_stream>(path, std::move(file), options);
   TESSERA_TRY(stream->start());
-  if (options.norm == normalization::standardize) {
-    feature_stats measured;
-    const feature_stats* stats = &options.stats;
-    if (options.stats.mean.empty() && options.stats.stddev.empty()) {
-      // The stream still reads raw values here; compute_stats rewinds it.
-      TESSERA_ASSIGN_OR_RETURN(measured, compute_stats(*stream));
-      stats = &measured;
-    }
-    std::vector<float> mean;
-    std::vector<float> inv_stddev;
-    TESSERA_TRY(detail::prepare_standardize(*stats, stream->feature_count(), path, mean, inv_stddev));
-    stream->set_normalization(normalization::standardize, std::move(mean), std::move(inv_stddev));
-  } else {
-    stream->set_normalization(options.norm, {}, {});
-  }
+  // The stream still reads raw values here: statistics it measures are those of the file.
+  TESSERA_ASSIGN_OR_RETURN(detail::standardize_params params,
+                           detail::normalization_params(options.norm, options.stats, stream->feature_count(),
+                                                        stream.get(), path));
+  stream->set_normalization(options.norm, std::move(params));
   return std::unique_ptr<example_stream>(std::move(stream));
 }
 

@@ -50,14 +50,16 @@ struct idx_header {
   std::int64_t features = 0;     // bytes per record: product of the dimensions after the first
   std::int64_t data_offset = 0;  // bytes of header before the first record
   std::string shape;             // "60000 x 28 x 28", for messages
+
+  [[nodiscard]] detail::record_layout layout() const noexcept { return {count, features, data_offset}; }
+  // What the header declares, as messages quote it: "(60000 x 28 x 28)".
+  [[nodiscard]] std::string declared() const { return "(" + shape + ")"; }
 };
 
 std::string errno_text(int e) { return std::generic_category().message(e); }
 
-
 std::string truncated_at(const std::string& path, const idx_header& h, std::int64_t record) {
-  return path + ": truncated at record " + std::to_string(record) + " of " + std::to_string(h.count) + " (offset " +
-         std::to_string(h.data_offset + record * h.features) + ")";
+  return detail::truncated_at(path, h.layout(), record);
 }
 
 // Parses the header through `read(span) -> result<size_t>`, which returns fewer bytes than asked only at
@@ -124,18 +126,13 @@ result<void> check_counts(const std::string& images_path, const idx_header& imag
 }
 
 // Turns u8 records into normalized fp32 rows. For `none` and `scale_unit` a 256-entry table gives the
-// exact value for each byte; `standardize` needs per-feature statistics.
+// exact value for each byte; `standardize` needs per-feature parameters.
 class u8_converter {
  public:
-  static result<u8_converter> make(normalization norm, const feature_stats& stats, std::int64_t features,
-                                   const std::string& what) {
-    u8_converter c;
-    c.norm_ = norm;
+  explicit u8_converter(normalization norm, detail::standardize_params params = {})
+      : norm_(norm), mean_(std::move(params.mean)), inv_stddev_(std::move(params.inv_stddev)) {
     for (unsigned v = 0; v < 256; ++v)
-      c.table_[v] = norm == normalization::scale_unit ? static_cast<float>(v) / 255.0f : static_cast<float>(v);
-    if (norm == normalization::standardize)
-      TESSERA_TRY(detail::prepare_standardize(stats, features, what, c.mean_, c.inv_stddev_));
-    return c;
+      table_[v] = norm == normalization::scale_unit ? static_cast<float>(v) / 255.0f : static_cast<float>(v);
   }
 
   void convert(const std::uint8_t* in, float* out, std::size_t features) const {
@@ -147,10 +144,10 @@ class u8_converter {
   }
 
  private:
-  normalization norm_ = normalization::none;
-  std::array<float, 256> table_{};
+  normalization norm_;
   std::vector<float> mean_;
   std::vector<float> inv_stddev_;
+  std::array<float, 256> table_{};
 };
 
 // ---- streaming through zlib ----------------------------------------------------------------------
@@ -297,9 +294,7 @@ class idx_stream : public example_stream {
                                std::tuple{labels_.get(), &labels_path_, &labels_h_}}) {
       std::array<std::uint8_t, 1> extra{};
       TESSERA_ASSIGN_OR_RETURN(const std::size_t got, gz_read(gz, extra, *path));
-      if (got != 0)
-        return make_error(errc::bad_format, *path + ": data continues after the " + std::to_string(h->count) +
-                                                " records its header (" + h->shape + ") declares");
+      if (got != 0) return make_error(errc::bad_format, detail::data_continues(*path, h->layout(), h->declared()));
     }
     end_checked_ = true;
     return {};
@@ -347,15 +342,8 @@ result<table_file> open_table_file(const std::string& path, idx_role role) {
   TESSERA_ASSIGN_OR_RETURN(idx_header h, parse_idx_header(read, path, role));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return make_error(errc::io, path + ": cannot stat: " + errno_text(errno));
-  const std::int64_t size = st.st_size;
-  const std::int64_t expected = h.data_offset + h.count * h.features;
   // Checked here once, so gather() can only meet a short read if the file shrinks while open.
-  if (size < expected)
-    return make_error(errc::truncated, truncated_at(path, h, (size - h.data_offset) / h.features));
-  if (size > expected)
-    return make_error(errc::bad_format, path + ": data continues after the " + std::to_string(h.count) +
-                                            " records its header (" + h.shape + ") declares (" +
-                                            std::to_string(size - expected) + " more bytes)");
+  TESSERA_TRY(detail::check_file_size(path, st.st_size, h.layout(), h.declared()));
   return table_file{std::move(fd), std::move(h)};
 }
 
@@ -450,8 +438,7 @@ result<std::unique_ptr<idx_stream>> open_idx_stream(const std::string& images_pa
   TESSERA_ASSIGN_OR_RETURN(idx_header images_h, read_gz_header(images.get(), images_path, idx_role::images));
   TESSERA_ASSIGN_OR_RETURN(idx_header labels_h, read_gz_header(labels.get(), labels_path, idx_role::labels));
   TESSERA_TRY(check_counts(images_path, images_h, labels_path, labels_h));
-  TESSERA_ASSIGN_OR_RETURN(u8_converter conv,
-                           u8_converter::make(normalization::none, {}, images_h.features, images_path));
+  u8_converter conv(normalization::none);
   // gzdirect() tells, once zlib has looked at the first bytes, whether the file is read as is. For plain
   // files the table's size check runs now, so a truncated plain file is refused here rather than on the
   // read that reaches the missing record (the message is the same).
@@ -490,15 +477,10 @@ result<std::unique_ptr<example_stream>> open_idx(const std::string& images_path,
                                                  const idx_options& options) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<idx_stream> stream, open_idx_stream(images_path, labels_path));
   idx_stream& s = *stream;
-  feature_stats measured;
-  const feature_stats* stats = &options.stats;
-  if (options.norm == normalization::standardize && options.stats.mean.empty() && options.stats.stddev.empty()) {
-    // The stream still converts with `none` here, so this measures the raw byte values; it rewinds.
-    TESSERA_ASSIGN_OR_RETURN(measured, compute_stats(s));
-    stats = &measured;
-  }
-  TESSERA_ASSIGN_OR_RETURN(u8_converter conv, u8_converter::make(options.norm, *stats, s.feature_count(), images_path));
-  s.set_converter(std::move(conv));
+  // The stream still converts with `none` here: statistics it measures are those of the raw bytes.
+  TESSERA_ASSIGN_OR_RETURN(detail::standardize_params params,
+                           detail::normalization_params(options.norm, options.stats, s.feature_count(), &s, images_path));
+  s.set_converter(u8_converter(options.norm, std::move(params)));
   return std::unique_ptr<example_stream>(std::move(stream));
 }
 
@@ -508,16 +490,15 @@ result<std::unique_ptr<example_table>> open_idx_table(const std::string& images_
   TESSERA_ASSIGN_OR_RETURN(table_file labels, open_table_file(labels_path, idx_role::labels));
   TESSERA_TRY(check_counts(images_path, images.header, labels_path, labels.header));
   const std::int64_t features = images.header.features;
-  feature_stats measured;
-  const feature_stats* stats = &options.stats;
-  if (options.norm == normalization::standardize && options.stats.mean.empty() && options.stats.stddev.empty()) {
-    TESSERA_ASSIGN_OR_RETURN(auto raw, open_idx(images_path, labels_path, idx_options{normalization::none, {}}));
-    TESSERA_ASSIGN_OR_RETURN(measured, compute_stats(*raw));
-    stats = &measured;
+  std::unique_ptr<example_stream> raw;  // opened only to measure statistics the caller did not give
+  if (detail::must_measure(options.norm, options.stats)) {
+    TESSERA_ASSIGN_OR_RETURN(raw, open_idx(images_path, labels_path, idx_options{normalization::none, {}}));
   }
-  TESSERA_ASSIGN_OR_RETURN(u8_converter conv, u8_converter::make(options.norm, *stats, features, images_path));
+  TESSERA_ASSIGN_OR_RETURN(detail::standardize_params params,
+                           detail::normalization_params(options.norm, options.stats, features, raw.get(), images_path));
   return std::unique_ptr<example_table>(std::make_unique<idx_table>(images_path, labels_path, std::move(images),
-                                                                    std::move(labels), std::move(conv)));
+                                                                    std::move(labels),
+                                                                    u8_converter(options.norm, std::move(params))));
 }
 
 result<void> write_idx_images(const std::string& path, std::int64_t rows, std::int64_t cols,

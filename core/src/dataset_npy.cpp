@@ -280,6 +280,10 @@ struct npy_header {
   std::int64_t record_elements = 0;
   std::int64_t record_bytes = 0;
   std::int64_t data_offset = 0;    // bytes before the first record
+
+  [[nodiscard]] detail::record_layout layout() const noexcept { return {count, record_bytes, data_offset}; }
+  // What the header declares, as messages quote it: "('shape' (60000, 784), 'descr' '<f4')".
+  [[nodiscard]] std::string declared() const { return "('shape' " + shape_text + ", 'descr' '" + dtype.descr + "')"; }
 };
 
 std::string shape_text(const std::vector<std::uint64_t>& dims) {
@@ -289,8 +293,7 @@ std::string shape_text(const std::vector<std::uint64_t>& dims) {
 }
 
 std::string truncated_at(const std::string& path, const npy_header& h, std::int64_t record) {
-  return path + ": truncated at record " + std::to_string(record) + " of " + std::to_string(h.count) + " (offset " +
-         std::to_string(h.data_offset + record * h.record_bytes) + ")";
+  return detail::truncated_at(path, h.layout(), record);
 }
 
 // Checks the shape for the file's role; sets count and the record size.
@@ -382,15 +385,7 @@ result<npy_file> open_npy_file(const std::string& path, npy_role role) {
   TESSERA_TRY(apply_shape(dict.shape, path, role, h));
   h.data_offset = static_cast<std::int64_t>(preamble + header_length);
 
-  // At most 2^31 records of 2^27 bytes: no overflow in 64 bits.
-  const std::int64_t expected = h.data_offset + h.count * h.record_bytes;
-  if (file_size < expected)
-    return make_error(errc::truncated, truncated_at(path, h, (file_size - h.data_offset) / h.record_bytes));
-  if (file_size > expected)
-    return make_error(errc::bad_format, path + ": data continues after the " + std::to_string(h.count) +
-                                            " records its header ('shape' " + h.shape_text + ", 'descr' '" +
-                                            h.dtype.descr + "') declares (" + std::to_string(file_size - expected) +
-                                            " more bytes)");
+  TESSERA_TRY(detail::check_file_size(path, file_size, h.layout(), h.declared()));
   return npy_file{path, std::move(fd), std::move(h)};
 }
 
@@ -415,10 +410,10 @@ class npy_table final : public example_table {
   std::int64_t size() const noexcept override { return x_.header.count; }
   std::string describe() const override { return x_.path + " + " + y_.path; }
 
-  void set_normalization(normalization norm, std::vector<float> mean, std::vector<float> inv_stddev) {
+  void set_normalization(normalization norm, detail::standardize_params params) {
     norm_ = norm;
-    mean_ = std::move(mean);
-    inv_stddev_ = std::move(inv_stddev);
+    mean_ = std::move(params.mean);
+    inv_stddev_ = std::move(params.inv_stddev);
   }
 
   result<void> gather(std::span<const std::uint32_t> indices, std::span<float> features,
@@ -628,22 +623,12 @@ result<std::unique_ptr<example_table>> open_npy(const std::string& features_path
                                                   " examples but " + labels_path + " has " +
                                                   std::to_string(y.header.count) + " labels");
   auto table = std::make_unique<npy_table>(std::move(x), std::move(y));
-  if (options.norm == normalization::standardize) {
-    feature_stats measured;
-    const feature_stats* stats = &options.stats;
-    if (options.stats.mean.empty() && options.stats.stddev.empty()) {
-      // The table still converts with `none` here, so this measures the raw values.
-      table_stream raw(*table);
-      TESSERA_ASSIGN_OR_RETURN(measured, compute_stats(raw));
-      stats = &measured;
-    }
-    std::vector<float> mean;
-    std::vector<float> inv_stddev;
-    TESSERA_TRY(detail::prepare_standardize(*stats, table->feature_count(), features_path, mean, inv_stddev));
-    table->set_normalization(normalization::standardize, std::move(mean), std::move(inv_stddev));
-  } else {
-    table->set_normalization(options.norm, {}, {});
-  }
+  // The table still converts with `none` here: statistics measured through `raw` are of the raw values.
+  table_stream raw(*table);
+  TESSERA_ASSIGN_OR_RETURN(detail::standardize_params params,
+                           detail::normalization_params(options.norm, options.stats, table->feature_count(), &raw,
+                                                        features_path));
+  table->set_normalization(options.norm, std::move(params));
   return std::unique_ptr<example_table>(std::move(table));
 }
 
