@@ -8,18 +8,13 @@
 #include "tessera/core/ist.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/rng.hpp"
+#include "test_files.hpp"
 
 using namespace tessera::core;
 
 namespace {
 
-mlp_arch arch_of(std::vector<std::int64_t> widths, bool layer_norm = false) {
-  mlp_arch a;
-  a.widths = std::move(widths);
-  a.layer_norm = layer_norm;
-  a.input_scale.assign(a.widths.size() - 1, 1.0f);
-  return a;
-}
+using tessera::testing::arch_of;
 
 std::vector<float> random_params(const mlp_arch& a, std::uint64_t seed) {
   std::vector<float> p(param_count(a));
@@ -31,7 +26,7 @@ std::vector<float> random_params(const mlp_arch& a, std::uint64_t seed) {
 }  // namespace
 
 TEST_CASE("plan: every neuron of every layer is in at most one group, and all of them when capacity allows") {
-  const auto full = arch_of({10, 64, 48, 3});
+  const auto full = arch_of({10, 64, 48, 3}, false);
   const std::vector<double> caps(4, 1.0);
   auto plan = make_plan(full, caps, 4, {.min_width = 4}, 77);
   REQUIRE(plan.ok());
@@ -47,7 +42,7 @@ TEST_CASE("plan: every neuron of every layer is in at most one group, and all of
 }
 
 TEST_CASE("plan: group sizes follow capacities") {
-  const auto full = arch_of({10, 100, 3});
+  const auto full = arch_of({10, 100, 3}, false);
   const std::vector<double> caps = {1.0, 0.5, 0.5};  // shares 1/2, 1/4, 1/4
   auto plan = make_plan(full, caps, 3, {.min_width = 4}, 1);
   REQUIRE(plan.ok());
@@ -57,7 +52,7 @@ TEST_CASE("plan: group sizes follow capacities") {
 }
 
 TEST_CASE("plan: a fleet too small for the layer leaves neurons out and never exceeds a capacity") {
-  const auto full = arch_of({10, 100, 3});
+  const auto full = arch_of({10, 100, 3}, false);
   const std::vector<double> caps = {0.2, 0.3};
   auto plan = make_plan(full, caps, 2, {.min_width = 4}, 1);
   REQUIRE(plan.ok());
@@ -69,7 +64,7 @@ TEST_CASE("plan: a fleet too small for the layer leaves neurons out and never ex
 }
 
 TEST_CASE("plan: same seed gives the same plan, another seed another") {
-  const auto full = arch_of({10, 64, 64, 3});
+  const auto full = arch_of({10, 64, 64, 3}, false);
   const std::vector<double> caps(8, 1.0);
   auto a = make_plan(full, caps, 8, {}, 5);
   auto b = make_plan(full, caps, 8, {}, 5);
@@ -80,7 +75,7 @@ TEST_CASE("plan: same seed gives the same plan, another seed another") {
 }
 
 TEST_CASE("plan: replication when there are fewer groups than devices") {
-  const auto full = arch_of({10, 40, 3});
+  const auto full = arch_of({10, 40, 3}, false);
   const std::vector<double> caps = {1.0, 1.0, 0.5, 1.0};
   auto plan = make_plan(full, caps, 2, {.min_width = 4}, 3);
   REQUIRE(plan.ok());
@@ -90,7 +85,7 @@ TEST_CASE("plan: replication when there are fewer groups than devices") {
 }
 
 TEST_CASE("plan: min_width refused with the layer and group named") {
-  const auto full = arch_of({10, 16, 3});
+  const auto full = arch_of({10, 16, 3}, false);
   const std::vector<double> caps(4, 1.0);
   auto plan = make_plan(full, caps, 4, {.min_width = 8}, 1);
   REQUIRE_FALSE(plan.ok());
@@ -100,7 +95,7 @@ TEST_CASE("plan: min_width refused with the layer and group named") {
 }
 
 TEST_CASE("plan: bad capacities and group counts refused") {
-  const auto full = arch_of({10, 16, 3});
+  const auto full = arch_of({10, 16, 3}, false);
   const std::vector<double> zero = {1.0, 0.0};
   CHECK_FALSE(make_plan(full, zero, 2, {}, 1).ok());
   const std::vector<double> two = {1.0, 1.0};
@@ -133,7 +128,7 @@ TEST_CASE("gather then scatter is the identity, and subnets are disjoint") {
 }
 
 TEST_CASE("a gathered subnet is a valid smaller MLP: it computes the full model with the other neurons removed") {
-  const auto full = arch_of({5, 12, 8, 3});
+  const auto full = arch_of({5, 12, 8, 3}, false);
   auto params = random_params(full, 3);
   const std::vector<double> caps(2, 1.0);
   auto plan = make_plan(full, caps, 2, {.min_width = 2}, 4);
@@ -161,7 +156,7 @@ TEST_CASE("a gathered subnet is a valid smaller MLP: it computes the full model 
 }
 
 TEST_CASE("scale compensation: input scales are n / |G| beyond the first layer") {
-  const auto full = arch_of({5, 12, 8, 3});
+  const auto full = arch_of({5, 12, 8, 3}, false);
   const std::vector<double> caps(4, 1.0);
   auto plan = make_plan(full, caps, 4, {.min_width = 2}, 4);
   REQUIRE(plan.ok());
@@ -174,7 +169,7 @@ TEST_CASE("scale compensation: input scales are n / |G| beyond the first layer")
 
 TEST_CASE("aggregation: hand-computed weighted means, shared bias, untouched parameters") {
   // One hidden layer of 4 neurons, 1 input, 1 output: W1 4x1, b1 4, W2 1x4, b2 1 => 4+4+4+1 = 13.
-  const auto full = arch_of({1, 4, 2});
+  const auto full = arch_of({1, 4, 2}, false);
   // widths {1,4,2}: W1 4, b1 4, W2 8, b2 2 => 18 parameters.
   std::vector<float> params(param_count(full));
   std::iota(params.begin(), params.end(), 100.0f);
@@ -236,7 +231,7 @@ TEST_CASE("aggregation of a single device's disjoint block reproduces it exactly
 }
 
 TEST_CASE("FedAvg plan: one group with every neuron, replicated to every device") {
-  const auto full = arch_of({3, 5, 4, 2});
+  const auto full = arch_of({3, 5, 4, 2}, false);
   const round_plan plan = make_full_plan(full, 3);
   CHECK(plan.groups == 1);
   CHECK(plan.device_group == std::vector<std::size_t>{0, 0, 0});

@@ -1,6 +1,5 @@
 #include <doctest/doctest.h>
 
-
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/model_io.hpp"
 #include "tessera/core/safetensors.hpp"
