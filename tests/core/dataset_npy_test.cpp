@@ -20,17 +20,9 @@
 namespace core = tessera::core;
 namespace fs = std::filesystem;
 
-namespace {
+using namespace tessera::testing;
 
-using tessera::testing::be_bytes;
-using tessera::testing::contains;
-using tessera::testing::error_of;
-using tessera::testing::gather_all;
-using tessera::testing::le_bytes;
-using tessera::testing::read_bytes;
-using tessera::testing::read_table;
-using tessera::testing::temp_dir;
-using tessera::testing::write_bytes;
+namespace {
 
 std::string le(std::uint64_t v, unsigned size) { return le_bytes(v, size); }
 std::string be(std::uint64_t v, unsigned size) { return be_bytes(v, size); }
@@ -312,11 +304,7 @@ TEST_CASE("npy: random access in any order, with repeats; an index out of range 
     for (std::size_t j = 0; j < k_features; ++j) CHECK(x[k * stride + j] == all[order[k] * stride + j]);
     CHECK(y[k] == static_cast<float>(sample_labels()[order[k]]));
   }
-  const std::vector<std::uint32_t> bad = {1, 5};
-  const auto e = error_of(t.value()->gather(bad, x, y));
-  CHECK(e.code == core::errc::invalid_argument);
-  CHECK(contains(e.message, "x.npy"));
-  CHECK(contains(e.message, "index 5 is out of range (size 5)"));
+  check_index_refused(*t.value(), {1, 5}, files.features + " + " + files.labels + ": index 5 is out of range (size 5)");
 }
 
 // ---- every way the reader must refuse its input: one enum, one generator, one table ---------------
@@ -524,21 +512,15 @@ TEST_CASE("npy: every malformed file is refused with its code, naming the file a
   const std::string x = read_bytes(valid.features);
   const std::string y = read_bytes(valid.labels);
   REQUIRE(x.size() == k_sample_data_offset + k_count * k_features * 4);
-  REQUIRE(npy_rejections().size() == k_bad_npy_kinds);
-  for (std::size_t i = 0; i < k_bad_npy_kinds; ++i) {
-    const npy_rejection& c = npy_rejections()[i];
-    REQUIRE(static_cast<std::size_t>(c.kind) == i);  // the table follows the enum
-    CAPTURE(c.file);
-    const std::string bad = dir.file(c.file);
-    if (const auto bytes = bad_npy_bytes(c.kind, x, y)) write_bytes(bad, *bytes);
-    auto t = c.part == npy_part::features ? core::open_npy(bad, valid.labels, {}) : core::open_npy(valid.features, bad, {});
-    // Whatever the header or the file size shows is refused on opening; a bad value only when it is read.
-    CHECK(t.ok() == (c.when == refused_by::read));
-    const core::error e = t.ok() ? error_of(gather_all(*t.value())) : std::move(t).error();
-    CHECK(e.code == c.code);
-    CHECK(contains(e.message, bad));
-    for (const std::string& part : c.says) CHECK(contains(e.message, part));
-  }
+  for_each_rejection(
+      dir, npy_rejections(), k_bad_npy_kinds, [&](bad_npy kind) { return bad_npy_bytes(kind, x, y); },
+      [&](const npy_rejection& c, const std::string& bad) {
+        auto t = c.part == npy_part::features ? core::open_npy(bad, valid.labels, {})
+                                              : core::open_npy(valid.features, bad, {});
+        // Whatever the header or the file size shows is refused on opening; a bad value when it is read.
+        CHECK(t.ok() == (c.when == refused_by::read));
+        check_refusal(t.ok() ? error_of(gather_all(*t.value())) : std::move(t).error(), c.code, bad, c.says);
+      });
 }
 
 TEST_CASE("npy: writer refuses values that are not whole examples") {

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -89,6 +90,31 @@ core::error error_of(core::result<T> r) {
 
 inline bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
 
+// A reader's refusal as a rejection table states it: the error code, the file the message must name
+// and what else it must say (the field, offset or record the reader points at).
+inline void check_refusal(const core::error& e, core::errc code, const std::string& path,
+                          const std::vector<std::string>& says) {
+  CHECK(e.code == code);
+  CHECK(contains(e.message, path));
+  for (const std::string& part : says) CHECK(contains(e.message, part));
+}
+
+// Runs a rejection table, as ggml's test-gguf does: `rows` has one row per kind of malformed input, in
+// the order of its enum (row.kind, `kinds` of them). For each row, the file make(row.kind) returns is
+// written to dir/row.file (nothing is written for nullopt: a missing file), then check(row, path).
+template <class Row, class Make, class Check>
+void for_each_rejection(const temp_dir& dir, const std::vector<Row>& rows, std::size_t kinds, Make make, Check check) {
+  REQUIRE(rows.size() == kinds);
+  for (std::size_t i = 0; i < kinds; ++i) {
+    const Row& row = rows[i];
+    REQUIRE(static_cast<std::size_t>(row.kind) == i);  // the table follows the enum
+    CAPTURE(row.file);
+    const std::string path = dir.file(row.file);
+    if (const std::optional<std::string> bytes = make(row.kind)) write_bytes(path, *bytes);
+    check(row, path);
+  }
+}
+
 struct all_examples {
   std::vector<float> x;
   std::vector<float> y;
@@ -135,6 +161,18 @@ inline core::result<all_examples> gather_all(core::example_table& t) {
     if (!r) return std::move(r).error();
   }
   return out;
+}
+
+// A table must refuse a gather that reaches an index at or past its size: errc::invalid_argument, with
+// a message that holds `says` (the table's description, the index and the size).
+inline void check_index_refused(core::example_table& t, const std::vector<std::uint32_t>& indices,
+                                const std::string& says) {
+  const auto f = static_cast<std::size_t>(t.feature_count());
+  std::vector<float> x(indices.size() * f);
+  std::vector<float> y(indices.size());
+  const core::error e = error_of(t.gather(indices, x, y));
+  CHECK(e.code == core::errc::invalid_argument);
+  CHECK(contains(e.message, says));
 }
 
 // Every example of a table, which must read without error.
