@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -14,13 +15,9 @@
 
 namespace core = tessera::core;
 
-namespace {
+using namespace tessera::testing;
 
-using tessera::testing::contains;
-using tessera::testing::error_of;
-using tessera::testing::read_table;
-using tessera::testing::temp_dir;
-using tessera::testing::write_bytes;
+namespace {
 
 // Ten examples of two features: example i is (i, -i) with target 100 + i.
 core::memory_table ten_rows() {
@@ -41,6 +38,13 @@ std::string write_counting_csv(const temp_dir& dir, int n) {
   const std::string path = dir.file("count-" + std::to_string(n) + ".csv");
   write_bytes(path, text);
   return path;
+}
+
+// The split of a CSV file: the records whose index is a multiple of `every` (validation) or the others.
+std::unique_ptr<core::example_stream> split_csv(const std::string& csv, std::int64_t every, bool validation) {
+  auto base = core::open_csv(csv, {});
+  REQUIRE(base.ok());
+  return core::make_split_stream(std::move(base).value(), every, validation);
 }
 
 // The targets of a stream read to the end with reads of `batch`; each feature must be 10 × its target.
@@ -93,13 +97,8 @@ TEST_CASE("range_table: gather maps indices by the start of the range") {
 TEST_CASE("range_table: an index past the range is refused") {
   auto base = ten_rows();
   const auto range = core::make_range_table(base, 3, 8);
-  const std::vector<std::uint32_t> indices = {1, 5};  // row 8 exists in the base, not in the range
-  std::vector<float> x(4);
-  std::vector<float> y(2);
-  const auto e = error_of(range->gather(indices, x, y));
-  CHECK(e.code == core::errc::invalid_argument);
-  CHECK(contains(e.message, "ten rows rows [3, 8)"));
-  CHECK(contains(e.message, "index 5 is out of range (size 5)"));
+  // Row 3 + 5 = 8 exists in the base, not in the range.
+  check_index_refused(*range, {1, 5}, "ten rows rows [3, 8): index 5 is out of range (size 5)");
 }
 
 TEST_CASE("range_table: over a .npy table") {
@@ -126,9 +125,7 @@ TEST_CASE("split_stream: every 3rd of 10 records for validation, the other 6 for
   const std::string csv = write_counting_csv(dir, 10);
   for (const bool validation : {true, false}) {
     CAPTURE(validation);
-    auto base = core::open_csv(csv, {});
-    REQUIRE(base.ok());
-    auto split = core::make_split_stream(std::move(base).value(), 3, validation);
+    auto split = split_csv(csv, 3, validation);
     CHECK(split->feature_count() == 1);
     CHECK(split->size_hint() == -1);  // CSV knows its size only at the end
     CHECK(contains(split->describe(), "count-10.csv"));
@@ -177,9 +174,7 @@ TEST_CASE("split_stream: reads fill the caller's span across the internal buffer
   const std::string csv = write_counting_csv(dir, 1000);
   for (const bool validation : {true, false}) {
     CAPTURE(validation);
-    auto base = core::open_csv(csv, {});
-    REQUIRE(base.ok());
-    auto split = core::make_split_stream(std::move(base).value(), 2, validation);
+    auto split = split_csv(csv, 2, validation);
     std::vector<float> x(300);
     std::vector<float> y(300);
     std::vector<float> all;
@@ -198,9 +193,7 @@ TEST_CASE("split_stream: errors of the base propagate") {
   temp_dir dir;
   const std::string csv = dir.file("bad.csv");
   write_bytes(csv, "0,0\n1,10\n2,abc\n3,30\n");
-  auto base = core::open_csv(csv, {});
-  REQUIRE(base.ok());
-  auto split = core::make_split_stream(std::move(base).value(), 2, false);
+  auto split = split_csv(csv, 2, false);
   std::vector<float> x(4);
   std::vector<float> y(4);
   const auto e = error_of(split->read(x, y));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,11 +14,9 @@
 
 namespace core = tessera::core;
 
-namespace {
+using namespace tessera::testing;
 
-using tessera::testing::contains;
-using tessera::testing::temp_dir;
-using tessera::testing::write_bytes;
+namespace {
 
 // An in-memory stream with hand-picked values, for compute_stats and load_all.
 class vector_stream final : public core::example_stream {
@@ -63,6 +62,17 @@ idx_files write_five_images(const temp_dir& dir) {
 
 std::vector<float> targets_of(const core::memory_table& t) { return {t.targets().begin(), t.targets().end()}; }
 
+// The five images as a stream that has already handed out its first example: the loaders must start
+// again from the beginning.
+std::unique_ptr<core::example_stream> five_images_after_one_read(const idx_files& files) {
+  auto s = core::open_idx(files.images, files.labels, {});
+  REQUIRE(s.ok());
+  std::vector<float> x(6);
+  std::vector<float> y(1);
+  REQUIRE(s.value()->read(x, y).value() == 1);
+  return std::move(s).value();
+}
+
 }  // namespace
 
 TEST_CASE("compute_stats: hand-computed mean and standard deviation") {
@@ -102,28 +112,21 @@ TEST_CASE("memory_table: gather, subset and an index out of range") {
   CHECK(std::vector<float>(sub.features().begin(), sub.features().end()) == std::vector<float>{10, 11, 10, 11, 20, 21});
   CHECK(std::vector<float>(sub.targets().begin(), sub.targets().end()) == std::vector<float>{6, 6, 7});
 
-  auto r = t.gather(std::vector<std::uint32_t>{3}, x, y);
-  REQUIRE_FALSE(r.ok());
-  CHECK(r.error().code == core::errc::invalid_argument);
-  CHECK(contains(r.error().message, "three rows: index 3 is out of range (size 3)"));
+  check_index_refused(t, {3}, "three rows: index 3 is out of range (size 3)");
 }
 
 TEST_CASE("load_all: reads a whole stream and refuses more than max_examples") {
   temp_dir dir;
   const auto files = write_five_images(dir);
-  auto s = core::open_idx(files.images, files.labels, {});
-  REQUIRE(s.ok());
-  std::vector<float> x(6);
-  std::vector<float> y(1);
-  REQUIRE(s.value()->read(x, y).value() == 1);  // load_all still takes the whole stream
-  auto all = core::load_all(*s.value(), 5);
+  auto s = five_images_after_one_read(files);
+  auto all = core::load_all(*s, 5);
   REQUIRE(all.ok());
   CHECK(all.value().size() == 5);
   CHECK(all.value().feature_count() == 6);
   CHECK(std::vector<float>(all.value().targets().begin(), all.value().targets().end()) ==
         std::vector<float>{0, 1, 2, 3, 4});
 
-  auto over = core::load_all(*s.value(), 4);  // refused from the header's count
+  auto over = core::load_all(*s, 4);  // refused from the header's count
   REQUIRE_FALSE(over.ok());
   CHECK(over.error().code == core::errc::over_budget);
   CHECK(contains(over.error().message, "images.idx"));
@@ -145,17 +148,13 @@ TEST_CASE("load_all: reads a whole stream and refuses more than max_examples") {
 TEST_CASE("load_first: the first examples, all of them when there are fewer, from the start of the stream") {
   temp_dir dir;
   const auto files = write_five_images(dir);
-  auto s = core::open_idx(files.images, files.labels, {});
-  REQUIRE(s.ok());
-  std::vector<float> x(6);
-  std::vector<float> y(1);
-  REQUIRE(s.value()->read(x, y).value() == 1);  // load_first starts again from the first example
-  auto three = core::load_first(*s.value(), 3);  // the header says 5: cut, not refused
+  auto s = five_images_after_one_read(files);
+  auto three = core::load_first(*s, 3);  // the header says 5: cut, not refused
   REQUIRE(three.ok());
   CHECK(targets_of(three.value()) == std::vector<float>{0, 1, 2});
   CHECK(three.value().feature_count() == 6);
   CHECK(three.value().features().size() == 3 * 6);
-  auto none = core::load_first(*s.value(), 0);
+  auto none = core::load_first(*s, 0);
   REQUIRE(none.ok());
   CHECK(none.value().size() == 0);
 

@@ -11,16 +11,23 @@
 #include "test_files.hpp"
 
 using namespace tessera::core;
+using namespace tessera::testing;
 
 namespace {
-
-using tessera::testing::arch_of;
 
 std::vector<float> random_params(const mlp_arch& a, std::uint64_t seed) {
   std::vector<float> p(param_count(a));
   rng r(seed);
   for (auto& v : p) v = r.uniform() - 0.5f;
   return p;
+}
+
+// A plan for `groups` devices that can each train the whole model, one group each (min_width 2).
+round_plan equal_plan(const mlp_arch& full, std::size_t groups, std::uint64_t seed) {
+  const std::vector<double> caps(groups, 1.0);
+  auto plan = make_plan(full, caps, groups, {.min_width = 2}, seed);
+  REQUIRE(plan.ok());
+  return std::move(plan).value();
 }
 
 }  // namespace
@@ -107,12 +114,10 @@ TEST_CASE("gather then scatter is the identity, and subnets are disjoint") {
   for (bool ln : {false, true}) {
     const auto full = arch_of({7, 24, 16, 12, 5}, ln);
     const auto params = random_params(full, 11);
-    const std::vector<double> caps(4, 1.0);
-    auto plan = make_plan(full, caps, 4, {.min_width = 2}, 9);
-    REQUIRE(plan.ok());
+    const round_plan plan = equal_plan(full, 4, 9);
     std::vector<float> rebuilt(params.size(), 0.0f);
     for (std::size_t g = 0; g < 4; ++g) {
-      const subnet sub = make_subnet(full, compensation_kind::scale, plan.value(), g);
+      const subnet sub = make_subnet(full, compensation_kind::scale, plan, g);
       std::vector<float> local(param_count(sub.arch));
       gather(full, sub, params, local);
       std::vector<float> copy = params;
@@ -130,10 +135,8 @@ TEST_CASE("gather then scatter is the identity, and subnets are disjoint") {
 TEST_CASE("a gathered subnet is a valid smaller MLP: it computes the full model with the other neurons removed") {
   const auto full = arch_of({5, 12, 8, 3}, false);
   auto params = random_params(full, 3);
-  const std::vector<double> caps(2, 1.0);
-  auto plan = make_plan(full, caps, 2, {.min_width = 2}, 4);
-  REQUIRE(plan.ok());
-  const subnet sub = make_subnet(full, compensation_kind::none, plan.value(), 1);
+  const round_plan plan = equal_plan(full, 2, 4);
+  const subnet sub = make_subnet(full, compensation_kind::none, plan, 1);
   std::vector<float> local(param_count(sub.arch));
   gather(full, sub, params, local);
   // Remove the other group's neurons from the full model: zero their incoming rows, biases and outputs.
@@ -157,13 +160,11 @@ TEST_CASE("a gathered subnet is a valid smaller MLP: it computes the full model 
 
 TEST_CASE("scale compensation: input scales are n / |G| beyond the first layer") {
   const auto full = arch_of({5, 12, 8, 3}, false);
-  const std::vector<double> caps(4, 1.0);
-  auto plan = make_plan(full, caps, 4, {.min_width = 2}, 4);
-  REQUIRE(plan.ok());
-  const subnet sub = make_subnet(full, compensation_kind::scale, plan.value(), 0);
+  const round_plan plan = equal_plan(full, 4, 4);
+  const subnet sub = make_subnet(full, compensation_kind::scale, plan, 0);
   CHECK(sub.arch.widths == std::vector<std::int64_t>{5, 3, 2, 3});
   CHECK(sub.arch.input_scale == std::vector<float>{1.0f, 4.0f, 4.0f});
-  const subnet plain = make_subnet(full, compensation_kind::none, plan.value(), 0);
+  const subnet plain = make_subnet(full, compensation_kind::none, plan, 0);
   CHECK(plain.arch.input_scale == std::vector<float>{1.0f, 1.0f, 1.0f});
 }
 
@@ -208,13 +209,11 @@ TEST_CASE("aggregation: hand-computed weighted means, shared bias, untouched par
 TEST_CASE("aggregation of a single device's disjoint block reproduces it exactly") {
   const auto full = arch_of({6, 16, 16, 4}, true);
   auto params = random_params(full, 1);
-  const std::vector<double> caps(4, 1.0);
-  auto plan = make_plan(full, caps, 4, {.min_width = 2}, 2);
-  REQUIRE(plan.ok());
+  const round_plan plan = equal_plan(full, 4, 2);
   aggregator agg(full);
   std::vector<std::vector<float>> locals;
   for (std::size_t g = 0; g < 4; ++g) {
-    const subnet sub = make_subnet(full, compensation_kind::none, plan.value(), g);
+    const subnet sub = make_subnet(full, compensation_kind::none, plan, g);
     locals.emplace_back(param_count(sub.arch));
     gather(full, sub, params, locals.back());
     for (auto& v : locals.back()) v *= 3.0f;
@@ -222,7 +221,7 @@ TEST_CASE("aggregation of a single device's disjoint block reproduces it exactly
   }
   agg.finish(params);
   for (std::size_t g = 0; g < 4; ++g) {
-    const subnet sub = make_subnet(full, compensation_kind::none, plan.value(), g);
+    const subnet sub = make_subnet(full, compensation_kind::none, plan, g);
     std::vector<float> back(param_count(sub.arch));
     gather(full, sub, params, back);
     // The shared output bias is averaged over 4 equal copies: still equal. Everything else is exact.

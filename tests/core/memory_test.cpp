@@ -5,7 +5,7 @@
 #include "test_files.hpp"
 
 using namespace tessera::core;
-using tessera::testing::arch_of;
+using namespace tessera::testing;
 
 TEST_CASE("memory plan: regions are aligned, disjoint and add up to the total") {
   const auto a = arch_of({784, 64, 64, 10}, true);

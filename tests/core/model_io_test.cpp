@@ -6,9 +6,9 @@
 #include "test_files.hpp"
 
 using namespace tessera::core;
+using namespace tessera::testing;
 
 namespace {
-using tessera::testing::temp_dir;
 
 model_spec spec_with(compensation_kind c) {
   model_spec s;

@@ -14,11 +14,9 @@
 
 namespace core = tessera::core;
 
-namespace {
+using namespace tessera::testing;
 
-using tessera::testing::contains;
-using tessera::testing::temp_dir;
-using tessera::testing::write_bytes;
+namespace {
 
 // A CSV of n examples: label i, features 2·i and -i (so a copied example can be checked whole).
 std::string write_examples(const temp_dir& dir, int n) {
