@@ -56,16 +56,17 @@ result<std::size_t> pread_full(int fd, std::span<std::uint8_t> out, std::int64_t
 }
 
 // A constant feature (deviation 0) is centred but not scaled, instead of dividing by zero.
-result<void> prepare_standardize(const feature_stats& stats, std::int64_t features, const std::string& what,
-                                 std::vector<float>& mean, std::vector<float>& inv_stddev) {
+result<standardize_params> prepare_standardize(const feature_stats& stats, std::int64_t features,
+                                               const std::string& what) {
   const auto n = static_cast<std::size_t>(features);
   if (stats.mean.size() != n || stats.stddev.size() != n)
     return make_error(errc::invalid_argument,
                       what + ": standardize statistics have " + std::to_string(stats.mean.size()) + " means and " +
                           std::to_string(stats.stddev.size()) + " standard deviations, the data has " +
                           std::to_string(features) + " features");
-  mean.assign(n, 0.0f);
-  inv_stddev.assign(n, 1.0f);
+  standardize_params p;
+  p.mean.assign(n, 0.0f);
+  p.inv_stddev.assign(n, 1.0f);
   for (std::size_t j = 0; j < n; ++j) {
     const float m = stats.mean[j];
     const float s = stats.stddev[j];
@@ -76,9 +77,45 @@ result<void> prepare_standardize(const feature_stats& stats, std::int64_t featur
     if (s < 0.0f)
       return make_error(errc::invalid_argument, what + ": standardize statistics for feature " + std::to_string(j) +
                                                     " have a negative stddev " + std::to_string(s));
-    mean[j] = m;
-    inv_stddev[j] = s == 0.0f ? 1.0f : 1.0f / s;
+    p.mean[j] = m;
+    p.inv_stddev[j] = s == 0.0f ? 1.0f : 1.0f / s;
   }
+  return p;
+}
+
+bool must_measure(normalization norm, const feature_stats& given) noexcept {
+  return norm == normalization::standardize && given.mean.empty() && given.stddev.empty();
+}
+
+result<standardize_params> normalization_params(normalization norm, const feature_stats& given,
+                                                std::int64_t features, example_stream* raw, const std::string& what) {
+  if (norm != normalization::standardize) return standardize_params{};
+  if (!must_measure(norm, given)) return prepare_standardize(given, features, what);
+  TESSERA_ASSERT(raw != nullptr);
+  TESSERA_ASSIGN_OR_RETURN(const feature_stats measured, compute_stats(*raw));
+  return prepare_standardize(measured, features, what);
+}
+
+std::string truncated_at(const std::string& path, const record_layout& layout, std::int64_t record) {
+  return path + ": truncated at record " + std::to_string(record) + " of " + std::to_string(layout.count) +
+         " (offset " + std::to_string(layout.data_offset + record * layout.record_bytes) + ")";
+}
+
+std::string data_continues(const std::string& path, const record_layout& layout, const std::string& declared) {
+  return path + ": data continues after the " + std::to_string(layout.count) + " records its header " + declared +
+         " declares";
+}
+
+result<void> check_file_size(const std::string& path, std::int64_t file_size, const record_layout& layout,
+                             const std::string& declared) {
+  // The readers bound count and record size (2^31 records of at most 2^27 bytes): no overflow in 64 bits.
+  const std::int64_t expected = layout.data_offset + layout.count * layout.record_bytes;
+  if (file_size < expected)
+    return make_error(errc::truncated,
+                      truncated_at(path, layout, (file_size - layout.data_offset) / layout.record_bytes));
+  if (file_size > expected)
+    return make_error(errc::bad_format, data_continues(path, layout, declared) + " (" +
+                                            std::to_string(file_size - expected) + " more bytes)");
   return {};
 }
 
@@ -113,10 +150,9 @@ result<feature_stats> compute_stats(example_stream& stream) {
   std::vector<float> x(rows * f);
   std::vector<float> y(rows);
   while (true) {
-    auto n = stream.read(x, y);
-    TESSERA_TRY(n);
-    if (n.value() == 0) break;
-    for (std::size_t r = 0; r < n.value(); ++r) {
+    TESSERA_ASSIGN_OR_RETURN(const std::size_t n, stream.read(x, y));
+    if (n == 0) break;
+    for (std::size_t r = 0; r < n; ++r) {
       ++count;
       const double inv_count = 1.0 / static_cast<double>(count);
       const float* row = x.data() + r * f;
@@ -229,10 +265,10 @@ result<memory_table> load_examples(example_stream& stream, std::int64_t max_exam
     const std::size_t want = std::min(rows, limit - have);
     x.resize((have + want) * f);
     y.resize(have + want);
-    auto n = stream.read(std::span(x).subspan(have * f, want * f), std::span(y).subspan(have, want));
-    TESSERA_TRY(n);
-    have += n.value();
-    if (n.value() == 0) break;
+    TESSERA_ASSIGN_OR_RETURN(const std::size_t n,
+                             stream.read(std::span(x).subspan(have * f, want * f), std::span(y).subspan(have, want)));
+    have += n;
+    if (n == 0) break;
   }
   if (refuse_more && have > static_cast<std::size_t>(max_examples)) return over_budget();
   x.resize(have * f);

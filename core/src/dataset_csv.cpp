@@ -84,9 +84,8 @@ class csv_stream final : public example_stream {
   result<void> start() {
     TESSERA_TRY(rewind());
     while (true) {
-      auto more = next_line();
-      TESSERA_TRY(more);
-      if (!more.value())
+      TESSERA_ASSIGN_OR_RETURN(const bool more, next_line());
+      if (!more)
         return make_error(errc::bad_format, path_ + ": no data lines" + (header_ ? " after the header" : ""));
       if (!is_blank(line_)) break;
     }
@@ -102,10 +101,10 @@ class csv_stream final : public example_stream {
     return rewind();
   }
 
-  void set_normalization(normalization norm, std::vector<float> mean, std::vector<float> inv_stddev) {
+  void set_normalization(normalization norm, detail::standardize_params params) {
     norm_ = norm;
-    mean_ = std::move(mean);
-    inv_stddev_ = std::move(inv_stddev);
+    mean_ = std::move(params.mean);
+    inv_stddev_ = std::move(params.inv_stddev);
   }
 
   std::int64_t feature_count() const noexcept override { return static_cast<std::int64_t>(columns_ - 1); }
@@ -177,9 +176,8 @@ class csv_stream final : public example_stream {
     bool any = false;
     while (true) {
       if (pos_ == end_) {
-        auto n = fill();
-        TESSERA_TRY(n);
-        if (n.value() == 0) {
+        TESSERA_ASSIGN_OR_RETURN(const std::size_t n, fill());
+        if (n == 0) {
           if (!any) return false;
           break;  // the last line has no newline
         }
@@ -281,23 +279,11 @@ result<std::unique_ptr<example_stream>> open_csv(const std::string& path, const 
   if (!file) return make_error(errc::io, path + ": cannot open: " + errno_text(errno));
   auto stream = std::make_unique<csv_stream>(path, std::move(file), options);
   TESSERA_TRY(stream->start());
-  if (options.norm == normalization::standardize) {
-    feature_stats measured;
-    const feature_stats* stats = &options.stats;
-    if (options.stats.mean.empty() && options.stats.stddev.empty()) {
-      // The stream still reads raw values here; compute_stats rewinds it.
-      auto m = compute_stats(*stream);
-      TESSERA_TRY(m);
-      measured = std::move(m).value();
-      stats = &measured;
-    }
-    std::vector<float> mean;
-    std::vector<float> inv_stddev;
-    TESSERA_TRY(detail::prepare_standardize(*stats, stream->feature_count(), path, mean, inv_stddev));
-    stream->set_normalization(normalization::standardize, std::move(mean), std::move(inv_stddev));
-  } else {
-    stream->set_normalization(options.norm, {}, {});
-  }
+  // The stream still reads raw values here: statistics it measures are those of the file.
+  TESSERA_ASSIGN_OR_RETURN(detail::standardize_params params,
+                           detail::normalization_params(options.norm, options.stats, stream->feature_count(),
+                                                        stream.get(), path));
+  stream->set_normalization(options.norm, std::move(params));
   return std::unique_ptr<example_stream>(std::move(stream));
 }
 

@@ -50,14 +50,16 @@ struct idx_header {
   std::int64_t features = 0;     // bytes per record: product of the dimensions after the first
   std::int64_t data_offset = 0;  // bytes of header before the first record
   std::string shape;             // "60000 x 28 x 28", for messages
+
+  [[nodiscard]] detail::record_layout layout() const noexcept { return {count, features, data_offset}; }
+  // What the header declares, as messages quote it: "(60000 x 28 x 28)".
+  [[nodiscard]] std::string declared() const { return "(" + shape + ")"; }
 };
 
 std::string errno_text(int e) { return std::generic_category().message(e); }
 
-
 std::string truncated_at(const std::string& path, const idx_header& h, std::int64_t record) {
-  return path + ": truncated at record " + std::to_string(record) + " of " + std::to_string(h.count) + " (offset " +
-         std::to_string(h.data_offset + record * h.features) + ")";
+  return detail::truncated_at(path, h.layout(), record);
 }
 
 // Parses the header through `read(span) -> result<size_t>`, which returns fewer bytes than asked only at
@@ -65,10 +67,9 @@ std::string truncated_at(const std::string& path, const idx_header& h, std::int6
 template <class Read>
 result<idx_header> parse_idx_header(Read&& read, const std::string& path, idx_role role) {
   std::array<std::uint8_t, 4> magic{};
-  auto got = read(std::span<std::uint8_t>(magic));
-  TESSERA_TRY(got);
-  if (got.value() < magic.size())
-    return make_error(errc::truncated, path + ": truncated in the header (" + std::to_string(got.value()) +
+  TESSERA_ASSIGN_OR_RETURN(std::size_t got, read(std::span<std::uint8_t>(magic)));
+  if (got < magic.size())
+    return make_error(errc::truncated, path + ": truncated in the header (" + std::to_string(got) +
                                            " of the 4 magic bytes)");
   if (magic[0] != 0 || magic[1] != 0)
     return make_error(errc::bad_format, path + ": not an IDX file: it starts with " + detail::hex_bytes(magic) +
@@ -86,10 +87,9 @@ result<idx_header> parse_idx_header(Read&& read, const std::string& path, idx_ro
 
   std::array<std::uint8_t, 4 * 255> raw{};  // the rank is one byte
   const auto dims_bytes = std::span(raw).first(4 * std::size_t{rank});
-  got = read(dims_bytes);
-  TESSERA_TRY(got);
-  if (got.value() < dims_bytes.size())
-    return make_error(errc::truncated, path + ": truncated in the header (" + std::to_string(got.value()) + " of the " +
+  TESSERA_ASSIGN_OR_RETURN(got, read(dims_bytes));
+  if (got < dims_bytes.size())
+    return make_error(errc::truncated, path + ": truncated in the header (" + std::to_string(got) + " of the " +
                                            std::to_string(dims_bytes.size()) + " bytes of dimensions)");
   idx_header h;
   std::uint64_t features = 1;
@@ -126,18 +126,13 @@ result<void> check_counts(const std::string& images_path, const idx_header& imag
 }
 
 // Turns u8 records into normalized fp32 rows. For `none` and `scale_unit` a 256-entry table gives the
-// exact value for each byte; `standardize` needs per-feature statistics.
+// exact value for each byte; `standardize` needs per-feature parameters.
 class u8_converter {
  public:
-  static result<u8_converter> make(normalization norm, const feature_stats& stats, std::int64_t features,
-                                   const std::string& what) {
-    u8_converter c;
-    c.norm_ = norm;
+  explicit u8_converter(normalization norm, detail::standardize_params params = {})
+      : norm_(norm), mean_(std::move(params.mean)), inv_stddev_(std::move(params.inv_stddev)) {
     for (unsigned v = 0; v < 256; ++v)
-      c.table_[v] = norm == normalization::scale_unit ? static_cast<float>(v) / 255.0f : static_cast<float>(v);
-    if (norm == normalization::standardize)
-      TESSERA_TRY(detail::prepare_standardize(stats, features, what, c.mean_, c.inv_stddev_));
-    return c;
+      table_[v] = norm == normalization::scale_unit ? static_cast<float>(v) / 255.0f : static_cast<float>(v);
   }
 
   void convert(const std::uint8_t* in, float* out, std::size_t features) const {
@@ -149,10 +144,10 @@ class u8_converter {
   }
 
  private:
-  normalization norm_ = normalization::none;
-  std::array<float, 256> table_{};
+  normalization norm_;
   std::vector<float> mean_;
   std::vector<float> inv_stddev_;
+  std::array<float, 256> table_{};
 };
 
 // ---- streaming through zlib ----------------------------------------------------------------------
@@ -298,11 +293,8 @@ class idx_stream : public example_stream {
     for (auto [gz, path, h] : {std::tuple{images_.get(), &images_path_, &images_h_},
                                std::tuple{labels_.get(), &labels_path_, &labels_h_}}) {
       std::array<std::uint8_t, 1> extra{};
-      auto got = gz_read(gz, extra, *path);
-      TESSERA_TRY(got);
-      if (got.value() != 0)
-        return make_error(errc::bad_format, *path + ": data continues after the " + std::to_string(h->count) +
-                                                " records its header (" + h->shape + ") declares");
+      TESSERA_ASSIGN_OR_RETURN(const std::size_t got, gz_read(gz, extra, *path));
+      if (got != 0) return make_error(errc::bad_format, detail::data_continues(*path, h->layout(), h->declared()));
     }
     end_checked_ = true;
     return {};
@@ -337,33 +329,22 @@ result<table_file> open_table_file(const std::string& path, idx_role role) {
   detail::unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return make_error(errc::io, path + ": cannot open: " + errno_text(errno));
   std::array<std::uint8_t, 2> first{};
-  auto got = detail::pread_full(fd.get(), first, 0, path);
-  TESSERA_TRY(got);
-  if (got.value() == 2 && first[0] == 0x1f && first[1] == 0x8b)
+  TESSERA_ASSIGN_OR_RETURN(const std::size_t got, detail::pread_full(fd.get(), first, 0, path));
+  if (got == 2 && first[0] == 0x1f && first[1] == 0x8b)
     return make_error(errc::unsupported, path + ": gzip-compressed; random access needs an uncompressed IDX file "
                                                 "(gunzip it, or read it in order with open_idx)");
   std::int64_t pos = 0;
-  auto h = parse_idx_header(
-      [&](std::span<std::uint8_t> out) -> result<std::size_t> {
-        auto n = detail::pread_full(fd.get(), out, pos, path);
-        if (n) pos += static_cast<std::int64_t>(n.value());
-        return n;
-      },
-      path, role);
-  TESSERA_TRY(h);
+  const auto read = [&](std::span<std::uint8_t> out) -> result<std::size_t> {
+    auto n = detail::pread_full(fd.get(), out, pos, path);
+    if (n) pos += static_cast<std::int64_t>(n.value());
+    return n;
+  };
+  TESSERA_ASSIGN_OR_RETURN(idx_header h, parse_idx_header(read, path, role));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return make_error(errc::io, path + ": cannot stat: " + errno_text(errno));
-  const idx_header& hd = h.value();
-  const std::int64_t size = st.st_size;
-  const std::int64_t expected = hd.data_offset + hd.count * hd.features;
   // Checked here once, so gather() can only meet a short read if the file shrinks while open.
-  if (size < expected)
-    return make_error(errc::truncated, truncated_at(path, hd, (size - hd.data_offset) / hd.features));
-  if (size > expected)
-    return make_error(errc::bad_format, path + ": data continues after the " + std::to_string(hd.count) +
-                                            " records its header (" + hd.shape + ") declares (" +
-                                            std::to_string(size - expected) + " more bytes)");
-  return table_file{std::move(fd), std::move(h).value()};
+  TESSERA_TRY(detail::check_file_size(path, st.st_size, h.layout(), h.declared()));
+  return table_file{std::move(fd), std::move(h)};
 }
 
 class idx_table final : public example_table {
@@ -394,13 +375,12 @@ class idx_table final : public example_table {
       if (i >= ih.count)
         return make_error(errc::invalid_argument, describe() + ": index " + std::to_string(i) +
                                                       " is out of range (size " + std::to_string(ih.count) + ")");
-      auto got = detail::pread_full(images_.fd.get(), record_, ih.data_offset + i * ih.features, images_path_);
-      TESSERA_TRY(got);
-      if (got.value() < f) return make_error(errc::truncated, truncated_at(images_path_, ih, i));
+      TESSERA_ASSIGN_OR_RETURN(std::size_t got, detail::pread_full(images_.fd.get(), record_,
+                                                                   ih.data_offset + i * ih.features, images_path_));
+      if (got < f) return make_error(errc::truncated, truncated_at(images_path_, ih, i));
       std::array<std::uint8_t, 1> label{};
-      got = detail::pread_full(labels_.fd.get(), label, lh.data_offset + i, labels_path_);
-      TESSERA_TRY(got);
-      if (got.value() < 1) return make_error(errc::truncated, truncated_at(labels_path_, lh, i));
+      TESSERA_ASSIGN_OR_RETURN(got, detail::pread_full(labels_.fd.get(), label, lh.data_offset + i, labels_path_));
+      if (got < 1) return make_error(errc::truncated, truncated_at(labels_path_, lh, i));
       conv_.convert(record_.data(), features.data() + k * f, f);
       targets[k] = static_cast<float>(label[0]);
     }
@@ -453,32 +433,24 @@ class idx_plain_stream final : public idx_stream, public example_table {
 
 // Opens both files for reading in order, converting with `none` until set_converter().
 result<std::unique_ptr<idx_stream>> open_idx_stream(const std::string& images_path, const std::string& labels_path) {
-  auto images = open_gz(images_path);
-  TESSERA_TRY(images);
-  auto labels = open_gz(labels_path);
-  TESSERA_TRY(labels);
-  auto images_h = read_gz_header(images.value().get(), images_path, idx_role::images);
-  TESSERA_TRY(images_h);
-  auto labels_h = read_gz_header(labels.value().get(), labels_path, idx_role::labels);
-  TESSERA_TRY(labels_h);
-  TESSERA_TRY(check_counts(images_path, images_h.value(), labels_path, labels_h.value()));
-  auto conv = u8_converter::make(normalization::none, {}, images_h.value().features, images_path);
-  TESSERA_TRY(conv);
+  TESSERA_ASSIGN_OR_RETURN(gz_ptr images, open_gz(images_path));
+  TESSERA_ASSIGN_OR_RETURN(gz_ptr labels, open_gz(labels_path));
+  TESSERA_ASSIGN_OR_RETURN(idx_header images_h, read_gz_header(images.get(), images_path, idx_role::images));
+  TESSERA_ASSIGN_OR_RETURN(idx_header labels_h, read_gz_header(labels.get(), labels_path, idx_role::labels));
+  TESSERA_TRY(check_counts(images_path, images_h, labels_path, labels_h));
+  u8_converter conv(normalization::none);
   // gzdirect() tells, once zlib has looked at the first bytes, whether the file is read as is. For plain
   // files the table's size check runs now, so a truncated plain file is refused here rather than on the
   // read that reaches the missing record (the message is the same).
-  if (gzdirect(images.value().get()) == 1 && gzdirect(labels.value().get()) == 1) {
-    auto images_table = open_table_file(images_path, idx_role::images);
-    TESSERA_TRY(images_table);
-    auto labels_table = open_table_file(labels_path, idx_role::labels);
-    TESSERA_TRY(labels_table);
+  if (gzdirect(images.get()) == 1 && gzdirect(labels.get()) == 1) {
+    TESSERA_ASSIGN_OR_RETURN(table_file images_table, open_table_file(images_path, idx_role::images));
+    TESSERA_ASSIGN_OR_RETURN(table_file labels_table, open_table_file(labels_path, idx_role::labels));
     return std::unique_ptr<idx_stream>(std::make_unique<idx_plain_stream>(
-        images_path, labels_path, std::move(images).value(), std::move(labels).value(),
-        std::move(images_table).value(), std::move(labels_table).value(), std::move(conv).value()));
+        images_path, labels_path, std::move(images), std::move(labels), std::move(images_table),
+        std::move(labels_table), std::move(conv)));
   }
-  return std::make_unique<idx_stream>(images_path, labels_path, std::move(images).value(), std::move(labels).value(),
-                                      std::move(images_h).value(), std::move(labels_h).value(),
-                                      std::move(conv).value());
+  return std::make_unique<idx_stream>(images_path, labels_path, std::move(images), std::move(labels),
+                                      std::move(images_h), std::move(labels_h), std::move(conv));
 }
 
 // Writes `header` then `data` to a new file at `path`; on failure removes what was written.
@@ -503,47 +475,30 @@ void put_be32(std::vector<std::uint8_t>& out, std::uint64_t v) {
 
 result<std::unique_ptr<example_stream>> open_idx(const std::string& images_path, const std::string& labels_path,
                                                  const idx_options& options) {
-  auto stream = open_idx_stream(images_path, labels_path);
-  TESSERA_TRY(stream);
-  idx_stream& s = *stream.value();
-  feature_stats measured;
-  const feature_stats* stats = &options.stats;
-  if (options.norm == normalization::standardize && options.stats.mean.empty() && options.stats.stddev.empty()) {
-    // The stream still converts with `none` here, so this measures the raw byte values; it rewinds.
-    auto m = compute_stats(s);
-    TESSERA_TRY(m);
-    measured = std::move(m).value();
-    stats = &measured;
-  }
-  auto conv = u8_converter::make(options.norm, *stats, s.feature_count(), images_path);
-  TESSERA_TRY(conv);
-  s.set_converter(std::move(conv).value());
-  return std::unique_ptr<example_stream>(std::move(stream).value());
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<idx_stream> stream, open_idx_stream(images_path, labels_path));
+  idx_stream& s = *stream;
+  // The stream still converts with `none` here: statistics it measures are those of the raw bytes.
+  TESSERA_ASSIGN_OR_RETURN(detail::standardize_params params,
+                           detail::normalization_params(options.norm, options.stats, s.feature_count(), &s, images_path));
+  s.set_converter(u8_converter(options.norm, std::move(params)));
+  return std::unique_ptr<example_stream>(std::move(stream));
 }
 
 result<std::unique_ptr<example_table>> open_idx_table(const std::string& images_path, const std::string& labels_path,
                                                       const idx_options& options) {
-  auto images = open_table_file(images_path, idx_role::images);
-  TESSERA_TRY(images);
-  auto labels = open_table_file(labels_path, idx_role::labels);
-  TESSERA_TRY(labels);
-  TESSERA_TRY(check_counts(images_path, images.value().header, labels_path, labels.value().header));
-  const std::int64_t features = images.value().header.features;
-  feature_stats measured;
-  const feature_stats* stats = &options.stats;
-  if (options.norm == normalization::standardize && options.stats.mean.empty() && options.stats.stddev.empty()) {
-    auto raw = open_idx(images_path, labels_path, idx_options{normalization::none, {}});
-    TESSERA_TRY(raw);
-    auto m = compute_stats(*raw.value());
-    TESSERA_TRY(m);
-    measured = std::move(m).value();
-    stats = &measured;
+  TESSERA_ASSIGN_OR_RETURN(table_file images, open_table_file(images_path, idx_role::images));
+  TESSERA_ASSIGN_OR_RETURN(table_file labels, open_table_file(labels_path, idx_role::labels));
+  TESSERA_TRY(check_counts(images_path, images.header, labels_path, labels.header));
+  const std::int64_t features = images.header.features;
+  std::unique_ptr<example_stream> raw;  // opened only to measure statistics the caller did not give
+  if (detail::must_measure(options.norm, options.stats)) {
+    TESSERA_ASSIGN_OR_RETURN(raw, open_idx(images_path, labels_path, idx_options{normalization::none, {}}));
   }
-  auto conv = u8_converter::make(options.norm, *stats, features, images_path);
-  TESSERA_TRY(conv);
-  return std::unique_ptr<example_table>(std::make_unique<idx_table>(images_path, labels_path,
-                                                                    std::move(images).value(),
-                                                                    std::move(labels).value(), std::move(conv).value()));
+  TESSERA_ASSIGN_OR_RETURN(detail::standardize_params params,
+                           detail::normalization_params(options.norm, options.stats, features, raw.get(), images_path));
+  return std::unique_ptr<example_table>(std::make_unique<idx_table>(images_path, labels_path, std::move(images),
+                                                                    std::move(labels),
+                                                                    u8_converter(options.norm, std::move(params))));
 }
 
 result<void> write_idx_images(const std::string& path, std::int64_t rows, std::int64_t cols,

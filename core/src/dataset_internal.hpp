@@ -1,4 +1,4 @@
-// Private to the dataset readers: what dataset.cpp, dataset_idx.cpp and dataset_csv.cpp share.
+// Private to the dataset readers: what dataset.cpp and the IDX, CSV and .npy readers share.
 #pragma once
 
 #include <unistd.h>
@@ -14,10 +14,42 @@
 
 namespace tessera::core::detail {
 
-// Checks `stats` against `features` and turns it into what the readers' inner loops use: the mean and
-// the reciprocal of the standard deviation per feature, with a deviation of 0 treated as 1.
-result<void> prepare_standardize(const feature_stats& stats, std::int64_t features, const std::string& what,
-                                 std::vector<float>& mean, std::vector<float>& inv_stddev);
+// What `standardize` subtracts from each feature and then multiplies it by, as the readers' inner loops
+// use it: the mean and the reciprocal of the standard deviation (1 where the deviation is 0).
+struct standardize_params {
+  std::vector<float> mean;
+  std::vector<float> inv_stddev;
+};
+
+// Checks `stats` against `features` and turns it into standardize_params; `what` names the data.
+result<standardize_params> prepare_standardize(const feature_stats& stats, std::int64_t features,
+                                               const std::string& what);
+
+// True when `norm` is standardize and the caller gave no statistics, so they must be measured.
+bool must_measure(normalization norm, const feature_stats& given) noexcept;
+
+// The parameters a reader needs for `norm`: for standardize, those of the caller's statistics or, if
+// must_measure, of statistics measured in one pass over `raw`, a stream of the same data that still
+// yields unnormalized values (compute_stats rewinds it; it may be null when nothing is measured).
+// Empty for the other normalizations.
+result<standardize_params> normalization_params(normalization norm, const feature_stats& given,
+                                                std::int64_t features, example_stream* raw, const std::string& what);
+
+// Fixed-size records after a header, as an IDX or .npy header declares them.
+struct record_layout {
+  std::int64_t count = 0;         // records: one per example
+  std::int64_t record_bytes = 0;
+  std::int64_t data_offset = 0;   // bytes before the first record
+};
+
+// "<path>: truncated at record R of N (offset O)", O where record R starts.
+std::string truncated_at(const std::string& path, const record_layout& layout, std::int64_t record);
+// "<path>: data continues after the N records its header <declared> declares".
+std::string data_continues(const std::string& path, const record_layout& layout, const std::string& declared);
+// Checks a file's size against its layout: a shorter file is errc::truncated naming the first record it
+// cuts, a longer one errc::bad_format (data_continues, and how many bytes more).
+result<void> check_file_size(const std::string& path, std::int64_t file_size, const record_layout& layout,
+                             const std::string& declared);
 
 // An owned POSIX file descriptor (the random-access readers hold one per file).
 class unique_fd {

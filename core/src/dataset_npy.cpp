@@ -94,9 +94,7 @@ class dict_parser {
     while (true) {
       skip_blanks();
       if (eat('}')) break;
-      auto key = parse_string("a quoted key");
-      TESSERA_TRY(key);
-      const std::string& k = key.value();
+      TESSERA_ASSIGN_OR_RETURN(const std::string k, parse_string("a quoted key"));
       skip_blanks();
       if (!eat(':')) return malformed("expected ':' after the key '" + k + "'");
       skip_blanks();
@@ -107,9 +105,7 @@ class dict_parser {
         if (peek() == '[')
           return make_error(errc::unsupported, path_ + ": 'descr' is a structured dtype (a list of fields); "
                                                        "only plain numeric dtypes are supported");
-        auto v = parse_string("a quoted string as the value of 'descr'");
-        TESSERA_TRY(v);
-        d.descr = std::move(v).value();
+        TESSERA_ASSIGN_OR_RETURN(d.descr, parse_string("a quoted string as the value of 'descr'"));
       } else if (k == "fortran_order") {
         seen = &have_fortran;
         const std::string_view word = parse_word();
@@ -122,9 +118,7 @@ class dict_parser {
         }
       } else if (k == "shape") {
         seen = &have_shape;
-        auto s = parse_shape();
-        TESSERA_TRY(s);
-        d.shape = std::move(s).value();
+        TESSERA_ASSIGN_OR_RETURN(d.shape, parse_shape());
       } else {
         return malformed("unknown key '" + k + "' (a .npy header has 'descr', 'fortran_order' and 'shape')");
       }
@@ -286,6 +280,10 @@ struct npy_header {
   std::int64_t record_elements = 0;
   std::int64_t record_bytes = 0;
   std::int64_t data_offset = 0;    // bytes before the first record
+
+  [[nodiscard]] detail::record_layout layout() const noexcept { return {count, record_bytes, data_offset}; }
+  // What the header declares, as messages quote it: "('shape' (60000, 784), 'descr' '<f4')".
+  [[nodiscard]] std::string declared() const { return "('shape' " + shape_text + ", 'descr' '" + dtype.descr + "')"; }
 };
 
 std::string shape_text(const std::vector<std::uint64_t>& dims) {
@@ -295,8 +293,7 @@ std::string shape_text(const std::vector<std::uint64_t>& dims) {
 }
 
 std::string truncated_at(const std::string& path, const npy_header& h, std::int64_t record) {
-  return path + ": truncated at record " + std::to_string(record) + " of " + std::to_string(h.count) + " (offset " +
-         std::to_string(h.data_offset + record * h.record_bytes) + ")";
+  return detail::truncated_at(path, h.layout(), record);
 }
 
 // Checks the shape for the file's role; sets count and the record size.
@@ -343,9 +340,7 @@ result<npy_file> open_npy_file(const std::string& path, npy_role role) {
   const std::int64_t file_size = st.st_size;
 
   std::array<std::uint8_t, 12> pre{};
-  auto got = detail::pread_full(fd.get(), pre, 0, path);
-  TESSERA_TRY(got);
-  const std::size_t have = got.value();
+  TESSERA_ASSIGN_OR_RETURN(const std::size_t have, detail::pread_full(fd.get(), pre, 0, path));
   const std::size_t magic_have = std::min(have, k_magic.size());
   if (!std::equal(pre.begin(), pre.begin() + static_cast<std::ptrdiff_t>(magic_have), k_magic.begin()))
     return make_error(errc::bad_format, path + ": not a .npy file: the magic is " +
@@ -376,32 +371,21 @@ result<npy_file> open_npy_file(const std::string& path, npy_role role) {
                                            " bytes, the header starts at offset " + std::to_string(preamble) + ")");
 
   std::string text(static_cast<std::size_t>(header_length), '\0');
-  got = detail::pread_full(fd.get(), std::span(reinterpret_cast<std::uint8_t*>(text.data()), text.size()),
-                   static_cast<std::int64_t>(preamble), path);
-  TESSERA_TRY(got);
-  if (got.value() < text.size())
+  const std::span text_bytes(reinterpret_cast<std::uint8_t*>(text.data()), text.size());
+  TESSERA_ASSIGN_OR_RETURN(const std::size_t got,
+                           detail::pread_full(fd.get(), text_bytes, static_cast<std::int64_t>(preamble), path));
+  if (got < text.size())
     return make_error(errc::truncated, path + ": truncated in the header (the file shrank while it was read)");
-  auto dict = dict_parser(text, path).parse();
-  TESSERA_TRY(dict);
-  if (dict.value().fortran_order)
+  TESSERA_ASSIGN_OR_RETURN(const header_dict dict, dict_parser(text, path).parse());
+  if (dict.fortran_order)
     return make_error(errc::unsupported, path + ": 'fortran_order' True (column-major data) is not supported; "
                                                 "save a C-ordered array (numpy.ascontiguousarray)");
   npy_header h;
-  auto dtype = parse_descr(dict.value().descr, path, role);
-  TESSERA_TRY(dtype);
-  h.dtype = std::move(dtype).value();
-  TESSERA_TRY(apply_shape(dict.value().shape, path, role, h));
+  TESSERA_ASSIGN_OR_RETURN(h.dtype, parse_descr(dict.descr, path, role));
+  TESSERA_TRY(apply_shape(dict.shape, path, role, h));
   h.data_offset = static_cast<std::int64_t>(preamble + header_length);
 
-  // At most 2^31 records of 2^27 bytes: no overflow in 64 bits.
-  const std::int64_t expected = h.data_offset + h.count * h.record_bytes;
-  if (file_size < expected)
-    return make_error(errc::truncated, truncated_at(path, h, (file_size - h.data_offset) / h.record_bytes));
-  if (file_size > expected)
-    return make_error(errc::bad_format, path + ": data continues after the " + std::to_string(h.count) +
-                                            " records its header ('shape' " + h.shape_text + ", 'descr' '" +
-                                            h.dtype.descr + "') declares (" + std::to_string(file_size - expected) +
-                                            " more bytes)");
+  TESSERA_TRY(detail::check_file_size(path, file_size, h.layout(), h.declared()));
   return npy_file{path, std::move(fd), std::move(h)};
 }
 
@@ -426,10 +410,10 @@ class npy_table final : public example_table {
   std::int64_t size() const noexcept override { return x_.header.count; }
   std::string describe() const override { return x_.path + " + " + y_.path; }
 
-  void set_normalization(normalization norm, std::vector<float> mean, std::vector<float> inv_stddev) {
+  void set_normalization(normalization norm, detail::standardize_params params) {
     norm_ = norm;
-    mean_ = std::move(mean);
-    inv_stddev_ = std::move(inv_stddev);
+    mean_ = std::move(params.mean);
+    inv_stddev_ = std::move(params.inv_stddev);
   }
 
   result<void> gather(std::span<const std::uint32_t> indices, std::span<float> features,
@@ -444,9 +428,7 @@ class npy_table final : public example_table {
                                                       " is out of range (size " + std::to_string(x_.header.count) +
                                                       ")");
       TESSERA_TRY(read_features(i, features.data() + k * f));
-      auto label = read_label(i);
-      TESSERA_TRY(label);
-      targets[k] = label.value();
+      TESSERA_ASSIGN_OR_RETURN(targets[k], read_label(i));
     }
     return {};
   }
@@ -462,9 +444,9 @@ class npy_table final : public example_table {
     for (std::size_t done = 0; done < f;) {
       const std::size_t k = std::min(chunk, f - done);
       const auto bytes = std::span(scratch_).first(k * elem);
-      auto got = detail::pread_full(x_.fd.get(), bytes, offset + static_cast<std::int64_t>(done * elem), x_.path);
-      TESSERA_TRY(got);
-      if (got.value() < bytes.size()) return make_error(errc::truncated, truncated_at(x_.path, h, i));
+      const std::int64_t at = offset + static_cast<std::int64_t>(done * elem);
+      TESSERA_ASSIGN_OR_RETURN(const std::size_t got, detail::pread_full(x_.fd.get(), bytes, at, x_.path));
+      if (got < bytes.size()) return make_error(errc::truncated, truncated_at(x_.path, h, i));
       float* dst = out + done;
       if (h.dtype.kind == 'u') {
         for (std::size_t j = 0; j < k; ++j) dst[j] = static_cast<float>(bytes[j]);
@@ -507,9 +489,9 @@ class npy_table final : public example_table {
     const npy_header& h = y_.header;
     std::array<std::uint8_t, 8> raw{};
     const auto bytes = std::span(raw).first(h.dtype.size);
-    auto got = detail::pread_full(y_.fd.get(), bytes, h.data_offset + i * h.record_bytes, y_.path);
-    TESSERA_TRY(got);
-    if (got.value() < bytes.size()) return make_error(errc::truncated, truncated_at(y_.path, h, i));
+    TESSERA_ASSIGN_OR_RETURN(const std::size_t got,
+                             detail::pread_full(y_.fd.get(), bytes, h.data_offset + i * h.record_bytes, y_.path));
+    if (got < bytes.size()) return make_error(errc::truncated, truncated_at(y_.path, h, i));
     const std::uint64_t bits = load_bits(raw.data(), h.dtype.size, h.dtype.big_endian);
     const auto where = [&] { return y_.path + ": record " + std::to_string(i) + " of " + std::to_string(h.count); };
     if (h.dtype.kind == 'f') {
@@ -634,33 +616,19 @@ result<void> write_npy_32(const std::string& path, std::string_view descr, const
 
 result<std::unique_ptr<example_table>> open_npy(const std::string& features_path, const std::string& labels_path,
                                                 const npy_options& options) {
-  auto x = open_npy_file(features_path, npy_role::features);
-  TESSERA_TRY(x);
-  auto y = open_npy_file(labels_path, npy_role::labels);
-  TESSERA_TRY(y);
-  if (x.value().header.count != y.value().header.count)
-    return make_error(errc::invalid_argument, features_path + " has " + std::to_string(x.value().header.count) +
+  TESSERA_ASSIGN_OR_RETURN(npy_file x, open_npy_file(features_path, npy_role::features));
+  TESSERA_ASSIGN_OR_RETURN(npy_file y, open_npy_file(labels_path, npy_role::labels));
+  if (x.header.count != y.header.count)
+    return make_error(errc::invalid_argument, features_path + " has " + std::to_string(x.header.count) +
                                                   " examples but " + labels_path + " has " +
-                                                  std::to_string(y.value().header.count) + " labels");
-  auto table = std::make_unique<npy_table>(std::move(x).value(), std::move(y).value());
-  if (options.norm == normalization::standardize) {
-    feature_stats measured;
-    const feature_stats* stats = &options.stats;
-    if (options.stats.mean.empty() && options.stats.stddev.empty()) {
-      // The table still converts with `none` here, so this measures the raw values.
-      table_stream raw(*table);
-      auto m = compute_stats(raw);
-      TESSERA_TRY(m);
-      measured = std::move(m).value();
-      stats = &measured;
-    }
-    std::vector<float> mean;
-    std::vector<float> inv_stddev;
-    TESSERA_TRY(detail::prepare_standardize(*stats, table->feature_count(), features_path, mean, inv_stddev));
-    table->set_normalization(normalization::standardize, std::move(mean), std::move(inv_stddev));
-  } else {
-    table->set_normalization(options.norm, {}, {});
-  }
+                                                  std::to_string(y.header.count) + " labels");
+  auto table = std::make_unique<npy_table>(std::move(x), std::move(y));
+  // The table still converts with `none` here: statistics measured through `raw` are of the raw values.
+  table_stream raw(*table);
+  TESSERA_ASSIGN_OR_RETURN(detail::standardize_params params,
+                           detail::normalization_params(options.norm, options.stats, table->feature_count(), &raw,
+                                                        features_path));
+  table->set_normalization(options.norm, std::move(params));
   return std::unique_ptr<example_table>(std::move(table));
 }
 

@@ -89,11 +89,10 @@ class split_stream final : public example_stream {
     while (n < targets.size()) {
       if (pos_ == have_) {
         if (base_ended_) break;
-        auto got = base_->read(features_, targets_);
-        TESSERA_TRY(got);
-        TESSERA_ASSERT(got.value() <= targets_.size());
+        TESSERA_ASSIGN_OR_RETURN(const std::size_t got, base_->read(features_, targets_));
+        TESSERA_ASSERT(got <= targets_.size());
         pos_ = 0;
-        have_ = got.value();
+        have_ = got;
         if (have_ == 0) {
           base_ended_ = true;
           break;

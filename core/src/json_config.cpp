@@ -262,9 +262,7 @@ result<void> apply_overrides(nlohmann::json& root, const std::vector<std::string
 result<nlohmann::json> load_config(const std::string& path, const std::vector<std::string>& overrides) {
   nlohmann::json json = nlohmann::json::object();
   if (!path.empty()) {
-    auto loaded = load_json_file(path);
-    TESSERA_TRY(loaded);
-    json = std::move(loaded.value());
+    TESSERA_ASSIGN_OR_RETURN(json, load_json_file(path));
   }
   TESSERA_TRY(apply_overrides(json, overrides));
   return json;

@@ -6,7 +6,6 @@
 
 #include <Eigen/Core>
 
-#include "tessera/core/dataset.hpp"
 
 namespace tessera::core {
 namespace {
@@ -309,50 +308,6 @@ result<double> network::backward(std::span<float> params, std::span<float> grads
     std::swap(g_cur, g_next);
   }
   return loss_sum / static_cast<double>(rows);
-}
-
-result<evaluation> evaluate(const network& net, std::span<const float> params, example_table& data, std::int64_t batch) {
-  TESSERA_ASSERT(batch > 0);
-  if (data.feature_count() != net.arch().inputs())
-    return make_error(errc::invalid_argument, data.describe() + ": " + std::to_string(data.feature_count()) +
-                                                  " features per example, the model takes " +
-                                                  std::to_string(net.arch().inputs()));
-  if (net.arch().task == task_kind::regression && net.arch().outputs() != 1)
-    return make_error(errc::unsupported, data.describe() + ": the data readers give one target per example; a "
-                                                           "regression model must have 1 output");
-  const std::int64_t k = net.arch().outputs();
-  const std::int64_t target_width = net.arch().task == task_kind::classification ? 1 : k;
-  std::vector<float> ws(net.workspace_floats(batch));
-  std::vector<float> x(sz(batch) * sz(net.arch().inputs()));
-  std::vector<float> y(sz(batch) * sz(target_width));
-  std::vector<std::uint32_t> idx(sz(batch));
-  evaluation ev;
-  double loss_sum = 0;
-  std::int64_t correct = 0;
-  for (std::int64_t start = 0; start < data.size(); start += batch) {
-    const std::int64_t rows = std::min(batch, data.size() - start);
-    for (std::int64_t i = 0; i < rows; ++i) idx[sz(i)] = static_cast<std::uint32_t>(start + i);
-    TESSERA_TRY(data.gather(std::span(idx).first(sz(rows)), std::span(x).first(sz(rows * net.arch().inputs())),
-                            std::span(y).first(sz(rows * target_width))));
-    net.forward(params, x.data(), rows, ws);
-    auto l = net.loss(ws, y.data(), rows);
-    TESSERA_TRY(l);
-    loss_sum += l.value() * static_cast<double>(rows);
-    if (net.arch().task == task_kind::classification) {
-      const auto out = net.outputs(ws, rows);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const float* o = out.data() + r * k;
-        const auto best = std::max_element(o, o + k) - o;
-        if (static_cast<float>(best) == y[sz(r)]) ++correct;
-      }
-    }
-  }
-  ev.examples = data.size();
-  if (ev.examples > 0) {
-    ev.loss = loss_sum / static_cast<double>(ev.examples);
-    ev.accuracy = static_cast<double>(correct) / static_cast<double>(ev.examples);
-  }
-  return ev;
 }
 
 }  // namespace tessera::core

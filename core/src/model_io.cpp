@@ -65,19 +65,16 @@ result<void> save_model(const std::string& path, const model_spec& spec, std::sp
 }
 
 result<stored_model> load_model(const std::string& path) {
-  auto file = read_safetensors(path);
-  TESSERA_TRY(file);
-  const auto it = file.value().metadata.find(k_spec_key);
-  if (it == file.value().metadata.end())
+  TESSERA_ASSIGN_OR_RETURN(safetensors_file file, read_safetensors(path));
+  const auto it = file.metadata.find(k_spec_key);
+  if (it == file.metadata.end())
     return make_error(errc::bad_format, path + ": no '" + std::string(k_spec_key) + "' metadata: not a Tessera model");
-  auto spec = parse_model_spec(it->second, path + ": metadata '" + k_spec_key + "'");
-  TESSERA_TRY(spec);
   stored_model model;
-  model.spec = spec.value();
+  TESSERA_ASSIGN_OR_RETURN(model.spec, parse_model_spec(it->second, path + ": metadata '" + k_spec_key + "'"));
   const mlp_arch arch = model.spec.full_arch();
   model.params.resize(param_count(arch));
   for (const auto& t : tensor_table(arch)) {
-    const tensor_f32* found = file.value().find(t.name);
+    const tensor_f32* found = file.find(t.name);
     if (found == nullptr) return make_error(errc::bad_format, path + ": tensor '" + t.name + "' is missing");
     if (found->shape != t.shape) {
       return make_error(errc::bad_format, path + ": tensor '" + t.name + "' has shape " + shape_text(found->shape) +
@@ -85,7 +82,7 @@ result<stored_model> load_model(const std::string& path) {
     }
     std::copy(found->data.begin(), found->data.end(), model.params.begin() + static_cast<std::ptrdiff_t>(t.offset));
   }
-  model.metadata = std::move(file.value().metadata);
+  model.metadata = std::move(file.metadata);
   return model;
 }
 

@@ -53,9 +53,8 @@ result<void> validate(const model_spec& spec, std::string_view source) {
 }
 
 result<model_spec> parse_model_spec(std::string_view json_text, std::string_view source) {
-  auto json = parse_json(json_text, source);
-  TESSERA_TRY(json);
-  config_reader r(json.value(), std::string(source));
+  TESSERA_ASSIGN_OR_RETURN(const nlohmann::json json, parse_json(json_text, source));
+  config_reader r(json, std::string(source));
   model_spec spec;
   if (!r.has("inputs")) r.fail("inputs", "required");
   if (!r.has("outputs")) r.fail("outputs", "required");
@@ -81,9 +80,8 @@ result<model_spec> parse_model_spec(std::string_view json_text, std::string_view
 }
 
 result<model_spec> load_model_spec(const std::string& path) {
-  auto json = load_json_file(path);
-  TESSERA_TRY(json);
-  return parse_model_spec(json.value().dump(), path);
+  TESSERA_ASSIGN_OR_RETURN(const nlohmann::json json, load_json_file(path));
+  return parse_model_spec(json.dump(), path);
 }
 
 std::string to_json(const model_spec& spec) {

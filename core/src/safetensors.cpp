@@ -207,21 +207,17 @@ result<tensor_entry> parse_entry(const std::string& path, const std::string& nam
   if (shape == v.end() || !shape->is_array())
     return make_error(errc::bad_format, where + ": 'shape' is missing or not an array");
   for (std::size_t i = 0; i < shape->size(); ++i) {
-    auto d = unsigned_field((*shape)[i], where + ": shape[" + std::to_string(i) + "]");
-    TESSERA_TRY(d);
-    if (d.value() > std::uint64_t{std::numeric_limits<std::int64_t>::max()})
+    TESSERA_ASSIGN_OR_RETURN(const std::uint64_t d,
+                             unsigned_field((*shape)[i], where + ": shape[" + std::to_string(i) + "]"));
+    if (d > std::uint64_t{std::numeric_limits<std::int64_t>::max()})
       return make_error(errc::bad_format, where + ": shape[" + std::to_string(i) + "] is too large");
-    e.shape.push_back(static_cast<std::int64_t>(d.value()));
+    e.shape.push_back(static_cast<std::int64_t>(d));
   }
   const auto offsets = v.find("data_offsets");
   if (offsets == v.end() || !offsets->is_array() || offsets->size() != 2)
     return make_error(errc::bad_format, where + ": 'data_offsets' is missing or not an array of two offsets");
-  auto begin = unsigned_field((*offsets)[0], where + ": data_offsets[0]");
-  TESSERA_TRY(begin);
-  auto end = unsigned_field((*offsets)[1], where + ": data_offsets[1]");
-  TESSERA_TRY(end);
-  e.begin = begin.value();
-  e.end = end.value();
+  TESSERA_ASSIGN_OR_RETURN(e.begin, unsigned_field((*offsets)[0], where + ": data_offsets[0]"));
+  TESSERA_ASSIGN_OR_RETURN(e.end, unsigned_field((*offsets)[1], where + ": data_offsets[1]"));
   const std::string range = "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
   if (e.begin > e.end)
     return make_error(errc::bad_format, where + ": data_offsets " + range + " end before they begin");
@@ -258,12 +254,11 @@ const tensor_f32* safetensors_file::find(const std::string& name) const {
 
 result<void> write_safetensors(const std::string& path, std::span<const tensor_f32> tensors,
                                const std::map<std::string, std::string>& metadata) {
-  auto header = build_header(path, tensors, metadata);
-  TESSERA_TRY(header);
+  TESSERA_ASSIGN_OR_RETURN(const std::string header, build_header(path, tensors, metadata));
   const std::string tmp = path + ".tmp";
   file_ptr f(std::fopen(tmp.c_str(), "wb"));
   if (!f) return make_error(errc::io, tmp + ": cannot create: " + errno_text(errno));
-  auto written = write_contents(f.get(), tmp, header.value(), tensors);
+  auto written = write_contents(f.get(), tmp, header, tensors);
   const int close_result = std::fclose(f.release());
   if (written && close_result != 0) written = make_error(errc::io, tmp + ": close failed: " + errno_text(errno));
   if (!written) {
@@ -295,9 +290,8 @@ result<safetensors_file> read_safetensors(const std::string& path) {
                                            " bytes, too short for the 8-byte header length");
 
   std::array<std::uint8_t, k_length_bytes> length{};
-  auto got = pread_full(fd.get(), length, 0, path);
-  TESSERA_TRY(got);
-  if (got.value() < length.size()) return make_error(errc::truncated, path + ": the file shrank while being read");
+  TESSERA_ASSIGN_OR_RETURN(std::size_t got, pread_full(fd.get(), length, 0, path));
+  if (got < length.size()) return make_error(errc::truncated, path + ": the file shrank while being read");
   std::uint64_t header_bytes = 0;
   for (std::size_t i = 0; i < k_length_bytes; ++i) header_bytes |= std::uint64_t{length[i]} << (8 * i);
   // Both bounds are checked before the header is read: the length is the file's word, not ours.
@@ -311,10 +305,9 @@ result<safetensors_file> read_safetensors(const std::string& path) {
                                            std::to_string(file_bytes - k_length_bytes) + " bytes follow it)");
 
   std::string text(static_cast<std::size_t>(header_bytes), '\0');
-  got = pread_full(fd.get(), std::span(reinterpret_cast<std::uint8_t*>(text.data()), text.size()), k_length_bytes,
-                   path);
-  TESSERA_TRY(got);
-  if (got.value() < text.size()) return make_error(errc::truncated, path + ": the file shrank while being read");
+  const std::span text_bytes(reinterpret_cast<std::uint8_t*>(text.data()), text.size());
+  TESSERA_ASSIGN_OR_RETURN(got, pread_full(fd.get(), text_bytes, k_length_bytes, path));
+  if (got < text.size()) return make_error(errc::truncated, path + ": the file shrank while being read");
   json header;
   try {
     header = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
@@ -330,14 +323,11 @@ result<safetensors_file> read_safetensors(const std::string& path) {
   std::vector<tensor_entry> entries;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == k_metadata_key) {
-      auto m = parse_metadata(path, it.value());
-      TESSERA_TRY(m);
-      out.metadata = std::move(m).value();
+      TESSERA_ASSIGN_OR_RETURN(out.metadata, parse_metadata(path, it.value()));
       continue;
     }
-    auto e = parse_entry(path, it.key(), it.value(), data_bytes);
-    TESSERA_TRY(e);
-    entries.push_back(std::move(e).value());
+    TESSERA_ASSIGN_OR_RETURN(tensor_entry e, parse_entry(path, it.key(), it.value(), data_bytes));
+    entries.push_back(std::move(e));
   }
 
   // Tensors must tile the data section exactly, as the reference implementation requires: no overlap
@@ -372,9 +362,8 @@ result<safetensors_file> read_safetensors(const std::string& path) {
     for (std::size_t i = 0; i < t.data.size();) {
       const std::size_t k = std::min(t.data.size() - i, staging.size() / sizeof(float));
       const auto chunk = std::span(staging).first(k * sizeof(float));
-      got = pread_full(fd.get(), chunk, data_offset + e.begin + i * sizeof(float), path);
-      TESSERA_TRY(got);
-      if (got.value() < chunk.size())
+      TESSERA_ASSIGN_OR_RETURN(got, pread_full(fd.get(), chunk, data_offset + e.begin + i * sizeof(float), path));
+      if (got < chunk.size())
         return make_error(errc::truncated, path + ": tensor " + quote_name(t.name) + ": the file shrank while being read");
       for (std::size_t j = 0; j < k; ++j) t.data[i + j] = get_f32_le(staging.data() + j * sizeof(float));
       i += k;

@@ -43,12 +43,12 @@ result<void> shuffled_stream_batches::next(std::span<float> features, std::span<
   // Reads into the free slots [filled_, capacity_) until they are full or the stream ends.
   const auto fill = [&]() -> result<void> {
     while (filled_ < capacity_ && !stream_ended_) {
-      auto got = stream_.read(std::span(features_).subspan(filled_ * f, (capacity_ - filled_) * f),
-                              std::span(targets_).subspan(filled_));
-      TESSERA_TRY(got);
-      TESSERA_ASSERT(got.value() <= capacity_ - filled_);
-      if (got.value() == 0) stream_ended_ = true;
-      filled_ += got.value();
+      TESSERA_ASSIGN_OR_RETURN(const std::size_t got,
+                               stream_.read(std::span(features_).subspan(filled_ * f, (capacity_ - filled_) * f),
+                                            std::span(targets_).subspan(filled_)));
+      TESSERA_ASSERT(got <= capacity_ - filled_);
+      if (got == 0) stream_ended_ = true;
+      filled_ += got;
     }
     return {};
   };

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <string>
+#include <vector>
 
 #include "tessera/core/rng.hpp"
 
@@ -69,6 +71,19 @@ result<void> table_batches::next(std::span<float> features, std::span<float> tar
 
 // ---- local_trainer
 
+namespace {
+
+// Data with another feature count than the model's inputs is refused, naming the data (`what`).
+result<void> check_feature_count(const mlp_arch& arch, std::int64_t features, const std::string& what) {
+  if (features != arch.inputs())
+    return make_error(errc::invalid_argument, what + ": " + std::to_string(features) +
+                                                  " features per example, the model takes " +
+                                                  std::to_string(arch.inputs()));
+  return {};
+}
+
+}  // namespace
+
 std::int64_t target_width(const mlp_arch& arch) noexcept {
   return arch.task == task_kind::classification ? 1 : arch.outputs();
 }
@@ -102,10 +117,7 @@ local_trainer::local_trainer(mlp_arch arch, std::int64_t batch, training_buffers
 result<local_training_report> local_trainer::run(std::span<float> params, batch_source& source,
                                                  const local_training_options& options) {
   TESSERA_ASSERT(params.size() == net_.param_count());
-  if (source.feature_count() != net_.arch().inputs())
-    return make_error(errc::invalid_argument, source.describe() + ": " + std::to_string(source.feature_count()) +
-                                                  " features per example, the model takes " +
-                                                  std::to_string(net_.arch().inputs()));
+  TESSERA_TRY(check_feature_count(net_.arch(), source.feature_count(), source.describe()));
   if (net_.arch().task == task_kind::regression && net_.arch().outputs() != 1)
     return make_error(errc::unsupported, source.describe() + ": the data readers give one target per example; a "
                                                              "regression model must have 1 output, this one has " +
@@ -140,6 +152,51 @@ result<local_training_report> local_trainer::run(std::span<float> params, batch_
   report.mean_loss = report.steps > 0 ? loss_sum / static_cast<double>(report.steps) : 0.0;
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
+}
+
+// ---- evaluate
+
+result<evaluation> evaluate(const network& net, std::span<const float> params, example_table& data, std::int64_t batch) {
+  TESSERA_ASSERT(batch > 0);
+  const mlp_arch& arch = net.arch();
+  TESSERA_TRY(check_feature_count(arch, data.feature_count(), data.describe()));
+  if (arch.task == task_kind::regression && arch.outputs() != 1)
+    return make_error(errc::unsupported, data.describe() + ": the data readers give one target per example; a "
+                                                           "regression model must have 1 output");
+  const std::int64_t k = arch.outputs();
+  const auto inputs = static_cast<std::size_t>(arch.inputs());
+  const auto width = static_cast<std::size_t>(target_width(arch));
+  const auto b = static_cast<std::size_t>(batch);
+  std::vector<float> ws(net.workspace_floats(batch));
+  std::vector<float> x(b * inputs);
+  std::vector<float> y(b * width);
+  std::vector<std::uint32_t> idx(b);
+  evaluation ev;
+  double loss_sum = 0;
+  std::int64_t correct = 0;
+  for (std::int64_t start = 0; start < data.size(); start += batch) {
+    const std::int64_t rows = std::min(batch, data.size() - start);
+    const auto n = static_cast<std::size_t>(rows);
+    for (std::size_t i = 0; i < n; ++i) idx[i] = static_cast<std::uint32_t>(start + static_cast<std::int64_t>(i));
+    TESSERA_TRY(data.gather(std::span(idx).first(n), std::span(x).first(n * inputs), std::span(y).first(n * width)));
+    net.forward(params, x.data(), rows, ws);
+    TESSERA_ASSIGN_OR_RETURN(const double loss, net.loss(ws, y.data(), rows));
+    loss_sum += loss * static_cast<double>(rows);
+    if (arch.task == task_kind::classification) {
+      const auto out = net.outputs(ws, rows);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float* o = out.data() + r * k;
+        const auto best = std::max_element(o, o + k) - o;
+        if (static_cast<float>(best) == y[static_cast<std::size_t>(r)]) ++correct;
+      }
+    }
+  }
+  ev.examples = data.size();
+  if (ev.examples > 0) {
+    ev.loss = loss_sum / static_cast<double>(ev.examples);
+    ev.accuracy = static_cast<double>(correct) / static_cast<double>(ev.examples);
+  }
+  return ev;
 }
 
 }  // namespace tessera::core

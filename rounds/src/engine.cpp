@@ -9,6 +9,7 @@
 #include "tessera/core/codec.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/seeds.hpp"
+#include "tessera/core/train.hpp"
 #include "tessera/rounds/error.hpp"
 
 namespace tessera::rounds {

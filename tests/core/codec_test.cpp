@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "tessera/core/codec.hpp"
@@ -86,53 +87,84 @@ TEST_CASE("codec q8: error at most half a step of each row's scale") {
   CHECK(back == zeros);
 }
 
-TEST_CASE("codec: a blob of the wrong size is refused, naming both sizes") {
-  const auto a = small_arch();
-  const auto p = random_params(a, 1.0f, 4);
-  for (auto c : {codec_kind::f32, codec_kind::f16, codec_kind::q8}) {
-    auto blob = encoded(a, c, p);
-    blob.pop_back();
-    std::vector<float> back(p.size());
-    auto r = decode(a, c, blob, back);
-    REQUIRE_FALSE(r.ok());
-    CHECK(r.error().code == make_error_code(errc::bad_format));
-    CHECK(r.error().message.find(std::to_string(blob.size())) != std::string::npos);
-    CHECK(r.error().message.find(std::to_string(blob.size() + 1)) != std::string::npos);
+// ---- every way decode must refuse a blob: one enum, one generator, one table -----------------------
+
+namespace {
+
+// A way a received blob of small_arch()'s parameters can be wrong. bad_blob_bytes() makes each from a
+// valid blob; blob_rejections() says how decode must refuse it.
+enum class bad_blob {
+  f32_short,          // one byte missing
+  f32_long,           // one byte more
+  f16_short,
+  q8_short,
+  f32_nan,            // parameter 9
+  f16_infinity,       // parameter 3
+  q8_negative_scale,  // the second row's scale, at byte 4 + 7 = 11
+  q8_infinite_scale,
+  q8_nan_scale,
+};
+constexpr std::size_t k_bad_blob_kinds = static_cast<std::size_t>(bad_blob::q8_nan_scale) + 1;
+
+struct blob_rejection {
+  bad_blob kind;
+  codec_kind codec;
+  errc code;
+  std::string says;
+};
+
+std::vector<std::byte> bad_blob_bytes(bad_blob kind, const mlp_arch& a, codec_kind c) {
+  auto blob = encoded(a, c, random_params(a, 1.0f, 5));
+  const auto put = [&](std::size_t at, auto value) { std::memcpy(blob.data() + at, &value, sizeof value); };
+  switch (kind) {
+    case bad_blob::f32_short:
+    case bad_blob::f16_short:
+    case bad_blob::q8_short: blob.pop_back(); break;
+    case bad_blob::f32_long: blob.push_back(std::byte{0}); break;
+    case bad_blob::f32_nan: put(4 * 9, std::numeric_limits<float>::quiet_NaN()); break;
+    case bad_blob::f16_infinity: put(2 * 3, std::uint16_t{0x7c00}); break;
+    case bad_blob::q8_negative_scale: put(11, -1.0f); break;
+    case bad_blob::q8_infinite_scale: put(11, std::numeric_limits<float>::infinity()); break;
+    case bad_blob::q8_nan_scale: put(11, std::numeric_limits<float>::quiet_NaN()); break;
   }
+  return blob;
 }
 
-TEST_CASE("codec: a NaN in an f32 blob is refused, naming the parameter") {
-  const auto a = small_arch();
-  auto blob = encoded(a, codec_kind::f32, random_params(a, 1.0f, 5));
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::memcpy(blob.data() + 4 * 9, &nan, 4);
-  std::vector<float> back(param_count(a));
-  auto r = decode(a, codec_kind::f32, blob, back);
-  REQUIRE_FALSE(r.ok());
-  CHECK(r.error().code == make_error_code(errc::not_finite));
-  CHECK(r.error().message.find("parameter 9") != std::string::npos);
+// How decode must refuse each kind, in the order of the enum.
+std::vector<blob_rejection> blob_rejections(const mlp_arch& a) {
+  const auto sizes = [&](codec_kind c, std::size_t got) {
+    return std::string(to_string(c)) + " blob of " + std::to_string(got) + " bytes, the subnet needs exactly " +
+           std::to_string(encoded_bytes(a, c));
+  };
+  using enum bad_blob;
+  return {
+      {f32_short, codec_kind::f32, errc::bad_format, sizes(codec_kind::f32, encoded_bytes(a, codec_kind::f32) - 1)},
+      {f32_long, codec_kind::f32, errc::bad_format, sizes(codec_kind::f32, encoded_bytes(a, codec_kind::f32) + 1)},
+      {f16_short, codec_kind::f16, errc::bad_format, sizes(codec_kind::f16, encoded_bytes(a, codec_kind::f16) - 1)},
+      {q8_short, codec_kind::q8, errc::bad_format, sizes(codec_kind::q8, encoded_bytes(a, codec_kind::q8) - 1)},
+      {f32_nan, codec_kind::f32, errc::not_finite, "f32 blob: parameter 9 decodes to nan, not a finite value"},
+      {f16_infinity, codec_kind::f16, errc::not_finite, "f16 blob: parameter 3 decodes to inf, not a finite value"},
+      {q8_negative_scale, codec_kind::q8, errc::not_finite, "q8 blob: row scale at byte 11 is -1.000000, must be finite"},
+      {q8_infinite_scale, codec_kind::q8, errc::not_finite, "q8 blob: row scale at byte 11 is inf, must be finite"},
+      {q8_nan_scale, codec_kind::q8, errc::not_finite, "q8 blob: row scale at byte 11 is nan, must be finite"},
+  };
 }
 
-TEST_CASE("codec: an infinity in an f16 blob is refused") {
-  const auto a = small_arch();
-  auto blob = encoded(a, codec_kind::f16, random_params(a, 1.0f, 6));
-  const std::uint16_t inf = 0x7c00;
-  std::memcpy(blob.data() + 2 * 3, &inf, 2);
-  std::vector<float> back(param_count(a));
-  auto r = decode(a, codec_kind::f16, blob, back);
-  REQUIRE_FALSE(r.ok());
-  CHECK(r.error().message.find("parameter 3") != std::string::npos);
-}
+}  // namespace
 
-TEST_CASE("codec: a q8 row scale that is negative or not finite is refused, naming its byte") {
+TEST_CASE("codec: every malformed blob is refused with its code, naming the size, parameter or byte") {
   const auto a = small_arch();
-  for (float bad : {-1.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
-    auto blob = encoded(a, codec_kind::q8, random_params(a, 1.0f, 7));
-    std::memcpy(blob.data() + 11, &bad, 4);  // the second row's scale: after 4 + 7 bytes
+  const auto rows = blob_rejections(a);
+  REQUIRE(rows.size() == k_bad_blob_kinds);
+  for (std::size_t i = 0; i < k_bad_blob_kinds; ++i) {
+    const blob_rejection& c = rows[i];
+    REQUIRE(static_cast<std::size_t>(c.kind) == i);  // the table follows the enum
+    CAPTURE(c.says);
     std::vector<float> back(param_count(a));
-    auto r = decode(a, codec_kind::q8, blob, back);
+    auto r = decode(a, c.codec, bad_blob_bytes(c.kind, a, c.codec), back);
     REQUIRE_FALSE(r.ok());
-    CHECK(r.error().message.find("byte 11") != std::string::npos);
+    CHECK(r.error().code == make_error_code(c.code));
+    CHECK(r.error().message.find(c.says) != std::string::npos);
   }
 }
 

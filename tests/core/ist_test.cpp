@@ -8,18 +8,12 @@
 #include "tessera/core/ist.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/rng.hpp"
+#include "test_files.hpp"
 
 using namespace tessera::core;
+using namespace tessera::testing;
 
 namespace {
-
-mlp_arch arch_of(std::vector<std::int64_t> widths, bool layer_norm = false) {
-  mlp_arch a;
-  a.widths = std::move(widths);
-  a.layer_norm = layer_norm;
-  a.input_scale.assign(a.widths.size() - 1, 1.0f);
-  return a;
-}
 
 std::vector<float> random_params(const mlp_arch& a, std::uint64_t seed) {
   std::vector<float> p(param_count(a));
@@ -28,10 +22,18 @@ std::vector<float> random_params(const mlp_arch& a, std::uint64_t seed) {
   return p;
 }
 
+// A plan for `groups` devices that can each train the whole model, one group each (min_width 2).
+round_plan equal_plan(const mlp_arch& full, std::size_t groups, std::uint64_t seed) {
+  const std::vector<double> caps(groups, 1.0);
+  auto plan = make_plan(full, caps, groups, {.min_width = 2}, seed);
+  REQUIRE(plan.ok());
+  return std::move(plan).value();
+}
+
 }  // namespace
 
 TEST_CASE("plan: every neuron of every layer is in at most one group, and all of them when capacity allows") {
-  const auto full = arch_of({10, 64, 48, 3});
+  const auto full = arch_of({10, 64, 48, 3}, false);
   const std::vector<double> caps(4, 1.0);
   auto plan = make_plan(full, caps, 4, {.min_width = 4}, 77);
   REQUIRE(plan.ok());
@@ -47,7 +49,7 @@ TEST_CASE("plan: every neuron of every layer is in at most one group, and all of
 }
 
 TEST_CASE("plan: group sizes follow capacities") {
-  const auto full = arch_of({10, 100, 3});
+  const auto full = arch_of({10, 100, 3}, false);
   const std::vector<double> caps = {1.0, 0.5, 0.5};  // shares 1/2, 1/4, 1/4
   auto plan = make_plan(full, caps, 3, {.min_width = 4}, 1);
   REQUIRE(plan.ok());
@@ -57,7 +59,7 @@ TEST_CASE("plan: group sizes follow capacities") {
 }
 
 TEST_CASE("plan: a fleet too small for the layer leaves neurons out and never exceeds a capacity") {
-  const auto full = arch_of({10, 100, 3});
+  const auto full = arch_of({10, 100, 3}, false);
   const std::vector<double> caps = {0.2, 0.3};
   auto plan = make_plan(full, caps, 2, {.min_width = 4}, 1);
   REQUIRE(plan.ok());
@@ -69,7 +71,7 @@ TEST_CASE("plan: a fleet too small for the layer leaves neurons out and never ex
 }
 
 TEST_CASE("plan: same seed gives the same plan, another seed another") {
-  const auto full = arch_of({10, 64, 64, 3});
+  const auto full = arch_of({10, 64, 64, 3}, false);
   const std::vector<double> caps(8, 1.0);
   auto a = make_plan(full, caps, 8, {}, 5);
   auto b = make_plan(full, caps, 8, {}, 5);
@@ -80,7 +82,7 @@ TEST_CASE("plan: same seed gives the same plan, another seed another") {
 }
 
 TEST_CASE("plan: replication when there are fewer groups than devices") {
-  const auto full = arch_of({10, 40, 3});
+  const auto full = arch_of({10, 40, 3}, false);
   const std::vector<double> caps = {1.0, 1.0, 0.5, 1.0};
   auto plan = make_plan(full, caps, 2, {.min_width = 4}, 3);
   REQUIRE(plan.ok());
@@ -90,7 +92,7 @@ TEST_CASE("plan: replication when there are fewer groups than devices") {
 }
 
 TEST_CASE("plan: min_width refused with the layer and group named") {
-  const auto full = arch_of({10, 16, 3});
+  const auto full = arch_of({10, 16, 3}, false);
   const std::vector<double> caps(4, 1.0);
   auto plan = make_plan(full, caps, 4, {.min_width = 8}, 1);
   REQUIRE_FALSE(plan.ok());
@@ -100,7 +102,7 @@ TEST_CASE("plan: min_width refused with the layer and group named") {
 }
 
 TEST_CASE("plan: bad capacities and group counts refused") {
-  const auto full = arch_of({10, 16, 3});
+  const auto full = arch_of({10, 16, 3}, false);
   const std::vector<double> zero = {1.0, 0.0};
   CHECK_FALSE(make_plan(full, zero, 2, {}, 1).ok());
   const std::vector<double> two = {1.0, 1.0};
@@ -112,12 +114,10 @@ TEST_CASE("gather then scatter is the identity, and subnets are disjoint") {
   for (bool ln : {false, true}) {
     const auto full = arch_of({7, 24, 16, 12, 5}, ln);
     const auto params = random_params(full, 11);
-    const std::vector<double> caps(4, 1.0);
-    auto plan = make_plan(full, caps, 4, {.min_width = 2}, 9);
-    REQUIRE(plan.ok());
+    const round_plan plan = equal_plan(full, 4, 9);
     std::vector<float> rebuilt(params.size(), 0.0f);
     for (std::size_t g = 0; g < 4; ++g) {
-      const subnet sub = make_subnet(full, compensation_kind::scale, plan.value(), g);
+      const subnet sub = make_subnet(full, compensation_kind::scale, plan, g);
       std::vector<float> local(param_count(sub.arch));
       gather(full, sub, params, local);
       std::vector<float> copy = params;
@@ -133,12 +133,10 @@ TEST_CASE("gather then scatter is the identity, and subnets are disjoint") {
 }
 
 TEST_CASE("a gathered subnet is a valid smaller MLP: it computes the full model with the other neurons removed") {
-  const auto full = arch_of({5, 12, 8, 3});
+  const auto full = arch_of({5, 12, 8, 3}, false);
   auto params = random_params(full, 3);
-  const std::vector<double> caps(2, 1.0);
-  auto plan = make_plan(full, caps, 2, {.min_width = 2}, 4);
-  REQUIRE(plan.ok());
-  const subnet sub = make_subnet(full, compensation_kind::none, plan.value(), 1);
+  const round_plan plan = equal_plan(full, 2, 4);
+  const subnet sub = make_subnet(full, compensation_kind::none, plan, 1);
   std::vector<float> local(param_count(sub.arch));
   gather(full, sub, params, local);
   // Remove the other group's neurons from the full model: zero their incoming rows, biases and outputs.
@@ -161,20 +159,18 @@ TEST_CASE("a gathered subnet is a valid smaller MLP: it computes the full model 
 }
 
 TEST_CASE("scale compensation: input scales are n / |G| beyond the first layer") {
-  const auto full = arch_of({5, 12, 8, 3});
-  const std::vector<double> caps(4, 1.0);
-  auto plan = make_plan(full, caps, 4, {.min_width = 2}, 4);
-  REQUIRE(plan.ok());
-  const subnet sub = make_subnet(full, compensation_kind::scale, plan.value(), 0);
+  const auto full = arch_of({5, 12, 8, 3}, false);
+  const round_plan plan = equal_plan(full, 4, 4);
+  const subnet sub = make_subnet(full, compensation_kind::scale, plan, 0);
   CHECK(sub.arch.widths == std::vector<std::int64_t>{5, 3, 2, 3});
   CHECK(sub.arch.input_scale == std::vector<float>{1.0f, 4.0f, 4.0f});
-  const subnet plain = make_subnet(full, compensation_kind::none, plan.value(), 0);
+  const subnet plain = make_subnet(full, compensation_kind::none, plan, 0);
   CHECK(plain.arch.input_scale == std::vector<float>{1.0f, 1.0f, 1.0f});
 }
 
 TEST_CASE("aggregation: hand-computed weighted means, shared bias, untouched parameters") {
   // One hidden layer of 4 neurons, 1 input, 1 output: W1 4x1, b1 4, W2 1x4, b2 1 => 4+4+4+1 = 13.
-  const auto full = arch_of({1, 4, 2});
+  const auto full = arch_of({1, 4, 2}, false);
   // widths {1,4,2}: W1 4, b1 4, W2 8, b2 2 => 18 parameters.
   std::vector<float> params(param_count(full));
   std::iota(params.begin(), params.end(), 100.0f);
@@ -213,13 +209,11 @@ TEST_CASE("aggregation: hand-computed weighted means, shared bias, untouched par
 TEST_CASE("aggregation of a single device's disjoint block reproduces it exactly") {
   const auto full = arch_of({6, 16, 16, 4}, true);
   auto params = random_params(full, 1);
-  const std::vector<double> caps(4, 1.0);
-  auto plan = make_plan(full, caps, 4, {.min_width = 2}, 2);
-  REQUIRE(plan.ok());
+  const round_plan plan = equal_plan(full, 4, 2);
   aggregator agg(full);
   std::vector<std::vector<float>> locals;
   for (std::size_t g = 0; g < 4; ++g) {
-    const subnet sub = make_subnet(full, compensation_kind::none, plan.value(), g);
+    const subnet sub = make_subnet(full, compensation_kind::none, plan, g);
     locals.emplace_back(param_count(sub.arch));
     gather(full, sub, params, locals.back());
     for (auto& v : locals.back()) v *= 3.0f;
@@ -227,7 +221,7 @@ TEST_CASE("aggregation of a single device's disjoint block reproduces it exactly
   }
   agg.finish(params);
   for (std::size_t g = 0; g < 4; ++g) {
-    const subnet sub = make_subnet(full, compensation_kind::none, plan.value(), g);
+    const subnet sub = make_subnet(full, compensation_kind::none, plan, g);
     std::vector<float> back(param_count(sub.arch));
     gather(full, sub, params, back);
     // The shared output bias is averaged over 4 equal copies: still equal. Everything else is exact.
@@ -236,7 +230,7 @@ TEST_CASE("aggregation of a single device's disjoint block reproduces it exactly
 }
 
 TEST_CASE("FedAvg plan: one group with every neuron, replicated to every device") {
-  const auto full = arch_of({3, 5, 4, 2});
+  const auto full = arch_of({3, 5, 4, 2}, false);
   const round_plan plan = make_full_plan(full, 3);
   CHECK(plan.groups == 1);
   CHECK(plan.device_group == std::vector<std::size_t>{0, 0, 0});

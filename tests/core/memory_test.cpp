@@ -2,21 +2,13 @@
 
 #include "tessera/core/memory.hpp"
 #include "tessera/core/mlp.hpp"
+#include "test_files.hpp"
 
 using namespace tessera::core;
-
-namespace {
-mlp_arch arch_of(std::vector<std::int64_t> widths, bool layer_norm = true) {
-  mlp_arch a;
-  a.widths = std::move(widths);
-  a.layer_norm = layer_norm;
-  a.input_scale.assign(a.widths.size() - 1, 1.0f);
-  return a;
-}
-}  // namespace
+using namespace tessera::testing;
 
 TEST_CASE("memory plan: regions are aligned, disjoint and add up to the total") {
-  const auto a = arch_of({784, 64, 64, 10});
+  const auto a = arch_of({784, 64, 64, 10}, true);
   const training_memory m = plan_training_memory(a, 32, true, codec_kind::q8);
   const std::size_t p = param_count(a) * 4;
   CHECK(m.params_bytes == p);
@@ -48,7 +40,7 @@ TEST_CASE("memory plan: plain SGD keeps gradients instead of a velocity, f32 no 
 }
 
 TEST_CASE("capacity for a budget: the largest fraction whose subnet fits") {
-  const auto full = arch_of({784, 512, 512, 10});
+  const auto full = arch_of({784, 512, 512, 10}, true);
   for (std::size_t mib : {4, 8, 16}) {
     const std::size_t budget = mib << 20;
     const double f = capacity_for_budget(full, 32, true, codec_kind::f32, budget, 8);

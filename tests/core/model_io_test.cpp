@@ -1,15 +1,14 @@
 #include <doctest/doctest.h>
 
-
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/model_io.hpp"
 #include "tessera/core/safetensors.hpp"
 #include "test_files.hpp"
 
 using namespace tessera::core;
+using namespace tessera::testing;
 
 namespace {
-using tessera::testing::temp_dir;
 
 model_spec spec_with(compensation_kind c) {
   model_spec s;

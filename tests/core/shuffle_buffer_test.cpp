@@ -1,45 +1,29 @@
 // The bounded shuffle buffer over a stream: every example once per epoch, a seeded order that is really
 // shuffled, capacities above the data size, and the errors of an empty or broken stream.
 #include <doctest/doctest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
 #include <numeric>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "tessera/core/dataset.hpp"
 #include "tessera/core/train.hpp"
-
-namespace core = tessera::core;
-namespace fs = std::filesystem;
-
 #include "test_files.hpp"
 
+namespace core = tessera::core;
+
+using namespace tessera::testing;
+
 namespace {
-
-using tessera::testing::temp_dir;
-using tessera::testing::write_bytes;
-
-
-void write_text(const std::string& path, std::string_view text) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  REQUIRE(out.good());
-}
-
-bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
 
 // A CSV of n examples: label i, features 2·i and -i (so a copied example can be checked whole).
 std::string write_examples(const temp_dir& dir, int n) {
   std::string text;
   for (int i = 0; i < n; ++i) text += std::to_string(i) + "," + std::to_string(2 * i) + "," + std::to_string(-i) + "\n";
   const std::string path = dir.file("examples-" + std::to_string(n) + ".csv");
-  write_text(path, text);
+  write_bytes(path, text);
   return path;
 }
 
@@ -175,7 +159,7 @@ TEST_CASE("shuffled_stream_batches: errors of the stream propagate") {
   for (int i = 0; i < 30; ++i) text += std::to_string(i) + "," + std::to_string(2 * i) + "," + std::to_string(-i) + "\n";
   text += "30,60,oops\n";
   const std::string path = dir.file("broken.csv");
-  write_text(path, text);
+  write_bytes(path, text);
   auto stream = open(path);
   core::shuffled_stream_batches source(*stream, 7, 5);
   std::vector<float> x(2 * 8);

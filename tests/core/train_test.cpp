@@ -5,9 +5,11 @@
 
 #include "tessera/core/dataset.hpp"
 #include "tessera/core/ist.hpp"
+#include "tessera/core/memory.hpp"
 #include "tessera/core/model_spec.hpp"
 #include "tessera/core/rng.hpp"
 #include "tessera/core/train.hpp"
+#include "tessera/core/training_block.hpp"
 
 using namespace tessera::core;
 
@@ -92,12 +94,17 @@ TEST_CASE("FedAvg with one device equals local training") {
   auto data = blobs(200, 2);
   const model_spec spec = small_spec();
   const mlp_arch full = spec.full_arch();
-  std::vector<float> direct(param_count(full));
+  // Both runs train in training blocks, as the simulator and the agent do: Eigen's kernels sum in an
+  // order that depends on the buffers' alignment, so only equally aligned memory gives equal floats.
+  const training_memory layout = plan_training_memory(full, 8, true, codec_kind::f32);
+  auto direct_block = training_block::allocate(layout);
+  REQUIRE(direct_block.ok());
+  const std::span<float> direct = direct_block.value().params();
   initialize(spec, direct);
-  std::vector<float> federated = direct;
+  std::vector<float> federated(direct.begin(), direct.end());
   const local_training_options opt{.steps = 40, .sgd = {.learning_rate = 0.1f, .momentum = 0.9f, .weight_decay = 1e-3f}};
 
-  local_trainer t1(full, 8);
+  local_trainer t1(full, 8, direct_block.value().buffers());
   table_batches o1(data, 7, 8);
   table_batches o2(data, 7, 8);
   for (int round = 0; round < 3; ++round) {
@@ -105,16 +112,18 @@ TEST_CASE("FedAvg with one device equals local training") {
 
     const round_plan plan = make_full_plan(full, 1);
     const subnet sub = make_subnet(full, spec.compensation, plan, 0);
-    std::vector<float> local(param_count(sub.arch));
+    auto block = training_block::allocate(plan_training_memory(sub.arch, 8, true, codec_kind::f32));
+    REQUIRE(block.ok());
+    const std::span<float> local = block.value().params();
     gather(full, sub, federated, local);
-    local_trainer t2(sub.arch, 8);
+    local_trainer t2(sub.arch, 8, block.value().buffers());
     auto rep = t2.run(local, o2, opt);
     REQUIRE(rep.ok());
     aggregator agg(full);
     agg.add(sub, local, static_cast<double>(rep.value().examples));
     agg.finish(federated);
   }
-  CHECK(federated == direct);
+  CHECK(federated == std::vector<float>(direct.begin(), direct.end()));
 }
 
 TEST_CASE("trainer refuses data whose width does not match the model, naming the data") {
@@ -135,22 +144,25 @@ TEST_CASE("a run split in pieces with keep_velocity equals one run; without it t
   std::vector<float> start(param_count(spec.full_arch()));
   initialize(spec, start);
   const sgd_options sgd{.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 0.001f, .nesterov = false};
-  auto train = [&](bool keep) {
-    std::vector<float> p = start;
-    local_trainer trainer(spec.full_arch(), 16);
+  const mlp_arch arch = spec.full_arch();
+  // Each run trains in its own training block, aligned as on a device: Eigen's sums follow the buffers'
+  // alignment, so only equally aligned runs can be compared bit for bit.
+  auto train = [&](const std::vector<std::int64_t>& pieces, bool keep) {
+    auto block = training_block::allocate(plan_training_memory(arch, 16, true, codec_kind::f32));
+    REQUIRE(block.ok());
+    const std::span<float> p = block.value().params();
+    std::copy(start.begin(), start.end(), p.begin());
+    local_trainer trainer(arch, 16, block.value().buffers());
     table_batches order(data, 9, 16);
-    REQUIRE(trainer.run(p, order, {.steps = 10, .sgd = sgd}).ok());
-    REQUIRE(trainer.run(p, order, {.steps = 10, .sgd = sgd, .cancel = nullptr, .keep_velocity = keep}).ok());
-    return p;
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      const local_training_options o{.steps = pieces[i], .sgd = sgd, .cancel = nullptr, .keep_velocity = keep && i > 0};
+      REQUIRE(trainer.run(p, order, o).ok());
+    }
+    return std::vector<float>(p.begin(), p.end());
   };
-  std::vector<float> whole = start;
-  {
-    local_trainer trainer(spec.full_arch(), 16);
-    table_batches order(data, 9, 16);
-    REQUIRE(trainer.run(whole, order, {.steps = 20, .sgd = sgd}).ok());
-  }
-  CHECK(train(true) == whole);
-  CHECK(train(false) != whole);
+  const std::vector<float> whole = train({20}, false);
+  CHECK(train({10, 10}, true) == whole);
+  CHECK(train({10, 10}, false) != whole);
 }
 
 TEST_CASE("a cancelled run stops before its next step") {

@@ -103,14 +103,4 @@ class network {
   std::int64_t max_width_ = 0;  // widest of n_1..n_{L+1}: size of the two gradient buffers
 };
 
-// Accuracy (classification) or mean squared error (regression) over a table, with the mean loss.
-struct evaluation {
-  double loss = 0;
-  double accuracy = 0;  // fraction correct; 0 for regression
-  std::int64_t examples = 0;
-};
-class example_table;
-[[nodiscard]] result<evaluation> evaluate(const network& net, std::span<const float> params, example_table& data,
-                                          std::int64_t batch = 256);
-
 }  // namespace tessera::core

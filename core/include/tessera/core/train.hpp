@@ -1,11 +1,14 @@
-// tessera/core/train.hpp — local training: a deterministic batch order and the step loop.
+// tessera/core/train.hpp — where the model meets the data: batch order, the step loop, evaluation.
 //
 // The same code trains a subnet on a device, a virtual device in the simulator and the reference
 // `central` run, so that a federation over the network and the simulator produce the same model.
+// Batches come from a batch_source: a table read in a computed shuffled order, or a stream through a
+// bounded shuffle buffer.
 //
-//   core::batch_sampler order(table.size(), core::mix_seed(device_seed, 0));  // persists across rounds
+//   core::table_batches batches(table, core::mix_seed(device_seed, 0), 32);  // persists across rounds
 //   core::local_trainer trainer(sub.arch, 32);        // sizes its buffers once
-//   auto report = trainer.run(params, table, order, {.steps = 200, .sgd = {.learning_rate = 0.05f}});
+//   auto report = trainer.run(params, batches, {.steps = 200, .sgd = {.learning_rate = 0.05f}});
+//   auto ev = core::evaluate(trainer.net(), params, test_table);   // accuracy and mean loss
 #pragma once
 
 #include <atomic>
@@ -147,5 +150,14 @@ class local_trainer {
 
 // Floats per example of the targets a model trains on: 1 (class index) or the output width.
 [[nodiscard]] std::int64_t target_width(const mlp_arch& arch) noexcept;
+
+// Accuracy (classification) or mean squared error (regression) over a table, with the mean loss.
+struct evaluation {
+  double loss = 0;
+  double accuracy = 0;  // fraction correct; 0 for regression
+  std::int64_t examples = 0;
+};
+[[nodiscard]] result<evaluation> evaluate(const network& net, std::span<const float> params, example_table& data,
+                                          std::int64_t batch = 256);
 
 }  // namespace tessera::core

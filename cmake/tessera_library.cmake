@@ -1,0 +1,50 @@
+# tessera_add_library: one library target per concept, declared in one call (STYLE.md, "Layout").
+#
+#   tessera_add_library(<name>
+#     [SOURCES <file>...]         # its .cpp files, relative to the calling folder; none: header-only
+#     [HEADERS <file>...]         # the public headers it owns, under include/
+#     [DEPS <target>...]          # public: what its headers include, or its users must link with it
+#     [PRIVATE_DEPS <target>...]) # what only its sources use
+#
+# defines the target tessera_<name> and its alias tessera::<name>, whose users get <folder>/include as
+# an include folder, and builds its sources with the warning set of STYLE.md (tessera::warnings). A
+# library without SOURCES is an INTERFACE library: headers and DEPS only, e.g. a module's umbrella
+# target that links its finer ones.
+#
+#   tessera_add_library(crypto
+#     SOURCES src/common.cpp src/digest.cpp src/seal.cpp src/pki.cpp src/tls.cpp
+#     DEPS tessera::core
+#     PRIVATE_DEPS OpenSSL::SSL OpenSSL::Crypto)
+#
+# HEADERS are recorded as the target's header file set: the list says what the target offers, and
+# configuring with -DCMAKE_VERIFY_INTERFACE_HEADER_SETS=ON adds a build target
+# (all_verify_interface_header_sets) that compiles each header alone against the target's own
+# dependencies, which proves the DEPS are enough for its headers.
+function(tessera_add_library name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "SOURCES;HEADERS;DEPS;PRIVATE_DEPS")
+  if(arg_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "tessera_add_library(${name}): unknown arguments ${arg_UNPARSED_ARGUMENTS}")
+  endif()
+  set(target tessera_${name})
+  set(include_dir ${CMAKE_CURRENT_SOURCE_DIR}/include)
+  if(arg_SOURCES)
+    add_library(${target} ${arg_SOURCES})
+    set(scope PUBLIC)
+    target_link_libraries(${target} PRIVATE tessera::warnings ${arg_PRIVATE_DEPS})
+  else()
+    if(arg_PRIVATE_DEPS)
+      message(FATAL_ERROR "tessera_add_library(${name}): PRIVATE_DEPS without SOURCES")
+    endif()
+    add_library(${target} INTERFACE)
+    set(scope INTERFACE)
+  endif()
+  add_library(tessera::${name} ALIAS ${target})
+  if(arg_HEADERS)
+    target_sources(${target} ${scope} FILE_SET HEADERS BASE_DIRS ${include_dir} FILES ${arg_HEADERS})
+  else()
+    target_include_directories(${target} ${scope} ${include_dir})
+  endif()
+  if(arg_DEPS)
+    target_link_libraries(${target} ${scope} ${arg_DEPS})
+  endif()
+endfunction()

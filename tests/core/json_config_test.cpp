@@ -1,0 +1,217 @@
+// JSON configuration (json_config.cpp): parsing and loading with errors that name the source, KEY=VALUE
+// overrides with dotted keys, and the field reader: defaults, bounds, types, nested objects, and the
+// refusal of fields it does not know.
+#include "tessera/core/json_config.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "test_files.hpp"
+
+namespace core = tessera::core;
+using json = nlohmann::json;
+using namespace tessera::testing;
+
+namespace {
+
+// The first error of reading `text` (from "cfg.json") with `read`, which calls the reader's accessors.
+template <class Read>
+core::error reader_error(const std::string& text, Read read) {
+  const json j = json::parse(text);
+  core::config_reader r(j, "cfg.json");
+  read(r);
+  return error_of(r.finish());
+}
+
+}  // namespace
+
+// ---- parsing and loading --------------------------------------------------------------------------
+
+TEST_CASE("parse_json: a syntax error names the source and the byte") {
+  CHECK(core::parse_json(R"({"a": [1, 2]})", "cfg.json").value()["a"] == json{1, 2});
+  const auto e = error_of(core::parse_json(R"({"a": })", "cfg.json"));
+  CHECK(e.code == core::errc::bad_format);
+  CHECK(contains(e.message, "cfg.json: invalid JSON at byte 7"));
+}
+
+TEST_CASE("load_json_file: reads a file, and refuses a missing, a larger or a broken one naming it") {
+  temp_dir dir;
+  const std::string path = dir.file("cfg.json");
+  write_bytes(path, R"({"rounds": 5})");
+  CHECK(core::load_json_file(path).value()["rounds"] == 5);
+  CHECK(core::load_json_file(path, 13).ok());  // exactly the bound
+
+  const auto big = error_of(core::load_json_file(path, 12));
+  CHECK(big.code == core::errc::bad_format);
+  CHECK(contains(big.message, path + ": larger than 12 bytes"));
+
+  const auto missing = error_of(core::load_json_file(dir.file("none.json")));
+  CHECK(missing.code == core::errc::io);
+  CHECK(contains(missing.message, dir.file("none.json") + ": cannot open: No such file"));
+
+  write_bytes(path, "{\"rounds\": 5,}");
+  const auto broken = error_of(core::load_json_file(path));
+  CHECK(broken.code == core::errc::bad_format);
+  CHECK(contains(broken.message, path + ": invalid JSON at byte"));
+}
+
+// ---- overrides ------------------------------------------------------------------------------------
+
+TEST_CASE("apply_overrides: dotted keys reach into objects, values are JSON or else strings") {
+  json root = {{"rounds", 50}, {"model", {{"inputs", 784}, {"hidden", {512}}}}};
+  REQUIRE(core::apply_overrides(root, {"rounds=100", "model.hidden=[2048,2048]", "listen=0.0.0.0:7443",
+                                       "tls.ca=\"ca.pem\"", "data.test.limit=null", "note=a=b", "rounds=7"})
+              .ok());
+  CHECK(root["rounds"] == 7);  // the last override of a key wins
+  CHECK(root["model"]["hidden"] == json{2048, 2048});
+  CHECK(root["model"]["inputs"] == 784);  // its siblings stay
+  CHECK(root["listen"] == "0.0.0.0:7443");  // not JSON: taken as a string
+  CHECK(root["tls"]["ca"] == "ca.pem");     // a missing object is created
+  CHECK(root["data"]["test"].contains("limit"));
+  CHECK(root["data"]["test"]["limit"].is_null());
+  CHECK(root["note"] == "a=b");  // split at the first '='
+}
+
+TEST_CASE("apply_overrides: malformed overrides are refused, naming the override") {
+  struct bad_override {
+    std::string item;
+    std::string says;
+  };
+  for (const auto& [item, says] : std::vector<bad_override>{
+           {"rounds", "override 'rounds': expected key=value"},
+           {"=5", "override '=5': expected key=value"},
+           {"model..hidden=1", "override 'model..hidden=1': empty field name"},
+           {"model.=1", "override 'model.=1': empty field name"},
+           {"rounds.max=1", "override 'rounds.max=1': 'max' is inside a non-object"},
+       }) {
+    CAPTURE(item);
+    json root = {{"rounds", 50}};
+    const auto e = error_of(core::apply_overrides(root, {"lr=0.1", item, "seed=3"}));
+    CHECK(e.code == core::errc::invalid_spec);
+    CHECK(e.message == says);
+    CHECK_FALSE(root.contains("seed"));  // overrides after the bad one are not applied
+  }
+}
+
+TEST_CASE("load_config: the file, or an empty object, with the overrides on top") {
+  temp_dir dir;
+  const std::string path = dir.file("hub.json");
+  write_bytes(path, R"({"rounds": 5, "model": {"inputs": 10}})");
+  const auto loaded = core::load_config(path, {"model.outputs=3", "rounds=9"});
+  REQUIRE(loaded.ok());
+  CHECK(loaded.value() == json{{"rounds", 9}, {"model", {{"inputs", 10}, {"outputs", 3}}}});
+
+  CHECK(core::load_config("", {}).value() == json::object());
+  CHECK(core::load_config("", {"a.b=1"}).value() == json{{"a", {{"b", 1}}}});
+  CHECK(contains(error_of(core::load_config(dir.file("none.json"), {})).message, "none.json: cannot open"));
+  CHECK(contains(error_of(core::load_config(path, {"x"})).message, "override 'x'"));
+}
+
+// ---- the field reader -----------------------------------------------------------------------------
+
+TEST_CASE("config_reader: absent fields take their defaults, present ones their values") {
+  const json j = json::parse(R"({"rounds": 12, "lr": 0.5, "fast": true, "name": "n", "strategy": "fedavg",
+                                 "hidden": [4, 8], "codecs": ["q8"], "caps": [0.5, 1], "seed": 18446744073709551615,
+                                 "whole": 3.0})");
+  core::config_reader r(j, "cfg.json");
+  CHECK(r.integer("rounds", 1, 1, 100) == 12);
+  CHECK(r.integer("devices", 8, 1, 100) == 8);
+  CHECK(r.integer("whole", 0, 0, 10) == 3);  // an integral number written as a float
+  CHECK(r.number("lr", 0.1, 0.0, 1.0) == 0.5);
+  CHECK(r.number("momentum", 0.9, 0.0, 1.0) == 0.9);
+  CHECK(r.boolean("fast", false));
+  CHECK(r.string("name", "x") == "n");
+  CHECK(r.choice("strategy", "ist", {"ist", "fedavg"}) == "fedavg");
+  CHECK(r.integers("hidden", {}, 1, 1 << 20) == std::vector<std::int64_t>{4, 8});
+  CHECK(r.choices("codecs", {"f32"}, {"f32", "f16", "q8"}) == std::vector<std::string>{"q8"});
+  CHECK(r.numbers("caps", {}, 0.0, 1.0) == std::vector<double>{0.5, 1.0});
+  CHECK(r.seed("seed", 1) == std::numeric_limits<std::uint64_t>::max());
+  CHECK(r.has("rounds"));
+  CHECK_FALSE(r.has("devices"));
+  CHECK(r.finish().ok());
+}
+
+TEST_CASE("config_reader: a wrong value is refused naming the source, the field and what was found") {
+  struct bad_field {
+    std::string text;
+    void (*read)(core::config_reader&);
+    std::string says;
+  };
+  const std::vector<bad_field> cases = {
+      {R"({"rounds": 0})", [](core::config_reader& r) { static_cast<void>(r.integer("rounds", 1, 1, 100)); },
+       "cfg.json: field 'rounds': 0 is out of range [1, 100]"},
+      {R"({"rounds": "ten"})", [](core::config_reader& r) { static_cast<void>(r.integer("rounds", 1, 1, 100)); },
+       "cfg.json: field 'rounds': expected an integer, found \"ten\""},
+      {R"({"rounds": 2.5})", [](core::config_reader& r) { static_cast<void>(r.integer("rounds", 1, 1, 100)); },
+       "cfg.json: field 'rounds': expected an integer, found 2.5"},
+      {R"({"rounds": 18446744073709551615})",
+       [](core::config_reader& r) { static_cast<void>(r.integer("rounds", 1, 1, 100)); },
+       "cfg.json: field 'rounds': out of range"},
+      {R"({"seed": -1})", [](core::config_reader& r) { static_cast<void>(r.seed("seed", 1)); },
+       "cfg.json: field 'seed': expected an integer in [0, 2^64), found -1"},
+      {R"({"lr": 2})", [](core::config_reader& r) { static_cast<void>(r.number("lr", 0.1, 0.0, 1.0)); },
+       "cfg.json: field 'lr': 2 is out of range [0.000000, 1.000000]"},
+      {R"({"lr": [1]})", [](core::config_reader& r) { static_cast<void>(r.number("lr", 0.1, 0.0, 1.0)); },
+       "cfg.json: field 'lr': expected a number, found [1]"},
+      {R"({"fast": 1})", [](core::config_reader& r) { static_cast<void>(r.boolean("fast", false)); },
+       "cfg.json: field 'fast': expected true or false, found 1"},
+      {R"({"name": 5})", [](core::config_reader& r) { static_cast<void>(r.string("name", "")); },
+       "cfg.json: field 'name': expected a string, found 5"},
+      {R"({"strategy": "fedprox"})",
+       [](core::config_reader& r) { static_cast<void>(r.choice("strategy", "ist", {"ist", "fedavg"})); },
+       "cfg.json: field 'strategy': 'fedprox' is not one of: ist, fedavg"},
+      {R"({"hidden": [4, 0]})", [](core::config_reader& r) { static_cast<void>(r.integers("hidden", {}, 1, 64)); },
+       "cfg.json: field 'hidden[1]': expected an integer in [1, 64], found 0"},
+      {R"({"hidden": 4})", [](core::config_reader& r) { static_cast<void>(r.integers("hidden", {}, 1, 64)); },
+       "cfg.json: field 'hidden': expected an array of integers, found 4"},
+      {R"({"codecs": ["f32", "f8"]})",
+       [](core::config_reader& r) { static_cast<void>(r.choices("codecs", {}, {"f32", "q8"})); },
+       "cfg.json: field 'codecs[1]': expected one of f32, q8, found \"f8\""},
+      {R"({"caps": [0.5, 1.5]})", [](core::config_reader& r) { static_cast<void>(r.numbers("caps", {}, 0.0, 1.0)); },
+       "cfg.json: field 'caps[1]': expected a number in [0.000000, 1.000000], found 1.5"},
+      {R"({"model": [1]})", [](core::config_reader& r) { static_cast<void>(r.object("model")); },
+       "cfg.json: field 'model': expected an object, found [1]"},
+      {R"({"roundz": 5})", [](core::config_reader& r) { static_cast<void>(r.integer("rounds", 1, 1, 100)); },
+       "cfg.json: field 'roundz': unknown field"},
+      {R"([1, 2])", [](core::config_reader&) {}, "cfg.json: expected a JSON object"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.text);
+    const core::error e = reader_error(c.text, c.read);
+    CHECK(e.code == core::errc::invalid_spec);
+    CHECK(e.message == c.says);
+  }
+}
+
+TEST_CASE("config_reader: a refused value reads as its default, and the first error is the one kept") {
+  const json j = json::parse(R"({"rounds": 0, "lr": "fast", "extra": 1})");
+  core::config_reader r(j, "cfg.json");
+  CHECK(r.integer("rounds", 7, 1, 100) == 7);
+  CHECK(r.number("lr", 0.25, 0.0, 1.0) == 0.25);
+  r.fail("batch", "larger than the data");
+  CHECK(error_of(r.finish()).message == "cfg.json: field 'rounds': 0 is out of range [1, 100]");
+}
+
+TEST_CASE("config_reader: nested objects are read by child readers whose errors give the dotted path") {
+  const json j = json::parse(R"({"model": {"inputs": 784, "hidden": [8], "extra": true}, "rounds": 3})");
+  core::config_reader r(j, "sim.json");
+  CHECK(r.integer("rounds", 1, 1, 10) == 3);
+  const json* model = r.object("model");
+  REQUIRE(model != nullptr);
+  CHECK(r.object("data") == nullptr);  // absent
+  core::config_reader m = r.child("model", *model);
+  CHECK(m.integer("inputs", 1, 1, 1 << 20) == 784);
+  CHECK(m.integers("hidden", {}, 1, 1 << 20) == std::vector<std::int64_t>{8});
+  CHECK(m.where("inputs") == "sim.json: field 'model.inputs'");
+  CHECK(error_of(m.finish()).message == "sim.json: field 'model.extra': unknown field");
+  CHECK(r.finish().ok());  // the parent knows "model"; what is inside is the child's to check
+
+  m.fail("hidden", "wider than inputs");
+  CHECK(error_of(m.finish()).message == "sim.json: field 'model.hidden': wider than inputs");
+  const json not_object = 5;
+  CHECK(error_of(r.child("data", not_object).finish()).message == "sim.json: field 'data': expected a JSON object");
+}

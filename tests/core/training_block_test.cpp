@@ -1,0 +1,106 @@
+// The trainer's memory in one aligned block (training_block.cpp): every region where the layout says,
+// aligned and zeroed, a trainer working inside it, and a failed allocation as an error.
+#include "tessera/core/training_block.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "tessera/core/dataset.hpp"
+#include "tessera/core/memory.hpp"
+#include "tessera/core/model_spec.hpp"
+#include "tessera/core/rng.hpp"
+#include "test_files.hpp"
+
+namespace core = tessera::core;
+using namespace tessera::testing;
+
+namespace {
+
+std::uintptr_t address(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+
+// `span` lies at byte `offset` of the block and holds `bytes` bytes.
+template <class T>
+void check_region(core::training_block& block, std::span<T> span, std::size_t offset, std::size_t bytes) {
+  CHECK(span.size_bytes() == bytes);
+  if (bytes == 0) return;
+  CHECK(address(span.data()) == address(block.all().data()) + offset);
+  CHECK(address(span.data()) % core::k_arena_alignment == 0);
+}
+
+}  // namespace
+
+TEST_CASE("training_block: regions where the layout puts them, aligned, zeroed, inside the block") {
+  const auto arch = arch_of({20, 16, 12, 4}, true);
+  for (const bool momentum : {true, false}) {
+    for (const auto codec : {core::codec_kind::f32, core::codec_kind::q8}) {
+      CAPTURE(momentum);
+      const core::training_memory layout = core::plan_training_memory(arch, 8, momentum, codec);
+      auto block = core::training_block::allocate(layout);
+      REQUIRE(block.ok());
+      core::training_block& b = block.value();
+      CHECK(b.size_bytes() == layout.total);
+      CHECK(b.all().size() == layout.total);
+      CHECK(address(b.all().data()) % core::k_arena_alignment == 0);
+      CHECK(std::all_of(b.all().begin(), b.all().end(), [](std::byte x) { return x == std::byte{0}; }));
+      check_region(b, b.params(), layout.params, layout.params_bytes);
+      check_region(b, b.staging(), layout.staging, layout.staging_bytes);
+      const core::training_buffers buf = b.buffers();
+      check_region(b, buf.grads, layout.grads, layout.grads_bytes);
+      check_region(b, buf.velocity, layout.velocity, layout.velocity_bytes);
+      check_region(b, buf.workspace, layout.workspace, layout.workspace_bytes);
+      check_region(b, buf.features, layout.features, layout.features_bytes);
+      check_region(b, buf.targets, layout.targets, layout.targets_bytes);
+      CHECK(buf.velocity.empty() != momentum);  // momentum keeps a velocity and no gradient buffer
+      CHECK(buf.grads.empty() == momentum);
+      CHECK(b.staging().empty() == (codec == core::codec_kind::f32));
+    }
+  }
+}
+
+TEST_CASE("training_block: a trainer runs inside the block, the same steps giving the same floats") {
+  const auto arch = arch_of({4, 8, 3}, true);
+  core::rng r(9);
+  std::vector<float> x;
+  std::vector<float> y;
+  for (int i = 0; i < 64; ++i) {
+    for (int f = 0; f < 4; ++f) x.push_back(r.uniform());
+    y.push_back(static_cast<float>(r.below(3)));
+  }
+  core::memory_table data(4, x, y, "random");
+  core::model_spec spec;
+  spec.inputs = 4;
+  spec.hidden = {8};
+  spec.outputs = 3;
+  std::vector<std::vector<float>> results;
+  for (int run = 0; run < 2; ++run) {
+    auto block = core::training_block::allocate(core::plan_training_memory(arch, 8, true, core::codec_kind::f32));
+    REQUIRE(block.ok());
+    core::initialize(spec, block.value().params());
+    core::local_trainer trainer(arch, 8, block.value().buffers());
+    core::table_batches batches(data, 5, 8);
+    const auto report = trainer.run(block.value().params(), batches, {.steps = 20, .sgd = {.learning_rate = 0.1f}});
+    REQUIRE(report.ok());
+    CHECK(report.value().steps == 20);
+    const auto p = block.value().params();
+    results.emplace_back(p.begin(), p.end());
+  }
+  CHECK(results[0] == results[1]);
+  std::vector<float> initial(results[0].size());
+  core::initialize(spec, initial);
+  CHECK(results[0] != initial);
+}
+
+#if !defined(__SANITIZE_ADDRESS__)  // AddressSanitizer aborts on an impossible allocation instead of failing it
+TEST_CASE("training_block: an allocation that cannot be made is an error, not a crash") {
+  core::training_memory impossible;
+  impossible.total = std::numeric_limits<std::size_t>::max() / core::k_arena_alignment * core::k_arena_alignment;
+  const auto e = error_of(core::training_block::allocate(impossible));
+  CHECK(e.code == core::errc::over_budget);
+  CHECK(e.message == "cannot allocate " + std::to_string(impossible.total) + " bytes of training memory");
+}
+#endif
