@@ -1,10 +1,11 @@
 // Helpers for the federation tests: real tessera-hub, tessera-edge, tessera-sim and tessera-pki
 // processes on 127.0.0.1, in a temporary folder per test case.
 //
-// Every child runs under a guard (child_process) that SIGKILLs and reaps it when the guard goes, so a
-// failing REQUIRE never leaves processes behind; the children also die with the test process
-// (PR_SET_PDEATHSIG). Their standard output and error go to files in the folder, which the tests poll:
-// every wait has a deadline and fails with the tail of every log (fleet::diagnostics).
+// Every child runs under a guard (testing::child_process, tests/support, shared with the benchmarks)
+// that SIGKILLs and reaps it when the guard goes, so a failing REQUIRE never leaves processes behind;
+// the children also die with the test process (PR_SET_PDEATHSIG). Their standard output and error go
+// to files in the folder, which the tests poll: every wait has a deadline and fails with the tail of
+// every log (fleet::diagnostics).
 //
 //   testing::fleet f("resume");
 //   INFO(f.diagnostics());                              // printed if a check fails
@@ -12,16 +13,10 @@
 //   auto data = f.make_shards(sim_json);                // each device's "data" object
 //   auto hub = f.start_hub("hub", hub_json);            // waits for the port
 //   auto& a = f.start_agent("device-0", data[0], hub.port);
-//   REQUIRE_MESSAGE(f.wait_for_exit(hub.process, 60s) == 0, "the hub did not finish");
+//   REQUIRE_MESSAGE(hub.process.wait_exit(60s) == 0, "the hub did not finish");
 #pragma once
 
 #include <doctest/doctest.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -34,22 +29,22 @@
 #include <memory>
 #include <optional>
 #include <span>
-#include <sstream>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "../core/test_files.hpp"
+#include "support/child_process.hpp"
+#include "support/text.hpp"
+#include "support/wait.hpp"
 #include "tessera/core/dataset.hpp"
 #include "tessera/core/model_io.hpp"
 
 namespace tessera::testing {
 
 using namespace std::chrono_literals;
-using clock_type = std::chrono::steady_clock;
 
 // The binaries under test (compile definitions, see tests/federation/CMakeLists.txt).
 inline constexpr const char* k_hub_binary = TESSERA_HUB_BINARY;
@@ -59,139 +54,6 @@ inline constexpr const char* k_pki_binary = TESSERA_PKI_BINARY;
 
 // Fashion-MNIST from Debian's dataset-fashion-mnist package (tessera-sim's default data).
 inline const std::string k_fashion_dir = "/usr/share/datasets/fashion-mnist/";
-
-inline std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-inline std::size_t count_of(std::string_view text, std::string_view needle) {
-  std::size_t n = 0;
-  for (auto at = text.find(needle); at != std::string_view::npos; at = text.find(needle, at + needle.size())) ++n;
-  return n;
-}
-
-// The complete lines of `text` that contain `needle`.
-inline std::vector<std::string> lines_with(const std::string& text, std::string_view needle) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);)
-    if (line.find(needle) != std::string::npos) out.push_back(line);
-  return out;
-}
-
-inline std::string last_lines(const std::string& text, std::size_t n) {
-  std::size_t at = text.size();
-  if (at > 0 && text[at - 1] == '\n') --at;
-  for (std::size_t seen = 0; at > 0; --at)
-    if (text[at - 1] == '\n' && ++seen == n) break;
-  return text.substr(at);
-}
-
-// Polls `ready` about every 10 ms until it holds or `limit` passes. `pump` (if given) runs instead of
-// sleeping: the tests' in-process agents are driven from this thread.
-template <class Pred>
-[[nodiscard]] bool eventually(Pred&& ready, std::chrono::milliseconds limit, const std::function<void()>& pump = {}) {
-  const auto deadline = clock_type::now() + limit;
-  while (!ready()) {
-    if (clock_type::now() >= deadline) return false;
-    if (pump) pump();
-    else std::this_thread::sleep_for(10ms);
-  }
-  return true;
-}
-
-// One child process: started by the constructor, SIGKILLed and reaped by kill() or the destructor.
-class child_process {
- public:
-  child_process(std::string name, std::vector<std::string> argv, const std::filesystem::path& folder)
-      : name_(std::move(name)), out_(folder / (name_ + ".out")), err_(folder / (name_ + ".err")) {
-    REQUIRE(!argv.empty());
-    // Everything the child needs is prepared before fork(): after it, only async-signal-safe calls.
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    const int out = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    const int err = ::open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    REQUIRE_MESSAGE((out >= 0 && err >= 0 && null >= 0), "cannot open the log files of " << name_);
-    const pid_t parent = ::getpid();
-    rlimit files{};
-    ::getrlimit(RLIMIT_NOFILE, &files);
-    const int max_fd = static_cast<int>(std::min<rlim_t>(files.rlim_cur, 65536));
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      // Dies with the test process, even if that one is killed before its guards run.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(126);
-      ::dup2(null, 0);
-      ::dup2(out, 1);
-      ::dup2(err, 2);
-      // Sockets of the test's in-process agents must not stay open in a child: a closed link would not close.
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
-      if (::close_range(3, ~0u, 0) != 0)
-#endif
-        for (int fd = 3; fd < max_fd; ++fd) ::close(fd);
-      ::execv(args[0], args.data());
-      ::_exit(127);
-    }
-    ::close(out);
-    ::close(err);
-    ::close(null);
-    REQUIRE_MESSAGE(pid_ > 0, "fork failed for " << name_);
-  }
-  ~child_process() { kill(); }
-  child_process(const child_process&) = delete;
-  child_process& operator=(const child_process&) = delete;
-
-  [[nodiscard]] const std::string& name() const noexcept { return name_; }
-  [[nodiscard]] const std::filesystem::path& out_path() const noexcept { return out_; }
-  [[nodiscard]] const std::filesystem::path& err_path() const noexcept { return err_; }
-  [[nodiscard]] std::string out() const { return read_text(out_); }
-  [[nodiscard]] std::string err() const { return read_text(err_); }
-
-  // True until the process has exited (reaps it then).
-  [[nodiscard]] bool running() {
-    if (exit_code_ || pid_ <= 0) return false;
-    int status = 0;
-    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-    if (r == 0) return true;
-    record(r == pid_ ? status : -1);
-    return false;
-  }
-  // The exit status (128 + signal if killed by one), once it has exited.
-  [[nodiscard]] std::optional<int> exit_code() {
-    (void)running();
-    return exit_code_;
-  }
-  [[nodiscard]] std::optional<int> wait_exit(std::chrono::milliseconds limit) {
-    (void)eventually([&] { return !running(); }, limit);
-    return exit_code_;
-  }
-  // SIGKILL and reap; a no-op once the process has exited.
-  void kill() {
-    if (!running()) return;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    const pid_t r = ::waitpid(pid_, &status, 0);
-    record(r == pid_ ? status : -1);
-  }
-
- private:
-  void record(int status) {
-    if (status < 0) exit_code_ = -1;
-    else if (WIFEXITED(status)) exit_code_ = WEXITSTATUS(status);
-    else if (WIFSIGNALED(status)) exit_code_ = 128 + WTERMSIG(status);
-    else exit_code_ = -1;
-  }
-
-  std::string name_;
-  std::filesystem::path out_, err_;
-  pid_t pid_ = -1;
-  std::optional<int> exit_code_;
-};
 
 struct hub_handle {
   child_process& process;
@@ -222,8 +84,12 @@ class fleet {
     return s;
   }
 
+  // Starts a child whose output goes to <name>.out and <name>.err in the folder.
   child_process& spawn(const std::string& name, std::vector<std::string> argv) {
-    children_.push_back(std::make_unique<child_process>(name, std::move(argv), dir_.path()));
+    REQUIRE(!argv.empty());
+    auto c = child_process::start(name, std::move(argv), {.out = dir_.path() / (name + ".out"), .err = dir_.path() / (name + ".err"), .on_out_line = {}});
+    REQUIRE_MESSAGE(c.ok(), (c ? std::string() : c.error().message));
+    children_.push_back(std::move(c).value());
     return *children_.back();
   }
 

@@ -11,10 +11,10 @@
 #include <boost/asio/io_context.hpp>
 
 #include "fleet.hpp"
-#include "tessera/crypto/digest.hpp"
+#include "support/scripted_agent.hpp"
+#include "support/test_pki.hpp"
 #include "tessera/crypto/tls.hpp"
 #include "tessera/net/client.hpp"
-#include "tessera/net/task.hpp"
 
 namespace tessera::testing {
 namespace {
@@ -24,184 +24,62 @@ namespace asio = boost::asio;
 enum class fault { nan_value, wrong_size, stale_round };
 
 crypto::tls_context device_tls(const fleet& f, const std::string& id) {
-  auto tls = crypto::make_agent_tls(
-      {.ca_cert = f.pki_file("ca.pem"), .cert = f.pki_file(id + ".pem"), .key = f.pki_file(id + ".key"), .hub_name = "127.0.0.1"});
+  auto tls = test_pki::in(f.file("pki")).agent_tls(id);
   REQUIRE_MESSAGE(tls.ok(), (tls ? std::string() : tls.error().message));
   return tls.value();
 }
 
 // A device on net::client that follows the protocol (HELLO, ASSIGN, download) and then sends an update
 // spoiled in one way:
-//   nan_value    the trained subnet with a NaN in it (right size and digest): refused when decoded
+//   nan_value    the subnet with a NaN in it (right size and digest): refused when decoded
 //   wrong_size   four bytes more than the subnet, blob and all: refused from the UPDATE, its chunks dropped
 //   stale_round  an UPDATE for the round before the open one: refused; then it sends the subnet back
 //                unchanged for the right round, which must be accepted (a refusal does not end the
 //                assignment)
-// hold_after(r) makes it sit on assignments of later rounds (downloaded, unanswered) until the hold
-// is raised, so a test can keep the hub in a round of its choosing. Its handlers run on the test
-// thread, inside io.run_for(): no locks.
-class crafted_agent {
+// hold_after(r) (scripted_agent's) makes it sit on assignments of later rounds (downloaded, unanswered)
+// until the hold is raised, so a test can keep the hub in a round of its choosing. Its handlers run on
+// the test thread, inside io.run_for(): no locks.
+class crafted_agent : public scripted_agent {
  public:
-  struct verdict {
-    std::uint64_t round = 0;
-    bool accepted = false;
-    std::string code;  // RESULT's code: why, for a program
-    std::string reason;
-  };
-
-  crafted_agent(asio::io_context& io, const fleet& f, std::string id, fault kind, std::uint16_t port)
-      : id_(std::move(id)), kind_(kind) {
-    net::session_config sc;
-    sc.heartbeat_interval = 1000ms;
-    client_ = net::client::create(io, device_tls(f, id_), sc,
-                                  {.host = "127.0.0.1", .port = port, .backoff_initial = 50ms, .backoff_max = 500ms, .jitter = 0.5, .seed = 1});
-    client_->on_session([this](const std::shared_ptr<net::session>& s) { attach(s); });
+  crafted_agent(asio::io_context& io, const fleet& f, const std::string& id, fault kind, std::uint16_t port)
+      : scripted_agent(io, device_tls(f, id), config(id, port)) {
+    hooks().answer = [kind](const assignment& j) { return spoiled(kind, j); };
+    hooks().after_result = [kind](const assignment& j, const net::msg::result& r) -> std::optional<reply> {
+      if (kind == fault::stale_round && !r.accepted && j.results == 1) return reply::echo(j);  // the open round, unchanged
+      return std::nullopt;
+    };
   }
-  ~crafted_agent() { client_->stop(); }
-  crafted_agent(const crafted_agent&) = delete;
-  crafted_agent& operator=(const crafted_agent&) = delete;
-
-  void start() { client_->start(); }
-  // Answers assignments of rounds up to `round` (answering one held until now).
-  void hold_after(std::uint64_t round) {
-    hold_after_ = round;
-    auto s = session_.lock();
-    if (s && !jobs_.empty() && jobs_.back()->held && jobs_.back()->assign.round <= hold_after_) {
-      jobs_.back()->held = false;
-      answer(*s, *jobs_.back());
-    }
-  }
-  [[nodiscard]] const std::string& id() const noexcept { return id_; }
-  [[nodiscard]] const std::vector<verdict>& verdicts() const noexcept { return verdicts_; }
-  [[nodiscard]] int welcomes() const noexcept { return welcomes_; }
-  [[nodiscard]] std::size_t assignments() const noexcept { return jobs_.size(); }
-  // Anything the hub sent that this device did not expect.
-  [[nodiscard]] const std::vector<std::string>& surprises() const noexcept { return surprises_; }
 
  private:
-  struct job {
-    net::msg::assign assign;
-    net::training_task task;
-    std::vector<std::byte> received, spoiled;
-    std::shared_ptr<net::incoming_transfer> download;
-    std::shared_ptr<net::outgoing_transfer> upload;
-    bool stale_refused = false;
-    bool held = false;  // downloaded, not answered yet (hold_after)
-  };
-
-  void attach(const std::shared_ptr<net::session>& s) {
-    std::weak_ptr<net::session> weak = s;
-    session_ = s;
-    s->on_ready([this, weak] {
-      if (auto self = weak.lock())
-        self->send(net::msg::hello{.device_id = id_,
-                                   .version = net::protocol_version,
-                                   .memory_budget_bytes = 64u << 20,
-                                   .examples = 500,
-                                   .codecs = {net::codec::f32},
-                                   .resume = {}});
-    });
-    s->on_message([this, weak](const net::message& m) {
-      auto self = weak.lock();
-      if (!self) return;
-      if (std::holds_alternative<net::msg::welcome>(m)) ++welcomes_;
-      else if (const auto* a = std::get_if<net::msg::assign>(&m)) on_assign(*self, *a);
-      else if (const auto* r = std::get_if<net::msg::result>(&m)) on_result(*self, *r);
-      else if (const auto* f = std::get_if<net::msg::refuse>(&m)) surprises_.push_back("REFUSE: " + f->reason);
-    });
-    s->on_blob_received([this, weak](const std::shared_ptr<net::incoming_transfer>& in) {
-      if (auto self = weak.lock()) on_downloaded(*self, in);
-    });
+  static scripted_agent_config config(const std::string& id, std::uint16_t port) {
+    net::session_config sc;
+    sc.heartbeat_interval = 1000ms;
+    return {.id = id,
+            .client = {.host = "127.0.0.1", .port = port, .backoff_initial = 50ms, .backoff_max = 500ms, .jitter = 0.5, .seed = 1},
+            .session = sc,
+            .budget_bytes = 64u << 20,
+            .examples = 500,
+            .codecs = {net::codec::f32}};
   }
 
-  void on_assign(net::session& s, const net::msg::assign& a) {
-    auto task = net::task_from_assign(a);
-    if (!task || a.blob_codec != net::codec::f32 || a.size > (64u << 20)) {
-      surprises_.push_back("unexpected ASSIGN for round " + std::to_string(a.round));
-      return;
-    }
-    auto j = std::make_unique<job>();
-    j->assign = a;
-    j->task = task.value();
-    j->received.resize(static_cast<std::size_t>(a.size));
-    j->download = std::make_shared<net::incoming_transfer>(a.transfer, std::span<std::byte>(j->received), a.sha256);
-    s.expect_blob(j->download);
-    jobs_.push_back(std::move(j));
-  }
-
-  // The UPDATE announcing `blob` as the answer to job j, honest in every field.
-  static net::msg::update honest_update(const job& j, std::span<const std::byte> blob) {
-    return {.round = j.assign.round,
-            .examples = static_cast<std::uint64_t>(j.task.steps * j.task.batch),
-            .steps = static_cast<std::uint64_t>(j.task.steps),
-            .loss = 0.5,
-            .transfer = net::upload_transfer_id(j.assign.transfer),
-            .size = blob.size(),
-            .blob_codec = net::codec::f32,
-            .sha256 = crypto::sha256_of(blob)};
-  }
-
-  void upload(net::session& s, job& j, const net::msg::update& u, std::span<const std::byte> blob) {
-    s.send(u);
-    j.upload = std::make_shared<net::outgoing_transfer>(u.transfer, blob, u.sha256);
-    s.send_blob(j.upload);
-  }
-
-  void on_downloaded(net::session& s, const std::shared_ptr<net::incoming_transfer>& in) {
-    if (jobs_.empty() || jobs_.back()->download != in) return;
-    job& j = *jobs_.back();
-    if (j.assign.round > hold_after_) {
-      j.held = true;
-      return;
-    }
-    answer(s, j);
-  }
-
-  void answer(net::session& s, job& j) {
-    switch (kind_) {
+  static reply spoiled(fault kind, const assignment& j) {
+    std::vector<std::byte> bytes = *j.subnet;
+    switch (kind) {
       case fault::nan_value: {
-        j.spoiled = j.received;
         const float nan = std::numeric_limits<float>::quiet_NaN();
-        std::memcpy(j.spoiled.data() + 4 * (j.spoiled.size() / 8), &nan, sizeof nan);  // a weight mid-blob
-        upload(s, j, honest_update(j, j.spoiled), j.spoiled);
-        break;
+        std::memcpy(bytes.data() + 4 * (bytes.size() / 8), &nan, sizeof nan);  // a weight mid-blob
+        return reply::upload(j, std::move(bytes));
       }
       case fault::wrong_size:
-        j.spoiled = j.received;
-        j.spoiled.resize(j.spoiled.size() + 4);
-        upload(s, j, honest_update(j, j.spoiled), j.spoiled);
+        bytes.resize(bytes.size() + 4);
+        return reply::upload(j, std::move(bytes));
+      case fault::stale_round:
         break;
-      case fault::stale_round: {
-        net::msg::update u = honest_update(j, j.received);
-        u.round = j.assign.round - 1;
-        s.send(u);
-        break;
-      }
     }
+    net::msg::update u = honest_update(j, j.assign.size, j.assign.sha256);
+    u.round = j.assign.round - 1;
+    return reply::update_only(u);
   }
-
-  void on_result(net::session& s, const net::msg::result& r) {
-    if (jobs_.empty()) {
-      surprises_.push_back("RESULT before any assignment");
-      return;
-    }
-    job& j = *jobs_.back();
-    verdicts_.push_back({j.assign.round, r.accepted, r.code, r.reason});
-    if (kind_ == fault::stale_round && !r.accepted && !j.stale_refused) {
-      j.stale_refused = true;
-      upload(s, j, honest_update(j, j.received), j.received);  // the subnet back, unchanged, for the open round
-    }
-  }
-
-  std::string id_;
-  fault kind_;
-  std::uint64_t hold_after_ = UINT64_MAX;
-  std::shared_ptr<net::client> client_;
-  std::weak_ptr<net::session> session_;
-  std::vector<std::unique_ptr<job>> jobs_;
-  std::vector<verdict> verdicts_;
-  std::vector<std::string> surprises_;
-  int welcomes_ = 0;
 };
 
 // One connection attempt with a device's certificate: does the hub let it say HELLO?
@@ -338,7 +216,7 @@ TEST_CASE("federation: NaN, wrong-size and stale updates are refused with their 
 
   for (const auto* c : crafted) {
     CAPTURE(c->id());
-    CHECK(c->surprises().empty());
+    CHECK(c->problems().empty());
     CHECK(c->welcomes() == 1);  // one link for the whole run: no refusal cost it its connection
     CHECK(c->assignments() == rounds);
     // Every refusal reached the device with the reason the hub logged.

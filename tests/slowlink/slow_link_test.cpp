@@ -9,7 +9,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "../core/test_files.hpp"
-#include "tessera/crypto/pki.hpp"
+#include "support/test_pki.hpp"
 #include "tessera/edge/agent.hpp"
 #include "tessera/hub/hub.hpp"
 #include "tessera/sim/shards.hpp"
@@ -24,29 +24,16 @@ namespace {
 constexpr int k_agents = 2;
 constexpr std::uint32_t k_window_kib = 32;
 
-struct pki_dir {
-  crypto::ca_files ca;
-  crypto::cert_files hub;
-  std::vector<crypto::cert_files> devices;
-  explicit pki_dir(const std::filesystem::path& dir) : ca(crypto::ca_files::in(dir)) {
-    std::filesystem::create_directories(dir);
-    REQUIRE(crypto::init_ca(ca, {}, false).ok());
-    hub = {dir / "hub.pem", dir / "hub.key"};
-    REQUIRE(crypto::issue(ca, {.ip_addresses = {"127.0.0.1"}}, hub, false).ok());
-    for (int d = 0; d < k_agents; ++d) {
-      const std::string id = "dev-" + std::to_string(d);
-      crypto::cert_files f{dir / (id + ".pem"), dir / (id + ".key")};
-      REQUIRE(crypto::issue(ca, {.device_id = id}, f, false).ok());
-      devices.push_back(f);
-    }
-  }
-};
+std::string device_id(int d) { return "dev-" + std::to_string(d); }
 
 }  // namespace
 
 TEST_CASE("slow link: at 256 kbit/s with 2 s stalls and a cut every 30 s, rounds keep completing and cuts resend at most a window") {
   temp_dir dir("slowlink");
-  pki_dir pki(dir.path() / "pki");
+  auto made = testing::test_pki::create(dir.path() / "pki");
+  REQUIRE_MESSAGE(made.ok(), (made.ok() ? "" : made.error().message));
+  const testing::test_pki& pki = made.value();
+  for (int d = 0; d < k_agents; ++d) REQUIRE(pki.issue_device(device_id(d)).ok());
 
   // Each agent's shard of Fashion-MNIST, as tessera-sim would give it.
   auto sim = sim::parse_sim_config({{"devices", k_agents}, {"data", {{"examples", 2000}}}}, "test");
@@ -56,8 +43,8 @@ TEST_CASE("slow link: at 256 kbit/s with 2 s stalls and a cut every 30 s, rounds
 
   // The hub: a 784-128-128-10 model, so each agent's subnet is ~220 kB, several seconds each way.
   nlohmann::json hc = {{"listen", "127.0.0.1:0"},
-                       {"tls", {{"ca", pki.ca.cert.string()}, {"cert", pki.hub.cert.string()},
-                                {"key", pki.hub.key.string()}, {"crl", pki.ca.crl.string()}}},
+                       {"tls", {{"ca", pki.ca().cert.string()}, {"cert", pki.hub().cert.string()},
+                                {"key", pki.hub().key.string()}, {"crl", pki.ca().crl.string()}}},
                        {"model", {{"hidden", {128, 128}}}},
                        {"rounds", 5}, {"min_devices", k_agents}, {"max_devices", k_agents}, {"device_wait_s", 60},
                        {"round_deadline_s", 120}, {"local_steps", 10}, {"batch", 16}, {"heartbeat_s", 3},
@@ -87,8 +74,8 @@ TEST_CASE("slow link: at 256 kbit/s with 2 s stalls and a cut every 30 s, rounds
     auto data = core::load_json_file(folders.value()[static_cast<std::size_t>(d)] + "/data.json");
     REQUIRE(data.ok());
     nlohmann::json ac = {{"hub", "127.0.0.1:" + std::to_string(lp.value())},
-                         {"tls", {{"ca", pki.ca.cert.string()}, {"cert", pki.devices[static_cast<std::size_t>(d)].cert.string()},
-                                  {"key", pki.devices[static_cast<std::size_t>(d)].key.string()}}},
+                         {"tls", {{"ca", pki.ca().cert.string()}, {"cert", pki.device(device_id(d)).cert.string()},
+                                  {"key", pki.device(device_id(d)).key.string()}}},
                          {"data", data.value()}, {"memory_budget_mib", 16}, {"heartbeat_s", 3}, {"idle_timeout_s", 20},
                          {"chunk_kib", 8}, {"window_kib", k_window_kib},
                          {"reconnect", {{"initial_ms", 100}, {"max_ms", 1000}}}};
