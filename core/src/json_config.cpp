@@ -1,6 +1,7 @@
 #include "tessera/core/json_config.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -34,6 +35,60 @@ result<nlohmann::json> load_json_file(const std::string& path, std::size_t max_b
   return parse_json(text, path);
 }
 
+namespace {
+
+const nlohmann::json& empty_object() {
+  static const nlohmann::json empty = nlohmann::json::object();
+  return empty;
+}
+
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
+std::string joined(const std::vector<std::string_view>& names) {
+  std::string out;
+  for (auto n : names) (out += out.empty() ? "" : ", ") += n;
+  return out;
+}
+
+}  // namespace
+
+result<host_port> parse_host_port(std::string_view text, bool allow_port_zero) {
+  const auto colon = text.rfind(':');
+  unsigned port = 0;
+  const char* end = text.data() + text.size();
+  const bool ok = colon != std::string_view::npos && colon > 0 &&
+                  std::from_chars(text.data() + colon + 1, end, port).ptr == end && colon + 1 < text.size() &&
+                  port <= 65535 && (allow_port_zero || port != 0);
+  if (!ok)
+    return make_error(errc::invalid_spec, "'" + std::string(text) + "' is not HOST:PORT (e.g. 10.0.0.5:7443" +
+                                              (allow_port_zero ? "; port 0 picks a free one" : "") + ")");
+  host_port hp{std::string(text.substr(0, colon)), static_cast<std::uint16_t>(port)};
+  if (hp.host.size() > 2 && hp.host.front() == '[' && hp.host.back() == ']') hp.host = hp.host.substr(1, hp.host.size() - 2);
+  return hp;
+}
+
+void field_table::add(field_doc field) {
+  for (const auto& f : fields_)
+    if (f.path == field.path) return;
+  fields_.push_back(std::move(field));
+}
+
+std::string field_table::render() const {
+  std::string out;
+  for (const auto& f : fields_) {
+    out += "  " + f.path;
+    out += f.path.size() < 28 ? std::string(28 - f.path.size(), ' ') : "\n" + std::string(30, ' ');
+    out += f.doc + "\n" + std::string(30, ' ') + f.type;
+    if (!f.fallback.empty()) out += ", default " + f.fallback;
+    out += "\n";
+  }
+  return out;
+}
+
 config_reader::config_reader(const nlohmann::json& object, std::string source, std::string prefix)
     : object_(object), source_(std::move(source)), prefix_(std::move(prefix)) {
   if (!object_.is_object()) {
@@ -42,15 +97,31 @@ config_reader::config_reader(const nlohmann::json& object, std::string source, s
   }
 }
 
+config_reader config_reader::describing(field_table& table) {
+  config_reader r(empty_object(), "help");
+  r.table_ = &table;
+  return r;
+}
+
 std::string config_reader::where(const std::string& key) const {
   return source_ + ": field '" + (prefix_.empty() ? key : prefix_ + "." + key) + "'";
 }
 
 void config_reader::fail(const std::string& key, const std::string& what) {
-  if (!error_) error_ = make_error(errc::invalid_spec, where(key) + ": " + what);
+  if (!error_ && !table_) error_ = make_error(errc::invalid_spec, where(key) + ": " + what);
 }
 
+void config_reader::fail(error e) {
+  if (!error_ && !table_) error_ = std::move(e);
+}
+
+std::string config_reader::where() const { return prefix_.empty() ? source_ : source_ + ": field '" + prefix_ + "'"; }
+
 bool config_reader::has(const std::string& key) const { return object_.is_object() && object_.contains(key); }
+
+void config_reader::note(const std::string& key, std::string type, std::string fallback, std::string_view doc) {
+  if (table_) table_->add({prefix_.empty() ? key : prefix_ + "." + key, std::move(type), std::move(fallback), std::string(doc)});
+}
 
 const nlohmann::json* config_reader::find(const std::string& key) {
   known_.insert(key);
@@ -59,7 +130,12 @@ const nlohmann::json* config_reader::find(const std::string& key) {
   return it == object_.end() ? nullptr : &*it;
 }
 
-std::uint64_t config_reader::seed(const std::string& key, std::uint64_t fallback) {
+void config_reader::renamed(const std::string& old_key, const std::string& new_path) {
+  if (find(old_key) != nullptr) fail(old_key, "renamed: use '" + new_path + "'");
+}
+
+std::uint64_t config_reader::seed(const std::string& key, std::uint64_t fallback, std::string_view doc) {
+  note(key, "integer in [0, 2^64)", std::to_string(fallback), doc);
   const auto* v = find(key);
   if (v == nullptr) return fallback;
   if (v->is_number_unsigned()) return v->get<std::uint64_t>();
@@ -67,7 +143,9 @@ std::uint64_t config_reader::seed(const std::string& key, std::uint64_t fallback
   return fallback;
 }
 
-std::int64_t config_reader::integer(const std::string& key, std::int64_t fallback, std::int64_t min, std::int64_t max) {
+std::int64_t config_reader::integer(const std::string& key, std::int64_t fallback, std::int64_t min, std::int64_t max,
+                                    std::string_view doc) {
+  note(key, "integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]", std::to_string(fallback), doc);
   const auto* v = find(key);
   if (v == nullptr) return fallback;
   std::int64_t x = 0;
@@ -91,7 +169,8 @@ std::int64_t config_reader::integer(const std::string& key, std::int64_t fallbac
   return x;
 }
 
-double config_reader::number(const std::string& key, double fallback, double min, double max) {
+double config_reader::number(const std::string& key, double fallback, double min, double max, std::string_view doc) {
+  note(key, "number in [" + number_text(min) + ", " + number_text(max) + "]", number_text(fallback), doc);
   const auto* v = find(key);
   if (v == nullptr) return fallback;
   if (!v->is_number()) {
@@ -106,7 +185,8 @@ double config_reader::number(const std::string& key, double fallback, double min
   return x;
 }
 
-bool config_reader::boolean(const std::string& key, bool fallback) {
+bool config_reader::boolean(const std::string& key, bool fallback, std::string_view doc) {
+  note(key, "true or false", fallback ? "true" : "false", doc);
   const auto* v = find(key);
   if (v == nullptr) return fallback;
   if (!v->is_boolean()) {
@@ -116,7 +196,8 @@ bool config_reader::boolean(const std::string& key, bool fallback) {
   return v->get<bool>();
 }
 
-std::string config_reader::string(const std::string& key, const std::string& fallback) {
+std::string config_reader::string(const std::string& key, const std::string& fallback, std::string_view doc) {
+  note(key, "string", nlohmann::json(fallback).dump(), doc);
   const auto* v = find(key);
   if (v == nullptr) return fallback;
   if (!v->is_string()) {
@@ -126,19 +207,45 @@ std::string config_reader::string(const std::string& key, const std::string& fal
   return v->get<std::string>();
 }
 
-std::string config_reader::choice(const std::string& key, const std::string& fallback,
-                                  std::initializer_list<std::string_view> allowed) {
-  std::string s = string(key, fallback);
-  for (auto a : allowed)
-    if (s == a) return s;
-  std::string list;
-  for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-  fail(key, "'" + s + "' is not one of: " + list);
-  return fallback;
+std::string config_reader::pick(const std::string& key, std::string_view fallback, const std::vector<std::string_view>& allowed,
+                                std::string_view doc) {
+  note(key, "one of: " + joined(allowed), nlohmann::json(std::string(fallback)).dump(), doc);
+  const auto* v = find(key);
+  if (v == nullptr) return std::string(fallback);
+  if (!v->is_string()) {
+    fail(key, "expected one of " + joined(allowed) + ", found " + v->dump());
+    return std::string(fallback);
+  }
+  const std::string s = v->get<std::string>();
+  if (std::find(allowed.begin(), allowed.end(), s) != allowed.end()) return s;
+  fail(key, "'" + s + "' is not one of: " + joined(allowed));
+  return std::string(fallback);
+}
+
+std::vector<std::string> config_reader::picks(const std::string& key, const std::vector<std::string>& fallback,
+                                              const std::vector<std::string_view>& allowed, std::string_view doc) {
+  note(key, "list of: " + joined(allowed), nlohmann::json(fallback).dump(), doc);
+  const auto* v = find(key);
+  if (v == nullptr) return fallback;
+  if (!v->is_array()) {
+    fail(key, "expected an array of names (" + joined(allowed) + "), found " + v->dump());
+    return fallback;
+  }
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    const auto& e = (*v)[i];
+    if (!e.is_string() || std::find(allowed.begin(), allowed.end(), e.get<std::string>()) == allowed.end()) {
+      fail(key + "[" + std::to_string(i) + "]", "expected one of " + joined(allowed) + ", found " + e.dump());
+      return fallback;
+    }
+    out.push_back(e.get<std::string>());
+  }
+  return out;
 }
 
 std::vector<std::int64_t> config_reader::integers(const std::string& key, const std::vector<std::int64_t>& fallback,
-                                                  std::int64_t min, std::int64_t max) {
+                                                  std::int64_t min, std::int64_t max, std::string_view doc) {
+  note(key, "list of integers in [" + std::to_string(min) + ", " + std::to_string(max) + "]", nlohmann::json(fallback).dump(), doc);
   const auto* v = find(key);
   if (v == nullptr) return fallback;
   if (!v->is_array()) {
@@ -159,30 +266,9 @@ std::vector<std::int64_t> config_reader::integers(const std::string& key, const 
   return out;
 }
 
-std::vector<std::string> config_reader::choices(const std::string& key, const std::vector<std::string>& fallback,
-                                               std::initializer_list<std::string_view> allowed) {
-  const auto* v = find(key);
-  if (v == nullptr) return fallback;
-  std::string names;
-  for (auto a : allowed) names += (names.empty() ? "" : ", ") + std::string(a);
-  if (!v->is_array()) {
-    fail(key, "expected an array of names (" + names + "), found " + v->dump());
-    return fallback;
-  }
-  std::vector<std::string> out;
-  for (std::size_t i = 0; i < v->size(); ++i) {
-    const auto& e = (*v)[i];
-    if (!e.is_string() || std::find(allowed.begin(), allowed.end(), e.get<std::string>()) == allowed.end()) {
-      fail(key + "[" + std::to_string(i) + "]", "expected one of " + names + ", found " + e.dump());
-      return fallback;
-    }
-    out.push_back(e.get<std::string>());
-  }
-  return out;
-}
-
-std::vector<double> config_reader::numbers(const std::string& key, const std::vector<double>& fallback, double min,
-                                           double max) {
+std::vector<double> config_reader::numbers(const std::string& key, const std::vector<double>& fallback, double min, double max,
+                                           std::string_view doc) {
+  note(key, "list of numbers in [" + number_text(min) + ", " + number_text(max) + "]", nlohmann::json(fallback).dump(), doc);
   const auto* v = find(key);
   if (v == nullptr) return fallback;
   if (!v->is_array()) {
@@ -202,20 +288,42 @@ std::vector<double> config_reader::numbers(const std::string& key, const std::ve
   return out;
 }
 
-const nlohmann::json* config_reader::object(const std::string& key) {
+host_port config_reader::address(const std::string& key, const std::string& fallback, bool allow_port_zero,
+                                 std::string_view doc) {
+  note(key, "HOST:PORT", nlohmann::json(fallback).dump(), doc);
+  auto fallback_address = parse_host_port(fallback, true);
+  TESSERA_ASSERT(fallback_address.ok());  // our own default
+  const auto* v = find(key);
+  if (v == nullptr) return fallback_address.value();
+  if (!v->is_string()) {
+    fail(key, "expected a string HOST:PORT, found " + v->dump());
+    return fallback_address.value();
+  }
+  auto hp = parse_host_port(v->get<std::string>(), allow_port_zero);
+  if (hp) return hp.value();
+  fail(key, hp.error().message);
+  return fallback_address.value();
+}
+
+const nlohmann::json* config_reader::object(const std::string& key, std::string_view doc) {
+  note(key, "object", "", doc);
   const auto* v = find(key);
   if (v != nullptr && !v->is_object()) {
     fail(key, "expected an object, found " + v->dump());
     return nullptr;
   }
+  if (v == nullptr && table_) return &empty_object();
   return v;
 }
 
 config_reader config_reader::child(const std::string& key, const nlohmann::json& object) const {
-  return config_reader(object, source_, prefix_.empty() ? key : prefix_ + "." + key);
+  config_reader c(object, source_, prefix_.empty() ? key : prefix_ + "." + key);
+  c.table_ = table_;
+  return c;
 }
 
 result<void> config_reader::finish() {
+  if (table_) return {};
   if (error_) return *error_;
   if (object_.is_object()) {
     for (const auto& [k, v] : object_.items()) {

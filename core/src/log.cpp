@@ -5,21 +5,6 @@
 
 namespace tessera::core {
 
-std::string_view to_string(log_level level) noexcept {
-  switch (level) {
-    case log_level::info: return "info";
-    case log_level::warning: return "warning";
-    case log_level::error: return "error";
-  }
-  return "?";
-}
-
-result<log_level> parse_log_level(std::string_view name) {
-  for (auto l : {log_level::info, log_level::warning, log_level::error})
-    if (name == to_string(l)) return l;
-  return make_error(errc::invalid_argument, "unknown log level '" + std::string(name) + "' (info, warning, error)");
-}
-
 log_sink stderr_log(std::string tag, log_level min_level) {
   return [tag = std::move(tag), min_level](log_level level, const std::string& text) {
     if (level < min_level) return;

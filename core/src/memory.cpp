@@ -15,21 +15,6 @@ constexpr std::size_t align_up(std::size_t n) noexcept {
 
 }  // namespace
 
-std::string_view to_string(codec_kind c) noexcept {
-  switch (c) {
-    case codec_kind::f32: return "f32";
-    case codec_kind::f16: return "f16";
-    case codec_kind::q8: return "q8";
-  }
-  return "?";
-}
-
-result<codec_kind> parse_codec(std::string_view s) {
-  for (auto c : {codec_kind::f32, codec_kind::f16, codec_kind::q8})
-    if (s == to_string(c)) return c;
-  return make_error(errc::unsupported, "unknown codec '" + std::string(s) + "' (f32, f16, q8)");
-}
-
 std::size_t encoded_bytes(const mlp_arch& arch, codec_kind codec) noexcept {
   const std::size_t n = param_count(arch);
   switch (codec) {

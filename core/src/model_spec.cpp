@@ -8,35 +8,6 @@
 
 namespace tessera::core {
 
-std::string_view to_string(task_kind v) noexcept { return v == task_kind::classification ? "classification" : "regression"; }
-
-std::string_view to_string(init_kind v) noexcept {
-  switch (v) {
-    case init_kind::he_uniform: return "he_uniform";
-    case init_kind::he_normal: return "he_normal";
-    case init_kind::xavier_uniform: return "xavier_uniform";
-  }
-  return "?";
-}
-
-std::string_view to_string(compensation_kind v) noexcept {
-  switch (v) {
-    case compensation_kind::none: return "none";
-    case compensation_kind::scale: return "scale";
-    case compensation_kind::layer_norm: return "layer_norm";
-    case compensation_kind::layer_norm_scale: return "layer_norm_scale";
-  }
-  return "?";
-}
-
-result<compensation_kind> parse_compensation(std::string_view s) {
-  for (auto k : {compensation_kind::none, compensation_kind::scale, compensation_kind::layer_norm,
-                 compensation_kind::layer_norm_scale})
-    if (s == to_string(k)) return k;
-  return make_error(errc::invalid_spec,
-                    "unknown compensation '" + std::string(s) + "' (none, scale, layer_norm, layer_norm_scale)");
-}
-
 mlp_arch model_spec::full_arch() const {
   mlp_arch a;
   a.widths.push_back(inputs);
@@ -52,36 +23,42 @@ result<void> validate(const model_spec& spec, std::string_view source) {
   return validate(spec.full_arch(), source);
 }
 
+model_spec read_model_spec(config_reader& r, const model_spec& defaults) {
+  model_spec spec;
+  spec.inputs = r.integer("inputs", defaults.inputs, 1, k_max_width, "features per example (the input layer's width)");
+  spec.hidden = r.integers("hidden", defaults.hidden, 1, k_max_width, "widths of the hidden layers, first to last");
+  spec.outputs = r.integer("outputs", defaults.outputs, 1, k_max_width, "classes (classification) or 1 (regression)");
+  spec.task = r.choice("task", defaults.task, k_task_names, "the loss: softmax cross-entropy or mean squared error");
+  spec.init = r.choice("init", defaults.init, k_init_names, "how the weights start");
+  spec.compensation = r.choice("compensation", defaults.compensation, k_compensation_names,
+                               "how a narrow subnet matches the full model (layer_norm: normalisation after each hidden layer)");
+  spec.seed = static_cast<std::uint64_t>(r.integer("seed", static_cast<std::int64_t>(defaults.seed), 0, INT64_MAX,
+                                                   "seed of the initial weights"));
+  if (spec.hidden.size() > k_max_hidden_layers)
+    r.fail("hidden", "more than " + std::to_string(k_max_hidden_layers) + " hidden layers");
+  if (auto v = validate(spec, r.where()); !v) r.fail(std::move(v).error());
+  return spec;
+}
+
 result<model_spec> parse_model_spec(std::string_view json_text, std::string_view source) {
   TESSERA_ASSIGN_OR_RETURN(const nlohmann::json json, parse_json(json_text, source));
   config_reader r(json, std::string(source));
-  model_spec spec;
   if (!r.has("inputs")) r.fail("inputs", "required");
   if (!r.has("outputs")) r.fail("outputs", "required");
-  spec.inputs = r.integer("inputs", 1, 1, k_max_width);
-  spec.hidden = r.integers("hidden", {}, 1, k_max_width);
-  spec.outputs = r.integer("outputs", 1, 1, k_max_width);
-  spec.task = r.choice("task", "classification", {"classification", "regression"}) == "regression"
-                  ? task_kind::regression
-                  : task_kind::classification;
-  const std::string init = r.choice("init", "he_uniform", {"he_uniform", "he_normal", "xavier_uniform"});
-  spec.init = init == "he_normal" ? init_kind::he_normal
-              : init == "xavier_uniform" ? init_kind::xavier_uniform
-                                          : init_kind::he_uniform;
-  const std::string comp = r.choice("compensation", std::string(to_string(model_spec{}.compensation)),
-                                    {"none", "scale", "layer_norm", "layer_norm_scale"});
-  spec.compensation = parse_compensation(comp).ok() ? parse_compensation(comp).value() : model_spec{}.compensation;
-  spec.seed = static_cast<std::uint64_t>(r.integer("seed", 1, 0, INT64_MAX));
-  if (spec.hidden.size() > k_max_hidden_layers)
-    r.fail("hidden", "more than " + std::to_string(k_max_hidden_layers) + " hidden layers");
+  model_spec spec = read_model_spec(r, model_spec{});
   TESSERA_TRY(r.finish());
-  TESSERA_TRY(validate(spec, source));
   return spec;
 }
 
 result<model_spec> load_model_spec(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(const nlohmann::json json, load_json_file(path));
   return parse_model_spec(json.dump(), path);
+}
+
+std::string widths_text(const model_spec& spec) {
+  std::string out = std::to_string(spec.inputs);
+  for (auto w : spec.hidden) out += "-" + std::to_string(w);
+  return out + "-" + std::to_string(spec.outputs);
 }
 
 std::string to_json(const model_spec& spec) {

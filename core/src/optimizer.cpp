@@ -64,20 +64,4 @@ float learning_rate_at(const lr_schedule& s, std::int64_t round) noexcept {
   return s.base;
 }
 
-result<schedule_kind> parse_schedule_kind(std::string_view s) {
-  if (s == "constant") return schedule_kind::constant;
-  if (s == "step") return schedule_kind::step;
-  if (s == "cosine") return schedule_kind::cosine;
-  return make_error(errc::invalid_spec, "unknown schedule '" + std::string(s) + "' (constant, step, cosine)");
-}
-
-std::string_view to_string(schedule_kind k) noexcept {
-  switch (k) {
-    case schedule_kind::constant: return "constant";
-    case schedule_kind::step: return "step";
-    case schedule_kind::cosine: return "cosine";
-  }
-  return "?";
-}
-
 }  // namespace tessera::core

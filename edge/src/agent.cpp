@@ -13,10 +13,6 @@ namespace {
 
 using core::log_level;
 
-std::chrono::milliseconds ms(double seconds) {
-  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
-}
-
 std::string mib(std::uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
@@ -55,20 +51,12 @@ void agent::log(log_level level, const std::string& text) const {
 }
 
 void agent::start() {
-  net::session_config sc;
-  sc.heartbeat_interval = ms(config_.heartbeat_s);
-  sc.idle_timeout = ms(config_.idle_timeout_s);
-  sc.write_timeout = ms(config_.idle_timeout_s);
-  sc.chunk_bytes = config_.chunk_kib << 10;
-  sc.transfer_window_bytes = std::uint64_t{config_.window_kib} << 10;
-  sc.send_rate = config_.upload_bytes_per_s;
-  sc.receive_rate = config_.download_bytes_per_s;
-  client_ = net::client::create(io_, tls_, sc,
-                                {.host = config_.hub_host, .port = config_.hub_port, .backoff_initial = config_.backoff_initial,
+  client_ = net::client::create(io_, tls_, net::to_session_config(config_.link),
+                                {.host = config_.hub.host, .port = config_.hub.port, .backoff_initial = config_.backoff_initial,
                                  .backoff_max = config_.backoff_max, .jitter = config_.jitter, .seed = 0});
   client_->on_session([this](const std::shared_ptr<net::session>& s) { attach(s); });
   client_->on_connect_failed([this](const core::error& why, std::chrono::milliseconds next) {
-    log(log_level::warning, "cannot reach the hub at " + config_.hub_host + ":" + std::to_string(config_.hub_port) + ": " +
+    log(log_level::warning, "cannot reach the hub at " + config_.hub.host + ":" + std::to_string(config_.hub.port) + ": " +
                                 why.message + "; next attempt in " + std::to_string(next.count()) + " ms");
   });
   log(log_level::info, "device " + id_ + ": " + std::to_string(data_->train_examples()) + " examples, offering " +

@@ -12,51 +12,15 @@ namespace {
 // Bytes a stream reader holds: its read buffer (the readers use 64 KiB) plus zlib's window and buffers.
 constexpr std::size_t k_stream_reader_bytes = (64 + 64 + 32) << 10;
 
-bool is_gzip(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return false;
-  unsigned char magic[2] = {0, 0};
-  const bool gz = std::fread(magic, 1, 2, f) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
-  std::fclose(f);
-  return gz;
-}
-
-core::result<std::unique_ptr<core::example_stream>> open_stream(const data_config& c) {
-  if (c.format == "csv") {
-    core::csv_options o;
-    o.norm = c.norm;
-    o.label_column = c.label_column;
-    o.header = c.header;
-    return core::open_csv(c.features, o);
-  }
-  core::idx_options o;
-  o.norm = c.norm;
-  return core::open_idx(c.features, c.labels, o);
-}
-
 }  // namespace
 
 core::result<std::unique_ptr<device_data>> device_data::open(const data_config& c, std::uint64_t seed) {
   if (!(c.validation_fraction >= 0 && c.validation_fraction <= 0.5))
     return core::make_error(core::errc::invalid_spec, "validation_fraction must be in [0, 0.5]");
-  if (c.format != "idx" && c.format != "npy" && c.format != "csv")
-    return core::make_error(core::errc::invalid_spec, "data format '" + c.format + "' is not one of idx, npy, csv");
   std::unique_ptr<device_data> d(new device_data());
-  const bool random_access = c.format == "npy" || (c.format == "idx" && !is_gzip(c.features) && !is_gzip(c.labels));
-  if (random_access) {
-    if (c.format == "npy") {
-      core::npy_options o;
-      o.norm = c.norm;
-      auto t = core::open_npy(c.features, c.labels, o);
-      TESSERA_TRY(t);
-      d->table_ = std::move(t.value());
-    } else {
-      core::idx_options o;
-      o.norm = c.norm;
-      auto t = core::open_idx_table(c.features, c.labels, o);
-      TESSERA_TRY(t);
-      d->table_ = std::move(t.value());
-    }
+  TESSERA_ASSIGN_OR_RETURN(core::opened_data opened, core::open_data(c.source, nullptr));
+  if (opened.table) {  // random access: a range is held out, with no copy
+    d->table_ = std::move(opened.table);
     const std::int64_t n = d->table_->size();
     const auto held_out = static_cast<std::int64_t>(std::floor(c.validation_fraction * static_cast<double>(n)));
     if (n - held_out < 1) return core::make_error(core::errc::bad_format, d->table_->describe() + ": no examples to train on");
@@ -67,17 +31,14 @@ core::result<std::unique_ptr<device_data>> device_data::open(const data_config& 
     return d;
   }
   if (c.shuffle_buffer < 1) return core::make_error(core::errc::invalid_spec, "shuffle_buffer must be at least 1");
-  auto s = open_stream(c);
-  TESSERA_TRY(s);
   const std::int64_t every = c.validation_fraction > 0 ? std::max<std::int64_t>(2, std::llround(1.0 / c.validation_fraction)) : 0;
   if (every > 0) {
-    auto v = open_stream(c);
-    TESSERA_TRY(v);
-    d->validation_stream_ = core::make_split_stream(std::move(v.value()), every, true);
-    d->train_stream_ = core::make_split_stream(std::move(s.value()), every, false);
+    TESSERA_ASSIGN_OR_RETURN(auto v, core::open_data_stream(c.source, nullptr));
+    d->validation_stream_ = core::make_split_stream(std::move(v), every, true);
+    d->train_stream_ = core::make_split_stream(std::move(opened.stream), every, false);
     d->stream_buffers_ = 2 * k_stream_reader_bytes;
   } else {
-    d->train_stream_ = std::move(s.value());
+    d->train_stream_ = std::move(opened.stream);
     d->stream_buffers_ = k_stream_reader_bytes;
   }
   // One counting pass: the trainer needs the example count for epochs, and it finds bad records early.

@@ -60,7 +60,8 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
     TESSERA_ASSIGN_OR_RETURN(rs.seal_key, crypto::sealing_key::load(config.seal_key));
   }
   if (config.validation) {
-    TESSERA_ASSIGN_OR_RETURN(h->validation_, load_validation(*config.validation));
+    TESSERA_ASSIGN_OR_RETURN(core::memory_table v, core::load_data(*config.validation, nullptr));
+    h->validation_ = std::make_unique<core::memory_table>(std::move(v));
     if (h->validation_->feature_count() != config.model.inputs)
       return core::make_error(core::errc::invalid_spec, h->validation_->describe() + ": " +
                                                             std::to_string(h->validation_->feature_count()) +
@@ -102,15 +103,9 @@ void hub_service::log(log_level level, const std::string& text) const {
 }
 
 core::result<std::uint16_t> hub_service::start() {
-  net::session_config sc;
-  sc.heartbeat_interval = ms(config_.heartbeat_s);
-  sc.idle_timeout = ms(config_.idle_timeout_s);
-  sc.write_timeout = ms(config_.idle_timeout_s);
-  sc.chunk_bytes = config_.chunk_kib << 10;
-  sc.transfer_window_bytes = std::uint64_t{config_.window_kib} << 10;
-  server_ = net::server::create(io_, tls_, sc, {.max_sessions = config_.max_sessions});
+  server_ = net::server::create(io_, tls_, net::to_session_config(config_.link), {.max_sessions = config_.max_sessions});
   server_->on_session([this](const std::shared_ptr<net::session>& s) { attach(s); });
-  TESSERA_ASSIGN_OR_RETURN(const std::uint16_t port, server_->listen(config_.listen_host, config_.listen_port));
+  TESSERA_ASSIGN_OR_RETURN(const std::uint16_t port, server_->listen(config_.listen.host, config_.listen.port));
   if (resumed_from_ > 0)
     log(log_level::info, "resumed from checkpoint after round " + std::to_string(resumed_from_) + " (" +
                              std::to_string(devices_.size()) + " devices known)");
@@ -159,7 +154,7 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
                            std::to_string(h.memory_budget_bytes >> 20) + " MiB, " + std::to_string(h.examples) + " examples");
 
   assignment* a = stopping_ ? nullptr : engine_->find(id);
-  const net::msg::welcome welcome{.heartbeat_ms = static_cast<std::uint32_t>(config_.heartbeat_s * 1000.0)};
+  const net::msg::welcome welcome{.heartbeat_ms = static_cast<std::uint32_t>(config_.link.heartbeat_s * 1000.0)};
   if (a == nullptr || !is_open(a->state)) {
     s->send(welcome);
   } else {

@@ -99,9 +99,9 @@ class reader {
   codec blob_codec(const char* key) {
     const std::string s = string(key, 16);
     if (failed_) return codec::f32;
-    auto c = core::parse_codec(s);
+    auto c = core::k_codec_names.find(s);
     if (!c) fail(key, "unknown codec '" + s + "'");
-    return c ? c.value() : codec::f32;
+    return c.value_or(codec::f32);
   }
   bool has(const char* key) const { return !failed_ && j_.contains(key); }
   digest sha256(const char* key) {
@@ -228,7 +228,7 @@ core::result<message> parse_object(frame_type t, const json& j) {
             r.fail("codecs", "expected strings");
             break;
           }
-          if (auto k = core::parse_codec(c.get<std::string>())) h.codecs.push_back(k.value());
+          if (auto k = core::k_codec_names.find(c.get<std::string>())) h.codecs.push_back(*k);
         }
       }
       if (const json* rs = r.array("resume", max_resume_entries)) {

@@ -2,49 +2,45 @@
 
 namespace tessera::rounds {
 
-std::string_view to_string(strategy_kind s) noexcept {
-  switch (s) {
-    case strategy_kind::ist: return "ist";
-    case strategy_kind::fedavg: return "fedavg";
-    case strategy_kind::central: return "central";
-  }
-  return "?";
-}
-
-core::result<void> read_run_fields(core::config_reader& r, const std::string& source, run_config& c, bool allow_central) {
+core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool allow_central) {
   // The model defaults to the Fashion-MNIST MLP of the benchmarks; given fields replace the defaults.
-  nlohmann::json model = {{"inputs", 784}, {"hidden", {512, 512}}, {"outputs", 10}};
-  if (const auto* m = r.object("model")) model.update(*m);
-  auto spec = core::parse_model_spec(model.dump(), source + ": field 'model'");
-  TESSERA_TRY(spec);
-  c.model = spec.value();
-  const std::string strategy = allow_central ? r.choice("strategy", "ist", {"ist", "fedavg", "central"})
-                                             : r.choice("strategy", "ist", {"ist", "fedavg"});
-  c.strategy = strategy == "fedavg" ? strategy_kind::fedavg : strategy == "central" ? strategy_kind::central : strategy_kind::ist;
-  c.groups = static_cast<std::size_t>(r.integer("groups", 0, 0, 4096));
-  c.min_width = r.integer("min_width", 8, 1, core::k_max_width);
-  c.rounds = r.integer("rounds", 50, 1, 10'000'000);
-  c.local_steps = r.integer("local_steps", 50, 1, 100'000'000);
-  c.batch = r.integer("batch", 32, 1, 4096);
-  c.momentum = static_cast<float>(r.number("momentum", 0.9, 0.0, 0.9999));
-  c.weight_decay = static_cast<float>(r.number("weight_decay", 0.0, 0.0, 1.0));
-  c.nesterov = r.boolean("nesterov", false);
+  core::model_spec model_defaults;
+  model_defaults.inputs = 784;
+  model_defaults.hidden = {512, 512};
+  model_defaults.outputs = 10;
+  c.model = model_defaults;
+  if (const auto* m = r.object("model", "the global model: an MLP")) {
+    core::config_reader mr = r.child("model", *m);
+    c.model = core::read_model_spec(mr, model_defaults);
+    TESSERA_TRY(mr.finish());
+  }
+  c.strategy = allow_central ? r.choice("strategy", strategy_kind::ist, k_strategy_names,
+                                        "ist (subnets), fedavg (the whole model everywhere) or central (one device with all data)")
+                             : r.choice("strategy", strategy_kind::ist, k_fleet_strategy_names,
+                                        "ist (subnets) or fedavg (the whole model on every device)");
+  c.groups = static_cast<std::size_t>(r.integer("groups", 0, 0, 4096, "IST groups per round (0: one per device, as min_width allows)"));
+  c.min_width = r.integer("min_width", 8, 1, core::k_max_width, "no group gets fewer neurons of a hidden layer than this");
+  c.rounds = r.integer("rounds", 50, 1, 10'000'000, "rounds to run");
+  c.local_steps = r.integer("local_steps", 50, 1, 100'000'000, "SGD steps each device takes per round");
+  c.batch = r.integer("batch", 32, 1, 4096, "examples per step");
+  c.momentum = static_cast<float>(r.number("momentum", 0.9, 0.0, 0.9999, "SGD momentum (0: plain SGD)"));
+  c.weight_decay = static_cast<float>(r.number("weight_decay", 0.0, 0.0, 1.0, "L2 weight decay"));
+  c.nesterov = r.boolean("nesterov", false, "Nesterov momentum (not offered: devices keep no gradient buffer)");
   // A device's arena holds the velocity and no separate gradient buffer (core/memory.hpp), which
   // Nesterov's update needs: devices do not offer it, so neither does a run.
   if (c.nesterov) r.fail("nesterov", "Nesterov momentum is not offered on devices (their arena has no gradient buffer)");
-  c.lr.base = static_cast<float>(r.number("lr", 0.05, 0.0, 100.0));
-  auto kind = core::parse_schedule_kind(r.choice("lr_schedule", "constant", {"constant", "step", "cosine"}));
-  c.lr.kind = kind.ok() ? kind.value() : core::schedule_kind::constant;
-  c.lr.warmup_rounds = r.integer("lr_warmup_rounds", 0, 0, 10'000'000);
-  c.lr.step_rounds = r.integer("lr_step_rounds", 10, 1, 10'000'000);
-  c.lr.gamma = static_cast<float>(r.number("lr_gamma", 0.5, 0.0, 1.0));
-  c.lr.final_fraction = static_cast<float>(r.number("lr_final_fraction", 0.0, 0.0, 1.0));
-  c.codec = core::parse_codec(r.choice("codec", "f32", {"f32", "f16", "q8"})).value();
-  c.seed = static_cast<std::uint64_t>(r.integer("seed", 1, 0, INT64_MAX));
-  c.eval_every = r.integer("eval_every", 1, 1, 10'000'000);
-  c.patience = r.integer("patience", 0, 0, 10'000'000);
-  c.metrics_path = r.string("metrics", "");
-  c.output_path = r.string("output", "");
+  c.lr.base = static_cast<float>(r.number("lr", 0.05, 0.0, 100.0, "learning rate of local SGD at the schedule's start"));
+  c.lr.kind = r.choice("lr_schedule", core::schedule_kind::constant, core::k_schedule_names, "how the learning rate changes over rounds");
+  c.lr.warmup_rounds = r.integer("lr_warmup_rounds", 0, 0, 10'000'000, "rounds of linear warm-up");
+  c.lr.step_rounds = r.integer("lr_step_rounds", 10, 1, 10'000'000, "step: rounds between decays");
+  c.lr.gamma = static_cast<float>(r.number("lr_gamma", 0.5, 0.0, 1.0, "step: decay factor"));
+  c.lr.final_fraction = static_cast<float>(r.number("lr_final_fraction", 0.0, 0.0, 1.0, "cosine: the last rate, as a fraction of lr"));
+  c.codec = r.choice("codec", core::codec_kind::f32, core::k_codec_names, "how subnets travel: f32, f16 or q8 (int8, a scale per row)");
+  c.seed = static_cast<std::uint64_t>(r.integer("seed", 1, 0, INT64_MAX, "the run's seed: plans, shards and batch orders derive from it"));
+  c.eval_every = r.integer("eval_every", 1, 1, 10'000'000, "rounds between evaluations (and the last round)");
+  c.patience = r.integer("patience", 0, 0, 10'000'000, "stop after this many evaluations without a new best (0: never)");
+  c.metrics_path = r.string("metrics", "", "JSON-lines file, one line per round (empty: none)");
+  c.output_path = r.string("output", "", "safetensors file of the model, written at the end (empty: none)");
   c.lr.total_rounds = c.rounds;
   return {};
 }

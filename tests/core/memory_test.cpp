@@ -59,9 +59,9 @@ TEST_CASE("capacity for a budget: the largest fraction whose subnet fits") {
   CHECK(capacity_for_budget(full, 32, true, codec_kind::f32, std::size_t{1} << 30, 8) == 1.0);
 }
 
-TEST_CASE("codec names parse and unknown ones are refused") {
-  CHECK(parse_codec("q8").value() == codec_kind::q8);
-  auto bad = parse_codec("f64");
-  REQUIRE_FALSE(bad.ok());
-  CHECK(bad.error().message.find("f64") != std::string::npos);
+TEST_CASE("codec names: one table for printing and parsing") {
+  CHECK(k_codec_names.find("q8") == codec_kind::q8);
+  CHECK_FALSE(k_codec_names.find("f64").has_value());
+  for (auto c : {codec_kind::f32, codec_kind::f16, codec_kind::q8}) CHECK(k_codec_names.find(to_string(c)) == c);
+  CHECK(k_codec_names.list() == "f32, f16, q8");
 }

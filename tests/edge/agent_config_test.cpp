@@ -24,8 +24,8 @@ std::string error_of(const nlohmann::json& j) {
 TEST_CASE("agent config: defaults and overrides") {
   auto c = edge::parse_agent_config(minimal(), "agent.json");
   REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
-  CHECK(c.value().hub_host == "hub.example.org");
-  CHECK(c.value().hub_port == 7443);
+  CHECK(c.value().hub.host == "hub.example.org");
+  CHECK(c.value().hub.port == 7443);
   CHECK(c.value().tls.hub_name == "hub.example.org");  // the name dialled is the name checked
   CHECK(c.value().budget_bytes == 16u << 20);
   CHECK(c.value().codecs.size() == 3);
@@ -42,8 +42,8 @@ TEST_CASE("agent config: defaults and overrides") {
   CHECK(o.value().data_seed == 18446744073709551615ull);
   CHECK(o.value().backoff_max.count() == 500);
   CHECK(o.value().tls.hub_name == "hub");
-  CHECK(o.value().upload_bytes_per_s == 32000);
-  CHECK(o.value().download_bytes_per_s == 0);
+  CHECK(o.value().link.upload_bytes_per_s == 32000);
+  CHECK(o.value().link.download_bytes_per_s == 0);
 }
 
 TEST_CASE("agent config: errors name the file and the field") {

@@ -60,7 +60,7 @@ TEST_CASE("arena: its size is exactly bytes_needed, and training uses all of it"
   core::initialize(spec, arena.value()->params());
   temp_dir d;
   write_images(d, 64, "i", "l");
-  auto data = edge::device_data::open({.format = "idx", .features = d.file("i"), .labels = d.file("l"), .max_batch = 8}, 1);
+  auto data = edge::device_data::open({.source = {.format = core::data_format::idx, .features = d.file("i"), .labels = d.file("l")}, .max_batch = 8}, 1);
   REQUIRE(data.ok());
   core::local_trainer trainer(arch, 8, arena.value()->buffers());
   REQUIRE(trainer.run(arena.value()->params(), data.value()->train(), {.steps = 1, .sgd = {}}).ok());
@@ -97,8 +97,7 @@ TEST_CASE("refusal: an assignment over the budget states both numbers") {
 TEST_CASE("device data: plain IDX is read at random with a held-out validation range") {
   temp_dir d;
   write_images(d, 200, "i", "l");
-  auto data = edge::device_data::open({.format = "idx", .features = d.file("i"), .labels = d.file("l"),
-                                       .validation_fraction = 0.1, .max_batch = 16}, 3);
+  auto data = edge::device_data::open({.source = {.format = core::data_format::idx, .features = d.file("i"), .labels = d.file("l")}, .validation_fraction = 0.1, .max_batch = 16}, 3);
   REQUIRE(data.ok());
   CHECK(data.value()->train_examples() == 180);
   CHECK(data.value()->has_validation());
@@ -122,8 +121,7 @@ TEST_CASE("device data: CSV streams through a bounded shuffle buffer, every k-th
     std::ofstream f(d.file("data.csv"));
     for (int i = 0; i < 100; ++i) f << (i % 3) << "," << (i % 3 == 0 ? 1 : 0) << "," << (i % 3 == 1 ? 1 : 0) << "," << i * 0.01 << "\n";
   }
-  auto data = edge::device_data::open({.format = "csv", .features = d.file("data.csv"), .labels = "", .norm = core::normalization::none,
-                                       .shuffle_buffer = 10, .validation_fraction = 0.2, .max_batch = 8}, 1);
+  auto data = edge::device_data::open({.source = {.format = core::data_format::csv, .features = d.file("data.csv"), .labels = "", .norm = core::normalization::none}, .shuffle_buffer = 10, .validation_fraction = 0.2, .max_batch = 8}, 1);
   REQUIRE(data.ok());
   CHECK(data.value()->train_examples() == 80);
   CHECK(data.value()->feature_count() == 3);
@@ -134,19 +132,19 @@ TEST_CASE("refusal: a truncated data file is named with its record, and the devi
   temp_dir d;
   write_images(d, 50, "i", "l");
   fs::resize_file(d.file("i"), fs::file_size(d.file("i")) - 10);
-  auto bad = edge::device_data::open({.format = "idx", .features = d.file("i"), .labels = d.file("l")}, 1);
+  auto bad = edge::device_data::open({.source = {.format = core::data_format::idx, .features = d.file("i"), .labels = d.file("l")}}, 1);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message.find(d.file("i")) != std::string::npos);
   CHECK(bad.error().message.find("record 49") != std::string::npos);
   write_images(d, 50, "i2", "l2");
-  CHECK(edge::device_data::open({.format = "idx", .features = d.file("i2"), .labels = d.file("l2")}, 1).ok());
+  CHECK(edge::device_data::open({.source = {.format = core::data_format::idx, .features = d.file("i2"), .labels = d.file("l2")}}, 1).ok());
 }
 
 TEST_CASE("refusal: a data file with a wrong magic is named") {
   temp_dir d;
   write_images(d, 10, "i", "l");
   { std::fstream f(d.file("i"), std::ios::in | std::ios::out | std::ios::binary); f.put('\x12'); }
-  auto bad = edge::device_data::open({.format = "idx", .features = d.file("i"), .labels = d.file("l")}, 1);
+  auto bad = edge::device_data::open({.source = {.format = core::data_format::idx, .features = d.file("i"), .labels = d.file("l")}}, 1);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().code == core::make_error_code(core::errc::bad_format));
   CHECK(bad.error().message.find(d.file("i")) != std::string::npos);
@@ -155,7 +153,7 @@ TEST_CASE("refusal: a data file with a wrong magic is named") {
 TEST_CASE("refusal: data of the wrong shape for the model is named") {
   temp_dir d;
   write_images(d, 20, "i", "l");
-  auto data = edge::device_data::open({.format = "idx", .features = d.file("i"), .labels = d.file("l"), .max_batch = 4}, 1);
+  auto data = edge::device_data::open({.source = {.format = core::data_format::idx, .features = d.file("i"), .labels = d.file("l")}, .max_batch = 4}, 1);
   REQUIRE(data.ok());
   core::model_spec spec = small_spec();
   spec.inputs = 784;
@@ -173,7 +171,7 @@ TEST_CASE("refusal: a non-numeric CSV cell is named with line and column") {
     std::ofstream f(d.file("bad.csv"));
     f << "0,1,2\n1,3,4\n0,x5,6\n";
   }
-  auto bad = edge::device_data::open({.format = "csv", .features = d.file("bad.csv"), .labels = "", .norm = core::normalization::none}, 1);
+  auto bad = edge::device_data::open({.source = {.format = core::data_format::csv, .features = d.file("bad.csv"), .labels = "", .norm = core::normalization::none}}, 1);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message.find("bad.csv") != std::string::npos);
   CHECK(bad.error().message.find("line 3") != std::string::npos);
@@ -181,9 +179,8 @@ TEST_CASE("refusal: a non-numeric CSV cell is named with line and column") {
 }
 
 TEST_CASE("refusal: bad data options are named") {
-  CHECK_FALSE(edge::device_data::open({.format = "parquet", .features = "x", .labels = "y"}, 1).ok());
-  CHECK_FALSE(edge::device_data::open({.format = "idx", .features = "x", .labels = "y", .validation_fraction = 0.9}, 1).ok());
-  auto missing = edge::device_data::open({.format = "idx", .features = "/nonexistent/images", .labels = "/nonexistent/labels"}, 1);
+  CHECK_FALSE(edge::device_data::open({.source = {.format = core::data_format::idx, .features = "x", .labels = "y"}, .validation_fraction = 0.9}, 1).ok());
+  auto missing = edge::device_data::open({.source = {.format = core::data_format::idx, .features = "/nonexistent/images", .labels = "/nonexistent/labels"}}, 1);
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.error().message.find("/nonexistent/") != std::string::npos);
 }

@@ -41,7 +41,7 @@ TEST_CASE("federation: agents with 4, 8 and 16 MiB get subnets that fit their bu
   const nlohmann::json train = f.write_subset("train", 3000);
   const auto data = f.make_shards({{"devices", 3},
                                    {"seed", 5},
-                                   {"data", {{"train_images", train.at("images")}, {"train_labels", train.at("labels")}}}});
+                                   {"data", {{"train", train}}}});
 
   // 784-2048-2048-10 with momentum needs about 46 MiB to train whole: every budget binds.
   const nlohmann::json model = {{"inputs", 784}, {"hidden", {2048, 2048}}, {"outputs", 10}};

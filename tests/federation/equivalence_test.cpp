@@ -28,10 +28,7 @@ nlohmann::json run_fields(const std::string& strategy) {
 nlohmann::json sim_config(const std::string& strategy, const nlohmann::json& train, const nlohmann::json& test) {
   nlohmann::json s = run_fields(strategy);
   s["devices"] = k_devices;
-  s["data"] = {{"train_images", train.at("images")},
-               {"train_labels", train.at("labels")},
-               {"test_images", test.at("images")},
-               {"test_labels", test.at("labels")}};
+  s["data"] = {{"train", train}, {"test", test}};
   return s;
 }
 

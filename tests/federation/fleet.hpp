@@ -130,7 +130,7 @@ class fleet {
 
   // The first `n` examples of a packaged IDX set (e.g. "train" or "t10k" of Fashion-MNIST) as
   // uncompressed IDX files in the folder: a small data set, so a federation runs in seconds. Returns
-  // {"images": path, "labels": path}.
+  // {"features": path, "labels": path}: a data source's fields.
   nlohmann::json write_subset(const std::string& set, std::int64_t n) {
     auto in = core::open_idx(k_fashion_dir + set + "-images-idx3-ubyte.gz", k_fashion_dir + set + "-labels-idx1-ubyte.gz",
                              {.norm = core::normalization::none, .stats = {}});
@@ -152,7 +152,7 @@ class fleet {
     const std::string labels_path = file(set + "-" + std::to_string(n) + "-labels-idx1-ubyte");
     REQUIRE(core::write_idx_images(images, 1, features, pixels).ok());
     REQUIRE(core::write_idx_labels(labels_path, labels).ok());
-    return {{"images", images}, {"labels", labels_path}};
+    return {{"features", images}, {"labels", labels_path}};
   }
 
   std::string write_json(const std::string& name, const nlohmann::json& j) const {

@@ -26,7 +26,7 @@ nlohmann::json hub_config(fleet& f, const nlohmann::json& validation, int rounds
           {"batch", 32},
           {"lr", 0.02},
           {"seed", 11},
-          {"validation", {{"format", "idx"}, {"images", validation.at("images")}, {"labels", validation.at("labels")}}},
+          {"validation", validation},
           {"checkpoint_dir", f.file("checkpoints")},
           {"metrics", f.file("metrics.jsonl")},
           {"output", f.file("model.safetensors")}};
@@ -58,7 +58,7 @@ TEST_CASE("federation: a hub killed mid-round resumes from its checkpoint; the a
   const nlohmann::json train = f.write_subset("train", 3000), validation = f.write_subset("t10k", 1000);
   const auto data = f.make_shards({{"devices", k_devices},
                                    {"seed", 11},
-                                   {"data", {{"train_images", train.at("images")}, {"train_labels", train.at("labels")}}}});
+                                   {"data", {{"train", train}}}});
 
   nlohmann::json config = hub_config(f, validation, rounds);
   config.update({{"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 60}});
@@ -126,7 +126,7 @@ TEST_CASE("federation: an agent killed mid-round is a straggler, its neurons kee
   const nlohmann::json train = f.write_subset("train", 3000), validation = f.write_subset("t10k", 1000);
   const auto data = f.make_shards({{"devices", k_devices},
                                    {"seed", 11},
-                                   {"data", {{"train_images", train.at("images")}, {"train_labels", train.at("labels")}}}});
+                                   {"data", {{"train", train}}}});
 
   nlohmann::json config = hub_config(f, validation, rounds);
   // A round goes ahead with two devices once the third has been missing for device_wait_s.

@@ -135,7 +135,7 @@ TEST_CASE("federation: NaN, wrong-size and stale updates are refused with their 
   const nlohmann::json train = f.write_subset("train", 3000), validation = f.write_subset("t10k", 1000);
   const auto data = f.make_shards({{"devices", 2},
                                    {"seed", 3},
-                                   {"data", {{"train_images", train.at("images")}, {"train_labels", train.at("labels")}}}});
+                                   {"data", {{"train", train}}}});
 
   hub_handle hub = f.start_hub(
       "hub", {{"model", {{"inputs", 784}, {"hidden", {64, 64}}, {"outputs", 10}}},
@@ -149,7 +149,7 @@ TEST_CASE("federation: NaN, wrong-size and stale updates are refused with their 
               {"max_devices", devices},
               {"device_wait_s", 60},
               {"round_deadline_s", 60},
-              {"validation", {{"format", "idx"}, {"images", validation.at("images")}, {"labels", validation.at("labels")}}},
+              {"validation", validation},
               {"metrics", f.file("metrics.jsonl")},
               {"output", f.file("model.safetensors")}});
   std::vector<child_process*> agents;

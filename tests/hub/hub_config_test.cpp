@@ -20,8 +20,8 @@ TEST_CASE("hub config: defaults, and overrides from the command line") {
   auto c = hub::load_hub_config("", {"listen=0.0.0.0:9000", "rounds=12", "tls.crl=other.crl", "strategy=fedavg",
                                      "model.hidden=[64,32]"});
   REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
-  CHECK(c.value().listen_host == "0.0.0.0");
-  CHECK(c.value().listen_port == 9000);
+  CHECK(c.value().listen.host == "0.0.0.0");
+  CHECK(c.value().listen.port == 9000);
   CHECK(c.value().rounds == 12);
   CHECK(c.value().lr.total_rounds == 12);
   CHECK(c.value().tls.crl == "other.crl");

@@ -62,7 +62,7 @@ class federation {
                         {"rounds", 3}, {"local_steps", 10}, {"batch", 8}, {"min_width", 4}, {"lr", 0.05},
                         {"min_devices", 2}, {"max_devices", 2}, {"device_wait_s", 30}, {"round_deadline_s", 30},
                         {"heartbeat_s", 0.5}, {"idle_timeout_s", 5},
-                        {"validation", {{"format", "idx"}, {"images", dir_.file("val-images")}, {"labels", dir_.file("val-labels")}}},
+                        {"validation", {{"format", "idx"}, {"features", dir_.file("val-images")}, {"labels", dir_.file("val-labels")}}},
                         {"checkpoint_dir", dir_.file("ckpt")}, {"metrics", dir_.file("metrics.jsonl")},
                         {"output", dir_.file("model.safetensors")}};
     j.update(extra);
@@ -90,17 +90,14 @@ class federation {
   edge::agent& start_agent(const crypto::cert_files& cert, const device_files& data, std::size_t budget_bytes = 16u << 20) {
     const auto& pki = test::test_pki::get();
     edge::agent_config c;
-    c.hub_host = "127.0.0.1";
-    c.hub_port = port_;
+    c.hub = {"127.0.0.1", port_};
     c.tls = {.ca_cert = pki.ca.cert, .cert = cert.cert, .key = cert.key, .hub_name = "127.0.0.1"};
-    c.data.format = "idx";
-    c.data.features = data.images;
-    c.data.labels = data.labels;
+    c.data.source = {.format = core::data_format::idx, .features = data.images, .labels = data.labels};
     c.budget_bytes = budget_bytes;
     c.backoff_initial = 20ms;
     c.backoff_max = 200ms;
-    c.heartbeat_s = 0.5;
-    c.idle_timeout_s = 5;
+    c.link.heartbeat_s = 0.5;
+    c.link.idle_timeout_s = 5;
     auto a = edge::agent::create(io_, c, [this](core::log_level, const std::string& line) { agent_log_.push_back(line); });
     REQUIRE_MESSAGE(a.ok(), (a.ok() ? "" : a.error().message));
     agents_.push_back(std::move(a.value()));

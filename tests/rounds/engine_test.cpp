@@ -24,7 +24,7 @@ rounds::run_config config(nlohmann::json extra = nlohmann::json::object()) {
   j.update(extra);
   core::config_reader r(j, "run.json");
   rounds::run_config c;
-  REQUIRE(rounds::read_run_fields(r, "run.json", c, /*allow_central=*/true).ok());
+  REQUIRE(rounds::read_run_fields(r, c, /*allow_central=*/true).ok());
   auto done = r.finish();
   REQUIRE_MESSAGE(done.ok(), (done.ok() ? "" : done.error().message));
   return c;

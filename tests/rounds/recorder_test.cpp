@@ -21,7 +21,7 @@ rounds::run_config small_config(const std::string& metrics, const std::string& o
                       {"metrics", metrics}, {"output", output}};
   core::config_reader r(j, "run.json");
   rounds::run_config c;
-  REQUIRE(rounds::read_run_fields(r, "run.json", c, true).ok());
+  REQUIRE(rounds::read_run_fields(r, c, true).ok());
   REQUIRE(r.finish().ok());
   return c;
 }

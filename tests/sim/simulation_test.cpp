@@ -115,7 +115,7 @@ TEST_CASE("simulation: IST bytes per device are at most 20% of FedAvg's with 8 d
 TEST_CASE("simulation: non-IID Dirichlet shards skew the labels and still cover every example once") {
   auto train = prototypes(900, 5);
   auto cfg = config_for("ist");
-  cfg.partition = "dirichlet";
+  cfg.partition = sim::partition_kind::dirichlet;
   cfg.alpha = 0.3;
   auto sim = sim::simulation::create(cfg, train, nullptr);
   REQUIRE(sim.ok());
@@ -136,7 +136,8 @@ TEST_CASE("sim config: errors name the field") {
   CHECK(config_error({{"rounds", 0}}).find("'rounds'") != std::string::npos);
   CHECK(config_error({{"devices", 2}, {"capacities", {1.0, 0.5, 0.5}}}).find("'capacities'") != std::string::npos);
   CHECK(config_error({{"model", {{"hidden", {0}}}}}).find("hidden[0]") != std::string::npos);
-  CHECK(config_error({{"data", {{"format", "csv"}}}}).find("'data.train_csv'") != std::string::npos);
+  CHECK(config_error({{"data", {{"train", {{"format", "csv"}, {"features", ""}}}}}}).find("'data.train.features'") != std::string::npos);
+  CHECK(config_error({{"data", {{"train_images", "x"}}}}).find("renamed: use 'data.train.features'") != std::string::npos);
   CHECK(config_error({{"lr_shedule", "cosine"}}).find("'lr_shedule'") != std::string::npos);
 }
 

@@ -1,57 +1,77 @@
 #include "tessera/sim/sim_config.hpp"
 
-#include "tessera/core/json_config.hpp"
-
 namespace tessera::sim {
 
-using core::errc;
-using core::make_error;
 using rounds::strategy_kind;
 
-core::result<sim_config> parse_sim_config(const nlohmann::json& json, const std::string& source) {
-  core::config_reader r(json, source);
+namespace {
+
+void read_data_fields(core::config_reader& r, data_config& data) {
+  // The fields before sources were one object each, named so an old configuration says what to write.
+  for (const char* old : {"format", "label_column", "header", "normalization", "max_examples"})
+    r.renamed(old, std::string("data.train.") + old + " (and data.test." + old + ")");
+  r.renamed("train_images", "data.train.features");
+  r.renamed("train_labels", "data.train.labels");
+  r.renamed("train_csv", "data.train.features");
+  r.renamed("test_images", "data.test.features");
+  r.renamed("test_labels", "data.test.labels");
+  r.renamed("test_csv", "data.test.features");
+  // CSV without units in common gets standardized by default: the simulator holds the whole training set.
+  const core::data_source_rules rules{.required = true, .allow_standardize = true, .csv_default = core::normalization::standardize};
+  if (const auto* t = r.object("train", "the training set, dealt out to the devices")) {
+    core::config_reader tr = r.child("train", *t);
+    data.train = core::read_data_source(tr, data.train, rules);
+    if (auto done = tr.finish(); !done) r.fail(std::move(done).error());
+  }
+  if (const auto* t = r.object("test", "the test set the model is evaluated on (features \"\": none)")) {
+    core::config_reader tr = r.child("test", *t);
+    data.test = core::read_data_source(tr, data.test, {.required = false, .allow_standardize = true,
+                                                       .csv_default = core::normalization::standardize});
+    // The model sees its inputs one way: the test set is normalized as the training set is.
+    if (tr.has("normalization") && data.test.norm != data.train.norm)
+      tr.fail("normalization", "the test set is normalized as the training set (data.train.normalization): leave it out");
+    if (auto done = tr.finish(); !done) r.fail(std::move(done).error());
+  }
+  data.test.norm = data.train.norm;
+  data.examples = r.integer("examples", 0, 0, std::int64_t{1} << 31, "use only the first this many training examples (0: all)");
+}
+
+}  // namespace
+
+core::result<sim_config> read_sim_config(core::config_reader& r) {
   sim_config c;
-  TESSERA_TRY(read_run_fields(r, source, c, /*allow_central=*/true));
-  c.devices = static_cast<std::size_t>(r.integer("devices", 8, 1, 4096));
-  c.partition = r.choice("partition", "iid", {"iid", "dirichlet"});
-  c.alpha = r.number("alpha", 0.5, 1e-3, 1e6);
-  c.capacities = r.numbers("capacities", {}, 1e-6, 1.0);
+  TESSERA_TRY(rounds::read_run_fields(r, c, /*allow_central=*/true));
+  c.devices = static_cast<std::size_t>(r.integer("devices", 8, 1, 4096, "virtual devices, each with its own shard"));
+  c.partition = r.choice("partition", partition_kind::iid, k_partition_names, "how the training set is split among devices");
+  c.alpha = r.number("alpha", 0.5, 1e-3, 1e6, "dirichlet: label skew (small: strong skew)");
+  c.capacities = r.numbers("capacities", {}, 1e-6, 1.0, "per device, the share of every hidden layer it can train (empty: all 1)");
   if (!c.capacities.empty() && c.capacities.size() != c.devices)
     r.fail("capacities", std::to_string(c.capacities.size()) + " entries for " + std::to_string(c.devices) + " devices");
-  if (const auto* d = r.object("data")) {
+  if (const auto* d = r.object("data", "the examples: a training set and a test set")) {
     core::config_reader dr = r.child("data", *d);
-    data_config& data = c.data;
-    data.format = dr.choice("format", data.format, {"idx", "csv"});
-    data.train_images = dr.string("train_images", data.train_images);
-    data.train_labels = dr.string("train_labels", data.train_labels);
-    data.test_images = dr.string("test_images", data.test_images);
-    data.test_labels = dr.string("test_labels", data.test_labels);
-    data.train_csv = dr.string("train_csv", "");
-    data.test_csv = dr.string("test_csv", "");
-    data.label_column = static_cast<std::size_t>(dr.integer("label_column", 0, 0, 1 << 20));
-    data.header = dr.boolean("header", false);
-    const std::string norm = dr.choice("normalization", data.format == "csv" ? "standardize" : "scale_unit",
-                                       {"none", "scale_unit", "standardize"});
-    data.norm = norm == "none" ? core::normalization::none
-                : norm == "standardize" ? core::normalization::standardize
-                                        : core::normalization::scale_unit;
-    data.max_examples = dr.integer("max_examples", data.max_examples, 1, 1LL << 31);
-    data.examples = dr.integer("examples", 0, 0, 1LL << 31);
-    if (data.format == "csv" && data.train_csv.empty()) dr.fail("train_csv", "required when format is csv");
+    read_data_fields(dr, c.data);
     TESSERA_TRY(dr.finish());
   }
-  TESSERA_TRY(r.finish());
   if (c.strategy == strategy_kind::central) c.devices = 1;
   if (c.groups > c.devices)
-    return make_error(errc::invalid_spec, source + ": field 'groups': " + std::to_string(c.groups) + " groups for " +
-                                              std::to_string(c.devices) + " devices");
+    r.fail("groups", std::to_string(c.groups) + " groups for " + std::to_string(c.devices) + " devices");
+  TESSERA_TRY(r.finish());
   return c;
 }
 
+core::result<sim_config> parse_sim_config(const nlohmann::json& json, const std::string& source) {
+  core::config_reader r(json, source);
+  return read_sim_config(r);
+}
+
 core::result<sim_config> load_sim_config(const std::string& path, const std::vector<std::string>& overrides) {
-  auto json = core::load_config(path, overrides);
-  TESSERA_TRY(json);
-  return parse_sim_config(json.value(), path.empty() ? "command line" : path);
+  TESSERA_ASSIGN_OR_RETURN(const nlohmann::json json, core::load_config(path, overrides));
+  return parse_sim_config(json, path.empty() ? "command line" : path);
+}
+
+void describe_sim_config(core::field_table& table) {
+  core::config_reader r = core::config_reader::describing(table);
+  (void)read_sim_config(r);
 }
 
 }  // namespace tessera::sim

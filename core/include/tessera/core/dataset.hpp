@@ -29,10 +29,14 @@
 #include <vector>
 
 #include "tessera/core/error.hpp"
+#include "tessera/core/names.hpp"
 
 namespace tessera::core {
 
 enum class normalization { none, scale_unit, standardize };
+inline constexpr name_table<normalization, 3> k_normalization_names{{{{normalization::none, "none"},
+                                                                     {normalization::scale_unit, "scale_unit"},
+                                                                     {normalization::standardize, "standardize"}}}};
 
 // Per-feature statistics for `standardize`; a std of 0 is treated as 1.
 struct feature_stats {

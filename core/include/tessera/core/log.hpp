@@ -13,13 +13,14 @@
 #include <string>
 #include <string_view>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/names.hpp"
 
 namespace tessera::core {
 
 enum class log_level { info, warning, error };
-[[nodiscard]] std::string_view to_string(log_level level) noexcept;
-[[nodiscard]] result<log_level> parse_log_level(std::string_view name);
+inline constexpr name_table<log_level, 3> k_log_level_names{{{{log_level::info, "info"},
+                                                             {log_level::warning, "warning"},
+                                                             {log_level::error, "error"}}}};
 
 using log_sink = std::function<void(log_level, const std::string&)>;
 

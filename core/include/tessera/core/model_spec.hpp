@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "tessera/core/error.hpp"
+#include "tessera/core/names.hpp"
 
 namespace tessera::core {
 
@@ -33,10 +34,18 @@ enum class task_kind { classification, regression };
 enum class init_kind { he_uniform, he_normal, xavier_uniform };
 enum class compensation_kind { none, scale, layer_norm, layer_norm_scale };
 
-[[nodiscard]] std::string_view to_string(task_kind v) noexcept;
-[[nodiscard]] std::string_view to_string(init_kind v) noexcept;
-[[nodiscard]] std::string_view to_string(compensation_kind v) noexcept;
-[[nodiscard]] result<compensation_kind> parse_compensation(std::string_view s);
+inline constexpr name_table<task_kind, 2> k_task_names{{{{task_kind::classification, "classification"},
+                                                         {task_kind::regression, "regression"}}}};
+inline constexpr name_table<init_kind, 3> k_init_names{{{{init_kind::he_uniform, "he_uniform"},
+                                                         {init_kind::he_normal, "he_normal"},
+                                                         {init_kind::xavier_uniform, "xavier_uniform"}}}};
+inline constexpr name_table<compensation_kind, 4> k_compensation_names{{{{compensation_kind::none, "none"},
+                                                                         {compensation_kind::scale, "scale"},
+                                                                         {compensation_kind::layer_norm, "layer_norm"},
+                                                                         {compensation_kind::layer_norm_scale, "layer_norm_scale"}}}};
+[[nodiscard]] inline std::string_view to_string(task_kind v) noexcept { return k_task_names.name(v); }
+[[nodiscard]] inline std::string_view to_string(init_kind v) noexcept { return k_init_names.name(v); }
+[[nodiscard]] inline std::string_view to_string(compensation_kind v) noexcept { return k_compensation_names.name(v); }
 
 // The shape of one concrete MLP: the full model or a subnet cut out of it.
 // widths = {n0 (inputs), n1..nL (hidden), nL+1 (outputs)}; input_scale[l-1] multiplies the input of
@@ -73,8 +82,14 @@ inline constexpr std::int64_t k_max_params = std::int64_t{1} << 31;
 
 // Parses and validates a JSON model spec; `source` names where it came from in error messages.
 [[nodiscard]] result<model_spec> parse_model_spec(std::string_view json_text, std::string_view source);
+// Reads a spec's fields from a configuration object (a command's "model"), each field defaulting to
+// `defaults`'; the spec is validated. Errors are kept by the reader; the result is the spec read.
+class config_reader;
+[[nodiscard]] model_spec read_model_spec(config_reader& r, const model_spec& defaults);
 // Reads a JSON file holding a model spec.
 [[nodiscard]] result<model_spec> load_model_spec(const std::string& path);
+// The widths as people write them: "784-512-512-10".
+[[nodiscard]] std::string widths_text(const model_spec& spec);
 // The spec as JSON text (round-trips through parse_model_spec).
 [[nodiscard]] std::string to_json(const model_spec& spec);
 // Checks widths and limits; used by the parser and by anything that builds a spec in code.

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "tessera/core/error.hpp"
+#include "tessera/core/names.hpp"
 
 namespace tessera::core {
 
@@ -50,7 +51,9 @@ struct lr_schedule {
   float final_fraction = 0.0f;     // cosine: where it ends, as a fraction of base
 };
 [[nodiscard]] float learning_rate_at(const lr_schedule& schedule, std::int64_t round) noexcept;
-[[nodiscard]] result<schedule_kind> parse_schedule_kind(std::string_view s);
-[[nodiscard]] std::string_view to_string(schedule_kind k) noexcept;
+inline constexpr name_table<schedule_kind, 3> k_schedule_names{{{{schedule_kind::constant, "constant"},
+                                                                 {schedule_kind::step, "step"},
+                                                                 {schedule_kind::cosine, "cosine"}}}};
+[[nodiscard]] inline std::string_view to_string(schedule_kind k) noexcept { return k_schedule_names.name(k); }
 
 }  // namespace tessera::core

@@ -16,13 +16,14 @@
 #include "tessera/core/error.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/crypto/tls.hpp"
+#include "tessera/core/json_config.hpp"
 #include "tessera/edge/device_data.hpp"
+#include "tessera/net/link_config.hpp"
 
 namespace tessera::edge {
 
 struct agent_config {
-  std::string hub_host = "127.0.0.1";
-  std::uint16_t hub_port = 7443;
+  core::host_port hub{"127.0.0.1", 7443};
   crypto::agent_tls_files tls{.ca_cert = "pki/ca.pem", .cert = "pki/device.pem", .key = "pki/device.key", .hub_name = ""};
   data_config data;
   std::uint64_t data_seed = 0;               // batch order; 0: derived from the device id
@@ -31,16 +32,15 @@ struct agent_config {
   std::chrono::milliseconds backoff_initial{250};
   std::chrono::milliseconds backoff_max{30'000};
   double jitter = 0.5;
-  double heartbeat_s = 10;
-  double idle_timeout_s = 60;
-  std::uint32_t chunk_kib = 256;             // CHUNK size and unacknowledged bytes per upload
-  std::uint32_t window_kib = 2048;
-  std::uint64_t upload_bytes_per_s = 0;      // rate caps for metered links (0: none)
-  std::uint64_t download_bytes_per_s = 0;
+  net::link_settings link;                   // heartbeats, deadlines, chunking, rate caps
   std::int64_t exit_after_rounds = 0;        // 0: serve forever; N: exit after N accepted updates
 };
 
+// Reads the fields from `r` (a describing reader lists them; see core/json_config.hpp).
+[[nodiscard]] core::result<agent_config> read_agent_config(core::config_reader& r);
 [[nodiscard]] core::result<agent_config> parse_agent_config(const nlohmann::json& json, const std::string& source);
 [[nodiscard]] core::result<agent_config> load_agent_config(const std::string& path, const std::vector<std::string>& overrides);
+// Every field, for --help.
+void describe_agent_config(core::field_table& table);
 
 }  // namespace tessera::edge

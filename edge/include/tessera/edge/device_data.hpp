@@ -6,8 +6,9 @@
 // the reader's fixed buffers (`buffer_bytes()`), independent of the file size, and counted against
 // the device's budget together with the training arena.
 //
-//   edge::data_config cfg{.format = "idx", .features = "train-images-idx3-ubyte",
-//                         .labels = "train-labels-idx1-ubyte", .validation_fraction = 0.1};
+//   edge::data_config cfg{.source = {.format = core::data_format::idx, .features = "train-images-idx3-ubyte",
+//                                    .labels = "train-labels-idx1-ubyte"},
+//                         .validation_fraction = 0.1};
 //   auto data = edge::device_data::open(cfg, seed);
 //   trainer.run(params, data.value()->train(), options);
 #pragma once
@@ -16,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "tessera/core/data_source.hpp"
 #include "tessera/core/dataset.hpp"
 #include "tessera/core/error.hpp"
 #include "tessera/core/train.hpp"
@@ -23,12 +25,7 @@
 namespace tessera::edge {
 
 struct data_config {
-  std::string format = "idx";      // "idx", "npy" or "csv"
-  std::string features;            // IDX images, .npy features, or the CSV file
-  std::string labels;              // IDX labels or .npy labels (unused for CSV)
-  core::normalization norm = core::normalization::scale_unit;
-  std::size_t label_column = 0;    // CSV
-  bool header = false;             // CSV
+  core::data_source source;        // the device's files (core/data_source.hpp)
   std::int64_t shuffle_buffer = 1024;  // examples held for shuffling a stream (gzip IDX, CSV)
   double validation_fraction = 0;  // held out for local validation, in [0, 0.5]
   std::int64_t max_batch = 256;    // largest batch the train source will be asked for

@@ -7,7 +7,7 @@
 //
 //   core::config_reader r(json, "hub.json");
 //   rounds::run_config c;
-//   rounds::read_run_fields(r, "hub.json", c, /*allow_central=*/false);
+//   TESSERA_TRY(rounds::read_run_fields(r, c, /*allow_central=*/false));
 //   TESSERA_TRY(r.finish());
 #pragma once
 
@@ -25,7 +25,13 @@
 namespace tessera::rounds {
 
 enum class strategy_kind { ist, fedavg, central };
-[[nodiscard]] std::string_view to_string(strategy_kind s) noexcept;
+inline constexpr core::name_table<strategy_kind, 3> k_strategy_names{{{{strategy_kind::ist, "ist"},
+                                                                       {strategy_kind::fedavg, "fedavg"},
+                                                                       {strategy_kind::central, "central"}}}};
+// The strategies a real fleet runs (central is the simulator's reference).
+inline constexpr core::name_table<strategy_kind, 2> k_fleet_strategy_names{{{{strategy_kind::ist, "ist"},
+                                                                             {strategy_kind::fedavg, "fedavg"}}}};
+[[nodiscard]] inline std::string_view to_string(strategy_kind s) noexcept { return k_strategy_names.name(s); }
 
 struct run_config {
   core::model_spec model;
@@ -47,8 +53,8 @@ struct run_config {
   std::string output_path;           // safetensors written at the end; empty: none
 };
 
-// Reads the shared fields; errors are kept by the reader (see core::config_reader::finish).
-[[nodiscard]] core::result<void> read_run_fields(core::config_reader& r, const std::string& source, run_config& c,
-                                                 bool allow_central);
+// Reads the shared fields; errors are kept by the reader (see core::config_reader::finish). Only the
+// simulator allows `central`.
+[[nodiscard]] core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool allow_central);
 
 }  // namespace tessera::rounds

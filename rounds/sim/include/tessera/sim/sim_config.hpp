@@ -14,34 +14,42 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/core/data_source.hpp"
 #include "tessera/core/dataset.hpp"
+#include "tessera/core/json_config.hpp"
 #include "tessera/rounds/run_config.hpp"
 
 namespace tessera::sim {
 
+// The simulator's data: a training set it deals out to its devices and an optional test set. The
+// default is Fashion-MNIST from Debian's dataset-fashion-mnist package.
 struct data_config {
-  std::string format = "idx";  // "idx" or "csv"
-  std::string train_images = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
-  std::string train_labels = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz";
-  std::string test_images = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
-  std::string test_labels = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";
-  std::string train_csv, test_csv;  // for "csv"
-  std::size_t label_column = 0;
-  bool header = false;
-  core::normalization norm = core::normalization::scale_unit;
-  std::int64_t max_examples = 10'000'000;  // a bound: a larger training set is refused
-  std::int64_t examples = 0;               // use only the first this many training examples (0: all)
+  core::data_source train{.format = core::data_format::idx,
+                          .features = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz",
+                          .labels = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz"};
+  core::data_source test{.format = core::data_format::idx,
+                         .features = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz",
+                         .labels = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"};  // features "": none
+  std::int64_t examples = 0;  // use only the first this many training examples (0: all)
 };
+
+enum class partition_kind { iid, dirichlet };
+inline constexpr core::name_table<partition_kind, 2> k_partition_names{{{{partition_kind::iid, "iid"},
+                                                                         {partition_kind::dirichlet, "dirichlet"}}}};
 
 // The simulator's run: the shared fields plus its virtual fleet and the data it shards.
 struct sim_config : rounds::run_config {
   std::size_t devices = 8;
   std::vector<double> capacities;    // per device, empty: all 1
-  std::string partition = "iid";     // "iid" or "dirichlet"
+  partition_kind partition = partition_kind::iid;
   double alpha = 0.5;
   data_config data;
 };
 
+// Reads the fields from `r` (a describing reader lists them; see core/json_config.hpp).
+[[nodiscard]] core::result<sim_config> read_sim_config(core::config_reader& r);
+// Every field, for --help.
+void describe_sim_config(core::field_table& table);
 // Reads a config file (empty path: all defaults) and applies `key=value` overrides whose keys are
 // top-level or dotted fields of the same JSON ("rounds=100", "model.hidden=[2048,2048]").
 [[nodiscard]] core::result<sim_config> load_sim_config(const std::string& path, const std::vector<std::string>& overrides);

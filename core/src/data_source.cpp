@@ -1,0 +1,120 @@
+#include "tessera/core/data_source.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <vector>
+
+namespace tessera::core {
+namespace {
+
+bool is_gzip(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;  // the reader reports the missing file with its own message
+  unsigned char magic[2] = {0, 0};
+  const bool gz = std::fread(magic, 1, 2, f) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+  std::fclose(f);
+  return gz;
+}
+
+// A table read from its first record to its last.
+class table_stream final : public example_stream {
+ public:
+  explicit table_stream(std::unique_ptr<example_table> table) : table_(std::move(table)) {}
+  [[nodiscard]] std::int64_t feature_count() const noexcept override { return table_->feature_count(); }
+  [[nodiscard]] std::int64_t size_hint() const noexcept override { return table_->size(); }
+  [[nodiscard]] result<std::size_t> read(std::span<float> features, std::span<float> targets) override {
+    const auto n = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(targets.size()), table_->size() - next_));
+    if (n == 0) return std::size_t{0};
+    indices_.resize(n);
+    std::iota(indices_.begin(), indices_.end(), static_cast<std::uint32_t>(next_));
+    const auto f = static_cast<std::size_t>(table_->feature_count());
+    TESSERA_TRY(table_->gather(indices_, features.first(n * f), targets.first(n)));
+    next_ += static_cast<std::int64_t>(n);
+    return n;
+  }
+  [[nodiscard]] result<void> rewind() override {
+    next_ = 0;
+    return {};
+  }
+  [[nodiscard]] std::string describe() const override { return table_->describe(); }
+
+ private:
+  std::unique_ptr<example_table> table_;
+  std::int64_t next_ = 0;
+  std::vector<std::uint32_t> indices_;
+};
+
+}  // namespace
+
+data_source read_data_source(config_reader& r, const data_source& defaults, const data_source_rules& rules) {
+  data_source s;
+  s.format = r.choice("format", defaults.format, k_data_format_names, "idx (MNIST's format, plain or gzip), npy or csv");
+  s.features = r.string("features", defaults.features, "IDX images, .npy features, or the CSV file");
+  s.labels = r.string("labels", defaults.labels, "IDX labels or .npy labels (not for csv)");
+  s.label_column = static_cast<std::size_t>(r.integer("label_column", static_cast<std::int64_t>(defaults.label_column), 0, 1 << 20,
+                                                      "csv: the column holding the label"));
+  s.header = r.boolean("header", defaults.header, "csv: the first line names the columns");
+  const normalization fallback = s.format == data_format::csv && !r.describing() ? rules.csv_default : defaults.norm;
+  s.norm = r.choice("normalization", fallback, k_normalization_names,
+                    "none, scale_unit (/255, images) or standardize (per-feature mean and deviation)");
+  s.max_examples = r.integer("max_examples", defaults.max_examples, 1, std::int64_t{1} << 31,
+                             "a bound: a source loaded whole refuses more examples");
+  if (s.norm == normalization::standardize && !rules.allow_standardize)
+    r.fail("normalization", "standardize is not offered here (none or scale_unit)");
+  if (rules.required && s.features.empty()) r.fail("features", "required: the file of the examples");
+  if (rules.required && s.format != data_format::csv && s.labels.empty())
+    r.fail("labels", "required for " + std::string(k_data_format_names.name(s.format)));
+  return s;
+}
+
+result<opened_data> open_data(const data_source& s, const feature_stats* stats) {
+  opened_data out;
+  feature_stats given = stats != nullptr ? *stats : feature_stats{};
+  switch (s.format) {
+    case data_format::npy: {
+      TESSERA_ASSIGN_OR_RETURN(out.table, open_npy(s.features, s.labels, {.norm = s.norm, .stats = std::move(given)}));
+      break;
+    }
+    case data_format::idx: {
+      const idx_options o{.norm = s.norm, .stats = std::move(given)};
+      if (!is_gzip(s.features) && !is_gzip(s.labels)) {
+        TESSERA_ASSIGN_OR_RETURN(out.table, open_idx_table(s.features, s.labels, o));
+      } else {
+        TESSERA_ASSIGN_OR_RETURN(out.stream, open_idx(s.features, s.labels, o));
+      }
+      break;
+    }
+    case data_format::csv: {
+      csv_options o;
+      o.norm = s.norm;
+      o.stats = std::move(given);
+      o.label_column = s.label_column;
+      o.header = s.header;
+      TESSERA_ASSIGN_OR_RETURN(out.stream, open_csv(s.features, o));
+      break;
+    }
+  }
+  return out;
+}
+
+result<std::unique_ptr<example_stream>> open_data_stream(const data_source& s, const feature_stats* stats) {
+  TESSERA_ASSIGN_OR_RETURN(opened_data d, open_data(s, stats));
+  if (d.stream) return std::move(d.stream);
+  return std::unique_ptr<example_stream>(std::make_unique<table_stream>(std::move(d.table)));
+}
+
+result<memory_table> load_data(const data_source& s, const feature_stats* stats, std::int64_t first) {
+  TESSERA_ASSIGN_OR_RETURN(auto stream, open_data_stream(s, stats));
+  if (first > 0) return load_first(*stream, std::min(first, s.max_examples));
+  return load_all(*stream, s.max_examples);
+}
+
+result<feature_stats> measure_stats(const data_source& s) {
+  data_source raw = s;
+  raw.norm = normalization::none;
+  TESSERA_ASSIGN_OR_RETURN(auto stream, open_data_stream(raw, nullptr));
+  return compute_stats(*stream);
+}
+
+}  // namespace tessera::core

@@ -1,0 +1,89 @@
+// Tests of tessera/core/device_round.hpp: a device's part of a round, as the agent and the simulator
+// run it.
+#include "tessera/core/device_round.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "tessera/core/codec.hpp"
+#include "tessera/core/mlp.hpp"
+#include "test_files.hpp"
+
+namespace core = tessera::core;
+
+namespace {
+
+core::training_task small_task() {
+  core::model_spec spec;
+  spec.inputs = 6;
+  spec.hidden = {8};
+  spec.outputs = 3;
+  return {.arch = spec.full_arch(), .steps = 5, .batch = 4, .sgd = {.learning_rate = 0.1f, .momentum = 0.9f}};
+}
+
+class constant_source final : public core::batch_source {
+ public:
+  [[nodiscard]] std::int64_t feature_count() const noexcept override { return 6; }
+  [[nodiscard]] core::result<void> next(std::span<float> x, std::span<float> y) override {
+    std::fill(x.begin(), x.end(), 0.25f);
+    std::fill(y.begin(), y.end(), 2.0f);
+    return {};
+  }
+  [[nodiscard]] std::string describe() const override { return "constant"; }
+  [[nodiscard]] std::size_t buffer_bytes() const noexcept override { return 0; }
+};
+
+}  // namespace
+
+TEST_CASE("device round: the blob lives in the parameters for f32 and in staging otherwise") {
+  const auto t = small_task();
+  for (auto codec : {core::codec_kind::f32, core::codec_kind::f16, core::codec_kind::q8}) {
+    auto block = core::training_block::allocate(core::plan_training_memory(t.arch, t.batch, true, codec));
+    REQUIRE(block.ok());
+    const auto bytes = core::encoded_bytes(t.arch, codec);
+    const auto blob = core::blob_region(block.value(), codec, bytes);
+    CHECK(blob.size() == bytes);
+    const auto params = std::as_writable_bytes(block.value().params());
+    CHECK((blob.data() == params.data()) == (codec == core::codec_kind::f32));
+  }
+}
+
+TEST_CASE("device round: take, train, encode — the upload decodes to the trained parameters") {
+  const auto t = small_task();
+  for (auto codec : {core::codec_kind::f32, core::codec_kind::q8}) {
+    INFO(core::to_string(codec));
+    auto block = core::training_block::allocate(core::plan_training_memory(t.arch, t.batch, true, codec)).value();
+    const auto blob = core::blob_region(block, codec, core::encoded_bytes(t.arch, codec));
+    std::vector<float> sent(core::param_count(t.arch), 0.05f);
+    REQUIRE(core::encode(t.arch, codec, sent, blob).ok());
+    REQUIRE(core::take_download(block, t.arch, codec, blob).ok());
+    CHECK(block.params()[0] == doctest::Approx(0.05f).epsilon(0.01));
+    constant_source data;
+    auto report = core::train_for_upload(block, t, codec, blob, data, nullptr);
+    REQUIRE(report.ok());
+    CHECK(report.value().steps == 5);
+    CHECK(report.value().examples == 20);
+    std::vector<float> back(core::param_count(t.arch));
+    REQUIRE(core::decode(t.arch, codec, blob, back).ok());
+    // f32 travels exactly; q8 within half a step of its row's scale (max|x|/127).
+    const float tolerance = codec == core::codec_kind::f32 ? 0.0f : 0.02f;
+    for (std::size_t i = 0; i < back.size(); ++i) REQUIRE(std::fabs(back[i] - block.params()[i]) <= tolerance);
+  }
+}
+
+TEST_CASE("device round: a download that is not finite is refused, naming the parameter") {
+  const auto t = small_task();
+  auto block = core::training_block::allocate(core::plan_training_memory(t.arch, t.batch, true, core::codec_kind::f32)).value();
+  const auto blob = core::blob_region(block, core::codec_kind::f32, core::encoded_bytes(t.arch, core::codec_kind::f32));
+  std::vector<float> sent(core::param_count(t.arch), 0.05f);
+  sent[7] = std::numeric_limits<float>::infinity();
+  std::memcpy(blob.data(), sent.data(), blob.size());
+  auto ok = core::take_download(block, t.arch, core::codec_kind::f32, blob);
+  REQUIRE_FALSE(ok.ok());
+  CHECK(ok.error().code == core::errc::not_finite);
+  CHECK(ok.error().message == "parameter 7 is not finite");
+}
