@@ -61,33 +61,13 @@ session::session(tcp::socket socket, std::shared_ptr<asio::ssl::context> tls, ro
 
 session::~session() = default;
 
-void session::bucket::init(std::uint64_t r, clock::time_point now) {
-  rate = r;
-  burst = std::max(4096.0, static_cast<double>(r) * 0.05);
-  tokens = burst;
-  refilled = now;
-}
-
-std::size_t session::bucket::allow(std::size_t want, clock::time_point now) {
-  if (rate == 0) return want;
-  tokens = std::min(burst, tokens + std::chrono::duration<double>(now - refilled).count() * static_cast<double>(rate));
-  refilled = now;
-  if (tokens < 1.0) return 0;
-  return std::min(want, static_cast<std::size_t>(tokens));
-}
-
-std::chrono::nanoseconds session::bucket::wait_for(std::size_t n) const {
-  const double missing = std::max(1.0, static_cast<double>(n) - tokens);
-  return std::chrono::nanoseconds(static_cast<std::int64_t>(missing / static_cast<double>(rate) * 1e9) + 1);
-}
-
 void session::start() {
   asio::dispatch(strand_, [self = shared_from_this()] {
     if (self->started_) return;
     self->started_ = true;
     self->started_at_ = self->last_rx_ = self->last_tx_ = self->last_tx_progress_ = clock::now();
-    self->send_bucket_.init(self->config_.send_rate, self->started_at_);
-    self->receive_bucket_.init(self->config_.receive_rate, self->started_at_);
+    self->send_bucket_ = token_bucket(self->config_.send_rate, self->started_at_);
+    self->receive_bucket_ = token_bucket(self->config_.receive_rate, self->started_at_);
     self->do_tick();
     self->stream_.async_handshake(
         self->role_ == role::hub ? asio::ssl::stream_base::server : asio::ssl::stream_base::client,
@@ -143,10 +123,10 @@ void session::on_handshake(const boost::system::error_code& ec) {
 
 void session::do_read() {
   std::size_t want = target_.size() - filled_;
-  if (receive_bucket_.rate != 0) {
+  if (receive_bucket_.limited()) {
     // Read no more than the bucket holds, so pacing pauses stay short; wait when it is empty.
     const auto now = clock::now();
-    const std::size_t cap = std::max<std::size_t>(1, static_cast<std::size_t>(receive_bucket_.burst));
+    const std::size_t cap = receive_bucket_.step_bytes();
     want = receive_bucket_.allow(std::min(want, cap), now);
     if (want == 0) {
       receive_paused_ = true;
@@ -536,8 +516,8 @@ void session::do_write() {
   asio::const_buffer buf;
   if (written_ < f.head.size()) buf = asio::buffer(f.head.data() + written_, f.head.size() - written_);
   else buf = asio::buffer(f.body.data() + (written_ - f.head.size()), f.body.size() - (written_ - f.head.size()));
-  if (send_bucket_.rate != 0) {
-    const std::size_t cap = std::max<std::size_t>(1, static_cast<std::size_t>(send_bucket_.burst));
+  if (send_bucket_.limited()) {
+    const std::size_t cap = send_bucket_.step_bytes();
     const std::size_t allowed = send_bucket_.allow(std::min(buf.size(), cap), clock::now());
     if (allowed == 0) {
       send_paused_ = true;

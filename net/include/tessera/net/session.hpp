@@ -45,6 +45,7 @@
 #include "tessera/core/error.hpp"
 #include "tessera/net/frame.hpp"
 #include "tessera/net/messages.hpp"
+#include "tessera/net/token_bucket.hpp"
 #include "tessera/net/transfer.hpp"
 
 namespace tessera::net {
@@ -135,18 +136,6 @@ class session : public std::enable_shared_from_this<session> {
   void on_write(const boost::system::error_code& ec, std::size_t n);
   void do_tick();
   void on_tick();
-  // Token buckets of the rate caps: how many bytes may move now (refilled first), and spending them.
-  struct bucket {
-    std::uint64_t rate = 0;  // bytes per second; 0: unlimited
-    double tokens = 0;
-    double burst = 0;
-    clock::time_point refilled{};
-    void init(std::uint64_t r, clock::time_point now);
-    [[nodiscard]] std::size_t allow(std::size_t want, clock::time_point now);
-    void spend(std::size_t n) { tokens -= static_cast<double>(n); }
-    // How long until `n` bytes are available.
-    [[nodiscard]] std::chrono::nanoseconds wait_for(std::size_t n) const;
-  };
   // Graceful: flush, REFUSE if a reason is given, close_notify. Hard: close the socket now.
   void fail(core::error why, bool graceful, bool send_refuse);
   void continue_close();
@@ -196,7 +185,7 @@ class session : public std::enable_shared_from_this<session> {
   std::shared_ptr<incoming_transfer> chunk_in_;
 
   // Rate caps (session_config::send_rate, receive_rate).
-  bucket send_bucket_, receive_bucket_;
+  token_bucket send_bucket_, receive_bucket_;
   asio::steady_timer send_timer_, receive_timer_;
   bool send_paused_ = false, receive_paused_ = false;
 
