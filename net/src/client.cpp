@@ -93,8 +93,8 @@ void client::on_connected(const boost::system::error_code& ec) {
   current_ = s;
   // Runs inside the session's finish(), on its strand, so its fields are read race-free here.
   s->on_finished_ = [self = shared_from_this(), raw = s.get()] {
-    const bool was_open = raw->open_;
-    core::error why = raw->close_reason_;
+    const bool was_open = raw->lifecycle_.ever_established();
+    core::error why = raw->lifecycle_.reason();
     asio::post(self->strand_, [self, was_open, why = std::move(why)] {
       // A session that got through its handshake proves the path works: start the backoff over.
       if (was_open) self->failures_ = 0;

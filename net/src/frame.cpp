@@ -106,27 +106,6 @@ std::vector<std::byte> encode_frame(frame_type type, std::span<const std::byte> 
   return out;
 }
 
-core::result<decoded_frame> decode_frame(std::span<const std::byte> bytes, std::uint32_t max_payload) {
-  auto h = decode_header(bytes, max_payload);
-  TESSERA_TRY(h);
-  decoded_frame f;
-  f.header = h.value();
-  const std::size_t n = f.header.payload_bytes;
-  if (bytes.size() - header_bytes < n)
-    return make_error(errc::truncated_payload, std::string(to_string(f.header.type)) + " payload needs " +
-                                                   std::to_string(n) + " bytes, got " +
-                                                   std::to_string(bytes.size() - header_bytes));
-  auto payload = bytes.subspan(header_bytes, n);
-  f.frame_bytes = header_bytes + n;
-  if (f.header.type == frame_type::chunk) {
-    auto c = decode_chunk_header(payload, f.header.payload_bytes);
-    TESSERA_TRY(c);
-    f.chunk = c.value();
-    f.payload = payload.subspan(chunk_header_bytes);
-  } else {
-    f.payload = payload;
-  }
-  return f;
-}
+// decode_frame is frame_reader.cpp's: the incremental reader is the only decoder.
 
 }  // namespace tessera::net

@@ -63,18 +63,16 @@ core::result<training_task> task_from_assign(const msg::assign& a) {
   const json j = json::parse(a.hyper_json, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return bad("hyper", "not a JSON object");
   training_task t;
-  auto inputs = integer(j, "inputs", 1, core::k_max_width);
-  TESSERA_TRY(inputs);
-  auto outputs = integer(j, "outputs", 1, core::k_max_width);
-  TESSERA_TRY(outputs);
+  TESSERA_ASSIGN_OR_RETURN(const auto inputs, integer(j, "inputs", 1, core::k_max_width));
+  TESSERA_ASSIGN_OR_RETURN(const auto outputs, integer(j, "outputs", 1, core::k_max_width));
   if (a.widths.empty()) return bad("widths", "a subnet needs at least one hidden layer");
   if (a.widths.size() > core::k_max_hidden_layers) return bad("widths", "more than " + std::to_string(core::k_max_hidden_layers) + " hidden layers");
-  t.arch.widths.push_back(inputs.value());
+  t.arch.widths.push_back(inputs);
   for (const auto w : a.widths) {
     if (w < 1 || w > core::k_max_width) return bad("widths", "width " + std::to_string(w) + " is outside [1, " + std::to_string(core::k_max_width) + "]");
     t.arch.widths.push_back(w);
   }
-  t.arch.widths.push_back(outputs.value());
+  t.arch.widths.push_back(outputs);
   // Bounded before the count is computed in 64 bits: each layer's product is below 2^40.
   std::int64_t count = 0;
   for (std::size_t l = 1; l < t.arch.widths.size(); ++l) count += (t.arch.widths[l - 1] + 3) * t.arch.widths[l];
@@ -97,22 +95,15 @@ core::result<training_task> task_from_assign(const msg::assign& a) {
     if (!std::isfinite(v) || v <= 0 || v > 1e6) return bad("input_scale", "each scale must be finite, positive and at most 1e6");
     t.arch.input_scale.push_back(static_cast<float>(v));
   }
-  auto steps = integer(j, "steps", 1, max_task_steps);
-  TESSERA_TRY(steps);
-  t.steps = steps.value();
-  auto batch = integer(j, "batch", 1, max_task_batch);
-  TESSERA_TRY(batch);
-  t.batch = batch.value();
-  auto lr = number(j, "lr", 0.0, 100.0);
-  TESSERA_TRY(lr);
-  auto momentum = number(j, "momentum", 0.0, 0.9999);
-  TESSERA_TRY(momentum);
-  auto decay = number(j, "weight_decay", 0.0, 1.0);
-  TESSERA_TRY(decay);
+  TESSERA_ASSIGN_OR_RETURN(t.steps, integer(j, "steps", 1, max_task_steps));
+  TESSERA_ASSIGN_OR_RETURN(t.batch, integer(j, "batch", 1, max_task_batch));
+  TESSERA_ASSIGN_OR_RETURN(const double lr, number(j, "lr", 0.0, 100.0));
+  TESSERA_ASSIGN_OR_RETURN(const double momentum, number(j, "momentum", 0.0, 0.9999));
+  TESSERA_ASSIGN_OR_RETURN(const double decay, number(j, "weight_decay", 0.0, 1.0));
   auto nesterov = j.find("nesterov");
   if (nesterov == j.end() || !nesterov->is_boolean()) return bad("nesterov", "expected true or false");
-  t.sgd = {.learning_rate = static_cast<float>(lr.value()), .momentum = static_cast<float>(momentum.value()),
-           .weight_decay = static_cast<float>(decay.value()), .nesterov = nesterov->get<bool>()};
+  t.sgd = {.learning_rate = static_cast<float>(lr), .momentum = static_cast<float>(momentum),
+           .weight_decay = static_cast<float>(decay), .nesterov = nesterov->get<bool>()};
   if (t.sgd.nesterov) return bad("nesterov", "Nesterov momentum is not offered on devices");
   return t;
 }

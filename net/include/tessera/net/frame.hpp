@@ -25,7 +25,7 @@
 //   std::array<std::byte, net::header_bytes> h;
 //   net::encode_header({net::frame_type::ping, 0, 12}, h);
 //   auto back = net::decode_header(h, net::default_max_payload);   // result<frame_header>
-//   // Whole frames from a buffer (what the fuzz target drives):
+//   // Whole frames from a buffer (tests, the fuzz target); streams use frame_reader.hpp:
 //   auto f = net::decode_frame(bytes, net::default_max_payload);   // result<decoded_frame>
 #pragma once
 
@@ -91,6 +91,8 @@ void encode_chunk_header(const chunk_header& h, std::span<std::byte, chunk_heade
 
 // One whole frame decoded from the front of `bytes`: the header, and for CHUNK the sub-header and a view
 // of the data; for control frames a view of the JSON payload (parse it with parse_message).
+// It drives frame_reader over the buffer, so it accepts and refuses exactly what a session does; an
+// error is reported as soon as the bytes that prove it are read (a bad sub-header before a short tail).
 struct decoded_frame {
   frame_header header;
   chunk_header chunk;                  // CHUNK only

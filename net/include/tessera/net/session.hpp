@@ -15,8 +15,16 @@
 // be a HELLO with that same id, otherwise the session sends REFUSE and closes (errc::identity_mismatch).
 // Any malformed frame ends the session with its typed error (REFUSE with the reason, then close).
 //
-//   connecting ──handshake──▶ open ──close()/error──▶ closing (flush, REFUSE, close_notify) ──▶ closed
-//        └────────── timeout / TLS failure ─────────────────────────────────────────────────▶ closed
+// The lifecycle is one state (session_lifecycle.hpp has the whole diagram and its tests):
+//
+//   handshaking ─TLS─▶ greeting ─HELLO─▶ open ─close()/refuse()/error─▶ flushing ─▶ shutting_down ─▶ closed
+//        │       (hub only: the agent goes straight to open)      (queued frames,  (close_notify)    ▲
+//        │                                                         then REFUSE)                     │
+//        └──────────── timeouts, TLS failure, resets: a hard close, from every state ───────────────┘
+//
+// The parts, each socket-free and tested alone: frame_reader.hpp (the only decoder; chunk data land in
+// the transfer's memory), transfer_table.hpp (windows, ACKs, resume, take-over), write_queue.hpp,
+// token_bucket.hpp (rate caps) and session_lifecycle.hpp (states, close steps, watchdog).
 //
 //   auto s = std::make_shared<net::session>(std::move(socket), ssl_ctx, net::role::agent, cfg);
 //   s->on_ready([s] { s->send(net::msg::hello{.device_id = "pi-07"}); });
@@ -28,13 +36,12 @@
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
@@ -43,34 +50,19 @@
 #include <boost/asio/strand.hpp>
 
 #include "tessera/core/error.hpp"
-#include "tessera/net/frame.hpp"
+#include "tessera/net/frame_reader.hpp"
 #include "tessera/net/messages.hpp"
+#include "tessera/net/session_config.hpp"
+#include "tessera/net/session_lifecycle.hpp"
+#include "tessera/net/token_bucket.hpp"
 #include "tessera/net/transfer.hpp"
+#include "tessera/net/transfer_table.hpp"
+#include "tessera/net/write_queue.hpp"
 
 namespace tessera::net {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
-
-enum class role { hub, agent };
-
-struct session_config {
-  std::chrono::milliseconds handshake_timeout{10'000};
-  std::chrono::milliseconds idle_timeout{30'000};        // no byte received for this long: drop the peer
-  std::chrono::milliseconds write_timeout{30'000};       // a pending write with no progress for this long
-  std::chrono::milliseconds heartbeat_interval{10'000};  // keep well under the peer's idle_timeout
-  std::chrono::milliseconds shutdown_timeout{2'000};
-  std::uint32_t max_frame_payload = default_max_payload;  // what we accept; ≤ hard_max_payload
-  std::uint32_t chunk_bytes = 256u << 10;                  // data bytes per CHUNK we send
-  std::uint64_t transfer_window_bytes = 2u << 20;          // unacknowledged bytes per outgoing blob
-  std::size_t max_queued_control = 256;                    // control frames waiting to be written
-  // Rate caps for metered links, bytes per second of TLS payload (0: none). Sending and receiving are
-  // paced by token buckets holding at most 50 ms of traffic (at least 4 KiB), so a cap holds over
-  // any window longer than that; paused time does not count against the write deadline, and reads
-  // are sized so a pause never approaches the idle deadline.
-  std::uint64_t send_rate = 0;
-  std::uint64_t receive_rate = 0;
-};
 
 class session : public std::enable_shared_from_this<session> {
  public:
@@ -113,45 +105,29 @@ class session : public std::enable_shared_from_this<session> {
   friend class server;
   friend class client;
   using clock = std::chrono::steady_clock;
-  enum class read_state { header, payload, chunk_header, chunk_skip, chunk_data };
-  struct out_frame {
-    std::vector<std::byte> head;                    // a whole control frame, or a CHUNK's two headers
-    std::span<const std::byte> body;                // CHUNK data, in the sender's blob
-    std::shared_ptr<outgoing_transfer> transfer;    // keeps the blob's owner alive while queued
-    std::uint64_t offset = 0;                       // CHUNK: where body starts in the blob
-  };
 
   void on_handshake(const boost::system::error_code& ec);
   void do_read();
   void on_read(const boost::system::error_code& ec, std::size_t n);
-  bool on_frame_part();  // false: the session is failing, stop reading
-  bool handle_message(message m);
-  bool handle_ack(const msg::ack& a);
-  bool begin_chunk();
-  bool end_chunk();
+  // Each returns false when the session is failing and reading must stop.
+  bool on_control();
+  bool on_ack(const msg::ack& a);
+  bool on_chunk_begin();
+  bool on_chunk_end();
   void enqueue(std::vector<std::byte> frame);
   void pump_blobs();
   void do_write();
   void on_write(const boost::system::error_code& ec, std::size_t n);
   void do_tick();
   void on_tick();
-  // Token buckets of the rate caps: how many bytes may move now (refilled first), and spending them.
-  struct bucket {
-    std::uint64_t rate = 0;  // bytes per second; 0: unlimited
-    double tokens = 0;
-    double burst = 0;
-    clock::time_point refilled{};
-    void init(std::uint64_t r, clock::time_point now);
-    [[nodiscard]] std::size_t allow(std::size_t want, clock::time_point now);
-    void spend(std::size_t n) { tokens -= static_cast<double>(n); }
-    // How long until `n` bytes are available.
-    [[nodiscard]] std::chrono::nanoseconds wait_for(std::size_t n) const;
-  };
-  // Graceful: flush, REFUSE if a reason is given, close_notify. Hard: close the socket now.
-  void fail(core::error why, bool graceful, bool send_refuse);
+  void fail(core::error why, close_mode mode);
   void continue_close();
-  void on_shutdown();
   void finish();
+  // A completion handler that runs `f` on the strand and keeps the session alive until then.
+  template <class... Args>
+  auto on_strand(void (session::*f)(Args...)) {
+    return asio::bind_executor(strand_, [self = shared_from_this(), f](Args... args) { ((*self).*f)(args...); });
+  }
 
   asio::strand<asio::any_io_executor> strand_;
   std::shared_ptr<asio::ssl::context> tls_;
@@ -167,50 +143,21 @@ class session : public std::enable_shared_from_this<session> {
   std::function<void(const core::error&)> on_closed_;
   std::function<void()> on_finished_;  // server/client bookkeeping, after on_closed_
 
-  // Lifecycle.
-  bool started_ = false;
-  bool open_ = false;        // handshake done
-  bool closing_ = false;
-  bool closed_ = false;
-  bool got_hello_ = false;
+  session_lifecycle lifecycle_;
+  // Operations in flight (not lifecycle: each is one outstanding completion handler).
   bool read_pending_ = false;
   bool write_pending_ = false;
-  bool tick_pending_ = false;
-  bool shutdown_started_ = false;
-  bool transport_broken_ = false;  // no close_notify possible (I/O error or a write cut mid-record)
-  core::error close_reason_;
+  bool send_paused_ = false;  // the send rate cap's timer is waiting
   std::string peer_id_;
-  clock::time_point started_at_{}, last_rx_{}, last_tx_{}, last_tx_progress_{}, close_started_{};
+  session_activity activity_;
   std::uint64_t bytes_rx_ = 0, bytes_tx_ = 0, ping_seq_ = 0;
 
-  // Reading: the current target region and how much of it is filled.
-  read_state rstate_ = read_state::header;
-  std::array<std::byte, header_bytes> header_buf_{};
-  std::array<std::byte, chunk_header_bytes> chunk_header_buf_{};
-  std::vector<std::byte> payload_;   // control payloads and discarded chunk bytes; ≤ max_frame_payload
-  std::span<std::byte> target_;
-  std::size_t filled_ = 0;
-  frame_header header_{};
-  chunk_header chunk_{};
-  std::uint64_t chunk_skip_ = 0;     // leading bytes of this chunk already held (a resend)
-  std::shared_ptr<incoming_transfer> chunk_in_;
-
-  // Rate caps (session_config::send_rate, receive_rate).
-  bucket send_bucket_, receive_bucket_;
+  frame_reader reader_;
+  transfer_table::chunk_route chunk_;  // where the data of the CHUNK being read go
+  token_bucket send_bucket_, receive_bucket_;  // session_config::send_rate, receive_rate
   asio::steady_timer send_timer_, receive_timer_;
-  bool send_paused_ = false, receive_paused_ = false;
-
-  // Writing.
-  std::deque<out_frame> queue_;
-  std::size_t queued_control_ = 0;
-  std::size_t written_ = 0;  // bytes of queue_.front() already written
-
-  static constexpr std::size_t k_max_peer_acks = 64;  // ACKs for transfers not (yet) sent on this session
-  std::map<std::uint64_t, std::uint64_t> peer_acks_;
-  std::map<std::uint64_t, std::shared_ptr<outgoing_transfer>> outgoing_;
-  std::map<std::uint64_t, std::shared_ptr<incoming_transfer>> incoming_;
-  static constexpr std::size_t k_max_discarded = 16;
-  std::deque<std::uint64_t> discarded_;
+  write_queue queue_;
+  transfer_table transfers_;
 };
 
 }  // namespace tessera::net

@@ -24,7 +24,8 @@
 // A transfer is attached to one session at a time. Attaching it to a new session takes it over: the
 // old session (typically a dead link the hub has not noticed yet) stops sending or receiving it and
 // closes. Neither object is thread-safe: when sessions run on several threads, attach a transfer to a
-// new session only after the old one reported on_closed.
+// new session only after the old one reported on_closed. The rules for their bytes (windows, ACKs,
+// resume offsets, take-over) live in transfer_table.hpp, one table per session.
 #pragma once
 
 #include <cstddef>
@@ -36,7 +37,8 @@
 
 namespace tessera::net {
 
-class session;
+class transfer_table;
+class write_queue;
 
 class outgoing_transfer {
  public:
@@ -56,13 +58,14 @@ class outgoing_transfer {
   [[nodiscard]] std::uint64_t unacked_at_breaks() const noexcept { return unacked_at_breaks_; }
 
  private:
-  friend class session;
+  friend class transfer_table;  // windows, ACKs, take-over and detaching
+  friend class write_queue;     // counts the data bytes handed to TLS
   std::uint64_t id_;
   std::span<const std::byte> data_;
   digest sha256_;
   std::uint64_t acked_ = 0;
   std::uint64_t next_ = 0;  // next offset to send on the current session
-  const session* owner_ = nullptr;  // the session it is attached to; a newer one takes it over
+  const transfer_table* owner_ = nullptr;  // the session's table it is attached to; a newer one takes over
   std::uint64_t bytes_sent_total_ = 0;
   std::uint64_t unacked_at_breaks_ = 0;
   std::uint64_t sent_high_ = 0;  // end of the highest byte handed to TLS on the current session
@@ -84,7 +87,7 @@ class incoming_transfer {
   [[nodiscard]] std::uint64_t bytes_received_total() const noexcept { return bytes_received_total_; }
 
  private:
-  friend class session;
+  friend class transfer_table;
   std::uint64_t id_;
   std::span<std::byte> dest_;
   digest expected_;
@@ -93,7 +96,7 @@ class incoming_transfer {
   // starve the session's deadlines; re-sent bytes before received_ are discarded, never rewritten.
   crypto::sha256 hasher_;
   bool verified_ = false;
-  const session* owner_ = nullptr;
+  const transfer_table* owner_ = nullptr;
   std::uint64_t bytes_received_total_ = 0;
 };
 
