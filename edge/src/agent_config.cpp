@@ -31,8 +31,9 @@ core::result<agent_config> read_agent_config(core::config_reader& r) {
   c.budget_bytes = static_cast<std::size_t>(r.number("memory_budget_mib", 16, 0.25, 1 << 20,
                                                      "MiB for training: the arena and the data reader's buffers") *
                                             1024 * 1024);
+  const std::vector<core::codec_kind> offered = c.codecs;  // all of them, by default
   c.codecs.clear();
-  for (auto k : r.choices("codecs", agent_config{}.codecs, core::k_codec_names, "codecs this device speaks (f32 always)"))
+  for (auto k : r.choices("codecs", offered, core::k_codec_names, "codecs this device speaks (f32 always)"))
     if (std::find(c.codecs.begin(), c.codecs.end(), k) == c.codecs.end()) c.codecs.push_back(k);
   if (std::find(c.codecs.begin(), c.codecs.end(), core::codec_kind::f32) == c.codecs.end()) c.codecs.push_back(core::codec_kind::f32);
   if (const auto* rc = r.object("reconnect", "how the agent dials again after a lost link")) {

@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "tessera/core/json_config.hpp"
-#include "tessera/net/session.hpp"
+#include "tessera/net/session_config.hpp"
 
 namespace tessera::net {
 
