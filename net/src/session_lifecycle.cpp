@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tessera/core/names.hpp"
+
 namespace tessera::net {
 namespace {
 
@@ -25,17 +27,9 @@ bool allowed_for(role r, frame_type t) noexcept {
 }  // namespace
 
 std::string_view to_string(session_state s) noexcept {
-  switch (s) {
-    case session_state::created: return "created";
-    case session_state::handshaking: return "handshaking";
-    case session_state::greeting: return "greeting";
-    case session_state::open: return "open";
-    case session_state::flushing: return "flushing";
-    case session_state::shutting_down: return "shutting_down";
-    case session_state::aborting: return "aborting";
-    case session_state::closed: return "closed";
-  }
-  return "?";
+  static constexpr auto names = core::names_in_order<session_state>(
+      {"created", "handshaking", "greeting", "open", "flushing", "shutting_down", "aborting", "closed"});
+  return names.name(s);
 }
 
 bool session_lifecycle::start() noexcept {

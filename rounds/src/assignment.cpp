@@ -1,32 +1,19 @@
 #include "tessera/rounds/assignment.hpp"
 
+#include "tessera/core/names.hpp"
+
 namespace tessera::rounds {
 
 std::string_view to_string(assignment_state s) noexcept {
-  switch (s) {
-    case assignment_state::assigned: return "assigned";
-    case assignment_state::downloading: return "downloading";
-    case assignment_state::training: return "training";
-    case assignment_state::uploading: return "uploading";
-    case assignment_state::accepted: return "accepted";
-    case assignment_state::refused: return "refused";
-    case assignment_state::rejected: return "rejected";
-    case assignment_state::straggler: return "straggler";
-  }
-  return "?";
+  static constexpr auto names = core::names_in_order<assignment_state>(
+      {"assigned", "downloading", "training", "uploading", "accepted", "refused", "rejected", "straggler"});
+  return names.name(s);
 }
 
 std::string_view to_string(assignment_event e) noexcept {
-  switch (e) {
-    case assignment_event::sent: return "sent";
-    case assignment_event::downloaded: return "downloaded";
-    case assignment_event::announced: return "announced";
-    case assignment_event::received: return "received";
-    case assignment_event::refused: return "refused";
-    case assignment_event::rejected: return "rejected";
-    case assignment_event::closed: return "closed";
-  }
-  return "?";
+  static constexpr auto names =
+      core::names_in_order<assignment_event>({"sent", "downloaded", "announced", "received", "refused", "rejected", "closed"});
+  return names.name(e);
 }
 
 bool is_open(assignment_state s) noexcept {

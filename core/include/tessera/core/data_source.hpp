@@ -32,9 +32,7 @@
 namespace tessera::core {
 
 enum class data_format { idx, npy, csv };
-inline constexpr name_table<data_format, 3> k_data_format_names{{{{data_format::idx, "idx"},
-                                                                   {data_format::npy, "npy"},
-                                                                   {data_format::csv, "csv"}}}};
+inline constexpr auto k_data_format_names = names_in_order<data_format>({"idx", "npy", "csv"});
 
 struct data_source {
   data_format format = data_format::idx;

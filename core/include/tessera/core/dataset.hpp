@@ -34,9 +34,7 @@
 namespace tessera::core {
 
 enum class normalization { none, scale_unit, standardize };
-inline constexpr name_table<normalization, 3> k_normalization_names{{{{normalization::none, "none"},
-                                                                     {normalization::scale_unit, "scale_unit"},
-                                                                     {normalization::standardize, "standardize"}}}};
+inline constexpr auto k_normalization_names = names_in_order<normalization>({"none", "scale_unit", "standardize"});
 
 // Per-feature statistics for `standardize`; a std of 0 is treated as 1.
 struct feature_stats {

@@ -18,9 +18,7 @@
 namespace tessera::core {
 
 enum class log_level { info, warning, error };
-inline constexpr name_table<log_level, 3> k_log_level_names{{{{log_level::info, "info"},
-                                                             {log_level::warning, "warning"},
-                                                             {log_level::error, "error"}}}};
+inline constexpr auto k_log_level_names = names_in_order<log_level>({"info", "warning", "error"});
 
 using log_sink = std::function<void(log_level, const std::string&)>;
 

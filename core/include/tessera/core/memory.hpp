@@ -26,9 +26,7 @@ namespace tessera::core {
 
 // How parameters travel (DESIGN.md §3): fp32, fp16, or int8 with one fp32 scale per row.
 enum class codec_kind { f32, f16, q8 };
-inline constexpr name_table<codec_kind, 3> k_codec_names{{{{codec_kind::f32, "f32"},
-                                                           {codec_kind::f16, "f16"},
-                                                           {codec_kind::q8, "q8"}}}};
+inline constexpr auto k_codec_names = names_in_order<codec_kind>({"f32", "f16", "q8"});
 [[nodiscard]] inline std::string_view to_string(codec_kind c) noexcept { return k_codec_names.name(c); }
 // Bytes of a subnet's parameters encoded with `codec`.
 [[nodiscard]] std::size_t encoded_bytes(const mlp_arch& arch, codec_kind codec) noexcept;

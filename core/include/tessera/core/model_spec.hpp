@@ -34,15 +34,9 @@ enum class task_kind { classification, regression };
 enum class init_kind { he_uniform, he_normal, xavier_uniform };
 enum class compensation_kind { none, scale, layer_norm, layer_norm_scale };
 
-inline constexpr name_table<task_kind, 2> k_task_names{{{{task_kind::classification, "classification"},
-                                                         {task_kind::regression, "regression"}}}};
-inline constexpr name_table<init_kind, 3> k_init_names{{{{init_kind::he_uniform, "he_uniform"},
-                                                         {init_kind::he_normal, "he_normal"},
-                                                         {init_kind::xavier_uniform, "xavier_uniform"}}}};
-inline constexpr name_table<compensation_kind, 4> k_compensation_names{{{{compensation_kind::none, "none"},
-                                                                         {compensation_kind::scale, "scale"},
-                                                                         {compensation_kind::layer_norm, "layer_norm"},
-                                                                         {compensation_kind::layer_norm_scale, "layer_norm_scale"}}}};
+inline constexpr auto k_task_names = names_in_order<task_kind>({"classification", "regression"});
+inline constexpr auto k_init_names = names_in_order<init_kind>({"he_uniform", "he_normal", "xavier_uniform"});
+inline constexpr auto k_compensation_names = names_in_order<compensation_kind>({"none", "scale", "layer_norm", "layer_norm_scale"});
 [[nodiscard]] inline std::string_view to_string(task_kind v) noexcept { return k_task_names.name(v); }
 [[nodiscard]] inline std::string_view to_string(init_kind v) noexcept { return k_init_names.name(v); }
 [[nodiscard]] inline std::string_view to_string(compensation_kind v) noexcept { return k_compensation_names.name(v); }

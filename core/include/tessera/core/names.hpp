@@ -4,9 +4,7 @@
 // so printing, parsing and "expected one of ..." cannot disagree (and config_reader::choice reads the
 // enum directly from it).
 //
-//   constexpr core::name_table<codec_kind, 3> k_codec_names{{{codec_kind::f32, "f32"},
-//                                                            {codec_kind::f16, "f16"},
-//                                                            {codec_kind::q8, "q8"}}};
+//   inline constexpr auto k_codec_names = core::names_in_order<codec_kind>({"f32", "f16", "q8"});
 //   std::string_view s = k_codec_names.name(codec_kind::q8);      // "q8"
 //   std::optional<codec_kind> c = k_codec_names.find("f16");      // codec_kind::f16
 //   std::string all = k_codec_names.list();                        // "f32, f16, q8"
@@ -53,5 +51,14 @@ class name_table {
  private:
   std::array<enum_name<E>, N> entries_;
 };
+
+// The table of an enum whose enumerators are 0, 1, ..., N-1 in declaration order (every enum here):
+// names[i] names enumerator i.
+template <class E, std::size_t N>
+[[nodiscard]] constexpr name_table<E, N> names_in_order(const std::string_view (&names)[N]) noexcept {
+  std::array<enum_name<E>, N> entries{};
+  for (std::size_t i = 0; i < N; ++i) entries[i] = {static_cast<E>(i), names[i]};
+  return name_table<E, N>(entries);
+}
 
 }  // namespace tessera::core

@@ -51,9 +51,7 @@ struct lr_schedule {
   float final_fraction = 0.0f;     // cosine: where it ends, as a fraction of base
 };
 [[nodiscard]] float learning_rate_at(const lr_schedule& schedule, std::int64_t round) noexcept;
-inline constexpr name_table<schedule_kind, 3> k_schedule_names{{{{schedule_kind::constant, "constant"},
-                                                                 {schedule_kind::step, "step"},
-                                                                 {schedule_kind::cosine, "cosine"}}}};
+inline constexpr auto k_schedule_names = names_in_order<schedule_kind>({"constant", "step", "cosine"});
 [[nodiscard]] inline std::string_view to_string(schedule_kind k) noexcept { return k_schedule_names.name(k); }
 
 }  // namespace tessera::core

@@ -25,12 +25,9 @@
 namespace tessera::rounds {
 
 enum class strategy_kind { ist, fedavg, central };
-inline constexpr core::name_table<strategy_kind, 3> k_strategy_names{{{{strategy_kind::ist, "ist"},
-                                                                       {strategy_kind::fedavg, "fedavg"},
-                                                                       {strategy_kind::central, "central"}}}};
+inline constexpr auto k_strategy_names = core::names_in_order<strategy_kind>({"ist", "fedavg", "central"});
 // The strategies a real fleet runs (central is the simulator's reference).
-inline constexpr core::name_table<strategy_kind, 2> k_fleet_strategy_names{{{{strategy_kind::ist, "ist"},
-                                                                             {strategy_kind::fedavg, "fedavg"}}}};
+inline constexpr auto k_fleet_strategy_names = core::names_in_order<strategy_kind>({"ist", "fedavg"});
 [[nodiscard]] inline std::string_view to_string(strategy_kind s) noexcept { return k_strategy_names.name(s); }
 
 struct run_config {

@@ -34,8 +34,7 @@ struct data_config {
 };
 
 enum class partition_kind { iid, dirichlet };
-inline constexpr core::name_table<partition_kind, 2> k_partition_names{{{{partition_kind::iid, "iid"},
-                                                                         {partition_kind::dirichlet, "dirichlet"}}}};
+inline constexpr auto k_partition_names = core::names_in_order<partition_kind>({"iid", "dirichlet"});
 
 // The simulator's run: the shared fields plus its virtual fleet and the data it shards.
 struct sim_config : rounds::run_config {
