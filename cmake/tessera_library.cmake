@@ -2,7 +2,7 @@
 #
 #   tessera_add_library(<name>
 #     [SOURCES <file>...]         # its .cpp files, relative to the calling folder; none: header-only
-#     [HEADERS <file>...]         # the public headers it owns, under include/
+#     [HEADERS <file>...]         # the public headers it owns, by name: include/tessera/<folder>/<file>
 #     [DEPS <target>...]          # public: what its headers include, or its users must link with it
 #     [PRIVATE_DEPS <target>...]) # what only its sources use
 #
@@ -13,8 +13,9 @@
 #
 #   tessera_add_library(crypto
 #     SOURCES src/common.cpp src/digest.cpp src/seal.cpp src/pki.cpp src/tls.cpp
-#     DEPS tessera::core
-#     PRIVATE_DEPS OpenSSL::SSL OpenSSL::Crypto)
+#     HEADERS digest.hpp error.hpp pki.hpp seal.hpp tls.hpp
+#     DEPS tessera::errors
+#     PRIVATE_DEPS tessera::files OpenSSL::SSL OpenSSL::Crypto)
 #
 # HEADERS are recorded as the target's header file set: the list says what the target offers, and
 # configuring with -DCMAKE_VERIFY_INTERFACE_HEADER_SETS=ON adds a build target
@@ -27,6 +28,9 @@ function(tessera_add_library name)
   endif()
   set(target tessera_${name})
   set(include_dir ${CMAKE_CURRENT_SOURCE_DIR}/include)
+  # Headers are named by file; they live in include/tessera/<this folder's name>/.
+  get_filename_component(folder ${CMAKE_CURRENT_SOURCE_DIR} NAME)
+  list(TRANSFORM arg_HEADERS PREPEND ${include_dir}/tessera/${folder}/)
   if(arg_SOURCES)
     add_library(${target} ${arg_SOURCES})
     set(scope PUBLIC)

@@ -30,7 +30,7 @@ result<command_line> parse_command_line(const command& cmd, int argc, const char
       if (!known->value.empty()) {
         TESSERA_ASSIGN_OR_RETURN(v, value_of(arg));
       }
-      line.values[std::string(arg)] = std::move(v);
+      line.values[std::string(arg)].push_back(std::move(v));
     } else if (cmd.configured && arg.find('=') != std::string_view::npos && arg.front() != '=') {
       line.overrides.emplace_back(arg);
     } else {

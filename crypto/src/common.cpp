@@ -14,25 +14,12 @@
 #include "tessera/crypto/error.hpp"
 
 namespace tessera::crypto {
-namespace {
 
-constexpr int code(errc e) noexcept { return static_cast<int>(e); }
-
-constexpr core::error_text k_texts[] = {
-    {code(errc::openssl), "openssl", "OpenSSL failure"},
-    {code(errc::io), "io", "input/output error"},
-    {code(errc::exists), "exists", "file exists"},
-    {code(errc::invalid_argument), "invalid_argument", "invalid argument"},
-    {code(errc::bad_format), "bad_format", "bad format"},
-    {code(errc::auth_failed), "auth_failed", "authentication failed"},
-    {code(errc::no_device_id), "no_device_id", "no device id in certificate"},
-    {code(errc::already_revoked), "already_revoked", "already revoked"},
-};
-
-}  // namespace
-
-const std::error_category& crypto_category() noexcept {
-  static const core::table_category category("tessera.crypto", k_texts);
+const std::error_category& category_of(errc) noexcept {
+  static constexpr std::string_view names[] = {
+      "openssl", "io", "exists", "invalid_argument", "bad_format", "auth_failed", "no_device_id",
+      "already_revoked"};
+  static const core::table_category category("tessera.crypto", names);
   return category;
 }
 
@@ -98,37 +85,29 @@ core::result<bio_ptr> read_bio(const std::filesystem::path& path) {
 }
 }  // namespace
 
+namespace {
+
+// One PEM object from a file: `read` is OpenSSL's PEM_read_bio_* for its type.
+template <class Ptr, class Read>
+core::result<Ptr> read_pem(const std::filesystem::path& path, Read read, const char* what) {
+  TESSERA_ASSIGN_OR_RETURN(auto bio, read_bio(path));
+  Ptr object(read(bio.get(), nullptr, nullptr, nullptr));
+  if (!object) return make_error(errc::bad_format, openssl_error(path.string() + ": not a PEM " + what).message);
+  return object;
+}
+
+}  // namespace
+
 core::result<x509_ptr> read_cert(const std::filesystem::path& path) {
-  auto bio = read_bio(path);
-  TESSERA_TRY(bio);
-  x509_ptr cert(PEM_read_bio_X509(bio.value().get(), nullptr, nullptr, nullptr));
-  if (!cert) {
-    auto e = openssl_error(path.string() + ": not a PEM certificate");
-    return make_error(errc::bad_format, e.message);
-  }
-  return cert;
+  return read_pem<x509_ptr>(path, PEM_read_bio_X509, "certificate");
 }
 
 core::result<pkey_ptr> read_key(const std::filesystem::path& path) {
-  auto bio = read_bio(path);
-  TESSERA_TRY(bio);
-  pkey_ptr key(PEM_read_bio_PrivateKey(bio.value().get(), nullptr, nullptr, nullptr));
-  if (!key) {
-    auto e = openssl_error(path.string() + ": not a PEM private key");
-    return make_error(errc::bad_format, e.message);
-  }
-  return key;
+  return read_pem<pkey_ptr>(path, PEM_read_bio_PrivateKey, "private key");
 }
 
 core::result<x509_crl_ptr> read_crl(const std::filesystem::path& path) {
-  auto bio = read_bio(path);
-  TESSERA_TRY(bio);
-  x509_crl_ptr crl(PEM_read_bio_X509_CRL(bio.value().get(), nullptr, nullptr, nullptr));
-  if (!crl) {
-    auto e = openssl_error(path.string() + ": not a PEM CRL");
-    return make_error(errc::bad_format, e.message);
-  }
-  return crl;
+  return read_pem<x509_crl_ptr>(path, PEM_read_bio_X509_CRL, "CRL");
 }
 
 std::vector<std::byte> bio_contents(BIO* bio) {

@@ -11,152 +11,116 @@
 
 #include <charconv>
 #include <cstdio>
-#include <cstring>
 #include <string>
-#include <string_view>
-#include <vector>
 
+#include "tessera/core/command.hpp"
 #include "tessera/crypto/pki.hpp"
 
 namespace {
 
-namespace crypto = tessera::crypto;
+using namespace tessera;
 
-constexpr const char* k_usage =
-    "usage: tessera-pki <command> [options]\n"
-    "commands:\n"
-    "  init            create a CA (ECDSA P-256, self-signed) and an empty revocation list\n"
-    "  issue-hub       issue the hub certificate; --name NAME (repeatable, DNS name or IP address)\n"
-    "  issue-device    issue a device certificate; --id ID\n"
-    "  revoke          add a certificate to the revocation list; --serial HEX or --cert FILE\n"
-    "options:\n"
-    "  --dir DIR       CA directory holding ca.pem, ca.key, ca.crl (default: pki)\n"
-    "  --out-dir DIR   where issued certificates and keys go (default: --dir)\n"
-    "  --cn NAME       subject common name (init, issue-hub)\n"
-    "  --days N        validity in days (default: 3650 for init, 365 otherwise)\n"
-    "  --force         replace existing output files\n"
-    "  --help          this text\n";
-
-struct options {
-  std::string command;
-  std::string dir = "pki";
-  std::string out_dir;
-  std::string cn;
-  std::vector<std::string> names;
-  std::string id;
-  std::string serial;
-  std::string cert;
-  long long days = 0;
-  bool force = false;
-};
+const core::command k_command{
+    .name = "tessera-pki",
+    .usage = "tessera-pki init|issue-hub|issue-device|revoke [options]",
+    .about = R"(The fleet's certificate authority.
+  init            create a CA (ECDSA P-256, self-signed) and an empty revocation list
+  issue-hub       issue the hub certificate; --name NAME (repeatable, DNS name or IP address)
+  issue-device    issue a device certificate; --id ID
+  revoke          add a certificate to the revocation list; --serial HEX or --cert FILE)",
+    .options = {{.flag = "--dir", .value = "DIR", .doc = "CA directory holding ca.pem, ca.key, ca.crl (default: pki)"},
+                {.flag = "--out-dir", .value = "DIR", .doc = "where issued certificates and keys go (default: --dir)"},
+                {.flag = "--cn", .value = "NAME", .doc = "subject common name (init, issue-hub)"},
+                {.flag = "--name", .value = "NAME", .doc = "issue-hub: a DNS name or IP address (repeatable)"},
+                {.flag = "--id", .value = "ID", .doc = "issue-device: the device id"},
+                {.flag = "--serial", .value = "HEX", .doc = "revoke: the certificate's serial"},
+                {.flag = "--cert", .value = "FILE", .doc = "revoke: the certificate"},
+                {.flag = "--days", .value = "N", .doc = "validity in days (default: 3650 for init, 365 otherwise)"},
+                {.flag = "--force", .value = "", .doc = "replace existing output files"}},
+    .configured = false};
 
 bool is_ip(const std::string& s) {
   unsigned char buf[16];
   return inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
 }
 
-int fail(const std::string& message) {
-  std::fprintf(stderr, "tessera-pki: %s\n", message.c_str());
-  return 1;
+core::error usage_error(const std::string& what) { return core::make_error(core::errc::invalid_argument, what); }
+
+core::result<long long> days_of(const core::command_line& line) {
+  if (!line.has("--days")) return 0LL;
+  const std::string d = line.value("--days");
+  long long days = 0;
+  auto [p, ec] = std::from_chars(d.data(), d.data() + d.size(), days);
+  if (ec != std::errc{} || p != d.data() + d.size() || days < 1) return usage_error("--days must be a positive integer");
+  return days;
+}
+
+core::result<int> init(const core::command_line& line, const crypto::ca_files& ca, const std::string& dir, long long days) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  crypto::ca_options co;
+  if (line.has("--cn")) co.common_name = line.value("--cn");
+  if (days > 0) co.valid_days = days;
+  TESSERA_TRY(crypto::init_ca(ca, co, line.has("--force")));
+  std::printf("CA written: %s, %s, %s\n", ca.cert.c_str(), ca.key.c_str(), ca.crl.c_str());
+  return 0;
+}
+
+core::result<int> issue(const core::command_line& line, const std::string& command, const crypto::ca_files& ca,
+                        const std::filesystem::path& out_dir, long long days) {
+  crypto::issue_options io;
+  crypto::cert_files out;
+  if (days > 0) io.valid_days = days;
+  const std::string id = line.value("--id");
+  if (command == "issue-hub") {
+    if (!line.has("--name")) return usage_error("issue-hub needs at least one --name");
+    if (!id.empty()) return usage_error("issue-hub takes --name, not --id");
+    for (const auto& n : line.all("--name")) (is_ip(n) ? io.ip_addresses : io.dns_names).push_back(n);
+    io.common_name = line.value("--cn");
+    out = {out_dir / "hub.pem", out_dir / "hub.key"};
+  } else {
+    if (id.empty()) return usage_error("issue-device needs --id");
+    if (!crypto::valid_device_id(id)) return usage_error("device id must match [A-Za-z0-9._-]{1,64}");
+    if (line.has("--name") || line.has("--cn")) return usage_error("issue-device takes --id only (the id is the subject)");
+    io.device_id = id;
+    out = {out_dir / (id + ".pem"), out_dir / (id + ".key")};
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  TESSERA_ASSIGN_OR_RETURN(const std::string serial, crypto::issue(ca, io, out, line.has("--force")));
+  std::printf("issued %s (key %s), serial %s\n", out.cert.c_str(), out.key.c_str(), serial.c_str());
+  return 0;
+}
+
+core::result<int> revoke(const core::command_line& line, const crypto::ca_files& ca) {
+  if (line.has("--serial") == line.has("--cert")) return usage_error("revoke needs exactly one of --serial or --cert");
+  std::string serial = line.value("--serial");
+  if (line.has("--cert")) {
+    TESSERA_ASSIGN_OR_RETURN(serial, crypto::certificate_serial(line.value("--cert")));
+  }
+  TESSERA_TRY(crypto::revoke(ca, serial));
+  std::printf("revoked serial %s in %s\n", serial.c_str(), ca.crl.c_str());
+  return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  options o;
-  std::vector<std::string_view> args(argv + 1, argv + argc);
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string_view a = args[i];
-    auto value = [&](std::string& out) -> bool {
-      if (i + 1 >= args.size()) return false;
-      out = std::string(args[++i]);
-      return true;
-    };
-    if (a == "--help" || a == "-h") {
-      std::fputs(k_usage, stdout);
-      return 0;
-    } else if (a == "--force") {
-      o.force = true;
-    } else if (a == "--dir") {
-      if (!value(o.dir)) return fail("--dir needs a value");
-    } else if (a == "--out-dir") {
-      if (!value(o.out_dir)) return fail("--out-dir needs a value");
-    } else if (a == "--cn") {
-      if (!value(o.cn)) return fail("--cn needs a value");
-    } else if (a == "--name") {
-      std::string n;
-      if (!value(n)) return fail("--name needs a value");
-      o.names.push_back(n);
-    } else if (a == "--id") {
-      if (!value(o.id)) return fail("--id needs a value");
-    } else if (a == "--serial") {
-      if (!value(o.serial)) return fail("--serial needs a value");
-    } else if (a == "--cert") {
-      if (!value(o.cert)) return fail("--cert needs a value");
-    } else if (a == "--days") {
-      std::string d;
-      if (!value(d)) return fail("--days needs a value");
-      auto [p, ec] = std::from_chars(d.data(), d.data() + d.size(), o.days);
-      if (ec != std::errc{} || p != d.data() + d.size() || o.days < 1) return fail("--days must be a positive integer");
-    } else if (!a.starts_with("-") && o.command.empty()) {
-      o.command = std::string(a);
-    } else {
-      return fail("unknown argument '" + std::string(a) + "' (see --help)");
-    }
+  const std::string command = argc > 1 ? argv[1] : "";
+  if (command != "init" && command != "issue-hub" && command != "issue-device" && command != "revoke") {
+    // No command, --help, or one we do not know: the usage, on the stream that fits.
+    const bool help = command == "--help" || command == "-h";
+    std::fputs(core::help_text(k_command, {}).c_str(), help ? stdout : stderr);
+    if (!help && !command.empty()) std::fprintf(stderr, "tessera-pki: unknown command '%s'\n", command.c_str());
+    return help ? 0 : 2;
   }
-  if (o.command.empty()) {
-    std::fputs(k_usage, stderr);
-    return 2;
-  }
-
-  const auto ca = crypto::ca_files::in(o.dir);
-  const std::filesystem::path out_dir = o.out_dir.empty() ? std::filesystem::path(o.dir) : std::filesystem::path(o.out_dir);
-  std::error_code ec;
-  if (o.command == "init") {
-    std::filesystem::create_directories(o.dir, ec);
-    crypto::ca_options co;
-    if (!o.cn.empty()) co.common_name = o.cn;
-    if (o.days > 0) co.valid_days = o.days;
-    auto r = crypto::init_ca(ca, co, o.force);
-    if (!r) return fail(r.error().message);
-    std::printf("CA written: %s, %s, %s\n", ca.cert.c_str(), ca.key.c_str(), ca.crl.c_str());
-    return 0;
-  }
-  if (o.command == "issue-hub" || o.command == "issue-device") {
-    crypto::issue_options io;
-    crypto::cert_files out;
-    if (o.days > 0) io.valid_days = o.days;
-    if (o.command == "issue-hub") {
-      if (o.names.empty()) return fail("issue-hub needs at least one --name");
-      if (!o.id.empty()) return fail("issue-hub takes --name, not --id");
-      for (const auto& n : o.names) (is_ip(n) ? io.ip_addresses : io.dns_names).push_back(n);
-      io.common_name = o.cn;
-      out = {out_dir / "hub.pem", out_dir / "hub.key"};
-    } else {
-      if (o.id.empty()) return fail("issue-device needs --id");
-      if (!crypto::valid_device_id(o.id)) return fail("device id must match [A-Za-z0-9._-]{1,64}");
-      if (!o.names.empty() || !o.cn.empty()) return fail("issue-device takes --id only (the id is the subject)");
-      io.device_id = o.id;
-      out = {out_dir / (o.id + ".pem"), out_dir / (o.id + ".key")};
-    }
-    std::filesystem::create_directories(out_dir, ec);
-    auto serial = crypto::issue(ca, io, out, o.force);
-    if (!serial) return fail(serial.error().message);
-    std::printf("issued %s (key %s), serial %s\n", out.cert.c_str(), out.key.c_str(), serial.value().c_str());
-    return 0;
-  }
-  if (o.command == "revoke") {
-    if (o.serial.empty() == o.cert.empty()) return fail("revoke needs exactly one of --serial or --cert");
-    std::string serial = o.serial;
-    if (!o.cert.empty()) {
-      auto s = crypto::certificate_serial(o.cert);
-      if (!s) return fail(s.error().message);
-      serial = s.value();
-    }
-    auto r = crypto::revoke(ca, serial);
-    if (!r) return fail(r.error().message);
-    std::printf("revoked serial %s in %s\n", serial.c_str(), ca.crl.c_str());
-    return 0;
-  }
-  return fail("unknown command '" + o.command + "' (see --help)");
+  return core::run_command(k_command, argc, argv, 2, {}, [&command](const core::command_line& line) -> core::result<int> {
+    const std::string dir = line.has("--dir") ? line.value("--dir") : "pki";
+    const auto ca = crypto::ca_files::in(dir);
+    const std::filesystem::path out_dir = line.has("--out-dir") ? std::filesystem::path(line.value("--out-dir")) : std::filesystem::path(dir);
+    TESSERA_ASSIGN_OR_RETURN(const long long days, days_of(line));
+    if (command == "init") return init(line, ca, dir, days);
+    if (command == "revoke") return revoke(line, ca);
+    return issue(line, command, ca, out_dir, days);
+  });
 }

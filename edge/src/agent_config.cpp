@@ -51,18 +51,7 @@ core::result<agent_config> read_agent_config(core::config_reader& r) {
 }
 
 core::result<agent_config> parse_agent_config(const nlohmann::json& json, const std::string& source) {
-  core::config_reader r(json, source);
-  return read_agent_config(r);
-}
-
-core::result<agent_config> load_agent_config(const std::string& path, const std::vector<std::string>& overrides) {
-  TESSERA_ASSIGN_OR_RETURN(const nlohmann::json json, core::load_config(path, overrides));
-  return parse_agent_config(json, path.empty() ? "command line" : path);
-}
-
-void describe_agent_config(core::field_table& table) {
-  core::config_reader r = core::config_reader::describing(table);
-  (void)read_agent_config(r);
+  return core::parse_config(json, source, read_agent_config);
 }
 
 }  // namespace tessera::edge

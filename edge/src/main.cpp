@@ -29,15 +29,12 @@ constexpr const char* k_overview = R"(usage: tessera-edge run --config FILE [KEY
 const core::command k_run_command{
     .name = "tessera-edge run",
     .usage = "tessera-edge run --config FILE [KEY=VALUE ...]",
-    .about = "Serves a hub. Connects over mutual TLS, trains each assigned subnet on this device's data inside the\n"
-             "memory budget, uploads it, and reconnects on its own (backoff with jitter) whenever the link drops.\n"
-             "Stop it with SIGTERM or SIGINT. Events go to standard error.",
+    .about = R"(Serves a hub. Connects over mutual TLS, trains each assigned subnet on this device's data inside the
+memory budget, uploads it, and reconnects on its own (backoff with jitter) whenever the link drops.
+Stop it with SIGTERM or SIGINT. Events go to standard error.)",
     .options = {}};
 
-core::result<int> run(const core::command_line& line) {
-  if (line.config_path.empty() && line.overrides.empty())
-    return core::make_error(core::errc::invalid_argument, "run needs --config FILE (see tessera-edge run --help)");
-  TESSERA_ASSIGN_OR_RETURN(const edge::agent_config config, edge::load_agent_config(line.config_path, line.overrides));
+core::result<int> run(const core::command_line& line, const edge::agent_config& config) {
   boost::asio::io_context io;
   const core::log_sink log = core::stderr_log("edge", line.level);
   TESSERA_ASSIGN_OR_RETURN(auto agent, edge::agent::create(io, config, log));
@@ -62,7 +59,7 @@ core::result<int> run(const core::command_line& line) {
 
 int main(int argc, char** argv) {
   const std::string command = argc > 1 ? argv[1] : "";
-  if (command == "run") return core::run_command(k_run_command, argc, argv, 2, edge::describe_agent_config, run);
+  if (command == "run") return core::run_configured(k_run_command, argc, argv, 2, edge::read_agent_config, run);
   if (command == "train-local") return core::run_command(edge::k_train_local_command, argc, argv, 2, {}, edge::train_local);
   if (command == "baseline") {
     std::printf("peak resident memory %.2f MiB\n", static_cast<double>(edge::peak_rss_bytes()) / (1024.0 * 1024.0));

@@ -39,18 +39,7 @@ core::result<hub_config> read_hub_config(core::config_reader& r) {
 }
 
 core::result<hub_config> parse_hub_config(const nlohmann::json& json, const std::string& source) {
-  core::config_reader r(json, source);
-  return read_hub_config(r);
-}
-
-core::result<hub_config> load_hub_config(const std::string& path, const std::vector<std::string>& overrides) {
-  TESSERA_ASSIGN_OR_RETURN(const nlohmann::json json, core::load_config(path, overrides));
-  return parse_hub_config(json, path.empty() ? "command line" : path);
-}
-
-void describe_hub_config(core::field_table& table) {
-  core::config_reader r = core::config_reader::describing(table);
-  (void)read_hub_config(r);
+  return core::parse_config(json, source, read_hub_config);
 }
 
 }  // namespace tessera::hub

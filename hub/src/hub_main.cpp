@@ -15,15 +15,14 @@ using namespace tessera;
 const core::command k_command{
     .name = "tessera-hub",
     .usage = "tessera-hub [--config FILE] [KEY=VALUE ...]",
-    .about = "Runs a federation: waits for agents, plans each round, sends every agent its subnet over mutual TLS,\n"
-             "collects and assembles the trained subnets, validates, checkpoints, and at the end writes the model\n"
-             "(safetensors). Restarted with the same checkpoint_dir, it resumes after the last completed round.\n"
-             "One progress line per round goes to standard output; events go to standard error.\n"
-             "Exit status: 0 when the last round is done, 1 on an error, 2 when stopped by SIGINT or SIGTERM.",
+    .about = R"(Runs a federation: waits for agents, plans each round, sends every agent its subnet over mutual TLS,
+collects and assembles the trained subnets, validates, checkpoints, and at the end writes the model
+(safetensors). Restarted with the same checkpoint_dir, it resumes after the last completed round.
+One progress line per round goes to standard output; events go to standard error.
+Exit status: 0 when the last round is done, 1 on an error, 2 when stopped by SIGINT or SIGTERM.)",
     .options = {}};
 
-core::result<int> serve(const core::command_line& line) {
-  TESSERA_ASSIGN_OR_RETURN(const hub::hub_config cfg, hub::load_hub_config(line.config_path, line.overrides));
+core::result<int> serve(const core::command_line& line, const hub::hub_config& cfg) {
   boost::asio::io_context io;
   const core::log_sink log = core::stderr_log("hub", line.level);
   TESSERA_ASSIGN_OR_RETURN(auto service, hub::hub_service::create(io, cfg, log));
@@ -56,4 +55,4 @@ core::result<int> serve(const core::command_line& line) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return core::run_command(k_command, argc, argv, 1, hub::describe_hub_config, serve); }
+int main(int argc, char** argv) { return core::run_configured(k_command, argc, argv, 1, hub::read_hub_config, serve); }

@@ -27,11 +27,13 @@ core::result<core::command_line> parse(const core::command& cmd, std::vector<con
 }  // namespace
 
 TEST_CASE("command line: config, overrides in order, options with and without values, log level") {
-  auto line = parse(k_tool, {"--config", "a.json", "rounds=3", "--out", "dir", "model.hidden=[4]", "--dry", "--log-level", "warning"});
+  auto line = parse(k_tool, {"--config", "a.json", "rounds=3", "--out", "first", "--out", "dir", "model.hidden=[4]", "--dry",
+                             "--log-level", "warning"});
   REQUIRE(line.ok());
   CHECK(line.value().config_path == "a.json");
   CHECK(line.value().overrides == std::vector<std::string>{"rounds=3", "model.hidden=[4]"});
-  CHECK(line.value().value("--out") == "dir");
+  CHECK(line.value().value("--out") == "dir");  // the last one given
+  CHECK(line.value().all("--out") == std::vector<std::string>{"first", "dir"});
   CHECK(line.value().has("--dry"));
   CHECK(line.value().value("--dry").empty());
   CHECK_FALSE(line.value().has("--missing"));

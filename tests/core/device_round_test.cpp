@@ -25,17 +25,6 @@ core::training_task small_task() {
   return {.arch = spec.full_arch(), .steps = 5, .batch = 4, .sgd = {.learning_rate = 0.1f, .momentum = 0.9f}};
 }
 
-class constant_source final : public core::batch_source {
- public:
-  [[nodiscard]] std::int64_t feature_count() const noexcept override { return 6; }
-  [[nodiscard]] core::result<void> next(std::span<float> x, std::span<float> y) override {
-    std::fill(x.begin(), x.end(), 0.25f);
-    std::fill(y.begin(), y.end(), 2.0f);
-    return {};
-  }
-  [[nodiscard]] std::string describe() const override { return "constant"; }
-  [[nodiscard]] std::size_t buffer_bytes() const noexcept override { return 0; }
-};
 
 }  // namespace
 
@@ -62,7 +51,7 @@ TEST_CASE("device round: take, train, encode — the upload decodes to the train
     REQUIRE(core::encode(t.arch, codec, sent, blob).ok());
     REQUIRE(core::take_download(block, t.arch, codec, blob).ok());
     CHECK(block.params()[0] == doctest::Approx(0.05f).epsilon(0.01));
-    constant_source data;
+    tessera::testing::constant_batches data(6, 0.25f, 2.0f);
     auto report = core::train_for_upload(block, t, codec, blob, data, nullptr);
     REQUIRE(report.ok());
     CHECK(report.value().steps == 5);

@@ -55,12 +55,15 @@ TEST_CASE("TESSERA_TRY returns the first error and passes success through") {
   CHECK(bad.error().message == "not positive: -1");
 }
 
-TEST_CASE("table_category: text and identifier per code; error_name qualifies it by module") {
+TEST_CASE("table_category: identifier per code, in words as its message; error_name qualifies it by module") {
   const std::error_code over = core::errc::over_budget;
-  CHECK(over.message() == "over the memory budget");
+  CHECK(over.message() == "over budget");
+  CHECK(core::error_name(core::errc::invalid_spec) == "core.invalid_spec");  // the first code
+  CHECK(core::error_name(core::errc::cancelled) == "core.cancelled");        // and the last: the list is whole
   CHECK(std::string(over.category().name()) == "tessera.core");
   CHECK(core::error_name(over) == "core.over_budget");
-  const std::error_code unknown(999, core::core_category());
+  const std::error_code unknown(999, core::category_of(core::errc{}));
+  CHECK(core::error_name(std::error_code(0, core::category_of(core::errc{}))) == "tessera.core:0");
   CHECK(unknown.message() == "unknown tessera.core error 999");
   CHECK(core::error_name(unknown) == "tessera.core:999");
   CHECK(core::error_name(std::make_error_code(std::errc::io_error)) == "generic:" + std::to_string(EIO));

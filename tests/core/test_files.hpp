@@ -26,6 +26,7 @@
 #include "tessera/core/dataset.hpp"
 #include "tessera/core/error.hpp"
 #include "tessera/core/model_spec.hpp"
+#include "tessera/core/train.hpp"
 
 namespace tessera::testing {
 
@@ -80,6 +81,24 @@ inline std::string be_bytes(std::uint64_t v, unsigned size) {
   std::reverse(out.begin(), out.end());
   return out;
 }
+
+// Batches of one example repeated: `features` inputs all `x`, every target `y` (a class, or a value).
+class constant_batches final : public core::batch_source {
+ public:
+  constant_batches(std::int64_t features, float x, float y) : features_(features), x_(x), y_(y) {}
+  [[nodiscard]] std::int64_t feature_count() const noexcept override { return features_; }
+  [[nodiscard]] core::result<void> next(std::span<float> features, std::span<float> targets) override {
+    std::fill(features.begin(), features.end(), x_);
+    std::fill(targets.begin(), targets.end(), y_);
+    return {};
+  }
+  [[nodiscard]] std::string describe() const override { return "constant batches"; }
+  [[nodiscard]] std::size_t buffer_bytes() const noexcept override { return 0; }
+
+ private:
+  std::int64_t features_;
+  float x_, y_;
+};
 
 // The error of a result that must have failed (fails the test, instead of asserting, if it did not).
 template <class T>

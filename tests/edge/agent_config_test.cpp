@@ -4,6 +4,7 @@
 
 #include "tessera/core/json_config.hpp"
 #include "tessera/edge/agent.hpp"
+#include "../core/test_files.hpp"
 
 using namespace tessera;
 
@@ -13,11 +14,7 @@ nlohmann::json minimal() {
   return {{"hub", "hub.example.org:7443"}, {"data", {{"features", "x.idx"}, {"labels", "y.idx"}}}};
 }
 
-std::string error_of(const nlohmann::json& j) {
-  auto c = edge::parse_agent_config(j, "agent.json");
-  REQUIRE_FALSE(c.ok());
-  return c.error().message;
-}
+std::string error_of(const nlohmann::json& j) { return testing::error_of(edge::parse_agent_config(j, "agent.json")).message; }
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 #include "tessera/crypto/digest.hpp"
 #include "tessera/edge/job.hpp"
 #include "tessera/net/task.hpp"
+#include "../core/test_files.hpp"
 
 using namespace tessera;
 
@@ -48,20 +49,13 @@ std::vector<std::byte> encoded_params(const core::training_task& t, core::codec_
   return blob;
 }
 
-// A batch source of constant examples of class 1.
-class constant_source final : public core::batch_source {
- public:
-  [[nodiscard]] std::int64_t feature_count() const noexcept override { return 12; }
-  [[nodiscard]] core::result<void> next(std::span<float> features, std::span<float> targets) override {
-    std::fill(features.begin(), features.end(), 0.5f);
-    std::fill(targets.begin(), targets.end(), 1.0f);
-    return {};
-  }
-  [[nodiscard]] std::string describe() const override { return "constant"; }
-  [[nodiscard]] std::size_t buffer_bytes() const noexcept override { return 0; }
-};
 
 }  // namespace
+
+TEST_CASE("edge error codes have stable names, the first and the last") {
+  CHECK(core::error_name(edge::errc::bad_task) == "edge.bad_task");
+  CHECK(core::error_name(edge::errc::data_over_budget) == "edge.data_over_budget");
+}
 
 TEST_CASE("check_assignment: every way an ASSIGN does not fit this device, each with its code") {
   const auto t = small_task();
@@ -125,7 +119,7 @@ TEST_CASE("job: download, train, upload, each stage in turn; the update describe
     REQUIRE(j->downloaded().ok());
     CHECK(j->at() == edge::job::stage::training);
     CHECK(j->on_reconnect() == edge::job::resume_action::wait);
-    constant_source data;
+    testing::constant_batches data(12, 0.5f, 1.0f);
     auto report = j->train(data, nullptr);
     REQUIRE(report.ok());
     CHECK(report.value().steps == 4);
@@ -178,7 +172,7 @@ TEST_CASE("job: cancelled training reports cancelled, not a failure") {
   auto j = edge::job::start(assign_for(t, core::codec_kind::f32, blob), roomy()).value();
   std::memcpy(j->download()->data().data(), blob.data(), blob.size());
   REQUIRE(j->downloaded().ok());
-  constant_source data;
+  testing::constant_batches data(12, 0.5f, 1.0f);
   const std::atomic<bool> cancel{true};
   auto r = j->train(data, &cancel);
   REQUIRE_FALSE(r.ok());

@@ -96,23 +96,17 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
       CHECK(count_of(a->err(), "refusing") == 0);
     }
 
-    const auto hub_metrics = read_metrics(f.file("hub-" + strategy + ".jsonl"));
+    const auto hub_metrics = check_every_round(f.file("hub-" + strategy + ".jsonl"), k_rounds, k_devices, {});
     const auto sim_metrics = read_metrics(f.file("sim-" + strategy + ".jsonl"));
-    REQUIRE(hub_metrics.size() == k_rounds);
     REQUIRE(sim_metrics.size() == k_rounds);
     for (int r = 0; r < k_rounds; ++r) {
       const auto& h = hub_metrics[static_cast<std::size_t>(r)];
       const auto& s = sim_metrics[static_cast<std::size_t>(r)];
       CAPTURE(h.dump());
-      CHECK(h.at("round") == r + 1);
-      CHECK(h.at("devices") == k_devices);
-      CHECK(h.at("stragglers") == 0);
-      CHECK(h.at("refused") == 0);
-      CHECK(h.at("rejected") == 0);
       CHECK(h.at("plan_seed") == s.at("plan_seed"));
       CHECK(h.at("groups") == s.at("groups"));
-      // The agents' reported losses, weighted as the simulator weights its devices'.
-      CHECK(h.at("train_loss").get<double>() == doctest::Approx(s.at("train_loss").get<double>()).epsilon(1e-5));
+      // The agents' reported losses, summed as the engine sums them for the simulator's devices.
+      CHECK(h.at("train_loss").get<double>() == s.at("train_loss").get<double>());
     }
 
     const core::stored_model from_hub = load_model_or_fail(f.file("hub-" + strategy + ".safetensors"));
@@ -122,7 +116,7 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
     CHECK(from_hub.metadata.at("tessera.rounds") == std::to_string(k_rounds));
     const difference d = compare(from_hub.params, from_sim.params);
     INFO("largest difference " << d.max_abs << " at parameter " << d.at);
-    CHECK(d.max_abs <= 1e-5);
+    CHECK(d.max_abs == 0.0f);  // one engine, the device's very training step: the same floats
 
     // Not a vacuous equality: both trained away from the seeded initial model.
     std::vector<float> initial(from_sim.params.size());

@@ -238,6 +238,26 @@ class fleet {
   return out;
 }
 
+// What every round's metrics line must say: numbered in order, the whole fleet assigned, and exactly
+// the faults expected. Returns the lines for the caller's own checks.
+struct round_faults {
+  int stragglers = 0, refused = 0, rejected = 0;
+};
+inline std::vector<nlohmann::json> check_every_round(const std::string& metrics_path, int rounds, int devices, round_faults faults) {
+  const auto metrics = read_metrics(metrics_path);
+  REQUIRE(metrics.size() == static_cast<std::size_t>(rounds));
+  for (int r = 0; r < rounds; ++r) {
+    const auto& m = metrics[static_cast<std::size_t>(r)];
+    CAPTURE(m.dump());
+    CHECK(m.at("round") == r + 1);
+    CHECK(m.at("devices") == devices);
+    CHECK(m.at("stragglers") == faults.stragglers);
+    CHECK(m.at("refused") == faults.refused);
+    CHECK(m.at("rejected") == faults.rejected);
+  }
+  return metrics;
+}
+
 [[nodiscard]] inline core::stored_model load_model_or_fail(const std::string& path) {
   auto m = core::load_model(path);
   REQUIRE_MESSAGE(m.ok(), path << ": " << (m ? std::string() : m.error().message));

@@ -38,6 +38,14 @@ std::vector<std::string> device_ids() {
   return ids;
 }
 
+// Certificates for the devices, a training and a validation subset of Fashion-MNIST, and each device's
+// shard (the simulator's split, seed 11): the devices' "data" objects and the hub's validation set.
+std::pair<std::vector<nlohmann::json>, nlohmann::json> prepare(fleet& f, const std::vector<std::string>& ids) {
+  f.make_pki(ids);
+  const nlohmann::json train = f.write_subset("train", 3000), validation = f.write_subset("t10k", 1000);
+  return {f.make_shards({{"devices", k_devices}, {"seed", 11}, {"data", {{"train", train}}}}), validation};
+}
+
 void check_round_figures(const nlohmann::json& m) {
   CAPTURE(m.dump());
   CHECK(std::isfinite(m.at("train_loss").get<double>()));
@@ -54,11 +62,7 @@ TEST_CASE("federation: a hub killed mid-round resumes from its checkpoint; the a
   fleet f("fed_hub_crash");
   INFO(f.diagnostics());
   const auto ids = device_ids();
-  f.make_pki(ids);
-  const nlohmann::json train = f.write_subset("train", 3000), validation = f.write_subset("t10k", 1000);
-  const auto data = f.make_shards({{"devices", k_devices},
-                                   {"seed", 11},
-                                   {"data", {{"train", train}}}});
+  const auto [data, validation] = prepare(f, ids);
 
   nlohmann::json config = hub_config(f, validation, rounds);
   config.update({{"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 60}});
@@ -100,17 +104,7 @@ TEST_CASE("federation: a hub killed mid-round resumes from its checkpoint; the a
   }
 
   // One line per round, the rounds after the resume point contiguous, all of the fleet in each.
-  const auto metrics = read_metrics(f.file("metrics.jsonl"));
-  REQUIRE(metrics.size() == rounds);
-  for (int r = 0; r < rounds; ++r) {
-    const auto& m = metrics[static_cast<std::size_t>(r)];
-    CAPTURE(m.dump());
-    CHECK(m.at("round") == r + 1);
-    CHECK(m.at("devices") == k_devices);
-    CHECK(m.at("stragglers") == 0);
-    CHECK(m.at("rejected") == 0);
-    check_round_figures(m);
-  }
+  for (const auto& m : check_every_round(f.file("metrics.jsonl"), rounds, k_devices, {})) check_round_figures(m);
   const core::stored_model model = load_model_or_fail(f.file("model.safetensors"));
   CHECK(model.metadata.at("tessera.rounds") == std::to_string(rounds));
   CHECK(all_finite(model.params));
@@ -122,11 +116,7 @@ TEST_CASE("federation: an agent killed mid-round is a straggler, its neurons kee
   fleet f("fed_agent_crash");
   INFO(f.diagnostics());
   const auto ids = device_ids();
-  f.make_pki(ids);
-  const nlohmann::json train = f.write_subset("train", 3000), validation = f.write_subset("t10k", 1000);
-  const auto data = f.make_shards({{"devices", k_devices},
-                                   {"seed", 11},
-                                   {"data", {{"train", train}}}});
+  const auto [data, validation] = prepare(f, ids);
 
   nlohmann::json config = hub_config(f, validation, rounds);
   // A round goes ahead with two devices once the third has been missing for device_wait_s.
@@ -149,7 +139,7 @@ TEST_CASE("federation: an agent killed mid-round is a straggler, its neurons kee
   REQUIRE_MESSAGE(count_of(doomed.err(), "round 2: trained") == 0, "the victim finished training before it was killed");
   REQUIRE(read_metrics(f.file("metrics.jsonl")).size() == 1);
 
-  const auto hub_cfg = hub::load_hub_config(f.file("hub.json"), {});
+  const auto hub_cfg = core::load_config(f.file("hub.json"), {}, hub::read_hub_config);
   REQUIRE(hub_cfg.ok());
   const core::model_spec& spec = hub_cfg.value().model;
   const std::string checkpoint_path = f.file("checkpoints/hub.ckpt");

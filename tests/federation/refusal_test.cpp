@@ -193,16 +193,8 @@ TEST_CASE("federation: NaN, wrong-size and stale updates are refused with their 
   CHECK(count_of(hub_log, "device " + revoked) == 0);  // it never got as far as HELLO
 
   // Every round went ahead with the whole fleet: two updates rejected, none missing.
-  const auto metrics = read_metrics(f.file("metrics.jsonl"));
-  REQUIRE(metrics.size() == rounds);
-  for (int r = 0; r < rounds; ++r) {
-    const auto& m = metrics[static_cast<std::size_t>(r)];
+  for (const auto& m : check_every_round(f.file("metrics.jsonl"), rounds, devices, {.stragglers = 0, .refused = 0, .rejected = 2})) {
     CAPTURE(m.dump());
-    CHECK(m.at("round") == r + 1);
-    CHECK(m.at("devices") == devices);
-    CHECK(m.at("rejected") == 2);
-    CHECK(m.at("stragglers") == 0);
-    CHECK(m.at("refused") == 0);
     CHECK(std::isfinite(m.at("train_loss").get<double>()));
     REQUIRE(m.at("test_accuracy").is_number());
     CHECK(m.at("test_accuracy").get<double>() > 0.1);  // better than chance on ten classes

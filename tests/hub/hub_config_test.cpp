@@ -2,23 +2,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/hub/error.hpp"
 #include "tessera/hub/hub_config.hpp"
+#include "../core/test_files.hpp"
 
 using namespace tessera;
 
 namespace {
 
-std::string error_of(const nlohmann::json& j) {
-  auto c = hub::parse_hub_config(j, "hub.json");
-  REQUIRE_FALSE(c.ok());
-  return c.error().message;
-}
+std::string error_of(const nlohmann::json& j) { return testing::error_of(hub::parse_hub_config(j, "hub.json")).message; }
 
 }  // namespace
 
 TEST_CASE("hub config: defaults, and overrides from the command line") {
-  auto c = hub::load_hub_config("", {"listen=0.0.0.0:9000", "rounds=12", "tls.crl=other.crl", "strategy=fedavg",
-                                     "model.hidden=[64,32]"});
+  auto c = core::load_config("", {"listen=0.0.0.0:9000", "rounds=12", "tls.crl=other.crl", "strategy=fedavg",
+                                     "model.hidden=[64,32]"}, hub::read_hub_config);
   REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
   CHECK(c.value().listen.host == "0.0.0.0");
   CHECK(c.value().listen.port == 9000);
@@ -40,4 +38,9 @@ TEST_CASE("hub config: errors name the file and the field") {
   CHECK(error_of({{"heartbeat_s", 30}, {"idle_timeout_s", 20}}).find("'idle_timeout_s'") != std::string::npos);
   CHECK(error_of({{"validation", {{"format", "idx"}}}}).find("validation") != std::string::npos);
   CHECK(error_of({{"roundz", 3}}).find("roundz") != std::string::npos);
+}
+
+TEST_CASE("hub error codes have stable names, the first and the last") {
+  CHECK(core::error_name(hub::errc::round_closed) == "hub.round_closed");
+  CHECK(core::error_name(hub::errc::checkpoint_mismatch) == "hub.checkpoint_mismatch");
 }

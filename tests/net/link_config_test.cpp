@@ -5,6 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/crypto/error.hpp"
+#include "tessera/net/error.hpp"
+
 using namespace tessera;
 using json = nlohmann::json;
 
@@ -47,4 +50,11 @@ TEST_CASE("link settings: inconsistent values are refused with the field named")
   CHECK(error_of({{"rate_limit", {{"upload_bytes_per_s", 100}}}}, true) ==
         "agent.json: field 'rate_limit.upload_bytes_per_s': below 512 (0 means no cap)");
   CHECK(error_of({{"rate_limit", {{"upload_bytes_per_s", 1000}}}}, false) == "agent.json: field 'rate_limit': unknown field");
+}
+
+TEST_CASE("net and crypto error codes have stable names, the first and the last") {
+  CHECK(core::error_name(net::errc::bad_magic) == "net.bad_magic");
+  CHECK(core::error_name(net::errc::connect_failed) == "net.connect_failed");
+  CHECK(core::error_name(crypto::errc::openssl) == "crypto.openssl");
+  CHECK(core::error_name(crypto::errc::already_revoked) == "crypto.already_revoked");
 }

@@ -7,6 +7,7 @@
 #include "tessera/core/rng.hpp"
 #include "tessera/sim/shards.hpp"
 #include "tessera/sim/simulation.hpp"
+#include "../core/test_files.hpp"
 
 using namespace tessera;
 
@@ -33,11 +34,7 @@ sim::sim_config config_for(const std::string& strategy) {
   return c.value();
 }
 
-std::string config_error(const nlohmann::json& j) {
-  auto c = sim::parse_sim_config(j, "sim.json");
-  REQUIRE_FALSE(c.ok());
-  return c.error().message;
-}
+std::string config_error(const nlohmann::json& j) { return testing::error_of(sim::parse_sim_config(j, "sim.json")).message; }
 
 }  // namespace
 
@@ -142,14 +139,14 @@ TEST_CASE("sim config: errors name the field") {
 }
 
 TEST_CASE("sim config: overrides reach dotted fields and parse JSON values") {
-  auto c = sim::load_sim_config("", {"rounds=3", "model.hidden=[64,32]", "strategy=fedavg", "metrics=out/m.jsonl"});
+  auto c = core::load_config("", {"rounds=3", "model.hidden=[64,32]", "strategy=fedavg", "metrics=out/m.jsonl"}, sim::read_sim_config);
   REQUIRE(c.ok());
   CHECK(c.value().rounds == 3);
   CHECK(c.value().model.hidden == std::vector<std::int64_t>{64, 32});
   CHECK(c.value().model.inputs == 784);  // the rest of the model keeps its defaults
   CHECK(c.value().strategy == rounds::strategy_kind::fedavg);
   CHECK(c.value().metrics_path == "out/m.jsonl");
-  auto bad = sim::load_sim_config("", {"rounds"});
+  auto bad = core::load_config("", {"rounds"}, sim::read_sim_config);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message.find("key=value") != std::string::npos);
 }

@@ -60,18 +60,7 @@ core::result<sim_config> read_sim_config(core::config_reader& r) {
 }
 
 core::result<sim_config> parse_sim_config(const nlohmann::json& json, const std::string& source) {
-  core::config_reader r(json, source);
-  return read_sim_config(r);
-}
-
-core::result<sim_config> load_sim_config(const std::string& path, const std::vector<std::string>& overrides) {
-  TESSERA_ASSIGN_OR_RETURN(const nlohmann::json json, core::load_config(path, overrides));
-  return parse_sim_config(json, path.empty() ? "command line" : path);
-}
-
-void describe_sim_config(core::field_table& table) {
-  core::config_reader r = core::config_reader::describing(table);
-  (void)read_sim_config(r);
+  return core::parse_config(json, source, read_sim_config);
 }
 
 }  // namespace tessera::sim

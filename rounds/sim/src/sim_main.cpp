@@ -14,24 +14,23 @@ using namespace tessera;
 const core::command k_command{
     .name = "tessera-sim",
     .usage = "tessera-sim [--config FILE] [KEY=VALUE ...]\n       tessera-sim shards --out DIR [--config FILE] [KEY=VALUE ...]",
-    .about = "Runs a federation of virtual devices in one process, through the round engine the hub runs, and\n"
-             "prints one line per round (see examples/sim-*.json).\n\n"
-             "shards: writes each device's shard of the training set (the same split and batch-order seed the\n"
-             "simulator uses) into DIR/device-<d>/ as IDX files, with the agent's \"data\" settings in data.json,\n"
-             "so a real fleet (tessera-hub and tessera-edge) can run exactly the simulated federation.",
+    .about = R"(Runs a federation of virtual devices in one process, through the round engine the hub runs, and
+prints one line per round (see examples/sim-*.json).
+
+shards: writes each device's shard of the training set (the same split and batch-order seed the
+simulator uses) into DIR/device-<d>/ as IDX files, with the agent's "data" settings in data.json,
+so a real fleet (tessera-hub and tessera-edge) can run exactly the simulated federation.)",
     .options = {{.flag = "--out", .value = "DIR", .doc = "shards: the folder to write the devices' folders into"}}};
 
-core::result<int> write_shards(const core::command_line& line) {
+core::result<int> write_shards(const core::command_line& line, const sim::sim_config& cfg) {
   if (!line.has("--out")) return core::make_error(core::errc::invalid_argument, "shards needs --out DIR");
-  TESSERA_ASSIGN_OR_RETURN(const sim::sim_config cfg, sim::load_sim_config(line.config_path, line.overrides));
   TESSERA_ASSIGN_OR_RETURN(const auto folders, sim::write_shards(cfg, line.value("--out")));
   for (const auto& f : folders) std::printf("%s\n", f.c_str());
   return 0;
 }
 
-core::result<int> simulate(const core::command_line& line) {
+core::result<int> simulate(const core::command_line& line, const sim::sim_config& cfg) {
   if (line.has("--out")) return core::make_error(core::errc::invalid_argument, "--out goes with the shards command");
-  TESSERA_ASSIGN_OR_RETURN(const sim::sim_config cfg, sim::load_sim_config(line.config_path, line.overrides));
   TESSERA_ASSIGN_OR_RETURN(const sim::sim_data data, sim::load_sim_data(cfg.data));
   TESSERA_ASSIGN_OR_RETURN(auto s, sim::simulation::create(cfg, *data.train, data.test.get(), core::stderr_log("sim", line.level)));
   std::printf("tessera-sim: %s, %zu device(s), model %s, compensation %s, %lld training examples, seed %llu\n",
@@ -52,5 +51,5 @@ core::result<int> simulate(const core::command_line& line) {
 
 int main(int argc, char** argv) {
   const bool shards = argc > 1 && std::strcmp(argv[1], "shards") == 0;
-  return core::run_command(k_command, argc, argv, shards ? 2 : 1, sim::describe_sim_config, shards ? write_shards : simulate);
+  return core::run_configured(k_command, argc, argv, shards ? 2 : 1, sim::read_sim_config, shards ? write_shards : simulate);
 }

@@ -8,11 +8,11 @@
 //   const core::command cmd{.name = "tessera-hub", .usage = "tessera-hub [--config FILE] [KEY=VALUE ...]",
 //                           .about = "Runs a federation...", .options = {}};
 //   int main(int argc, char** argv) {
-//     return core::run_command(cmd, argc, argv, 1, describe_hub_config, [](const core::command_line& line) -> core::result<int> {
-//       TESSERA_ASSIGN_OR_RETURN(auto cfg, hub::load_hub_config(line.config_path, line.overrides));
-//       ...                                             // core::stderr_log("hub", line.level)
-//       return 0;
-//     });
+//     return core::run_configured(cmd, argc, argv, 1, hub::read_hub_config,
+//                                 [](const core::command_line& line, const hub::hub_config& cfg) -> core::result<int> {
+//                                   ...              // core::stderr_log("hub", line.level)
+//                                   return 0;
+//                                 });
 //   }
 #pragma once
 
@@ -45,14 +45,20 @@ struct command {
 struct command_line {
   std::string config_path;
   std::vector<std::string> overrides;                           // KEY=VALUE, in order
-  std::map<std::string, std::string, std::less<>> values;      // given options: flag -> value ("" for a switch)
+  std::map<std::string, std::vector<std::string>, std::less<>> values;  // given options: flag -> values ("" for a switch)
   log_level level = log_level::info;
   bool help = false;
 
   [[nodiscard]] bool has(std::string_view flag) const { return values.find(flag) != values.end(); }
+  // The option's value (the last, if given more than once); empty if absent.
   [[nodiscard]] std::string value(std::string_view flag) const {
     const auto it = values.find(flag);
-    return it == values.end() ? std::string() : it->second;
+    return it == values.end() ? std::string() : it->second.back();
+  }
+  // Every value of a repeatable option, in order.
+  [[nodiscard]] std::vector<std::string> all(std::string_view flag) const {
+    const auto it = values.find(flag);
+    return it == values.end() ? std::vector<std::string>() : it->second;
   }
 };
 
@@ -68,5 +74,17 @@ struct command_line {
 [[nodiscard]] int run_command(const command& cmd, int argc, const char* const* argv, int first,
                               const std::function<void(field_table&)>& describe,
                               const std::function<result<int>(const command_line&)>& body);
+
+// run_command for a command whose configuration `read` parses (json_config.hpp): --help lists its
+// fields, and `body(line, config)` gets the configuration loaded from --config and KEY=VALUE.
+template <class Read, class Body>
+[[nodiscard]] int run_configured(const command& cmd, int argc, const char* const* argv, int first, Read read, Body body) {
+  return run_command(
+      cmd, argc, argv, first, [&](field_table& fields) { describe_config(fields, read); },
+      [&](const command_line& line) -> result<int> {
+        TESSERA_ASSIGN_OR_RETURN(auto config, load_config(line.config_path, line.overrides, read));
+        return body(line, config);
+      });
+}
 
 }  // namespace tessera::core

@@ -13,8 +13,10 @@
 //   use(spec.value());
 #pragma once
 
+#include <concepts>
 #include <span>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -37,37 +39,49 @@ enum class errc {
   cancelled,          // the caller asked a long operation to stop
 };
 
-[[nodiscard]] const std::error_category& core_category() noexcept;
-[[nodiscard]] inline std::error_code make_error_code(errc e) noexcept {
-  return {static_cast<int>(e), core_category()};
-}
-
-// A module's error category from a table: per code an identifier (stable: it travels in RESULT
-// messages and logs) and a line of text. Every module's errc has one:
+// Every module's errc works the same way: beside the enum it declares its category, found by
+// argument-dependent lookup, and takes the two functions below into its namespace,
 //
-//   constexpr core::error_text k_texts[] = {{1, "size_mismatch", "update of the wrong size"}, ...};
-//   const std::error_category& rounds_category() noexcept {
-//     static const core::table_category c("tessera.rounds", k_texts);
-//     return c;
-//   }
-struct error_text {
-  int value;
-  const char* name;
-  const char* text;
+//   enum class errc { size_mismatch = 1, ... };
+//   [[nodiscard]] const std::error_category& category_of(errc) noexcept;   // "tessera.rounds"
+//   using core::make_error, core::make_error_code;
+//   // and, at global scope: template <> struct std::is_error_code_enum<tessera::rounds::errc> : std::true_type {};
+//
+// so `make_error(errc::size_mismatch, "...")` makes a core::error and an errc compares with a
+// std::error_code.
+[[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.core"
+
+template <class E>
+concept error_enum = std::is_enum_v<E> && requires(E e) {
+  { category_of(e) } -> std::same_as<const std::error_category&>;
 };
 
+template <error_enum E>
+[[nodiscard]] std::error_code make_error_code(E e) noexcept {
+  return {static_cast<int>(e), category_of(e)};
+}
+
+// A module's error category from the identifiers of its codes, in enumerator order from 1: stable
+// names that travel in RESULT messages and logs ("rounds.size_mismatch"); a code's message() is its
+// identifier in words. What went wrong in a given case is the core::error's own line.
+//
+//   const std::error_category& category_of(errc) noexcept {
+//     static constexpr std::string_view names[] = {"no_devices", "wrong_round", "size_mismatch"};
+//     static const core::table_category category("tessera.rounds", names);
+//     return category;
+//   }
 class table_category final : public std::error_category {
  public:
-  // `name` and `texts` must outlive the category (string literals and a constexpr array do).
-  table_category(const char* name, std::span<const error_text> texts) noexcept : name_(name), texts_(texts) {}
+  // `name` and `names` must outlive the category (a string literal and a static array do).
+  table_category(const char* name, std::span<const std::string_view> names) noexcept : name_(name), names_(names) {}
   [[nodiscard]] const char* name() const noexcept override { return name_; }
   [[nodiscard]] std::string message(int value) const override;
-  // The code's identifier ("size_mismatch"), or nullptr for a value not in the table.
-  [[nodiscard]] const char* identifier(int value) const noexcept;
+  // The code's identifier ("size_mismatch"); empty for a value outside the enum.
+  [[nodiscard]] std::string_view identifier(int value) const noexcept;
 
  private:
   const char* name_;
-  std::span<const error_text> texts_;
+  std::span<const std::string_view> names_;
 };
 
 // "rounds.size_mismatch" for a code of a table category named "tessera.rounds"; otherwise
@@ -80,7 +94,8 @@ struct error {
   std::string message;
 };
 
-[[nodiscard]] inline error make_error(errc e, std::string message) {
+template <error_enum E>
+[[nodiscard]] error make_error(E e, std::string message) {
   return {make_error_code(e), std::move(message)};
 }
 

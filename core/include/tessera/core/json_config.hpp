@@ -153,4 +153,23 @@ class config_reader {
   field_table* table_ = nullptr;  // set: describing
 };
 
+// A command's configuration, read by `read(config_reader&) -> result<T>`: from a JSON object, from a
+// file with KEY=VALUE overrides (an empty path: defaults and overrides only), and described for --help.
+template <class Read>
+[[nodiscard]] auto parse_config(const nlohmann::json& json, const std::string& source, Read read) {
+  config_reader r(json, source);
+  return read(r);
+}
+template <class Read>
+[[nodiscard]] auto load_config(const std::string& path, const std::vector<std::string>& overrides, Read read)
+    -> decltype(read(std::declval<config_reader&>())) {
+  TESSERA_ASSIGN_OR_RETURN(const nlohmann::json json, load_config(path, overrides));
+  return parse_config(json, path.empty() ? "command line" : path, read);
+}
+template <class Read>
+void describe_config(field_table& table, Read read) {
+  config_reader r = config_reader::describing(table);
+  (void)read(r);
+}
+
 }  // namespace tessera::core

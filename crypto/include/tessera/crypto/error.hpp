@@ -25,13 +25,8 @@ enum class errc {
   already_revoked,    // the serial is already on the revocation list
 };
 
-[[nodiscard]] const std::error_category& crypto_category() noexcept;
-[[nodiscard]] inline std::error_code make_error_code(errc e) noexcept {
-  return {static_cast<int>(e), crypto_category()};
-}
-[[nodiscard]] inline core::error make_error(errc e, std::string message) {
-  return {make_error_code(e), std::move(message)};
-}
+[[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.crypto"
+using core::make_error, core::make_error_code;
 
 }  // namespace tessera::crypto
 

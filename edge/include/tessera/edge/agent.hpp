@@ -21,7 +21,7 @@
 // sends can crash the agent: every field is bounded before use and a bad assignment is refused.
 // Run io.run() on one thread; training has its own.
 //
-//   auto cfg = edge::load_agent_config("agent.json", overrides).value();
+//   auto cfg = core::load_config("agent.json", overrides, edge::read_agent_config).value();
 //   auto a = edge::agent::create(io, cfg, log).value();
 //   a->start();
 //   io.run();

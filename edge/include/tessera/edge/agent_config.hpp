@@ -3,7 +3,7 @@
 // A JSON file (every field has a default except the data; an error names the file and the field) and
 // KEY=VALUE overrides from the command line ("hub=10.0.0.5:7443", "memory_budget_mib=64").
 //
-//   TESSERA_ASSIGN_OR_RETURN(auto cfg, edge::load_agent_config("/etc/tessera/agent.json", overrides));
+//   TESSERA_ASSIGN_OR_RETURN(auto cfg, core::load_config("/etc/tessera/agent.json", overrides, edge::read_agent_config));
 #pragma once
 
 #include <chrono>
@@ -39,8 +39,5 @@ struct agent_config {
 // Reads the fields from `r` (a describing reader lists them; see core/json_config.hpp).
 [[nodiscard]] core::result<agent_config> read_agent_config(core::config_reader& r);
 [[nodiscard]] core::result<agent_config> parse_agent_config(const nlohmann::json& json, const std::string& source);
-[[nodiscard]] core::result<agent_config> load_agent_config(const std::string& path, const std::vector<std::string>& overrides);
-// Every field, for --help.
-void describe_agent_config(core::field_table& table);
 
 }  // namespace tessera::edge

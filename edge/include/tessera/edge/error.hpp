@@ -26,9 +26,8 @@ enum class errc {
   data_over_budget,  // the data reader's buffers alone exceed the memory budget
 };
 
-[[nodiscard]] const std::error_category& edge_category() noexcept;
-[[nodiscard]] inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), edge_category()}; }
-[[nodiscard]] inline core::error make_error(errc e, std::string message) { return {make_error_code(e), std::move(message)}; }
+[[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.edge"
+using core::make_error, core::make_error_code;
 
 }  // namespace tessera::edge
 

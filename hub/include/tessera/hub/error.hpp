@@ -22,9 +22,8 @@ enum class errc {
   checkpoint_mismatch,  // the checkpoint was written by a run with another seed or strategy
 };
 
-[[nodiscard]] const std::error_category& hub_category() noexcept;
-[[nodiscard]] inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), hub_category()}; }
-[[nodiscard]] inline core::error make_error(errc e, std::string message) { return {make_error_code(e), std::move(message)}; }
+[[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.hub"
+using core::make_error, core::make_error_code;
 
 }  // namespace tessera::hub
 

@@ -3,9 +3,9 @@
 // A JSON file (every field has a default; an error names the file and the field) and KEY=VALUE
 // overrides from the command line ("rounds=100", "listen=0.0.0.0:7443", "tls.crl=pki/ca.crl"). Paths
 // are taken as given (relative ones from the working directory). `tessera-hub --help` lists every
-// field, from the parser itself (describe_hub_config).
+// field, from the parser itself (core::describe_config).
 //
-//   TESSERA_ASSIGN_OR_RETURN(auto cfg, hub::load_hub_config("examples/hub.json", {"rounds=10"}));
+//   TESSERA_ASSIGN_OR_RETURN(auto cfg, core::load_config("examples/hub.json", {"rounds=10"}, hub::read_hub_config));
 #pragma once
 
 #include <cstdint>
@@ -40,9 +40,5 @@ struct hub_config : rounds::run_config {
 // Reads the fields from `r` (a describing reader lists them; see core/json_config.hpp).
 [[nodiscard]] core::result<hub_config> read_hub_config(core::config_reader& r);
 [[nodiscard]] core::result<hub_config> parse_hub_config(const nlohmann::json& json, const std::string& source);
-// Reads a config file (empty path: all defaults) and applies KEY=VALUE overrides.
-[[nodiscard]] core::result<hub_config> load_hub_config(const std::string& path, const std::vector<std::string>& overrides);
-// Every field, for --help.
-void describe_hub_config(core::field_table& table);
 
 }  // namespace tessera::hub

@@ -49,11 +49,8 @@ enum class errc {
   connect_failed,      // resolve or connect failed (client)
 };
 
-[[nodiscard]] const std::error_category& net_category() noexcept;
-[[nodiscard]] inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), net_category()}; }
-[[nodiscard]] inline core::error make_error(errc e, std::string message) {
-  return {make_error_code(e), std::move(message)};
-}
+[[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.net"
+using core::make_error, core::make_error_code;
 
 }  // namespace tessera::net
 

@@ -28,9 +28,8 @@ enum class errc {
   illegal_transition,    // an event that does not fit the assignment's state
 };
 
-[[nodiscard]] const std::error_category& rounds_category() noexcept;
-[[nodiscard]] inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), rounds_category()}; }
-[[nodiscard]] inline core::error make_error(errc e, std::string message) { return {make_error_code(e), std::move(message)}; }
+[[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.rounds"
+using core::make_error, core::make_error_code;
 
 }  // namespace tessera::rounds
 

@@ -5,7 +5,7 @@
 // data is. A JSON file (every field has a default; an error names the file and the field) and
 // KEY=VALUE overrides ("rounds=100", "model.hidden=[2048,2048]").
 //
-//   TESSERA_ASSIGN_OR_RETURN(auto cfg, sim::load_sim_config("examples/sim-fashion-ist.json", {"rounds=10"}));
+//   TESSERA_ASSIGN_OR_RETURN(auto cfg, core::load_config("examples/sim-fashion-ist.json", {"rounds=10"}, sim::read_sim_config));
 #pragma once
 
 #include <cstdint>
@@ -47,11 +47,6 @@ struct sim_config : rounds::run_config {
 
 // Reads the fields from `r` (a describing reader lists them; see core/json_config.hpp).
 [[nodiscard]] core::result<sim_config> read_sim_config(core::config_reader& r);
-// Every field, for --help.
-void describe_sim_config(core::field_table& table);
-// Reads a config file (empty path: all defaults) and applies `key=value` overrides whose keys are
-// top-level or dotted fields of the same JSON ("rounds=100", "model.hidden=[2048,2048]").
-[[nodiscard]] core::result<sim_config> load_sim_config(const std::string& path, const std::vector<std::string>& overrides);
 [[nodiscard]] core::result<sim_config> parse_sim_config(const nlohmann::json& json, const std::string& source);
 
 }  // namespace tessera::sim

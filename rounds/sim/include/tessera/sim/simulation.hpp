@@ -7,7 +7,7 @@
 // Strategies: `ist`, `fedavg`, and `central` (one device with all the data: the reference). It is the
 // tool for research on the algorithm and the engine of the learning-quality benchmarks.
 //
-//   TESSERA_ASSIGN_OR_RETURN(auto cfg, sim::load_sim_config("sim.json", overrides));
+//   TESSERA_ASSIGN_OR_RETURN(auto cfg, core::load_config("sim.json", overrides, sim::read_sim_config));
 //   TESSERA_ASSIGN_OR_RETURN(auto data, sim::load_sim_data(cfg.data));
 //   TESSERA_ASSIGN_OR_RETURN(auto s, sim::simulation::create(cfg, *data.train, data.test.get(), log));
 //   s->on_round([](const rounds::round_metrics& m) { std::puts(m.to_line().c_str()); });
