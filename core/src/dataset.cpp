@@ -1,5 +1,5 @@
 // Format-independent parts of the dataset module: statistics, the in-memory table, load_all, and the
-// standardize helper the IDX and CSV readers share.
+// helpers the IDX, CSV and .npy readers share.
 #include "tessera/core/dataset.hpp"
 
 #include <unistd.h>
@@ -16,6 +16,8 @@
 namespace tessera::core {
 
 namespace detail {
+
+std::string errno_text(int e) { return std::generic_category().message(e); }
 
 std::string hex_bytes(std::span<const std::uint8_t> bytes) {
   std::string out;

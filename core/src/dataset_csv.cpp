@@ -23,7 +23,7 @@ constexpr std::size_t k_read_buffer_bytes = std::size_t{1} << 16;
 // Cells longer than this are cut in messages: the message is one line for a person, not a dump.
 constexpr std::size_t k_max_quoted_cell = 40;
 
-std::string errno_text(int e) { return std::generic_category().message(e); }
+using detail::errno_text;
 
 std::string quote_cell(std::string_view cell) {
   // Appended piece by piece: GCC 12 warns falsely (-Wrestrict, its bug 105329) on "'" + std::string.

@@ -81,6 +81,9 @@ class unique_fd {
 // Reads until `out` is full or the file ends; returns the bytes read.
 result<std::size_t> pread_full(int fd, std::span<std::uint8_t> out, std::int64_t offset, const std::string& path);
 
+// The text of an errno value ("No such file or directory"), for messages.
+std::string errno_text(int e);
+
 // Bytes as hex pairs separated by spaces ("00 00 08 03"), for messages about magic numbers.
 std::string hex_bytes(std::span<const std::uint8_t> bytes);
 

@@ -1,5 +1,6 @@
-// IDX readers and writers (dataset_idx.cpp): round trips, plain and gzip files, random access against
-// streaming, normalization, and one named case for every way the reader must refuse its input.
+// IDX readers and writers (dataset_idx.cpp, dataset_idx_table.cpp, idx_format.hpp): round trips, plain
+// and gzip files, random access against streaming, normalization, and one named case for every way the
+// reader must refuse its input.
 #include <doctest/doctest.h>
 #include <zlib.h>
 

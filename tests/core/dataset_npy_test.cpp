@@ -1,6 +1,6 @@
-// The NumPy .npy reader and writers (dataset_npy.cpp): round trips, every dtype and byte order, header
-// variants NumPy writes, random access, normalization, and one named case for every way the reader must
-// refuse its input.
+// The NumPy .npy reader and writers (dataset_npy.cpp, npy_header.cpp): round trips, every dtype and byte
+// order, header variants NumPy writes, random access, normalization, and one named case for every way the
+// reader must refuse its input.
 #include <doctest/doctest.h>
 
 #include <algorithm>
