@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <numeric>
-#include <vector>
 
 namespace tessera::core {
 namespace {
@@ -16,34 +14,6 @@ bool is_gzip(const std::string& path) {
   std::fclose(f);
   return gz;
 }
-
-// A table read from its first record to its last.
-class table_stream final : public example_stream {
- public:
-  explicit table_stream(std::unique_ptr<example_table> table) : table_(std::move(table)) {}
-  [[nodiscard]] std::int64_t feature_count() const noexcept override { return table_->feature_count(); }
-  [[nodiscard]] std::int64_t size_hint() const noexcept override { return table_->size(); }
-  [[nodiscard]] result<std::size_t> read(std::span<float> features, std::span<float> targets) override {
-    const auto n = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(targets.size()), table_->size() - next_));
-    if (n == 0) return std::size_t{0};
-    indices_.resize(n);
-    std::iota(indices_.begin(), indices_.end(), static_cast<std::uint32_t>(next_));
-    const auto f = static_cast<std::size_t>(table_->feature_count());
-    TESSERA_TRY(table_->gather(indices_, features.first(n * f), targets.first(n)));
-    next_ += static_cast<std::int64_t>(n);
-    return n;
-  }
-  [[nodiscard]] result<void> rewind() override {
-    next_ = 0;
-    return {};
-  }
-  [[nodiscard]] std::string describe() const override { return table_->describe(); }
-
- private:
-  std::unique_ptr<example_table> table_;
-  std::int64_t next_ = 0;
-  std::vector<std::uint32_t> indices_;
-};
 
 }  // namespace
 
@@ -101,7 +71,7 @@ result<opened_data> open_data(const data_source& s, const feature_stats* stats) 
 result<std::unique_ptr<example_stream>> open_data_stream(const data_source& s, const feature_stats* stats) {
   TESSERA_ASSIGN_OR_RETURN(opened_data d, open_data(s, stats));
   if (d.stream) return std::move(d.stream);
-  return std::unique_ptr<example_stream>(std::make_unique<table_stream>(std::move(d.table)));
+  return make_table_stream(std::move(d.table));
 }
 
 result<memory_table> load_data(const data_source& s, const feature_stats* stats, std::int64_t first) {

@@ -1,10 +1,11 @@
-// Format-independent parts of the dataset module: statistics, the in-memory table, load_all, and the
-// helpers the IDX, CSV and .npy readers share.
+// Format-independent parts of the dataset module: statistics, the in-memory table, a table read as a
+// stream, load_all, and the helpers the IDX, CSV and .npy readers share.
 #include "tessera/core/dataset.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -125,6 +126,50 @@ result<void> check_file_size(const std::string& path, std::int64_t file_size, co
 
 namespace {
 
+// Indices per gather() when a table is read as a stream: a stack array, so read() does not allocate.
+constexpr std::size_t k_index_chunk = 256;
+
+// Reads a table from its first example to its last; owns the table or borrows it (owned_ empty).
+class table_stream final : public example_stream {
+ public:
+  explicit table_stream(example_table& table) : table_(table) {}
+  explicit table_stream(std::unique_ptr<example_table> table) : owned_(std::move(table)), table_(*owned_) {}
+
+  std::int64_t feature_count() const noexcept override { return table_.feature_count(); }
+  std::int64_t size_hint() const noexcept override { return table_.size(); }
+  std::string describe() const override { return table_.describe(); }
+
+  result<std::size_t> read(std::span<float> features, std::span<float> targets) override {
+    const auto f = static_cast<std::size_t>(table_.feature_count());
+    const auto want = static_cast<std::size_t>(
+        std::min<std::int64_t>(static_cast<std::int64_t>(targets.size()), table_.size() - next_));
+    TESSERA_ASSERT(features.size() >= want * f);
+    std::array<std::uint32_t, k_index_chunk> indices{};
+    // next_ moves once every chunk is in: a failed read leaves the stream where it was.
+    std::size_t done = 0;
+    while (done < want) {
+      const std::size_t k = std::min(k_index_chunk, want - done);
+      // The tables' gather() takes 32-bit indices, so every index below size() fits.
+      const std::int64_t first = next_ + static_cast<std::int64_t>(done);
+      for (std::size_t j = 0; j < k; ++j) indices[j] = static_cast<std::uint32_t>(first + static_cast<std::int64_t>(j));
+      TESSERA_TRY(table_.gather(std::span(indices).first(k), features.subspan(done * f, k * f), targets.subspan(done, k)));
+      done += k;
+    }
+    next_ += static_cast<std::int64_t>(done);
+    return done;
+  }
+
+  result<void> rewind() override {
+    next_ = 0;
+    return {};
+  }
+
+ private:
+  std::unique_ptr<example_table> owned_;  // declared before table_, which may refer to it
+  example_table& table_;
+  std::int64_t next_ = 0;  // index of the next example to read
+};
+
 // Rows per chunk when a helper reads a whole stream: about 256 KiB of features, at least one row, so the
 // scratch memory does not depend on the dataset size.
 std::size_t chunk_rows(std::int64_t features) {
@@ -225,6 +270,15 @@ memory_table memory_table::subset(std::span<const std::uint32_t> indices, std::s
     y[k] = targets_[i];
   }
   return memory_table(features_per_example_, std::move(x), std::move(y), std::move(description));
+}
+
+std::unique_ptr<example_stream> make_table_stream(example_table& table) {
+  return std::make_unique<table_stream>(table);
+}
+
+std::unique_ptr<example_stream> make_table_stream(std::unique_ptr<example_table> table) {
+  TESSERA_ASSERT(table != nullptr);
+  return std::make_unique<table_stream>(std::move(table));
 }
 
 result<memory_table> load_all(example_stream& stream, std::int64_t max_examples) {

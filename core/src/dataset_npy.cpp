@@ -33,8 +33,6 @@ constexpr std::size_t k_scratch_bytes = std::size_t{1} << 16;
 static_assert(k_scratch_bytes % 8 == 0, "whole elements of every size fit in the scratch buffer");
 // Integers up to 2^24 in magnitude are exactly representable in float32; above, some are not.
 constexpr std::uint64_t k_max_exact_label = std::uint64_t{1} << 24;
-// Indices per gather() when a table is read as a stream (a stack array, not an allocation).
-constexpr std::size_t k_index_chunk = 256;
 // NumPy aligns the start of the data to this (so it can be memory-mapped with any dtype).
 constexpr std::size_t k_data_alignment = 64;
 
@@ -185,40 +183,6 @@ class npy_table final : public example_table {
   std::vector<std::uint8_t> scratch_;  // one record or a piece of one, reused by every gather
 };
 
-// A table read in order, as a stream: lets compute_stats measure a table.
-class table_stream final : public example_stream {
- public:
-  explicit table_stream(example_table& table) : table_(table) {}
-  std::int64_t feature_count() const noexcept override { return table_.feature_count(); }
-  std::int64_t size_hint() const noexcept override { return table_.size(); }
-  std::string describe() const override { return table_.describe(); }
-
-  result<std::size_t> read(std::span<float> features, std::span<float> targets) override {
-    const auto f = static_cast<std::size_t>(table_.feature_count());
-    const auto want = static_cast<std::size_t>(
-        std::min<std::int64_t>(static_cast<std::int64_t>(targets.size()), table_.size() - next_));
-    std::array<std::uint32_t, k_index_chunk> indices{};
-    std::size_t done = 0;
-    while (done < want) {
-      const std::size_t k = std::min(k_index_chunk, want - done);
-      for (std::size_t j = 0; j < k; ++j) indices[j] = static_cast<std::uint32_t>(next_ + static_cast<std::int64_t>(j));
-      TESSERA_TRY(table_.gather(std::span(indices).first(k), features.subspan(done * f, k * f), targets.subspan(done, k)));
-      done += k;
-      next_ += static_cast<std::int64_t>(k);
-    }
-    return done;
-  }
-
-  result<void> rewind() override {
-    next_ = 0;
-    return {};
-  }
-
- private:
-  example_table& table_;
-  std::int64_t next_ = 0;
-};
-
 // ---- writers --------------------------------------------------------------------------------------
 
 // A version 1.0 preamble and header for `descr` and `shape`, padded as NumPy pads it: spaces, then '\n'
@@ -283,9 +247,9 @@ result<std::unique_ptr<example_table>> open_npy(const std::string& features_path
                                                   std::to_string(y.header.count) + " labels");
   auto table = std::make_unique<npy_table>(std::move(x), std::move(y));
   // The table still converts with `none` here: statistics measured through `raw` are of the raw values.
-  table_stream raw(*table);
+  const std::unique_ptr<example_stream> raw = make_table_stream(*table);
   TESSERA_ASSIGN_OR_RETURN(detail::standardize_params params,
-                           detail::normalization_params(options.norm, options.stats, table->feature_count(), &raw,
+                           detail::normalization_params(options.norm, options.stats, table->feature_count(), raw.get(),
                                                         features_path));
   table->set_normalization(options.norm, std::move(params));
   return std::unique_ptr<example_table>(std::move(table));

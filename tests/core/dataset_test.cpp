@@ -1,5 +1,5 @@
-// Format-independent parts of the dataset module (dataset.cpp): statistics, in-memory tables, and
-// reading a whole stream into memory within a bound.
+// Format-independent parts of the dataset module (dataset.cpp): statistics, in-memory tables, a table
+// read as a stream, and reading a whole stream into memory within a bound.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -46,6 +46,53 @@ class vector_stream final : public core::example_stream {
   std::vector<float> y_;
   std::size_t next_ = 0;
 };
+
+// A table whose example i has features (i, -i) and target i. It counts its gather() calls, fails the
+// one that reaches `fail_at`, and sets *destroyed when it is destroyed.
+class counting_table final : public core::example_table {
+ public:
+  explicit counting_table(std::int64_t rows, bool* destroyed = nullptr, std::int64_t fail_at = -1)
+      : rows_(rows), destroyed_(destroyed), fail_at_(fail_at) {}
+  counting_table(const counting_table&) = delete;
+  counting_table& operator=(const counting_table&) = delete;
+  ~counting_table() override {
+    if (destroyed_ != nullptr) *destroyed_ = true;
+  }
+  std::int64_t feature_count() const noexcept override { return 2; }
+  std::int64_t size() const noexcept override { return rows_; }
+  std::string describe() const override { return "counting table"; }
+  core::result<void> gather(std::span<const std::uint32_t> indices, std::span<float> features,
+                            std::span<float> targets) override {
+    ++gathers_;
+    for (std::size_t k = 0; k < indices.size(); ++k) {
+      const std::int64_t i = indices[k];
+      if (i >= rows_ || i == fail_at_)
+        return core::make_error(core::errc::io, "counting table: cannot read " + std::to_string(i));
+      features[2 * k] = static_cast<float>(i);
+      features[2 * k + 1] = -static_cast<float>(i);
+      targets[k] = static_cast<float>(i);
+    }
+    return {};
+  }
+  [[nodiscard]] std::size_t gathers() const noexcept { return gathers_; }
+
+ private:
+  std::int64_t rows_;
+  bool* destroyed_;
+  std::int64_t fail_at_;
+  std::size_t gathers_ = 0;
+};
+
+// What a counting_table of `rows` examples holds, in order.
+all_examples counting_examples(std::int64_t rows) {
+  all_examples out;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    out.x.push_back(static_cast<float>(i));
+    out.x.push_back(-static_cast<float>(i));
+    out.y.push_back(static_cast<float>(i));
+  }
+  return out;
+}
 
 struct idx_files {
   std::string images;
@@ -180,4 +227,46 @@ TEST_CASE("load_examples: refuse_more chooses between load_all and load_first") 
   CHECK(e.code == core::errc::over_budget);
   CHECK(contains(e.message, "vector_stream: more than 2 examples"));
   CHECK(core::load_examples(s, 3, /*refuse_more=*/true).value().size() == 3);
+}
+
+TEST_CASE("make_table_stream: every example in order across gather chunks, rewound, borrowed or owned") {
+  constexpr std::int64_t rows = 1000;  // several of the stream's fixed index chunks
+  const all_examples expected = counting_examples(rows);
+
+  counting_table t(rows);
+  auto s = core::make_table_stream(t);
+  CHECK(s->feature_count() == 2);
+  CHECK(s->size_hint() == rows);
+  CHECK(s->describe() == "counting table");
+  // Reads of 300 do not line up with the chunks; the last one is short, then the stream ends.
+  const all_examples all = read_stream(*s, 300);
+  CHECK(all.x == expected.x);
+  CHECK(all.y == expected.y);
+  CHECK(t.gathers() > 4);  // the 4 reads were split into bounded gathers
+
+  REQUIRE(s->rewind().ok());
+  std::vector<float> x(2 * 3);
+  std::vector<float> y(3);
+  REQUIRE(s->read(x, y).value() == 3);
+  CHECK(y == std::vector<float>{0, 1, 2});
+  CHECK(x == std::vector<float>{0, 0, 1, -1, 2, -2});
+
+  // The owning form: the stream holds the only pointer to the table and destroys it with itself.
+  bool destroyed = false;
+  {
+    auto owned = core::make_table_stream(std::make_unique<counting_table>(rows, &destroyed));
+    const all_examples again = read_stream(*owned, 64);
+    CHECK(again.y == expected.y);
+    REQUIRE(owned->rewind().ok());
+    CHECK(read_stream(*owned, 1000).x == expected.x);
+    CHECK_FALSE(destroyed);
+  }
+  CHECK(destroyed);
+
+  // A table's error comes through unchanged.
+  counting_table failing(rows, nullptr, 700);
+  auto f = core::make_table_stream(failing);
+  const core::error e = read_until_error(*f);
+  CHECK(e.code == core::errc::io);
+  CHECK(e.message == "counting table: cannot read 700");
 }

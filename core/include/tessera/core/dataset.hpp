@@ -143,6 +143,13 @@ inline constexpr std::size_t k_npy_max_header = 1 << 16;
 // and no index array. `base` must outlive the view.
 [[nodiscard]] std::unique_ptr<example_table> make_range_table(example_table& base, std::int64_t begin, std::int64_t end);
 
+// A table read in order, from its first example to its last, as a stream (for compute_stats, load_all
+// and the consumers that only read in order). read() gathers a fixed chunk of indices at a time and does
+// not allocate. This form borrows `table`, which must outlive the stream.
+[[nodiscard]] std::unique_ptr<example_stream> make_table_stream(example_table& table);
+// The same, owning `table` (not null).
+[[nodiscard]] std::unique_ptr<example_stream> make_table_stream(std::unique_ptr<example_table> table);
+
 // A validation split of a stream: with `validation` true only records whose index is a multiple of
 // `every` (every >= 2), otherwise all the others. Owns `base`; memory O(1).
 [[nodiscard]] std::unique_ptr<example_stream> make_split_stream(std::unique_ptr<example_stream> base, std::int64_t every,
