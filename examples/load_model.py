@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""Loads a Tessera model (safetensors) with numpy alone and evaluates it on Fashion-MNIST.
+"""Loads a Tessera model (safetensors) with numpy alone and evaluates it on a test set.
 
-    python3 examples/load_model.py run/demo/model.safetensors
+    python3 examples/load_model.py run/demo/model.safetensors          # Fashion-MNIST's test set
     python3 examples/load_model.py model.safetensors --images t10k-images-idx3-ubyte.gz --labels t10k-labels-idx1-ubyte.gz
+    python3 examples/load_model.py model.safetensors --csv test.csv --header --label-column 8
+    python3 examples/load_model.py model.safetensors --npy features.npy labels.npy
 
 With the `safetensors` and `torch` packages the same file loads with safetensors.torch.load_file;
 the tensors are named layers.N.weight / layers.N.bias (shapes as torch.nn.Linear) and, when the model
-uses layer normalisation, layers.N.norm.weight / layers.N.norm.bias. The spec is in the metadata.
+uses layer normalisation, layers.N.norm.weight / layers.N.norm.bias. A model trained with
+input_normalization "standardize" holds the fleet's statistics as input.mean and input.std: inputs are
+standardized with them, (x - mean) / std in float32, before the first layer. The spec is in the metadata.
+IDX images are scaled to [0, 1] (as the agents' default scale_unit); CSV and .npy values are used as
+they are (their normalization none), so pass --scale-unit for data the federation read with scale_unit.
 """
 import argparse
 import gzip
@@ -35,7 +41,9 @@ def read_safetensors(path):
 def forward(tensors, spec, x):
     layers = len(spec["hidden"]) + 1
     layer_norm = spec["compensation"] in ("layer_norm", "layer_norm_scale")
-    h = x
+    h = x.astype(np.float32)
+    if "input.mean" in tensors:  # the model's own input standardization, part of it like its weights
+        h = (h - tensors["input.mean"]) / tensors["input.std"]
     for i in range(layers):
         h = h @ tensors[f"layers.{i}.weight"].T + tensors[f"layers.{i}.bias"]
         if i + 1 < layers:
@@ -60,14 +68,34 @@ def main():
     p.add_argument("model")
     p.add_argument("--images", default="/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz")
     p.add_argument("--labels", default="/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz")
+    p.add_argument("--csv", help="a CSV test set instead (numeric cells, one label column)")
+    p.add_argument("--header", action="store_true", help="CSV: skip the first line")
+    p.add_argument("--label-column", type=int, default=0, help="CSV: the column of the label")
+    p.add_argument("--npy", nargs=2, metavar=("FEATURES", "LABELS"), help="a .npy test set instead")
+    p.add_argument("--scale-unit", action="store_true", help="CSV/.npy: divide the values by 255 first")
     a = p.parse_args()
     tensors, meta = read_safetensors(a.model)
     spec = json.loads(meta["tessera.spec"])
-    x = read_idx(a.images).reshape(-1, spec["inputs"]).astype(np.float32) / 255.0
-    y = read_idx(a.labels)
-    pred = forward(tensors, spec, x).argmax(axis=1)
+    if a.csv:
+        table = np.loadtxt(a.csv, delimiter=",", skiprows=1 if a.header else 0, dtype=np.float32, ndmin=2)
+        y = table[:, a.label_column]
+        x = np.delete(table, a.label_column, axis=1)
+    elif a.npy:
+        x = np.load(a.npy[0]).reshape(-1, spec["inputs"]).astype(np.float32)
+        y = np.load(a.npy[1])
+    else:
+        x = read_idx(a.images).reshape(-1, spec["inputs"]).astype(np.float32) / np.float32(255.0)
+        y = read_idx(a.labels)
+    if a.scale_unit and (a.csv or a.npy):
+        x = x / np.float32(255.0)
+    out = forward(tensors, spec, x)
     print(f"{a.model}: {len(tensors)} tensors, spec {spec}")
-    print(f"test accuracy (numpy): {100.0 * (pred == y).mean():.2f}% on {len(y)} examples")
+    if spec.get("task", "classification") == "regression":
+        mse = float(((out[:, 0].astype(np.float64) - y) ** 2).mean())
+        print(f"test mean squared error (numpy): {mse:.6g} on {len(y)} examples")
+    else:
+        pred = out.argmax(axis=1)
+        print(f"test accuracy (numpy): {100.0 * (pred == y).mean():.2f}% on {len(y)} examples")
 
 
 if __name__ == "__main__":

@@ -253,8 +253,7 @@ int main(int argc, char** argv) {
   std::printf("}\n");
   std::fflush(stdout);
 
-  sim::data_config data;
-  auto loaded = must(sim::load_sim_data(data));
+  auto loaded = must(sim::load_sim_data(sim::sim_config{}));
   std::vector<run_result> runs;
   for (const auto& method : o.methods)
     for (const auto& codec : o.codecs)

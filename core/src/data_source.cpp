@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <span>
+#include <vector>
 
 namespace tessera::core {
 namespace {
@@ -78,6 +80,24 @@ result<memory_table> load_data(const data_source& s, const feature_stats* stats,
   TESSERA_ASSIGN_OR_RETURN(auto stream, open_data_stream(s, stats));
   if (first > 0) return load_first(*stream, std::min(first, s.max_examples));
   return load_all(*stream, s.max_examples);
+}
+
+std::string locate_example(const data_source& s, std::int64_t index) {
+  const std::string row = "row " + std::to_string(index) + " (counting from 0)";
+  if (s.format != data_format::csv) return s.labels + ": " + row;
+  // Only the reader knows which line holds the example (a header, blank lines): read up to it.
+  data_source raw = s;
+  raw.norm = normalization::none;
+  auto stream = open_data_stream(raw, nullptr);
+  if (!stream) return s.features + ": example " + std::to_string(index) + " (counting from 0)";
+  example_stream& in = *stream.value();
+  std::vector<float> x(static_cast<std::size_t>(in.feature_count()));
+  float y = 0;
+  for (std::int64_t i = 0; i <= index; ++i) {
+    auto got = in.read(x, std::span(&y, 1));
+    if (!got || got.value() == 0) return s.features + ": example " + std::to_string(index) + " (counting from 0)";
+  }
+  return s.features + ": " + in.last_position();
 }
 
 result<feature_stats> measure_stats(const data_source& s) {

@@ -110,6 +110,7 @@ class csv_stream final : public example_stream {
   std::int64_t feature_count() const noexcept override { return static_cast<std::int64_t>(columns_ - 1); }
   std::int64_t size_hint() const noexcept override { return -1; }
   std::string describe() const override { return path_; }
+  std::string last_position() const override { return "line " + std::to_string(line_no_); }
 
   result<std::size_t> read(std::span<float> features, std::span<float> targets) override {
     const std::size_t f = columns_ - 1;

@@ -279,4 +279,11 @@ result<void> write_npy_labels(const std::string& path, std::span<const std::int3
   return write_npy_32(path, "<i4", "(" + std::to_string(labels.size()) + ",)", labels);
 }
 
+result<void> write_npy_targets(const std::string& path, std::span<const float> targets) {
+  if (targets.size() > k_npy_max_count)
+    return make_error(errc::invalid_argument, path + ": " + std::to_string(targets.size()) +
+                                                  " targets, over the limit of " + std::to_string(k_npy_max_count));
+  return write_npy_32(path, "<f4", "(" + std::to_string(targets.size()) + ",)", targets);
+}
+
 }  // namespace tessera::core

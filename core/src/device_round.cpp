@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "tessera/core/codec.hpp"
@@ -28,8 +29,11 @@ result<local_training_report> train_for_upload(training_block& block, const trai
                                                std::span<std::byte> blob, batch_source& data,
                                                const std::atomic<bool>* cancel) {
   local_trainer trainer(task.arch, task.batch, block.buffers());
+  std::optional<normalized_batches> normalized;
+  if (task.normalization && !task.normalization->empty()) normalized.emplace(data, *task.normalization);
+  batch_source& source = normalized ? static_cast<batch_source&>(*normalized) : data;
   TESSERA_ASSIGN_OR_RETURN(auto report,
-                           trainer.run(block.params(), data, {.steps = task.steps, .sgd = task.sgd, .cancel = cancel}));
+                           trainer.run(block.params(), source, {.steps = task.steps, .sgd = task.sgd, .cancel = cancel}));
   if (codec != codec_kind::f32) TESSERA_TRY(encode(task.arch, codec, block.params(), blob));
   return report;
 }

@@ -1,5 +1,8 @@
 #include "tessera/core/model_io.hpp"
 
+#include <cmath>
+#include <string_view>
+
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/safetensors.hpp"
 
@@ -7,6 +10,8 @@ namespace tessera::core {
 namespace {
 
 constexpr const char* k_spec_key = "tessera.spec";
+constexpr const char* k_input_mean = "input.mean";
+constexpr const char* k_input_std = "input.std";
 
 struct named_slot {
   std::string name;
@@ -48,12 +53,23 @@ std::size_t elements(const std::vector<std::int64_t>& shape) {
 }  // namespace
 
 result<void> save_model(const std::string& path, const model_spec& spec, std::span<const float> params,
-                        const std::map<std::string, std::string>& extra_metadata) {
+                        const std::map<std::string, std::string>& extra_metadata, const input_normalization& normalization) {
   const mlp_arch arch = spec.full_arch();
   if (params.size() != param_count(arch))
     return make_error(errc::invalid_argument, path + ": " + std::to_string(params.size()) + " parameters, the spec has " +
                                                   std::to_string(param_count(arch)));
+  const bool standardize = spec.input_normalization == input_normalization_kind::standardize;
+  const auto inputs = static_cast<std::size_t>(spec.inputs);
+  if (standardize != !normalization.empty() || (standardize && (normalization.mean.size() != inputs || normalization.std.size() != inputs)))
+    return make_error(errc::invalid_argument, path + ": the spec's input_normalization is " +
+                                                  std::string(k_input_normalization_names.name(spec.input_normalization)) + ", but " +
+                                                  std::to_string(normalization.mean.size()) + " input means are given for " +
+                                                  std::to_string(inputs) + " inputs");
   std::vector<tensor_f32> tensors;
+  if (standardize) {
+    tensors.push_back({k_input_mean, {spec.inputs}, normalization.mean});
+    tensors.push_back({k_input_std, {spec.inputs}, normalization.std});
+  }
   for (const auto& t : tensor_table(arch)) {
     const auto first = params.begin() + static_cast<std::ptrdiff_t>(t.offset);
     tensors.push_back({t.name, t.shape, std::vector<float>(first, first + static_cast<std::ptrdiff_t>(elements(t.shape)))});
@@ -81,6 +97,18 @@ result<stored_model> load_model(const std::string& path) {
                                               ", the spec needs " + shape_text(t.shape));
     }
     std::copy(found->data.begin(), found->data.end(), model.params.begin() + static_cast<std::ptrdiff_t>(t.offset));
+  }
+  if (model.spec.input_normalization == input_normalization_kind::standardize) {
+    for (const char* name : {k_input_mean, k_input_std}) {
+      const tensor_f32* found = file.find(name);
+      if (found == nullptr) return make_error(errc::bad_format, path + ": tensor '" + name + "' is missing (the spec standardizes its inputs)");
+      if (found->shape != std::vector<std::int64_t>{model.spec.inputs})
+        return make_error(errc::bad_format, path + ": tensor '" + std::string(name) + "' has shape " + shape_text(found->shape) +
+                                                ", the spec needs [" + std::to_string(model.spec.inputs) + "]");
+      (name == std::string_view(k_input_mean) ? model.normalization.mean : model.normalization.std) = found->data;
+    }
+    for (const float s : model.normalization.std)
+      if (!(s > 0) || !std::isfinite(s)) return make_error(errc::bad_format, path + ": tensor 'input.std' holds a value that is not a finite positive number");
   }
   model.metadata = std::move(file.metadata);
   return model;

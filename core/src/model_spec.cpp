@@ -32,6 +32,9 @@ model_spec read_model_spec(config_reader& r, const model_spec& defaults) {
   spec.init = r.choice("init", defaults.init, k_init_names, "how the weights start");
   spec.compensation = r.choice("compensation", defaults.compensation, k_compensation_names,
                                "how a narrow subnet matches the full model (layer_norm: normalisation after each hidden layer)");
+  spec.input_normalization =
+      r.choice("input_normalization", defaults.input_normalization, k_input_normalization_names,
+               "standardize: inputs standardized with the fleet's mean and deviation, measured before round 1");
   spec.seed = static_cast<std::uint64_t>(r.integer("seed", static_cast<std::int64_t>(defaults.seed), 0, INT64_MAX,
                                                    "seed of the initial weights"));
   if (spec.hidden.size() > k_max_hidden_layers)
@@ -69,6 +72,9 @@ std::string to_json(const model_spec& spec) {
   j["task"] = to_string(spec.task);
   j["init"] = to_string(spec.init);
   j["compensation"] = to_string(spec.compensation);
+  // Written only when set, so the files of models without it stay as they were.
+  if (spec.input_normalization != input_normalization_kind::none)
+    j["input_normalization"] = k_input_normalization_names.name(spec.input_normalization);
   j["seed"] = spec.seed;
   return j.dump();
 }

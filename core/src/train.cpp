@@ -156,7 +156,14 @@ result<local_training_report> local_trainer::run(std::span<float> params, batch_
 
 // ---- evaluate
 
-result<evaluation> evaluate(const network& net, std::span<const float> params, example_table& data, std::int64_t batch) {
+result<void> normalized_batches::next(std::span<float> features, std::span<float> targets) {
+  TESSERA_TRY(base_.next(features, targets));
+  normalize_rows(features.first(targets.size() * static_cast<std::size_t>(feature_count())), n_);
+  return {};
+}
+
+result<evaluation> evaluate(const network& net, std::span<const float> params, example_table& data, std::int64_t batch,
+                            const input_normalization* normalization) {
   TESSERA_ASSERT(batch > 0);
   const mlp_arch& arch = net.arch();
   TESSERA_TRY(check_feature_count(arch, data.feature_count(), data.describe()));
@@ -179,6 +186,7 @@ result<evaluation> evaluate(const network& net, std::span<const float> params, e
     const auto n = static_cast<std::size_t>(rows);
     for (std::size_t i = 0; i < n; ++i) idx[i] = static_cast<std::uint32_t>(start + static_cast<std::int64_t>(i));
     TESSERA_TRY(data.gather(std::span(idx).first(n), std::span(x).first(n * inputs), std::span(y).first(n * width)));
+    if (normalization != nullptr) normalize_rows(std::span(x).first(n * inputs), *normalization);
     net.forward(params, x.data(), rows, ws);
     TESSERA_ASSIGN_OR_RETURN(const double loss, net.loss(ws, y.data(), rows));
     loss_sum += loss * static_cast<double>(rows);

@@ -4,6 +4,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include "tessera/core/fed_stats.hpp"
 #include "tessera/core/seeds.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/crypto/pki.hpp"
@@ -85,8 +86,56 @@ void agent::cancel_job() {
 
 void agent::refuse_job(std::uint64_t round, const core::error& why) {
   ++stats_.refused;
-  log(log_level::warning, "refusing the assignment of round " + std::to_string(round) + ": " + why.message);
-  if (session_) session_->refuse(net::errc::refused, "assignment of round " + std::to_string(round) + ": " + why.message);
+  refuse("the assignment of round " + std::to_string(round), why);
+}
+
+void agent::refuse(const std::string& what, const core::error& why) {
+  log(log_level::warning, "refusing " + what + ": " + why.message);
+  if (session_) session_->refuse(net::errc::refused, what + ": " + why.message, core::error_name(why.code));
+}
+
+void agent::on_stats(const net::msg::stats& q) {
+  cancel_job();  // the hub measures before round 1: anything in progress belongs to an earlier run
+  const std::string what = "the statistics (pass " + std::to_string(q.pass) + ")";
+  if (static_cast<std::int64_t>(q.inputs) != data_->feature_count())
+    return refuse(what, make_error(errc::inputs_mismatch, "the model takes " + std::to_string(q.inputs) + " inputs, this device's data (" +
+                                                              data_->name() + ") has " + std::to_string(data_->feature_count()) +
+                                                              " features"));
+  if (auto ok = core::check_targets(data_->targets(), q.task, static_cast<std::int64_t>(q.outputs), data_->source()); !ok)
+    return refuse(what, make_error(errc::labels_mismatch, ok.error().message));
+  const std::uint64_t generation = ++generation_;
+  // A pass reads every training example once: on the worker, so the link keeps its heartbeats.
+  worker_ = std::thread([this, generation, q] {
+    auto reply = [&]() -> core::result<net::msg::stats_reply> {
+      TESSERA_ASSIGN_OR_RETURN(auto stream, data_->training_examples());
+      net::msg::stats_reply r{.pass = q.pass, .features = q.inputs};
+      if (q.pass == 1) {
+        TESSERA_ASSIGN_OR_RETURN(auto s, core::measure_sums(*stream, q.task, static_cast<std::int64_t>(q.outputs)));
+        r.examples = static_cast<std::uint64_t>(s.examples);
+        r.sum = std::move(s.sum);
+        r.min = std::move(s.min);
+        r.max = std::move(s.max);
+        r.label_counts = std::move(s.label_counts);
+        r.target_sum = s.target_sum;
+      } else {
+        TESSERA_ASSIGN_OR_RETURN(auto s, core::measure_spread(*stream, q.mean, q.target_mean));
+        r.examples = static_cast<std::uint64_t>(s.examples);
+        r.sq_dev = std::move(s.sq_dev);
+        r.target_sq_dev = s.target_sq_dev;
+      }
+      return r;
+    }();
+    boost::asio::post(io_, [this, generation, reply = std::move(reply)]() mutable { on_measured(generation, std::move(reply)); });
+  });
+}
+
+void agent::on_measured(std::uint64_t generation, core::result<net::msg::stats_reply> reply) {
+  if (worker_.joinable()) worker_.join();
+  if (generation != generation_ || stopped_) return;  // superseded meanwhile
+  if (!reply) return refuse("the statistics", make_error(errc::training_failed, reply.error().message));
+  log(log_level::info, "statistics (pass " + std::to_string(reply.value().pass) + ") of " + std::to_string(reply.value().examples) +
+                           " examples sent");
+  if (session_) session_->send(reply.value());
 }
 
 void agent::attach(const std::shared_ptr<net::session>& s) {
@@ -100,6 +149,7 @@ void agent::attach(const std::shared_ptr<net::session>& s) {
     if (std::holds_alternative<net::msg::welcome>(m)) on_welcome(self);
     else if (const auto* a = std::get_if<net::msg::assign>(&m)) on_assign(*a);
     else if (const auto* r = std::get_if<net::msg::result>(&m)) on_result(*r);
+    else if (const auto* q = std::get_if<net::msg::stats>(&m)) on_stats(*q);
     else if (const auto* f = std::get_if<net::msg::refuse>(&m)) log(log_level::warning, "the hub closed the link: " + f->reason);
   });
   s->on_blob_received([this](const std::shared_ptr<net::incoming_transfer>& in) { on_downloaded(in); });
@@ -125,7 +175,8 @@ void agent::on_ready(const std::shared_ptr<net::session>& s) {
                     .memory_budget_bytes = arena_budget_,
                     .examples = static_cast<std::uint64_t>(data_->train_examples()),
                     .codecs = config_.codecs,
-                    .resume = {}};
+                    .resume = {},
+                    .data_digest = data_->digest()};
   // What we hold of the current assignment, so the hub resumes it rather than starting over.
   if (job_) h.resume.push_back({job_->download_id(), job_->download()->received()});
   s->send(h);
@@ -150,7 +201,11 @@ void agent::on_assign(const net::msg::assign& a) {
   auto started = job::start(a, {.feature_count = data_->feature_count(),
                                 .max_batch = config_.data.max_batch,
                                 .codecs = config_.codecs,
-                                .arena_budget = arena_budget_});
+                                .arena_budget = arena_budget_,
+                                .targets = &data_->targets(),
+                                .source = &data_->source(),
+                                .data_name = data_->name(),
+                                .requires_normalization = config_.requires_normalization});
   if (!started) return refuse_job(a.round, started.error());
   job_ = std::move(started.value());
   const core::training_task& t = job_->task();

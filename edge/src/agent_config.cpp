@@ -20,7 +20,12 @@ core::result<agent_config> read_agent_config(core::config_reader& r) {
   if (const auto* d = r.object("data", "this device's examples (required)")) {
     core::config_reader dr = r.child("data", *d);
     data_config& data = c.data;
-    data.source = core::read_data_source(dr, {}, {.required = true, .allow_standardize = false, .csv_default = core::normalization::none});
+    data.source = core::read_data_source(dr, {}, {.required = true, .allow_standardize = true, .csv_default = core::normalization::none});
+    // standardize: with the fleet's statistics, which the model carries; the files are read as they are.
+    if (data.source.norm == core::normalization::standardize) {
+      c.requires_normalization = true;
+      data.source.norm = core::normalization::none;
+    }
     data.shuffle_buffer = dr.integer("shuffle_buffer", 1024, 1, 1 << 24, "examples held to shuffle a stream (gzip IDX, CSV)");
     data.max_batch = dr.integer("max_batch", 256, 1, net::max_task_batch, "the largest batch this device accepts");
     c.data_seed = dr.seed("seed", 0, "batch order (0: derived from the device id)");

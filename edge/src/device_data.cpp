@@ -12,6 +12,19 @@ namespace {
 // Bytes a stream reader holds: its read buffer (the readers use 64 KiB) plus zlib's window and buffers.
 constexpr std::size_t k_stream_reader_bytes = (64 + 64 + 32) << 10;
 
+// One pass over all of a source's examples: their targets (and so their count).
+core::result<core::target_summary> summarize_targets(core::example_stream& s) {
+  std::vector<float> x(static_cast<std::size_t>(64 * s.feature_count())), y(64);
+  core::target_summary summary;
+  for (;;) {
+    TESSERA_ASSIGN_OR_RETURN(const std::size_t got, s.read(x, y));
+    if (got == 0) break;
+    summary.add(std::span(y).first(got));
+  }
+  TESSERA_TRY(s.rewind());
+  return summary;
+}
+
 }  // namespace
 
 core::result<std::unique_ptr<device_data>> device_data::open(const data_config& c, std::uint64_t seed) {
@@ -19,8 +32,11 @@ core::result<std::unique_ptr<device_data>> device_data::open(const data_config& 
     return core::make_error(core::errc::invalid_spec, "validation_fraction must be in [0, 0.5]");
   std::unique_ptr<device_data> d(new device_data());
   TESSERA_ASSIGN_OR_RETURN(core::opened_data opened, core::open_data(c.source, nullptr));
+  d->source_ = c.source;
+  d->name_ = opened.table ? opened.table->describe() : opened.stream->describe();
   if (opened.table) {  // random access: a range is held out, with no copy
     d->table_ = std::move(opened.table);
+    TESSERA_ASSIGN_OR_RETURN(d->targets_, summarize_targets(*core::make_table_stream(*d->table_)));
     const std::int64_t n = d->table_->size();
     const auto held_out = static_cast<std::int64_t>(std::floor(c.validation_fraction * static_cast<double>(n)));
     if (n - held_out < 1) return core::make_error(core::errc::bad_format, d->table_->describe() + ": no examples to train on");
@@ -31,7 +47,9 @@ core::result<std::unique_ptr<device_data>> device_data::open(const data_config& 
     return d;
   }
   if (c.shuffle_buffer < 1) return core::make_error(core::errc::invalid_spec, "shuffle_buffer must be at least 1");
+  TESSERA_ASSIGN_OR_RETURN(d->targets_, summarize_targets(*opened.stream));
   const std::int64_t every = c.validation_fraction > 0 ? std::max<std::int64_t>(2, std::llround(1.0 / c.validation_fraction)) : 0;
+  d->every_ = every;
   if (every > 0) {
     TESSERA_ASSIGN_OR_RETURN(auto v, core::open_data_stream(c.source, nullptr));
     d->validation_stream_ = core::make_split_stream(std::move(v), every, true);
@@ -57,6 +75,26 @@ core::result<std::unique_ptr<device_data>> device_data::open(const data_config& 
   }
   d->train_ = std::make_unique<core::shuffled_stream_batches>(*d->train_stream_, static_cast<std::size_t>(c.shuffle_buffer), seed);
   return d;
+}
+
+core::result<std::unique_ptr<core::example_stream>> device_data::training_examples() const {
+  if (train_table_) return core::make_table_stream(*train_table_);
+  TESSERA_ASSIGN_OR_RETURN(auto s, core::open_data_stream(source_, nullptr));
+  if (every_ > 0) return core::make_split_stream(std::move(s), every_, false);
+  return s;
+}
+
+std::string device_data::digest() const {
+  // FNV-1a over what decides whether the data suits a model: its shape and its targets' range.
+  const std::string text = std::to_string(train_examples_) + "/" + std::to_string(targets_.examples) + "/" +
+                           std::to_string(feature_count()) + "/" + std::to_string(targets_.min) + "/" +
+                           std::to_string(targets_.max) + "/" + std::to_string(targets_.first_fractional) + "/" +
+                           std::to_string(targets_.first_not_finite);
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
 }
 
 std::size_t device_data::buffer_bytes() const noexcept { return train_->buffer_bytes() + stream_buffers_; }

@@ -13,8 +13,20 @@ core::result<core::training_task> check_assignment(const net::msg::assign& a, co
   if (!task) return make_error(errc::bad_task, task.error().message);
   const core::training_task& t = task.value();
   if (t.arch.inputs() != limits.feature_count)
-    return make_error(errc::inputs_mismatch, "the subnet takes " + std::to_string(t.arch.inputs()) + " inputs, this device's data has " +
+    return make_error(errc::inputs_mismatch, "the subnet takes " + std::to_string(t.arch.inputs()) + " inputs, this device's data " +
+                                                 (limits.data_name.empty() ? "" : "(" + limits.data_name + ") ") + "has " +
                                                  std::to_string(limits.feature_count) + " features");
+  if (limits.requires_normalization && !t.normalization)
+    return make_error(errc::inputs_mismatch, "this device's data.normalization is standardize, but the model carries no input "
+                                             "statistics (its model.input_normalization is none)");
+  if (limits.targets != nullptr) {
+    const auto ok = limits.source != nullptr
+                        ? core::check_targets(*limits.targets, t.arch.task, t.arch.outputs(), *limits.source)
+                        : core::check_targets(*limits.targets, t.arch.task, t.arch.outputs(), [&limits](std::int64_t i) {
+                            return limits.data_name + ": example " + std::to_string(i) + " (counting from 0)";
+                          });
+    if (!ok) return make_error(errc::labels_mismatch, ok.error().message);
+  }
   if (t.batch > limits.max_batch)
     return make_error(errc::batch_too_large, "batch " + std::to_string(t.batch) + " exceeds this device's data.max_batch " +
                                                  std::to_string(limits.max_batch));

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <random>
 
+#include "tessera/core/targets.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/hub/error.hpp"
 #include "tessera/net/task.hpp"
@@ -62,6 +63,9 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
   if (config.validation) {
     TESSERA_ASSIGN_OR_RETURN(core::memory_table v, core::load_data(*config.validation, nullptr));
     h->validation_ = std::make_unique<core::memory_table>(std::move(v));
+    core::target_summary targets;
+    targets.add(h->validation_->targets());
+    TESSERA_TRY(core::check_targets(targets, config.model.task, config.model.outputs, *config.validation));
     if (h->validation_->feature_count() != config.model.inputs)
       return core::make_error(core::errc::invalid_spec, h->validation_->describe() + ": " +
                                                             std::to_string(h->validation_->feature_count()) +
@@ -72,6 +76,8 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
   std::vector<float> params(core::param_count(config.model.full_arch()));
   std::int64_t completed = 0;
   rounds::early_stop stopping;
+  core::input_normalization normalization;
+  nlohmann::json statistics;
   if (!config.checkpoint_dir.empty()) {
     std::filesystem::create_directories(config.checkpoint_dir, ec);
     if (ec) return core::make_error(core::errc::io, config.checkpoint_dir + ": cannot create the checkpoint folder: " + ec.message());
@@ -88,10 +94,17 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
       stopping = ck->stopping;
       for (const auto& d : ck->registry) h->devices_[d.id].record = d;
       h->resumed_from_ = completed;
+      normalization = std::move(ck->normalization);
+      statistics = std::move(ck->statistics);
     }
   }
   if (completed == 0) core::initialize(config.model, params);
   h->engine_ = std::make_unique<rounds::engine>(config, std::move(params), completed, stopping);
+  if (!normalization.empty()) {
+    if (auto ok = h->engine_->set_normalization(std::move(normalization), std::move(statistics)); !ok)
+      return core::make_error(core::errc::bad_format, rs.checkpoint.string() + ": " + ok.error().message);
+  }
+  TESSERA_TRY(h->check_frame_room());
   TESSERA_ASSIGN_OR_RETURN(h->recorder_, rounds::recorder::open(config, std::move(rs), h->log_));
   std::random_device rd;
   h->next_transfer_ = ((static_cast<std::uint64_t>(rd()) << 32) ^ rd()) & ~net::upload_bit & ~std::uint64_t{0xffff};
@@ -127,6 +140,7 @@ void hub_service::attach(const std::shared_ptr<net::session>& s) {
     if (const auto* h = std::get_if<net::msg::hello>(&m)) on_hello(self, *h);
     else if (const auto* u = std::get_if<net::msg::update>(&m)) on_update(self, *u);
     else if (const auto* r = std::get_if<net::msg::refuse>(&m)) on_refuse(self, *r);
+    else if (const auto* st = std::get_if<net::msg::stats_reply>(&m)) on_stats_reply(self, *st);
   });
   s->on_blob_received([this, weak](const std::shared_ptr<net::incoming_transfer>& in) {
     if (auto self = weak.lock()) on_upload(self, in);
@@ -152,6 +166,11 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
   d.codecs = h.codecs;
   log(log_level::info, "device " + id + (known ? " reconnected" : " joined") + ": budget " +
                            std::to_string(h.memory_budget_bytes >> 20) + " MiB, " + std::to_string(h.examples) + " examples");
+  if (!d.unfit.empty() && h.data_digest != d.data_digest) {
+    d.unfit.clear();
+    log(log_level::info, "device " + id + " has other data now: it takes part again");
+  }
+  d.data_digest = h.data_digest;
 
   assignment* a = stopping_ ? nullptr : engine_->find(id);
   const net::msg::welcome welcome{.heartbeat_ms = static_cast<std::uint32_t>(config_.link.heartbeat_s * 1000.0)};
@@ -295,10 +314,16 @@ void hub_service::on_refuse(const std::shared_ptr<net::session>& s, const net::m
   const std::string& id = s->peer_device_id();
   assignment* a = engine_->find(id);
   log(log_level::warning, "device " + id + " refused" + (a ? " its assignment" : "") + ": " + r.reason);
+  // Data that cannot train this model does not change by itself: no assignment until it does.
+  if (r.code == "edge.inputs_mismatch" || r.code == "edge.labels_mismatch") {
+    devices_[id].unfit = r.reason;
+    log(log_level::warning, "device " + id + " gets no assignment until its data changes (it reconnects with other data)");
+  }
   if (a != nullptr && is_open(a->state)) {
     engine_->refuse(*a, r.reason);
     if (engine_->all_reported()) close_round();
   }
+  if (stats_) drop_from_statistics(id, "it refused: " + r.reason);
 }
 
 void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::error& why) {
@@ -311,6 +336,7 @@ void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::
   if (it == devices_.end() || it->second.session != s) return;
   it->second.session.reset();
   if (!stopping_) log(log_level::info, "device " + id + " disconnected: " + why.message);
+  if (stats_ && !stopping_) drop_from_statistics(id, "it disconnected");
 }
 
 void hub_service::arm_wait_timer() {
@@ -326,7 +352,7 @@ void hub_service::arm_wait_timer() {
 void hub_service::maybe_start_round() {
   if (!waiting_ || stopping_) return;
   std::size_t ready = 0;
-  for (const auto& [id, d] : devices_) ready += d.session ? 1 : 0;
+  for (const auto& [id, d] : devices_) ready += d.session && d.unfit.empty() ? 1 : 0;
   const bool waited = clock_type::now() - waiting_since_ >= ms(config_.device_wait_s);
   if (ready >= config_.max_devices || (waited && ready >= config_.min_devices)) start_round();
 }
@@ -346,16 +372,27 @@ void hub_service::reload_revocations() {
   log(log_level::info, "revocation list reloaded from " + config_.tls.crl.string());
 }
 
-void hub_service::start_round() {
-  const auto planning = clock_type::now();
-  reload_revocations();
+std::vector<rounds::device_offer> hub_service::ready_offers() const {
   std::vector<rounds::device_offer> offers;
   for (const auto& [id, d] : devices_) {
-    if (!d.session) continue;
+    if (!d.session || !d.unfit.empty()) continue;
     if (offers.size() >= config_.max_devices) break;
     offers.push_back({.id = id, .budget_bytes = d.record.budget_bytes, .examples = d.record.examples, .codecs = d.codecs, .capacity = 0});
   }
-  auto excluded = engine_->begin_round(std::move(offers));
+  return offers;
+}
+
+std::vector<rounds::device_record> hub_service::registry() const {
+  std::vector<rounds::device_record> out;
+  for (const auto& [id, d] : devices_) out.push_back(d.record);
+  return out;
+}
+
+void hub_service::start_round() {
+  const auto planning = clock_type::now();
+  reload_revocations();
+  if (engine_->needs_statistics()) return start_statistics(ready_offers());
+  auto excluded = engine_->begin_round(ready_offers());
   if (!excluded) {
     log(log_level::warning, "round " + std::to_string(engine_->current_round()) + " cannot start: " + excluded.error().message);
     waiting_since_ = clock_type::now();  // wait another device_wait_s for the fleet to change
@@ -398,14 +435,12 @@ void hub_service::close_round() {
   m.value().refused = f.refused;
   m.value().rejected = f.rejected;
   m.value().resent_bytes = f.resent_bytes;
-  std::vector<rounds::device_record> registry;
   for (const auto& a : engine_->assignments()) {
     device_entry& d = devices_[a.device];
     if (a.state == assignment_state::accepted) ++d.record.rounds_done;
     else ++d.record.rounds_missed;
   }
-  for (const auto& [id, d] : devices_) registry.push_back(d.record);
-  if (auto saved = recorder_->record(*engine_, m.value(), round_started_, registry); !saved) {
+  if (auto saved = recorder_->record(*engine_, m.value(), round_started_, registry()); !saved) {
     finish(saved.error().message);
     return;
   }

@@ -27,7 +27,9 @@ core::result<hub_config> read_hub_config(core::config_reader& r) {
     core::config_reader vr = r.child("validation", *v);
     vr.renamed("images", "validation.features");
     vr.renamed("csv", "validation.features");
-    c.validation = core::read_data_source(vr, {}, {.required = true, .allow_standardize = false, .csv_default = core::normalization::none});
+    c.validation = core::read_data_source(vr, {}, {.required = true, .allow_standardize = true, .csv_default = core::normalization::none});
+    // The hub holds no training data: standardize means the fleet's statistics, which the model holds.
+    rounds::standardize_with_fleet(vr, *c.validation, c);
     TESSERA_TRY(vr.finish());
     if (r.describing()) c.validation.reset();
   }

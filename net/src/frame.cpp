@@ -44,6 +44,8 @@ std::string_view to_string(frame_type t) noexcept {
     case frame_type::ping: return "PING";
     case frame_type::pong: return "PONG";
     case frame_type::refuse: return "REFUSE";
+    case frame_type::stats: return "STATS";
+    case frame_type::stats_reply: return "STATS_REPLY";
   }
   return "?";
 }

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/core/base64.hpp"
+
 namespace tessera::net {
 namespace {
 
@@ -143,6 +145,26 @@ class reader {
     return v;
   }
 
+  // `count` float64 values as base64 (core/base64.hpp); the text's length is checked before decoding.
+  std::vector<double> doubles(const char* key, std::uint64_t count) {
+    const std::string text = string(key, (count * 8 + 2) / 3 * 4);
+    if (failed_) return {};
+    auto v = core::decode_doubles(text, count, std::string(what_) + ": field '" + key + "'");
+    if (!v) {
+      failed_ = true;
+      error_ = make_error(errc::bad_field, v.error().message);
+      return {};
+    }
+    return std::move(v).value();
+  }
+  core::task_kind task(const char* key) {
+    const std::string s = string(key, 32);
+    if (failed_) return core::task_kind::classification;
+    auto t = core::k_task_names.find(s);
+    if (!t) fail(key, "unknown task '" + s + "'");
+    return t.value_or(core::task_kind::classification);
+  }
+
   void fail(const std::string& key, const std::string& why) {
     if (failed_) return;
     failed_ = true;
@@ -177,9 +199,11 @@ json to_object(const message& m) {
           for (codec c : v.codecs) codecs.push_back(std::string(core::to_string(c)));
           json resume = json::array();
           for (const auto& r : v.resume) resume.push_back({{"transfer", r.transfer}, {"offset", r.offset}});
-          return {{"device_id", v.device_id}, {"version", v.version},
+          json j = {{"device_id", v.device_id}, {"version", v.version},
                   {"memory_budget_bytes", v.memory_budget_bytes}, {"examples", v.examples},
                   {"codecs", codecs}, {"resume", resume}};
+          if (!v.data_digest.empty()) j["data_digest"] = v.data_digest;
+          return j;
         } else if constexpr (std::is_same_v<T, msg::welcome>) {
           return {{"heartbeat_ms", v.heartbeat_ms}, {"max_frame_payload", v.max_frame_payload},
                   {"max_chunk_bytes", v.max_chunk_bytes}};
@@ -202,9 +226,32 @@ json to_object(const message& m) {
           return j;
         } else if constexpr (std::is_same_v<T, msg::ping> || std::is_same_v<T, msg::pong>) {
           return {{"seq", v.seq}};
+        } else if constexpr (std::is_same_v<T, msg::refuse>) {
+          json j = {{"reason", v.reason}};
+          if (!v.code.empty()) j["code"] = v.code;
+          return j;
+        } else if constexpr (std::is_same_v<T, msg::stats>) {
+          json j = {{"pass", v.pass}, {"task", std::string(core::k_task_names.name(v.task))},
+                    {"inputs", v.inputs}, {"outputs", v.outputs}};
+          if (v.pass == 2) {
+            j["mean"] = core::encode_doubles(v.mean);
+            j["target_mean"] = v.target_mean;
+          }
+          return j;
         } else {
-          static_assert(std::is_same_v<T, msg::refuse>);
-          return {{"reason", v.reason}};
+          static_assert(std::is_same_v<T, msg::stats_reply>);
+          json j = {{"pass", v.pass}, {"examples", v.examples}, {"features", v.features}};
+          if (v.pass == 1) {
+            j["sum"] = core::encode_doubles(v.sum);
+            j["min"] = core::encode_doubles(v.min);
+            j["max"] = core::encode_doubles(v.max);
+            j["label_counts"] = v.label_counts;
+            j["target_sum"] = v.target_sum;
+          } else {
+            j["sq_dev"] = core::encode_doubles(v.sq_dev);
+            j["target_sq_dev"] = v.target_sq_dev;
+          }
+          return j;
         }
       },
       m);
@@ -245,6 +292,7 @@ core::result<message> parse_object(frame_type t, const json& j) {
           h.resume.push_back(entry);
         }
       }
+      if (r.has("data_digest")) h.data_digest = r.string("data_digest", max_code_chars);
       out = std::move(h);
       break;
     }
@@ -303,7 +351,53 @@ core::result<message> parse_object(frame_type t, const json& j) {
     }
     case frame_type::ping: out = msg::ping{r.u64("seq")}; break;
     case frame_type::pong: out = msg::pong{r.u64("seq")}; break;
-    case frame_type::refuse: out = msg::refuse{r.string("reason", max_reason_chars)}; break;
+    case frame_type::refuse: {
+      msg::refuse v;
+      v.reason = r.string("reason", max_reason_chars);
+      if (r.has("code")) v.code = r.string("code", max_code_chars);  // absent from older peers
+      out = std::move(v);
+      break;
+    }
+    case frame_type::stats: {
+      msg::stats s;
+      s.pass = r.u32("pass", 1, 2);
+      s.task = r.task("task");
+      s.inputs = r.u64("inputs", max_stats_features);
+      s.outputs = r.u64("outputs", max_stats_classes);
+      if (!r.failed() && (s.inputs < 1 || s.outputs < 1)) r.fail(s.inputs < 1 ? "inputs" : "outputs", "must be at least 1");
+      if (!r.failed() && s.pass == 2) {
+        s.mean = r.doubles("mean", s.inputs);
+        s.target_mean = r.finite("target_mean");
+      }
+      out = std::move(s);
+      break;
+    }
+    case frame_type::stats_reply: {
+      msg::stats_reply s;
+      s.pass = r.u32("pass", 1, 2);
+      s.examples = r.u64("examples", std::uint64_t{1} << 53);
+      s.features = r.u64("features", max_stats_features);
+      if (!r.failed() && s.pass == 1) {
+        s.sum = r.doubles("sum", s.features);
+        s.min = r.doubles("min", s.features);
+        s.max = r.doubles("max", s.features);
+        if (const json* counts = r.array("label_counts", max_stats_classes)) {
+          for (const auto& c : *counts) {
+            if (!c.is_number_unsigned()) {
+              r.fail("label_counts", "expected non-negative integers");
+              break;
+            }
+            s.label_counts.push_back(c.get<std::uint64_t>());
+          }
+        }
+        s.target_sum = r.finite("target_sum");
+      } else if (!r.failed()) {
+        s.sq_dev = r.doubles("sq_dev", s.features);
+        s.target_sq_dev = r.finite("target_sq_dev");
+      }
+      out = std::move(s);
+      break;
+    }
     case frame_type::chunk: return make_error(errc::unknown_type, "CHUNK is not a control message");
   }
   if (r.failed()) return r.error();
@@ -322,7 +416,8 @@ bool valid_device_id(std::string_view id) noexcept {
 frame_type type_of(const message& m) noexcept {
   static constexpr frame_type types[] = {frame_type::hello, frame_type::welcome, frame_type::assign,
                                          frame_type::ack,   frame_type::update,  frame_type::result,
-                                         frame_type::ping,  frame_type::pong,    frame_type::refuse};
+                                         frame_type::ping,  frame_type::pong,    frame_type::refuse,
+                                         frame_type::stats, frame_type::stats_reply};
   static_assert(std::size(types) == std::variant_size_v<message>);
   return types[m.index()];
 }

@@ -248,8 +248,9 @@ void session::close() {
   });
 }
 
-void session::refuse(errc code, std::string reason) {
-  asio::dispatch(strand_, [self = shared_from_this(), code, reason = std::move(reason)] {
+void session::refuse(errc code, std::string reason, std::string wire_code) {
+  asio::dispatch(strand_, [self = shared_from_this(), code, reason = std::move(reason), wire = std::move(wire_code)]() mutable {
+    self->refuse_code_ = std::move(wire);
     self->fail(make_error(code, reason), close_mode::refuse);
   });
 }
@@ -350,7 +351,7 @@ void session::fail(core::error why, close_mode mode) {
   // misbehaved, a REFUSE says why.
   queue_.drop_unsent_chunks(write_pending_);
   if (mode == close_mode::refuse)
-    queue_.push_final(encode_message(msg::refuse{lifecycle_.reason().message.substr(0, max_reason_chars)}));
+    queue_.push_final(encode_message(msg::refuse{lifecycle_.reason().message.substr(0, max_reason_chars), refuse_code_}));
   continue_close();
 }
 

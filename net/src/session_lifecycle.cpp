@@ -15,10 +15,12 @@ bool allowed_for(role r, frame_type t) noexcept {
     case frame_type::pong:
     case frame_type::refuse: return true;
     case frame_type::hello:
-    case frame_type::update: return r == role::hub;
+    case frame_type::update:
+    case frame_type::stats_reply: return r == role::hub;
     case frame_type::welcome:
     case frame_type::assign:
-    case frame_type::result: return r == role::agent;
+    case frame_type::result:
+    case frame_type::stats: return r == role::agent;
     case frame_type::chunk: return false;
   }
   return false;

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/core/base64.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/net/error.hpp"
 
@@ -55,6 +56,10 @@ std::string task_to_json(const training_task& t) {
   j["momentum"] = t.sgd.momentum;
   j["weight_decay"] = t.sgd.weight_decay;
   j["nesterov"] = t.sgd.nesterov;
+  if (t.normalization && !t.normalization->empty()) {
+    j["input_mean"] = core::encode_floats(t.normalization->mean);
+    j["input_std"] = core::encode_floats(t.normalization->std);
+  }
   return j.dump();
 }
 
@@ -105,6 +110,25 @@ core::result<training_task> task_from_assign(const msg::assign& a) {
   t.sgd = {.learning_rate = static_cast<float>(lr), .momentum = static_cast<float>(momentum),
            .weight_decay = static_cast<float>(decay), .nesterov = nesterov->get<bool>()};
   if (t.sgd.nesterov) return bad("nesterov", "Nesterov momentum is not offered on devices");
+  // The model's input normalization, when it has one: float32 mean and std per input, base64.
+  const auto mean = j.find("input_mean");
+  const auto std_dev = j.find("input_std");
+  if ((mean == j.end()) != (std_dev == j.end())) return bad(mean == j.end() ? "input_mean" : "input_std", "missing (the two go together)");
+  if (mean != j.end()) {
+    if (!mean->is_string() || !std_dev->is_string()) return bad("input_mean", "expected base64 text");
+    const auto n = static_cast<std::size_t>(inputs);
+    auto m = core::decode_floats(mean->get<std::string>(), n, "ASSIGN: field 'input_mean'");
+    if (!m) return make_error(errc::bad_field, m.error().message);
+    auto s = core::decode_floats(std_dev->get<std::string>(), n, "ASSIGN: field 'input_std'");
+    if (!s) return make_error(errc::bad_field, s.error().message);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(m.value()[i])) return bad("input_mean", "value " + std::to_string(i) + " is not finite");
+      if (!std::isfinite(s.value()[i]) || !(s.value()[i] > 0))
+        return bad("input_std", "value " + std::to_string(i) + " is not a finite positive number");
+    }
+    t.normalization = std::make_shared<const core::input_normalization>(
+        core::input_normalization{.mean = std::move(m).value(), .std = std::move(s).value()});
+  }
   return t;
 }
 

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/core/base64.hpp"
 #include "tessera/core/file_io.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/crypto/digest.hpp"
@@ -46,6 +47,10 @@ core::result<void> save_checkpoint(const std::filesystem::path& path, const chec
   j["registry"] = std::move(reg);
   j["early_stop"] = {{"have_best", c.stopping.have_best}, {"best_score", c.stopping.best_score},
                      {"evals_since_best", c.stopping.evals_since_best}, {"stopped", c.stopping.stopped}};
+  if (!c.normalization.empty()) {
+    j["normalization"] = {{"mean", core::encode_floats(c.normalization.mean)}, {"std", core::encode_floats(c.normalization.std)}};
+    j["statistics"] = c.statistics;
+  }
   const std::string header = j.dump();
   std::vector<std::byte> bytes;
   bytes.reserve(16 + header.size() + param_bytes.size());
@@ -106,6 +111,12 @@ core::result<std::optional<checkpoint>> load_checkpoint(const std::filesystem::p
                     .best_score = es->at("best_score").get<double>(),
                     .evals_since_best = es->at("evals_since_best").get<std::int64_t>(),
                     .stopped = es->at("stopped").get<bool>()};
+    }
+    if (const auto nz = j.find("normalization"); nz != j.end()) {
+      const auto inputs = static_cast<std::size_t>(expected.inputs);
+      TESSERA_ASSIGN_OR_RETURN(c.normalization.mean, core::decode_floats(nz->at("mean").get<std::string>(), inputs, where + ": normalization.mean"));
+      TESSERA_ASSIGN_OR_RETURN(c.normalization.std, core::decode_floats(nz->at("std").get<std::string>(), inputs, where + ": normalization.std"));
+      if (const auto st = j.find("statistics"); st != j.end()) c.statistics = *st;
     }
   } catch (const nlohmann::json::exception& e) {
     return make_error(errc::bad_format, where + ": header field missing or of the wrong type (" + e.what() + ")");

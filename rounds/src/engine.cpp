@@ -23,8 +23,9 @@ std::string mib(std::uint64_t bytes) {
 
 bool is_digit(char c) noexcept { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
 
-// Ids compared with their runs of digits as numbers ("device-2" < "device-10"), so a fleet named by
-// index sorts like the simulator's devices; ties (leading zeros) fall back to plain comparison.
+}  // namespace
+
+// Ties (leading zeros) fall back to plain comparison.
 bool natural_less(std::string_view a, std::string_view b) noexcept {
   std::size_t i = 0, j = 0;
   while (i < a.size() && j < b.size()) {
@@ -49,8 +50,6 @@ bool natural_less(std::string_view a, std::string_view b) noexcept {
   if (a.size() - i != b.size() - j) return a.size() - i < b.size() - j;
   return a < b;
 }
-
-}  // namespace
 
 engine::engine(const run_config& config, std::vector<float> params, std::int64_t completed, early_stop stopping)
     : config_(config),
@@ -92,8 +91,25 @@ core::result<double> engine::capacity(const device_offer& offer) const {
   return c;
 }
 
+core::result<void> engine::set_normalization(core::input_normalization n, nlohmann::json statistics) {
+  TESSERA_ASSERT(!in_round_);
+  const auto inputs = static_cast<std::size_t>(config_.model.inputs);
+  if (n.mean.size() != inputs || n.std.size() != inputs)
+    return make_error(errc::bad_statistics, "an input normalization of " + std::to_string(n.mean.size()) + " means and " +
+                                                std::to_string(n.std.size()) + " deviations for a model of " +
+                                                std::to_string(inputs) + " inputs");
+  for (std::size_t i = 0; i < inputs; ++i)
+    if (!std::isfinite(n.mean[i]) || !std::isfinite(n.std[i]) || !(n.std[i] > 0))
+      return make_error(errc::bad_statistics, "input " + std::to_string(i) + "'s normalization is not finite with a positive deviation");
+  normalization_ = std::make_shared<const core::input_normalization>(std::move(n));
+  statistics_ = std::move(statistics);
+  return {};
+}
+
 core::result<std::vector<excluded_device>> engine::begin_round(std::vector<device_offer> offers) {
   TESSERA_ASSERT(!in_round_ && !finished());
+  if (needs_statistics())
+    return make_error(errc::stats_incomplete, "the model standardizes its inputs: the fleet's statistics come before round 1");
   std::sort(offers.begin(), offers.end(), [](const auto& a, const auto& b) { return natural_less(a.id, b.id); });
   std::vector<excluded_device> excluded;
   std::vector<device_offer> taking;
@@ -142,7 +158,8 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
               .steps = config_.local_steps,
               .batch = config_.batch,
               .sgd = {.learning_rate = lr, .momentum = config_.momentum, .weight_decay = config_.weight_decay,
-                      .nesterov = config_.nesterov}};
+                      .nesterov = config_.nesterov},
+              .normalization = normalization_->empty() ? nullptr : normalization_};
     a.blob_bytes = core::encoded_bytes(a.sub.arch, a.codec);
     assignments_.push_back(std::move(a));
   }
@@ -292,7 +309,7 @@ core::result<round_metrics> engine::close_round(core::example_table* validation)
   const bool evaluate_now = validation != nullptr && (completed_ % config_.eval_every == 0 || completed_ == config_.rounds);
   if (evaluate_now) {
     core::network net(full_);
-    TESSERA_ASSIGN_OR_RETURN(const auto ev, core::evaluate(net, params_, *validation));
+    TESSERA_ASSIGN_OR_RETURN(const auto ev, core::evaluate(net, params_, *validation, 256, normalization_.get()));
     m.test_loss = ev.loss;
     if (config_.model.task == core::task_kind::classification) m.test_accuracy = ev.accuracy;
     const double score = m.test_accuracy ? *m.test_accuracy : -ev.loss;

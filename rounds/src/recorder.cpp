@@ -22,18 +22,7 @@ core::result<recorder> recorder::open(const run_config& config, recorder_setting
 
 core::result<void> recorder::record(const engine& e, round_metrics& m, clock::time_point round_started,
                                     std::span<const device_record> registry) {
-  if (!settings_.checkpoint.empty()) {
-    const checkpoint c{.round = e.completed(),
-                       .plan_seed = e.plan_seed(),
-                       .seed = e.config().seed,
-                       .strategy = std::string(to_string(e.config().strategy)),
-                       .spec = e.config().model,
-                       .params = {e.params().begin(), e.params().end()},
-                       .registry = {registry.begin(), registry.end()},
-                       .stopping = e.stopping()};
-    if (auto saved = save_checkpoint(settings_.checkpoint, c, settings_.seal_key ? &*settings_.seal_key : nullptr); !saved)
-      return core::make_error(core::errc::io, "checkpoint after round " + std::to_string(c.round) + ": " + saved.error().message);
-  }
+  TESSERA_TRY(save_state(e, registry));
   m.seconds = std::chrono::duration<double>(clock::now() - round_started).count();
   if (metrics_) {
     *metrics_ << m.to_json().dump() << '\n';
@@ -44,11 +33,30 @@ core::result<void> recorder::record(const engine& e, round_metrics& m, clock::ti
   return {};
 }
 
+core::result<void> recorder::save_state(const engine& e, std::span<const device_record> registry) {
+  if (!settings_.checkpoint.empty()) {
+    const checkpoint c{.round = e.completed(),
+                       .plan_seed = e.plan_seed(),
+                       .seed = e.config().seed,
+                       .strategy = std::string(to_string(e.config().strategy)),
+                       .spec = e.config().model,
+                       .params = {e.params().begin(), e.params().end()},
+                       .registry = {registry.begin(), registry.end()},
+                       .stopping = e.stopping(),
+                       .normalization = e.normalization(),
+                       .statistics = e.statistics()};
+    if (auto saved = save_checkpoint(settings_.checkpoint, c, settings_.seal_key ? &*settings_.seal_key : nullptr); !saved)
+      return core::make_error(core::errc::io, "checkpoint after round " + std::to_string(c.round) + ": " + saved.error().message);
+  }
+  return {};
+}
+
 core::result<void> recorder::finish(const engine& e) {
   if (output_path_.empty()) return {};
   TESSERA_TRY(core::save_model(output_path_, e.config().model, e.params(),
                                {{"tessera.rounds", std::to_string(e.completed())},
-                                {"tessera.strategy", std::string(to_string(e.config().strategy))}}));
+                                {"tessera.strategy", std::string(to_string(e.config().strategy))}},
+                               e.normalization()));
   if (log_) log_(core::log_level::info, "model written to " + output_path_);
   return {};
 }

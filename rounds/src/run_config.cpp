@@ -12,6 +12,7 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
   if (const auto* m = r.object("model", "the global model: an MLP")) {
     core::config_reader mr = r.child("model", *m);
     c.model = core::read_model_spec(mr, model_defaults);
+    c.input_normalization_given = mr.has("input_normalization");
     TESSERA_TRY(mr.finish());
   }
   c.strategy = allow_central ? r.choice("strategy", strategy_kind::ist, k_strategy_names,
@@ -39,10 +40,20 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
   c.seed = static_cast<std::uint64_t>(r.integer("seed", 1, 0, INT64_MAX, "the run's seed: plans, shards and batch orders derive from it"));
   c.eval_every = r.integer("eval_every", 1, 1, 10'000'000, "rounds between evaluations (and the last round)");
   c.patience = r.integer("patience", 0, 0, 10'000'000, "stop after this many evaluations without a new best (0: never)");
+  c.min_stats_examples = r.integer("min_stats_examples", 10, 1, INT64_MAX,
+                                   "model.input_normalization standardize: devices with fewer examples are not asked for statistics");
   c.metrics_path = r.string("metrics", "", "JSON-lines file, one line per round (empty: none)");
   c.output_path = r.string("output", "", "safetensors file of the model, written at the end (empty: none)");
   c.lr.total_rounds = c.rounds;
   return {};
+}
+
+void standardize_with_fleet(core::config_reader& source_reader, core::data_source& source, run_config& c) {
+  if (source.norm != core::normalization::standardize) return;
+  if (c.input_normalization_given && c.model.input_normalization != core::input_normalization_kind::standardize)
+    source_reader.fail("normalization", "standardize uses the fleet's statistics, but model.input_normalization is none");
+  c.model.input_normalization = core::input_normalization_kind::standardize;
+  source.norm = core::normalization::none;
 }
 
 }  // namespace tessera::rounds

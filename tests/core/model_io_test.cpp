@@ -73,3 +73,35 @@ TEST_CASE("model file: a safetensors file without a Tessera spec is refused") {
   REQUIRE_FALSE(loaded.ok());
   CHECK(loaded.error().message.find("tessera.spec") != std::string::npos);
 }
+
+TEST_CASE("model file: a model that standardizes its inputs stores input.mean and input.std, and needs them") {
+  temp_dir dir;
+  model_spec spec = spec_with(compensation_kind::layer_norm);
+  spec.input_normalization = input_normalization_kind::standardize;
+  std::vector<float> params(param_count(spec.full_arch()));
+  initialize(spec, params);
+  const input_normalization n{.mean = {1, 2, 3, 4, 5}, .std = {0.5f, 1, 2, 1e3f, 1}};
+  const std::string path = dir.file("std.safetensors");
+  REQUIRE(save_model(path, spec, params, {}, n).ok());
+  auto loaded = load_model(path);
+  REQUIRE_MESSAGE(loaded.ok(), (loaded.ok() ? "" : loaded.error().message));
+  CHECK(loaded.value().normalization == n);
+  CHECK(loaded.value().spec.input_normalization == input_normalization_kind::standardize);
+  auto raw = read_safetensors(path);
+  REQUIRE(raw.ok());
+  REQUIRE(raw.value().find("input.std") != nullptr);
+  CHECK(raw.value().find("input.std")->shape == std::vector<std::int64_t>{5});
+
+  // Without its statistics the spec cannot be saved, and a file that lost them is refused.
+  CHECK(error_of(save_model(path, spec, params)).message.find("input_normalization is standardize, but 0 input means") !=
+        std::string::npos);
+  std::vector<tensor_f32> tensors = raw.value().tensors;
+  std::erase_if(tensors, [](const tensor_f32& t) { return t.name == "input.mean"; });
+  REQUIRE(write_safetensors(dir.file("lost.safetensors"), tensors, raw.value().metadata).ok());
+  CHECK(error_of(load_model(dir.file("lost.safetensors"))).message ==
+        dir.file("lost.safetensors") + ": tensor 'input.mean' is missing (the spec standardizes its inputs)");
+  // A model without standardization writes no such tensors (its files stay as they were).
+  const model_spec plain = spec_with(compensation_kind::layer_norm);
+  REQUIRE(save_model(dir.file("plain.safetensors"), plain, params).ok());
+  CHECK(read_safetensors(dir.file("plain.safetensors")).value().find("input.mean") == nullptr);
+}

@@ -11,6 +11,7 @@
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/rng.hpp"
 #include "tessera/crypto/digest.hpp"
+#include "tessera/edge/device_data.hpp"
 #include "tessera/edge/job.hpp"
 #include "tessera/net/task.hpp"
 #include "../core/test_files.hpp"
@@ -177,4 +178,119 @@ TEST_CASE("job: cancelled training reports cancelled, not a failure") {
   auto r = j->train(data, &cancel);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().code == core::errc::cancelled);
+}
+
+// ---- data that does not suit the model: each refused once, naming the file and the example ----------
+
+namespace {
+
+// A CSV of `rows` (three features, label last) under a header line, opened as a device opens its data.
+std::unique_ptr<edge::device_data> csv_device(const testing::temp_dir& d, const std::string& name, const std::string& rows) {
+  testing::write_bytes(d.file(name), "width,height,depth,label\n" + rows);
+  auto data = edge::device_data::open(
+      {.source = {.format = core::data_format::csv, .features = d.file(name), .label_column = 3, .header = true,
+                  .norm = core::normalization::none},
+       .max_batch = 64},
+      1);
+  REQUIRE_MESSAGE(data.ok(), (data.ok() ? "" : data.error().message));
+  return std::move(data).value();
+}
+
+// The ASSIGN of a 3-input model with `outputs` outputs for `task`, checked against the device's data.
+core::error refusal(const edge::device_data& data, core::task_kind task, std::int64_t outputs, std::int64_t inputs = 3) {
+  core::model_spec spec;
+  spec.inputs = inputs;
+  spec.hidden = {8};
+  spec.outputs = outputs;
+  spec.task = task;
+  const core::training_task t{.arch = spec.full_arch(), .steps = 2, .batch = 4, .sgd = {.learning_rate = 0.1f}};
+  const auto blob = encoded_params(t, core::codec_kind::f32, 0.1f);
+  const edge::device_limits limits{.feature_count = data.feature_count(), .max_batch = 64, .codecs = {core::codec_kind::f32},
+                                   .arena_budget = 64u << 20, .targets = &data.targets(), .source = &data.source(),
+                                   .data_name = data.name()};
+  return testing::error_of(edge::check_assignment(assign_for(t, core::codec_kind::f32, blob), limits));
+}
+
+}  // namespace
+
+TEST_CASE("refusal: a label at or above the model's outputs, with the file and the row") {
+  testing::temp_dir d("labels-high");
+  const auto data = csv_device(d, "high.csv", "1,2,3,0\n1,2,3,1\n1,2,3,12\n1,2,3,2\n");
+  const auto e = refusal(*data, core::task_kind::classification, 10);
+  CHECK(e.code == edge::errc::labels_mismatch);
+  CHECK(e.message == d.file("high.csv") + ": line 4: label 12, but the model has 10 classes (labels 0 to 9)");
+  CHECK(core::error_name(e.code) == "edge.labels_mismatch");  // what the hub reads to stop assigning
+}
+
+TEST_CASE("refusal: a negative label, with the file and the row") {
+  testing::temp_dir d("labels-negative");
+  const auto data = csv_device(d, "neg.csv", "1,2,3,0\n\n1,2,3,-1\n");  // a blank line: not an example, still a line
+  const auto e = refusal(*data, core::task_kind::classification, 10);
+  CHECK(e.code == edge::errc::labels_mismatch);
+  CHECK(e.message == d.file("neg.csv") + ": line 4: label -1 is negative (labels are class indices from 0)");
+}
+
+TEST_CASE("refusal: a fractional label, with the file and the row") {
+  testing::temp_dir d("labels-fraction");
+  const auto data = csv_device(d, "frac.csv", "1,2,3,0\n1,2,3,1\n1,2,3,2.5\n");
+  const auto e = refusal(*data, core::task_kind::classification, 10);
+  CHECK(e.code == edge::errc::labels_mismatch);
+  CHECK(e.message == d.file("frac.csv") + ": line 4: label 2.5 is not a whole number (labels are class indices)");
+  // The same data suits a regression model with one output.
+  core::model_spec spec;
+  spec.inputs = 3;
+  spec.hidden = {8};
+  spec.outputs = 1;
+  spec.task = core::task_kind::regression;
+  const core::training_task t{.arch = spec.full_arch(), .steps = 2, .batch = 4, .sgd = {.learning_rate = 0.1f}};
+  const auto blob = encoded_params(t, core::codec_kind::f32, 0.1f);
+  CHECK(edge::check_assignment(assign_for(t, core::codec_kind::f32, blob),
+                               {.feature_count = 3, .max_batch = 64, .codecs = {core::codec_kind::f32}, .arena_budget = 64u << 20,
+                                .targets = &data->targets(), .source = &data->source(), .data_name = data->name()})
+            .ok());
+}
+
+TEST_CASE("refusal: a target that is not finite, with the file and the row") {
+  testing::temp_dir d("targets-nan");
+  // The CSV reader refuses it as it reads, naming the line and the column.
+  testing::write_bytes(d.file("nan.csv"), "1,2,3,0.5\n1,2,3,nan\n");
+  auto csv = edge::device_data::open(
+      {.source = {.format = core::data_format::csv, .features = d.file("nan.csv"), .label_column = 3, .norm = core::normalization::none}},
+      1);
+  REQUIRE_FALSE(csv.ok());
+  CHECK(csv.error().message == d.file("nan.csv") + ": line 2, column 4: 'nan' is not a finite 32-bit float");
+  // A .npy file of float64 targets: its reader refuses the record as the device opens its data.
+  const std::vector<float> x(3 * 3, 1.0f);
+  REQUIRE(core::write_npy_features(d.file("x.npy"), 3, x).ok());
+  const std::string header = "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }";
+  std::string npy("\x93NUMPY\x01\x00", 8);
+  std::string padded = header + std::string(128 - 10 - header.size() - 1, ' ') + "\n";
+  npy += static_cast<char>(padded.size() & 0xff);
+  npy += static_cast<char>(padded.size() >> 8);
+  npy += padded;
+  for (const double v : {0.5, 1.5, std::numeric_limits<double>::quiet_NaN()})
+    npy.append(reinterpret_cast<const char*>(&v), sizeof v);
+  testing::write_bytes(d.file("y.npy"), npy);
+  auto data = edge::device_data::open(
+      {.source = {.format = core::data_format::npy, .features = d.file("x.npy"), .labels = d.file("y.npy"), .norm = core::normalization::none}},
+      1);
+  REQUIRE_FALSE(data.ok());
+  CHECK(data.error().message == d.file("y.npy") + ": record 2 of 3: label nan is not a finite float32");
+  // Targets that reach a check without a reader's (a table in memory) are refused against the model,
+  // naming the example.
+  core::target_summary s;
+  const float t[] = {0.5f, std::numeric_limits<float>::infinity()};
+  s.add(t);
+  const auto e = testing::error_of(core::check_targets(s, core::task_kind::regression, 1, [](std::int64_t i) {
+    return "table: example " + std::to_string(i);
+  }));
+  CHECK(e.message == "table: example 1: the target is not a finite number");
+}
+
+TEST_CASE("refusal: a feature count other than the model's inputs, with the file") {
+  testing::temp_dir d("features");
+  const auto data = csv_device(d, "three.csv", "1,2,3,0\n4,5,6,1\n");
+  const auto e = refusal(*data, core::task_kind::classification, 10, /*inputs=*/4);
+  CHECK(e.code == edge::errc::inputs_mismatch);
+  CHECK(e.message == "the subnet takes 4 inputs, this device's data (" + d.file("three.csv") + ") has 3 features");
 }

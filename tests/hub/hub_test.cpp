@@ -28,11 +28,12 @@ using namespace std::chrono_literals;
 namespace {
 
 // 4 classes of 4×4 "images", a bright quadrant per class: learnable in a few rounds.
-void write_data(const std::string& images, const std::string& labels, std::int64_t n, std::uint64_t seed) {
+void write_data(const std::string& images, const std::string& labels, std::int64_t n, std::uint64_t seed,
+                std::uint64_t classes = 4) {
   core::rng r(seed);
   std::vector<std::uint8_t> px, lab;
   for (std::int64_t i = 0; i < n; ++i) {
-    const auto cls = static_cast<std::uint8_t>(r.below(4));
+    const auto cls = static_cast<std::uint8_t>(r.below(classes));
     for (int y = 0; y < 4; ++y)
       for (int x = 0; x < 4; ++x)
         px.push_back(static_cast<std::uint8_t>(((y / 2) * 2 + x / 2 == cls ? 200 : 20) + r.below(40)));
@@ -71,9 +72,9 @@ class federation {
     return c.value();
   }
 
-  device_files data_for(const std::string& id, std::int64_t n) {
+  device_files data_for(const std::string& id, std::int64_t n, std::uint64_t classes = 4) {
     device_files f{dir_.file(id + "-images"), dir_.file(id + "-labels")};
-    write_data(f.images, f.labels, n, std::hash<std::string>{}(id));
+    write_data(f.images, f.labels, n, std::hash<std::string>{}(id), classes);
     return f;
   }
 
@@ -230,4 +231,62 @@ TEST_CASE("hub service: a hub restarted on its checkpoint resumes after the last
   CHECK(f.recorded().front().round == 3);
   CHECK(f.recorded().back().round == 4);
   CHECK(f.hub_lines_with("resumed from checkpoint after round 2") == 1);
+}
+
+TEST_CASE("hub service: a device whose labels the model cannot learn refuses once; the hub stops assigning to it") {
+  testing::temp_dir dir("hub-service-unfit");
+  federation f(dir);
+  f.start_hub(f.hub_config({{"rounds", 3}, {"min_devices", 1}, {"device_wait_s", 0.5}}));
+  const auto& pki = test::test_pki::get();
+  edge::agent& good = f.start_agent(pki.dev_a, f.data_for("dev-a", 400));
+  edge::agent& unfit = f.start_agent(pki.dev_b, f.data_for("dev-b", 300, /*classes=*/6));  // the model has 4 outputs
+  f.run();
+  REQUIRE(f.hub().finished());
+  REQUIRE(f.recorded().size() == 3);
+  CHECK(good.stats().accepted == 3);
+  CHECK(unfit.stats().refused == 1);  // once: the hub assigns it nothing more, even after it reconnects
+  CHECK(unfit.stats().accepted == 0);
+  CHECK(f.hub_lines_with("device dev-b refused its assignment: the assignment of round ") == 1);
+  CHECK(f.hub_lines_with("dev-b-labels: row ") >= 1);  // the labels file and the record
+  CHECK(f.hub_lines_with(" (counting from 0): label 5, but the model has 4 classes (labels 0 to 3)") >= 1);
+  CHECK(f.hub_lines_with("device dev-b gets no assignment until its data changes") == 1);
+  CHECK(f.hub_lines_with("device dev-b reconnected") >= 1);  // the refusal closed its link; it came back
+  std::size_t refused = 0;
+  for (const auto& m : f.recorded()) refused += *m.refused;
+  CHECK(refused == 1);
+  CHECK(f.recorded().back().devices == 1);
+}
+
+TEST_CASE("hub service: the fleet's statistics come before round 1, without small devices, and are not asked again on resume") {
+  testing::temp_dir dir("hub-service-stats");
+  const auto& pki = test::test_pki::get();
+  const nlohmann::json standardize = {{"inputs", 16}, {"hidden", {32, 32}}, {"outputs", 4}, {"input_normalization", "standardize"}};
+  core::input_normalization measured;
+  {
+    federation f(dir);
+    f.start_hub(f.hub_config({{"rounds", 1}, {"model", standardize}}));
+    f.start_agent(pki.dev_a, f.data_for("dev-a", 400));
+    f.start_agent(pki.dev_b, f.data_for("dev-b", 5));  // fewer than min_stats_examples (10)
+    f.run();
+    REQUIRE(f.hub().finished());
+    CHECK(f.hub_lines_with("device dev-b is not asked for statistics: it holds 5 examples, fewer than min_stats_examples (10)") == 1);
+    CHECK(f.hub_lines_with("measuring the fleet's input statistics on 1 device(s)") == 1);
+    CHECK(f.hub_lines_with("the fleet's input statistics: {\"devices\":[\"dev-a\"],\"examples\":400") == 1);
+    measured = f.hub().engine().normalization();
+    REQUIRE(measured.size() == 16);
+    // IDX pixels scaled to [0, 1]: every quadrant is bright for a quarter of the examples.
+    for (const float m : measured.mean) CHECK((m > 0.1f && m < 0.5f));
+    REQUIRE(f.recorded().size() == 1);
+    CHECK(f.recorded().front().devices == 2);  // the small device still trains
+  }
+  federation f(dir);
+  f.start_hub(f.hub_config({{"rounds", 2}, {"model", standardize}}));
+  CHECK(f.hub().engine().normalization() == measured);  // from the checkpoint
+  f.start_agent(pki.dev_a, f.data_for("dev-a", 400));
+  f.start_agent(pki.dev_b, f.data_for("dev-b", 5));
+  f.run();
+  REQUIRE(f.hub().finished());
+  CHECK(f.hub_lines_with("measuring the fleet's input statistics") == 0);
+  REQUIRE(f.recorded().size() == 1);
+  CHECK(f.recorded().front().round == 2);
 }

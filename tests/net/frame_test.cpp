@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/core/base64.hpp"
 #include "tessera/net/frame.hpp"
 #include "tessera/net/messages.hpp"
 
@@ -107,6 +108,40 @@ TEST_CASE("every control message round-trips through its frame") {
   CHECK(std::get<net::msg::ping>(round_trip(net::msg::ping{5})).seq == 5);
   CHECK(std::get<net::msg::pong>(round_trip(net::msg::pong{6})).seq == 6);
   CHECK(std::get<net::msg::refuse>(round_trip(net::msg::refuse{"no"})).reason == "no");
+  const auto coded = std::get<net::msg::refuse>(round_trip(net::msg::refuse{.reason = "labels", .code = "edge.labels_mismatch"}));
+  CHECK(coded.code == "edge.labels_mismatch");
+
+  // The statistics: float64 arrays travel exactly (base64 of their bytes).
+  net::msg::stats q{.pass = 2, .task = tessera::core::task_kind::regression, .inputs = 3, .outputs = 1,
+                    .mean = {0.1, -1e300, 12345.678}, .target_mean = 2.5};
+  const auto q2 = std::get<net::msg::stats>(round_trip(q));
+  CHECK(q2.pass == 2);
+  CHECK(q2.task == tessera::core::task_kind::regression);
+  CHECK(q2.mean == q.mean);
+  CHECK(q2.target_mean == 2.5);
+  net::msg::stats_reply p{.pass = 1, .examples = 40, .features = 2, .sum = {1.0 / 3, 2e9}, .min = {0, -1}, .max = {1, 1e9},
+                          .label_counts = {10, 30}, .target_sum = 0};
+  const auto p2 = std::get<net::msg::stats_reply>(round_trip(p));
+  CHECK(p2.sum == p.sum);
+  CHECK(p2.max == p.max);
+  CHECK(p2.label_counts == p.label_counts);
+  net::msg::stats_reply s{.pass = 2, .examples = 40, .features = 2, .sq_dev = {4.5, 0.0}, .target_sq_dev = 1.25};
+  const auto s2 = std::get<net::msg::stats_reply>(round_trip(s));
+  CHECK(s2.sq_dev == s.sq_dev);
+  CHECK(s2.target_sq_dev == 1.25);
+}
+
+TEST_CASE("malformed: statistics whose arrays do not match their declared length are refused before decoding") {
+  // "features": 3, but the sums hold two values: the text's length is checked first.
+  const std::string two = tessera::core::encode_doubles(std::vector<double>{1, 2});
+  const std::string json = R"({"pass":1,"examples":4,"features":3,"sum":")" + two + R"(","min":")" + two + R"(","max":")" + two +
+                           R"(","label_counts":[4],"target_sum":0})";
+  CHECK(decode_message_text(frame_with_json(net::frame_type::stats_reply, json)) ==
+        "STATS_REPLY: field 'sum': 24 base64 characters, expected 32 for 24 bytes");
+  const std::string huge = R"({"pass":1,"examples":4,"features":99999999999,"sum":"","min":"","max":"","label_counts":[],"target_sum":0})";
+  CHECK(decode_message_text(frame_with_json(net::frame_type::stats_reply, huge)).find("'features': over the maximum") != std::string::npos);
+  const std::string pass3 = R"({"pass":3,"task":"classification","inputs":3,"outputs":2})";
+  CHECK(decode_message_text(frame_with_json(net::frame_type::stats, pass3)).find("'pass': over the maximum of 2") != std::string::npos);
 }
 
 TEST_CASE("chunk frames decode their binary sub-header and data") {

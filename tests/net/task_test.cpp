@@ -79,3 +79,31 @@ TEST_CASE("task: every field is bounded before anything is sized from it, and th
   a.hyper_json = "[1, 2]";
   CHECK_FALSE(net::task_from_assign(a).ok());
 }
+
+TEST_CASE("task: the model's input normalization travels with the task, exactly, and is checked") {
+  auto t = sample();
+  core::input_normalization n;
+  for (int i = 0; i < 784; ++i) {
+    n.mean.push_back(0.1f * static_cast<float>(i));
+    n.std.push_back(1.0f + static_cast<float>(i % 7));
+  }
+  t.normalization = std::make_shared<const core::input_normalization>(n);
+  auto back = net::task_from_assign(assign_of(t));
+  REQUIRE_MESSAGE(back.ok(), (back.ok() ? "" : back.error().message));
+  REQUIRE(back.value().normalization);
+  CHECK(*back.value().normalization == n);
+  CHECK_FALSE(net::task_from_assign(assign_of(sample())).value().normalization);  // none: none
+
+  auto a = assign_of(t);
+  auto j = nlohmann::json::parse(a.hyper_json);
+  j.erase("input_std");
+  a.hyper_json = j.dump();
+  CHECK(net::task_from_assign(a).error().message == "ASSIGN: field 'input_std': missing (the two go together)");
+  n.std[5] = 0.0f;  // a hostile hub: dividing by zero would poison every batch
+  t.normalization = std::make_shared<const core::input_normalization>(n);
+  CHECK(net::task_from_assign(assign_of(t)).error().message == "ASSIGN: field 'input_std': value 5 is not a finite positive number");
+  n.std.pop_back();
+  n.mean.pop_back();  // 783 values for 784 inputs
+  t.normalization = std::make_shared<const core::input_normalization>(n);
+  CHECK(net::task_from_assign(assign_of(t)).error().message.find("ASSIGN: field 'input_mean': ") == 0);
+}

@@ -116,3 +116,22 @@ TEST_CASE("checkpoint: a changed byte, the wrong key, another model or a missing
   REQUIRE_FALSE(junk.ok());
   CHECK(junk.error().message.find("not a hub checkpoint") != std::string::npos);
 }
+
+TEST_CASE("checkpoint: the fleet's statistics are kept, exactly, so a resumed run does not ask again") {
+  temp_dir d("ckpt-stats");
+  rounds::checkpoint c = sample();
+  c.round = 0;  // saved before round 1, once the statistics are in
+  c.spec.input_normalization = core::input_normalization_kind::standardize;
+  c.normalization.mean = {0.1f, -2.5f, 1e4f, 3.0f, 0.0f, 1.0f, 7.0f, 1e-3f};
+  c.normalization.std = {1.0f, 0.25f, 3e3f, 1.0f, 2.0f, 1.0f, 0.5f, 1e-4f};
+  c.statistics = {{"examples", 900}, {"devices", {"pi-01", "pi-02"}}, {"label_counts", {300, 300, 300}}};
+  REQUIRE(rounds::save_checkpoint(d.file("s.ckpt"), c, nullptr).ok());
+  auto back = rounds::load_checkpoint(d.file("s.ckpt"), c.spec, nullptr);
+  REQUIRE_MESSAGE(back.ok(), (back.ok() ? "" : back.error().message));
+  REQUIRE(back.value().has_value());
+  CHECK(back.value()->round == 0);
+  CHECK(back.value()->normalization == c.normalization);
+  CHECK(back.value()->statistics == c.statistics);
+  // The spec says standardize: a configuration without it is another model.
+  CHECK_FALSE(rounds::load_checkpoint(d.file("s.ckpt"), spec(), nullptr).ok());
+}

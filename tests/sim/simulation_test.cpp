@@ -2,6 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+
+#include "tessera/core/fed_stats.hpp"
 #include "tessera/core/ist.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/rng.hpp"
@@ -151,6 +154,16 @@ TEST_CASE("sim config: overrides reach dotted fields and parse JSON values") {
   CHECK(bad.error().message.find("key=value") != std::string::npos);
 }
 
+TEST_CASE("simulation: labels the model cannot learn are refused as the data loads, naming the data and the example") {
+  auto train = prototypes(50, 6);  // classes 0..2
+  auto cfg = config_for("ist");
+  cfg.model.outputs = 2;
+  auto sim = sim::simulation::create(cfg, train, nullptr);
+  REQUIRE_FALSE(sim.ok());
+  CHECK(sim.error().message.find("prototypes: example ") == 0);
+  CHECK(sim.error().message.find(" (counting from 0): label 2, but the model has 2 classes (labels 0 to 1)") != std::string::npos);
+}
+
 TEST_CASE("simulation: data of the wrong width is refused, naming the data") {
   auto train = prototypes(50, 6);
   auto cfg = config_for("ist");
@@ -188,4 +201,49 @@ TEST_CASE("simulation: parameters pass through the codec both ways, and bytes co
   auto bad = sim::parse_sim_config({{"codec", "f8"}}, "sim.json");
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message.find("'codec'") != std::string::npos);
+}
+
+TEST_CASE("simulation: standardize measures the fleet's statistics on the shards, as the hub does, and trains with them") {
+  // The prototypes shifted and scaled per feature, as readings in different units.
+  auto raw = prototypes(800, 1);
+  std::vector<float> x(raw.features().begin(), raw.features().end());
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = x[i] * std::pow(10.0f, static_cast<float>(i % 12) - 4.0f) + 50.0f;
+  core::memory_table train(12, x, std::vector<float>(raw.targets().begin(), raw.targets().end()), "readings");
+  auto cfg = config_for("ist");
+  cfg.model.input_normalization = core::input_normalization_kind::standardize;
+  auto sim = sim::simulation::create(cfg, train, nullptr);
+  REQUIRE_MESSAGE(sim.ok(), (sim.ok() ? "" : sim.error().message));
+  const core::input_normalization& n = sim.value()->engine().normalization();
+  REQUIRE(n.size() == 12);
+  // Every device was asked (200 examples each): the statistics are the whole training set's.
+  core::fleet_stats whole(12, core::task_kind::classification, 3);
+  REQUIRE(whole.add_sums(core::measure_sums(*core::make_table_stream(train), core::task_kind::classification, 3).value(), "all").ok());
+  REQUIRE(whole.add_spread(core::measure_spread(*core::make_table_stream(train), whole.mean(), 0).value(), 800, "all").ok());
+  const auto expected = whole.normalization().value();
+  for (std::size_t j = 0; j < 12; ++j) {
+    CAPTURE(j);
+    CHECK(n.mean[j] == doctest::Approx(expected.mean[j]).epsilon(1e-6));
+    CHECK(n.std[j] == doctest::Approx(expected.std[j]).epsilon(1e-5));
+  }
+  CHECK(sim.value()->engine().statistics().at("examples") == 800);
+  // Every assignment carries the normalization to its device.
+  REQUIRE(sim.value()->run_round().ok());
+
+  // In the configuration: the training set's normalization standardize turns it on; a model that says
+  // none explicitly contradicts it.
+  const nlohmann::json csv = {{"format", "csv"}, {"features", "train.csv"}, {"label_column", 12}};
+  auto on = sim::parse_sim_config({{"data", {{"train", csv}}}, {"model", {{"inputs", 12}, {"hidden", {8}}, {"outputs", 3}}}}, "sim.json");
+  REQUIRE(on.ok());
+  CHECK(on.value().model.input_normalization == core::input_normalization_kind::standardize);  // CSV's default
+  CHECK(on.value().data.train.norm == core::normalization::none);  // the files are read as they are
+  nlohmann::json explicit_std = csv;
+  explicit_std["normalization"] = "standardize";
+  CHECK(config_error({{"data", {{"train", explicit_std}}},
+                      {"model", {{"inputs", 12}, {"hidden", {8}}, {"outputs", 3}, {"input_normalization", "none"}}}}) ==
+        "sim.json: field 'data.train.normalization': standardize uses the fleet's statistics, but model.input_normalization is none");
+  auto off = sim::parse_sim_config({{"data", {{"train", csv}}},
+                                    {"model", {{"inputs", 12}, {"hidden", {8}}, {"outputs", 3}, {"input_normalization", "none"}}}},
+                                   "sim.json");
+  REQUIRE(off.ok());
+  CHECK(off.value().data.train.norm == core::normalization::none);  // CSV's default follows the model
 }

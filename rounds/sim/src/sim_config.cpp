@@ -6,7 +6,8 @@ using rounds::strategy_kind;
 
 namespace {
 
-void read_data_fields(core::config_reader& r, data_config& data) {
+void read_data_fields(core::config_reader& r, sim_config& c) {
+  data_config& data = c.data;
   // The fields before sources were one object each, named so an old configuration says what to write.
   for (const char* old : {"format", "label_column", "header", "normalization", "max_examples"})
     r.renamed(old, std::string("data.train.") + old + " (and data.test." + old + ")");
@@ -16,19 +17,26 @@ void read_data_fields(core::config_reader& r, data_config& data) {
   r.renamed("test_images", "data.test.features");
   r.renamed("test_labels", "data.test.labels");
   r.renamed("test_csv", "data.test.features");
-  // CSV without units in common gets standardized by default: the simulator holds the whole training set.
-  const core::data_source_rules rules{.required = true, .allow_standardize = true, .csv_default = core::normalization::standardize};
+  // CSV without units in common gets standardized by default, with the fleet's statistics as a real
+  // federation would (rounds/statistics.hpp), unless the model says none.
+  const auto csv_default = c.input_normalization_given && c.model.input_normalization == core::input_normalization_kind::none
+                               ? core::normalization::none
+                               : core::normalization::standardize;
+  const core::data_source_rules rules{.required = true, .allow_standardize = true, .csv_default = csv_default};
+  core::normalization train_norm = data.train.norm;
   if (const auto* t = r.object("train", "the training set, dealt out to the devices")) {
     core::config_reader tr = r.child("train", *t);
     data.train = core::read_data_source(tr, data.train, rules);
+    train_norm = data.train.norm;
+    // standardize: the model standardizes its inputs with statistics measured on the shards.
+    rounds::standardize_with_fleet(tr, data.train, c);
     if (auto done = tr.finish(); !done) r.fail(std::move(done).error());
   }
   if (const auto* t = r.object("test", "the test set the model is evaluated on (features \"\": none)")) {
     core::config_reader tr = r.child("test", *t);
-    data.test = core::read_data_source(tr, data.test, {.required = false, .allow_standardize = true,
-                                                       .csv_default = core::normalization::standardize});
+    data.test = core::read_data_source(tr, data.test, {.required = false, .allow_standardize = true, .csv_default = csv_default});
     // The model sees its inputs one way: the test set is normalized as the training set is.
-    if (tr.has("normalization") && data.test.norm != data.train.norm)
+    if (tr.has("normalization") && data.test.norm != train_norm)
       tr.fail("normalization", "the test set is normalized as the training set (data.train.normalization): leave it out");
     if (auto done = tr.finish(); !done) r.fail(std::move(done).error());
   }
@@ -49,7 +57,7 @@ core::result<sim_config> read_sim_config(core::config_reader& r) {
     r.fail("capacities", std::to_string(c.capacities.size()) + " entries for " + std::to_string(c.devices) + " devices");
   if (const auto* d = r.object("data", "the examples: a training set and a test set")) {
     core::config_reader dr = r.child("data", *d);
-    read_data_fields(dr, c.data);
+    read_data_fields(dr, c);
     TESSERA_TRY(dr.finish());
   }
   if (c.strategy == strategy_kind::central) c.devices = 1;

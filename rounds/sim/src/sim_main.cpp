@@ -31,7 +31,7 @@ core::result<int> write_shards(const core::command_line& line, const sim::sim_co
 
 core::result<int> simulate(const core::command_line& line, const sim::sim_config& cfg) {
   if (line.has("--out")) return core::make_error(core::errc::invalid_argument, "--out goes with the shards command");
-  TESSERA_ASSIGN_OR_RETURN(const sim::sim_data data, sim::load_sim_data(cfg.data));
+  TESSERA_ASSIGN_OR_RETURN(const sim::sim_data data, sim::load_sim_data(cfg));
   TESSERA_ASSIGN_OR_RETURN(auto s, sim::simulation::create(cfg, *data.train, data.test.get(), core::stderr_log("sim", line.level)));
   std::printf("tessera-sim: %s, %zu device(s), model %s, compensation %s, %lld training examples, seed %llu\n",
               std::string(rounds::to_string(cfg.strategy)).c_str(), s->shards().size(), core::widths_text(cfg.model).c_str(),

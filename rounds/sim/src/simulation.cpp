@@ -7,7 +7,9 @@
 #include "tessera/core/device_round.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/seeds.hpp"
+#include "tessera/core/targets.hpp"
 #include "tessera/core/training_block.hpp"
+#include "tessera/rounds/statistics.hpp"
 #include "tessera/sim/shards.hpp"
 
 namespace tessera::sim {
@@ -16,10 +18,16 @@ namespace {
 using core::errc;
 using core::make_error;
 
-core::result<void> check_features(const core::memory_table& table, const sim_config& config) {
-  if (table.feature_count() == config.model.inputs) return {};
-  return make_error(errc::invalid_spec, table.describe() + ": " + std::to_string(table.feature_count()) +
-                                            " features per example, but model.inputs is " + std::to_string(config.model.inputs));
+// The table's examples fit the model: as many features as it has inputs, targets it can learn.
+core::result<void> check_data(const core::memory_table& table, const sim_config& config) {
+  if (table.feature_count() != config.model.inputs)
+    return make_error(errc::invalid_spec, table.describe() + ": " + std::to_string(table.feature_count()) +
+                                              " features per example, but model.inputs is " + std::to_string(config.model.inputs));
+  core::target_summary targets;
+  targets.add(table.targets());
+  return core::check_targets(targets, config.model.task, config.model.outputs, [&table](std::int64_t i) {
+    return table.describe() + ": example " + std::to_string(i) + " (counting from 0)";
+  });
 }
 
 }  // namespace
@@ -34,8 +42,8 @@ simulation::simulation(const sim_config& config, core::memory_table* test, std::
 
 core::result<std::unique_ptr<simulation>> simulation::create(const sim_config& config, const core::memory_table& train,
                                                              core::memory_table* test, core::log_sink log) {
-  TESSERA_TRY(check_features(train, config));
-  if (test) TESSERA_TRY(check_features(*test, config));
+  TESSERA_TRY(check_data(train, config));
+  if (test) TESSERA_TRY(check_data(*test, config));
   TESSERA_ASSIGN_OR_RETURN(auto shards, make_shards(config, train));
   std::vector<float> params(core::param_count(config.model.full_arch()));
   core::initialize(config.model, params);
@@ -56,20 +64,49 @@ core::result<std::unique_ptr<simulation>> simulation::create(const sim_config& c
     sim->by_id_.emplace(dev.id, d);
     sim->devices_.push_back(std::move(dev));
   }
+  if (sim->engine_.needs_statistics()) TESSERA_TRY(sim->measure_statistics());
   return sim;
+}
+
+std::vector<rounds::device_offer> simulation::offers() const {
+  std::vector<rounds::device_offer> out;
+  out.reserve(devices_.size());
+  for (const auto& d : devices_)
+    out.push_back({.id = d.id,
+                   .budget_bytes = std::numeric_limits<std::uint64_t>::max(),
+                   .examples = static_cast<std::uint64_t>(shards_[d.shard].size()),
+                   .codecs = {config_.codec},
+                   .capacity = d.capacity});
+  return out;
+}
+
+// The fleet's statistics as the hub gathers them: the same devices asked, the same two passes over each
+// shard in its order (an agent reads its shard's files in that order), added in the same order.
+core::result<void> simulation::measure_statistics() {
+  rounds::stats_gathering g(config_.model, config_.min_stats_examples);
+  TESSERA_ASSIGN_OR_RETURN(const auto skipped, g.begin(offers()));
+  for (const auto& e : skipped)
+    if (log_) log_(core::log_level::warning, e.id + " is not asked for statistics: " + e.reason);
+  const auto shard_of = [this](const std::string& id) -> core::memory_table& { return shards_[devices_[by_id_.find(id)->second].shard]; };
+  for (const auto& id : g.asked()) {
+    TESSERA_ASSIGN_OR_RETURN(const auto sums, core::measure_sums(*core::make_table_stream(shard_of(id)), config_.model.task,
+                                                                 config_.model.outputs));
+    TESSERA_TRY(g.add_sums(id, sums));
+  }
+  TESSERA_TRY(g.finish_pass());
+  for (const auto& id : g.asked()) {
+    TESSERA_ASSIGN_OR_RETURN(const auto spread, core::measure_spread(*core::make_table_stream(shard_of(id)), g.mean(), g.target_mean()));
+    TESSERA_TRY(g.add_spread(id, spread));
+  }
+  TESSERA_TRY(g.finish_pass());
+  TESSERA_ASSIGN_OR_RETURN(auto n, g.normalization());
+  if (log_) log_(core::log_level::info, "the fleet's input statistics: " + g.summary().dump());
+  return engine_.set_normalization(std::move(n), g.summary());
 }
 
 core::result<rounds::round_metrics> simulation::run_round() {
   const auto started = rounds::recorder::clock::now();
-  std::vector<rounds::device_offer> offers;
-  offers.reserve(devices_.size());
-  for (const auto& d : devices_)
-    offers.push_back({.id = d.id,
-                      .budget_bytes = std::numeric_limits<std::uint64_t>::max(),
-                      .examples = static_cast<std::uint64_t>(shards_[d.shard].size()),
-                      .codecs = {config_.codec},
-                      .capacity = d.capacity});
-  TESSERA_ASSIGN_OR_RETURN(const auto excluded, engine_.begin_round(std::move(offers)));
+  TESSERA_ASSIGN_OR_RETURN(const auto excluded, engine_.begin_round(offers()));
   if (!excluded.empty()) return make_error(errc::invalid_spec, excluded.front().id + " cannot take part: " + excluded.front().reason);
   for (auto& a : engine_.assignments()) TESSERA_TRY(run_device(a, devices_[by_id_.find(a.device)->second]));
 

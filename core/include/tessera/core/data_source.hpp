@@ -36,8 +36,8 @@ inline constexpr auto k_data_format_names = names_in_order<data_format>({"idx", 
 
 struct data_source {
   data_format format = data_format::idx;
-  std::string features;
-  std::string labels;
+  std::string features{};
+  std::string labels{};
   std::size_t label_column = 0;
   bool header = false;
   normalization norm = normalization::scale_unit;  // the default for idx and npy; none for csv
@@ -67,6 +67,9 @@ struct opened_data {
 // The whole source in memory (its first `first` examples when first > 0); refuses more than
 // source.max_examples.
 [[nodiscard]] result<memory_table> load_data(const data_source& source, const feature_stats* stats, std::int64_t first = 0);
+// Where example `index` (counting from 0) of the source is, for messages: "data.csv: line 13" for CSV
+// (read again up to it), "labels.npy: row 11 (counting from 0)" for the record of an IDX or .npy labels file.
+[[nodiscard]] std::string locate_example(const data_source& source, std::int64_t index);
 // Per-feature mean and deviation of the source's raw values (its normalization ignored).
 [[nodiscard]] result<feature_stats> measure_stats(const data_source& source);
 

@@ -56,6 +56,9 @@ class example_stream {
   [[nodiscard]] virtual result<void> rewind() = 0;
   // The file(s) behind the stream, for messages.
   [[nodiscard]] virtual std::string describe() const = 0;
+  // Where the last example read is in the file, when the format says more than its index: a CSV reader
+  // gives "line 13" (header and blank lines counted). Empty otherwise.
+  [[nodiscard]] virtual std::string last_position() const { return {}; }
 };
 
 // A dataset of fixed-size records that can be read at any index.
@@ -138,6 +141,8 @@ inline constexpr std::size_t k_npy_max_header = 1 << 16;
 // Writers for tests and exports: float32 features (N × features) and int32 labels.
 [[nodiscard]] result<void> write_npy_features(const std::string& path, std::int64_t features, std::span<const float> values);
 [[nodiscard]] result<void> write_npy_labels(const std::string& path, std::span<const std::int32_t> labels);
+// float32 targets (regression), shape (N,).
+[[nodiscard]] result<void> write_npy_targets(const std::string& path, std::span<const float> targets);
 
 // A contiguous range [begin, end) of a table, as a table: a local validation split that needs no copy
 // and no index array. `base` must outlive the view.

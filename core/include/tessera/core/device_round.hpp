@@ -17,9 +17,11 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "tessera/core/error.hpp"
+#include "tessera/core/input_normalization.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/core/optimizer.hpp"
 #include "tessera/core/train.hpp"
@@ -33,6 +35,9 @@ struct training_task {
   std::int64_t steps = 0;
   std::int64_t batch = 0;
   sgd_options sgd;
+  // The model's input normalization, applied to every batch (null: none). Shared: a round's tasks all
+  // carry the same one.
+  std::shared_ptr<const input_normalization> normalization{};
 };
 
 // Where the round's blob of `bytes` bytes (encoded_bytes(arch, codec)) lives in the block.
@@ -43,7 +48,8 @@ struct training_task {
 [[nodiscard]] result<void> take_download(training_block& block, const mlp_arch& arch, codec_kind codec,
                                          std::span<const std::byte> blob);
 
-// Trains task.steps steps on the block's parameters, then encodes them into `blob` for the upload.
+// Trains task.steps steps on the block's parameters (on `data` normalized by task.normalization, if
+// any), then encodes them into `blob` for the upload.
 // `cancel` may be null; when it turns true training stops with errc::cancelled.
 [[nodiscard]] result<local_training_report> train_for_upload(training_block& block, const training_task& task,
                                                              codec_kind codec, std::span<std::byte> blob,

@@ -6,6 +6,8 @@
 //     "task": "classification",            // or "regression" (MSE)
 //     "init": "he_uniform",                // or "he_normal", "xavier_uniform"
 //     "compensation": "layer_norm",        // how narrow subnets match the full model, see below
+//     "input_normalization": "none",       // or "standardize": inputs standardized with the fleet's
+//                                          // statistics (core/fed_stats.hpp), part of the model
 //     "seed": 1 }
 //
 //   auto spec = core::parse_model_spec(text, "hub.json:model");  // errors name the field and source
@@ -33,10 +35,12 @@ namespace tessera::core {
 enum class task_kind { classification, regression };
 enum class init_kind { he_uniform, he_normal, xavier_uniform };
 enum class compensation_kind { none, scale, layer_norm, layer_norm_scale };
+enum class input_normalization_kind { none, standardize };
 
 inline constexpr auto k_task_names = names_in_order<task_kind>({"classification", "regression"});
 inline constexpr auto k_init_names = names_in_order<init_kind>({"he_uniform", "he_normal", "xavier_uniform"});
 inline constexpr auto k_compensation_names = names_in_order<compensation_kind>({"none", "scale", "layer_norm", "layer_norm_scale"});
+inline constexpr auto k_input_normalization_names = names_in_order<input_normalization_kind>({"none", "standardize"});
 [[nodiscard]] inline std::string_view to_string(task_kind v) noexcept { return k_task_names.name(v); }
 [[nodiscard]] inline std::string_view to_string(init_kind v) noexcept { return k_init_names.name(v); }
 [[nodiscard]] inline std::string_view to_string(compensation_kind v) noexcept { return k_compensation_names.name(v); }
@@ -63,6 +67,9 @@ struct model_spec {
   task_kind task = task_kind::classification;
   init_kind init = init_kind::he_uniform;
   compensation_kind compensation = compensation_kind::layer_norm;
+  // standardize: the model starts with x' = (x − mean) / std per input, mean and std measured over the
+  // fleet before round 1 (the values live beside the parameters: core/input_normalization.hpp).
+  input_normalization_kind input_normalization = input_normalization_kind::none;
   std::uint64_t seed = 1;
 
   // The full model's architecture (all input scales 1).

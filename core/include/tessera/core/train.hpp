@@ -18,6 +18,7 @@
 
 #include "tessera/core/dataset.hpp"
 #include "tessera/core/error.hpp"
+#include "tessera/core/input_normalization.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/optimizer.hpp"
 
@@ -96,6 +97,22 @@ class shuffled_stream_batches final : public batch_source {
   bool stream_ended_ = false;
 };
 
+// Another source's batches with the model's input normalization applied (core/input_normalization.hpp):
+// the one place training data meets it, on a device and in the simulator alike. `base` and `n` must
+// outlive it; it holds no buffer of its own.
+class normalized_batches final : public batch_source {
+ public:
+  normalized_batches(batch_source& base, const input_normalization& n) noexcept : base_(base), n_(n) {}
+  [[nodiscard]] std::int64_t feature_count() const noexcept override { return base_.feature_count(); }
+  [[nodiscard]] result<void> next(std::span<float> features, std::span<float> targets) override;
+  [[nodiscard]] std::string describe() const override { return base_.describe(); }
+  [[nodiscard]] std::size_t buffer_bytes() const noexcept override { return base_.buffer_bytes(); }
+
+ private:
+  batch_source& base_;
+  const input_normalization& n_;
+};
+
 struct local_training_options {
   std::int64_t steps = 100;
   sgd_options sgd;
@@ -157,7 +174,8 @@ struct evaluation {
   double accuracy = 0;  // fraction correct; 0 for regression
   std::int64_t examples = 0;
 };
+// `normalization` (may be null or empty) is applied to every batch, as in training.
 [[nodiscard]] result<evaluation> evaluate(const network& net, std::span<const float> params, example_table& data,
-                                          std::int64_t batch = 256);
+                                          std::int64_t batch = 256, const input_normalization* normalization = nullptr);
 
 }  // namespace tessera::core

@@ -17,6 +17,11 @@
 //   ▼
 //   RESULT ──▶ accepted or rejected (logged); the arena is released until the next assignment
 //
+// Before round 1 of a model that standardizes its inputs the hub asks for STATS, twice: the agent
+// measures its training examples on the worker thread (core/fed_stats.hpp: counts and sums, then
+// squared deviations about the fleet's mean) and answers STATS_REPLY. Data that does not suit the
+// model (feature count, labels) is refused instead, once, with the reason.
+//
 // A newer ASSIGN supersedes the current one (training is cancelled within one step). Nothing the hub
 // sends can crash the agent: every field is bounded before use and a bad assignment is refused.
 // Run io.run() on one thread; training has its own.
@@ -81,9 +86,13 @@ class agent {
   void on_downloaded(const std::shared_ptr<net::incoming_transfer>& in);
   void on_trained(std::uint64_t generation, core::result<core::local_training_report> report, const net::digest& sha);
   void on_result(const net::msg::result& r);
+  void on_stats(const net::msg::stats& q);
+  void on_measured(std::uint64_t generation, core::result<net::msg::stats_reply> reply);
   void cancel_job();
-  // REFUSE{reason} for the assignment of `round`, logged.
+  // REFUSE{code, reason} for the assignment of `round`, logged.
   void refuse_job(std::uint64_t round, const core::error& why);
+  // REFUSE{code, "<what>: reason"}, logged; the hub closes the link and the agent dials again.
+  void refuse(const std::string& what, const core::error& why);
 
   boost::asio::io_context& io_;
   agent_config config_;

@@ -26,6 +26,7 @@ struct agent_config {
   core::host_port hub{"127.0.0.1", 7443};
   crypto::agent_tls_files tls{.ca_cert = "pki/ca.pem", .cert = "pki/device.pem", .key = "pki/device.key", .hub_name = ""};
   data_config data;
+  bool requires_normalization = false;       // data.normalization standardize: refuse models without statistics
   std::uint64_t data_seed = 0;               // batch order; 0: derived from the device id
   std::size_t budget_bytes = 16u << 20;      // training arena + data reader buffers
   std::vector<core::codec_kind> codecs{core::codec_kind::f32, core::codec_kind::f16, core::codec_kind::q8};

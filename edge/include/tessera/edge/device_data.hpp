@@ -20,6 +20,7 @@
 #include "tessera/core/data_source.hpp"
 #include "tessera/core/dataset.hpp"
 #include "tessera/core/error.hpp"
+#include "tessera/core/targets.hpp"
 #include "tessera/core/train.hpp"
 
 namespace tessera::edge {
@@ -36,6 +37,9 @@ class device_data {
   [[nodiscard]] static core::result<std::unique_ptr<device_data>> open(const data_config& config, std::uint64_t seed);
 
   [[nodiscard]] core::batch_source& train() noexcept { return *train_; }
+  // The training examples in file order, as a stream of their own (the fleet's statistics read them
+  // while no training runs): a view of the table, or the files opened again.
+  [[nodiscard]] core::result<std::unique_ptr<core::example_stream>> training_examples() const;
   // Training examples (known for tables; for streams counted by one pass at open).
   [[nodiscard]] std::int64_t train_examples() const noexcept { return train_examples_; }
   [[nodiscard]] bool has_validation() const noexcept { return validation_table_ || validation_stream_; }
@@ -44,6 +48,13 @@ class device_data {
                                                         core::training_buffers buffers, std::int64_t batch);
   [[nodiscard]] std::size_t buffer_bytes() const noexcept;
   [[nodiscard]] std::int64_t feature_count() const noexcept { return train_->feature_count(); }
+  // The targets of all the device's examples (training and validation), taken at open, and the data's
+  // name for messages.
+  [[nodiscard]] const core::target_summary& targets() const noexcept { return targets_; }
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] const core::data_source& source() const noexcept { return source_; }
+  // A short text that changes when the data's shape or targets do (HELLO's data_digest).
+  [[nodiscard]] std::string digest() const;
 
  private:
   device_data() = default;
@@ -55,6 +66,10 @@ class device_data {
   std::unique_ptr<core::batch_source> train_;
   std::int64_t train_examples_ = 0;
   std::size_t stream_buffers_ = 0;
+  std::int64_t every_ = 0;  // a stream's validation split: every every_-th record (0: none)
+  core::target_summary targets_;
+  std::string name_;
+  core::data_source source_;
 };
 
 }  // namespace tessera::edge

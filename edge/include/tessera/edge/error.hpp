@@ -24,6 +24,7 @@ enum class errc {
   bad_download,      // the downloaded parameters do not decode or are not finite
   training_failed,   // training stopped with an error (a diverged loss, unreadable data)
   data_over_budget,  // the data reader's buffers alone exceed the memory budget
+  labels_mismatch,   // the data's targets do not suit the model (a label out of range, fractional, not finite)
 };
 
 [[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.edge"

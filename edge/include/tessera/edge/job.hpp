@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "tessera/core/device_round.hpp"
+#include "tessera/core/targets.hpp"
 #include "tessera/edge/arena.hpp"
 #include "tessera/edge/error.hpp"
 #include "tessera/net/messages.hpp"
@@ -38,12 +39,17 @@ namespace tessera::edge {
 struct device_limits {
   std::int64_t feature_count = 0;
   std::int64_t max_batch = 0;
-  std::vector<core::codec_kind> codecs;
+  std::vector<core::codec_kind> codecs{};
   std::size_t arena_budget = 0;     // bytes for the training arena (the budget less the reader's buffers)
+  const core::target_summary* targets = nullptr;  // the data's targets, checked against the model if given
+  const core::data_source* source = nullptr;      // where they are, to name the file and row of a bad one
+  std::string data_name{};          // the data, for messages
+  bool requires_normalization = false;  // data.normalization standardize: the model must carry statistics
 };
 
 // The assignment's task, or why this device refuses it (edge::errc; core::errc::over_budget when the
-// subnet does not fit, with both numbers).
+// subnet does not fit, with both numbers). inputs_mismatch and labels_mismatch mean the data does not
+// suit the model at all: the hub stops assigning to the device until its data changes.
 [[nodiscard]] core::result<core::training_task> check_assignment(const net::msg::assign& a, const device_limits& limits);
 
 class job : public std::enable_shared_from_this<job> {

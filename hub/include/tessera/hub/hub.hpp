@@ -56,6 +56,7 @@
 #include "tessera/rounds/checkpoint.hpp"
 #include "tessera/rounds/engine.hpp"
 #include "tessera/rounds/recorder.hpp"
+#include "tessera/rounds/statistics.hpp"
 
 namespace tessera::hub {
 
@@ -93,6 +94,8 @@ class hub_service {
     std::shared_ptr<upload_slot> upload;
     net::msg::update update{};               // the announcement of the upload in flight
     std::uint64_t accepted_upload = 0;       // the last upload accepted (a repeat gets its RESULT again)
+    std::string data_digest;                 // HELLO's: changes when the device's data does
+    std::string unfit;                       // why its data cannot train this model; no assignments meanwhile
   };
 
   hub_service(boost::asio::io_context& io, const hub_config& config, core::log_sink log);
@@ -111,7 +114,18 @@ class hub_service {
   void reject(const std::shared_ptr<net::session>& s, const std::string& id, const core::error& why, std::uint64_t transfer);
   void arm_wait_timer();
   void maybe_start_round();
+  // The connected devices that may take part, at most max_devices.
+  [[nodiscard]] std::vector<rounds::device_offer> ready_offers() const;
   void start_round();
+  // The fleet's statistics before round 1 (hub_stats.cpp), when the model standardizes its inputs.
+  void start_statistics(std::vector<rounds::device_offer> offers);
+  void ask_statistics();
+  void on_stats_reply(const std::shared_ptr<net::session>& s, const net::msg::stats_reply& r);
+  void drop_from_statistics(const std::string& id, const std::string& why);
+  void end_statistics_pass();
+  [[nodiscard]] std::vector<rounds::device_record> registry() const;
+  // A model whose statistics would not fit in one control frame is refused at start.
+  [[nodiscard]] core::result<void> check_frame_room() const;
   void close_round();
   void reload_revocations();
   void finish(const std::string& failure);
@@ -126,6 +140,7 @@ class hub_service {
   std::unique_ptr<rounds::engine> engine_;
   std::optional<rounds::recorder> recorder_;
   std::unique_ptr<core::memory_table> validation_;
+  std::unique_ptr<rounds::stats_gathering> stats_;  // while the statistics are being gathered
   std::map<std::string, device_entry> devices_;
   boost::asio::steady_timer wait_timer_;
   boost::asio::steady_timer deadline_timer_;

@@ -60,8 +60,10 @@ enum class frame_type : std::uint8_t {
   ping = 8,
   pong = 9,
   refuse = 10,  // either way, the reason before a close
+  stats = 11,        // hub → agent, asks for one pass of the feature statistics
+  stats_reply = 12,  // agent → hub, that pass's counts and sums
 };
-inline constexpr std::uint8_t max_frame_type = 10;
+inline constexpr std::uint8_t max_frame_type = 12;
 
 [[nodiscard]] std::string_view to_string(frame_type t) noexcept;
 

@@ -25,6 +25,7 @@
 
 #include "tessera/core/error.hpp"
 #include "tessera/core/memory.hpp"
+#include "tessera/core/model_spec.hpp"
 #include "tessera/net/frame.hpp"
 
 namespace tessera::net {
@@ -38,6 +39,9 @@ inline constexpr std::size_t max_widths = 64;
 // (core/codec.hpp documents the bytes).
 using codec = core::codec_kind;
 inline constexpr std::size_t max_code_chars = 64;
+// Features and classes a STATS exchange may describe (the frame size bounds them further).
+inline constexpr std::uint64_t max_stats_features = 1u << 20;
+inline constexpr std::uint64_t max_stats_classes = 1u << 16;
 
 using digest = std::array<std::uint8_t, 32>;  // SHA-256 of a whole blob
 
@@ -58,6 +62,7 @@ struct hello {
   std::uint64_t examples = 0;          // examples held by the device
   std::vector<codec> codecs{};           // codecs the agent can decode/encode; unknown names are skipped
   std::vector<resume_entry> resume{};    // downloads in progress, so the hub resumes them
+  std::string data_digest{};             // identifies the device's data (shape and targets); optional
 };
 
 struct welcome {
@@ -108,12 +113,38 @@ struct pong {
 
 struct refuse {
   std::string reason{};
+  std::string code{};                  // why, as core::error_name ("edge.labels_mismatch"); optional
+};
+
+// One pass of the feature statistics (core/fed_stats.hpp). Pass 1 asks for counts and sums; pass 2 for
+// squared deviations about the fleet's mean, which it carries. Arrays of numbers travel as base64 of
+// little-endian float64 (exact), their lengths fixed by `inputs` and `outputs`.
+struct stats {
+  std::uint32_t pass = 1;                // 1 or 2
+  core::task_kind task = core::task_kind::classification;
+  std::uint64_t inputs = 0;              // features the model takes (the device checks its data has them)
+  std::uint64_t outputs = 0;             // classes (classification) or 1
+  std::vector<double> mean{};            // pass 2: the fleet's mean per feature
+  double target_mean = 0;                // pass 2, regression
+};
+
+struct stats_reply {
+  std::uint32_t pass = 1;
+  std::uint64_t examples = 0;
+  std::uint64_t features = 0;                  // length of every per-feature array
+  // pass 1
+  std::vector<double> sum{}, min{}, max{};
+  std::vector<std::uint64_t> label_counts{};   // classification
+  double target_sum = 0;
+  // pass 2
+  std::vector<double> sq_dev{};
+  double target_sq_dev = 0;
 };
 
 }  // namespace msg
 
 using message = std::variant<msg::hello, msg::welcome, msg::assign, msg::ack, msg::update, msg::result, msg::ping,
-                             msg::pong, msg::refuse>;
+                             msg::pong, msg::refuse, msg::stats, msg::stats_reply>;
 
 [[nodiscard]] frame_type type_of(const message& m) noexcept;
 // The JSON payload of a control message.

@@ -93,7 +93,8 @@ class session : public std::enable_shared_from_this<session> {
   // Flushes queued frames, exchanges close_notify, closes; on_closed reports errc::stopped.
   void close();
   // Sends REFUSE{reason} and closes; on_closed reports `code`.
-  void refuse(errc code, std::string reason);
+  // `wire_code` (optional) travels in the REFUSE beside the reason (core::error_name of the cause).
+  void refuse(errc code, std::string reason, std::string wire_code = {});
 
   // Hub role: the device id of the peer certificate (empty before on_ready).
   [[nodiscard]] const std::string& peer_device_id() const noexcept { return peer_id_; }
@@ -149,6 +150,7 @@ class session : public std::enable_shared_from_this<session> {
   bool write_pending_ = false;
   bool send_paused_ = false;  // the send rate cap's timer is waiting
   std::string peer_id_;
+  std::string refuse_code_;  // the code a refuse() sends in its REFUSE
   session_activity activity_;
   std::uint64_t bytes_rx_ = 0, bytes_tx_ = 0, ping_seq_ = 0;
 

@@ -7,7 +7,9 @@
 //                              "params_sha256", "registry": [{"id", "budget_bytes", "examples",
 //                              "rounds_done", "rounds_missed", "last_seen"}],
 //                              "early_stop": {"have_best", "best_score", "evals_since_best",
-//                              "stopped"} (absent in files of older versions: a fresh start)}
+//                              "stopped"} (absent in files of older versions: a fresh start),
+//                              "normalization": {"mean", "std"} (base64 float32, one per input) and
+//                              "statistics" (the fleet's counts) when the model standardizes its inputs}
 //   then       4·param_count bytes of the full model's parameters (f32)
 // The whole file is written to a temporary, fsync'd and renamed (core::write_file_atomic), so a hub
 // killed at any instant leaves the previous checkpoint or the new one. With a sealing key the same bytes
@@ -25,7 +27,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "tessera/core/error.hpp"
+#include "tessera/core/input_normalization.hpp"
 #include "tessera/core/model_spec.hpp"
 #include "tessera/crypto/seal.hpp"
 #include "tessera/rounds/engine.hpp"
@@ -50,6 +55,8 @@ struct checkpoint {
   std::vector<float> params;
   std::vector<device_record> registry;
   early_stop stopping;
+  core::input_normalization normalization;  // empty unless the model standardizes its inputs
+  nlohmann::json statistics;                // the fleet's statistics' summary (stats_gathering::summary)
 };
 
 [[nodiscard]] core::result<void> save_checkpoint(const std::filesystem::path& path, const checkpoint& c,

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -37,6 +38,7 @@
 #include <vector>
 
 #include "tessera/core/dataset.hpp"
+#include "tessera/core/input_normalization.hpp"
 #include "tessera/core/ist.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/rounds/assignment.hpp"
@@ -84,6 +86,10 @@ struct round_faults {
   std::uint64_t resent_bytes = 0;
 };
 
+// Device ids in natural order: runs of digits compare as numbers ("device-2" before "device-10"), so a
+// fleet named by index sorts like the simulator's devices. Rounds and statistics take devices in it.
+[[nodiscard]] bool natural_less(std::string_view a, std::string_view b) noexcept;
+
 class engine {
  public:
   // `params`: the full model to start from; `completed`: rounds already done (from a checkpoint).
@@ -99,6 +105,18 @@ class engine {
   [[nodiscard]] std::uint64_t plan_seed() const noexcept { return plan_seed_; }
   [[nodiscard]] const early_stop& stopping() const noexcept { return stopping_; }
   [[nodiscard]] const round_faults& last_faults() const noexcept { return faults_; }
+
+  // The model's input normalization (model.input_normalization: standardize): empty until the fleet's
+  // statistics are in (rounds/statistics.hpp); rounds cannot begin before. Every task carries it and
+  // evaluation applies it.
+  [[nodiscard]] bool needs_statistics() const noexcept {
+    return config_.model.input_normalization == core::input_normalization_kind::standardize && normalization_->empty();
+  }
+  [[nodiscard]] const core::input_normalization& normalization() const noexcept { return *normalization_; }
+  // The fleet's statistics behind it (counts, devices: stats_gathering::summary), for checkpoints.
+  [[nodiscard]] const nlohmann::json& statistics() const noexcept { return statistics_; }
+  // Sets both (one value per input); only while no round is open.
+  [[nodiscard]] core::result<void> set_normalization(core::input_normalization n, nlohmann::json statistics = {});
 
   // The codec a device gets: the configured one if it speaks it, else f32.
   [[nodiscard]] core::codec_kind codec_for(const device_offer& offer) const noexcept;
@@ -151,6 +169,8 @@ class engine {
   std::int64_t examples_ = 0;
   early_stop stopping_;
   round_faults faults_;
+  std::shared_ptr<const core::input_normalization> normalization_ = std::make_shared<const core::input_normalization>();
+  nlohmann::json statistics_;
 };
 
 }  // namespace tessera::rounds

@@ -26,6 +26,8 @@ enum class errc {
   loss_not_finite,       // the reported training loss is NaN or infinite
   bad_values,            // the blob does not decode, or a value is not finite
   illegal_transition,    // an event that does not fit the assignment's state
+  bad_statistics,        // a device's statistics: unasked, repeated, or not fitting the model
+  stats_incomplete,      // a device of the statistics' first pass is missing from the second: start again
 };
 
 [[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.rounds"

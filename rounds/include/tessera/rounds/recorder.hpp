@@ -50,6 +50,9 @@ class recorder {
   // the run (checkpointed).
   [[nodiscard]] core::result<void> record(const engine& e, round_metrics& m, clock::time_point round_started,
                                           std::span<const device_record> registry);
+  // Only the checkpoint (when the run keeps one): the state before round 1 once the fleet's statistics
+  // are in, so a restarted run does not ask for them again.
+  [[nodiscard]] core::result<void> save_state(const engine& e, std::span<const device_record> registry);
   // The run is over: writes the model (config.output_path), if named.
   [[nodiscard]] core::result<void> finish(const engine& e);
 

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/core/data_source.hpp"
 #include "tessera/core/json_config.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/core/model_spec.hpp"
@@ -46,6 +47,8 @@ struct run_config {
   std::uint64_t seed = 1;
   std::int64_t eval_every = 1;
   std::int64_t patience = 0;         // stop after this many evaluations without a new best (0: never)
+  std::int64_t min_stats_examples = 10;  // devices with fewer are not asked for statistics
+  bool input_normalization_given = false;  // model.input_normalization was in the configuration
   std::string metrics_path;          // JSON lines; empty: none
   std::string output_path;           // safetensors written at the end; empty: none
 };
@@ -53,5 +56,10 @@ struct run_config {
 // Reads the shared fields; errors are kept by the reader (see core::config_reader::finish). Only the
 // simulator allows `central`.
 [[nodiscard]] core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool allow_central);
+
+// A data source's `normalization: standardize` (the hub's validation set, the simulator's data) means
+// the fleet's statistics: it turns model.input_normalization to standardize (an explicit "none" there is
+// an error, kept by `source_reader`) and the source is read as it is, the model standardizing it.
+void standardize_with_fleet(core::config_reader& source_reader, core::data_source& source, run_config& c);
 
 }  // namespace tessera::rounds

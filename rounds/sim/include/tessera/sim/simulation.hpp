@@ -8,7 +8,7 @@
 // tool for research on the algorithm and the engine of the learning-quality benchmarks.
 //
 //   TESSERA_ASSIGN_OR_RETURN(auto cfg, core::load_config("sim.json", overrides, sim::read_sim_config));
-//   TESSERA_ASSIGN_OR_RETURN(auto data, sim::load_sim_data(cfg.data));
+//   TESSERA_ASSIGN_OR_RETURN(auto data, sim::load_sim_data(cfg));
 //   TESSERA_ASSIGN_OR_RETURN(auto s, sim::simulation::create(cfg, *data.train, data.test.get(), log));
 //   s->on_round([](const rounds::round_metrics& m) { std::puts(m.to_line().c_str()); });
 //   while (!s->done()) TESSERA_TRY(s->run_round());
@@ -61,6 +61,9 @@ class simulation {
   simulation(const sim_config& config, core::memory_table* test, std::vector<float> params, rounds::recorder recorder,
              core::log_sink log);
   [[nodiscard]] core::result<void> run_device(rounds::assignment& a, device& d);
+  [[nodiscard]] std::vector<rounds::device_offer> offers() const;
+  // Before round 1 of a model that standardizes its inputs (rounds/statistics.hpp).
+  [[nodiscard]] core::result<void> measure_statistics();
 
   sim_config config_;
   core::memory_table* test_;

@@ -1,0 +1,145 @@
+// Tabular data whose features are measured in very different units: the federation standardizes them
+// with statistics it measures itself (core/fed_stats.hpp), as tessera-sim does from its shards, and the
+// result is the simulator's, bit for bit. Without standardization the same run learns far less.
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "fleet.hpp"
+#include "tessera/core/rng.hpp"
+
+namespace tessera::testing {
+namespace {
+
+constexpr int k_devices = 4;
+constexpr int k_rounds = 25;
+constexpr int k_features = 8;
+
+// Sensor-like readings: feature j is a latent standard normal z_j, shifted and scaled by 10^(j-3) (from
+// 1e-3 to 1e4). The class depends nonlinearly on the smallest and the largest feature and on a middle
+// one: inside a circle in (z0, z7) is class 0, outside it the sign of z3 decides between 1 and 2.
+void write_tabular(const std::string& path, std::int64_t n, std::uint64_t seed) {
+  core::rng r(seed);
+  const auto normal = [&r] {
+    const double u = 1.0 - r.uniform_double(), v = r.uniform_double();
+    return std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * v);
+  };
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  REQUIRE(f != nullptr);
+  for (int j = 0; j < k_features; ++j) std::fprintf(f, "sensor_%d,", j);
+  std::fprintf(f, "label\n");
+  for (std::int64_t i = 0; i < n; ++i) {
+    double z[k_features];
+    for (double& v : z) v = normal();
+    const int label = z[0] * z[0] + z[7] * z[7] < 1.0 ? 0 : (z[3] > 0 ? 1 : 2);
+    for (int j = 0; j < k_features; ++j) std::fprintf(f, "%.9g,", std::pow(10.0, j - 3) * (z[j] + 3.0));
+    std::fprintf(f, "%d\n", label);
+  }
+  REQUIRE(std::fclose(f) == 0);
+}
+
+nlohmann::json run_fields() {
+  return {{"model", {{"inputs", k_features}, {"hidden", {64, 64}}, {"outputs", 3}}},
+          {"strategy", "ist"},
+          {"rounds", k_rounds},
+          {"local_steps", 40},
+          {"batch", 32},
+          {"lr", 0.05},
+          {"seed", 5}};
+}
+
+nlohmann::json csv_source(const std::string& path, const std::string& normalization) {
+  return {{"format", "csv"}, {"features", path}, {"header", true}, {"label_column", k_features}, {"normalization", normalization}};
+}
+
+double final_accuracy(const std::string& metrics_path) {
+  const auto m = read_metrics(metrics_path);
+  REQUIRE(m.size() == static_cast<std::size_t>(k_rounds));
+  return m.back().at("test_accuracy").get<double>();
+}
+
+}  // namespace
+
+TEST_CASE("federation: tabular data in mixed units, standardized with the fleet's own statistics, equals tessera-sim") {
+  fleet f("fed_tabular");
+  INFO(f.diagnostics());
+  std::vector<std::string> ids;
+  for (int d = 0; d < k_devices; ++d) ids.push_back("device-" + std::to_string(d));
+  f.make_pki(ids);
+  const std::string train = f.file("train.csv"), test = f.file("test.csv");
+  write_tabular(train, 3200, 1);
+  write_tabular(test, 800, 2);
+
+  // The simulator, standardized (its shards' statistics) and not.
+  const auto sim = [&](const std::string& name, const std::string& normalization) {
+    nlohmann::json s = run_fields();
+    s["devices"] = k_devices;
+    s["data"] = {{"train", csv_source(train, normalization)}, {"test", csv_source(test, normalization)}};
+    s["output"] = f.file(name + ".safetensors");
+    s["metrics"] = f.file(name + ".jsonl");
+    return s;
+  };
+  f.run_tool("sim-standardize", {k_sim_binary, "--config", f.write_json("sim-standardize.json", sim("sim-standardize", "standardize"))}, 120s);
+  f.run_tool("sim-none", {k_sim_binary, "--config", f.write_json("sim-none.json", sim("sim-none", "none"))}, 120s);
+  const double sim_std = final_accuracy(f.file("sim-standardize.jsonl"));
+  const double sim_none = final_accuracy(f.file("sim-none.jsonl"));
+  MESSAGE("tessera-sim: standardize " << 100 * sim_std << "%, none " << 100 * sim_none << "%");
+  CHECK(sim_std >= sim_none + 0.15);
+
+  // The same shards on a real fleet: the hub has no training data, only its test set, read as it is
+  // and standardized by the model with the statistics the fleet measured.
+  const std::vector<nlohmann::json> data = f.make_shards(sim("shards", "standardize"));
+  for (const auto& d : data) CHECK(d.at("normalization") == "standardize");
+  nlohmann::json hub_json = run_fields();
+  hub_json.update({{"min_devices", k_devices},
+                   {"max_devices", k_devices},
+                   {"device_wait_s", 60},
+                   {"round_deadline_s", 60},
+                   {"validation", csv_source(test, "standardize")},
+                   {"output", f.file("hub.safetensors")},
+                   {"metrics", f.file("hub.jsonl")}});
+  hub_handle hub = f.start_hub("hub", hub_json);
+  std::vector<child_process*> agents;
+  for (int d = 0; d < k_devices; ++d) {
+    nlohmann::json a = f.agent_config(ids[static_cast<std::size_t>(d)], data[static_cast<std::size_t>(d)], hub.port);
+    a["exit_after_rounds"] = k_rounds;
+    agents.push_back(&f.start_agent(ids[static_cast<std::size_t>(d)], a));
+  }
+  const auto hub_code = hub.process.wait_exit(120s);
+  REQUIRE_MESSAGE(hub_code.has_value(), "the hub did not finish within 120 s");
+  REQUIRE(*hub_code == 0);
+  CHECK(count_of(hub.process.err(), "measuring the fleet's input statistics on 4 device(s)") == 1);
+  for (child_process* a : agents) {
+    REQUIRE(a->wait_exit(30s).has_value());
+    CHECK(count_of(a->err(), "statistics (pass 1) of 800 examples sent") == 1);
+    CHECK(count_of(a->err(), "statistics (pass 2) of 800 examples sent") == 1);
+    CHECK(count_of(a->err(), "refusing") == 0);
+  }
+  const double fleet_acc = final_accuracy(f.file("hub.jsonl"));
+  MESSAGE("hub and 4 agents over TLS: standardize " << 100 * fleet_acc << "%");
+  CHECK(std::abs(fleet_acc - sim_std) <= 0.01);
+  CHECK(fleet_acc >= sim_none + 0.15);
+
+  // The statistics are the simulator's to the bit, and so is the model.
+  const core::stored_model from_hub = load_model_or_fail(f.file("hub.safetensors"));
+  const core::stored_model from_sim = load_model_or_fail(f.file("sim-standardize.safetensors"));
+  CHECK(from_hub.spec.input_normalization == core::input_normalization_kind::standardize);
+  REQUIRE(from_hub.normalization.size() == static_cast<std::size_t>(k_features));
+  CHECK(from_hub.normalization == from_sim.normalization);
+  CHECK(from_hub.params == from_sim.params);
+  // A sanity check of what was measured: feature 7 is 1e4 · (z + 3), so about 3e4 ± 1e4.
+  CHECK(std::abs(from_hub.normalization.mean[7] - 3e4f) < 1.5e3f);
+  CHECK(std::abs(from_hub.normalization.std[7] - 1e4f) < 1e3f);
+  CHECK(std::abs(from_hub.normalization.mean[0] - 3e-3f) < 2e-4f);
+
+  // The exported file alone, in numpy: the hub's accuracy.
+  const std::string out = f.run_tool("load-model", {"/usr/bin/python3", std::string(TESSERA_SOURCE_DIR) + "/examples/load_model.py",
+                                                    f.file("hub.safetensors"), "--csv", test, "--header", "--label-column",
+                                                    std::to_string(k_features)});
+  char expected[64];
+  std::snprintf(expected, sizeof expected, "test accuracy (numpy): %.2f%% on 800 examples", 100 * fleet_acc);
+  CHECK_MESSAGE(out.find(expected) != std::string::npos, out);
+}
+
+}  // namespace tessera::testing

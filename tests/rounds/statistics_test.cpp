@@ -1,0 +1,118 @@
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "../core/test_files.hpp"
+#include "tessera/core/rng.hpp"
+#include "tessera/rounds/error.hpp"
+#include "tessera/rounds/statistics.hpp"
+
+using namespace tessera;
+using tessera::testing::error_of;
+
+namespace {
+
+core::model_spec spec() {
+  core::model_spec s;
+  s.inputs = 3;
+  s.hidden = {8};
+  s.outputs = 2;
+  s.input_normalization = core::input_normalization_kind::standardize;
+  return s;
+}
+
+// Device d's examples: features around 10^d, labels 0/1.
+core::memory_table device_data(std::size_t d, std::int64_t n) {
+  core::rng r(d + 11);
+  std::vector<float> x, y;
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (int j = 0; j < 3; ++j) x.push_back(static_cast<float>(std::pow(10.0, j) * (1.0 + r.uniform()) + static_cast<double>(d)));
+    y.push_back(static_cast<float>(r.below(2)));
+  }
+  return core::memory_table(3, std::move(x), std::move(y), "device " + std::to_string(d));
+}
+
+rounds::device_offer offer(const std::string& id, std::uint64_t examples) {
+  return {.id = id, .budget_bytes = 0, .examples = examples, .codecs = {}, .capacity = 0};
+}
+
+// Runs both passes, devices answering in `order` (indices into the natural order).
+core::input_normalization gather(std::vector<core::memory_table>& data, const std::vector<std::size_t>& order) {
+  rounds::stats_gathering g(spec(), 10);
+  std::vector<rounds::device_offer> offers;
+  for (std::size_t d = 0; d < data.size(); ++d) offers.push_back(offer("device-" + std::to_string(d), static_cast<std::uint64_t>(data[d].size())));
+  REQUIRE(g.begin(offers).ok());
+  for (std::size_t d : order) {
+    auto s = core::measure_sums(*core::make_table_stream(data[d]), core::task_kind::classification, 2);
+    REQUIRE(g.add_sums("device-" + std::to_string(d), s.value()).ok());
+  }
+  REQUIRE(g.pass_complete());
+  REQUIRE(g.finish_pass().ok());
+  for (std::size_t d : order) {
+    auto s = core::measure_spread(*core::make_table_stream(data[d]), g.mean(), g.target_mean());
+    REQUIRE(g.add_spread("device-" + std::to_string(d), s.value()).ok());
+  }
+  REQUIRE(g.finish_pass().ok());
+  CHECK(g.at() == rounds::stats_gathering::phase::done);
+  CHECK(g.summary().at("examples") == 40 + 300 + 25 + 1000 + 60 + 70 + 80 + 90 + 100 + 110 + 120 + 130);
+  return g.normalization().value();
+}
+
+}  // namespace
+
+TEST_CASE("statistics: the order answers arrive in does not change a bit of the result") {
+  std::vector<core::memory_table> data;
+  const std::int64_t sizes[] = {40, 300, 25, 1000, 60, 70, 80, 90, 100, 110, 120, 130};
+  for (std::size_t d = 0; d < std::size(sizes); ++d) data.push_back(device_data(d, sizes[d]));
+  std::vector<std::size_t> forward(data.size()), backward;
+  for (std::size_t d = 0; d < data.size(); ++d) forward[d] = d;
+  backward.assign(forward.rbegin(), forward.rend());
+  const auto a = gather(data, forward);
+  const auto b = gather(data, backward);
+  // Bit for bit: the sums are taken in natural order of the ids (device-2 before device-10).
+  CHECK(std::memcmp(a.mean.data(), b.mean.data(), a.mean.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(a.std.data(), b.std.data(), a.std.size() * sizeof(float)) == 0);
+  CHECK(a.std[2] > 20.0f);  // 100 · (1 + U(0,1)), shifted by the device index
+}
+
+TEST_CASE("statistics: small devices are not asked; strangers, repeats and dropouts are handled") {
+  rounds::stats_gathering g(spec(), 10);
+  const auto skipped = g.begin({offer("device-1", 500), offer("device-0", 9), offer("device-2", 200)});
+  REQUIRE(skipped.ok());
+  REQUIRE(skipped.value().size() == 1);
+  CHECK(skipped.value()[0].id == "device-0");
+  CHECK(skipped.value()[0].reason == "it holds 9 examples, fewer than min_stats_examples (10)");
+  CHECK(g.asked() == std::vector<std::string>{"device-1", "device-2"});
+
+  core::memory_table one = device_data(1, 500), two = device_data(2, 200);
+  const auto sums1 = core::measure_sums(*core::make_table_stream(one), core::task_kind::classification, 2).value();
+  CHECK(error_of(g.add_sums("device-0", sums1)).code == rounds::errc::bad_statistics);  // not asked
+  REQUIRE(g.add_sums("device-1", sums1).ok());
+  CHECK(error_of(g.add_sums("device-1", sums1)).message == "device device-1 sent its statistics (pass 1) twice");
+  CHECK_FALSE(g.pass_complete());
+  g.drop("device-2", "it disconnected");
+  REQUIRE(g.pass_complete());
+  REQUIRE(g.finish_pass().ok());
+  CHECK(g.asked() == std::vector<std::string>{"device-1"});  // pass 2 asks who answered pass 1
+
+  // A device of pass 1 that is lost in pass 2: the mean counts examples the spread cannot: start again.
+  rounds::stats_gathering h(spec(), 10);
+  REQUIRE(h.begin({offer("device-1", 500), offer("device-2", 200)}).ok());
+  REQUIRE(h.add_sums("device-1", sums1).ok());
+  REQUIRE(h.add_sums("device-2", core::measure_sums(*core::make_table_stream(two), core::task_kind::classification, 2).value()).ok());
+  REQUIRE(h.finish_pass().ok());
+  REQUIRE(h.add_spread("device-1", core::measure_spread(*core::make_table_stream(one), h.mean(), h.target_mean()).value()).ok());
+  h.drop("device-2", "no answer within round_deadline_s");
+  const auto e = error_of(h.finish_pass());
+  CHECK(e.code == rounds::errc::stats_incomplete);
+  CHECK(e.message == "device device-2 counted in the fleet's mean did not answer the second pass");
+  CHECK_FALSE(h.normalization().ok());
+  CHECK(h.begin({offer("device-1", 500)}).ok());  // and it can start again
+  CHECK(h.pass() == 1);
+
+  rounds::stats_gathering none(spec(), 10);
+  CHECK(error_of(none.begin({offer("device-0", 3)})).code == rounds::errc::no_devices);
+}
