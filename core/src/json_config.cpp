@@ -308,6 +308,7 @@ host_port config_reader::address(const std::string& key, const std::string& fall
 const nlohmann::json* config_reader::object(const std::string& key, std::string_view doc) {
   note(key, "object", "", doc);
   const auto* v = find(key);
+  if (v != nullptr && v->is_null()) v = nullptr;  // null leaves an optional object out (an override can)
   if (v != nullptr && !v->is_object()) {
     fail(key, "expected an object, found " + v->dump());
     return nullptr;

@@ -30,7 +30,10 @@ std::size_t encoded_bytes(const mlp_arch& arch, codec_kind codec) noexcept {
   return 4 * n;
 }
 
-training_memory plan_training_memory(const mlp_arch& arch, std::int64_t batch, bool momentum, codec_kind codec) noexcept {
+namespace {
+
+// The arena's regions in order; `optimizer` false leaves out gradients and velocity (inference).
+training_memory plan_memory(const mlp_arch& arch, std::int64_t batch, bool optimizer, bool momentum, codec_kind codec) noexcept {
   const network net(arch);
   const auto b = static_cast<std::size_t>(batch);
   training_memory m;
@@ -42,8 +45,8 @@ training_memory plan_training_memory(const mlp_arch& arch, std::int64_t batch, b
   };
   const std::size_t p = net.param_count() * sizeof(float);
   region(m.params, m.params_bytes, p);
-  region(m.grads, m.grads_bytes, momentum ? 0 : p);
-  region(m.velocity, m.velocity_bytes, momentum ? p : 0);
+  region(m.grads, m.grads_bytes, optimizer && !momentum ? p : 0);
+  region(m.velocity, m.velocity_bytes, optimizer && momentum ? p : 0);
   region(m.workspace, m.workspace_bytes, net.workspace_floats(batch) * sizeof(float));
   region(m.features, m.features_bytes, b * static_cast<std::size_t>(arch.inputs()) * sizeof(float));
   const std::size_t tw = arch.task == task_kind::classification ? 1 : static_cast<std::size_t>(arch.outputs());
@@ -51,6 +54,16 @@ training_memory plan_training_memory(const mlp_arch& arch, std::int64_t batch, b
   region(m.staging, m.staging_bytes, codec == codec_kind::f32 ? 0 : encoded_bytes(arch, codec));
   m.total = at;
   return m;
+}
+
+}  // namespace
+
+training_memory plan_training_memory(const mlp_arch& arch, std::int64_t batch, bool momentum, codec_kind codec) noexcept {
+  return plan_memory(arch, batch, /*optimizer=*/true, momentum, codec);
+}
+
+training_memory plan_inference_memory(const mlp_arch& arch, std::int64_t batch, codec_kind codec) noexcept {
+  return plan_memory(arch, batch, /*optimizer=*/false, false, codec);
 }
 
 double capacity_for_budget(const mlp_arch& full, std::int64_t batch, bool momentum, codec_kind codec,

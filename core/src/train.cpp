@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,18 @@ std::uint32_t batch_sampler::at(std::uint64_t i) const noexcept {
     x = (left << half_bits_) | right;
   } while (x >= n_);
   return static_cast<std::uint32_t>(x);
+}
+
+std::vector<std::uint32_t> held_out_rows(std::int64_t n, double fraction, std::uint64_t seed) {
+  TESSERA_ASSERT(n >= 0 && fraction >= 0 && fraction <= 1);
+  const auto count = static_cast<std::uint64_t>(std::floor(fraction * static_cast<double>(n)));
+  std::vector<std::uint32_t> rows;
+  if (count == 0) return rows;
+  rows.reserve(count);
+  const batch_sampler order(n, seed);
+  for (std::uint64_t i = 0; i < count; ++i) rows.push_back(order.at(i));
+  std::sort(rows.begin(), rows.end());
+  return rows;
 }
 
 void batch_sampler::next(std::span<std::uint32_t> out) noexcept {
@@ -162,6 +175,49 @@ result<void> normalized_batches::next(std::span<float> features, std::span<float
   return {};
 }
 
+result<void> score_batch(const network& net, std::span<const float> params, const float* x, const float* y,
+                         std::int64_t rows, std::span<float> workspace, evaluation& ev) {
+  net.forward(params, x, rows, workspace);
+  TESSERA_ASSIGN_OR_RETURN(const double loss, net.loss(workspace, y, rows));
+  ev.loss_sum += loss * static_cast<double>(rows);
+  ev.examples += rows;
+  if (net.arch().task == task_kind::classification) {
+    const std::int64_t k = net.arch().outputs();
+    const auto out = net.outputs(workspace, rows);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* o = out.data() + r * k;
+      const auto best = std::max_element(o, o + k) - o;
+      if (static_cast<float>(best) == y[r]) ++ev.correct;
+    }
+  }
+  return {};
+}
+
+void finish(evaluation& ev) noexcept {
+  if (ev.examples <= 0) return;
+  ev.loss = ev.loss_sum / static_cast<double>(ev.examples);
+  ev.accuracy = static_cast<double>(ev.correct) / static_cast<double>(ev.examples);
+}
+
+result<evaluation> evaluate_in(const network& net, std::span<const float> params, example_table& data,
+                               const training_buffers& buf, std::int64_t batch, const input_normalization* normalization) {
+  const auto inputs = static_cast<std::size_t>(net.arch().inputs());
+  const auto width = static_cast<std::size_t>(target_width(net.arch()));
+  std::uint32_t idx[256];  // on the stack: evaluation on a device must not allocate
+  const std::int64_t step = std::min<std::int64_t>(batch, 256);
+  evaluation ev;
+  for (std::int64_t start = 0; start < data.size(); start += step) {
+    const std::int64_t rows = std::min(step, data.size() - start);
+    const auto n = static_cast<std::size_t>(rows);
+    for (std::size_t i = 0; i < n; ++i) idx[i] = static_cast<std::uint32_t>(start + static_cast<std::int64_t>(i));
+    TESSERA_TRY(data.gather(std::span(idx, n), buf.features.first(n * inputs), buf.targets.first(n * width)));
+    if (normalization != nullptr) normalize_rows(buf.features.first(n * inputs), *normalization);
+    TESSERA_TRY(score_batch(net, params, buf.features.data(), buf.targets.data(), rows, buf.workspace, ev));
+  }
+  finish(ev);
+  return ev;
+}
+
 result<evaluation> evaluate(const network& net, std::span<const float> params, example_table& data, std::int64_t batch,
                             const input_normalization* normalization) {
   TESSERA_ASSERT(batch > 0);
@@ -170,7 +226,6 @@ result<evaluation> evaluate(const network& net, std::span<const float> params, e
   if (arch.task == task_kind::regression && arch.outputs() != 1)
     return make_error(errc::unsupported, data.describe() + ": the data readers give one target per example; a "
                                                            "regression model must have 1 output");
-  const std::int64_t k = arch.outputs();
   const auto inputs = static_cast<std::size_t>(arch.inputs());
   const auto width = static_cast<std::size_t>(target_width(arch));
   const auto b = static_cast<std::size_t>(batch);
@@ -179,31 +234,15 @@ result<evaluation> evaluate(const network& net, std::span<const float> params, e
   std::vector<float> y(b * width);
   std::vector<std::uint32_t> idx(b);
   evaluation ev;
-  double loss_sum = 0;
-  std::int64_t correct = 0;
   for (std::int64_t start = 0; start < data.size(); start += batch) {
     const std::int64_t rows = std::min(batch, data.size() - start);
     const auto n = static_cast<std::size_t>(rows);
     for (std::size_t i = 0; i < n; ++i) idx[i] = static_cast<std::uint32_t>(start + static_cast<std::int64_t>(i));
     TESSERA_TRY(data.gather(std::span(idx).first(n), std::span(x).first(n * inputs), std::span(y).first(n * width)));
     if (normalization != nullptr) normalize_rows(std::span(x).first(n * inputs), *normalization);
-    net.forward(params, x.data(), rows, ws);
-    TESSERA_ASSIGN_OR_RETURN(const double loss, net.loss(ws, y.data(), rows));
-    loss_sum += loss * static_cast<double>(rows);
-    if (arch.task == task_kind::classification) {
-      const auto out = net.outputs(ws, rows);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const float* o = out.data() + r * k;
-        const auto best = std::max_element(o, o + k) - o;
-        if (static_cast<float>(best) == y[static_cast<std::size_t>(r)]) ++correct;
-      }
-    }
+    TESSERA_TRY(score_batch(net, params, x.data(), y.data(), rows, ws, ev));
   }
-  ev.examples = data.size();
-  if (ev.examples > 0) {
-    ev.loss = loss_sum / static_cast<double>(ev.examples);
-    ev.accuracy = static_cast<double>(correct) / static_cast<double>(ev.examples);
-  }
+  finish(ev);
   return ev;
 }
 

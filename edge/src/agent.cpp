@@ -101,7 +101,7 @@ void agent::on_stats(const net::msg::stats& q) {
     return refuse(what, make_error(errc::inputs_mismatch, "the model takes " + std::to_string(q.inputs) + " inputs, this device's data (" +
                                                               data_->name() + ") has " + std::to_string(data_->feature_count()) +
                                                               " features"));
-  if (auto ok = core::check_targets(data_->targets(), q.task, static_cast<std::int64_t>(q.outputs), data_->source()); !ok)
+  if (auto ok = data_->check_targets(q.task, static_cast<std::int64_t>(q.outputs)); !ok)
     return refuse(what, make_error(errc::labels_mismatch, ok.error().message));
   const std::uint64_t generation = ++generation_;
   // A pass reads every training example once: on the worker, so the link keeps its heartbeats.
@@ -163,6 +163,11 @@ void agent::attach(const std::shared_ptr<net::session>& s) {
     auto self = weak.lock();
     if (self && session_ == self) {
       session_.reset();
+      if (leaving_ && !stopped_) {
+        log(log_level::info, "the hub closed the link: exiting (exit_after_rounds)");
+        boost::asio::post(io_, [this] { stop(); });
+        return;
+      }
       if (!stopped_) log(log_level::warning, "link to the hub lost: " + why.message + " (reconnecting)");
     }
   });
@@ -176,7 +181,8 @@ void agent::on_ready(const std::shared_ptr<net::session>& s) {
                     .examples = static_cast<std::uint64_t>(data_->train_examples()),
                     .codecs = config_.codecs,
                     .resume = {},
-                    .data_digest = data_->digest()};
+                    .data_digest = data_->digest(),
+                    .validation_examples = static_cast<std::uint64_t>(data_->validation_examples())};
   // What we hold of the current assignment, so the hub resumes it rather than starting over.
   if (job_) h.resume.push_back({job_->download_id(), job_->download()->received()});
   s->send(h);
@@ -196,20 +202,33 @@ void agent::on_welcome(const std::shared_ptr<net::session>& s) {
 }
 
 void agent::on_assign(const net::msg::assign& a) {
+  if (leaving_ && !a.evaluate) {
+    log(log_level::info, "exiting before round " + std::to_string(a.round) + " (exit_after_rounds)");
+    return stop();
+  }
   cancel_job();  // a newer assignment supersedes whatever was in progress
-  ++stats_.assignments;
+  if (!a.evaluate) ++stats_.assignments;
   auto started = job::start(a, {.feature_count = data_->feature_count(),
                                 .max_batch = config_.data.max_batch,
                                 .codecs = config_.codecs,
                                 .arena_budget = arena_budget_,
-                                .targets = &data_->targets(),
-                                .source = &data_->source(),
+                                .check_targets = [this](core::task_kind task, std::int64_t outputs) {
+                                  return data_->check_targets(task, outputs);
+                                },
                                 .data_name = data_->name(),
                                 .requires_normalization = config_.requires_normalization});
-  if (!started) return refuse_job(a.round, started.error());
+  if (!started) {
+    if (a.evaluate) return refuse("the evaluation after round " + std::to_string(a.round), started.error());
+    return refuse_job(a.round, started.error());
+  }
   job_ = std::move(started.value());
   const core::training_task& t = job_->task();
-  log(log_level::info, "round " + std::to_string(a.round) + ": subnet of " + std::to_string(core::param_count(t.arch)) +
+  if (a.evaluate)
+    log(log_level::info, "round " + std::to_string(a.round) + ": evaluating the model (" + std::to_string(core::param_count(t.arch)) +
+                             " parameters, " + mib(a.size) + " " + std::string(core::to_string(a.blob_codec)) + ") on " +
+                             std::to_string(data_->validation_examples()) + " validation examples, arena " +
+                             mib(job_->arena().size_bytes()));
+  else log(log_level::info, "round " + std::to_string(a.round) + ": subnet of " + std::to_string(core::param_count(t.arch)) +
                            " parameters (" + mib(a.size) + " " + std::string(core::to_string(a.blob_codec)) + "), arena " +
                            mib(job_->arena().size_bytes()) + " of " + mib(arena_budget_) + ", " + std::to_string(t.steps) +
                            " steps of " + std::to_string(t.batch));
@@ -226,6 +245,13 @@ void agent::on_downloaded(const std::shared_ptr<net::incoming_transfer>& in) {
     return refuse_job(round, ok.error());
   }
   const std::uint64_t generation = generation_;
+  if (job_->evaluates()) {  // the whole model, scored on the validation split: no upload
+    worker_ = std::thread([this, generation, keep = job_] {
+      auto score = keep->evaluate(*data_);
+      boost::asio::post(io_, [this, generation, score = std::move(score)]() mutable { on_evaluated(generation, std::move(score)); });
+    });
+    return;
+  }
   // The worker owns the arena and the data until it posts its report back to the I/O thread.
   worker_ = std::thread([this, generation, keep = job_] {
     auto report = keep->train(data_->train(), &cancel_);
@@ -258,6 +284,31 @@ void agent::on_trained(std::uint64_t generation, core::result<core::local_traini
   }
 }
 
+void agent::on_evaluated(std::uint64_t generation, core::result<net::msg::evaluation> score) {
+  if (worker_.joinable()) worker_.join();
+  if (generation != generation_ || !job_ || stopped_) return;  // superseded meanwhile
+  const auto round = job_->round();
+  job_.reset();  // the arena goes back
+  if (!score) {
+    refuse("the evaluation after round " + std::to_string(round), score.error());
+    if (leaving_) boost::asio::post(io_, [this] { stop(); });
+    return;
+  }
+  ++stats_.evaluations;
+  const auto& s = score.value();
+  char line[160];
+  std::snprintf(line, sizeof line, "round %llu: the model scores %.2f%% on %llu validation examples (loss %.4f)",
+                static_cast<unsigned long long>(round),
+                s.examples > 0 ? 100.0 * static_cast<double>(s.correct) / static_cast<double>(s.examples) : 0.0,
+                static_cast<unsigned long long>(s.examples), s.examples > 0 ? s.loss_sum / static_cast<double>(s.examples) : 0.0);
+  log(log_level::info, line);
+  if (session_) session_->send(s);
+  if (leaving_) {
+    log(log_level::info, "exiting after the evaluation of round " + std::to_string(round) + " (exit_after_rounds)");
+    boost::asio::post(io_, [this] { stop(); });  // the close sends what is queued first
+  }
+}
+
 void agent::on_result(const net::msg::result& r) {
   if (!job_ || job_->at() == job::stage::downloading || job_->at() == job::stage::training) {
     if (!r.accepted) log(log_level::warning, "the hub refused an earlier update: " + r.reason);
@@ -269,8 +320,16 @@ void agent::on_result(const net::msg::result& r) {
     ++stats_.accepted;
     log(log_level::info, "round " + std::to_string(round) + ": update accepted");
     if (config_.exit_after_rounds > 0 && stats_.accepted >= config_.exit_after_rounds) {
-      log(log_level::info, "exiting after " + std::to_string(stats_.accepted) + " accepted updates (exit_after_rounds)");
-      boost::asio::post(io_, [this] { stop(); });
+      if (data_->validation_examples() == 0) {
+        log(log_level::info, "exiting after " + std::to_string(stats_.accepted) + " accepted updates (exit_after_rounds)");
+        boost::asio::post(io_, [this] { stop(); });
+      } else {
+        // The hub may still ask this device to score the model of this round: stay for that, or until
+        // the hub ends the link (its run is over) or assigns another round.
+        leaving_ = true;
+        log(log_level::info, "leaving after " + std::to_string(stats_.accepted) +
+                                 " accepted updates (exit_after_rounds), once the hub's evaluation of this round or its run is over");
+      }
     }
   } else {
     ++stats_.rejected;

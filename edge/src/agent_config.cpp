@@ -26,6 +26,16 @@ core::result<agent_config> read_agent_config(core::config_reader& r) {
       c.requires_normalization = true;
       data.source.norm = core::normalization::none;
     }
+    data.validation_fraction = dr.number("validation_fraction", 0.1, 0.0, 0.5,
+                                         "share of the examples held out (never trained on) to evaluate the model on this device");
+    if (const auto* v = dr.object("validation", "a validation set of its own instead of validation_fraction (optional)")) {
+      core::config_reader vr = dr.child("validation", *v);
+      data.validation = core::read_data_source(vr, {}, {.required = true, .allow_standardize = true, .csv_default = core::normalization::none});
+      // Read as the training files are: standardize is the model's, with the fleet's statistics.
+      if (data.validation->norm == core::normalization::standardize) data.validation->norm = core::normalization::none;
+      TESSERA_TRY(vr.finish());
+      if (dr.describing()) data.validation.reset();
+    }
     data.shuffle_buffer = dr.integer("shuffle_buffer", 1024, 1, 1 << 24, "examples held to shuffle a stream (gzip IDX, CSV)");
     data.max_batch = dr.integer("max_batch", 256, 1, net::max_task_batch, "the largest batch this device accepts");
     c.data_seed = dr.seed("seed", 0, "batch order (0: derived from the device id)");
@@ -50,7 +60,7 @@ core::result<agent_config> read_agent_config(core::config_reader& r) {
     TESSERA_TRY(rr.finish());
   }
   net::read_link_settings(r, c.link, /*rate_limits=*/true);
-  c.exit_after_rounds = r.integer("exit_after_rounds", 0, 0, INT64_MAX, "exit after this many accepted updates (0: serve forever)");
+  c.exit_after_rounds = r.integer("exit_after_rounds", 0, 0, INT64_MAX, "exit after this many accepted updates, and the evaluation that may follow the last (0: serve forever)");
   TESSERA_TRY(r.finish());
   return c;
 }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "tessera/core/codec.hpp"
+#include "tessera/core/mlp.hpp"
 #include "tessera/net/task.hpp"
 
 namespace tessera::edge {
@@ -19,13 +20,8 @@ core::result<core::training_task> check_assignment(const net::msg::assign& a, co
   if (limits.requires_normalization && !t.normalization)
     return make_error(errc::inputs_mismatch, "this device's data.normalization is standardize, but the model carries no input "
                                              "statistics (its model.input_normalization is none)");
-  if (limits.targets != nullptr) {
-    const auto ok = limits.source != nullptr
-                        ? core::check_targets(*limits.targets, t.arch.task, t.arch.outputs(), *limits.source)
-                        : core::check_targets(*limits.targets, t.arch.task, t.arch.outputs(), [&limits](std::int64_t i) {
-                            return limits.data_name + ": example " + std::to_string(i) + " (counting from 0)";
-                          });
-    if (!ok) return make_error(errc::labels_mismatch, ok.error().message);
+  if (limits.check_targets) {
+    if (auto ok = limits.check_targets(t.arch.task, t.arch.outputs()); !ok) return make_error(errc::labels_mismatch, ok.error().message);
   }
   if (t.batch > limits.max_batch)
     return make_error(errc::batch_too_large, "batch " + std::to_string(t.batch) + " exceeds this device's data.max_batch " +
@@ -41,10 +37,12 @@ core::result<core::training_task> check_assignment(const net::msg::assign& a, co
 
 core::result<std::shared_ptr<job>> job::start(const net::msg::assign& a, const device_limits& limits) {
   TESSERA_ASSIGN_OR_RETURN(auto task, check_assignment(a, limits));
-  TESSERA_ASSIGN_OR_RETURN(auto arena,
-                           training_arena::reserve(task.arch, task.batch, task.sgd.momentum != 0.0f, a.blob_codec, limits.arena_budget));
+  TESSERA_ASSIGN_OR_RETURN(auto arena, a.evaluate ? training_arena::reserve_for_evaluation(task.arch, task.batch, a.blob_codec, limits.arena_budget)
+                                                  : training_arena::reserve(task.arch, task.batch, task.sgd.momentum != 0.0f,
+                                                                            a.blob_codec, limits.arena_budget));
   std::shared_ptr<job> j(new job());
   j->round_ = a.round;
+  j->evaluate_ = a.evaluate;
   j->download_id_ = a.transfer;
   j->task_ = std::move(task);
   j->codec_ = a.blob_codec;
@@ -70,6 +68,18 @@ core::result<void> job::downloaded() {
     return make_error(errc::bad_download, ok.error().message);
   at_ = stage::training;
   return {};
+}
+
+core::result<net::msg::evaluation> job::evaluate(device_data& data) {
+  TESSERA_ASSERT(evaluate_ && at_ == stage::training);
+  const core::network net(task_.arch);
+  auto ev = data.validate(net, arena_->params(), arena_->buffers(), task_.batch, task_.normalization.get());
+  if (!ev) return make_error(errc::training_failed, "evaluation: " + ev.error().message);
+  return net::msg::evaluation{.round = round_,
+                              .transfer = download_id_,
+                              .examples = static_cast<std::uint64_t>(ev.value().examples),
+                              .loss_sum = ev.value().loss_sum,
+                              .correct = static_cast<std::uint64_t>(ev.value().correct)};
 }
 
 core::result<core::local_training_report> job::train(core::batch_source& data, const std::atomic<bool>* cancel) {

@@ -29,15 +29,6 @@ std::int64_t unix_now() { return static_cast<std::int64_t>(std::time(nullptr)); 
 
 }  // namespace
 
-// The bytes of a blob and its transfer in one allocation: a session may still hold the transfer after
-// the round closed, and the aliasing shared_ptr keeps the bytes alive exactly as long.
-struct hub_service::download_slot {
-  std::vector<std::byte> bytes;
-  net::outgoing_transfer out;
-  download_slot(std::uint64_t id, std::vector<std::byte> b, const net::digest& sha)
-      : bytes(std::move(b)), out(id, std::span<const std::byte>(bytes), sha) {}
-};
-
 struct hub_service::upload_slot {
   std::vector<std::byte> bytes;
   net::incoming_transfer in;
@@ -141,6 +132,7 @@ void hub_service::attach(const std::shared_ptr<net::session>& s) {
     else if (const auto* u = std::get_if<net::msg::update>(&m)) on_update(self, *u);
     else if (const auto* r = std::get_if<net::msg::refuse>(&m)) on_refuse(self, *r);
     else if (const auto* st = std::get_if<net::msg::stats_reply>(&m)) on_stats_reply(self, *st);
+    else if (const auto* ev = std::get_if<net::msg::evaluation>(&m)) on_evaluation(self, *ev);
   });
   s->on_blob_received([this, weak](const std::shared_ptr<net::incoming_transfer>& in) {
     if (auto self = weak.lock()) on_upload(self, in);
@@ -160,9 +152,12 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
   const bool known = d.record.id == id;
   d.session = s;
   d.record.id = id;
+  if (d.validation_examples != h.validation_examples || d.record.budget_bytes != h.memory_budget_bytes)
+    d.told_over_budget = false;  // it may hold the model for evaluation now: say so again if not
   d.record.budget_bytes = h.memory_budget_bytes;
   d.record.examples = h.examples;
   d.record.last_seen = unix_now();
+  d.validation_examples = h.validation_examples;
   d.codecs = h.codecs;
   log(log_level::info, "device " + id + (known ? " reconnected" : " joined") + ": budget " +
                            std::to_string(h.memory_budget_bytes >> 20) + " MiB, " + std::to_string(h.examples) + " examples");
@@ -174,7 +169,18 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
 
   assignment* a = stopping_ ? nullptr : engine_->find(id);
   const net::msg::welcome welcome{.heartbeat_ms = static_cast<std::uint32_t>(config_.link.heartbeat_s * 1000.0)};
-  if (a == nullptr || !is_open(a->state)) {
+  if (eval_ && !stopping_ && evaluating(id)) {
+    const auto held = std::find_if(h.resume.begin(), h.resume.end(),
+                                   [&](const net::msg::resume_entry& r) { return r.transfer == d.download_id; });
+    s->send(welcome);
+    if (held != h.resume.end() && d.download && held->offset <= d.download->out.size()) {
+      // It still holds the model: the rest of it, or (all of it arrived) its EVALUATION is on its way.
+      if (held->offset < d.download->out.size())
+        s->send_blob(std::shared_ptr<net::outgoing_transfer>(d.download, &d.download->out), held->offset);
+    } else {
+      send_evaluation(d, id);
+    }
+  } else if (a == nullptr || !is_open(a->state)) {
     s->send(welcome);
   } else {
     const auto held = std::find_if(h.resume.begin(), h.resume.end(),
@@ -202,19 +208,20 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
 void hub_service::send_assignment(device_entry& d, assignment& a) {
   // A fresh transfer id each time, so a restarted agent never resumes bytes of another download.
   d.download_id = next_transfer_++;
-  std::vector<std::byte> bytes;
+  std::shared_ptr<const std::vector<std::byte>> bytes;
   net::digest sha{};
   if (d.download) {  // a resend: the agent lost its copy; the model has not changed within the round
     bytes = d.download->bytes;
     sha = d.download->out.sha256();
   } else {
-    bytes.resize(a.blob_bytes);
-    if (auto ok = engine_->encode_download(a, bytes); !ok) {
+    auto fresh = std::make_shared<std::vector<std::byte>>(a.blob_bytes);
+    if (auto ok = engine_->encode_download(a, *fresh); !ok) {
       engine_->reject(a, ok.error());
       log(log_level::error, ok.error().message);
       return;
     }
-    sha = crypto::sha256_of(bytes);
+    sha = crypto::sha256_of(*fresh);
+    bytes = std::move(fresh);
   }
   d.download = std::make_shared<download_slot>(d.download_id, std::move(bytes), sha);
   (void)engine_->sent(a);  // always fits an open assignment
@@ -324,6 +331,7 @@ void hub_service::on_refuse(const std::shared_ptr<net::session>& s, const net::m
     if (engine_->all_reported()) close_round();
   }
   if (stats_) drop_from_statistics(id, "it refused: " + r.reason);
+  if (eval_) drop_from_evaluation(id, "it refused: " + r.reason);
 }
 
 void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::error& why) {
@@ -372,12 +380,21 @@ void hub_service::reload_revocations() {
   log(log_level::info, "revocation list reloaded from " + config_.tls.crl.string());
 }
 
+rounds::device_offer hub_service::offer_of(const std::string& id, const device_entry& d) {
+  return {.id = id,
+          .budget_bytes = d.record.budget_bytes,
+          .examples = d.record.examples,
+          .codecs = d.codecs,
+          .capacity = 0,
+          .validation_examples = d.validation_examples};
+}
+
 std::vector<rounds::device_offer> hub_service::ready_offers() const {
   std::vector<rounds::device_offer> offers;
   for (const auto& [id, d] : devices_) {
     if (!d.session || !d.unfit.empty()) continue;
     if (offers.size() >= config_.max_devices) break;
-    offers.push_back({.id = id, .budget_bytes = d.record.budget_bytes, .examples = d.record.examples, .codecs = d.codecs, .capacity = 0});
+    offers.push_back(offer_of(id, d));
   }
   return offers;
 }
@@ -440,7 +457,12 @@ void hub_service::close_round() {
     if (a.state == assignment_state::accepted) ++d.record.rounds_done;
     else ++d.record.rounds_missed;
   }
-  if (auto saved = recorder_->record(*engine_, m.value(), round_started_, registry()); !saved) {
+  if (engine_->evaluation_due()) return start_evaluation(std::move(m).value());
+  after_round(m.value());
+}
+
+void hub_service::after_round(rounds::round_metrics& m) {
+  if (auto saved = recorder_->record(*engine_, m, round_started_, registry()); !saved) {
     finish(saved.error().message);
     return;
   }

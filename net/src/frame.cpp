@@ -46,6 +46,7 @@ std::string_view to_string(frame_type t) noexcept {
     case frame_type::refuse: return "REFUSE";
     case frame_type::stats: return "STATS";
     case frame_type::stats_reply: return "STATS_REPLY";
+    case frame_type::evaluation: return "EVALUATION";
   }
   return "?";
 }

@@ -203,6 +203,7 @@ json to_object(const message& m) {
                   {"memory_budget_bytes", v.memory_budget_bytes}, {"examples", v.examples},
                   {"codecs", codecs}, {"resume", resume}};
           if (!v.data_digest.empty()) j["data_digest"] = v.data_digest;
+          if (v.validation_examples > 0) j["validation_examples"] = v.validation_examples;
           return j;
         } else if constexpr (std::is_same_v<T, msg::welcome>) {
           return {{"heartbeat_ms", v.heartbeat_ms}, {"max_frame_payload", v.max_frame_payload},
@@ -211,9 +212,11 @@ json to_object(const message& m) {
           json hyper = json::parse(v.hyper_json, nullptr, false);
           // Our own caller passed hyper-parameters that are not a JSON object: a bug, not input.
           TESSERA_ASSERT(hyper.is_object());
-          return {{"round", v.round}, {"widths", v.widths}, {"hyper", hyper},
-                  {"transfer", v.transfer}, {"size", v.size}, {"codec", std::string(core::to_string(v.blob_codec))},
-                  {"sha256", hex_of(v.sha256)}};
+          json j = {{"round", v.round}, {"widths", v.widths}, {"hyper", hyper},
+                    {"transfer", v.transfer}, {"size", v.size}, {"codec", std::string(core::to_string(v.blob_codec))},
+                    {"sha256", hex_of(v.sha256)}};
+          if (v.evaluate) j["evaluate"] = true;
+          return j;
         } else if constexpr (std::is_same_v<T, msg::ack>) {
           return {{"transfer", v.transfer}, {"offset", v.offset}};
         } else if constexpr (std::is_same_v<T, msg::update>) {
@@ -238,6 +241,9 @@ json to_object(const message& m) {
             j["target_mean"] = v.target_mean;
           }
           return j;
+        } else if constexpr (std::is_same_v<T, msg::evaluation>) {
+          return {{"round", v.round}, {"transfer", v.transfer}, {"examples", v.examples}, {"loss_sum", v.loss_sum},
+                  {"correct", v.correct}};
         } else {
           static_assert(std::is_same_v<T, msg::stats_reply>);
           json j = {{"pass", v.pass}, {"examples", v.examples}, {"features", v.features}};
@@ -293,6 +299,7 @@ core::result<message> parse_object(frame_type t, const json& j) {
         }
       }
       if (r.has("data_digest")) h.data_digest = r.string("data_digest", max_code_chars);
+      if (r.has("validation_examples")) h.validation_examples = r.u64("validation_examples");
       out = std::move(h);
       break;
     }
@@ -324,6 +331,7 @@ core::result<message> parse_object(frame_type t, const json& j) {
       a.size = r.u64("size");
       a.blob_codec = r.blob_codec("codec");
       a.sha256 = r.sha256("sha256");
+      if (r.has("evaluate")) a.evaluate = r.boolean("evaluate");
       out = std::move(a);
       break;
     }
@@ -398,6 +406,17 @@ core::result<message> parse_object(frame_type t, const json& j) {
       out = std::move(s);
       break;
     }
+    case frame_type::evaluation: {
+      msg::evaluation e;
+      e.round = r.u64("round");
+      e.transfer = r.u64("transfer");
+      e.examples = r.u64("examples", std::uint64_t{1} << 53);
+      e.loss_sum = r.finite("loss_sum");
+      e.correct = r.u64("correct", e.examples);
+      if (!r.failed() && e.loss_sum < 0) r.fail("loss_sum", "negative");
+      out = e;
+      break;
+    }
     case frame_type::chunk: return make_error(errc::unknown_type, "CHUNK is not a control message");
   }
   if (r.failed()) return r.error();
@@ -417,7 +436,7 @@ frame_type type_of(const message& m) noexcept {
   static constexpr frame_type types[] = {frame_type::hello, frame_type::welcome, frame_type::assign,
                                          frame_type::ack,   frame_type::update,  frame_type::result,
                                          frame_type::ping,  frame_type::pong,    frame_type::refuse,
-                                         frame_type::stats, frame_type::stats_reply};
+                                         frame_type::stats, frame_type::stats_reply, frame_type::evaluation};
   static_assert(std::size(types) == std::variant_size_v<message>);
   return types[m.index()];
 }

@@ -16,7 +16,8 @@ bool allowed_for(role r, frame_type t) noexcept {
     case frame_type::refuse: return true;
     case frame_type::hello:
     case frame_type::update:
-    case frame_type::stats_reply: return r == role::hub;
+    case frame_type::stats_reply:
+    case frame_type::evaluation: return r == role::hub;
     case frame_type::welcome:
     case frame_type::assign:
     case frame_type::result:

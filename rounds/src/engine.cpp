@@ -312,16 +312,61 @@ core::result<round_metrics> engine::close_round(core::example_table* validation)
     TESSERA_ASSIGN_OR_RETURN(const auto ev, core::evaluate(net, params_, *validation, 256, normalization_.get()));
     m.test_loss = ev.loss;
     if (config_.model.task == core::task_kind::classification) m.test_accuracy = ev.accuracy;
-    const double score = m.test_accuracy ? *m.test_accuracy : -ev.loss;
-    if (!stopping_.have_best || score > stopping_.best_score) {
-      stopping_.have_best = true;
-      stopping_.best_score = score;
-      stopping_.evals_since_best = 0;
-    } else if (config_.patience > 0 && ++stopping_.evals_since_best >= config_.patience) {
-      stopping_.stopped = true;
-    }
+    hub_validation_ = true;
+    if (config_.patience_on != patience_kind::federated) note_score(m.test_accuracy ? *m.test_accuracy : -ev.loss);
   }
   return m;
+}
+
+void engine::note_score(double score) {
+  if (!stopping_.have_best || score > stopping_.best_score) {
+    stopping_.have_best = true;
+    stopping_.best_score = score;
+    stopping_.evals_since_best = 0;
+  } else if (config_.patience > 0 && ++stopping_.evals_since_best >= config_.patience) {
+    stopping_.stopped = true;
+  }
+}
+
+bool engine::evaluation_due() const noexcept {
+  return !in_round_ && completed_ > 0 && (completed_ % config_.eval_every == 0 || completed_ == config_.rounds);
+}
+
+std::vector<evaluator> engine::plan_evaluation(std::vector<device_offer> offers, std::vector<excluded_device>& excluded) const {
+  std::sort(offers.begin(), offers.end(), [](const auto& a, const auto& b) { return natural_less(a.id, b.id); });
+  std::vector<evaluator> out;
+  for (const auto& o : offers) {
+    if (o.validation_examples == 0) continue;
+    const core::codec_kind codec = codec_for(o);
+    const std::size_t need = core::inference_bytes(full_, config_.batch, codec);
+    if (o.capacity <= 0 && need > o.budget_bytes) {
+      excluded.push_back({o.id, "scoring the whole model needs " + mib(need) + "; the budget is " + mib(o.budget_bytes)});
+      continue;
+    }
+    out.push_back({.id = o.id, .codec = codec, .blob_bytes = core::encoded_bytes(full_, codec)});
+  }
+  return out;
+}
+
+core::training_task engine::evaluation_task() const {
+  return {.arch = full_,
+          .steps = 1,
+          .batch = config_.batch,
+          .sgd = {},
+          .normalization = normalization_->empty() ? nullptr : normalization_};
+}
+
+core::result<void> engine::encode_model(core::codec_kind codec, std::span<std::byte> out) const {
+  TESSERA_ASSERT(out.size() == core::encoded_bytes(full_, codec));
+  return core::encode(full_, codec, params_, out);
+}
+
+void engine::note_federated(const federated_scores& scores, round_metrics& m) {
+  scores.fill(m, config_.model.task == core::task_kind::classification);
+  if (!m.fed_devices) return;
+  const bool watch = config_.patience_on == patience_kind::federated ||
+                     (config_.patience_on == patience_kind::automatic && !hub_validation_);
+  if (watch) note_score(m.fed_accuracy ? *m.fed_accuracy : -*m.fed_loss);
 }
 
 }  // namespace tessera::rounds

@@ -1,6 +1,9 @@
 #include "tessera/rounds/metrics.hpp"
 
+#include <algorithm>
 #include <cstdio>
+
+#include "tessera/rounds/engine.hpp"
 
 namespace tessera::rounds {
 
@@ -23,6 +26,16 @@ nlohmann::json round_metrics::to_json() const {
   if (refused) j["refused"] = *refused;
   if (rejected) j["rejected"] = *rejected;
   if (resent_bytes) j["resent_bytes"] = *resent_bytes;
+  if (fed_devices) {
+    j["fed_devices"] = *fed_devices;
+    j["fed_examples"] = fed_examples.value_or(0);
+    j["fed_loss"] = fed_loss ? nlohmann::json(*fed_loss) : nlohmann::json(nullptr);
+    j["fed_accuracy"] = fed_accuracy ? nlohmann::json(*fed_accuracy) : nlohmann::json(nullptr);
+    j["fed_accuracy_min"] = fed_accuracy_min ? nlohmann::json(*fed_accuracy_min) : nlohmann::json(nullptr);
+    j["fed_accuracy_median"] = fed_accuracy_median ? nlohmann::json(*fed_accuracy_median) : nlohmann::json(nullptr);
+    j["fed_accuracy_max"] = fed_accuracy_max ? nlohmann::json(*fed_accuracy_max) : nlohmann::json(nullptr);
+    j["fed_bytes_down"] = fed_bytes_down.value_or(0);
+  }
   return j;
 }
 
@@ -33,12 +46,51 @@ std::string round_metrics::to_line() const {
                 static_cast<long long>(round), strategy.c_str(), devices, static_cast<double>(bytes_down) / 1e6,
                 static_cast<double>(bytes_up) / 1e6, train_loss, acc.c_str(), learning_rate, seconds);
   std::string line = buf;
+  if (fed_devices && fed_accuracy) {
+    std::snprintf(buf, sizeof buf, "  fed %.2f%% on %zu devices (%.1f-%.1f%%)", *fed_accuracy * 100.0, *fed_devices,
+                  fed_accuracy_min.value_or(0) * 100.0, fed_accuracy_max.value_or(0) * 100.0);
+    line += buf;
+  } else if (fed_devices && fed_loss) {
+    std::snprintf(buf, sizeof buf, "  fed loss %.4f on %zu devices", *fed_loss, *fed_devices);
+    line += buf;
+  }
   if (stragglers || refused || rejected) {
     std::snprintf(buf, sizeof buf, "  stragglers %zu  refused %zu  rejected %zu", stragglers.value_or(0),
                   refused.value_or(0), rejected.value_or(0));
     line += buf;
   }
   return line;
+}
+
+void federated_scores::add(device_score s) {
+  if (s.examples <= 0) return;
+  scores_.push_back(std::move(s));
+}
+
+void federated_scores::fill(round_metrics& m, bool classification) const {
+  if (scores_.empty()) return;
+  std::vector<const device_score*> order;
+  for (const auto& s : scores_) order.push_back(&s);
+  std::sort(order.begin(), order.end(), [](const device_score* a, const device_score* b) { return natural_less(a->id, b->id); });
+  std::int64_t examples = 0, correct = 0;
+  double loss = 0;
+  std::vector<double> accuracies;
+  for (const device_score* s : order) {
+    examples += s->examples;
+    correct += s->correct;
+    loss += s->loss_sum;
+    accuracies.push_back(static_cast<double>(s->correct) / static_cast<double>(s->examples));
+  }
+  m.fed_devices = order.size();
+  m.fed_examples = examples;
+  m.fed_loss = loss / static_cast<double>(examples);
+  if (!classification) return;
+  m.fed_accuracy = static_cast<double>(correct) / static_cast<double>(examples);
+  std::sort(accuracies.begin(), accuracies.end());
+  const std::size_t n = accuracies.size();
+  m.fed_accuracy_min = accuracies.front();
+  m.fed_accuracy_max = accuracies.back();
+  m.fed_accuracy_median = n % 2 == 1 ? accuracies[n / 2] : 0.5 * (accuracies[n / 2 - 1] + accuracies[n / 2]);
 }
 
 }  // namespace tessera::rounds

@@ -40,6 +40,9 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
   c.seed = static_cast<std::uint64_t>(r.integer("seed", 1, 0, INT64_MAX, "the run's seed: plans, shards and batch orders derive from it"));
   c.eval_every = r.integer("eval_every", 1, 1, 10'000'000, "rounds between evaluations (and the last round)");
   c.patience = r.integer("patience", 0, 0, 10'000'000, "stop after this many evaluations without a new best (0: never)");
+  c.patience_on = r.choice("patience_on", patience_kind::automatic, k_patience_names,
+                           "the figure patience watches: the hub's validation set, the devices' evaluation, or auto (the "
+                           "hub's when it has one)");
   c.min_stats_examples = r.integer("min_stats_examples", 10, 1, INT64_MAX,
                                    "model.input_normalization standardize: devices with fewer examples are not asked for statistics");
   c.metrics_path = r.string("metrics", "", "JSON-lines file, one line per round (empty: none)");

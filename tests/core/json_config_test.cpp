@@ -219,6 +219,12 @@ TEST_CASE("config_reader: nested objects are read by child readers whose errors 
   CHECK(error_of(m.finish()).message == "sim.json: field 'model.hidden': wider than inputs");
   const json not_object = 5;
   CHECK(error_of(r.child("data", not_object).finish()).message == "sim.json: field 'data': expected a JSON object");
+
+  // null leaves an optional object out (an override such as validation=null), and is a known field.
+  const json n = json::parse(R"({"validation": null})");
+  core::config_reader nr(n, "hub.json");
+  CHECK(nr.object("validation", "doc") == nullptr);
+  CHECK(nr.finish().ok());
 }
 
 TEST_CASE("config_reader: a describing reader lists every field it reads, with type, default and line") {

@@ -39,6 +39,24 @@ TEST_CASE("memory plan: plain SGD keeps gradients instead of a velocity, f32 no 
   CHECK(encoded_bytes(a, codec_kind::f16) == param_count(a) * 2);
 }
 
+TEST_CASE("memory plan: inference keeps the parameters, workspace and batch, without the optimizer's state") {
+  const auto arch = arch_of({784, 512, 512, 10}, false);
+  for (auto codec : {codec_kind::f32, codec_kind::q8}) {
+    const auto train = plan_training_memory(arch, 32, true, codec);
+    const auto infer = plan_inference_memory(arch, 32, codec);
+    CHECK(infer.grads_bytes == 0);
+    CHECK(infer.velocity_bytes == 0);
+    CHECK(infer.params_bytes == train.params_bytes);
+    CHECK(infer.workspace_bytes == train.workspace_bytes);
+    CHECK(infer.features_bytes == train.features_bytes);
+    CHECK(infer.staging_bytes == train.staging_bytes);
+    // The velocity (one float per parameter) is what inference saves.
+    CHECK(train.total - infer.total >= train.velocity_bytes);
+    CHECK(inference_bytes(arch, 32, codec) == infer.total);
+    CHECK(infer.total < bytes_needed(arch, 32, false, codec));
+  }
+}
+
 TEST_CASE("capacity for a budget: the largest fraction whose subnet fits") {
   const auto full = arch_of({784, 512, 512, 10}, true);
   for (std::size_t mib : {4, 8, 16}) {

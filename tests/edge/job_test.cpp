@@ -11,6 +11,9 @@
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/rng.hpp"
 #include "tessera/crypto/digest.hpp"
+#include "tessera/core/targets.hpp"
+#include "tessera/core/seeds.hpp"
+#include "tessera/core/train.hpp"
 #include "tessera/edge/device_data.hpp"
 #include "tessera/edge/job.hpp"
 #include "tessera/net/task.hpp"
@@ -151,6 +154,71 @@ TEST_CASE("job: download, train, upload, each stage in turn; the update describe
   }
 }
 
+TEST_CASE("job: an evaluating ASSIGN scores the whole model on the validation split in inference memory") {
+  testing::temp_dir d("evaluate");
+  // 50 examples of 12 features; 10 held out (validation_fraction 0.2).
+  std::string csv;
+  core::rng r(3);
+  for (int i = 0; i < 50; ++i) {
+    for (int f = 0; f < 12; ++f) csv += std::to_string(r.uniform_double()) + ",";
+    csv += std::to_string(i % 3) + "\n";
+  }
+  testing::write_bytes(d.file("data.csv"), csv);
+  const core::data_source source{.format = core::data_format::csv, .features = d.file("data.csv"), .label_column = 12,
+                                 .norm = core::normalization::none};
+  auto data = edge::device_data::open({.source = source, .validation_fraction = 0.2}, 9);
+  REQUIRE(data.ok());
+  REQUIRE(data.value()->validation_examples() == 10);
+
+  auto t = small_task();
+  t.steps = 1;
+  const auto blob = encoded_params(t, core::codec_kind::f32, 0.0f);
+  std::vector<float> params(core::param_count(t.arch));
+  core::model_spec spec;
+  spec.inputs = 12;
+  spec.hidden = {16, 8};
+  spec.outputs = 3;
+  core::initialize(spec, params);
+  std::vector<std::byte> model(core::encoded_bytes(t.arch, core::codec_kind::f32));
+  REQUIRE(core::encode(t.arch, core::codec_kind::f32, params, model).ok());
+  auto a = assign_for(t, core::codec_kind::f32, model);
+  a.evaluate = true;
+  // Its memory is inference's: a budget too small to train the model still scores it; a smaller one
+  // is refused with both numbers.
+  const std::size_t need = core::inference_bytes(t.arch, t.batch, core::codec_kind::f32);
+  REQUIRE(need < core::bytes_needed(t.arch, t.batch, true, core::codec_kind::f32));
+  auto limits = roomy();
+  limits.arena_budget = need;
+  auto trains = edge::job::start(assign_for(t, core::codec_kind::f32, model), limits);
+  CHECK(trains.error().code == core::errc::over_budget);
+  limits.arena_budget = need - 1;
+  auto small = edge::job::start(a, limits);
+  REQUIRE_FALSE(small.ok());
+  CHECK(small.error().code == core::errc::over_budget);
+  CHECK(small.error().message.find("evaluating the model") != std::string::npos);
+  CHECK(small.error().message.find(std::to_string(need)) != std::string::npos);
+  limits.arena_budget = need;
+  auto started = edge::job::start(a, limits);
+  REQUIRE(started.ok());
+  auto j = started.value();
+  CHECK(j->evaluates());
+  CHECK(j->arena().size_bytes() == need);
+  std::memcpy(j->download()->data().data(), model.data(), model.size());
+  REQUIRE(j->downloaded().ok());
+  auto score = j->evaluate(*data.value());
+  REQUIRE(score.ok());
+  CHECK(score.value().round == 7);
+  CHECK(score.value().transfer == 42);
+  CHECK(score.value().examples == 10);
+  // The same figures as scoring the held-out rows directly.
+  core::memory_table all = core::load_data(source, nullptr).value();
+  const auto rows = core::held_out_rows(50, 0.2, core::validation_seed(9));
+  core::memory_table held = all.subset(rows, "held out");
+  const auto direct = core::evaluate(core::network(t.arch), params, held, t.batch).value();
+  CHECK(score.value().correct == static_cast<std::uint64_t>(direct.correct));
+  CHECK(score.value().loss_sum == doctest::Approx(direct.loss_sum).epsilon(1e-6));
+}
+
 TEST_CASE("job: a download with a value that is not finite is refused as bad_download and stays where it was") {
   for (auto codec : {core::codec_kind::f32, core::codec_kind::q8}) {
     INFO(core::to_string(codec));
@@ -206,7 +274,8 @@ core::error refusal(const edge::device_data& data, core::task_kind task, std::in
   const core::training_task t{.arch = spec.full_arch(), .steps = 2, .batch = 4, .sgd = {.learning_rate = 0.1f}};
   const auto blob = encoded_params(t, core::codec_kind::f32, 0.1f);
   const edge::device_limits limits{.feature_count = data.feature_count(), .max_batch = 64, .codecs = {core::codec_kind::f32},
-                                   .arena_budget = 64u << 20, .targets = &data.targets(), .source = &data.source(),
+                                   .arena_budget = 64u << 20,
+                                   .check_targets = [&data](core::task_kind k, std::int64_t o) { return data.check_targets(k, o); },
                                    .data_name = data.name()};
   return testing::error_of(edge::check_assignment(assign_for(t, core::codec_kind::f32, blob), limits));
 }
@@ -246,7 +315,8 @@ TEST_CASE("refusal: a fractional label, with the file and the row") {
   const auto blob = encoded_params(t, core::codec_kind::f32, 0.1f);
   CHECK(edge::check_assignment(assign_for(t, core::codec_kind::f32, blob),
                                {.feature_count = 3, .max_batch = 64, .codecs = {core::codec_kind::f32}, .arena_budget = 64u << 20,
-                                .targets = &data->targets(), .source = &data->source(), .data_name = data->name()})
+                                .check_targets = [&data](core::task_kind k, std::int64_t o) { return data->check_targets(k, o); },
+                                .data_name = data->name()})
             .ok());
 }
 

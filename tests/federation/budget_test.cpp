@@ -1,5 +1,6 @@
 // Memory budgets bind: on a model far larger than any of them, agents offering 4, 8 and 16 MiB each get
-// a subnet whose training arena fits their budget, larger budgets get larger subnets, nobody refuses.
+// a subnet whose training arena fits their budget, larger budgets get larger subnets, nobody refuses;
+// none of them can hold the whole model to score it, and the hub says so once per device.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -47,7 +48,7 @@ TEST_CASE("federation: agents with 4, 8 and 16 MiB get subnets that fit their bu
   const nlohmann::json model = {{"inputs", 784}, {"hidden", {2048, 2048}}, {"outputs", 10}};
   hub_handle hub = f.start_hub("hub", {{"model", model},
                                        {"strategy", "ist"},
-                                       {"rounds", 1},
+                                       {"rounds", 2},
                                        {"local_steps", 3},
                                        {"batch", 8},
                                        {"lr", 0.01},
@@ -71,8 +72,12 @@ TEST_CASE("federation: agents with 4, 8 and 16 MiB get subnets that fit their bu
   const std::string hub_log = hub.process.err();
   CHECK(count_of(hub_log, "left out") == 0);
   CHECK(count_of(hub_log, "refused") == 0);
+  // The whole model (about 23 MiB of parameters) fits no budget for scoring it: each device is named
+  // once, not every round, and the rounds go on without the devices' evaluation.
+  for (const auto& id : ids) CHECK(count_of(hub_log, "device " + id + " does not evaluate the model: scoring the whole model needs") == 1);
   const auto metrics = read_metrics(f.file("metrics.jsonl"));
-  REQUIRE(metrics.size() == 1);
+  REQUIRE(metrics.size() == 2);
+  CHECK_FALSE(metrics[1].contains("fed_accuracy"));
   CHECK(metrics[0].at("devices") == 3);
   CHECK(metrics[0].at("refused") == 0);
   CHECK(metrics[0].at("rejected") == 0);

@@ -3,6 +3,7 @@
 // result is the simulator's, bit for bit. Without standardization the same run learns far less.
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -59,17 +60,23 @@ double final_accuracy(const std::string& metrics_path) {
   return m.back().at("test_accuracy").get<double>();
 }
 
+// The devices' certificates, 3200 training examples and 800 test examples; returns the device ids.
+std::vector<std::string> set_up(fleet& f, const std::string& train, const std::string& test) {
+  std::vector<std::string> ids;
+  for (int d = 0; d < k_devices; ++d) ids.push_back("device-" + std::to_string(d));
+  f.make_pki(ids);
+  write_tabular(train, 3200, 1);
+  write_tabular(test, 800, 2);
+  return ids;
+}
+
 }  // namespace
 
 TEST_CASE("federation: tabular data in mixed units, standardized with the fleet's own statistics, equals tessera-sim") {
   fleet f("fed_tabular");
   INFO(f.diagnostics());
-  std::vector<std::string> ids;
-  for (int d = 0; d < k_devices; ++d) ids.push_back("device-" + std::to_string(d));
-  f.make_pki(ids);
   const std::string train = f.file("train.csv"), test = f.file("test.csv");
-  write_tabular(train, 3200, 1);
-  write_tabular(test, 800, 2);
+  const std::vector<std::string> ids = set_up(f, train, test);
 
   // The simulator, standardized (its shards' statistics) and not.
   const auto sim = [&](const std::string& name, const std::string& normalization) {
@@ -112,14 +119,30 @@ TEST_CASE("federation: tabular data in mixed units, standardized with the fleet'
   CHECK(count_of(hub.process.err(), "measuring the fleet's input statistics on 4 device(s)") == 1);
   for (child_process* a : agents) {
     REQUIRE(a->wait_exit(30s).has_value());
-    CHECK(count_of(a->err(), "statistics (pass 1) of 800 examples sent") == 1);
-    CHECK(count_of(a->err(), "statistics (pass 2) of 800 examples sent") == 1);
+    CHECK(count_of(a->err(), "statistics (pass 1) of 720 examples sent") == 1);
+    CHECK(count_of(a->err(), "statistics (pass 2) of 720 examples sent") == 1);
     CHECK(count_of(a->err(), "refusing") == 0);
   }
   const double fleet_acc = final_accuracy(f.file("hub.jsonl"));
   MESSAGE("hub and 4 agents over TLS: standardize " << 100 * fleet_acc << "%");
   CHECK(std::abs(fleet_acc - sim_std) <= 0.01);
   CHECK(fleet_acc >= sim_none + 0.15);
+
+  // Every round the devices scored the model on their held-out 10%, as the simulator's devices did:
+  // the same figures to the bit.
+  const auto hub_rounds = read_metrics(f.file("hub.jsonl"));
+  const auto sim_rounds = read_metrics(f.file("sim-standardize.jsonl"));
+  REQUIRE(hub_rounds.size() == sim_rounds.size());
+  for (std::size_t r = 0; r < hub_rounds.size(); ++r) {
+    CAPTURE(r);
+    REQUIRE(hub_rounds[r].contains("fed_accuracy"));
+    CHECK(hub_rounds[r].at("fed_devices") == k_devices);
+    CHECK(hub_rounds[r].at("fed_examples") == 320);
+    CHECK(hub_rounds[r].at("fed_accuracy").get<double>() == sim_rounds[r].at("fed_accuracy").get<double>());
+    CHECK(hub_rounds[r].at("fed_loss").get<double>() == sim_rounds[r].at("fed_loss").get<double>());
+  }
+  MESSAGE("federated validation accuracy after round " << k_rounds << ": " << 100 * hub_rounds.back().at("fed_accuracy").get<double>()
+                                                       << "% (hub's test set: " << 100 * fleet_acc << "%)");
 
   // The statistics are the simulator's to the bit, and so is the model.
   const core::stored_model from_hub = load_model_or_fail(f.file("hub.safetensors"));
@@ -140,6 +163,86 @@ TEST_CASE("federation: tabular data in mixed units, standardized with the fleet'
   char expected[64];
   std::snprintf(expected, sizeof expected, "test accuracy (numpy): %.2f%% on 800 examples", 100 * fleet_acc);
   CHECK_MESSAGE(out.find(expected) != std::string::npos, out);
+}
+
+TEST_CASE("federation: the devices' evaluation equals the hub's when their validation examples are its test set") {
+  fleet f("fed_eval");
+  INFO(f.diagnostics());
+  const std::string train = f.file("train.csv"), test = f.file("test.csv");
+  const std::vector<std::string> ids = set_up(f, train, test);
+  // The test set dealt out: device d's validation file holds rows 200d to 200d+199 (with the header).
+  const std::vector<std::string> lines = [&] {
+    std::vector<std::string> out;
+    std::istringstream in(read_text(test));
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  }();
+  REQUIRE(lines.size() == 801);
+  nlohmann::json sim = run_fields();
+  sim["devices"] = k_devices;
+  sim["data"] = {{"train", csv_source(train, "standardize")}};
+  const std::vector<nlohmann::json> shards = f.make_shards(sim);
+
+  const auto federate = [&](const std::string& name, nlohmann::json hub_extra, int rounds) {
+    nlohmann::json hub_json = run_fields();
+    hub_json.update({{"rounds", rounds},
+                     {"min_devices", k_devices},
+                     {"max_devices", k_devices},
+                     {"device_wait_s", 60},
+                     {"round_deadline_s", 60},
+                     {"metrics", f.file(name + ".jsonl")}});
+    hub_json.update(hub_extra);
+    hub_handle hub = f.start_hub(name, hub_json);
+    std::vector<child_process*> agents;
+    for (int d = 0; d < k_devices; ++d) {
+      const std::string part = f.file(name + "-validation-" + std::to_string(d) + ".csv");
+      std::string text = lines[0] + "\n";
+      for (int i = 0; i < 200; ++i) text += lines[static_cast<std::size_t>(1 + 200 * d + i)] + "\n";
+      write_bytes(part, text);
+      nlohmann::json data = shards[static_cast<std::size_t>(d)];
+      data["validation"] = csv_source(part, "none");
+      nlohmann::json a = f.agent_config(ids[static_cast<std::size_t>(d)], data, hub.port);
+      a["exit_after_rounds"] = rounds;
+      agents.push_back(&f.start_agent(name + "-" + ids[static_cast<std::size_t>(d)], a));
+    }
+    const auto code = hub.process.wait_exit(120s);
+    REQUIRE_MESSAGE(code.has_value(), "the hub did not finish within 120 s");
+    REQUIRE(*code == 0);
+    for (child_process* a : agents) {
+      REQUIRE(a->wait_exit(30s).has_value());
+      CHECK(count_of(a->err(), "validation examples") >= 1);
+    }
+    return read_metrics(f.file(name + ".jsonl"));
+  };
+
+  // The hub holds the whole test set; the devices hold it between them.
+  const auto both = federate("hub", {{"validation", csv_source(test, "standardize")}}, 6);
+  REQUIRE(both.size() == 6);
+  for (const auto& m : both) {
+    CAPTURE(m.dump());
+    REQUIRE(m.contains("fed_accuracy"));
+    CHECK(m.at("fed_devices") == k_devices);
+    CHECK(m.at("fed_examples") == 800);
+    CHECK(m.at("fed_accuracy").get<double>() == m.at("test_accuracy").get<double>());
+    // Sums in another order (per device, then across devices): equal to rounding.
+    CHECK(m.at("fed_loss").get<double>() == doctest::Approx(m.at("test_loss").get<double>()).epsilon(1e-6));
+    CHECK(m.at("fed_accuracy_min").get<double>() <= m.at("fed_accuracy").get<double>());
+    CHECK(m.at("fed_accuracy_max").get<double>() >= m.at("fed_accuracy").get<double>());
+  }
+  MESSAGE("after 6 rounds: the hub's test accuracy " << 100 * both.back().at("test_accuracy").get<double>() << "%, the devices' "
+                                                     << 100 * both.back().at("fed_accuracy").get<double>() << "%");
+
+  // No data at the hub: the devices' figure is the run's, and patience watches it.
+  nlohmann::json model = run_fields().at("model");
+  model["input_normalization"] = "standardize";  // the fleet's statistics, as the agents' data asks
+  const auto fleet_only = federate("no-data", {{"model", model}, {"eval_every", 2}, {"patience", 50}}, 4);
+  REQUIRE(fleet_only.size() == 4);
+  for (std::size_t r = 0; r < fleet_only.size(); ++r) {
+    CAPTURE(r);
+    CHECK(fleet_only[r].value("test_accuracy", nlohmann::json()).is_null());  // the hub has no test set
+    CHECK(fleet_only[r].contains("fed_accuracy") == (r % 2 == 1));  // after rounds 2 and 4
+  }
+  CHECK(fleet_only.back().at("fed_accuracy").get<double>() > 0.5);
 }
 
 }  // namespace tessera::testing

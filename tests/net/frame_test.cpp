@@ -129,6 +129,38 @@ TEST_CASE("every control message round-trips through its frame") {
   const auto s2 = std::get<net::msg::stats_reply>(round_trip(s));
   CHECK(s2.sq_dev == s.sq_dev);
   CHECK(s2.target_sq_dev == 1.25);
+
+  // Evaluation on the devices: the ASSIGN's flag (absent means train) and the score that answers it.
+  net::msg::assign ev{.round = 4, .widths = {8}, .hyper_json = R"({"steps":1})", .transfer = 9, .size = 8,
+                      .blob_codec = tessera::core::codec_kind::f32, .sha256 = {}, .evaluate = true};
+  CHECK(std::get<net::msg::assign>(round_trip(ev)).evaluate);
+  ev.evaluate = false;
+  CHECK_FALSE(std::get<net::msg::assign>(round_trip(ev)).evaluate);
+  CHECK(net::encode_message(ev).size() == net::encode_message(net::msg::assign{.round = 4, .widths = {8}, .hyper_json = R"({"steps":1})",
+                                                                                .transfer = 9, .size = 8,
+                                                                                .blob_codec = tessera::core::codec_kind::f32,
+                                                                                .sha256 = {}})
+                                                  .size());
+  const auto e2 = std::get<net::msg::evaluation>(
+      round_trip(net::msg::evaluation{.round = 4, .transfer = 9, .examples = 120, .loss_sum = 61.25, .correct = 97}));
+  CHECK(e2.round == 4);
+  CHECK(e2.transfer == 9);
+  CHECK(e2.examples == 120);
+  CHECK(e2.loss_sum == 61.25);
+  CHECK(e2.correct == 97);
+  net::msg::hello hv{.device_id = "pi", .version = 1, .memory_budget_bytes = 1, .examples = 2, .validation_examples = 7};
+  CHECK(std::get<net::msg::hello>(round_trip(hv)).validation_examples == 7);
+}
+
+TEST_CASE("malformed: an evaluation that counts more correct answers than examples, or a negative loss, is refused") {
+  CHECK(decode_message_text(frame_with_json(net::frame_type::evaluation,
+                                            R"({"round":1,"transfer":2,"examples":10,"loss_sum":1.5,"correct":11})"))
+            .find("'correct': over the maximum of 10") != std::string::npos);
+  CHECK(decode_message_text(frame_with_json(net::frame_type::evaluation,
+                                            R"({"round":1,"transfer":2,"examples":10,"loss_sum":-1,"correct":1})"))
+            .find("'loss_sum': negative") != std::string::npos);
+  CHECK(decode_message_text(frame_with_json(net::frame_type::evaluation, R"({"round":1,"transfer":2,"examples":10,"correct":1})"))
+            .find("'loss_sum'") != std::string::npos);
 }
 
 TEST_CASE("malformed: statistics whose arrays do not match their declared length are refused before decoding") {

@@ -328,3 +328,112 @@ TEST_CASE("engine: early stopping counts evaluations without a new best, for acc
     if (regression) CHECK(e.stopping().best_score < 0);  // −loss
   }
 }
+
+TEST_CASE("engine: devices evaluate the model when their budget holds it for inference; the others are named once") {
+  auto c = config({{"rounds", 4}, {"eval_every", 2}});
+  auto e = engine_for(c);
+  const std::size_t need = core::inference_bytes(c.model.full_arch(), c.batch, core::codec_kind::f32);
+  auto with = [](rounds::device_offer o, std::uint64_t validation) {
+    o.validation_examples = validation;
+    return o;
+  };
+  std::vector<rounds::excluded_device> excluded;
+  const auto evaluators = e.plan_evaluation({with(offer("device-10", 64u << 20), 50), with(offer("device-2", need), 30),
+                                             with(offer("device-3", need - 1), 30), with(offer("device-4", 64u << 20), 0)},
+                                            excluded);
+  REQUIRE(evaluators.size() == 2);
+  CHECK(evaluators[0].id == "device-2");  // natural order, and a budget of exactly the need is enough
+  CHECK(evaluators[1].id == "device-10");
+  CHECK(evaluators[0].blob_bytes == core::encoded_bytes(c.model.full_arch(), core::codec_kind::f32));
+  REQUIRE(excluded.size() == 1);  // no validation examples: left out without a word
+  CHECK(excluded[0].id == "device-3");
+  CHECK(excluded[0].reason.find("scoring the whole model needs") != std::string::npos);
+  // Due after every eval_every-th round and after the last.
+  std::vector<bool> due;
+  while (!e.finished()) {
+    REQUIRE(e.begin_round({offer("a", 64u << 20)}).ok());
+    e.refuse(e.assignments()[0], "resting");
+    REQUIRE(e.close_round(nullptr).ok());
+    due.push_back(e.evaluation_due());
+  }
+  CHECK(due == std::vector<bool>{false, true, false, true});
+}
+
+TEST_CASE("federated scores: example-weighted, summed in natural order of the ids, with the devices' spread") {
+  rounds::federated_scores s;
+  s.add({.id = "device-10", .examples = 100, .loss_sum = 50.0, .correct = 90});
+  s.add({.id = "device-2", .examples = 50, .loss_sum = 40.0, .correct = 25});
+  s.add({.id = "device-3", .examples = 0, .loss_sum = 0.0, .correct = 0});  // nothing to count: left out
+  s.add({.id = "device-1", .examples = 50, .loss_sum = 10.0, .correct = 40});
+  rounds::round_metrics m;
+  s.fill(m, /*classification=*/true);
+  REQUIRE(m.fed_devices.has_value());
+  CHECK(*m.fed_devices == 3);
+  CHECK(*m.fed_examples == 200);
+  CHECK(*m.fed_accuracy == doctest::Approx(155.0 / 200.0));
+  CHECK(*m.fed_loss == doctest::Approx(100.0 / 200.0));
+  CHECK(*m.fed_accuracy_min == doctest::Approx(0.5));
+  CHECK(*m.fed_accuracy_median == doctest::Approx(0.8));
+  CHECK(*m.fed_accuracy_max == doctest::Approx(0.9));
+  const auto j = m.to_json();
+  CHECK(j.at("fed_devices") == 3);
+  CHECK(j.at("fed_accuracy").get<double>() == doctest::Approx(0.775));
+  CHECK(m.to_line().find("fed 77.50% on 3 devices (50.0-90.0%)") != std::string::npos);
+  // The order of arrival does not change a bit of the sums.
+  rounds::federated_scores t;
+  t.add({.id = "device-1", .examples = 50, .loss_sum = 10.0, .correct = 40});
+  t.add({.id = "device-2", .examples = 50, .loss_sum = 40.0, .correct = 25});
+  t.add({.id = "device-10", .examples = 100, .loss_sum = 50.0, .correct = 90});
+  rounds::round_metrics n;
+  t.fill(n, true);
+  CHECK(*n.fed_loss == *m.fed_loss);
+  // Regression: a loss, no accuracies; no scores at all: no figures.
+  rounds::round_metrics r;
+  t.fill(r, false);
+  CHECK(r.fed_loss.has_value());
+  CHECK_FALSE(r.fed_accuracy.has_value());
+  CHECK(r.to_line().find("fed loss") != std::string::npos);
+  rounds::round_metrics none;
+  rounds::federated_scores().fill(none, true);
+  CHECK_FALSE(none.fed_devices.has_value());
+  CHECK_FALSE(none.to_json().contains("fed_accuracy"));
+}
+
+TEST_CASE("engine: patience can watch the devices' evaluation, with or without a validation set at the hub") {
+  std::vector<float> x(8 * 64, 0.5f), y(8, 1.0f);
+  core::memory_table validation(64, std::move(x), std::move(y), "validation");
+  // Rising hub accuracy never stops a run that watches the devices' flat score, and the other way round.
+  for (const char* on : {"federated", "validation", "auto"}) {
+    INFO(on);
+    auto e = engine_for(config({{"rounds", 10}, {"patience", 2}, {"patience_on", on}}));
+    for (int round = 1; round <= 3; ++round) {
+      REQUIRE(e.begin_round({offer("a", 64u << 20)}).ok());
+      e.refuse(e.assignments()[0], "resting");
+      auto m = e.close_round(std::string(on) == "federated" ? nullptr : &validation);
+      REQUIRE(m.ok());
+      rounds::federated_scores s;
+      s.add({.id = "a", .examples = 10, .loss_sum = 5.0, .correct = 5});
+      e.note_federated(s, m.value());
+      CHECK(m.value().fed_accuracy.has_value());
+    }
+    // Three evaluations of a model nobody trains: no new best after the first, whichever figure counts.
+    CHECK(e.stopping().evals_since_best == 2);
+    CHECK(e.finished());
+  }
+  // auto without a validation set at the hub: the devices' figure counts.
+  auto e = engine_for(config({{"rounds", 10}, {"patience", 1}}));
+  double accuracy = 0.1;
+  for (int round = 1; round <= 4; ++round) {
+    REQUIRE(e.begin_round({offer("a", 64u << 20)}).ok());
+    e.refuse(e.assignments()[0], "resting");
+    auto m = e.close_round(nullptr);
+    REQUIRE(m.ok());
+    rounds::federated_scores s;
+    accuracy += 0.2;  // better every time: never stops
+    s.add({.id = "a", .examples = 10, .loss_sum = 5.0, .correct = static_cast<std::int64_t>(accuracy * 10)});
+    e.note_federated(s, m.value());
+  }
+  CHECK_FALSE(e.finished());
+  CHECK(e.stopping().have_best);
+  CHECK(e.stopping().best_score == doctest::Approx(0.9));
+}

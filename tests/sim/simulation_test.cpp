@@ -211,6 +211,7 @@ TEST_CASE("simulation: standardize measures the fleet's statistics on the shards
   core::memory_table train(12, x, std::vector<float>(raw.targets().begin(), raw.targets().end()), "readings");
   auto cfg = config_for("ist");
   cfg.model.input_normalization = core::input_normalization_kind::standardize;
+  cfg.data.validation_fraction = 0;  // every example trains, so the statistics are the whole set's
   auto sim = sim::simulation::create(cfg, train, nullptr);
   REQUIRE_MESSAGE(sim.ok(), (sim.ok() ? "" : sim.error().message));
   const core::input_normalization& n = sim.value()->engine().normalization();
@@ -246,4 +247,39 @@ TEST_CASE("simulation: standardize measures the fleet's statistics on the shards
                                    "sim.json");
   REQUIRE(off.ok());
   CHECK(off.value().data.train.norm == core::normalization::none);  // CSV's default follows the model
+}
+
+TEST_CASE("simulation: each device holds out data.validation_fraction of its shard and scores the model every eval_every rounds") {
+  auto train = prototypes(800, 1);
+  auto test = prototypes(300, 2);
+  auto cfg = config_for("ist");
+  cfg.eval_every = 4;  // after round 4, and after the last (6)
+  auto sim = sim::simulation::create(cfg, train, &test);
+  REQUIRE(sim.ok());
+  std::vector<rounds::round_metrics> rounds;
+  while (!sim.value()->done()) rounds.push_back(sim.value()->run_round().value());
+  REQUIRE(rounds.size() == 6);
+  for (std::size_t r = 0; r < rounds.size(); ++r) {
+    CAPTURE(r);
+    const bool due = r == 3 || r == 5;
+    CHECK(rounds[r].fed_accuracy.has_value() == due);
+    if (!due) continue;
+    CHECK(*rounds[r].fed_devices == 4);
+    CHECK(*rounds[r].fed_examples == 80);  // 20 of each device's 200: never trained on
+    CHECK(*rounds[r].fed_bytes_down == 4 * core::encoded_bytes(cfg.model.full_arch(), cfg.codec));
+    CHECK(*rounds[r].fed_accuracy_min <= *rounds[r].fed_accuracy_median);
+    CHECK(*rounds[r].fed_accuracy_median <= *rounds[r].fed_accuracy_max);
+  }
+  // The held-out examples come from the same distribution: the devices agree with the test set.
+  CHECK(*rounds.back().fed_accuracy > 0.85);
+  CHECK(std::abs(*rounds.back().fed_accuracy - *rounds.back().test_accuracy) < 0.1);
+
+  // validation_fraction 0: every example trains, and no device scores.
+  cfg.data.validation_fraction = 0;
+  auto all = sim::simulation::create(cfg, train, &test);
+  REQUIRE(all.ok());
+  auto m = all.value()->run_round();
+  REQUIRE(m.ok());
+  CHECK_FALSE(m.value().fed_devices.has_value());
+  CHECK(config_error({{"data", {{"validation_fraction", 0.6}}}}).find("validation_fraction") != std::string::npos);
 }

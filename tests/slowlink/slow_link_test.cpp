@@ -10,6 +10,7 @@
 
 #include "../core/test_files.hpp"
 #include "support/test_pki.hpp"
+#include "tessera/core/memory.hpp"
 #include "tessera/edge/agent.hpp"
 #include "tessera/hub/hub.hpp"
 #include "tessera/sim/shards.hpp"
@@ -46,7 +47,7 @@ TEST_CASE("slow link: at 256 kbit/s with 2 s stalls and a cut every 30 s, rounds
                        {"tls", {{"ca", pki.ca().cert.string()}, {"cert", pki.hub().cert.string()},
                                 {"key", pki.hub().key.string()}, {"crl", pki.ca().crl.string()}}},
                        {"model", {{"hidden", {128, 128}}}},
-                       {"rounds", 5}, {"min_devices", k_agents}, {"max_devices", k_agents}, {"device_wait_s", 60},
+                       {"rounds", 5}, {"eval_every", 5}, {"min_devices", k_agents}, {"max_devices", k_agents}, {"device_wait_s", 60},
                        {"round_deadline_s", 120}, {"local_steps", 10}, {"batch", 16}, {"heartbeat_s", 3},
                        {"idle_timeout_s", 20}, {"chunk_kib", 8}, {"window_kib", k_window_kib},
                        {"checkpoint_dir", (dir.path() / "ckpt").string()}};
@@ -114,4 +115,8 @@ TEST_CASE("slow link: at 256 kbit/s with 2 s stalls and a cut every 30 s, rounds
   // A cut can void at most one window of unacknowledged bytes per transfer direction and connection.
   CHECK(resent <= cuts * 2 * (std::uint64_t{k_window_kib} << 10));
   for (auto& a : agents) CHECK(a->stats().accepted >= 4);
+  // After the last round every agent scored the whole model (~470 kB each over the same links).
+  CHECK(rounds.back().fed_devices == std::optional<std::size_t>(k_agents));
+  CHECK(rounds.back().fed_bytes_down >= std::optional<std::uint64_t>(k_agents * core::encoded_bytes(cfg.value().model.full_arch(), core::codec_kind::f32)));
+  for (std::size_t r = 0; r + 1 < rounds.size(); ++r) CHECK_FALSE(rounds[r].fed_devices.has_value());
 }

@@ -120,6 +120,7 @@ core::result<std::vector<std::string>> write_shards(const sim_config& config, co
     TESSERA_ASSIGN_OR_RETURN(nlohmann::json data, write_shard(config, train, shards[d], dir));
     // The agent's "data" object: these files, and the batch order the simulator gives this device.
     data["seed"] = core::device_order_seed(config.seed, d);
+    data["validation_fraction"] = config.data.validation_fraction;  // the same rows held out as in the simulator
     std::ofstream out(dir / "data.json");
     out << data.dump(2) << '\n';
     if (!out) return make_error(errc::io, (dir / "data.json").string() + ": cannot write");

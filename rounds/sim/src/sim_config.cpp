@@ -42,6 +42,9 @@ void read_data_fields(core::config_reader& r, sim_config& c) {
   }
   data.test.norm = data.train.norm;
   data.examples = r.integer("examples", 0, 0, std::int64_t{1} << 31, "use only the first this many training examples (0: all)");
+  data.validation_fraction = r.number("validation_fraction", 0.1, 0.0, 0.5,
+                                      "each device holds out this share of its shard for evaluation on the devices "
+                                      "(an agent's data.validation_fraction)");
 }
 
 }  // namespace

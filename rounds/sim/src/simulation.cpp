@@ -57,10 +57,20 @@ core::result<std::unique_ptr<simulation>> simulation::create(const sim_config& c
   }
   // After all shards exist: the batch sources keep references into shards_.
   for (std::size_t d = 0; d < devices; ++d) {
+    const std::uint64_t order = core::device_order_seed(config.seed, d);
+    core::memory_table& shard = sim->shards_[d];
+    auto held = std::make_shared<const std::vector<std::uint32_t>>(
+        core::held_out_rows(shard.size(), config.data.validation_fraction, core::validation_seed(order)));
+    if (static_cast<std::int64_t>(held->size()) >= shard.size())
+      return make_error(errc::invalid_spec, "device " + std::to_string(d) + " holds out all of its " + std::to_string(shard.size()) +
+                                                " examples (data.validation_fraction)");
     device dev{.id = device_id(d),
                .shard = d,
-               .batches = std::make_unique<core::table_batches>(sim->shards_[d], core::device_order_seed(config.seed, d), config.batch),
+               .training = core::make_subset_table(shard, held, /*listed=*/false),
+               .validation = held->empty() ? nullptr : core::make_subset_table(shard, held, /*listed=*/true),
+               .batches = nullptr,
                .capacity = config.capacities.empty() ? 1.0 : config.capacities[d]};
+    dev.batches = std::make_unique<core::table_batches>(*dev.training, order, config.batch);
     sim->by_id_.emplace(dev.id, d);
     sim->devices_.push_back(std::move(dev));
   }
@@ -74,9 +84,10 @@ std::vector<rounds::device_offer> simulation::offers() const {
   for (const auto& d : devices_)
     out.push_back({.id = d.id,
                    .budget_bytes = std::numeric_limits<std::uint64_t>::max(),
-                   .examples = static_cast<std::uint64_t>(shards_[d.shard].size()),
+                   .examples = static_cast<std::uint64_t>(d.training->size()),
                    .codecs = {config_.codec},
-                   .capacity = d.capacity});
+                   .capacity = d.capacity,
+                   .validation_examples = d.validation ? static_cast<std::uint64_t>(d.validation->size()) : 0});
   return out;
 }
 
@@ -87,7 +98,7 @@ core::result<void> simulation::measure_statistics() {
   TESSERA_ASSIGN_OR_RETURN(const auto skipped, g.begin(offers()));
   for (const auto& e : skipped)
     if (log_) log_(core::log_level::warning, e.id + " is not asked for statistics: " + e.reason);
-  const auto shard_of = [this](const std::string& id) -> core::memory_table& { return shards_[devices_[by_id_.find(id)->second].shard]; };
+  const auto shard_of = [this](const std::string& id) -> core::example_table& { return *devices_[by_id_.find(id)->second].training; };
   for (const auto& id : g.asked()) {
     TESSERA_ASSIGN_OR_RETURN(const auto sums, core::measure_sums(*core::make_table_stream(shard_of(id)), config_.model.task,
                                                                  config_.model.outputs));
@@ -117,8 +128,34 @@ core::result<rounds::round_metrics> simulation::run_round() {
     m.refused = f.refused;
     m.rejected = f.rejected;
   }
+  if (engine_.evaluation_due()) TESSERA_TRY(evaluate_on_devices(m));
   TESSERA_TRY(recorder_.record(engine_, m, started, {}));
   return m;
+}
+
+core::result<void> simulation::evaluate_on_devices(rounds::round_metrics& m) {
+  std::vector<rounds::excluded_device> excluded;  // none: the simulator's budgets are not consulted
+  const auto evaluators = engine_.plan_evaluation(offers(), excluded);
+  if (evaluators.empty()) return {};
+  const core::training_task task = engine_.evaluation_task();
+  const core::network net(task.arch);
+  rounds::federated_scores scores;
+  std::uint64_t bytes = 0;
+  for (const auto& e : evaluators) {
+    bytes += e.blob_bytes;
+    device& d = devices_[by_id_.find(e.id)->second];
+    TESSERA_ASSIGN_OR_RETURN(auto block, core::training_block::allocate(core::plan_inference_memory(task.arch, task.batch, e.codec)));
+    const std::span<std::byte> blob = core::blob_region(block, e.codec, e.blob_bytes);
+    TESSERA_TRY(engine_.encode_model(e.codec, blob));
+    if (auto ok = core::take_download(block, task.arch, e.codec, blob); !ok)
+      return make_error(errc::not_finite, e.id + " evaluation download: " + ok.error().message);
+    TESSERA_ASSIGN_OR_RETURN(const auto ev, core::evaluate_in(net, block.params(), *d.validation, block.buffers(), task.batch,
+                                                              task.normalization.get()));
+    scores.add({.id = e.id, .examples = ev.examples, .loss_sum = ev.loss_sum, .correct = ev.correct});
+  }
+  engine_.note_federated(scores, m);
+  m.fed_bytes_down = bytes;
+  return {};
 }
 
 // One in-process device's round, as an agent does it: the download lands in its training memory, is

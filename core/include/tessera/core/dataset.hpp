@@ -144,9 +144,11 @@ inline constexpr std::size_t k_npy_max_header = 1 << 16;
 // float32 targets (regression), shape (N,).
 [[nodiscard]] result<void> write_npy_targets(const std::string& path, std::span<const float> targets);
 
-// A contiguous range [begin, end) of a table, as a table: a local validation split that needs no copy
-// and no index array. `base` must outlive the view.
-[[nodiscard]] std::unique_ptr<example_table> make_range_table(example_table& base, std::int64_t begin, std::int64_t end);
+// A validation split and its training complement, without copies: the rows of `base` listed in `rows`
+// (sorted, distinct; listed = true) or all the other rows (listed = false), in the base's order. The
+// view shares the list (4 bytes per listed row) and holds nothing else. `base` must outlive it.
+[[nodiscard]] std::unique_ptr<example_table> make_subset_table(example_table& base,
+                                                               std::shared_ptr<const std::vector<std::uint32_t>> rows, bool listed);
 
 // A table read in order, from its first example to its last, as a stream (for compute_stats, load_all
 // and the consumers that only read in order). read() gathers a fixed chunk of indices at a time and does
@@ -155,10 +157,10 @@ inline constexpr std::size_t k_npy_max_header = 1 << 16;
 // The same, owning `table` (not null).
 [[nodiscard]] std::unique_ptr<example_stream> make_table_stream(std::unique_ptr<example_table> table);
 
-// A validation split of a stream: with `validation` true only records whose index is a multiple of
-// `every` (every >= 2), otherwise all the others. Owns `base`; memory O(1).
-[[nodiscard]] std::unique_ptr<example_stream> make_split_stream(std::unique_ptr<example_stream> base, std::int64_t every,
-                                                                bool validation);
+// The same split of a stream (records counted from 0 in the stream's order). Owns `base`; memory O(1)
+// besides the shared list.
+[[nodiscard]] std::unique_ptr<example_stream> make_split_stream(std::unique_ptr<example_stream> base,
+                                                                std::shared_ptr<const std::vector<std::uint32_t>> rows, bool listed);
 
 // Reads a whole stream into memory; refuses more than `max_examples` (a bound, not a guess).
 [[nodiscard]] result<memory_table> load_all(example_stream& stream, std::int64_t max_examples);

@@ -111,7 +111,7 @@ class config_reader {
   // HOST:PORT (see parse_host_port).
   [[nodiscard]] host_port address(const std::string& key, const std::string& fallback, bool allow_port_zero,
                                   std::string_view doc);
-  // A nested object (nullptr if absent; an empty object when describing); read it with `child`.
+  // A nested object (nullptr if absent or null; an empty object when describing); read it with `child`.
   [[nodiscard]] const nlohmann::json* object(const std::string& key, std::string_view doc);
   [[nodiscard]] config_reader child(const std::string& key, const nlohmann::json& object) const;
   // A field that was renamed: given under its old name, it is an error that names the new one.

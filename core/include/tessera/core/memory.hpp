@@ -48,6 +48,14 @@ struct training_memory {
   return plan_training_memory(arch, batch, momentum, codec).total;
 }
 
+// What evaluating a model needs (a device scoring the full model on its validation split): the same
+// layout without the optimizer's state (no gradients, no velocity). The hub asks only devices whose
+// budget holds it; the agent checks it again and evaluates inside exactly this.
+[[nodiscard]] training_memory plan_inference_memory(const mlp_arch& arch, std::int64_t batch, codec_kind codec) noexcept;
+[[nodiscard]] inline std::size_t inference_bytes(const mlp_arch& arch, std::int64_t batch, codec_kind codec) noexcept {
+  return plan_inference_memory(arch, batch, codec).total;
+}
+
 // The largest fraction f in (0, 1] of every hidden layer such that a subnet with ⌊f·n_l⌋ neurons per
 // hidden layer fits in budget_bytes; 0 if not even min_width neurons per layer fit. Used by the hub to
 // turn a device's budget into its capacity for the planner.

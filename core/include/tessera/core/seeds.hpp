@@ -19,6 +19,7 @@ namespace tessera::core {
 inline constexpr std::uint64_t k_stream_plan = 0x504c414e;
 inline constexpr std::uint64_t k_stream_shard = 0x53485244;
 inline constexpr std::uint64_t k_stream_order = 0x4f524452;
+inline constexpr std::uint64_t k_stream_validation = 0x56414c44;  // "VALD"
 
 // The plan of round `round_index` (0-based: the rounds completed before it).
 [[nodiscard]] constexpr std::uint64_t plan_seed(std::uint64_t run_seed, std::uint64_t round_index) noexcept {
@@ -32,6 +33,11 @@ inline constexpr std::uint64_t k_stream_order = 0x4f524452;
 // it into each device's data settings).
 [[nodiscard]] constexpr std::uint64_t device_order_seed(std::uint64_t run_seed, std::uint64_t device) noexcept {
   return mix_seed(run_seed, k_stream_order + device);
+}
+// Which of a device's examples it holds out for validation, from its batch-order seed (so the simulator's
+// device and the agent holding its shard hold out the same ones).
+[[nodiscard]] constexpr std::uint64_t validation_seed(std::uint64_t order_seed) noexcept {
+  return mix_seed(order_seed, k_stream_validation);
 }
 // An agent configured without a seed: a stable batch order of its own, from its id (FNV-1a).
 [[nodiscard]] constexpr std::uint64_t id_order_seed(std::string_view device_id) noexcept {

@@ -47,6 +47,10 @@ class batch_sampler {
   std::uint64_t round_keys_[4]{};   // this epoch's keys
 };
 
+// The examples a device holds out for validation: the first ⌊fraction·n⌋ positions of a keyed permutation
+// of its n examples (batch_sampler's, keyed by `seed`, core::validation_seed), sorted. Never trained on.
+[[nodiscard]] std::vector<std::uint32_t> held_out_rows(std::int64_t n, double fraction, std::uint64_t seed);
+
 // Where mini-batches come from: next() fills exactly targets.size() examples, starting a new epoch
 // (reshuffled) whenever the data runs out. No allocation after construction.
 class batch_source {
@@ -173,7 +177,21 @@ struct evaluation {
   double loss = 0;
   double accuracy = 0;  // fraction correct; 0 for regression
   std::int64_t examples = 0;
+  double loss_sum = 0;        // Σ over batches of the batch's mean loss × its rows (what devices report)
+  std::int64_t correct = 0;   // classification
 };
+// Scores `rows` examples whose features (normalized as the model wants) and targets are in x and y:
+// adds to ev's sums. finish() turns the sums into loss and accuracy. The one scoring step of the hub's,
+// the simulator's and the devices' evaluations.
+[[nodiscard]] result<void> score_batch(const network& net, std::span<const float> params, const float* x, const float* y,
+                                       std::int64_t rows, std::span<float> workspace, evaluation& ev);
+void finish(evaluation& ev) noexcept;
+// Evaluates a table in the caller's buffers (an agent's arena, the simulator's training_block: their
+// alignment decides Eigen's summation order, so both must use this to agree to the bit), at most
+// min(batch, 256) rows at a time, with the model's input normalization (may be null). No allocation.
+[[nodiscard]] result<evaluation> evaluate_in(const network& net, std::span<const float> params, example_table& data,
+                                             const training_buffers& buffers, std::int64_t batch,
+                                             const input_normalization* normalization);
 // `normalization` (may be null or empty) is applied to every batch, as in training.
 [[nodiscard]] result<evaluation> evaluate(const network& net, std::span<const float> params, example_table& data,
                                           std::int64_t batch = 256, const input_normalization* normalization = nullptr);

@@ -55,7 +55,7 @@
 namespace tessera::edge {
 
 struct agent_stats {
-  std::int64_t assignments = 0, accepted = 0, rejected = 0, refused = 0, cancelled = 0;
+  std::int64_t assignments = 0, accepted = 0, rejected = 0, refused = 0, cancelled = 0, evaluations = 0;
   std::uint64_t bytes_down = 0, bytes_up = 0;
 };
 
@@ -86,6 +86,7 @@ class agent {
   void on_downloaded(const std::shared_ptr<net::incoming_transfer>& in);
   void on_trained(std::uint64_t generation, core::result<core::local_training_report> report, const net::digest& sha);
   void on_result(const net::msg::result& r);
+  void on_evaluated(std::uint64_t generation, core::result<net::msg::evaluation> score);
   void on_stats(const net::msg::stats& q);
   void on_measured(std::uint64_t generation, core::result<net::msg::stats_reply> reply);
   void cancel_job();
@@ -109,6 +110,7 @@ class agent {
   std::atomic<bool> cancel_{false};
   agent_stats stats_;
   bool stopped_ = false;
+  bool leaving_ = false;  // exit_after_rounds reached: exits after the hub's evaluation or the link's end
 };
 
 }  // namespace tessera::edge

@@ -30,6 +30,11 @@ class training_arena {
                                                                              std::int64_t batch, bool momentum,
                                                                              core::codec_kind codec,
                                                                              std::size_t budget_bytes);
+  // The same for evaluating `arch` (core::plan_inference_memory: no optimizer state).
+  [[nodiscard]] static core::result<std::unique_ptr<training_arena>> reserve_for_evaluation(const core::mlp_arch& arch,
+                                                                                            std::int64_t batch,
+                                                                                            core::codec_kind codec,
+                                                                                            std::size_t budget_bytes);
   training_arena(const training_arena&) = delete;
   training_arena& operator=(const training_arena&) = delete;
 

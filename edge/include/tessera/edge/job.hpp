@@ -21,14 +21,15 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "tessera/core/device_round.hpp"
-#include "tessera/core/targets.hpp"
 #include "tessera/edge/arena.hpp"
+#include "tessera/edge/device_data.hpp"
 #include "tessera/edge/error.hpp"
 #include "tessera/net/messages.hpp"
 #include "tessera/net/transfer.hpp"
@@ -41,8 +42,9 @@ struct device_limits {
   std::int64_t max_batch = 0;
   std::vector<core::codec_kind> codecs{};
   std::size_t arena_budget = 0;     // bytes for the training arena (the budget less the reader's buffers)
-  const core::target_summary* targets = nullptr;  // the data's targets, checked against the model if given
-  const core::data_source* source = nullptr;      // where they are, to name the file and row of a bad one
+  // Whether the data's targets suit a model of this task and outputs (device_data::check_targets); unset:
+  // not checked.
+  std::function<core::result<void>(core::task_kind, std::int64_t)> check_targets{};
   std::string data_name{};          // the data, for messages
   bool requires_normalization = false;  // data.normalization standardize: the model must carry statistics
 };
@@ -68,6 +70,9 @@ class job : public std::enable_shared_from_this<job> {
   [[nodiscard]] const training_arena& arena() const noexcept { return *arena_; }
   [[nodiscard]] std::span<const std::byte> blob() const noexcept { return blob_; }
   [[nodiscard]] const net::msg::update& update() const noexcept { return update_; }
+  // An evaluating ASSIGN: the download is the whole model, scored instead of trained (in an arena of
+  // core::plan_inference_memory), and answered with EVALUATION.
+  [[nodiscard]] bool evaluates() const noexcept { return evaluate_; }
   // What to do on a new link.
   [[nodiscard]] resume_action on_reconnect() const noexcept;
 
@@ -79,6 +84,8 @@ class job : public std::enable_shared_from_this<job> {
   // The download arrived whole (the session checked its digest): decode it, or check it is finite.
   // → training; on error the stage stays.
   [[nodiscard]] core::result<void> downloaded();
+  // Scores the downloaded model on the data's validation split (any thread; evaluating jobs only).
+  [[nodiscard]] core::result<net::msg::evaluation> evaluate(device_data& data);
   // Trains and encodes the upload (any thread; the job's stage does not change).
   [[nodiscard]] core::result<core::local_training_report> train(core::batch_source& data, const std::atomic<bool>* cancel);
   // Back on the I/O thread with the report and the upload's digest: the UPDATE is ready. → uploading.
@@ -99,6 +106,7 @@ class job : public std::enable_shared_from_this<job> {
   std::optional<net::outgoing_transfer> upload_state_;
   net::msg::update update_{};
   stage at_ = stage::downloading;
+  bool evaluate_ = false;
 };
 
 }  // namespace tessera::edge

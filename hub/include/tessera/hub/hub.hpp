@@ -23,7 +23,11 @@
 //   │                                              ▼
 //   │    ┌────────────┐    ┌──────────┐     ┌────────────┐
 //   └────│ checkpoint │◀───│ validate │◀────│ aggregate  │  an update for a closed round is refused
-//        └─────┬──────┘    └──────────┘     └────────────┘
+//        └─────┬──────┘    └────┬─────┘     └────────────┘
+//              │                │ every eval_every rounds: the whole model to the devices that hold
+//              │                │ validation examples and whose budget holds it for inference; their
+//              │                ▼ EVALUATIONs (or round_deadline_s) give the federated figures
+//              │          evaluate on the devices
 //              │ last round
 //              ▼
 //        export the model (safetensors) ──▶ finished
@@ -84,7 +88,15 @@ class hub_service {
 
  private:
   struct upload_slot;
-  struct download_slot;
+  // The bytes of a blob and its transfer in one allocation: a session may still hold the transfer after
+  // the round closed, and the aliasing shared_ptr keeps the bytes alive exactly as long.
+  // The bytes are shared: the devices scoring the model get one copy of it per codec.
+  struct download_slot {
+    std::shared_ptr<const std::vector<std::byte>> bytes;
+    net::outgoing_transfer out;
+    download_slot(std::uint64_t id, std::shared_ptr<const std::vector<std::byte>> b, const net::digest& sha)
+        : bytes(std::move(b)), out(id, std::span<const std::byte>(*bytes), sha) {}
+  };
   struct device_entry {
     rounds::device_record record;
     std::shared_ptr<net::session> session;   // the current connection, after its HELLO
@@ -96,6 +108,18 @@ class hub_service {
     std::uint64_t accepted_upload = 0;       // the last upload accepted (a repeat gets its RESULT again)
     std::string data_digest;                 // HELLO's: changes when the device's data does
     std::string unfit;                       // why its data cannot train this model; no assignments meanwhile
+    std::uint64_t validation_examples = 0;   // HELLO's: held out for evaluation on the device
+    bool told_over_budget = false;           // logged once that its budget cannot hold the model to score it
+  };
+  // While the devices score the model of the round just closed (hub_eval.cpp).
+  struct evaluation_phase {
+    rounds::round_metrics metrics;
+    std::uint64_t round = 0;
+    std::map<std::string, rounds::evaluator> waiting;  // asked, no answer yet
+    // One encoded copy of the model per codec, shared by the devices' downloads.
+    std::map<core::codec_kind, std::pair<std::shared_ptr<const std::vector<std::byte>>, net::digest>> model;
+    rounds::federated_scores scores;
+    std::uint64_t bytes_down = 0;  // of the model, to the devices (resent bytes included)
   };
 
   hub_service(boost::asio::io_context& io, const hub_config& config, core::log_sink log);
@@ -116,6 +140,7 @@ class hub_service {
   void maybe_start_round();
   // The connected devices that may take part, at most max_devices.
   [[nodiscard]] std::vector<rounds::device_offer> ready_offers() const;
+  [[nodiscard]] static rounds::device_offer offer_of(const std::string& id, const device_entry& d);
   void start_round();
   // The fleet's statistics before round 1 (hub_stats.cpp), when the model standardizes its inputs.
   void start_statistics(std::vector<rounds::device_offer> offers);
@@ -127,6 +152,14 @@ class hub_service {
   // A model whose statistics would not fit in one control frame is refused at start.
   [[nodiscard]] core::result<void> check_frame_room() const;
   void close_round();
+  // After the round's figures: the evaluation on the devices when due (hub_eval.cpp), then the record.
+  void start_evaluation(rounds::round_metrics m);
+  void send_evaluation(device_entry& d, const std::string& id);
+  void on_evaluation(const std::shared_ptr<net::session>& s, const net::msg::evaluation& e);
+  void drop_from_evaluation(const std::string& id, const std::string& why);
+  void end_evaluation();
+  [[nodiscard]] bool evaluating(const std::string& id) const;
+  void after_round(rounds::round_metrics& m);
   void reload_revocations();
   void finish(const std::string& failure);
 
@@ -141,6 +174,7 @@ class hub_service {
   std::optional<rounds::recorder> recorder_;
   std::unique_ptr<core::memory_table> validation_;
   std::unique_ptr<rounds::stats_gathering> stats_;  // while the statistics are being gathered
+  std::unique_ptr<evaluation_phase> eval_;          // while the devices score the model
   std::map<std::string, device_entry> devices_;
   boost::asio::steady_timer wait_timer_;
   boost::asio::steady_timer deadline_timer_;

@@ -62,8 +62,9 @@ enum class frame_type : std::uint8_t {
   refuse = 10,  // either way, the reason before a close
   stats = 11,        // hub → agent, asks for one pass of the feature statistics
   stats_reply = 12,  // agent → hub, that pass's counts and sums
+  evaluation = 13,   // agent → hub, the score of the model an evaluating ASSIGN sent
 };
-inline constexpr std::uint8_t max_frame_type = 12;
+inline constexpr std::uint8_t max_frame_type = 13;
 
 [[nodiscard]] std::string_view to_string(frame_type t) noexcept;
 

@@ -63,6 +63,7 @@ struct hello {
   std::vector<codec> codecs{};           // codecs the agent can decode/encode; unknown names are skipped
   std::vector<resume_entry> resume{};    // downloads in progress, so the hub resumes them
   std::string data_digest{};             // identifies the device's data (shape and targets); optional
+  std::uint64_t validation_examples = 0; // held out for evaluation; optional (0: cannot evaluate)
 };
 
 struct welcome {
@@ -79,6 +80,9 @@ struct assign {
   std::uint64_t size = 0;              // bytes
   codec blob_codec = codec::f32;
   digest sha256{};
+  // The download is the whole model, to be scored on the device's validation split and answered with
+  // EVALUATION, not trained; optional (false).
+  bool evaluate = false;
 };
 
 struct ack {
@@ -141,10 +145,20 @@ struct stats_reply {
   double target_sq_dev = 0;
 };
 
+// The answer to an evaluating ASSIGN: the device's validation examples, the sum over its batches of
+// each batch's mean loss times its rows, and the correct predictions (classification).
+struct evaluation {
+  std::uint64_t round = 0;
+  std::uint64_t transfer = 0;          // the ASSIGN's download it scored
+  std::uint64_t examples = 0;
+  double loss_sum = 0.0;               // finite, >= 0
+  std::uint64_t correct = 0;           // <= examples
+};
+
 }  // namespace msg
 
 using message = std::variant<msg::hello, msg::welcome, msg::assign, msg::ack, msg::update, msg::result, msg::ping,
-                             msg::pong, msg::refuse, msg::stats, msg::stats_reply>;
+                             msg::pong, msg::refuse, msg::stats, msg::stats_reply, msg::evaluation>;
 
 [[nodiscard]] frame_type type_of(const message& m) noexcept;
 // The JSON payload of a control message.

@@ -17,6 +17,9 @@
 //                         accepted subnets are averaged, weighted by examples, in device order (so the
 //                         sums are reproducible whatever order uploads arrived in); the model is
 //                         evaluated on `v` when due and early stopping decided. Returns the figures.
+//   plan_evaluation(...)  after a round that evaluates: which devices score the whole model on their
+//   note_federated(s, m)  validation splits (their budget holds it for inference), and their scores
+//                         added in device order into the round's figures (and early stopping's).
 //
 // Accepted uploads are added to the round's sums as soon as every device before them has ended, so a
 // driver that reports in device order (the simulator) holds one subnet at a time.
@@ -54,6 +57,15 @@ struct device_offer {
   std::vector<core::codec_kind> codecs;      // f32 is always understood
   double capacity = 0;                       // > 0: fixed by the driver (the simulator's capacities),
                                              // and the budget is not consulted
+  std::uint64_t validation_examples = 0;     // held out on the device, for evaluation on the devices
+};
+
+// A device that scores the model of the round just closed (plan_evaluation): the codec its copy of
+// the model travels in and that copy's bytes.
+struct evaluator {
+  std::string id;
+  core::codec_kind codec = core::codec_kind::f32;
+  std::size_t blob_bytes = 0;
 };
 
 struct excluded_device {
@@ -97,6 +109,7 @@ class engine {
 
   [[nodiscard]] const run_config& config() const noexcept { return config_; }
   [[nodiscard]] const core::mlp_arch& full() const noexcept { return full_; }
+  [[nodiscard]] const core::mlp_arch& full_arch() const noexcept { return full_; }
   [[nodiscard]] std::span<const float> params() const noexcept { return params_; }
   [[nodiscard]] std::int64_t completed() const noexcept { return completed_; }
   [[nodiscard]] std::int64_t current_round() const noexcept { return completed_ + 1; }  // 1-based
@@ -151,9 +164,26 @@ class engine {
   // Ends the round: stragglers, assembly, evaluation on `validation` (may be null) when due.
   [[nodiscard]] core::result<round_metrics> close_round(core::example_table* validation);
 
+  // Evaluation on the devices, after close_round: whether the round just closed evaluates (eval_every,
+  // and the last round), the task a device scores the whole model with (the run's batch, the model's
+  // input normalization), and the model in a codec.
+  [[nodiscard]] bool evaluation_due() const noexcept;
+  // Who scores it: the offered devices that hold validation examples and whose budget holds the whole
+  // model for inference (core::inference_bytes in their codec; a budget fixed by the driver is not
+  // consulted), in natural order of their ids. Devices without validation examples are left out
+  // silently, those over budget in `excluded` with the reason.
+  [[nodiscard]] std::vector<evaluator> plan_evaluation(std::vector<device_offer> offers,
+                                                       std::vector<excluded_device>& excluded) const;
+  [[nodiscard]] core::training_task evaluation_task() const;
+  [[nodiscard]] core::result<void> encode_model(core::codec_kind codec, std::span<std::byte> out) const;
+  // The devices' scores of the round just closed: fills m's fed_* figures and, when early stopping
+  // watches them (patience_on), counts them.
+  void note_federated(const federated_scores& scores, round_metrics& m);
+
  private:
   [[nodiscard]] core::result<void> move(assignment& a, assignment_event e);
   void fold_ready();
+  void note_score(double score);
 
   run_config config_;
   core::mlp_arch full_;
@@ -171,6 +201,7 @@ class engine {
   round_faults faults_;
   std::shared_ptr<const core::input_normalization> normalization_ = std::make_shared<const core::input_normalization>();
   nlohmann::json statistics_;
+  bool hub_validation_ = false;  // the last evaluating close_round had a validation set
 };
 
 }  // namespace tessera::rounds

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -34,9 +35,38 @@ struct round_metrics {
   std::optional<std::size_t> stragglers, refused, rejected;
   std::optional<std::uint64_t> resent_bytes;
   std::uint64_t plan_seed = 0;
+  // Evaluation on the devices (federated_scores): the model scored on the devices' validation splits,
+  // example-weighted, and the spread of the devices' accuracies. Absent on rounds that do not evaluate.
+  std::optional<double> fed_accuracy, fed_loss;
+  std::optional<std::size_t> fed_devices;
+  std::optional<std::int64_t> fed_examples;
+  std::optional<double> fed_accuracy_min, fed_accuracy_median, fed_accuracy_max;
+  std::optional<std::uint64_t> fed_bytes_down;  // the model's bytes sent to the devices for it
 
   [[nodiscard]] nlohmann::json to_json() const;
   [[nodiscard]] std::string to_line() const;
+};
+
+// One device's score of the model on its validation split (an agent's EVALUATION, a simulated device).
+struct device_score {
+  std::string id;
+  std::int64_t examples = 0;
+  double loss_sum = 0;        // Σ over batches of the batch's mean loss × rows
+  std::int64_t correct = 0;
+};
+
+// The fleet's figures from its devices' scores, added in natural order of the ids whatever order they
+// came in: accuracy Σcorrect / Σexamples and loss Σloss_sum / Σexamples, and the minimum, median and
+// maximum of the devices' own accuracies. Devices with no examples are left out.
+class federated_scores {
+ public:
+  void add(device_score s);
+  [[nodiscard]] std::size_t devices() const noexcept { return scores_.size(); }
+  // Fills m's fed_* fields (nothing when no device scored); `classification` decides the accuracies.
+  void fill(round_metrics& m, bool classification) const;
+
+ private:
+  std::vector<device_score> scores_;
 };
 
 }  // namespace tessera::rounds

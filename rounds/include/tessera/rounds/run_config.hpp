@@ -31,6 +31,11 @@ inline constexpr auto k_strategy_names = core::names_in_order<strategy_kind>({"i
 inline constexpr auto k_fleet_strategy_names = core::names_in_order<strategy_kind>({"ist", "fedavg"});
 [[nodiscard]] inline std::string_view to_string(strategy_kind s) noexcept { return k_strategy_names.name(s); }
 
+// Which figure early stopping watches: the hub's validation set, the devices' (federated) evaluation, or
+// (auto) the hub's when it has one and the devices' otherwise.
+enum class patience_kind { automatic, validation, federated };
+inline constexpr auto k_patience_names = core::names_in_order<patience_kind>({"auto", "validation", "federated"});
+
 struct run_config {
   core::model_spec model;
   strategy_kind strategy = strategy_kind::ist;
@@ -47,6 +52,7 @@ struct run_config {
   std::uint64_t seed = 1;
   std::int64_t eval_every = 1;
   std::int64_t patience = 0;         // stop after this many evaluations without a new best (0: never)
+  patience_kind patience_on = patience_kind::automatic;
   std::int64_t min_stats_examples = 10;  // devices with fewer are not asked for statistics
   bool input_normalization_given = false;  // model.input_normalization was in the configuration
   std::string metrics_path;          // JSON lines; empty: none

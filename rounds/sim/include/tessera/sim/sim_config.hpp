@@ -31,6 +31,9 @@ struct data_config {
                          .features = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz",
                          .labels = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"};  // features "": none
   std::int64_t examples = 0;  // use only the first this many training examples (0: all)
+  // Each device holds out this share of its shard, never trained on, and scores the model on it every
+  // eval_every rounds, as an agent with data.validation_fraction does (the same rows: core::held_out_rows).
+  double validation_fraction = 0.1;
 };
 
 enum class partition_kind { iid, dirichlet };

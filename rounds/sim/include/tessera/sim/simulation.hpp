@@ -55,6 +55,8 @@ class simulation {
   struct device {
     std::string id;
     std::size_t shard = 0;
+    // The shard's validation split (data.validation_fraction) and the rest, views without copies.
+    std::unique_ptr<core::example_table> training, validation;
     std::unique_ptr<core::table_batches> batches;  // persists across rounds: the order carries over
     double capacity = 1.0;
   };
@@ -64,6 +66,9 @@ class simulation {
   [[nodiscard]] std::vector<rounds::device_offer> offers() const;
   // Before round 1 of a model that standardizes its inputs (rounds/statistics.hpp).
   [[nodiscard]] core::result<void> measure_statistics();
+  // After a round that evaluates: every device with validation examples scores the model as an agent
+  // does (the model through its codec into inference memory, core::evaluate_in).
+  [[nodiscard]] core::result<void> evaluate_on_devices(rounds::round_metrics& m);
 
   sim_config config_;
   core::memory_table* test_;
