@@ -1,0 +1,145 @@
+#include "tessera/crypto/shamir.hpp"
+
+#include <string>
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
+#include "ossl.hpp"
+
+namespace tessera::crypto {
+namespace {
+
+constexpr std::size_t k_chunk_bytes = 7;
+
+// A uniform element of GF(p) from the CSPRNG: 61 random bits, rejected when >= p (probability 2^-61).
+core::result<std::uint64_t> random_element() {
+  for (;;) {
+    std::uint64_t v = 0;
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(&v), sizeof v) != 1) return detail::openssl_error("RAND_bytes");
+    v &= gf61_prime;
+    if (v < gf61_prime) return v;
+  }
+}
+
+core::result<void> check_counts(std::size_t t, std::size_t n) {
+  if (t < 1 || t > n || n > shamir_max_shares)
+    return make_error(errc::invalid_argument, "secret sharing needs 1 <= threshold <= shares <= " + std::to_string(shamir_max_shares) +
+                                                  " (threshold " + std::to_string(t) + ", shares " + std::to_string(n) + ")");
+  return {};
+}
+
+}  // namespace
+
+std::array<std::uint64_t, shamir_chunks> secret_to_elements(const secret32& s) noexcept {
+  std::array<std::uint64_t, shamir_chunks> e{};
+  for (std::size_t i = 0; i < s.size(); ++i)
+    e[i / k_chunk_bytes] |= static_cast<std::uint64_t>(s[i]) << (8 * (i % k_chunk_bytes));
+  return e;
+}
+
+core::result<secret32> elements_to_secret(const std::array<std::uint64_t, shamir_chunks>& e) {
+  secret32 s{};
+  for (std::size_t c = 0; c < shamir_chunks; ++c) {
+    const std::size_t bytes = c + 1 < shamir_chunks ? k_chunk_bytes : s.size() - c * k_chunk_bytes;
+    if (e[c] >> (8 * bytes) != 0)
+      return make_error(errc::invalid_argument, "recovered value " + std::to_string(c) + " does not fit its " + std::to_string(bytes) +
+                                                    " bytes: the shares are not of one secret");
+    for (std::size_t b = 0; b < bytes; ++b) s[c * k_chunk_bytes + b] = static_cast<std::byte>(e[c] >> (8 * b));
+  }
+  return s;
+}
+
+std::uint64_t shamir_eval(std::span<const std::uint64_t> coeffs, std::uint64_t x) noexcept {
+  std::uint64_t r = 0;
+  for (std::size_t k = coeffs.size(); k-- > 0;) r = gf61::add(gf61::mul(r, x), coeffs[k]);
+  return r;
+}
+
+core::result<std::uint64_t> lagrange_at(std::span<const std::uint32_t> xs, std::span<const std::uint64_t> ys, std::uint64_t at) {
+  if (xs.size() != ys.size() || xs.empty()) return make_error(errc::invalid_argument, "interpolation needs as many values as points");
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    if (xs[i] == 0) return make_error(errc::invalid_argument, "a share at x = 0");
+    if (ys[i] >= gf61_prime) return make_error(errc::invalid_argument, "a share value outside the field");
+    for (std::size_t j = 0; j < i; ++j)
+      if (xs[i] == xs[j]) return make_error(errc::invalid_argument, "two shares at x = " + std::to_string(xs[i]));
+  }
+  std::uint64_t sum = 0;
+  for (std::size_t j = 0; j < xs.size(); ++j) {
+    std::uint64_t num = 1, den = 1;
+    for (std::size_t m = 0; m < xs.size(); ++m) {
+      if (m == j) continue;
+      num = gf61::mul(num, gf61::sub(at % gf61_prime, xs[m]));
+      den = gf61::mul(den, gf61::sub(xs[j], xs[m]));
+    }
+    sum = gf61::add(sum, gf61::mul(ys[j], gf61::mul(num, gf61::inv(den))));
+  }
+  return sum;
+}
+
+core::result<std::vector<shamir_share>> shamir_split_with(const secret32& secret, std::size_t t, std::size_t n,
+                                                         const std::array<std::vector<std::uint64_t>, shamir_chunks>& coeffs) {
+  TESSERA_TRY(check_counts(t, n));
+  const auto constants = secret_to_elements(secret);
+  std::vector<shamir_share> shares(n);
+  std::vector<std::uint64_t> poly(t);
+  for (std::size_t c = 0; c < shamir_chunks; ++c) {
+    if (coeffs[c].size() != t - 1)
+      return make_error(errc::invalid_argument, "chunk " + std::to_string(c) + ": " + std::to_string(coeffs[c].size()) +
+                                                    " coefficients for threshold " + std::to_string(t));
+    poly[0] = constants[c];
+    for (std::size_t k = 1; k < t; ++k) {
+      if (coeffs[c][k - 1] >= gf61_prime) return make_error(errc::invalid_argument, "a coefficient outside the field");
+      poly[k] = coeffs[c][k - 1];
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      shares[i].x = static_cast<std::uint32_t>(i + 1);
+      shares[i].y[c] = shamir_eval(poly, i + 1);
+    }
+  }
+  OPENSSL_cleanse(poly.data(), poly.size() * sizeof(std::uint64_t));
+  return shares;
+}
+
+core::result<std::vector<shamir_share>> shamir_split(const secret32& secret, std::size_t t, std::size_t n) {
+  TESSERA_TRY(check_counts(t, n));
+  std::array<std::vector<std::uint64_t>, shamir_chunks> coeffs;
+  for (auto& c : coeffs) {
+    c.resize(t - 1);
+    for (auto& v : c) {
+      TESSERA_ASSIGN_OR_RETURN(v, random_element());
+    }
+  }
+  auto shares = shamir_split_with(secret, t, n, coeffs);
+  for (auto& c : coeffs) OPENSSL_cleanse(c.data(), c.size() * sizeof(std::uint64_t));
+  return shares;
+}
+
+core::result<secret32> shamir_recover(std::span<const shamir_share> shares, std::size_t t) {
+  if (t < 1) return make_error(errc::invalid_argument, "threshold 0");
+  if (shares.size() < t)
+    return make_error(errc::invalid_argument, std::to_string(shares.size()) + " shares, fewer than the threshold " + std::to_string(t) +
+                                                  ": the secret cannot be recovered");
+  std::vector<std::uint32_t> xs(t);
+  std::vector<std::uint64_t> ys(t);
+  for (std::size_t i = 0; i < t; ++i) xs[i] = shares[i].x;
+  std::array<std::uint64_t, shamir_chunks> elements{};
+  for (std::size_t c = 0; c < shamir_chunks; ++c) {
+    for (std::size_t i = 0; i < t; ++i) ys[i] = shares[i].y[c];
+    TESSERA_ASSIGN_OR_RETURN(elements[c], lagrange_at(xs, ys, 0));
+    for (std::size_t i = t; i < shares.size(); ++i) {  // the extras must agree
+      const shamir_share& s = shares[i];
+      if (s.x == 0) return make_error(errc::invalid_argument, "a share at x = 0");
+      for (std::size_t j = 0; j < i; ++j)
+        if (shares[j].x == s.x) return make_error(errc::invalid_argument, "two shares at x = " + std::to_string(s.x));
+      TESSERA_ASSIGN_OR_RETURN(const std::uint64_t expected, lagrange_at(xs, ys, s.x));
+      if (expected != s.y[c])
+        return make_error(errc::invalid_argument, "the share at x = " + std::to_string(s.x) + " does not lie on the others' polynomial");
+    }
+  }
+  auto secret = elements_to_secret(elements);
+  OPENSSL_cleanse(elements.data(), sizeof elements);
+  return secret;
+}
+
+}  // namespace tessera::crypto
