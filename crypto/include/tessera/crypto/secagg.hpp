@@ -1,0 +1,172 @@
+// tessera/crypto/secagg.hpp — the secure aggregation protocol (Bonawitz et al., "Practical Secure
+// Aggregation for Privacy-Preserving Machine Learning", CCS 2017, semi-honest server with signed keys),
+// as two in-memory state machines: no sockets, no threads. The hub's engine drives `secagg_server`, an
+// agent (and the simulator's devices) drive `secagg_client`; net/ carries the messages.
+//
+// The vector being summed is cut into segments (in IST: one per group of devices training the same
+// neurons, and one for the parameters every device trains). A participant covers some segments; its
+// masked input is the concatenation of its segments. Pairwise masks between u and v are drawn only on
+// the segments both cover, so they cancel in each segment's sum. Each participant has one self-mask
+// seed per segment it covers, shared separately: a segment with fewer than `min_aggregate` survivors
+// is not released, its survivors' self-mask shares are never revealed, and their inputs on it stay
+// masked even though the dropped devices' keys are recovered for the other segments.
+//
+//   step              client (each device u)                      server (the hub)
+//   advertise keys    two X25519 pairs; (round, u, c_pk, s_pk)    collects; the roster (>= threshold)
+//                     signed with u's certificate key
+//   share keys        checks every signature against the CA;     routes each box to its recipient
+//                     t-of-n shares of s_sk and of every b_u,s,
+//                     each box AES-256-GCM under KA(c_u, c_v)
+//   masked input      y = fixed-point(x) + PRG(b_u,s) ± PRG(s_uv) collects the survivors' y
+//                     in Z_2^bits, per segment
+//   unmask            shares of b_u,s for survivors (released     recovers the seeds and the dropped
+//                     segments), of s_sk for the dropped; never   keys, removes the masks: per segment
+//                     both for one device                        the sum over its survivors
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tessera/core/error.hpp"
+#include "tessera/crypto/agreement.hpp"
+#include "tessera/crypto/masking.hpp"
+#include "tessera/crypto/shamir.hpp"
+
+namespace tessera::crypto {
+
+struct secagg_segment {
+  std::size_t length = 0;          // values
+  std::size_t min_aggregate = 2;   // fewer survivors covering it: not released
+};
+
+// What every party agrees on before the round: its number, the ring, the clip, the threshold of the
+// secret sharing, and the segments.
+struct secagg_params {
+  std::uint64_t round = 0;
+  int bits = 32;
+  double clip = 1.0;
+  std::size_t threshold = 2;       // t: shares needed to recover a secret, and survivors needed to unmask
+  std::vector<secagg_segment> segments;
+};
+
+// Step 1, client → server.
+struct secagg_keys {
+  std::string id;
+  std::string certificate_pem;     // issued by the fleet's CA: the key that signed
+  public_key c_pk{}, s_pk{};
+  std::vector<std::byte> signature;
+};
+
+// Step 1, server → clients: who takes part, in order (a share's x is position + 1), and what each covers.
+struct secagg_member {
+  secagg_keys keys;
+  std::vector<std::uint32_t> segments;  // sorted, distinct, < params.segments.size()
+};
+using secagg_roster = std::vector<secagg_member>;
+
+// Step 2: one encrypted box of shares, from → to.
+struct secagg_box {
+  std::string from, to;
+  std::vector<std::byte> box;
+};
+
+// Step 3, client → server.
+struct secagg_masked {
+  std::string id;
+  std::vector<std::uint64_t> y;    // the covered segments' values, in segment order
+  std::size_t clipped = 0;         // values the clip saturated
+};
+
+// Step 4, server → clients.
+struct secagg_unmask_request {
+  std::vector<std::string> survivors;   // sent a masked input
+  std::vector<std::string> dropped;     // shared keys, sent no masked input
+  std::vector<std::uint32_t> released;  // segments whose sums will be revealed
+};
+
+// Step 4, client → server.
+struct secagg_share {
+  std::string owner;               // whose secret
+  std::uint32_t segment = 0;       // for a self-mask seed; ignored for a key
+  shamir_share share;
+};
+struct secagg_unmask_reply {
+  std::string id;
+  std::vector<secagg_share> seeds;  // b_owner,segment of survivors
+  std::vector<secagg_share> keys;   // s_sk of the dropped
+};
+
+// The message a device signs to advertise its keys for a round.
+[[nodiscard]] std::vector<std::byte> secagg_signed_message(std::uint64_t round, const std::string& id, const public_key& c_pk,
+                                                           const public_key& s_pk);
+
+class secagg_client {
+ public:
+  // `id` is this device's id as in its certificate; `ca_pem` the fleet's CA certificate.
+  [[nodiscard]] static core::result<secagg_client> create(std::string id, std::string certificate_pem, const signing_key& key,
+                                                          std::string ca_pem, secagg_params params);
+  secagg_client(secagg_client&&) noexcept;
+  secagg_client& operator=(secagg_client&&) noexcept;
+  ~secagg_client();
+
+  [[nodiscard]] const secagg_keys& keys() const noexcept;
+  // Checks the roster (every certificate against the CA, every signature, this device's own keys, at
+  // least `threshold` members) and returns one box for every other member.
+  [[nodiscard]] core::result<std::vector<secagg_box>> share_keys(const secagg_roster& roster);
+  // The boxes addressed to this device (their senders are the devices that shared keys), and the
+  // update: one vector per covered segment. Rounding is stochastic, from `rounding_key`.
+  [[nodiscard]] core::result<secagg_masked> mask(const std::vector<secagg_box>& boxes, const std::vector<std::vector<float>>& input,
+                                                 const key256& rounding_key);
+  // Refuses a request that asks for both kinds of share of one device, that names fewer than
+  // `threshold` survivors, or devices this device never heard of.
+  [[nodiscard]] core::result<secagg_unmask_reply> unmask(const secagg_unmask_request& request);
+
+ private:
+  struct state;
+  explicit secagg_client(std::unique_ptr<state> s);
+  std::unique_ptr<state> s_;
+};
+
+// A segment's result: the sum over its survivors, or nothing (too few survivors).
+struct secagg_segment_sum {
+  bool released = false;
+  std::size_t contributors = 0;
+  std::vector<double> sum;
+};
+
+class secagg_server {
+ public:
+  explicit secagg_server(secagg_params params);
+
+  [[nodiscard]] const secagg_params& params() const noexcept { return params_; }
+  // Step 1: each device's keys (the server does not check signatures: the clients do).
+  [[nodiscard]] core::result<void> add_keys(secagg_keys k, std::vector<std::uint32_t> segments);
+  [[nodiscard]] core::result<secagg_roster> roster() const;
+  // Step 2: a device's boxes; then each device's inbox.
+  [[nodiscard]] core::result<void> add_boxes(const std::string& from, std::vector<secagg_box> boxes);
+  [[nodiscard]] std::vector<secagg_box> inbox(const std::string& to) const;
+  // Step 3.
+  [[nodiscard]] core::result<void> add_masked(secagg_masked m);
+  [[nodiscard]] secagg_unmask_request unmask_request() const;
+  // Step 4: the replies (at least `threshold`), then the sums.
+  [[nodiscard]] core::result<void> add_reply(secagg_unmask_reply r);
+  [[nodiscard]] core::result<std::vector<secagg_segment_sum>> finish() const;
+  [[nodiscard]] std::size_t clipped() const noexcept { return clipped_; }
+
+ private:
+  [[nodiscard]] const secagg_member* member(const std::string& id) const;
+  secagg_params params_;
+  secagg_roster roster_;
+  std::map<std::string, std::vector<secagg_box>> inbox_;
+  std::set<std::string> shared_;                  // U2
+  std::map<std::string, secagg_masked> masked_;   // U3
+  std::map<std::string, secagg_unmask_reply> replies_;
+  std::size_t clipped_ = 0;
+};
+
+}  // namespace tessera::crypto

@@ -1,0 +1,475 @@
+#include "tessera/crypto/secagg.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include <openssl/crypto.h>
+
+namespace tessera::crypto {
+namespace {
+
+constexpr std::string_view k_sign_context = "tessera secagg keys v1";
+
+std::string round_info(std::string_view what, std::uint64_t round) { return "tessera secagg " + std::string(what) + " r" + std::to_string(round); }
+std::string segment_info(std::string_view what, std::uint64_t round, std::uint32_t segment) {
+  return round_info(what, round) + " s" + std::to_string(segment);
+}
+
+void put_u32(std::vector<std::byte>& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
+}
+void put_u64(std::vector<std::byte>& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
+}
+void put_text(std::vector<std::byte>& out, std::string_view s) {
+  for (char c : s) out.push_back(static_cast<std::byte>(c));
+  out.push_back(std::byte{0});
+}
+void put_share(std::vector<std::byte>& out, const shamir_share& s) {
+  put_u32(out, s.x);
+  for (auto y : s.y) put_u64(out, y);
+}
+
+// Reads what put_* wrote; every length is checked before use.
+class reader {
+ public:
+  explicit reader(std::span<const std::byte> b) : b_(b) {}
+  bool u32(std::uint32_t& v) {
+    if (b_.size() - at_ < 4) return false;
+    v = 0;
+    for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(b_[at_++]) << (8 * i);
+    return true;
+  }
+  bool u64(std::uint64_t& v) {
+    if (b_.size() - at_ < 8) return false;
+    v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(b_[at_++]) << (8 * i);
+    return true;
+  }
+  bool share(shamir_share& s) {
+    if (!u32(s.x)) return false;
+    for (auto& y : s.y)
+      if (!u64(y) || y >= gf61_prime) return false;
+    return true;
+  }
+  [[nodiscard]] bool done() const { return at_ == b_.size(); }
+
+ private:
+  std::span<const std::byte> b_;
+  std::size_t at_ = 0;
+};
+
+std::vector<std::byte> box_associated(std::uint64_t round, const std::string& from, const std::string& to) {
+  std::vector<std::byte> a;
+  put_text(a, "tessera secagg box v1");
+  put_u64(a, round);
+  put_text(a, from);
+  put_text(a, to);
+  return a;
+}
+
+bool covers(const secagg_member& m, std::uint32_t segment) {
+  return std::binary_search(m.segments.begin(), m.segments.end(), segment);
+}
+
+core::result<void> check_params(const secagg_params& p) {
+  if (p.segments.empty()) return make_error(errc::invalid_argument, "secure aggregation over no segments");
+  if (p.threshold < 2) return make_error(errc::invalid_argument, "a secure aggregation threshold below 2 reveals single devices");
+  for (std::size_t s = 0; s < p.segments.size(); ++s)
+    if (p.segments[s].min_aggregate < 2)
+      return make_error(errc::invalid_argument, "segment " + std::to_string(s) + ": min_aggregate below 2 reveals single devices");
+  return {};
+}
+
+core::result<void> check_segments(const std::vector<std::uint32_t>& segments, std::size_t count, const std::string& id) {
+  if (segments.empty()) return make_error(errc::invalid_argument, id + " covers no segment");
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i] >= count) return make_error(errc::invalid_argument, id + " covers segment " + std::to_string(segments[i]) + ", which does not exist");
+    if (i > 0 && segments[i] <= segments[i - 1]) return make_error(errc::invalid_argument, id + "'s segments are not sorted and distinct");
+  }
+  return {};
+}
+
+// The mask of one segment, added (sign true) or subtracted, on `y` (that segment's values).
+void mask_segment(std::span<std::uint64_t> y, int bits, const key256& key, bool add) {
+  apply_mask(y, bits, key, add ? mask_sign::add : mask_sign::subtract);
+}
+
+}  // namespace
+
+std::vector<std::byte> secagg_signed_message(std::uint64_t round, const std::string& id, const public_key& c_pk, const public_key& s_pk) {
+  std::vector<std::byte> m;
+  put_text(m, k_sign_context);
+  put_u64(m, round);
+  put_text(m, id);
+  m.insert(m.end(), c_pk.begin(), c_pk.end());
+  m.insert(m.end(), s_pk.begin(), s_pk.end());
+  return m;
+}
+
+// ---- client ----
+
+struct secagg_client::state {
+  enum class stage { keys, shared, masked, done };
+  std::string id;
+  std::string ca_pem;
+  secagg_params params;
+  x25519_keypair c, s;
+  secagg_keys keys;
+  stage at = stage::keys;
+  secagg_roster roster;
+  std::size_t index = 0;                                 // my position in the roster
+  std::map<std::uint32_t, key256> seeds;                 // b_me,segment
+  // Shares this device holds, by owner: of the owner's s_sk, and of its seeds by segment.
+  std::map<std::string, shamir_share> key_shares;
+  std::map<std::string, std::map<std::uint32_t, shamir_share>> seed_shares;
+  std::set<std::string> shared;                          // U2 as this device saw it (itself included)
+
+  state(x25519_keypair c_, x25519_keypair s_) : c(std::move(c_)), s(std::move(s_)) {}
+  ~state() {
+    for (auto& [seg, k] : seeds) OPENSSL_cleanse(k.data(), k.size());
+  }
+  const secagg_member* find(const std::string& who) const {
+    for (const auto& m : roster)
+      if (m.keys.id == who) return &m;
+    return nullptr;
+  }
+  std::size_t position(const std::string& who) const {
+    for (std::size_t i = 0; i < roster.size(); ++i)
+      if (roster[i].keys.id == who) return i;
+    return roster.size();
+  }
+};
+
+secagg_client::secagg_client(std::unique_ptr<state> s) : s_(std::move(s)) {}
+secagg_client::secagg_client(secagg_client&&) noexcept = default;
+secagg_client& secagg_client::operator=(secagg_client&&) noexcept = default;
+secagg_client::~secagg_client() = default;
+
+const secagg_keys& secagg_client::keys() const noexcept { return s_->keys; }
+
+core::result<secagg_client> secagg_client::create(std::string id, std::string certificate_pem, const signing_key& key, std::string ca_pem,
+                                                  secagg_params params) {
+  TESSERA_TRY(check_params(params));
+  TESSERA_ASSIGN_OR_RETURN(auto c, x25519_keypair::generate());
+  TESSERA_ASSIGN_OR_RETURN(auto s, x25519_keypair::generate());
+  auto st = std::make_unique<state>(std::move(c), std::move(s));
+  st->id = std::move(id);
+  st->ca_pem = std::move(ca_pem);
+  st->params = std::move(params);
+  st->keys.id = st->id;
+  st->keys.certificate_pem = std::move(certificate_pem);
+  st->keys.c_pk = st->c.public_bytes();
+  st->keys.s_pk = st->s.public_bytes();
+  TESSERA_ASSIGN_OR_RETURN(st->keys.signature, key.sign(secagg_signed_message(st->params.round, st->id, st->keys.c_pk, st->keys.s_pk)));
+  return secagg_client(std::move(st));
+}
+
+core::result<std::vector<secagg_box>> secagg_client::share_keys(const secagg_roster& roster) {
+  state& st = *s_;
+  if (st.at != state::stage::keys) return make_error(errc::invalid_argument, "keys shared already this round");
+  const secagg_params& p = st.params;
+  if (roster.size() < p.threshold)
+    return make_error(errc::invalid_argument, "a roster of " + std::to_string(roster.size()) + " devices, below the threshold " +
+                                                  std::to_string(p.threshold));
+  if (roster.size() > shamir_max_shares) return make_error(errc::invalid_argument, "a roster beyond " + std::to_string(shamir_max_shares) + " devices");
+  bool me = false;
+  std::set<std::string> seen;
+  for (const auto& m : roster) {
+    const std::string& who = m.keys.id;
+    if (!seen.insert(who).second) return make_error(errc::invalid_argument, "device " + who + " appears twice in the roster");
+    TESSERA_TRY(check_segments(m.segments, p.segments.size(), "device " + who));
+    if (who == st.id) {
+      if (m.keys.c_pk != st.keys.c_pk || m.keys.s_pk != st.keys.s_pk)
+        return make_error(errc::auth_failed, "the roster carries other keys for this device (" + st.id + ")");
+      me = true;
+      continue;
+    }
+    TESSERA_ASSIGN_OR_RETURN(auto peer, verifying_key::from_certificate_pem(m.keys.certificate_pem, st.ca_pem));
+    if (peer.device_id() != who)
+      return make_error(errc::auth_failed, "the roster's certificate for " + who + " is " + peer.device_id() + "'s");
+    if (!peer.verify(secagg_signed_message(p.round, who, m.keys.c_pk, m.keys.s_pk), m.keys.signature))
+      return make_error(errc::auth_failed, "device " + who + "'s keys are not signed by its certificate for round " + std::to_string(p.round));
+  }
+  if (!me) return make_error(errc::invalid_argument, "the roster leaves this device (" + st.id + ") out");
+  st.roster = roster;
+  st.index = st.position(st.id);
+  const std::vector<std::uint32_t>& mine = st.roster[st.index].segments;
+
+  // The secrets: the mask key s_sk and one self-mask seed per covered segment, each split t-of-n.
+  TESSERA_ASSIGN_OR_RETURN(key256 s_sk, st.s.private_bytes());
+  auto key_split = shamir_split(s_sk, p.threshold, roster.size());
+  OPENSSL_cleanse(s_sk.data(), s_sk.size());
+  TESSERA_TRY(key_split);
+  std::map<std::uint32_t, std::vector<shamir_share>> seed_split;
+  for (std::uint32_t seg : mine) {
+    TESSERA_ASSIGN_OR_RETURN(st.seeds[seg], random_key());
+    TESSERA_ASSIGN_OR_RETURN(seed_split[seg], shamir_split(st.seeds[seg], p.threshold, roster.size()));
+  }
+  std::vector<secagg_box> out;
+  for (std::size_t v = 0; v < roster.size(); ++v) {
+    const std::string& to = roster[v].keys.id;
+    if (v == st.index) {  // my own shares stay here
+      st.key_shares[st.id] = key_split.value()[v];
+      for (std::uint32_t seg : mine) st.seed_shares[st.id][seg] = seed_split[seg][v];
+      continue;
+    }
+    std::vector<std::byte> plain;
+    put_share(plain, key_split.value()[v]);
+    put_u32(plain, static_cast<std::uint32_t>(mine.size()));
+    for (std::uint32_t seg : mine) {
+      put_u32(plain, seg);
+      put_share(plain, seed_split[seg][v]);
+    }
+    TESSERA_ASSIGN_OR_RETURN(const key256 k, st.c.agree(roster[v].keys.c_pk, round_info("boxes", p.round)));
+    auto box = aead_seal(k, box_associated(p.round, st.id, to), plain);
+    OPENSSL_cleanse(plain.data(), plain.size());
+    TESSERA_TRY(box);
+    out.push_back({.from = st.id, .to = to, .box = std::move(box).value()});
+  }
+  for (auto& [seg, shares] : seed_split)
+    for (auto& sh : shares) OPENSSL_cleanse(sh.y.data(), sizeof sh.y);
+  for (auto& sh : key_split.value()) OPENSSL_cleanse(sh.y.data(), sizeof sh.y);
+  st.at = state::stage::shared;
+  return out;
+}
+
+core::result<secagg_masked> secagg_client::mask(const std::vector<secagg_box>& boxes, const std::vector<std::vector<float>>& input,
+                                                const key256& rounding_key) {
+  state& st = *s_;
+  if (st.at != state::stage::shared) return make_error(errc::invalid_argument, "masking before the keys are shared, or twice");
+  const secagg_params& p = st.params;
+  const secagg_member& me = st.roster[st.index];
+  if (input.size() != me.segments.size())
+    return make_error(errc::invalid_argument, std::to_string(input.size()) + " input vectors for " + std::to_string(me.segments.size()) + " segments");
+  // Open the boxes: their senders are the devices that shared keys (U2).
+  st.shared = {st.id};
+  for (const auto& b : boxes) {
+    const secagg_member* from = st.find(b.from);
+    if (b.to != st.id || from == nullptr || b.from == st.id || st.shared.contains(b.from))
+      return make_error(errc::invalid_argument, "a box from " + b.from + " to " + b.to + " that this device cannot take");
+    TESSERA_ASSIGN_OR_RETURN(const key256 k, st.c.agree(from->keys.c_pk, round_info("boxes", p.round)));
+    TESSERA_ASSIGN_OR_RETURN(auto plain, aead_open(k, box_associated(p.round, b.from, st.id), b.box));
+    reader r(plain);
+    shamir_share key_share;
+    std::uint32_t n = 0;
+    bool ok = r.share(key_share) && r.u32(n) && n == from->segments.size();
+    std::map<std::uint32_t, shamir_share> seeds;
+    for (std::uint32_t i = 0; ok && i < n; ++i) {
+      std::uint32_t seg = 0;
+      shamir_share sh;
+      ok = r.u32(seg) && r.share(sh) && covers(*from, seg) && sh.x == st.index + 1 && seeds.emplace(seg, sh).second;
+    }
+    ok = ok && r.done() && key_share.x == st.index + 1;
+    OPENSSL_cleanse(plain.data(), plain.size());
+    if (!ok) return make_error(errc::bad_format, "the box from " + b.from + " does not hold this device's shares");
+    st.key_shares[b.from] = key_share;
+    st.seed_shares[b.from] = std::move(seeds);
+    st.shared.insert(b.from);
+  }
+  TESSERA_ASSIGN_OR_RETURN(const auto fp, fixed_point::create(p.clip, p.bits, st.roster.size()));
+  keystream rounding(rounding_key);
+  secagg_masked out{.id = st.id, .y = {}, .clipped = 0};
+  for (std::size_t i = 0; i < me.segments.size(); ++i) {
+    const std::uint32_t seg = me.segments[i];
+    if (input[i].size() != p.segments[seg].length)
+      return make_error(errc::invalid_argument, "segment " + std::to_string(seg) + ": " + std::to_string(input[i].size()) + " values, expected " +
+                                                    std::to_string(p.segments[seg].length));
+    std::vector<std::uint64_t> y(input[i].size());
+    out.clipped += fp.encode(input[i], y, &rounding);
+    TESSERA_ASSIGN_OR_RETURN(const key256 self, derive_key(st.seeds.at(seg), segment_info("self", p.round, seg)));
+    mask_segment(y, p.bits, self, true);
+    for (std::size_t v = 0; v < st.roster.size(); ++v) {
+      const secagg_member& other = st.roster[v];
+      if (v == st.index || !covers(other, seg) || !st.shared.contains(other.keys.id)) continue;
+      TESSERA_ASSIGN_OR_RETURN(const key256 pair, st.s.agree(other.keys.s_pk, segment_info("pair", p.round, seg)));
+      mask_segment(y, p.bits, pair, st.index < v);
+    }
+    out.y.insert(out.y.end(), y.begin(), y.end());
+  }
+  st.at = state::stage::masked;
+  return out;
+}
+
+core::result<secagg_unmask_reply> secagg_client::unmask(const secagg_unmask_request& request) {
+  state& st = *s_;
+  if (st.at != state::stage::masked) return make_error(errc::invalid_argument, "unmasking before masking, or twice");
+  const secagg_params& p = st.params;
+  std::set<std::string> survivors, dropped;
+  for (const auto& u : request.survivors) {
+    if (!st.shared.contains(u)) return make_error(errc::invalid_argument, "the unmasking names " + u + ", which did not share keys with this device");
+    if (!survivors.insert(u).second) return make_error(errc::invalid_argument, "the unmasking names " + u + " twice");
+  }
+  for (const auto& v : request.dropped) {
+    if (!st.shared.contains(v)) return make_error(errc::invalid_argument, "the unmasking names " + v + ", which did not share keys with this device");
+    // Never both for one device: its seed and its key together would unmask its input.
+    if (survivors.contains(v))
+      return make_error(errc::invalid_argument, "the unmasking asks for both the seed and the key of " + v + ": refused");
+    if (!dropped.insert(v).second) return make_error(errc::invalid_argument, "the unmasking names " + v + " twice");
+  }
+  if (!survivors.contains(st.id)) return make_error(errc::invalid_argument, "the unmasking counts this device among the dropped");
+  if (survivors.size() < p.threshold)
+    return make_error(errc::invalid_argument, std::to_string(survivors.size()) + " survivors, below the threshold " + std::to_string(p.threshold));
+  std::set<std::uint32_t> released;
+  for (std::uint32_t seg : request.released) {
+    if (seg >= p.segments.size() || !released.insert(seg).second)
+      return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) + ", which does not exist or twice");
+    std::size_t covering = 0;
+    for (const auto& u : survivors) covering += covers(*st.find(u), seg) ? 1 : 0;
+    if (covering < p.segments[seg].min_aggregate)
+      return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) + " with " + std::to_string(covering) +
+                                                    " survivors, below its minimum of " + std::to_string(p.segments[seg].min_aggregate));
+  }
+  secagg_unmask_reply reply{.id = st.id, .seeds = {}, .keys = {}};
+  for (const auto& u : survivors)
+    for (std::uint32_t seg : released)
+      if (auto it = st.seed_shares[u].find(seg); it != st.seed_shares[u].end()) reply.seeds.push_back({.owner = u, .segment = seg, .share = it->second});
+  for (const auto& v : dropped) reply.keys.push_back({.owner = v, .segment = 0, .share = st.key_shares.at(v)});
+  st.at = state::stage::done;
+  return reply;
+}
+
+// ---- server ----
+
+secagg_server::secagg_server(secagg_params params) : params_(std::move(params)) {}
+
+const secagg_member* secagg_server::member(const std::string& id) const {
+  for (const auto& m : roster_)
+    if (m.keys.id == id) return &m;
+  return nullptr;
+}
+
+core::result<void> secagg_server::add_keys(secagg_keys k, std::vector<std::uint32_t> segments) {
+  TESSERA_TRY(check_params(params_));
+  if (member(k.id) != nullptr) return make_error(errc::invalid_argument, "device " + k.id + " advertised keys twice");
+  TESSERA_TRY(check_segments(segments, params_.segments.size(), "device " + k.id));
+  roster_.push_back({.keys = std::move(k), .segments = std::move(segments)});
+  return {};
+}
+
+core::result<secagg_roster> secagg_server::roster() const {
+  if (roster_.size() < params_.threshold)
+    return make_error(errc::invalid_argument, std::to_string(roster_.size()) + " devices advertised keys, below the threshold " +
+                                                  std::to_string(params_.threshold));
+  return roster_;
+}
+
+core::result<void> secagg_server::add_boxes(const std::string& from, std::vector<secagg_box> boxes) {
+  if (member(from) == nullptr || shared_.contains(from)) return make_error(errc::invalid_argument, "boxes from " + from + " that were not expected");
+  std::set<std::string> to;
+  for (const auto& b : boxes)
+    if (b.from != from || member(b.to) == nullptr || b.to == from || !to.insert(b.to).second)
+      return make_error(errc::invalid_argument, "device " + from + " sent a box from " + b.from + " to " + b.to);
+  for (auto& b : boxes) inbox_[b.to].push_back(std::move(b));
+  shared_.insert(from);
+  return {};
+}
+
+std::vector<secagg_box> secagg_server::inbox(const std::string& to) const {
+  auto it = inbox_.find(to);
+  return it == inbox_.end() ? std::vector<secagg_box>{} : it->second;
+}
+
+core::result<void> secagg_server::add_masked(secagg_masked m) {
+  const secagg_member* who = member(m.id);
+  if (who == nullptr || !shared_.contains(m.id) || masked_.contains(m.id))
+    return make_error(errc::invalid_argument, "a masked input from " + m.id + " that was not expected");
+  std::size_t length = 0;
+  for (std::uint32_t seg : who->segments) length += params_.segments[seg].length;
+  if (m.y.size() != length)
+    return make_error(errc::invalid_argument, "device " + m.id + " sent " + std::to_string(m.y.size()) + " masked values, expected " + std::to_string(length));
+  const std::uint64_t high = params_.bits >= 64 ? 0 : ~((std::uint64_t{1} << params_.bits) - 1);
+  for (auto v : m.y)
+    if ((v & high) != 0) return make_error(errc::invalid_argument, "device " + m.id + " sent a value outside the ring");
+  clipped_ += m.clipped;
+  masked_.emplace(m.id, std::move(m));
+  return {};
+}
+
+secagg_unmask_request secagg_server::unmask_request() const {
+  secagg_unmask_request r;
+  for (const auto& m : roster_) {
+    if (masked_.contains(m.keys.id)) r.survivors.push_back(m.keys.id);
+    else if (shared_.contains(m.keys.id)) r.dropped.push_back(m.keys.id);
+  }
+  for (std::uint32_t seg = 0; seg < params_.segments.size(); ++seg) {
+    std::size_t covering = 0;
+    for (const auto& u : r.survivors) covering += covers(*member(u), seg) ? 1 : 0;
+    if (covering >= params_.segments[seg].min_aggregate) r.released.push_back(seg);
+  }
+  return r;
+}
+
+core::result<void> secagg_server::add_reply(secagg_unmask_reply r) {
+  if (!masked_.contains(r.id) || replies_.contains(r.id)) return make_error(errc::invalid_argument, "an unmasking reply from " + r.id + " that was not expected");
+  replies_.emplace(r.id, std::move(r));
+  return {};
+}
+
+core::result<std::vector<secagg_segment_sum>> secagg_server::finish() const {
+  const secagg_params& p = params_;
+  if (replies_.size() < p.threshold)
+    return make_error(errc::invalid_argument, std::to_string(replies_.size()) + " unmasking replies, below the threshold " + std::to_string(p.threshold));
+  const secagg_unmask_request req = unmask_request();
+  const auto position = [this](const std::string& id) {
+    for (std::size_t i = 0; i < roster_.size(); ++i)
+      if (roster_[i].keys.id == id) return i;
+    return roster_.size();
+  };
+  // The dropped devices' mask keys, checked against the public keys they advertised.
+  std::map<std::string, x25519_keypair> dropped_keys;
+  for (const auto& v : req.dropped) {
+    std::vector<shamir_share> shares;
+    for (const auto& [id, reply] : replies_)
+      for (const auto& s : reply.keys)
+        if (s.owner == v) shares.push_back(s.share);
+    TESSERA_ASSIGN_OR_RETURN(const secret32 sk, shamir_recover(shares, p.threshold));
+    key256 k;
+    std::memcpy(k.data(), sk.data(), k.size());
+    TESSERA_ASSIGN_OR_RETURN(auto pair, x25519_keypair::from_private(k));
+    OPENSSL_cleanse(k.data(), k.size());
+    if (pair.public_bytes() != member(v)->keys.s_pk)
+      return make_error(errc::auth_failed, "the key recovered for " + v + " is not the one it advertised");
+    dropped_keys.emplace(v, std::move(pair));
+  }
+  TESSERA_ASSIGN_OR_RETURN(const auto fp, fixed_point::create(p.clip, p.bits, roster_.size()));
+  std::vector<secagg_segment_sum> out(p.segments.size());
+  for (std::uint32_t seg : req.released) {
+    std::vector<std::uint64_t> acc(p.segments[seg].length, 0);
+    for (const auto& u : req.survivors) {
+      const secagg_member& mu = *member(u);
+      if (!covers(mu, seg)) continue;
+      // u's values for this segment inside its masked vector.
+      std::size_t offset = 0;
+      for (std::uint32_t s : mu.segments) {
+        if (s == seg) break;
+        offset += p.segments[s].length;
+      }
+      add_into(acc, std::span(masked_.at(u).y).subspan(offset, acc.size()), p.bits);
+      std::vector<shamir_share> shares;
+      for (const auto& [id, reply] : replies_)
+        for (const auto& s : reply.seeds)
+          if (s.owner == u && s.segment == seg) shares.push_back(s.share);
+      TESSERA_ASSIGN_OR_RETURN(const secret32 seed, shamir_recover(shares, p.threshold));
+      key256 b;
+      std::memcpy(b.data(), seed.data(), b.size());
+      TESSERA_ASSIGN_OR_RETURN(const key256 self, derive_key(b, segment_info("self", p.round, seg)));
+      OPENSSL_cleanse(b.data(), b.size());
+      mask_segment(acc, p.bits, self, false);
+      // Masks u drew with devices that dropped after sharing keys do not cancel: remove them.
+      for (const auto& [v, key] : dropped_keys) {
+        if (!covers(*member(v), seg)) continue;
+        TESSERA_ASSIGN_OR_RETURN(const key256 pair, key.agree(mu.keys.s_pk, segment_info("pair", p.round, seg)));
+        mask_segment(acc, p.bits, pair, !(position(u) < position(v)));  // undo u's sign
+      }
+      ++out[seg].contributors;
+    }
+    out[seg].released = true;
+    out[seg].sum.resize(acc.size());
+    fp.decode_sum(acc, out[seg].sum);
+  }
+  return out;
+}
+
+}  // namespace tessera::crypto

@@ -1,0 +1,297 @@
+// Tests of tessera/crypto/secagg.hpp: the whole protocol among in-memory devices with real
+// certificates — sums without dropouts, with devices dropping at each step, segments with too few
+// survivors, and every refusal of a client.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "test_pki.hpp"
+#include "tessera/core/rng.hpp"
+#include "tessera/crypto/secagg.hpp"
+
+using namespace tessera;
+
+namespace {
+
+std::string read_all(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Six device certificates from the test CA, made once.
+struct devices {
+  std::vector<std::string> ids;
+  std::vector<crypto::cert_files> files;
+  std::string ca;
+  static const devices& get() {
+    static const devices d = [] {
+      devices out;
+      const auto& pki = test::test_pki::get();
+      out.ca = read_all(pki.ca.cert);
+      for (int i = 0; i < 6; ++i) {
+        const std::string id = "sa-" + std::to_string(i);
+        crypto::cert_files f{pki.dir / (id + ".pem"), pki.dir / (id + ".key")};
+        if (!std::filesystem::exists(f.cert)) REQUIRE(crypto::issue(pki.ca, {.device_id = id}, f, false).ok());
+        out.ids.push_back(id);
+        out.files.push_back(f);
+      }
+      return out;
+    }();
+    return d;
+  }
+};
+
+// Two groups of three (segments 0 and 1, 40 values each) and the parameters everyone trains (segment 2,
+// 6 values).
+crypto::secagg_params params(std::uint64_t round = 7, std::size_t min_aggregate = 2) {
+  return {.round = round,
+          .bits = 32,
+          .clip = 1.0,
+          .threshold = 3,
+          .segments = {{.length = 40, .min_aggregate = min_aggregate}, {.length = 40, .min_aggregate = min_aggregate},
+                       {.length = 6, .min_aggregate = min_aggregate}}};
+}
+std::vector<std::uint32_t> segments_of(std::size_t d) { return {d < 3 ? 0u : 1u, 2u}; }
+
+crypto::secagg_client client(std::size_t d, const crypto::secagg_params& p) {
+  const auto& dv = devices::get();
+  auto key = crypto::signing_key::load(dv.files[d].key).value();
+  auto c = crypto::secagg_client::create(dv.ids[d], read_all(dv.files[d].cert), key, dv.ca, p);
+  REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
+  return std::move(c).value();
+}
+
+// Each device's input: one vector per covered segment, values in (−0.5, 0.5).
+std::vector<std::vector<float>> input_of(std::size_t d, const crypto::secagg_params& p) {
+  core::rng r(100 + d);
+  std::vector<std::vector<float>> in;
+  for (auto seg : segments_of(d)) {
+    in.emplace_back(p.segments[seg].length);
+    for (auto& v : in.back()) v = static_cast<float>(r.uniform_double() - 0.5);
+  }
+  return in;
+}
+
+// When a device leaves: never, before sharing keys, after sharing (before its masked input), or after
+// its masked input (before unmasking).
+enum class leaves { never, before_sharing, before_input, before_unmask };
+
+struct outcome {
+  crypto::secagg_unmask_request request;
+  std::vector<crypto::secagg_unmask_reply> replies;
+  std::vector<crypto::secagg_masked> masked;
+  core::result<std::vector<crypto::secagg_segment_sum>> sums = std::vector<crypto::secagg_segment_sum>{};
+};
+
+outcome run(const crypto::secagg_params& p, const std::vector<leaves>& when) {
+  crypto::secagg_server server(p);
+  std::vector<crypto::secagg_client> clients;
+  for (std::size_t d = 0; d < 6; ++d) clients.push_back(client(d, p));
+  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_keys(clients[d].keys(), segments_of(d)).ok());
+  const auto roster = server.roster().value();
+  for (std::size_t d = 0; d < 6; ++d) {
+    if (when[d] == leaves::before_sharing) continue;
+    auto boxes = clients[d].share_keys(roster);
+    REQUIRE_MESSAGE(boxes.ok(), (boxes.ok() ? "" : boxes.error().message));
+    REQUIRE(server.add_boxes(devices::get().ids[d], std::move(boxes).value()).ok());
+  }
+  outcome o;
+  for (std::size_t d = 0; d < 6; ++d) {
+    if (when[d] == leaves::before_sharing || when[d] == leaves::before_input) continue;
+    auto m = clients[d].mask(server.inbox(devices::get().ids[d]), input_of(d, p), crypto::random_key().value());
+    REQUIRE_MESSAGE(m.ok(), (m.ok() ? "" : m.error().message));
+    o.masked.push_back(m.value());
+    REQUIRE(server.add_masked(std::move(m).value()).ok());
+  }
+  o.request = server.unmask_request();
+  for (std::size_t d = 0; d < 6; ++d) {
+    if (when[d] != leaves::never) continue;
+    auto r = clients[d].unmask(o.request);
+    REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
+    o.replies.push_back(r.value());
+    REQUIRE(server.add_reply(std::move(r).value()).ok());
+  }
+  o.sums = server.finish();
+  return o;
+}
+
+// The plain sum of the inputs of the devices that sent a masked input, for one segment.
+std::vector<double> plain_sum(const crypto::secagg_params& p, std::uint32_t seg, const std::vector<leaves>& when) {
+  std::vector<double> sum(p.segments[seg].length, 0.0);
+  for (std::size_t d = 0; d < 6; ++d) {
+    if (when[d] == leaves::before_sharing || when[d] == leaves::before_input) continue;
+    const auto segs = segments_of(d);
+    const auto in = input_of(d, p);
+    for (std::size_t i = 0; i < segs.size(); ++i)
+      if (segs[i] == seg)
+        for (std::size_t k = 0; k < sum.size(); ++k) sum[k] += in[i][k];
+  }
+  return sum;
+}
+
+void check_sums(const crypto::secagg_params& p, const outcome& o, const std::vector<leaves>& when, std::vector<bool> released) {
+  REQUIRE_MESSAGE(o.sums.ok(), (o.sums.ok() ? "" : o.sums.error().message));
+  const double step = crypto::fixed_point::create(p.clip, p.bits, 6).value().step();
+  for (std::uint32_t seg = 0; seg < 3; ++seg) {
+    CAPTURE(seg);
+    const auto& s = o.sums.value()[seg];
+    CHECK(s.released == released[seg]);
+    if (!s.released) continue;
+    const auto expected = plain_sum(p, seg, when);
+    // Stochastic rounding: each contributor within one step.
+    for (std::size_t k = 0; k < expected.size(); ++k) CHECK(std::abs(s.sum[k] - expected[k]) < static_cast<double>(s.contributors) * step);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("secagg: without dropouts every segment's sum is the inputs' sum, and masked inputs look uniform") {
+  const auto p = params();
+  const std::vector<leaves> when(6, leaves::never);
+  const outcome o = run(p, when);
+  check_sums(p, o, when, {true, true, true});
+  CHECK(o.sums.value()[2].contributors == 6);
+  CHECK(o.sums.value()[0].contributors == 3);
+  // The server holds each device's masked vector only: its 32-bit values spread over the whole ring
+  // (chi-square over 16 bins of the top 4 bits, 15 degrees of freedom).
+  std::array<double, 16> bins{};
+  std::size_t n = 0;
+  for (const auto& m : o.masked)
+    for (auto v : m.y) {
+      ++bins[v >> 28];
+      ++n;
+    }
+  const double expected = static_cast<double>(n) / 16.0;
+  double chi = 0;
+  for (double b : bins) chi += (b - expected) * (b - expected) / expected;
+  CHECK(chi < 45.0);  // p < 1e-4 for 15 degrees of freedom
+  // No reply carries a key share: nobody dropped.
+  for (const auto& r : o.replies) CHECK(r.keys.empty());
+}
+
+TEST_CASE("secagg: devices dropping after sharing keys and after their masked input; the survivors' sums come out") {
+  const auto p = params();
+  // sa-1 leaves after sharing (its masks with the others are removed through its recovered key); sa-4
+  // after its masked input (counted, but gives no shares); sa-5 before sharing (never masked with).
+  const std::vector<leaves> when{leaves::never, leaves::before_input, leaves::never, leaves::never, leaves::before_unmask, leaves::before_sharing};
+  const outcome o = run(p, when);
+  CHECK(o.request.dropped == std::vector<std::string>{"sa-1"});
+  CHECK(o.request.survivors == std::vector<std::string>{"sa-0", "sa-2", "sa-3", "sa-4"});
+  check_sums(p, o, when, {true, true, true});
+  CHECK(o.sums.value()[1].contributors == 2);  // sa-3 and sa-4
+  // The dropped device's key was asked for; its seeds never were.
+  for (const auto& r : o.replies)
+    for (const auto& s : r.seeds) CHECK(s.owner != "sa-1");
+}
+
+TEST_CASE("secagg: a segment with too few survivors is not released, and its survivor's seed is never revealed") {
+  const auto p = params(7, /*min_aggregate=*/2);
+  // Group A keeps one survivor (sa-0): its segment stays masked; the others are released.
+  const std::vector<leaves> when{leaves::never, leaves::before_input, leaves::before_input, leaves::never, leaves::never, leaves::never};
+  const outcome o = run(p, when);
+  CHECK(o.request.released == std::vector<std::uint32_t>{1, 2});
+  check_sums(p, o, when, {false, true, true});
+  // Nothing about sa-0's input on segment 0: no reply carries a share of its seed for that segment,
+  // so the dropped devices' keys (recovered) leave its own self mask in place.
+  for (const auto& r : o.replies)
+    for (const auto& s : r.seeds) CHECK_FALSE((s.owner == "sa-0" && s.segment == 0));
+  // Below the threshold of survivors, nothing is released at all.
+  const std::vector<leaves> most{leaves::never, leaves::never, leaves::before_input, leaves::before_input, leaves::before_input, leaves::before_input};
+  crypto::secagg_server server(p);
+  std::vector<crypto::secagg_client> clients;
+  for (std::size_t d = 0; d < 6; ++d) clients.push_back(client(d, p));
+  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_keys(clients[d].keys(), segments_of(d)).ok());
+  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_boxes(devices::get().ids[d], clients[d].share_keys(server.roster().value()).value()).ok());
+  for (std::size_t d = 0; d < 2; ++d)
+    REQUIRE(server.add_masked(clients[d].mask(server.inbox(devices::get().ids[d]), input_of(d, p), crypto::random_key().value()).value()).ok());
+  const auto few = clients[0].unmask(server.unmask_request());
+  REQUIRE_FALSE(few.ok());
+  CHECK(few.error().message == "2 survivors, below the threshold 3");
+  CHECK_FALSE(server.finish().ok());
+}
+
+TEST_CASE("secagg refusal: an unmasking request that asks for both the seed and the key of one device") {
+  const auto p = params();
+  crypto::secagg_server server(p);
+  std::vector<crypto::secagg_client> clients;
+  for (std::size_t d = 0; d < 6; ++d) clients.push_back(client(d, p));
+  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_keys(clients[d].keys(), segments_of(d)).ok());
+  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_boxes(devices::get().ids[d], clients[d].share_keys(server.roster().value()).value()).ok());
+  for (std::size_t d = 0; d < 6; ++d)
+    REQUIRE(server.add_masked(clients[d].mask(server.inbox(devices::get().ids[d]), input_of(d, p), crypto::random_key().value()).value()).ok());
+  auto rogue = server.unmask_request();
+  rogue.dropped.push_back("sa-3");  // a survivor, also named as dropped: its seed and its key would unmask it
+  const auto r = clients[0].unmask(rogue);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message == "the unmasking asks for both the seed and the key of sa-3: refused");
+  // Releasing a segment below its minimum is refused too (the client counts for itself).
+  // A request that counts the asked device among the dropped.
+  auto small = server.unmask_request();
+  small.survivors = {"sa-0", "sa-3", "sa-4"};
+  small.dropped = {"sa-1"};
+  CHECK(clients[1].unmask(small).error().message == "the unmasking counts this device among the dropped");
+}
+
+TEST_CASE("secagg refusal: keys whose signature does not verify") {
+  const auto p = params();
+  crypto::secagg_server server(p);
+  std::vector<crypto::secagg_client> clients;
+  for (std::size_t d = 0; d < 3; ++d) clients.push_back(client(d, p));
+  for (std::size_t d = 0; d < 3; ++d) {
+    auto keys = clients[d].keys();
+    if (d == 2) keys.s_pk[0] ^= std::byte{1};  // the hub substitutes a mask key of its own
+    REQUIRE(server.add_keys(keys, segments_of(d)).ok());
+  }
+  const auto boxes = clients[0].share_keys(server.roster().value());
+  REQUIRE_FALSE(boxes.ok());
+  CHECK(boxes.error().message == "device sa-2's keys are not signed by its certificate for round 7");
+  // Another device's certificate under sa-2's keys.
+  crypto::secagg_server other(p);
+  for (std::size_t d = 0; d < 3; ++d) {
+    auto keys = clients[d].keys();
+    if (d == 2) keys.certificate_pem = clients[1].keys().certificate_pem;
+    REQUIRE(other.add_keys(keys, segments_of(d)).ok());
+  }
+  CHECK(clients[0].share_keys(other.roster().value()).error().message == "the roster's certificate for sa-2 is sa-1's");
+}
+
+TEST_CASE("secagg refusal: keys replayed from an earlier round") {
+  // sa-2's signed keys of round 7 offered again in round 8: the signature covers the round.
+  const auto p7 = params(7), p8 = params(8);
+  auto old = client(2, p7);
+  crypto::secagg_server server(p8);
+  auto a = client(0, p8), b = client(1, p8);
+  REQUIRE(server.add_keys(a.keys(), segments_of(0)).ok());
+  REQUIRE(server.add_keys(b.keys(), segments_of(1)).ok());
+  REQUIRE(server.add_keys(old.keys(), segments_of(2)).ok());
+  const auto boxes = a.share_keys(server.roster().value());
+  REQUIRE_FALSE(boxes.ok());
+  CHECK(boxes.error().message == "device sa-2's keys are not signed by its certificate for round 8");
+}
+
+TEST_CASE("secagg: the server refuses inputs of the wrong length, outside the ring, or twice") {
+  const auto p = params();
+  crypto::secagg_server server(p);
+  std::vector<crypto::secagg_client> clients;
+  for (std::size_t d = 0; d < 3; ++d) clients.push_back(client(d, p));
+  for (std::size_t d = 0; d < 3; ++d) REQUIRE(server.add_keys(clients[d].keys(), segments_of(d)).ok());
+  CHECK_FALSE(server.add_keys(clients[0].keys(), segments_of(0)).ok());
+  for (std::size_t d = 0; d < 3; ++d) REQUIRE(server.add_boxes(devices::get().ids[d], clients[d].share_keys(server.roster().value()).value()).ok());
+  CHECK_FALSE(server.add_boxes("sa-0", {}).ok());
+  auto m = clients[0].mask(server.inbox("sa-0"), input_of(0, p), crypto::random_key().value()).value();
+  auto longer = m;
+  longer.y.push_back(0);
+  CHECK(server.add_masked(longer).error().message == "device sa-0 sent 47 masked values, expected 46");
+  auto outside = m;
+  outside.y[3] = std::uint64_t{1} << 40;
+  CHECK(server.add_masked(outside).error().message == "device sa-0 sent a value outside the ring");
+  REQUIRE(server.add_masked(m).ok());
+  CHECK_FALSE(server.add_masked(m).ok());
+  CHECK_FALSE(crypto::secagg_server(crypto::secagg_params{.round = 1, .bits = 32, .clip = 1, .threshold = 1, .segments = {{}}})
+                  .add_keys(clients[0].keys(), {0})
+                  .ok());
+}
