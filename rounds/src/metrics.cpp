@@ -47,11 +47,11 @@ std::string round_metrics::to_line() const {
                 static_cast<double>(bytes_up) / 1e6, train_loss, acc.c_str(), learning_rate, seconds);
   std::string line = buf;
   if (fed_devices && fed_accuracy) {
-    std::snprintf(buf, sizeof buf, "  fed %.2f%% on %zu devices (%.1f-%.1f%%)", *fed_accuracy * 100.0, *fed_devices,
-                  fed_accuracy_min.value_or(0) * 100.0, fed_accuracy_max.value_or(0) * 100.0);
+    std::snprintf(buf, sizeof buf, "  fed %.2f%% on %zu device%s (%.1f-%.1f%%)", *fed_accuracy * 100.0, *fed_devices,
+                  *fed_devices == 1 ? "" : "s", fed_accuracy_min.value_or(0) * 100.0, fed_accuracy_max.value_or(0) * 100.0);
     line += buf;
   } else if (fed_devices && fed_loss) {
-    std::snprintf(buf, sizeof buf, "  fed loss %.4f on %zu devices", *fed_loss, *fed_devices);
+    std::snprintf(buf, sizeof buf, "  fed loss %.4f on %zu device%s", *fed_loss, *fed_devices, *fed_devices == 1 ? "" : "s");
     line += buf;
   }
   if (stragglers || refused || rejected) {

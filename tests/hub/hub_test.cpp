@@ -16,6 +16,7 @@
 
 #include "../core/test_files.hpp"
 #include "../crypto/test_pki.hpp"
+#include "support/scripted_agent.hpp"
 #include "tessera/core/dataset.hpp"
 #include "tessera/core/rng.hpp"
 #include "tessera/edge/agent.hpp"
@@ -88,12 +89,24 @@ class federation {
     port_ = port.value();
   }
 
-  edge::agent& start_agent(const crypto::cert_files& cert, const device_files& data, std::size_t budget_bytes = 16u << 20) {
+  // A protocol-level device (tests/support/scripted_agent.hpp) with `cert`'s identity; set its hooks,
+  // then start() it.
+  testing::scripted_agent& start_scripted(const crypto::cert_files& cert, testing::scripted_agent_config config) {
+    const auto& pki = test::test_pki::get();
+    tls_.push_back(std::make_unique<crypto::tls_context>(pki.agent_tls(cert, "127.0.0.1")));
+    config.client = {.host = "127.0.0.1", .port = port_, .backoff_initial = 20ms, .backoff_max = 200ms, .jitter = 0.5, .seed = 1};
+    scripted_.push_back(std::make_unique<testing::scripted_agent>(io_, *tls_.back(), std::move(config)));
+    return *scripted_.back();
+  }
+
+  edge::agent& start_agent(const crypto::cert_files& cert, const device_files& data, std::size_t budget_bytes = 16u << 20,
+                           double validation_fraction = 0) {
     const auto& pki = test::test_pki::get();
     edge::agent_config c;
     c.hub = {"127.0.0.1", port_};
     c.tls = {.ca_cert = pki.ca.cert, .cert = cert.cert, .key = cert.key, .hub_name = "127.0.0.1"};
     c.data.source = {.format = core::data_format::idx, .features = data.images, .labels = data.labels};
+    c.data.validation_fraction = validation_fraction;
     c.budget_bytes = budget_bytes;
     c.backoff_initial = 20ms;
     c.backoff_max = 200ms;
@@ -121,6 +134,7 @@ class federation {
       grace.expires_after(300ms);
       grace.async_wait([this](const boost::system::error_code&) {
         for (auto& a : agents_) a->stop();
+        for (auto& a : scripted_) a->stop();
       });
     });
     io_.run();
@@ -130,6 +144,14 @@ class federation {
 
   [[nodiscard]] hub::hub_service& hub() { return *hub_; }
   [[nodiscard]] const std::vector<rounds::round_metrics>& recorded() const { return rounds_; }
+  // Everything the hub and the agents logged, for a failed check.
+  [[nodiscard]] std::string logs() const {
+    std::string out = "--- hub ---\n";
+    for (const auto& l : hub_log_) out += l + "\n";
+    out += "--- agents ---\n";
+    for (const auto& l : agent_log_) out += l + "\n";
+    return out;
+  }
   [[nodiscard]] std::size_t hub_lines_with(std::string_view needle) const {
     std::size_t n = 0;
     for (const auto& l : hub_log_) n += l.find(needle) != std::string::npos ? 1 : 0;
@@ -147,6 +169,8 @@ class federation {
   std::unique_ptr<hub::hub_service> hub_;
   std::uint16_t port_ = 0;
   std::vector<std::unique_ptr<edge::agent>> agents_;
+  std::vector<std::unique_ptr<crypto::tls_context>> tls_;
+  std::vector<std::unique_ptr<testing::scripted_agent>> scripted_;
   std::vector<std::string> hub_log_, agent_log_;
   std::vector<rounds::round_metrics> rounds_;
 };
@@ -289,4 +313,53 @@ TEST_CASE("hub service: the fleet's statistics come before round 1, without smal
   CHECK(f.hub_lines_with("measuring the fleet's input statistics") == 0);
   REQUIRE(f.recorded().size() == 1);
   CHECK(f.recorded().front().round == 2);
+}
+
+TEST_CASE("hub service: devices score the model after evaluating rounds; an inflated score is left out, a restarted device gets the model again") {
+  testing::temp_dir dir("hub-service-eval");
+  federation f(dir);
+  INFO(f.logs());
+  f.start_hub(f.hub_config({{"rounds", 3}, {"eval_every", 1}}));
+  const auto& pki = test::test_pki::get();
+  edge::agent& real = f.start_agent(pki.dev_a, f.data_for("dev-a", 400), 16u << 20, /*validation_fraction=*/0.2);
+  // dev-b holds out 50 examples; after round 1 it claims 500, after round 2 it restarts once before
+  // answering, after round 3 it answers honestly.
+  testing::scripted_agent_config sc;
+  sc.id = "dev-b";
+  sc.validation_examples = 50;
+  testing::scripted_agent& scripted = f.start_scripted(pki.dev_b, std::move(sc));
+  int evaluating = 0;
+  bool restarted = false;
+  scripted.hooks().evaluate = [&](const testing::assignment& a) -> std::optional<net::msg::evaluation> {
+    ++evaluating;
+    if (a.assign.round == 2 && !restarted) {
+      restarted = true;
+      scripted.drop_link(/*forget=*/true);  // as a restarted device: the hub must send the model again
+      return std::nullopt;
+    }
+    const std::uint64_t claimed = a.assign.round == 1 ? 500 : 50;
+    return net::msg::evaluation{.round = a.assign.round, .transfer = a.assign.transfer, .examples = claimed, .loss_sum = 10.0, .correct = 40};
+  };
+  scripted.start();
+  f.run();
+  REQUIRE(f.hub().finished());
+  REQUIRE(f.recorded().size() == 3);
+  const auto& r1 = f.recorded()[0];
+  REQUIRE(r1.fed_devices.has_value());
+  CHECK(*r1.fed_devices == 1);     // dev-a alone: dev-b's 500 are not the 50 it holds out
+  CHECK(*r1.fed_examples == 80);   // 20% of dev-a's 400
+  CHECK(f.hub_lines_with("device dev-b left out of the evaluation after round 1: it scored 500 examples but holds out 50") == 1);
+  for (std::size_t r = 1; r < 3; ++r) {
+    CAPTURE(r);
+    const auto& m = f.recorded()[r];
+    REQUIRE(m.fed_devices.has_value());
+    CHECK(*m.fed_devices == 2);
+    CHECK(*m.fed_examples == 130);
+    CHECK(m.test_accuracy.has_value());  // the hub's own figure beside the devices'
+    CHECK(*m.fed_bytes_down >= 2 * core::encoded_bytes(f.hub().engine().full_arch(), core::codec_kind::f32));
+  }
+  CHECK(restarted);
+  CHECK(evaluating == 4);  // rounds 1, 2 (twice: the model came again after the restart), 3
+  CHECK(real.stats().evaluations == 3);
+  CHECK(scripted.evaluations() == 3);
 }

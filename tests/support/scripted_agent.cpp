@@ -71,6 +71,11 @@ void scripted_agent::hold_after(std::uint64_t round) {
   if (s && job_ && job_->at == stage::held && job_->assign.round <= hold_after_) answer(*s, script());
 }
 
+void scripted_agent::drop_link(bool forget) {
+  if (forget) job_.reset();
+  if (auto s = session_.lock()) s->close();
+}
+
 void scripted_agent::attach(const std::shared_ptr<net::session>& s) {
   std::weak_ptr<net::session> weak = s;
   session_ = s;
@@ -105,7 +110,9 @@ void scripted_agent::on_ready(net::session& s) {
                     .memory_budget_bytes = config_.budget_bytes,
                     .examples = config_.examples,
                     .codecs = config_.codecs,
-                    .resume = {}};
+                    .resume = {},
+                    .data_digest = {},
+                    .validation_examples = config_.validation_examples};
   // The assignment held, even fully downloaded, so the hub resumes it rather than starting over.
   if (job_) h.resume.push_back({job_->assign.transfer, job_->download.received()});
   s.send(h);
@@ -150,6 +157,19 @@ void scripted_agent::on_assign(net::session& s, const net::msg::assign& a) {
 
 void scripted_agent::on_downloaded(net::session& s, const std::shared_ptr<net::incoming_transfer>& in) {
   if (!job_ || job_->at != stage::downloading || &job_->download != in.get()) return;
+  if (job_->assign.evaluate) {  // the whole model to score: answered with EVALUATION, no upload
+    const auto n = config_.validation_examples;
+    const std::optional<net::msg::evaluation> e =
+        hooks_.evaluate ? hooks_.evaluate(*job_)
+                        : net::msg::evaluation{.round = job_->assign.round, .transfer = job_->assign.transfer, .examples = n,
+                                               .loss_sum = 0.5 * static_cast<double>(n), .correct = n / 2};
+    job_.reset();
+    if (e) {
+      ++evaluations_;
+      s.send(*e);
+    }
+    return;
+  }
   if (job_->assign.round > hold_after_) {
     job_->at = stage::held;
     return;

@@ -44,6 +44,7 @@ struct scripted_agent_config {
   net::session_config session{};
   std::uint64_t budget_bytes = 64u << 20;  // HELLO's memory budget; also the largest subnet it holds
   std::uint64_t examples = 500;            // HELLO's example count
+  std::uint64_t validation_examples = 0;   // HELLO's: held out, so the hub asks it to evaluate
   std::vector<net::codec> codecs{net::codec::f32};
 };
 
@@ -80,6 +81,9 @@ struct scripted_agent_hooks {
   std::function<void(const std::string&)> on_problem{};     // as problems() grows
   std::function<void(const core::error&)> on_link_lost{};    // not called after stop()
   std::function<void(const core::error&)> on_connect_failed{};
+  // An evaluating ASSIGN, downloaded: the EVALUATION to send (nullopt: none). Empty: an honest-looking
+  // score of validation_examples examples, half of them correct.
+  std::function<std::optional<net::msg::evaluation>(const assignment&)> evaluate{};
 };
 
 class scripted_agent {
@@ -102,12 +106,16 @@ class scripted_agent {
   void stop();
   // Answers assignments of rounds up to `round`, and one held until now if it is among them.
   void hold_after(std::uint64_t round);
+  // Closes the link (the client reconnects); with `forget`, as a restarted device: the assignment in
+  // progress is gone, so the next HELLO resumes nothing.
+  void drop_link(bool forget);
 
   [[nodiscard]] const std::string& id() const noexcept { return config_.id; }
   [[nodiscard]] const std::vector<verdict>& verdicts() const noexcept { return verdicts_; }
   [[nodiscard]] int welcomes() const noexcept { return welcomes_; }
   [[nodiscard]] std::size_t assignments() const noexcept { return assignments_; }
   [[nodiscard]] std::size_t refused() const noexcept { return refused_; }            // ASSIGNs it REFUSEd
+  [[nodiscard]] std::size_t evaluations() const noexcept { return evaluations_; }    // EVALUATIONs sent
   [[nodiscard]] std::size_t hub_refusals() const noexcept { return hub_refusals_; }  // REFUSEs from the hub
   // Anything the hub did that this device did not expect, one line each.
   [[nodiscard]] const std::vector<std::string>& problems() const noexcept { return problems_; }
@@ -138,6 +146,7 @@ class scripted_agent {
   std::vector<verdict> verdicts_;
   std::vector<std::string> problems_;
   int welcomes_ = 0;
+  std::size_t evaluations_ = 0;
   std::size_t assignments_ = 0, refused_ = 0, hub_refusals_ = 0;
 };
 
