@@ -2,23 +2,15 @@
 // against the CA, and AES-256-GCM boxes.
 #include <doctest/doctest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
+#include "../support/text.hpp"
 #include "test_pki.hpp"
 #include "tessera/crypto/agreement.hpp"
 
 using namespace tessera;
 
 namespace {
-
-std::string read_all(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::span<const std::byte> bytes_of(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
 
@@ -41,11 +33,11 @@ TEST_CASE("X25519: both sides derive the same key, per purpose; a rebuilt pair a
 
 TEST_CASE("signatures: a device signs with its certificate key; others verify it against the CA only") {
   const auto& pki = test::test_pki::get();
-  const std::string ca = read_all(pki.ca.cert);
+  const std::string ca = testing::read_text(pki.ca.cert);
   auto signer = crypto::signing_key::load(pki.dev_a.key).value();
   const std::string message = "round 7: dev-a advertises c_pk and s_pk";
   const auto sig = signer.sign(bytes_of(message)).value();
-  auto peer = crypto::verifying_key::from_certificate_pem(read_all(pki.dev_a.cert), ca);
+  auto peer = crypto::verifying_key::from_certificate_pem(testing::read_text(pki.dev_a.cert), ca);
   REQUIRE_MESSAGE(peer.ok(), (peer.ok() ? "" : peer.error().message));
   CHECK(peer.value().device_id() == "dev-a");
   CHECK(peer.value().verify(bytes_of(message), sig));
@@ -57,11 +49,11 @@ TEST_CASE("signatures: a device signs with its certificate key; others verify it
   bent[bent.size() / 2] ^= std::byte{1};
   CHECK_FALSE(peer.value().verify(bytes_of(message), bent));
   // A certificate from another CA, an expired one, or the hub's (not a device's) is refused.
-  auto foreign = crypto::verifying_key::from_certificate_pem(read_all(pki.foreign.cert), ca);
+  auto foreign = crypto::verifying_key::from_certificate_pem(testing::read_text(pki.foreign.cert), ca);
   REQUIRE_FALSE(foreign.ok());
   CHECK(foreign.error().code == crypto::errc::auth_failed);
-  CHECK_FALSE(crypto::verifying_key::from_certificate_pem(read_all(pki.expired.cert), ca).ok());
-  CHECK_FALSE(crypto::verifying_key::from_certificate_pem(read_all(pki.hub.cert), ca).ok());
+  CHECK_FALSE(crypto::verifying_key::from_certificate_pem(testing::read_text(pki.expired.cert), ca).ok());
+  CHECK_FALSE(crypto::verifying_key::from_certificate_pem(testing::read_text(pki.hub.cert), ca).ok());
   CHECK_FALSE(crypto::verifying_key::from_certificate_pem("not a certificate", ca).ok());
 }
 

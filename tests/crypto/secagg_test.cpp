@@ -4,9 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
+#include "../support/text.hpp"
 #include "test_pki.hpp"
 #include "tessera/core/rng.hpp"
 #include "tessera/crypto/secagg.hpp"
@@ -14,13 +13,6 @@
 using namespace tessera;
 
 namespace {
-
-std::string read_all(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // Six device certificates from the test CA, made once.
 struct devices {
@@ -31,7 +23,7 @@ struct devices {
     static const devices d = [] {
       devices out;
       const auto& pki = test::test_pki::get();
-      out.ca = read_all(pki.ca.cert);
+      out.ca = testing::read_text(pki.ca.cert);
       for (int i = 0; i < 6; ++i) {
         const std::string id = "sa-" + std::to_string(i);
         crypto::cert_files f{pki.dir / (id + ".pem"), pki.dir / (id + ".key")};
@@ -60,7 +52,7 @@ std::vector<std::uint32_t> segments_of(std::size_t d) { return {d < 3 ? 0u : 1u,
 crypto::secagg_client client(std::size_t d, const crypto::secagg_params& p) {
   const auto& dv = devices::get();
   auto key = crypto::signing_key::load(dv.files[d].key).value();
-  auto c = crypto::secagg_client::create(dv.ids[d], read_all(dv.files[d].cert), key, dv.ca, p);
+  auto c = crypto::secagg_client::create(dv.ids[d], testing::read_text(dv.files[d].cert), key, dv.ca, p);
   REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
   return std::move(c).value();
 }
@@ -74,6 +66,17 @@ std::vector<std::vector<float>> input_of(std::size_t d, const crypto::secagg_par
     for (auto& v : in.back()) v = static_cast<float>(r.uniform_double() - 0.5);
   }
   return in;
+}
+
+// Six devices that advertised keys and shared them; the first `masking` of them sent masked inputs.
+std::vector<crypto::secagg_client> masked_fleet(const crypto::secagg_params& p, crypto::secagg_server& server, std::size_t masking) {
+  std::vector<crypto::secagg_client> clients;
+  for (std::size_t d = 0; d < 6; ++d) clients.push_back(client(d, p));
+  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_keys(clients[d].keys(), segments_of(d)).ok());
+  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_boxes(devices::get().ids[d], clients[d].share_keys(server.roster().value()).value()).ok());
+  for (std::size_t d = 0; d < masking; ++d)
+    REQUIRE(server.add_masked(clients[d].mask(server.inbox(devices::get().ids[d]), input_of(d, p), crypto::random_key().value()).value()).ok());
+  return clients;
 }
 
 // When a device leaves: never, before sharing keys, after sharing (before its masked input), or after
@@ -199,15 +202,9 @@ TEST_CASE("secagg: a segment with too few survivors is not released, and its sur
   // so the dropped devices' keys (recovered) leave its own self mask in place.
   for (const auto& r : o.replies)
     for (const auto& s : r.seeds) CHECK_FALSE((s.owner == "sa-0" && s.segment == 0));
-  // Below the threshold of survivors, nothing is released at all.
-  const std::vector<leaves> most{leaves::never, leaves::never, leaves::before_input, leaves::before_input, leaves::before_input, leaves::before_input};
+  // Two survivors, below the threshold of 3: nothing is released at all.
   crypto::secagg_server server(p);
-  std::vector<crypto::secagg_client> clients;
-  for (std::size_t d = 0; d < 6; ++d) clients.push_back(client(d, p));
-  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_keys(clients[d].keys(), segments_of(d)).ok());
-  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_boxes(devices::get().ids[d], clients[d].share_keys(server.roster().value()).value()).ok());
-  for (std::size_t d = 0; d < 2; ++d)
-    REQUIRE(server.add_masked(clients[d].mask(server.inbox(devices::get().ids[d]), input_of(d, p), crypto::random_key().value()).value()).ok());
+  auto clients = masked_fleet(p, server, 2);
   const auto few = clients[0].unmask(server.unmask_request());
   REQUIRE_FALSE(few.ok());
   CHECK(few.error().message == "2 survivors, below the threshold 3");
@@ -217,12 +214,7 @@ TEST_CASE("secagg: a segment with too few survivors is not released, and its sur
 TEST_CASE("secagg refusal: an unmasking request that asks for both the seed and the key of one device") {
   const auto p = params();
   crypto::secagg_server server(p);
-  std::vector<crypto::secagg_client> clients;
-  for (std::size_t d = 0; d < 6; ++d) clients.push_back(client(d, p));
-  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_keys(clients[d].keys(), segments_of(d)).ok());
-  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_boxes(devices::get().ids[d], clients[d].share_keys(server.roster().value()).value()).ok());
-  for (std::size_t d = 0; d < 6; ++d)
-    REQUIRE(server.add_masked(clients[d].mask(server.inbox(devices::get().ids[d]), input_of(d, p), crypto::random_key().value()).value()).ok());
+  auto clients = masked_fleet(p, server, 6);
   auto rogue = server.unmask_request();
   rogue.dropped.push_back("sa-3");  // a survivor, also named as dropped: its seed and its key would unmask it
   const auto r = clients[0].unmask(rogue);
