@@ -1,7 +1,6 @@
 #include "tessera/rounds/engine.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -21,35 +20,8 @@ std::string mib(std::uint64_t bytes) {
   return buf;
 }
 
-bool is_digit(char c) noexcept { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
-
 }  // namespace
 
-// Ties (leading zeros) fall back to plain comparison.
-bool natural_less(std::string_view a, std::string_view b) noexcept {
-  std::size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    if (is_digit(a[i]) && is_digit(b[j])) {
-      std::size_t ie = i, je = j;
-      while (ie < a.size() && a[ie] == '0') ++ie;
-      while (je < b.size() && b[je] == '0') ++je;
-      std::size_t ia = ie, jb = je;
-      while (ia < a.size() && is_digit(a[ia])) ++ia;
-      while (jb < b.size() && is_digit(b[jb])) ++jb;
-      if (ia - ie != jb - je) return ia - ie < jb - je;
-      const int c = a.substr(ie, ia - ie).compare(b.substr(je, jb - je));
-      if (c != 0) return c < 0;
-      i = ia;
-      j = jb;
-    } else {
-      if (a[i] != b[j]) return a[i] < b[j];
-      ++i;
-      ++j;
-    }
-  }
-  if (a.size() - i != b.size() - j) return a.size() - i < b.size() - j;
-  return a < b;
-}
 
 engine::engine(const run_config& config, std::vector<float> params, std::int64_t completed, early_stop stopping)
     : config_(config),
@@ -306,13 +278,11 @@ core::result<round_metrics> engine::close_round(core::example_table* validation)
   ++completed_;
   in_round_ = false;
 
-  const bool evaluate_now = validation != nullptr && (completed_ % config_.eval_every == 0 || completed_ == config_.rounds);
-  if (evaluate_now) {
+  if (validation != nullptr && evaluation_due()) {
     core::network net(full_);
     TESSERA_ASSIGN_OR_RETURN(const auto ev, core::evaluate(net, params_, *validation, 256, normalization_.get()));
     m.test_loss = ev.loss;
     if (config_.model.task == core::task_kind::classification) m.test_accuracy = ev.accuracy;
-    hub_validation_ = true;
     if (config_.patience_on != patience_kind::federated) note_score(m.test_accuracy ? *m.test_accuracy : -ev.loss);
   }
   return m;
@@ -364,8 +334,9 @@ core::result<void> engine::encode_model(core::codec_kind codec, std::span<std::b
 void engine::note_federated(const federated_scores& scores, round_metrics& m) {
   scores.fill(m, config_.model.task == core::task_kind::classification);
   if (!m.fed_devices) return;
+  // auto: the hub's own figure when it evaluated this round (close_round filled test_loss), else these.
   const bool watch = config_.patience_on == patience_kind::federated ||
-                     (config_.patience_on == patience_kind::automatic && !hub_validation_);
+                     (config_.patience_on == patience_kind::automatic && !m.test_loss);
   if (watch) note_score(m.fed_accuracy ? *m.fed_accuracy : -*m.fed_loss);
 }
 

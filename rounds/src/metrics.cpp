@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "tessera/rounds/engine.hpp"
+#include "tessera/rounds/natural_order.hpp"
 
 namespace tessera::rounds {
 

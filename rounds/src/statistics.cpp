@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tessera/rounds/error.hpp"
+#include "tessera/rounds/natural_order.hpp"
 
 namespace tessera::rounds {
 

@@ -46,6 +46,7 @@
 #include "tessera/core/memory.hpp"
 #include "tessera/rounds/assignment.hpp"
 #include "tessera/rounds/metrics.hpp"
+#include "tessera/rounds/natural_order.hpp"
 #include "tessera/rounds/run_config.hpp"
 
 namespace tessera::rounds {
@@ -97,10 +98,6 @@ struct round_faults {
   std::size_t stragglers = 0, refused = 0, rejected = 0;
   std::uint64_t resent_bytes = 0;
 };
-
-// Device ids in natural order: runs of digits compare as numbers ("device-2" before "device-10"), so a
-// fleet named by index sorts like the simulator's devices. Rounds and statistics take devices in it.
-[[nodiscard]] bool natural_less(std::string_view a, std::string_view b) noexcept;
 
 class engine {
  public:
@@ -177,7 +174,7 @@ class engine {
   [[nodiscard]] core::training_task evaluation_task() const;
   [[nodiscard]] core::result<void> encode_model(core::codec_kind codec, std::span<std::byte> out) const;
   // The devices' scores of the round just closed: fills m's fed_* figures and, when early stopping
-  // watches them (patience_on), counts them.
+  // watches them (patience_on; auto: when m has no figure of the hub's own), counts them.
   void note_federated(const federated_scores& scores, round_metrics& m);
 
  private:
@@ -201,7 +198,6 @@ class engine {
   round_faults faults_;
   std::shared_ptr<const core::input_normalization> normalization_ = std::make_shared<const core::input_normalization>();
   nlohmann::json statistics_;
-  bool hub_validation_ = false;  // the last evaluating close_round had a validation set
 };
 
 }  // namespace tessera::rounds
