@@ -25,8 +25,6 @@ std::chrono::milliseconds ms(double seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
 }
 
-std::int64_t unix_now() { return static_cast<std::int64_t>(std::time(nullptr)); }
-
 }  // namespace
 
 struct hub_service::upload_slot {
@@ -102,6 +100,8 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
   return h;
 }
 
+void hub_service::seen(device_entry& d) { d.record.last_seen = static_cast<std::int64_t>(std::time(nullptr)); }
+
 void hub_service::log(log_level level, const std::string& text) const {
   if (log_) log_(level, text);
 }
@@ -156,7 +156,7 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
     d.told_over_budget = false;  // it may hold the model for evaluation now: say so again if not
   d.record.budget_bytes = h.memory_budget_bytes;
   d.record.examples = h.examples;
-  d.record.last_seen = unix_now();
+  seen(d);
   d.validation_examples = h.validation_examples;
   d.codecs = h.codecs;
   log(log_level::info, "device " + id + (known ? " reconnected" : " joined") + ": budget " +
@@ -246,7 +246,7 @@ void hub_service::reject(const std::shared_ptr<net::session>& s, const std::stri
 void hub_service::on_update(const std::shared_ptr<net::session>& s, const net::msg::update& u) {
   const std::string& id = s->peer_device_id();
   device_entry& d = devices_[id];
-  d.record.last_seen = unix_now();
+  seen(d);
   assignment* a = engine_->find(id);
   if (u.transfer == d.accepted_upload) {  // accepted before the link broke and its RESULT was lost
     s->send(net::msg::result{.accepted = true, .code = {}, .reason = {}});

@@ -2,8 +2,6 @@
 // assembled model goes to the connected devices that hold validation examples and whose budget holds it
 // for inference (rounds::engine::plan_evaluation); each scores it on its own validation split and
 // answers EVALUATION. The federated figures join the round's metrics before they are recorded.
-#include <ctime>
-
 #include "tessera/crypto/digest.hpp"
 #include "tessera/hub/hub.hpp"
 #include "tessera/net/task.hpp"
@@ -11,10 +9,6 @@
 namespace tessera::hub {
 
 using core::log_level;
-
-namespace {
-std::int64_t unix_now_seconds() { return static_cast<std::int64_t>(std::time(nullptr)); }
-}  // namespace
 
 bool hub_service::evaluating(const std::string& id) const { return eval_ && eval_->waiting.contains(id); }
 
@@ -31,6 +25,8 @@ void hub_service::start_evaluation(rounds::round_metrics m) {
   eval_ = std::make_unique<evaluation_phase>();
   eval_->metrics = std::move(m);
   eval_->round = static_cast<std::uint64_t>(engine_->completed());
+  eval_->widths = net::hidden_widths(engine_->full_arch());
+  eval_->hyper_json = net::task_to_json(engine_->evaluation_task());
   for (auto& e : evaluators) {
     auto& copy = eval_->model[e.codec];
     if (!copy.first) {
@@ -69,8 +65,8 @@ void hub_service::send_evaluation(device_entry& d, const std::string& id) {
   d.download_id = next_transfer_++;  // fresh, so a restarted agent never resumes another download
   d.download = std::make_shared<download_slot>(d.download_id, bytes, sha);
   d.session->send(net::msg::assign{.round = eval_->round,
-                                   .widths = net::hidden_widths(engine_->full_arch()),
-                                   .hyper_json = net::task_to_json(engine_->evaluation_task()),
+                                   .widths = eval_->widths,
+                                   .hyper_json = eval_->hyper_json,
                                    .transfer = d.download_id,
                                    .size = bytes->size(),
                                    .blob_codec = e.codec,
@@ -82,7 +78,7 @@ void hub_service::send_evaluation(device_entry& d, const std::string& id) {
 void hub_service::on_evaluation(const std::shared_ptr<net::session>& s, const net::msg::evaluation& e) {
   const std::string& id = s->peer_device_id();
   device_entry& d = devices_[id];
-  d.record.last_seen = unix_now_seconds();
+  seen(d);
   if (!evaluating(id) || e.round != eval_->round || e.transfer != d.download_id) {
     log(log_level::warning, "device " + id + " sent an evaluation (round " + std::to_string(e.round) + ") that was not asked for");
     return;

@@ -115,6 +115,8 @@ class hub_service {
   struct evaluation_phase {
     rounds::round_metrics metrics;
     std::uint64_t round = 0;
+    std::vector<std::uint32_t> widths;  // the ASSIGN every evaluating device gets: the whole model
+    std::string hyper_json;
     std::map<std::string, rounds::evaluator> waiting;  // asked, no answer yet
     // One encoded copy of the model per codec, shared by the devices' downloads.
     std::map<core::codec_kind, std::pair<std::shared_ptr<const std::vector<std::byte>>, net::digest>> model;
@@ -124,6 +126,7 @@ class hub_service {
 
   hub_service(boost::asio::io_context& io, const hub_config& config, core::log_sink log);
   void log(core::log_level level, const std::string& text) const;
+  static void seen(device_entry& d);  // last_seen: now
   void attach(const std::shared_ptr<net::session>& s);
   void on_hello(const std::shared_ptr<net::session>& s, const net::msg::hello& h);
   void on_update(const std::shared_ptr<net::session>& s, const net::msg::update& u);
