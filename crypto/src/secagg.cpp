@@ -69,6 +69,17 @@ std::vector<std::byte> box_associated(std::uint64_t round, const std::string& fr
   return a;
 }
 
+// A member's position in the roster (a share's x is position + 1); roster.size() if absent.
+std::size_t position_in(const secagg_roster& roster, const std::string& id) {
+  for (std::size_t i = 0; i < roster.size(); ++i)
+    if (roster[i].keys.id == id) return i;
+  return roster.size();
+}
+const secagg_member* member_of(const secagg_roster& roster, const std::string& id) {
+  const std::size_t i = position_in(roster, id);
+  return i < roster.size() ? &roster[i] : nullptr;
+}
+
 bool covers(const secagg_member& m, std::uint32_t segment) {
   return std::binary_search(m.segments.begin(), m.segments.end(), segment);
 }
@@ -130,16 +141,6 @@ struct secagg_client::state {
   ~state() {
     for (auto& [seg, k] : seeds) OPENSSL_cleanse(k.data(), k.size());
   }
-  const secagg_member* find(const std::string& who) const {
-    for (const auto& m : roster)
-      if (m.keys.id == who) return &m;
-    return nullptr;
-  }
-  std::size_t position(const std::string& who) const {
-    for (std::size_t i = 0; i < roster.size(); ++i)
-      if (roster[i].keys.id == who) return i;
-    return roster.size();
-  }
 };
 
 secagg_client::secagg_client(std::unique_ptr<state> s) : s_(std::move(s)) {}
@@ -194,7 +195,7 @@ core::result<std::vector<secagg_box>> secagg_client::share_keys(const secagg_ros
   }
   if (!me) return make_error(errc::invalid_argument, "the roster leaves this device (" + st.id + ") out");
   st.roster = roster;
-  st.index = st.position(st.id);
+  st.index = position_in(st.roster, st.id);
   const std::vector<std::uint32_t>& mine = st.roster[st.index].segments;
 
   // The secrets: the mask key s_sk and one self-mask seed per covered segment, each split t-of-n.
@@ -246,7 +247,7 @@ core::result<secagg_masked> secagg_client::mask(const std::vector<secagg_box>& b
   // Open the boxes: their senders are the devices that shared keys (U2).
   st.shared = {st.id};
   for (const auto& b : boxes) {
-    const secagg_member* from = st.find(b.from);
+    const secagg_member* from = member_of(st.roster, b.from);
     if (b.to != st.id || from == nullptr || b.from == st.id || st.shared.contains(b.from))
       return make_error(errc::invalid_argument, "a box from " + b.from + " to " + b.to + " that this device cannot take");
     TESSERA_ASSIGN_OR_RETURN(const key256 k, st.c.agree(from->keys.c_pk, round_info("boxes", p.round)));
@@ -316,7 +317,7 @@ core::result<secagg_unmask_reply> secagg_client::unmask(const secagg_unmask_requ
     if (seg >= p.segments.size() || !released.insert(seg).second)
       return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) + ", which does not exist or twice");
     std::size_t covering = 0;
-    for (const auto& u : survivors) covering += covers(*st.find(u), seg) ? 1 : 0;
+    for (const auto& u : survivors) covering += covers(*member_of(st.roster, u), seg) ? 1 : 0;
     if (covering < p.segments[seg].min_aggregate)
       return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) + " with " + std::to_string(covering) +
                                                     " survivors, below its minimum of " + std::to_string(p.segments[seg].min_aggregate));
@@ -334,11 +335,7 @@ core::result<secagg_unmask_reply> secagg_client::unmask(const secagg_unmask_requ
 
 secagg_server::secagg_server(secagg_params params) : params_(std::move(params)) {}
 
-const secagg_member* secagg_server::member(const std::string& id) const {
-  for (const auto& m : roster_)
-    if (m.keys.id == id) return &m;
-  return nullptr;
-}
+const secagg_member* secagg_server::member(const std::string& id) const { return member_of(roster_, id); }
 
 core::result<void> secagg_server::add_keys(secagg_keys k, std::vector<std::uint32_t> segments) {
   TESSERA_TRY(check_params(params_));
@@ -412,11 +409,6 @@ core::result<std::vector<secagg_segment_sum>> secagg_server::finish() const {
   if (replies_.size() < p.threshold)
     return make_error(errc::invalid_argument, std::to_string(replies_.size()) + " unmasking replies, below the threshold " + std::to_string(p.threshold));
   const secagg_unmask_request req = unmask_request();
-  const auto position = [this](const std::string& id) {
-    for (std::size_t i = 0; i < roster_.size(); ++i)
-      if (roster_[i].keys.id == id) return i;
-    return roster_.size();
-  };
   // The dropped devices' mask keys, checked against the public keys they advertised.
   std::map<std::string, x25519_keypair> dropped_keys;
   for (const auto& v : req.dropped) {
@@ -461,7 +453,7 @@ core::result<std::vector<secagg_segment_sum>> secagg_server::finish() const {
       for (const auto& [v, key] : dropped_keys) {
         if (!covers(*member(v), seg)) continue;
         TESSERA_ASSIGN_OR_RETURN(const key256 pair, key.agree(mu.keys.s_pk, segment_info("pair", p.round, seg)));
-        mask_segment(acc, p.bits, pair, !(position(u) < position(v)));  // undo u's sign
+        mask_segment(acc, p.bits, pair, !(position_in(roster_, u) < position_in(roster_, v)));  // undo u's sign
       }
       ++out[seg].contributors;
     }

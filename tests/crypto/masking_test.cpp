@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tessera/core/rng.hpp"
+#include "tessera/crypto/digest.hpp"
 #include "tessera/crypto/masking.hpp"
 
 using namespace tessera;
@@ -17,16 +18,6 @@ std::vector<std::byte> from_hex(const std::string& hex) {
   std::vector<std::byte> out;
   for (std::size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(static_cast<std::byte>(std::stoi(hex.substr(i, 2), nullptr, 16)));
   return out;
-}
-
-std::string to_hex(std::span<const std::byte> b) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  for (auto c : b) {
-    s += digits[static_cast<unsigned>(c) >> 4];
-    s += digits[static_cast<unsigned>(c) & 15];
-  }
-  return s;
 }
 
 crypto::key256 key_of(std::uint8_t fill) {
@@ -43,7 +34,7 @@ TEST_CASE("HKDF-SHA256: RFC 5869 test case 1, and one key per purpose") {
   const auto info = from_hex("f0f1f2f3f4f5f6f7f8f9");
   std::vector<std::byte> okm(42);
   REQUIRE(crypto::hkdf_sha256(ikm22, salt, std::string(reinterpret_cast<const char*>(info.data()), info.size()), okm).ok());
-  CHECK(to_hex(okm) == "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865");
+  CHECK(crypto::to_hex(std::span(reinterpret_cast<const std::uint8_t*>(okm.data()), okm.size())) == "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865");
   const auto a = crypto::derive_key(ikm22, "tessera mask").value();
   const auto b = crypto::derive_key(ikm22, "tessera rounding").value();
   CHECK(a != b);
