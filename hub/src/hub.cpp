@@ -279,7 +279,7 @@ void hub_service::on_update(const std::shared_ptr<net::session>& s, const net::m
     if (engine_->all_reported()) close_round();
     return;
   }
-  d.upload = std::make_shared<upload_slot>(u.transfer, a->blob_bytes, u.sha256);
+  d.upload = std::make_shared<upload_slot>(u.transfer, a->upload_bytes, u.sha256);
   s->expect_blob(std::shared_ptr<net::incoming_transfer>(d.upload, &d.upload->in));
 }
 

@@ -5,6 +5,9 @@ namespace tessera::hub {
 core::result<hub_config> read_hub_config(core::config_reader& r) {
   hub_config c;
   TESSERA_TRY(rounds::read_run_fields(r, c, /*allow_central=*/false));
+  // The protocol's steps are not yet on the hub's wire: a setting that would upload in the clear is refused.
+  if (c.secure_aggregation.enabled)
+    r.fail("secure_aggregation", "tessera-hub does not run secure aggregation yet (tessera-sim does); the uploads would not be masked");
   c.listen = r.address("listen", "127.0.0.1:7443", /*allow_port_zero=*/true, "where agents connect (port 0: pick a free one)");
   if (const auto* t = r.object("tls", "the hub's certificate and the CA its devices' certificates must chain to")) {
     core::config_reader tr = r.child("tls", *t);

@@ -26,6 +26,12 @@ nlohmann::json round_metrics::to_json() const {
   if (refused) j["refused"] = *refused;
   if (rejected) j["rejected"] = *rejected;
   if (resent_bytes) j["resent_bytes"] = *resent_bytes;
+  j["secure_aggregation"] = secagg_dropped.has_value();
+  if (secagg_dropped) {
+    j["secagg_dropped"] = *secagg_dropped;
+    j["secagg_clipped"] = secagg_clipped.value_or(0);
+    j["secagg_withheld"] = secagg_withheld.value_or(0);
+  }
   if (fed_devices) {
     j["fed_devices"] = *fed_devices;
     j["fed_examples"] = fed_examples.value_or(0);
@@ -52,6 +58,11 @@ std::string round_metrics::to_line() const {
     line += buf;
   } else if (fed_devices && fed_loss) {
     std::snprintf(buf, sizeof buf, "  fed loss %.4f on %zu device%s", *fed_loss, *fed_devices, *fed_devices == 1 ? "" : "s");
+    line += buf;
+  }
+  if (secagg_dropped && (*secagg_dropped > 0 || secagg_clipped.value_or(0) > 0 || secagg_withheld.value_or(0) > 0)) {
+    std::snprintf(buf, sizeof buf, "  secagg dropped %zu clipped %llu withheld %zu", *secagg_dropped,
+                  static_cast<unsigned long long>(secagg_clipped.value_or(0)), secagg_withheld.value_or(0));
     line += buf;
   }
   if (stragglers || refused || rejected) {

@@ -45,6 +45,20 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
                            "hub's when it has one)");
   c.min_stats_examples = r.integer("min_stats_examples", 10, 1, INT64_MAX,
                                    "model.input_normalization standardize: devices with fewer examples are not asked for statistics");
+  if (const auto* sa = r.object("secure_aggregation", "masked uploads: the hub learns only sums over several devices")) {
+    core::config_reader sr = r.child("secure_aggregation", *sa);
+    secure_aggregation_config& s = c.secure_aggregation;
+    s.enabled = sr.boolean("enabled", true, "mask every upload (secure aggregation)");
+    s.replication = static_cast<std::size_t>(sr.integer("replication", 3, 2, 64, "IST: devices that train each group"));
+    s.threshold = static_cast<std::size_t>(sr.integer("threshold", static_cast<std::int64_t>(s.replication), 2, 64,
+                                                      "a group's sum is released only from this many devices or more"));
+    if (s.threshold > s.replication && c.strategy == strategy_kind::ist)
+      sr.fail("threshold", "a group has " + std::to_string(s.replication) + " devices (replication): a threshold of " +
+                               std::to_string(s.threshold) + " would never release it");
+    s.clip = sr.number("clip", 1.0, 1e-6, 1e6, "each value of a device's change (trained − received) is clipped to ±clip");
+    s.bits = static_cast<int>(sr.integer("bits", 32, 16, 64, "the ring Z_2^bits the masked values live in"));
+    if (auto done = sr.finish(); !done) r.fail(std::move(done).error());
+  }
   c.metrics_path = r.string("metrics", "", "JSON-lines file, one line per round (empty: none)");
   c.output_path = r.string("output", "", "safetensors file of the model, written at the end (empty: none)");
   c.lr.total_rounds = c.rounds;

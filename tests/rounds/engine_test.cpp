@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -436,4 +437,158 @@ TEST_CASE("engine: patience can watch the devices' evaluation, with or without a
   CHECK_FALSE(e.finished());
   CHECK(e.stopping().have_best);
   CHECK(e.stopping().best_score == doctest::Approx(0.9));
+}
+
+// ---- secure aggregation ----
+
+namespace {
+
+// A device's secure upload in the clear (as tessera-sim adds it): every trained value is the received
+// one plus `delta`.
+void secure_report(rounds::engine& e, rounds::assignment& a, float delta) {
+  std::vector<std::byte> down(a.blob_bytes);
+  REQUIRE(e.encode_download(a, down).ok());
+  REQUIRE(e.sent(a).ok());
+  REQUIRE(e.downloaded(a).ok());
+  std::vector<float> received(core::param_count(a.sub.arch)), trained;
+  REQUIRE(core::decode(a.sub.arch, a.codec, down, received).ok());
+  trained = received;
+  for (auto& v : trained) v += delta;
+  const auto examples = static_cast<std::uint64_t>(a.task.steps * a.task.batch);
+  auto input = crypto::secagg_weighted_input(received, trained, rounds::engine::secure_weight(a, examples), e.secagg_params(), a.segments);
+  REQUIRE(input.ok());
+  auto enc = crypto::secagg_encode(e.secagg_params(), e.assignments().size(), a.segments, input.value(), a.rounding_key);
+  REQUIRE(enc.ok());
+  auto claim = claim_for(e, a, examples);
+  claim.size = a.upload_bytes;
+  claim.clipped = enc.value().clipped;
+  REQUIRE(e.announce(a, claim).ok());
+  REQUIRE(e.receive_encoded(a, enc.value()).ok());
+}
+
+std::vector<rounds::device_offer> fleet(std::size_t n) {
+  std::vector<rounds::device_offer> out;
+  for (std::size_t i = 0; i < n; ++i) out.push_back(offer("d" + std::to_string(i), 64u << 20));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("engine: secure aggregation replicates every IST group and cuts the upload into segments") {
+  auto e = engine_for(config({{"secure_aggregation", {{"replication", 3}}}}));
+  REQUIRE(e.begin_round(fleet(7)).ok());
+  const auto as = e.assignments();
+  REQUIRE(as.size() == 7);
+  const auto& p = e.secagg_params();
+  REQUIRE(p.segments.size() == 3);  // two groups (7 / 3) and the output bias
+  CHECK(p.segments[2].length == 11);
+  CHECK(p.threshold == 4);          // a majority of the seven
+  std::map<std::size_t, int> members;
+  for (const auto& a : as) {
+    ++members[a.group];
+    REQUIRE(a.segments == std::vector<std::uint32_t>{static_cast<std::uint32_t>(a.group), 2u});
+    CHECK(p.segments[a.group].length == core::param_count(a.sub.arch) - 10 + 1);
+    CHECK(a.upload_bytes == (p.segments[a.group].length + 11) * 4);
+    CHECK(p.segments[a.group].min_aggregate == 3);
+  }
+  CHECK(members.size() == 2);
+  for (const auto& [g, n] : members) CHECK(n >= 3);
+  CHECK(as[0].rounding_key != as[1].rounding_key);
+
+  // FedAvg: one segment, the whole model.
+  auto f = engine_for(config({{"strategy", "fedavg"}, {"secure_aggregation", {{"replication", 3}}}}));
+  REQUIRE(f.begin_round(fleet(3)).ok());
+  REQUIRE(f.secagg_params().segments.size() == 1);
+  CHECK(f.secagg_params().segments[0].length == core::param_count(f.full()) + 1);
+}
+
+TEST_CASE("engine: secure aggregation refuses a fleet too small to replicate, naming the numbers") {
+  auto e = engine_for(config({{"secure_aggregation", {{"replication", 3}}}}));
+  auto r = e.begin_round(fleet(2));
+  REQUIRE(!r.ok());
+  CHECK(r.error().code == rounds::errc::fleet_too_small);
+  CHECK(r.error().message.find("3") != std::string::npos);
+  CHECK(r.error().message.find("2 devices can take part") != std::string::npos);
+  // A threshold above the replication could never release a group: a configuration error.
+  nlohmann::json j = {{"secure_aggregation", {{"replication", 2}, {"threshold", 3}}}};
+  core::config_reader reader(j, "run.json");
+  rounds::run_config c;
+  (void)rounds::read_run_fields(reader, c, true);
+  auto done = reader.finish();
+  REQUIRE(!done.ok());
+  CHECK(done.error().message.find("secure_aggregation.threshold") != std::string::npos);
+}
+
+TEST_CASE("engine: a secure round applies the mean change of every released group; a group below the threshold keeps its values") {
+  auto c = config({{"secure_aggregation", {{"replication", 3}}}});
+  auto e = engine_for(c);
+  const std::vector<float> before(e.params().begin(), e.params().end());
+  REQUIRE(e.begin_round(fleet(6)).ok());
+  auto as = e.assignments();
+  // Group 0's three devices change every value by +0.01, +0.02, +0.03; of group 1 only two report.
+  std::size_t in_group1 = 0;
+  std::vector<std::size_t> skipped;
+  float d0 = 0.01f;
+  for (auto& a : as) {
+    if (a.group == 1 && ++in_group1 == 3) {
+      e.refuse(a, "no longer on the network");
+      continue;
+    }
+    secure_report(e, a, a.group == 0 ? d0 : 0.5f);
+    if (a.group == 0) d0 += 0.01f;
+  }
+  auto m = e.close_round(nullptr);
+  REQUIRE(m.ok());
+  CHECK(m.value().secagg_dropped == 1u);
+  CHECK(m.value().secagg_withheld == 1u);
+  CHECK(m.value().secagg_clipped == 0u);
+  CHECK(e.last_secure().withheld.find("group 1: 2 contributors, below the threshold 3") != std::string::npos);
+
+  const auto& full = e.full();
+  const auto after = e.params();
+  // Group 0's subnet moved by the mean, 0.02 (within the quantization: far below 1e-6); group 1's kept
+  // its values, except the output bias, which all five reporting devices share.
+  const std::size_t bias = core::param_slots(full).back().bias;
+  for (const auto& a : as) {
+    std::vector<float> was(core::param_count(a.sub.arch)), now(was.size());
+    core::gather(full, a.sub, before, was);
+    core::gather(full, a.sub, after, now);
+    for (std::size_t i = 0; i + 10 < was.size(); ++i) {
+      if (a.group == 0) REQUIRE(std::abs(now[i] - was[i] - 0.02f) < 1e-6f);
+      else REQUIRE(now[i] == was[i]);
+    }
+  }
+  // The output bias: the mean over the five of 0.01, 0.02, 0.03, 0.5, 0.5 = 0.212.
+  for (std::size_t i = 0; i < 10; ++i) CHECK(std::abs(after[bias + i] - before[bias + i] - 0.212f) < 1e-6f);
+}
+
+TEST_CASE("engine: a secure update of the wrong size is rejected") {
+  auto e = engine_for(config({{"secure_aggregation", {{"replication", 2}}}}));
+  REQUIRE(e.begin_round(fleet(2)).ok());
+  auto& a = e.assignments()[0];
+  REQUIRE(e.sent(a).ok());
+  REQUIRE(e.downloaded(a).ok());
+  auto r = e.announce(a, claim_for(e, a));  // the subnet's size, not the masked input's
+  REQUIRE(!r.ok());
+  CHECK(r.error().code == rounds::errc::size_mismatch);
+  CHECK(r.error().message.find("masked input") != std::string::npos);
+  CHECK(a.state == rounds::assignment_state::rejected);
+}
+
+TEST_CASE("engine: a change beyond the clip is clipped, counted, and applied at the clip") {
+  auto e = engine_for(config({{"secure_aggregation", {{"replication", 2}, {"clip", 0.1}}}}));
+  const std::vector<float> before(e.params().begin(), e.params().end());
+  REQUIRE(e.begin_round(fleet(2)).ok());
+  auto as = e.assignments();
+  for (auto& a : as) secure_report(e, a, 0.25f);
+  const std::uint64_t values = core::param_count(as[0].sub.arch);  // every value but the two weights
+  auto m = e.close_round(nullptr);
+  REQUIRE(m.ok());
+  CHECK(m.value().secagg_clipped == 2 * values);
+  CHECK(m.value().secagg_withheld == 0u);
+  CHECK(m.value().to_json()["secagg_clipped"] == 2 * values);
+  CHECK(m.value().to_line().find("clipped " + std::to_string(2 * values)) != std::string::npos);
+  const auto after = e.params();
+  for (std::size_t i = 0; i < after.size(); ++i)
+    if (after[i] != before[i]) REQUIRE(std::abs(after[i] - before[i] - 0.1f) < 1e-6f);
 }

@@ -283,3 +283,80 @@ TEST_CASE("simulation: each device holds out data.validation_fraction of its sha
   CHECK_FALSE(m.value().fed_devices.has_value());
   CHECK(config_error({{"data", {{"validation_fraction", 0.6}}}}).find("validation_fraction") != std::string::npos);
 }
+
+TEST_CASE("simulation: secure aggregation learns with replicated groups, and one round equals the plain mean within the quantization") {
+  auto train = prototypes(1200, 11);
+  auto test = prototypes(300, 12);
+  for (const char* strategy : {"ist", "fedavg"}) {
+    INFO(strategy);
+    auto plain_cfg = config_for(strategy);
+    plain_cfg.devices = 6;
+    plain_cfg.data.validation_fraction = 0;
+    auto secure_cfg = plain_cfg;
+    secure_cfg.secure_aggregation = {.enabled = true, .replication = 3, .threshold = 0, .clip = 16.0, .bits = 32};
+    auto plain = sim::simulation::create(plain_cfg, train, &test);
+    auto secure = sim::simulation::create(secure_cfg, train, &test);
+    REQUIRE((plain.ok() && secure.ok()));
+    // IST under secure aggregation plans 6 / 3 = 2 groups; without it, one per device. Compare the
+    // plain engine on the same plan: groups fixed to 2.
+    if (std::string(strategy) == "ist") {
+      plain_cfg.groups = 2;
+      plain = sim::simulation::create(plain_cfg, train, &test);
+      REQUIRE(plain.ok());
+    }
+    const std::vector<float> start(secure.value()->params().begin(), secure.value()->params().end());
+    auto mp = plain.value()->run_round();
+    auto ms = secure.value()->run_round();
+    REQUIRE((mp.ok() && ms.ok()));
+    CHECK(ms.value().groups == (std::string(strategy) == "ist" ? 2u : 1u));
+    CHECK(ms.value().secagg_dropped == 0u);
+    CHECK(ms.value().secagg_withheld == 0u);
+    CHECK(ms.value().secagg_clipped == 0u);
+    CHECK(ms.value().to_json()["secure_aggregation"] == true);
+    CHECK(mp.value().to_json()["secure_aggregation"] == false);
+    // Every device trained the same floats in both runs; the secure model is the received one plus the
+    // mean of the fixed-point changes: off by less than one step of the ring (clip 16, 6 summands, 32
+    // bits: 4.5e-8) plus float rounding.
+    const auto a = plain.value()->params(), b = secure.value()->params();
+    double worst = 0;
+    std::size_t moved = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
+      moved += a[i] != start[i] ? 1 : 0;
+    }
+    CHECK(moved > a.size() / 2);
+    CHECK(worst < 1e-6);
+    rounds::round_metrics last;
+    while (!secure.value()->done()) {
+      auto m = secure.value()->run_round();
+      REQUIRE(m.ok());
+      last = m.value();
+    }
+    CHECK(secure.value()->engine().completed() == 6);
+    CHECK(last.test_accuracy.value() > 0.9);
+  }
+}
+
+TEST_CASE("simulation: secure aggregation with the same seed gives the same model; a fleet too small is refused") {
+  auto train = prototypes(600, 13);
+  auto cfg = config_for("ist");
+  cfg.devices = 4;
+  cfg.secure_aggregation = {.enabled = true, .replication = 2, .threshold = 0, .clip = 0.5, .bits = 24};
+  auto a = sim::simulation::create(cfg, train, nullptr);
+  auto b = sim::simulation::create(cfg, train, nullptr);
+  REQUIRE((a.ok() && b.ok()));
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(a.value()->run_round().ok());
+    REQUIRE(b.value()->run_round().ok());
+  }
+  const auto pa = a.value()->params(), pb = b.value()->params();
+  CHECK(std::equal(pa.begin(), pa.end(), pb.begin()));
+
+  cfg.devices = 1;
+  cfg.strategy = rounds::strategy_kind::fedavg;
+  auto c = sim::simulation::create(cfg, train, nullptr);
+  REQUIRE(c.ok());
+  auto r = c.value()->run_round();
+  REQUIRE(!r.ok());
+  CHECK(r.error().message.find("secure aggregation releases no sum from fewer than 2 devices") != std::string::npos);
+}

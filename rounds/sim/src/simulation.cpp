@@ -158,6 +158,30 @@ core::result<void> simulation::evaluate_on_devices(rounds::round_metrics& m) {
   return {};
 }
 
+// A device's masked upload, without the masks: its weighted change encoded in the ring exactly as an
+// agent's secagg_client encodes it (the masks it would add cancel in the sum).
+core::result<void> simulation::secure_upload(rounds::assignment& a, std::span<const float> received, std::span<const float> trained,
+                                             const core::local_training_report& report) {
+  const crypto::secagg_params& p = engine_.secagg_params();
+  const auto examples = static_cast<std::uint64_t>(report.examples);
+  auto input = crypto::secagg_weighted_input(received, trained, rounds::engine::secure_weight(a, examples), p, a.segments);
+  if (!input) {
+    engine_.reject(a, core::make_error(errc::not_finite, input.error().message));
+    if (log_) log_(core::log_level::warning, a.device + ": update rejected in round " + std::to_string(engine_.current_round()) + ": " +
+                                                 a.reason.message);
+    return {};
+  }
+  TESSERA_ASSIGN_OR_RETURN(const auto encoded, crypto::secagg_encode(p, engine_.assignments().size(), a.segments, input.value(), a.rounding_key));
+  TESSERA_TRY(engine_.announce(a, {.round = static_cast<std::uint64_t>(engine_.current_round()),
+                                   .clipped = encoded.clipped,
+                                   .examples = examples,
+                                   .steps = static_cast<std::uint64_t>(report.steps),
+                                   .loss = report.mean_loss,
+                                   .size = a.upload_bytes,
+                                   .codec = a.codec}));
+  return engine_.receive_encoded(a, encoded);
+}
+
 // One in-process device's round, as an agent does it: the download lands in its training memory, is
 // checked, trained on, and the upload goes back through the codec.
 core::result<void> simulation::run_device(rounds::assignment& a, device& d) {
@@ -169,9 +193,16 @@ core::result<void> simulation::run_device(rounds::assignment& a, device& d) {
   if (auto ok = core::take_download(block, a.sub.arch, a.codec, blob); !ok)
     return make_error(errc::not_finite, a.device + " download: " + ok.error().message);
   TESSERA_TRY(engine_.downloaded(a));
-  if (config_.strategy != rounds::strategy_kind::central) a.bytes_down = a.bytes_up = blob.size();
+  if (config_.strategy != rounds::strategy_kind::central) {
+    a.bytes_down = blob.size();
+    a.bytes_up = a.upload_bytes;
+  }
+  // Secure aggregation: the device's change is taken against what it received.
+  std::vector<float> received;
+  if (engine_.secure()) received.assign(block.params().begin(), block.params().end());
 
   auto report = core::train_for_upload(block, a.task, a.codec, blob, *d.batches, nullptr);
+  if (report && engine_.secure()) return secure_upload(a, received, block.params(), report.value());
   if (!report) {
     // Parameters that diverged cannot be encoded: the device's update is rejected, as the hub would.
     if (report.error().code != errc::not_finite) return std::move(report).error();

@@ -29,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,34 @@ struct secagg_unmask_reply {
   std::vector<secagg_share> keys;   // s_sk of the dropped
 };
 
+// A device's input to the sums, from its update: the subnet's flat parameters as received and as
+// trained, cut in the order of the covered segments. Each segment's input is weight·(trained − received)
+// for its length − 1 values, then weight·clip: the hub divides a segment's released sum by the sum of
+// its last values (over clip) to get the weighted mean change. `weight` is in [0, 1] (the device's
+// examples over the most a round allows); the values must exactly fill the covered segments.
+[[nodiscard]] core::result<std::vector<std::vector<float>>> secagg_weighted_input(std::span<const float> received,
+                                                                                  std::span<const float> trained, double weight,
+                                                                                  const secagg_params& p,
+                                                                                  std::span<const std::uint32_t> segments);
+
+// An input in the ring before any mask: every covered segment encoded in order (fixed_point for
+// `summands` = the roster's size), rounding stochastic from one keystream of `rounding_key` read in
+// segment order. secagg_client::mask masks exactly this; tessera-sim adds it unmasked
+// (secagg_plain_sum), and since the masks cancel in the ring the released sums are the same bits.
+struct secagg_encoded {
+  std::vector<std::uint64_t> y;
+  std::size_t clipped = 0;
+};
+[[nodiscard]] core::result<secagg_encoded> secagg_encode(const secagg_params& p, std::size_t summands,
+                                                         std::span<const std::uint32_t> segments,
+                                                         const std::vector<std::vector<float>>& input, const key256& rounding_key);
+
+// Ring values on the wire: 4 bytes each for bits ≤ 32, else 8, little-endian. Unpacking checks the
+// size and that every value lies in the ring.
+[[nodiscard]] std::size_t secagg_value_bytes(int bits) noexcept;
+void secagg_pack(std::span<const std::uint64_t> y, int bits, std::span<std::byte> out);
+[[nodiscard]] core::result<std::vector<std::uint64_t>> secagg_unpack(std::span<const std::byte> in, int bits);
+
 // The message a device signs to advertise its keys for a round.
 [[nodiscard]] std::vector<std::byte> secagg_signed_message(std::uint64_t round, const std::string& id, const public_key& c_pk,
                                                            const public_key& s_pk);
@@ -167,6 +196,24 @@ class secagg_server {
   std::map<std::string, secagg_masked> masked_;   // U3
   std::map<std::string, secagg_unmask_reply> replies_;
   std::size_t clipped_ = 0;
+};
+
+// The sums secure aggregation releases, computed from unmasked encodings (the simulator's devices):
+// the same ring, the same release rule (a segment needs min_aggregate contributors), the same decoding.
+class secagg_plain_sum {
+ public:
+  // `summands`: the roster's size the encodings were made for.
+  secagg_plain_sum(secagg_params params, std::size_t summands);
+  [[nodiscard]] core::result<void> add(std::span<const std::uint32_t> segments, const secagg_encoded& e);
+  [[nodiscard]] core::result<std::vector<secagg_segment_sum>> finish() const;
+  [[nodiscard]] std::size_t clipped() const noexcept { return clipped_; }
+
+ private:
+  secagg_params params_;
+  std::size_t summands_ = 0;
+  std::vector<std::vector<std::uint64_t>> acc_;
+  std::vector<std::size_t> contributors_;
+  std::size_t added_ = 0, clipped_ = 0;
 };
 
 }  // namespace tessera::crypto

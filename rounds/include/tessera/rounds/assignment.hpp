@@ -28,6 +28,7 @@
 #include "tessera/core/error.hpp"
 #include "tessera/core/ist.hpp"
 #include "tessera/core/memory.hpp"
+#include "tessera/crypto/masking.hpp"
 
 namespace tessera::rounds {
 
@@ -50,12 +51,19 @@ struct assignment {
   core::subnet sub;
   core::codec_kind codec = core::codec_kind::f32;
   core::training_task task;
-  std::size_t blob_bytes = 0;         // the subnet in its codec: the download's size and the upload's
+  std::size_t blob_bytes = 0;         // the subnet in its codec: the download's size (and the upload's)
+  std::size_t upload_bytes = 0;       // blob_bytes, or with secure aggregation the masked values' bytes
+  // Secure aggregation: the segments this device's masked input covers (its group's, then the shared
+  // parameters'), and the key of its stochastic rounding (from the round's plan seed and its id, so the
+  // simulator rounds alike; it hides nothing: the masks do).
+  std::vector<std::uint32_t> segments;
+  crypto::key256 rounding_key{};
   assignment_state state = assignment_state::assigned;
   core::error reason;                 // why refused or rejected
   std::uint64_t examples = 0;         // from the accepted update
   std::uint64_t steps = 0;
   double loss = 0;
+  std::uint64_t clipped = 0;          // secure aggregation: values the device's clip saturated (its claim)
   std::vector<float> trained;         // the decoded upload, until the engine adds it to the round's sums
   // Bytes that crossed the wire, resends included, and the resent part (set by the driver).
   std::uint64_t bytes_down = 0, bytes_up = 0, resent_bytes = 0;

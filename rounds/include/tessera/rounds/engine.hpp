@@ -21,6 +21,13 @@
 //   note_federated(s, m)  validation splits (their budget holds it for inference), and their scores
 //                         added in device order into the round's figures (and early stopping's).
 //
+// Secure aggregation (config.secure_aggregation): IST plans replicate every group; an upload is the
+// device's masked change (crypto/secagg.hpp) and the engine holds the round's protocol server, which
+// the hub drives through its steps (keys, boxes, masked inputs, unmasking) before close_round; the
+// simulator adds its devices' unmasked encodings instead (receive_encoded), the same sums by
+// construction. close_round applies each released segment's weighted mean change; a segment with too
+// few contributors is withheld and its parameters keep their values, as stragglers' do.
+//
 // Accepted uploads are added to the round's sums as soon as every device before them has ended, so a
 // driver that reports in device order (the simulator) holds one subnet at a time.
 //
@@ -44,6 +51,7 @@
 #include "tessera/core/input_normalization.hpp"
 #include "tessera/core/ist.hpp"
 #include "tessera/core/memory.hpp"
+#include "tessera/crypto/secagg.hpp"
 #include "tessera/rounds/assignment.hpp"
 #include "tessera/rounds/metrics.hpp"
 #include "tessera/rounds/natural_order.hpp"
@@ -77,6 +85,7 @@ struct excluded_device {
 // What an UPDATE says about the upload it announces.
 struct update_claim {
   std::uint64_t round = 0;
+  std::uint64_t clipped = 0;                 // secure aggregation: values the device's clip saturated
   std::uint64_t examples = 0;
   std::uint64_t steps = 0;
   double loss = 0;
@@ -97,6 +106,14 @@ struct early_stop {
 struct round_faults {
   std::size_t stragglers = 0, refused = 0, rejected = 0;
   std::uint64_t resent_bytes = 0;
+};
+
+// How the last closed round's secure aggregation ended.
+struct secure_outcome {
+  std::size_t segments = 0, released = 0;
+  std::size_t dropped = 0;                   // devices assigned whose masked input is not in the sums
+  std::uint64_t clipped = 0;                 // values clipped, over the contributors
+  std::string withheld;                      // why segments were withheld (empty: none)
 };
 
 class engine {
@@ -141,6 +158,18 @@ class engine {
   // The device's assignment in the open round, or null.
   [[nodiscard]] assignment* find(std::string_view device) noexcept;
 
+  // Secure aggregation in the open round: its parameters (segments, ring, clip, the sharing threshold)
+  // and the protocol's server, which the hub drives; `secure()` says whether the run uses it.
+  [[nodiscard]] bool secure() const noexcept { return config_.secure_aggregation.enabled; }
+  [[nodiscard]] const crypto::secagg_params& secagg_params() const;
+  [[nodiscard]] crypto::secagg_server& secagg_server();
+  [[nodiscard]] const secure_outcome& last_secure() const noexcept { return secure_outcome_; }
+  // A device's weight in the sums: its examples over the most its task allows (steps × batch).
+  [[nodiscard]] static double secure_weight(const assignment& a, std::uint64_t examples) noexcept;
+  // The simulator's devices: an announced assignment's unmasked encoding (crypto::secagg_encode for
+  // the round's assignments as the roster), in place of receive.
+  [[nodiscard]] core::result<void> receive_encoded(assignment& a, const crypto::secagg_encoded& e);
+
   // Writes the assignment's subnet, encoded in its codec, into `out` (exactly a.blob_bytes bytes).
   [[nodiscard]] core::result<void> encode_download(const assignment& a, std::span<std::byte> out) const;
 
@@ -152,7 +181,8 @@ class engine {
   // a non-finite loss) rejects the assignment. On success the upload's bytes may come.
   [[nodiscard]] core::result<void> announce(assignment& a, const update_claim& claim);
   // The announced upload arrived whole (its digest already checked): decode it; every value must be
-  // finite. Accepts the assignment, or rejects it with the reason.
+  // finite (with secure aggregation: masked values in the ring, handed to the protocol's server).
+  // Accepts the assignment, or rejects it with the reason.
   [[nodiscard]] core::result<void> receive(assignment& a, std::span<const std::byte> blob);
   void refuse(assignment& a, std::string reason);  // the device declined; a no-op once ended
   void reject(assignment& a, core::error why);     // a no-op once ended
@@ -179,6 +209,8 @@ class engine {
 
  private:
   [[nodiscard]] core::result<void> move(assignment& a, assignment_event e);
+  [[nodiscard]] core::result<void> plan_secure(const core::round_plan& plan);
+  [[nodiscard]] core::result<void> apply_secure_sums();
   void fold_ready();
   void note_score(double score);
 
@@ -196,6 +228,9 @@ class engine {
   std::int64_t examples_ = 0;
   early_stop stopping_;
   round_faults faults_;
+  struct secure_round;
+  std::shared_ptr<secure_round> secure_;  // the open round's secure aggregation (shared_ptr: an incomplete type)
+  secure_outcome secure_outcome_;
   std::shared_ptr<const core::input_normalization> normalization_ = std::make_shared<const core::input_normalization>();
   nlohmann::json statistics_;
 };

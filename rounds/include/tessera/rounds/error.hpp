@@ -28,6 +28,8 @@ enum class errc {
   illegal_transition,    // an event that does not fit the assignment's state
   bad_statistics,        // a device's statistics: unasked, repeated, or not fitting the model
   stats_incomplete,      // a device of the statistics' first pass is missing from the second: start again
+  fleet_too_small,       // secure aggregation: too few devices to give every group its replication
+  secure_step,           // secure aggregation: a protocol message that does not fit the round
 };
 
 [[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.rounds"

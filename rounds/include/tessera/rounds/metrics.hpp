@@ -35,6 +35,11 @@ struct round_metrics {
   std::optional<std::size_t> stragglers, refused, rejected;
   std::optional<std::uint64_t> resent_bytes;
   std::uint64_t plan_seed = 0;
+  // Secure aggregation (absent without it): assigned devices whose masked input is not in the sums,
+  // values the devices' clip saturated, and segments (groups, shared parameters) withheld for having
+  // too few contributors.
+  std::optional<std::size_t> secagg_dropped, secagg_withheld;
+  std::optional<std::uint64_t> secagg_clipped;
   // Evaluation on the devices (federated_scores): the model scored on the devices' validation splits,
   // example-weighted, and the spread of the devices' accuracies. Absent on rounds that do not evaluate.
   std::optional<double> fed_accuracy, fed_loss;

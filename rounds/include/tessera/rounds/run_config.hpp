@@ -36,6 +36,21 @@ inline constexpr auto k_fleet_strategy_names = core::names_in_order<strategy_kin
 enum class patience_kind { automatic, validation, federated };
 inline constexpr auto k_patience_names = core::names_in_order<patience_kind>({"auto", "validation", "federated"});
 
+// Secure aggregation (crypto/secagg.hpp, DESIGN §6): the hub learns only sums of replicated groups.
+// Every IST group is trained by at least `replication` devices (the plan has ⌊devices / replication⌋
+// groups); a group's (and the shared parameters') sum is released only from `threshold` or more
+// devices. Each device's change (trained − received) is clipped to ±clip per value, fixed-point in
+// Z_2^bits, masked; the clipped values are counted in the round's figures.
+struct secure_aggregation_config {
+  bool enabled = false;
+  std::size_t replication = 3;
+  std::size_t threshold = 0;         // 0: replication
+  double clip = 1.0;
+  int bits = 32;
+
+  [[nodiscard]] std::size_t min_aggregate() const noexcept { return threshold > 0 ? threshold : replication; }
+};
+
 struct run_config {
   core::model_spec model;
   strategy_kind strategy = strategy_kind::ist;
@@ -55,6 +70,7 @@ struct run_config {
   patience_kind patience_on = patience_kind::automatic;
   std::int64_t min_stats_examples = 10;  // devices with fewer are not asked for statistics
   bool input_normalization_given = false;  // model.input_normalization was in the configuration
+  secure_aggregation_config secure_aggregation;
   std::string metrics_path;          // JSON lines; empty: none
   std::string output_path;           // safetensors written at the end; empty: none
 };

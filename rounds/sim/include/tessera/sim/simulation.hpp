@@ -63,6 +63,8 @@ class simulation {
   simulation(const sim_config& config, core::memory_table* test, std::vector<float> params, rounds::recorder recorder,
              core::log_sink log);
   [[nodiscard]] core::result<void> run_device(rounds::assignment& a, device& d);
+  [[nodiscard]] core::result<void> secure_upload(rounds::assignment& a, std::span<const float> received, std::span<const float> trained,
+                                                 const core::local_training_report& report);
   [[nodiscard]] std::vector<rounds::device_offer> offers() const;
   // Before round 1 of a model that standardizes its inputs (rounds/statistics.hpp).
   [[nodiscard]] core::result<void> measure_statistics();
