@@ -47,6 +47,12 @@ std::string_view to_string(frame_type t) noexcept {
     case frame_type::stats: return "STATS";
     case frame_type::stats_reply: return "STATS_REPLY";
     case frame_type::evaluation: return "EVALUATION";
+    case frame_type::secagg_keys: return "SECAGG_KEYS";
+    case frame_type::secagg_roster: return "SECAGG_ROSTER";
+    case frame_type::secagg_shares: return "SECAGG_SHARES";
+    case frame_type::secagg_inbox: return "SECAGG_INBOX";
+    case frame_type::secagg_unmask: return "SECAGG_UNMASK";
+    case frame_type::secagg_unmask_reply: return "SECAGG_UNMASK_REPLY";
   }
   return "?";
 }

@@ -7,188 +7,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "message_reader.hpp"
 #include "tessera/core/base64.hpp"
 
 namespace tessera::net {
 namespace {
 
-using json = nlohmann::json;
-
-// Rejects nesting deeper than max_json_depth with a linear scan, before nlohmann's recursive parser
-// sees the text. Strings are skipped (with their escapes) so brackets inside them do not count.
-bool depth_ok(std::string_view text) noexcept {
-  int depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    else if (c == '[' || c == '{') {
-      if (++depth > max_json_depth) return false;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return true;
-}
-
-// Reads fields of one message, keeping the first error; each error names the message and field.
-class reader {
- public:
-  reader(const json& j, std::string_view what) : j_(j), what_(what) {}
-
-  const json* field(const char* key) {
-    if (failed_) return nullptr;
-    auto it = j_.find(key);
-    if (it == j_.end()) {
-      fail(key, "missing");
-      return nullptr;
-    }
-    return &*it;
-  }
-
-  std::uint64_t u64(const char* key, std::uint64_t max = UINT64_MAX) {
-    const json* v = field(key);
-    if (!v) return 0;
-    if (!v->is_number_unsigned()) {
-      fail(key, "expected a non-negative integer");
-      return 0;
-    }
-    const auto x = v->get<std::uint64_t>();
-    if (x > max) fail(key, "over the maximum of " + std::to_string(max));
-    return x;
-  }
-  std::uint32_t u32(const char* key, std::uint32_t min, std::uint32_t max) {
-    const std::uint64_t x = u64(key, max);
-    if (!failed_ && x < min) fail(key, "under the minimum of " + std::to_string(min));
-    return static_cast<std::uint32_t>(x);
-  }
-  double finite(const char* key) {
-    const json* v = field(key);
-    if (!v) return 0;
-    if (!v->is_number()) {
-      fail(key, "expected a number");
-      return 0;
-    }
-    const double x = v->get<double>();
-    if (!std::isfinite(x)) fail(key, "not finite");
-    return x;
-  }
-  bool boolean(const char* key) {
-    const json* v = field(key);
-    if (!v) return false;
-    if (!v->is_boolean()) {
-      fail(key, "expected true or false");
-      return false;
-    }
-    return v->get<bool>();
-  }
-  std::string string(const char* key, std::size_t max_chars) {
-    const json* v = field(key);
-    if (!v) return {};
-    if (!v->is_string()) {
-      fail(key, "expected a string");
-      return {};
-    }
-    auto s = v->get<std::string>();
-    if (s.size() > max_chars) fail(key, "longer than " + std::to_string(max_chars) + " characters");
-    return s;
-  }
-  codec blob_codec(const char* key) {
-    const std::string s = string(key, 16);
-    if (failed_) return codec::f32;
-    auto c = core::k_codec_names.find(s);
-    if (!c) fail(key, "unknown codec '" + s + "'");
-    return c.value_or(codec::f32);
-  }
-  bool has(const char* key) const { return !failed_ && j_.contains(key); }
-  digest sha256(const char* key) {
-    const std::string s = string(key, 64);
-    digest d{};
-    if (failed_) return d;
-    auto hex = [](char c) -> int {
-      if (c >= '0' && c <= '9') return c - '0';
-      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-      return -1;
-    };
-    if (s.size() != 64) {
-      fail(key, "expected 64 hex characters");
-      return d;
-    }
-    for (std::size_t i = 0; i < d.size(); ++i) {
-      const int hi = hex(s[2 * i]);
-      const int lo = hex(s[2 * i + 1]);
-      if (hi < 0 || lo < 0) {
-        fail(key, "expected 64 hex characters");
-        return d;
-      }
-      d[i] = static_cast<std::uint8_t>(hi * 16 + lo);
-    }
-    return d;
-  }
-  const json* array(const char* key, std::size_t max_items) {
-    const json* v = field(key);
-    if (!v) return nullptr;
-    if (!v->is_array()) {
-      fail(key, "expected an array");
-      return nullptr;
-    }
-    if (v->size() > max_items) {
-      fail(key, "more than " + std::to_string(max_items) + " items");
-      return nullptr;
-    }
-    return v;
-  }
-
-  // `count` float64 values as base64 (core/base64.hpp); the text's length is checked before decoding.
-  std::vector<double> doubles(const char* key, std::uint64_t count) {
-    const std::string text = string(key, (count * 8 + 2) / 3 * 4);
-    if (failed_) return {};
-    auto v = core::decode_doubles(text, count, std::string(what_) + ": field '" + key + "'");
-    if (!v) {
-      failed_ = true;
-      error_ = make_error(errc::bad_field, v.error().message);
-      return {};
-    }
-    return std::move(v).value();
-  }
-  core::task_kind task(const char* key) {
-    const std::string s = string(key, 32);
-    if (failed_) return core::task_kind::classification;
-    auto t = core::k_task_names.find(s);
-    if (!t) fail(key, "unknown task '" + s + "'");
-    return t.value_or(core::task_kind::classification);
-  }
-
-  void fail(const std::string& key, const std::string& why) {
-    if (failed_) return;
-    failed_ = true;
-    error_ = make_error(errc::bad_field, std::string(what_) + ": field '" + key + "': " + why);
-  }
-  [[nodiscard]] bool failed() const noexcept { return failed_; }
-  [[nodiscard]] core::error error() const { return error_; }
-
- private:
-  const json& j_;
-  std::string_view what_;
-  bool failed_ = false;
-  core::error error_;
-};
-
-std::string hex_of(const digest& d) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string s;
-  for (std::uint8_t b : d) {
-    s.push_back(digits[b >> 4]);
-    s.push_back(digits[b & 0xf]);
-  }
-  return s;
-}
+using detail::json;
+using detail::reader;
+using detail::hex_of;
+using detail::depth_ok;
 
 json to_object(const message& m) {
   return std::visit(
@@ -216,13 +44,16 @@ json to_object(const message& m) {
                     {"transfer", v.transfer}, {"size", v.size}, {"codec", std::string(core::to_string(v.blob_codec))},
                     {"sha256", hex_of(v.sha256)}};
           if (v.evaluate) j["evaluate"] = true;
+          if (v.secure) j["secure"] = detail::secure_assign_object(*v.secure);
           return j;
         } else if constexpr (std::is_same_v<T, msg::ack>) {
           return {{"transfer", v.transfer}, {"offset", v.offset}};
         } else if constexpr (std::is_same_v<T, msg::update>) {
-          return {{"round", v.round}, {"examples", v.examples}, {"steps", v.steps}, {"loss", v.loss},
-                  {"transfer", v.transfer}, {"size", v.size}, {"codec", std::string(core::to_string(v.blob_codec))},
-                  {"sha256", hex_of(v.sha256)}};
+          json j = {{"round", v.round}, {"examples", v.examples}, {"steps", v.steps}, {"loss", v.loss},
+                    {"transfer", v.transfer}, {"size", v.size}, {"codec", std::string(core::to_string(v.blob_codec))},
+                    {"sha256", hex_of(v.sha256)}};
+          if (v.clipped > 0) j["clipped"] = v.clipped;
+          return j;
         } else if constexpr (std::is_same_v<T, msg::result>) {
           json j = {{"accepted", v.accepted}, {"reason", v.reason}};
           if (!v.code.empty()) j["code"] = v.code;
@@ -244,8 +75,9 @@ json to_object(const message& m) {
         } else if constexpr (std::is_same_v<T, msg::evaluation>) {
           return {{"round", v.round}, {"transfer", v.transfer}, {"examples", v.examples}, {"loss_sum", v.loss_sum},
                   {"correct", v.correct}};
+        } else if constexpr (!std::is_same_v<T, msg::stats_reply>) {
+          return detail::secagg_to_object(v);
         } else {
-          static_assert(std::is_same_v<T, msg::stats_reply>);
           json j = {{"pass", v.pass}, {"examples", v.examples}, {"features", v.features}};
           if (v.pass == 1) {
             j["sum"] = core::encode_doubles(v.sum);
@@ -332,6 +164,7 @@ core::result<message> parse_object(frame_type t, const json& j) {
       a.blob_codec = r.blob_codec("codec");
       a.sha256 = r.sha256("sha256");
       if (r.has("evaluate")) a.evaluate = r.boolean("evaluate");
+      if (r.has("secure")) detail::read_secure_assign(r, a.secure.emplace());
       out = std::move(a);
       break;
     }
@@ -346,6 +179,7 @@ core::result<message> parse_object(frame_type t, const json& j) {
       u.size = r.u64("size");
       u.blob_codec = r.blob_codec("codec");
       u.sha256 = r.sha256("sha256");
+      if (r.has("clipped")) u.clipped = r.u64("clipped");
       out = u;
       break;
     }
@@ -417,6 +251,12 @@ core::result<message> parse_object(frame_type t, const json& j) {
       out = e;
       break;
     }
+    case frame_type::secagg_keys:
+    case frame_type::secagg_roster:
+    case frame_type::secagg_shares:
+    case frame_type::secagg_inbox:
+    case frame_type::secagg_unmask:
+    case frame_type::secagg_unmask_reply: out = detail::parse_secagg(t, r); break;
     case frame_type::chunk: return make_error(errc::unknown_type, "CHUNK is not a control message");
   }
   if (r.failed()) return r.error();
@@ -436,7 +276,9 @@ frame_type type_of(const message& m) noexcept {
   static constexpr frame_type types[] = {frame_type::hello, frame_type::welcome, frame_type::assign,
                                          frame_type::ack,   frame_type::update,  frame_type::result,
                                          frame_type::ping,  frame_type::pong,    frame_type::refuse,
-                                         frame_type::stats, frame_type::stats_reply, frame_type::evaluation};
+                                         frame_type::stats, frame_type::stats_reply, frame_type::evaluation,
+                                         frame_type::secagg_keys, frame_type::secagg_roster, frame_type::secagg_shares,
+                                         frame_type::secagg_inbox, frame_type::secagg_unmask, frame_type::secagg_unmask_reply};
   static_assert(std::size(types) == std::variant_size_v<message>);
   return types[m.index()];
 }

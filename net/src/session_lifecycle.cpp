@@ -17,11 +17,17 @@ bool allowed_for(role r, frame_type t) noexcept {
     case frame_type::hello:
     case frame_type::update:
     case frame_type::stats_reply:
-    case frame_type::evaluation: return r == role::hub;
+    case frame_type::evaluation:
+    case frame_type::secagg_keys:
+    case frame_type::secagg_shares:
+    case frame_type::secagg_unmask_reply: return r == role::hub;
     case frame_type::welcome:
     case frame_type::assign:
     case frame_type::result:
-    case frame_type::stats: return r == role::agent;
+    case frame_type::stats:
+    case frame_type::secagg_roster:
+    case frame_type::secagg_inbox:
+    case frame_type::secagg_unmask: return r == role::agent;
     case frame_type::chunk: return false;
   }
   return false;

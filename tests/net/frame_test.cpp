@@ -228,3 +228,84 @@ TEST_CASE("malformed: JSON with a wrong-typed or out-of-range field names the fi
   CHECK(text(net::frame_type::result, R"({"accepted":1,"reason":""})").find("'accepted'") != std::string::npos);
   CHECK(decode_error(frame_with_json(net::frame_type::ack, R"({"transfer":true,"offset":0})")) == net::errc::bad_field);
 }
+
+TEST_CASE("secure aggregation messages round-trip, ASSIGN's secure part and UPDATE's clipped count included") {
+  tessera::crypto::secagg_keys keys{.id = "pi-1", .certificate_pem = "-----BEGIN CERTIFICATE-----\nAA\n-----END CERTIFICATE-----\n",
+                                    .c_pk = {}, .s_pk = {}, .signature = {}};
+  for (std::size_t i = 0; i < 32; ++i) {
+    keys.c_pk[i] = static_cast<std::byte>(i);
+    keys.s_pk[i] = static_cast<std::byte>(255 - i);
+  }
+  keys.signature = {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}, std::byte{5}};  // not a multiple of 3
+  const auto k = std::get<net::msg::secagg_keys>(round_trip(net::msg::secagg_keys{.round = 3, .keys = keys}));
+  CHECK(k.round == 3);
+  CHECK(k.keys.id == "pi-1");
+  CHECK(k.keys.certificate_pem == keys.certificate_pem);
+  CHECK(k.keys.c_pk == keys.c_pk);
+  CHECK(k.keys.s_pk == keys.s_pk);
+  CHECK(k.keys.signature == keys.signature);
+
+  const auto ro = std::get<net::msg::secagg_roster>(
+      round_trip(net::msg::secagg_roster{.round = 3, .roster = {{.keys = keys, .segments = {0, 2}}, {.keys = keys, .segments = {1, 2}}}}));
+  REQUIRE(ro.roster.size() == 2);
+  CHECK(ro.roster[1].segments == std::vector<std::uint32_t>{1, 2});
+  CHECK(ro.roster[1].keys.s_pk == keys.s_pk);
+
+  const std::vector<tessera::crypto::secagg_box> boxes{{.from = "a", .to = "b", .box = {std::byte{9}, std::byte{8}}}};
+  CHECK(std::get<net::msg::secagg_shares>(round_trip(net::msg::secagg_shares{.round = 3, .boxes = boxes})).boxes[0].box == boxes[0].box);
+  CHECK(std::get<net::msg::secagg_inbox>(round_trip(net::msg::secagg_inbox{.round = 3, .boxes = boxes})).boxes[0].to == "b");
+
+  const auto un = std::get<net::msg::secagg_unmask>(round_trip(
+      net::msg::secagg_unmask{.round = 3, .request = {.survivors = {"a", "b"}, .dropped = {"c"}, .released = {0, 2}}}));
+  CHECK(un.request.survivors == std::vector<std::string>{"a", "b"});
+  CHECK(un.request.dropped == std::vector<std::string>{"c"});
+  CHECK(un.request.released == std::vector<std::uint32_t>{0, 2});
+
+  tessera::crypto::secagg_share share{.owner = "a", .segment = 2, .share = {.x = 3, .y = {1, 2, 3, 4, tessera::crypto::gf61_prime - 1}}};
+  const auto rep = std::get<net::msg::secagg_unmask_reply>(
+      round_trip(net::msg::secagg_unmask_reply{.round = 3, .reply = {.id = "b", .seeds = {share}, .keys = {}}}));
+  REQUIRE(rep.reply.seeds.size() == 1);
+  CHECK(rep.reply.seeds[0].share.y == share.share.y);
+  CHECK(rep.reply.seeds[0].segment == 2);
+
+  net::msg::secure_assign sa;
+  sa.params.round = 0xfeedfacecafebeefULL;
+  sa.params.bits = 32;
+  sa.params.clip = 0.5;
+  sa.params.threshold = 4;
+  sa.params.segments.push_back({.length = 100, .min_aggregate = 3});
+  sa.params.segments.push_back({.length = 11, .min_aggregate = 3});
+  sa.segments = {0, 1};
+  sa.upload_size = 111 * 4;
+  sa.rounding_key[5] = std::byte{42};
+  net::msg::assign a{.round = 2, .widths = {8}, .hyper_json = "{}", .transfer = 1, .size = 4, .blob_codec = tessera::core::codec_kind::f32,
+                     .sha256 = some_digest(), .evaluate = false, .secure = sa};
+  const auto back = std::get<net::msg::assign>(round_trip(a));
+  REQUIRE(back.secure.has_value());
+  CHECK(back.secure->params.round == 0xfeedfacecafebeefULL);
+  CHECK(back.secure->params.segments.size() == 2);
+  CHECK(back.secure->params.segments[0].length == 100);
+  CHECK(back.secure->rounding_key == sa.rounding_key);
+  CHECK(back.secure->upload_size == 444);
+  net::msg::update u{.round = 2, .examples = 1, .steps = 1, .loss = 0.5, .transfer = 1, .size = 4,
+                     .blob_codec = tessera::core::codec_kind::f32, .sha256 = {}, .clipped = 17};
+  CHECK(std::get<net::msg::update>(round_trip(u)).clipped == 17);
+}
+
+TEST_CASE("malformed: secure aggregation messages name what is wrong") {
+  const auto text = [](net::frame_type t, const std::string& json) { return decode_message_text(frame_with_json(t, json)); };
+  CHECK(text(net::frame_type::secagg_unmask, R"({"round":1,"survivors":["a b"],"dropped":[],"released":[]})") ==
+        "SECAGG_UNMASK: field 'survivors': expected device ids");
+  CHECK(text(net::frame_type::secagg_unmask, R"({"round":1,"survivors":["a"],"dropped":[],"released":[2,1]})") ==
+        "SECAGG_UNMASK: field 'released': not sorted and distinct");
+  CHECK(text(net::frame_type::secagg_unmask_reply,
+             R"({"round":1,"id":"a","seeds":[{"owner":"b","segment":0,"x":1,"y":[1,2,3,4,2305843009213693951]}],"keys":[]})") ==
+        "SECAGG_UNMASK_REPLY: seeds[0]: field 'y': expected values below 2^61 - 1");
+  CHECK(text(net::frame_type::secagg_keys, R"({"round":1,"keys":{"id":"a","certificate":"","c_pk":"AAAA","s_pk":"AAAA","signature":""}})") ==
+        "SECAGG_KEYS: keys: field 'c_pk': expected 32 bytes");
+  CHECK(text(net::frame_type::secagg_inbox, R"({"round":1,"boxes":[{"from":"a","to":"b","box":"@@@@"}]})").find("SECAGG_INBOX: boxes[0]: field 'box'") == 0);
+  const std::string assign = R"({"round":1,"widths":[4],"hyper":{},"transfer":1,"size":4,"codec":"f32","sha256":")" + std::string(64, '0') +
+                             R"(","secure":{"protocol_round":5,"bits":32,"clip":1,"threshold":2,"segments":[{"length":10,"min_aggregate":2}],"covers":[0],"rounding_key":")" +
+                             tessera::core::base64_encode(std::vector<std::byte>(32)) + R"(","upload_size":41}})";
+  CHECK(text(net::frame_type::assign, assign) == "ASSIGN: secure: field 'upload_size': is not the covered segments' 10 values");
+}

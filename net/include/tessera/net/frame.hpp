@@ -63,8 +63,15 @@ enum class frame_type : std::uint8_t {
   stats = 11,        // hub → agent, asks for one pass of the feature statistics
   stats_reply = 12,  // agent → hub, that pass's counts and sums
   evaluation = 13,   // agent → hub, the score of the model an evaluating ASSIGN sent
+  // Secure aggregation (crypto/secagg.hpp), around UPDATE:
+  secagg_keys = 14,          // agent → hub, the device's signed public keys for the round
+  secagg_roster = 15,        // hub → agent, everyone's keys
+  secagg_shares = 16,        // agent → hub, encrypted shares for the other devices
+  secagg_inbox = 17,         // hub → agent, the shares addressed to it
+  secagg_unmask = 18,        // hub → agent, who survived: which shares to reveal
+  secagg_unmask_reply = 19,  // agent → hub, the shares
 };
-inline constexpr std::uint8_t max_frame_type = 13;
+inline constexpr std::uint8_t max_frame_type = 19;
 
 [[nodiscard]] std::string_view to_string(frame_type t) noexcept;
 

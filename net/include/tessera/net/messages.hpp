@@ -26,6 +26,7 @@
 #include "tessera/core/error.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/core/model_spec.hpp"
+#include "tessera/crypto/secagg.hpp"
 #include "tessera/net/frame.hpp"
 
 namespace tessera::net {
@@ -47,6 +48,14 @@ using digest = std::array<std::uint8_t, 32>;  // SHA-256 of a whole blob
 
 // Same rule as crypto::valid_device_id ([A-Za-z0-9._-]{1,64}); kept here so the codec needs no OpenSSL.
 [[nodiscard]] bool valid_device_id(std::string_view id) noexcept;
+
+// Secure aggregation limits: members of a roster, segments of a round, bytes of a certificate, a
+// signature and a box of shares.
+inline constexpr std::size_t max_secagg_members = 4096;
+inline constexpr std::size_t max_secagg_segments = 4097;
+inline constexpr std::size_t max_certificate_chars = 8192;
+inline constexpr std::size_t max_signature_bytes = 256;
+inline constexpr std::size_t max_box_bytes = 16384;
 
 namespace msg {
 
@@ -72,6 +81,16 @@ struct welcome {
   std::uint32_t max_chunk_bytes = 256u << 10;
 };
 
+// ASSIGN's part under secure aggregation: the protocol's parameters for the round (params.round is its
+// fresh number, which the device's key signature binds), the segments this device covers, the key of
+// its stochastic rounding, and its masked upload's size.
+struct secure_assign {
+  crypto::secagg_params params{};
+  std::vector<std::uint32_t> segments{};
+  crypto::key256 rounding_key{};
+  std::uint64_t upload_size = 0;
+};
+
 struct assign {
   std::uint64_t round = 0;
   std::vector<std::uint32_t> widths{};   // subnet widths per hidden layer
@@ -83,6 +102,7 @@ struct assign {
   // The download is the whole model, to be scored on the device's validation split and answered with
   // EVALUATION, not trained; optional (false).
   bool evaluate = false;
+  std::optional<secure_assign> secure{};  // optional: secure aggregation's part
 };
 
 struct ack {
@@ -99,6 +119,7 @@ struct update {
   std::uint64_t size = 0;
   codec blob_codec = codec::f32;
   digest sha256{};
+  std::uint64_t clipped = 0;           // secure aggregation: values the clip saturated; optional (0)
 };
 
 struct result {
@@ -155,10 +176,38 @@ struct evaluation {
   std::uint64_t correct = 0;           // <= examples
 };
 
+// Secure aggregation's steps (crypto/secagg.hpp); `round` is the federation's round they belong to.
+struct secagg_keys {                   // agent → hub: the device's keys, signed with its certificate's key
+  std::uint64_t round = 0;
+  crypto::secagg_keys keys{};
+};
+struct secagg_roster {                 // hub → agent: every device that advertised keys, in order
+  std::uint64_t round = 0;
+  crypto::secagg_roster roster{};
+};
+struct secagg_shares {                 // agent → hub: one box for every other member
+  std::uint64_t round = 0;
+  std::vector<crypto::secagg_box> boxes{};
+};
+struct secagg_inbox {                  // hub → agent: the boxes addressed to it
+  std::uint64_t round = 0;
+  std::vector<crypto::secagg_box> boxes{};
+};
+struct secagg_unmask {                 // hub → agent: survivors, dropped, released segments
+  std::uint64_t round = 0;
+  crypto::secagg_unmask_request request{};
+};
+struct secagg_unmask_reply {           // agent → hub: the shares asked for
+  std::uint64_t round = 0;
+  crypto::secagg_unmask_reply reply{};
+};
+
 }  // namespace msg
 
 using message = std::variant<msg::hello, msg::welcome, msg::assign, msg::ack, msg::update, msg::result, msg::ping,
-                             msg::pong, msg::refuse, msg::stats, msg::stats_reply, msg::evaluation>;
+                             msg::pong, msg::refuse, msg::stats, msg::stats_reply, msg::evaluation, msg::secagg_keys,
+                             msg::secagg_roster, msg::secagg_shares, msg::secagg_inbox, msg::secagg_unmask,
+                             msg::secagg_unmask_reply>;
 
 [[nodiscard]] frame_type type_of(const message& m) noexcept;
 // The JSON payload of a control message.

@@ -1,0 +1,252 @@
+// The secure aggregation messages' JSON (DESIGN §3): keys, roster, shares, inbox, unmasking, and
+// ASSIGN's `secure` part. Binary values travel as base64; every count and length is bounded before use.
+#include <algorithm>
+
+#include "message_reader.hpp"
+
+namespace tessera::net::detail {
+namespace {
+
+std::string b64(std::span<const std::byte> b) { return core::base64_encode(b); }
+
+std::array<std::byte, 32> key32(reader& r, const char* key) {
+  std::array<std::byte, 32> out{};
+  const auto v = r.bytes(key, 32);
+  if (r.failed()) return out;
+  if (v.size() != out.size()) r.fail(key, "expected 32 bytes");
+  else std::copy(v.begin(), v.end(), out.begin());
+  return out;
+}
+
+// Calls f(reader&) for each object of an array, with a reader that names "TYPE: key[i]".
+template <class F>
+void each_object(reader& r, const char* key, std::size_t max_items, F&& f) {
+  const json* items = r.array(key, max_items);
+  if (items == nullptr) return;
+  for (std::size_t i = 0; i < items->size() && !r.failed(); ++i) {
+    const std::string path = std::string(key) + "[" + std::to_string(i) + "]";
+    if (!(*items)[i].is_object()) {
+      r.fail(path, "expected an object");
+      return;
+    }
+    const std::string what = std::string(r.what()) + ": " + path;
+    reader inner((*items)[i], what);
+    f(inner);
+    r.take(inner);
+  }
+}
+
+// Sorted, distinct integers below `count` (a device's segments, the released ones).
+std::vector<std::uint32_t> read_indices(reader& r, const char* key, std::size_t count, bool nonempty) {
+  std::vector<std::uint32_t> out;
+  const json* items = r.array(key, max_secagg_segments);
+  if (items == nullptr) return out;
+  for (const auto& v : *items) {
+    if (!v.is_number_unsigned() || v.get<std::uint64_t>() >= count) {
+      r.fail(key, "expected segment numbers below " + std::to_string(count));
+      return {};
+    }
+    const auto x = static_cast<std::uint32_t>(v.get<std::uint64_t>());
+    if (!out.empty() && x <= out.back()) {
+      r.fail(key, "not sorted and distinct");
+      return {};
+    }
+    out.push_back(x);
+  }
+  if (nonempty && out.empty()) r.fail(key, "empty");
+  return out;
+}
+
+std::vector<std::string> read_ids(reader& r, const char* key) {
+  std::vector<std::string> out;
+  const json* items = r.array(key, max_secagg_members);
+  if (items == nullptr) return out;
+  for (const auto& v : *items) {
+    if (!v.is_string() || !valid_device_id(v.get<std::string>())) {
+      r.fail(key, "expected device ids");
+      return {};
+    }
+    out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
+json keys_object(const crypto::secagg_keys& k) {
+  return {{"id", k.id}, {"certificate", k.certificate_pem}, {"c_pk", b64(k.c_pk)}, {"s_pk", b64(k.s_pk)},
+          {"signature", b64(k.signature)}};
+}
+crypto::secagg_keys read_keys(reader& r) {
+  crypto::secagg_keys k;
+  k.id = r.device("id");
+  k.certificate_pem = r.string("certificate", max_certificate_chars);
+  k.c_pk = key32(r, "c_pk");
+  k.s_pk = key32(r, "s_pk");
+  k.signature = r.bytes("signature", max_signature_bytes);
+  return k;
+}
+
+json boxes_array(const std::vector<crypto::secagg_box>& boxes) {
+  json a = json::array();
+  for (const auto& b : boxes) a.push_back({{"from", b.from}, {"to", b.to}, {"box", b64(b.box)}});
+  return a;
+}
+std::vector<crypto::secagg_box> read_boxes(reader& r) {
+  std::vector<crypto::secagg_box> out;
+  each_object(r, "boxes", max_secagg_members, [&](reader& br) {
+    crypto::secagg_box b;
+    b.from = br.device("from");
+    b.to = br.device("to");
+    b.box = br.bytes("box", max_box_bytes);
+    out.push_back(std::move(b));
+  });
+  return out;
+}
+
+json shares_array(const std::vector<crypto::secagg_share>& shares) {
+  json a = json::array();
+  for (const auto& s : shares)
+    a.push_back({{"owner", s.owner}, {"segment", s.segment}, {"x", s.share.x}, {"y", s.share.y}});
+  return a;
+}
+std::vector<crypto::secagg_share> read_shares(reader& r, const char* key, std::size_t max_items) {
+  std::vector<crypto::secagg_share> out;
+  each_object(r, key, max_items, [&](reader& sr) {
+    crypto::secagg_share s;
+    s.owner = sr.device("owner");
+    s.segment = sr.u32("segment", 0, max_secagg_segments - 1);
+    s.share.x = sr.u32("x", 1, crypto::shamir_max_shares);
+    if (const json* y = sr.array("y", crypto::shamir_chunks)) {
+      if (y->size() != crypto::shamir_chunks) sr.fail("y", "expected " + std::to_string(crypto::shamir_chunks) + " values");
+      for (std::size_t i = 0; i < y->size() && !sr.failed(); ++i) {
+        if (!(*y)[i].is_number_unsigned() || (*y)[i].get<std::uint64_t>() >= crypto::gf61_prime) sr.fail("y", "expected values below 2^61 - 1");
+        else s.share.y[i] = (*y)[i].get<std::uint64_t>();
+      }
+    }
+    out.push_back(std::move(s));
+  });
+  return out;
+}
+
+}  // namespace
+
+json secure_assign_object(const msg::secure_assign& s) {
+  json segments = json::array();
+  for (const auto& g : s.params.segments) segments.push_back({{"length", g.length}, {"min_aggregate", g.min_aggregate}});
+  return {{"protocol_round", s.params.round}, {"bits", s.params.bits}, {"clip", s.params.clip},
+          {"threshold", s.params.threshold}, {"segments", segments}, {"covers", s.segments},
+          {"rounding_key", b64(s.rounding_key)}, {"upload_size", s.upload_size}};
+}
+
+void read_secure_assign(reader& r, msg::secure_assign& s) {
+  const json* obj = r.field("secure");
+  if (obj == nullptr) return;
+  if (!obj->is_object()) {
+    r.fail("secure", "expected an object");
+    return;
+  }
+  const std::string what = std::string(r.what()) + ": secure";
+  reader sr(*obj, what);
+  s.params.round = sr.u64("protocol_round");
+  s.params.bits = static_cast<int>(sr.u32("bits", 16, 64));
+  s.params.clip = sr.finite("clip");
+  if (!sr.failed() && !(s.params.clip > 0)) sr.fail("clip", "must be positive");
+  s.params.threshold = sr.u32("threshold", 2, static_cast<std::uint32_t>(max_secagg_members));
+  each_object(sr, "segments", max_secagg_segments, [&](reader& gr) {
+    crypto::secagg_segment g;
+    g.length = gr.u64("length", std::uint64_t{1} << 32);
+    if (!gr.failed() && g.length < 2) gr.fail("length", "under the minimum of 2");
+    g.min_aggregate = gr.u32("min_aggregate", 2, static_cast<std::uint32_t>(max_secagg_members));
+    s.params.segments.push_back(g);
+  });
+  s.segments = read_indices(sr, "covers", s.params.segments.size(), /*nonempty=*/true);
+  s.rounding_key = key32(sr, "rounding_key");
+  s.upload_size = sr.u64("upload_size");
+  if (!sr.failed()) {
+    std::uint64_t values = 0;
+    for (auto seg : s.segments) values += s.params.segments[seg].length;
+    if (s.upload_size != values * crypto::secagg_value_bytes(s.params.bits))
+      sr.fail("upload_size", "is not the covered segments' " + std::to_string(values) + " values");
+  }
+  r.take(sr);
+}
+
+json secagg_to_object(const message& m) {
+  return std::visit(
+      [](const auto& v) -> json {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, msg::secagg_keys>) {
+          return {{"round", v.round}, {"keys", keys_object(v.keys)}};
+        } else if constexpr (std::is_same_v<T, msg::secagg_roster>) {
+          json members = json::array();
+          for (const auto& member : v.roster) members.push_back({{"keys", keys_object(member.keys)}, {"segments", member.segments}});
+          return {{"round", v.round}, {"members", members}};
+        } else if constexpr (std::is_same_v<T, msg::secagg_shares> || std::is_same_v<T, msg::secagg_inbox>) {
+          return {{"round", v.round}, {"boxes", boxes_array(v.boxes)}};
+        } else if constexpr (std::is_same_v<T, msg::secagg_unmask>) {
+          return {{"round", v.round}, {"survivors", v.request.survivors}, {"dropped", v.request.dropped},
+                  {"released", v.request.released}};
+        } else if constexpr (std::is_same_v<T, msg::secagg_unmask_reply>) {
+          return {{"round", v.round}, {"id", v.reply.id}, {"seeds", shares_array(v.reply.seeds)}, {"keys", shares_array(v.reply.keys)}};
+        } else {
+          TESSERA_ASSERT(false);  // not a secure aggregation message
+          return json::object();
+        }
+      },
+      m);
+}
+
+message parse_secagg(frame_type t, reader& r) {
+  const std::uint64_t round = r.u64("round");
+  switch (t) {
+    case frame_type::secagg_keys: {
+      msg::secagg_keys k{.round = round, .keys = {}};
+      if (const json* o = r.field("keys")) {
+        if (!o->is_object()) r.fail("keys", "expected an object");
+        else {
+          const std::string what = std::string(r.what()) + ": keys";
+          reader kr(*o, what);
+          k.keys = read_keys(kr);
+          r.take(kr);
+        }
+      }
+      return k;
+    }
+    case frame_type::secagg_roster: {
+      msg::secagg_roster ro{.round = round, .roster = {}};
+      each_object(r, "members", max_secagg_members, [&](reader& mr) {
+        crypto::secagg_member m;
+        if (const json* o = mr.field("keys")) {
+          if (!o->is_object()) mr.fail("keys", "expected an object");
+          else {
+            const std::string what = std::string(mr.what()) + ": keys";
+            reader kr(*o, what);
+            m.keys = read_keys(kr);
+            mr.take(kr);
+          }
+        }
+        m.segments = read_indices(mr, "segments", max_secagg_segments, /*nonempty=*/true);
+        ro.roster.push_back(std::move(m));
+      });
+      return ro;
+    }
+    case frame_type::secagg_shares: return msg::secagg_shares{.round = round, .boxes = read_boxes(r)};
+    case frame_type::secagg_inbox: return msg::secagg_inbox{.round = round, .boxes = read_boxes(r)};
+    case frame_type::secagg_unmask: {
+      msg::secagg_unmask u{.round = round, .request = {}};
+      u.request.survivors = read_ids(r, "survivors");
+      u.request.dropped = read_ids(r, "dropped");
+      u.request.released = read_indices(r, "released", max_secagg_segments, /*nonempty=*/false);
+      return u;
+    }
+    case frame_type::secagg_unmask_reply: {
+      msg::secagg_unmask_reply u{.round = round, .reply = {}};
+      u.reply.id = r.device("id");
+      u.reply.seeds = read_shares(r, "seeds", max_secagg_members * 4);
+      u.reply.keys = read_shares(r, "keys", max_secagg_members);
+      return u;
+    }
+    default: TESSERA_ASSERT(false); return msg::ping{};
+  }
+}
+
+}  // namespace tessera::net::detail
