@@ -66,8 +66,16 @@ training_memory plan_inference_memory(const mlp_arch& arch, std::int64_t batch, 
   return plan_memory(arch, batch, /*optimizer=*/false, false, codec);
 }
 
+std::size_t secure_bytes(const mlp_arch& arch, std::size_t segments) noexcept {
+  const std::size_t values = param_count(arch) + segments;
+  return values * (sizeof(float) + sizeof(float) + sizeof(std::uint64_t)) + 3 * k_arena_alignment;
+}
+
 double capacity_for_budget(const mlp_arch& full, std::int64_t batch, bool momentum, codec_kind codec,
-                           std::size_t budget_bytes, std::int64_t min_width) noexcept {
+                           std::size_t budget_bytes, std::int64_t min_width, std::size_t secure_segments) noexcept {
+  const auto bytes_needed = [&](const mlp_arch& a, std::int64_t b, bool m, codec_kind c) {
+    return core::bytes_needed(a, b, m, c) + (secure_segments > 0 ? secure_bytes(a, secure_segments) : 0);
+  };
   auto arch_at = [&](double f) {
     mlp_arch a = full;
     for (std::size_t h = 1; h + 1 < a.widths.size(); ++h)

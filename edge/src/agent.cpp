@@ -5,6 +5,7 @@
 #include <boost/asio/post.hpp>
 
 #include "tessera/core/fed_stats.hpp"
+#include "tessera/core/file_io.hpp"
 #include "tessera/core/seeds.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/crypto/pki.hpp"
@@ -44,6 +45,14 @@ core::result<std::unique_ptr<agent>> agent::create(boost::asio::io_context& io, 
     return make_error(errc::data_over_budget, "the data reader's buffers need " + mib(reader) + ", the memory budget is " +
                                                   mib(config.budget_bytes) + " (lower data.shuffle_buffer or raise memory_budget_mib)");
   a->arena_budget_ = config.budget_bytes - reader;
+  if (config.secure_aggregation != secure_mode::off) {
+    // The key that signs this device's secure aggregation keys is its certificate's; the CA checks the others'.
+    const auto text = [](const std::vector<std::byte>& b) { return std::string(reinterpret_cast<const char*>(b.data()), b.size()); };
+    TESSERA_ASSIGN_OR_RETURN(const auto cert, core::read_file_bounded(config.tls.cert, 1u << 16));
+    TESSERA_ASSIGN_OR_RETURN(const auto ca, core::read_file_bounded(config.tls.ca_cert, 1u << 16));
+    TESSERA_ASSIGN_OR_RETURN(auto key, crypto::signing_key::load(config.tls.key));
+    a->secure_.reset(new secure_identity{.id = a->id_, .certificate_pem = text(cert), .key = std::move(key), .ca_pem = text(ca)});
+  }
   return a;
 }
 
@@ -151,6 +160,9 @@ void agent::attach(const std::shared_ptr<net::session>& s) {
     else if (const auto* r = std::get_if<net::msg::result>(&m)) on_result(*r);
     else if (const auto* q = std::get_if<net::msg::stats>(&m)) on_stats(*q);
     else if (const auto* f = std::get_if<net::msg::refuse>(&m)) log(log_level::warning, "the hub closed the link: " + f->reason);
+    else if (std::holds_alternative<net::msg::secagg_roster>(m) || std::holds_alternative<net::msg::secagg_inbox>(m) ||
+             std::holds_alternative<net::msg::secagg_unmask>(m))
+      on_secure(m);
   });
   s->on_blob_received([this](const std::shared_ptr<net::incoming_transfer>& in) { on_downloaded(in); });
   s->on_blob_sent([this](const std::shared_ptr<net::outgoing_transfer>& out) {
@@ -191,6 +203,8 @@ void agent::on_ready(const std::shared_ptr<net::session>& s) {
 void agent::on_welcome(const std::shared_ptr<net::session>& s) {
   log(log_level::info, "connected to the hub" + std::string(job_ ? " (resuming round " + std::to_string(job_->round()) + ")" : ""));
   if (!job_) return;
+  // Keys the hub may not have received; later steps the hub repeats itself, and get the same answers.
+  if (job_->secure() && job_->secure()->at() == secure_round::stage::keys) s->send(job_->secure()->keys_message());
   switch (job_->on_reconnect()) {
     case job::resume_action::expect_download: s->expect_blob(job_->download()); break;
     case job::resume_action::resend_upload:
@@ -216,7 +230,10 @@ void agent::on_assign(const net::msg::assign& a) {
                                   return data_->check_targets(task, outputs);
                                 },
                                 .data_name = data_->name(),
-                                .requires_normalization = config_.requires_normalization});
+                                .requires_normalization = config_.requires_normalization,
+                                .secure = secure_.get(),
+                                .require_secure = config_.secure_aggregation == secure_mode::require});
+  if (unmasking_ && unmasking_->round() != a.round) unmasking_.reset();
   if (!started) {
     if (a.evaluate) return refuse("the evaluation after round " + std::to_string(a.round), started.error());
     return refuse_job(a.round, started.error());
@@ -231,8 +248,11 @@ void agent::on_assign(const net::msg::assign& a) {
   else log(log_level::info, "round " + std::to_string(a.round) + ": subnet of " + std::to_string(core::param_count(t.arch)) +
                            " parameters (" + mib(a.size) + " " + std::string(core::to_string(a.blob_codec)) + "), arena " +
                            mib(job_->arena().size_bytes()) + " of " + mib(arena_budget_) + ", " + std::to_string(t.steps) +
-                           " steps of " + std::to_string(t.batch));
-  if (session_) session_->expect_blob(job_->download());
+                           " steps of " + std::to_string(t.batch) + (job_->secure() ? ", secure aggregation" : ""));
+  if (session_) {
+    session_->expect_blob(job_->download());
+    if (job_->secure()) session_->send(job_->secure()->keys_message());
+  }
 }
 
 void agent::on_downloaded(const std::shared_ptr<net::incoming_transfer>& in) {
@@ -273,6 +293,15 @@ void agent::on_trained(std::uint64_t generation, core::result<core::local_traini
     return refuse_job(round, report.error());
   }
   const auto& r = report.value();
+  if (job_->secure()) {
+    job_->trained_secure(r);
+    char line[160];
+    std::snprintf(line, sizeof line, "round %llu: trained %lld steps in %.2f s, loss %.4f; masking", static_cast<unsigned long long>(job_->round()),
+                  static_cast<long long>(r.steps), r.seconds, r.mean_loss);
+    log(log_level::info, line);
+    if (job_->secure()->has_inbox()) send_masked();
+    return;
+  }
   job_->trained(r, sha);
   char line[160];
   std::snprintf(line, sizeof line, "round %llu: trained %lld steps in %.2f s, loss %.4f; uploading",
@@ -281,6 +310,50 @@ void agent::on_trained(std::uint64_t generation, core::result<core::local_traini
   if (session_) {  // otherwise on_welcome sends it after the reconnect
     session_->send(job_->update());
     session_->send_blob(job_->upload());
+  }
+}
+
+void agent::send_masked() {
+  if (auto ok = job_->masked(); !ok) {
+    const auto round = job_->round();
+    job_.reset();
+    return refuse_job(round, ok.error());
+  }
+  log(log_level::info, "round " + std::to_string(job_->round()) + ": masked update of " + mib(job_->update().size) + " uploading" +
+                           (job_->update().clipped > 0 ? " (" + std::to_string(job_->update().clipped) + " values clipped)" : ""));
+  if (session_) {
+    session_->send(job_->update());
+    session_->send_blob(job_->upload());
+  }
+}
+
+void agent::on_secure(const net::message& m) {
+  const std::uint64_t round = std::visit(
+      [](const auto& v) -> std::uint64_t {
+        if constexpr (requires { v.round; }) return v.round;
+        else return 0;
+      },
+      m);
+  secure_round* s = job_ && job_->secure() && job_->secure()->round() == round ? job_->secure()
+                    : unmasking_ && unmasking_->round() == round         ? unmasking_.get()
+                                                                          : nullptr;
+  const std::string what = "the secure aggregation of round " + std::to_string(round);
+  if (s == nullptr) return log(log_level::warning, what + ": no such round in progress here (ignored)");
+  if (const auto* r = std::get_if<net::msg::secagg_roster>(&m)) {
+    auto shares = s->on_roster(*r);
+    if (!shares) return refuse(what, shares.error());
+    log(log_level::info, "round " + std::to_string(round) + ": keys of " + std::to_string(r->roster.size()) +
+                             " devices checked; shares sent");
+    if (session_) session_->send(shares.value());
+  } else if (const auto* in = std::get_if<net::msg::secagg_inbox>(&m)) {
+    if (auto ok = s->on_inbox(*in); !ok) return refuse(what, ok.error());
+    if (job_ && job_->secure() == s && job_->at() == job::stage::masking) send_masked();
+  } else if (const auto* u = std::get_if<net::msg::secagg_unmask>(&m)) {
+    auto reply = s->on_unmask(*u);
+    if (!reply) return refuse(what, reply.error());
+    log(log_level::info, "round " + std::to_string(round) + ": unmasking shares sent (" + std::to_string(u->request.survivors.size()) +
+                             " survivors, " + std::to_string(u->request.dropped.size()) + " dropped)");
+    if (session_) session_->send(reply.value());
   }
 }
 
@@ -315,6 +388,7 @@ void agent::on_result(const net::msg::result& r) {
     return;
   }
   const auto round = job_->round();
+  if (job_->secure()) unmasking_ = job_->release_secure();  // SECAGG_UNMASK comes after RESULT
   job_.reset();  // the arena goes back until the next assignment
   if (r.accepted) {
     ++stats_.accepted;

@@ -59,6 +59,8 @@ core::result<agent_config> read_agent_config(core::config_reader& r) {
     if (c.backoff_max < c.backoff_initial) rr.fail("max_ms", "is below initial_ms");
     TESSERA_TRY(rr.finish());
   }
+  c.secure_aggregation = r.choice("secure_aggregation", secure_mode::allow, k_secure_mode_names,
+                                  "masked uploads: allow (when the hub asks), require (refuse rounds in the clear) or off");
   net::read_link_settings(r, c.link, /*rate_limits=*/true);
   c.exit_after_rounds = r.integer("exit_after_rounds", 0, 0, INT64_MAX, "exit after this many accepted updates, and the evaluation that may follow the last (0: serve forever)");
   TESSERA_TRY(r.finish());

@@ -5,6 +5,7 @@
 
 #include "tessera/core/codec.hpp"
 #include "tessera/core/mlp.hpp"
+#include "tessera/crypto/digest.hpp"
 #include "tessera/net/task.hpp"
 
 namespace tessera::edge {
@@ -28,6 +29,10 @@ core::result<core::training_task> check_assignment(const net::msg::assign& a, co
                                                  std::to_string(limits.max_batch));
   if (std::find(limits.codecs.begin(), limits.codecs.end(), a.blob_codec) == limits.codecs.end())
     return make_error(errc::codec_disabled, "codec " + std::string(core::to_string(a.blob_codec)) + " is not enabled on this device");
+  if (a.secure && !a.evaluate && limits.secure == nullptr)
+    return make_error(errc::secure_refused, "the assignment uses secure aggregation, which this device's secure_aggregation (off) refuses");
+  if (!a.secure && !a.evaluate && limits.require_secure)
+    return make_error(errc::secure_refused, "the assignment uploads in the clear; this device's secure_aggregation is 'require'");
   const std::size_t expected = core::encoded_bytes(t.arch, a.blob_codec);
   if (a.size != expected)
     return make_error(errc::size_mismatch, "declared size " + std::to_string(a.size) + " bytes, the subnet in " +
@@ -37,9 +42,19 @@ core::result<core::training_task> check_assignment(const net::msg::assign& a, co
 
 core::result<std::shared_ptr<job>> job::start(const net::msg::assign& a, const device_limits& limits) {
   TESSERA_ASSIGN_OR_RETURN(auto task, check_assignment(a, limits));
+  // Secure aggregation's buffers come out of the same budget as the arena.
+  const bool secure = a.secure.has_value() && !a.evaluate;
+  const std::size_t extra = secure ? core::secure_bytes(task.arch, a.secure->segments.size()) : 0;
+  if (extra >= limits.arena_budget)
+    return core::make_error(core::errc::over_budget, "secure aggregation alone needs " + std::to_string(extra) + " bytes, the budget is " +
+                                                         std::to_string(limits.arena_budget));
   TESSERA_ASSIGN_OR_RETURN(auto arena, a.evaluate ? training_arena::reserve_for_evaluation(task.arch, task.batch, a.blob_codec, limits.arena_budget)
                                                   : training_arena::reserve(task.arch, task.batch, task.sgd.momentum != 0.0f,
-                                                                            a.blob_codec, limits.arena_budget));
+                                                                            a.blob_codec, limits.arena_budget - extra));
+  std::unique_ptr<secure_round> secure_part;
+  if (secure) {
+    TESSERA_ASSIGN_OR_RETURN(secure_part, secure_round::start(*a.secure, a.round, task.arch, *limits.secure));
+  }
   std::shared_ptr<job> j(new job());
   j->round_ = a.round;
   j->evaluate_ = a.evaluate;
@@ -49,13 +64,15 @@ core::result<std::shared_ptr<job>> job::start(const net::msg::assign& a, const d
   j->arena_ = std::move(arena);
   j->blob_ = core::blob_region(j->arena_->block(), j->codec_, static_cast<std::size_t>(a.size));
   j->download_state_.emplace(a.transfer, j->blob_, a.sha256);
+  j->secure_ = std::move(secure_part);
   return j;
 }
 
 job::resume_action job::on_reconnect() const noexcept {
   switch (at_) {
     case stage::downloading: return resume_action::expect_download;
-    case stage::training: return resume_action::wait;
+    case stage::training:
+    case stage::masking: return resume_action::wait;
     case stage::uploading:
     case stage::waiting_result: return resume_action::resend_upload;
   }
@@ -66,6 +83,7 @@ core::result<void> job::downloaded() {
   TESSERA_ASSERT(at_ == stage::downloading);
   if (auto ok = core::take_download(arena_->block(), task_.arch, codec_, blob_); !ok)
     return make_error(errc::bad_download, ok.error().message);
+  if (secure_) secure_->keep_received(arena_->params());
   at_ = stage::training;
   return {};
 }
@@ -101,6 +119,33 @@ void job::trained(const core::local_training_report& r, const net::digest& sha25
              .sha256 = sha256};
   upload_state_.emplace(update_.transfer, std::span<const std::byte>(blob_), sha256);
   at_ = stage::uploading;
+}
+
+void job::trained_secure(const core::local_training_report& r) {
+  TESSERA_ASSERT(at_ == stage::training && secure_);
+  report_ = r;
+  at_ = stage::masking;
+}
+
+core::result<void> job::masked() {
+  TESSERA_ASSERT(at_ == stage::masking && secure_);
+  const double most = static_cast<double>(task_.steps) * static_cast<double>(task_.batch);
+  const double weight = most > 0 ? std::min(1.0, static_cast<double>(report_.examples) / most) : 0.0;
+  TESSERA_TRY(secure_->mask(arena_->params(), weight));
+  const auto upload = secure_->upload();
+  const net::digest sha = crypto::sha256_of(upload);
+  update_ = {.round = round_,
+             .examples = static_cast<std::uint64_t>(report_.examples),
+             .steps = static_cast<std::uint64_t>(report_.steps),
+             .loss = report_.mean_loss,
+             .transfer = net::upload_transfer_id(download_id_),
+             .size = upload.size(),
+             .blob_codec = codec_,
+             .sha256 = sha,
+             .clipped = secure_->clipped()};
+  upload_state_.emplace(update_.transfer, upload, sha);
+  at_ = stage::uploading;
+  return {};
 }
 
 void job::upload_sent() noexcept {

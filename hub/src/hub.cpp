@@ -6,6 +6,7 @@
 #include <fstream>
 #include <random>
 
+#include "tessera/core/file_io.hpp"
 #include "tessera/core/targets.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/hub/error.hpp"
@@ -35,7 +36,7 @@ struct hub_service::upload_slot {
 };
 
 hub_service::hub_service(boost::asio::io_context& io, const hub_config& config, core::log_sink log)
-    : io_(io), config_(config), log_(std::move(log)), wait_timer_(io), deadline_timer_(io) {}
+    : io_(io), config_(config), log_(std::move(log)), secure_timer_(io), wait_timer_(io), deadline_timer_(io) {}
 
 hub_service::~hub_service() = default;
 
@@ -60,6 +61,10 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
                                                             std::to_string(h->validation_->feature_count()) +
                                                             " features per example, but model.inputs is " +
                                                             std::to_string(config.model.inputs));
+  }
+  if (!config.audit_uploads.empty()) {
+    std::filesystem::create_directories(config.audit_uploads, ec);
+    if (ec) return core::make_error(core::errc::io, config.audit_uploads + ": cannot create the audit_uploads folder: " + ec.message());
   }
   // Resume from the latest checkpoint, or start from the seeded initial model.
   std::vector<float> params(core::param_count(config.model.full_arch()));
@@ -133,6 +138,9 @@ void hub_service::attach(const std::shared_ptr<net::session>& s) {
     else if (const auto* r = std::get_if<net::msg::refuse>(&m)) on_refuse(self, *r);
     else if (const auto* st = std::get_if<net::msg::stats_reply>(&m)) on_stats_reply(self, *st);
     else if (const auto* ev = std::get_if<net::msg::evaluation>(&m)) on_evaluation(self, *ev);
+    else if (std::holds_alternative<net::msg::secagg_keys>(m) || std::holds_alternative<net::msg::secagg_shares>(m) ||
+             std::holds_alternative<net::msg::secagg_unmask_reply>(m))
+      on_secure(self, m);
   });
   s->on_blob_received([this, weak](const std::shared_ptr<net::incoming_transfer>& in) {
     if (auto self = weak.lock()) on_upload(self, in);
@@ -195,6 +203,7 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
         s->send_blob(std::shared_ptr<net::outgoing_transfer>(d.download, &d.download->out), held->offset);
       else if (a->state == assignment_state::downloading)  // it got every byte; the last ACK was lost
         note_downloaded(*a, d.download->out);
+      if (secure_) send_secure_step(d, id);  // a step's message the broken link may have lost
     } else {
       // It lost the assignment (a restarted agent): whatever it had sent is void; send it again.
       d.upload.reset();
@@ -202,6 +211,8 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
       send_assignment(d, *a);
     }
   }
+  // After its assignment, the unmasking may still need its shares.
+  if (secure_ && secure_->at == secure_phase::step::unmask && !stopping_) send_secure_step(d, id);
   if (waiting_) maybe_start_round();
 }
 
@@ -232,6 +243,9 @@ void hub_service::send_assignment(device_entry& d, assignment& a) {
                      .size = d.download->out.size(),
                      .blob_codec = a.codec,
                      .sha256 = sha};
+  if (engine_->secure())
+    m.secure = net::msg::secure_assign{.params = engine_->secagg_params(), .segments = a.segments, .rounding_key = a.rounding_key,
+                                       .upload_size = a.upload_bytes};
   d.session->send(m);
   d.session->send_blob(std::shared_ptr<net::outgoing_transfer>(d.download, &d.download->out));
 }
@@ -262,6 +276,11 @@ void hub_service::on_update(const std::shared_ptr<net::session>& s, const net::m
     reject(s, id, why, u.transfer);
     return;
   }
+  if (secure_ && secure_->at == secure_phase::step::unmask) {  // the survivors are fixed: no masked input joins now
+    reject(s, id, make_error(errc::round_closed, "update for round " + std::to_string(u.round) + ", whose uploads are over (unmasking)"),
+           u.transfer);
+    return;
+  }
   if (u.transfer != net::upload_transfer_id(d.download_id)) {
     reject(s, id, make_error(errc::wrong_transfer, "update for round " + std::to_string(u.round) +
                                                        " answers another assignment (transfer " + std::to_string(u.transfer) + ")"),
@@ -272,11 +291,11 @@ void hub_service::on_update(const std::shared_ptr<net::session>& s, const net::m
     if (!d.upload->in.complete()) s->expect_blob(std::shared_ptr<net::incoming_transfer>(d.upload, &d.upload->in));
     return;
   }
-  const rounds::update_claim claim{.round = u.round, .examples = u.examples, .steps = u.steps, .loss = u.loss,
-                                   .size = u.size, .codec = u.blob_codec};
+  const rounds::update_claim claim{.round = u.round, .clipped = u.clipped, .examples = u.examples, .steps = u.steps,
+                                   .loss = u.loss, .size = u.size, .codec = u.blob_codec};
   if (auto ok = engine_->announce(*a, claim); !ok) {
     reject(s, id, ok.error(), u.transfer);
-    if (engine_->all_reported()) close_round();
+    if (engine_->all_reported()) end_collection();
     return;
   }
   d.upload = std::make_shared<upload_slot>(u.transfer, a->upload_bytes, u.sha256);
@@ -287,12 +306,19 @@ void hub_service::on_upload(const std::shared_ptr<net::session>& s, const std::s
   const std::string& id = s->peer_device_id();
   device_entry& d = devices_[id];
   assignment* a = engine_->find(id);
-  if (a == nullptr || !d.upload || &d.upload->in != in.get() || a->state != assignment_state::uploading) {
+  if (a == nullptr || !d.upload || &d.upload->in != in.get() || a->state != assignment_state::uploading ||
+      (secure_ && secure_->at == secure_phase::step::unmask)) {
     reject(s, id, make_error(errc::round_closed, "update arrived after its round closed"), 0);
     return;
   }
   a->bytes_up = in->bytes_received_total();
   a->resent_bytes += in->bytes_received_total() - in->size();
+  if (!config_.audit_uploads.empty()) {
+    const auto path = std::filesystem::path(config_.audit_uploads) /
+                      ("round-" + std::to_string(engine_->current_round()) + "-" + id + ".bin");
+    if (auto ok = core::write_file_atomic(path, d.upload->bytes, 0600, /*replace=*/true); !ok)
+      log(log_level::error, "audit_uploads: " + ok.error().message);
+  }
   auto ok = engine_->receive(*a, d.upload->bytes);
   d.upload.reset();
   if (!ok) {
@@ -301,7 +327,7 @@ void hub_service::on_upload(const std::shared_ptr<net::session>& s, const std::s
     d.accepted_upload = in->id();
     s->send(net::msg::result{.accepted = true, .code = {}, .reason = {}});
   }
-  if (engine_->all_reported()) close_round();
+  if (engine_->all_reported()) end_collection();
 }
 
 void hub_service::note_downloaded(assignment& a, const net::outgoing_transfer& out) {
@@ -328,7 +354,7 @@ void hub_service::on_refuse(const std::shared_ptr<net::session>& s, const net::m
   }
   if (a != nullptr && is_open(a->state)) {
     engine_->refuse(*a, r.reason);
-    if (engine_->all_reported()) close_round();
+    if (engine_->all_reported()) end_collection();
   }
   if (stats_) drop_from_statistics(id, "it refused: " + r.reason);
   if (eval_) drop_from_evaluation(id, "it refused: " + r.reason);
@@ -426,16 +452,18 @@ void hub_service::start_round() {
     d.download.reset();
     send_assignment(d, a);
   }
+  if (engine_->secure()) start_secure();
   deadline_timer_.expires_after(ms(config_.round_deadline_s));
   deadline_timer_.async_wait([this, round = engine_->current_round()](const boost::system::error_code& ec) {
     if (ec || stopping_ || !engine_->in_round() || engine_->current_round() != round) return;
-    close_round();
+    end_collection();
   });
-  if (engine_->all_reported()) close_round();  // every download failed to encode
+  if (engine_->all_reported()) end_collection();  // every download failed to encode
 }
 
 void hub_service::close_round() {
   deadline_timer_.cancel();
+  secure_timer_.cancel();
   for (const auto& a : engine_->assignments()) {
     if (is_open(a.state))
       log(log_level::warning, "device " + a.device + " missed the deadline of round " + std::to_string(engine_->current_round()) +
@@ -446,6 +474,17 @@ void hub_service::close_round() {
   if (!m) {
     finish("round " + std::to_string(engine_->current_round()) + ": " + m.error().message);
     return;
+  }
+  if (secure_) {
+    const rounds::secure_outcome& o = engine_->last_secure();
+    std::string steps;
+    for (const auto& [step, seconds] : secure_->timings) steps += " " + step + " " + std::to_string(seconds).substr(0, 5) + " s,";
+    log(o.withheld.empty() ? log_level::info : log_level::warning,
+        "round " + std::to_string(engine_->completed()) + ": secure aggregation released " + std::to_string(o.released) + " of " +
+            std::to_string(o.segments) + " sums (" + std::to_string(o.dropped) + " device(s) dropped, " + std::to_string(o.clipped) +
+            " values clipped); 3 extra round trips:" + steps.substr(0, steps.empty() ? 0 : steps.size() - 1) +
+            (o.withheld.empty() ? "" : "; withheld: " + o.withheld));
+    secure_.reset();
   }
   const rounds::round_faults& f = engine_->last_faults();
   m.value().stragglers = f.stragglers;
@@ -492,6 +531,7 @@ void hub_service::stop() {
   waiting_ = false;
   wait_timer_.cancel();
   deadline_timer_.cancel();
+  secure_timer_.cancel();
   for (auto& [id, d] : devices_) d.session.reset();
   if (server_) server_->stop();
   if (on_stopped_) on_stopped_();

@@ -5,9 +5,6 @@ namespace tessera::hub {
 core::result<hub_config> read_hub_config(core::config_reader& r) {
   hub_config c;
   TESSERA_TRY(rounds::read_run_fields(r, c, /*allow_central=*/false));
-  // The protocol's steps are not yet on the hub's wire: a setting that would upload in the clear is refused.
-  if (c.secure_aggregation.enabled)
-    r.fail("secure_aggregation", "tessera-hub does not run secure aggregation yet (tessera-sim does); the uploads would not be masked");
   c.listen = r.address("listen", "127.0.0.1:7443", /*allow_port_zero=*/true, "where agents connect (port 0: pick a free one)");
   if (const auto* t = r.object("tls", "the hub's certificate and the CA its devices' certificates must chain to")) {
     core::config_reader tr = r.child("tls", *t);
@@ -24,6 +21,9 @@ core::result<hub_config> read_hub_config(core::config_reader& r) {
   c.device_wait_s = r.number("device_wait_s", 30, 0, 86400 * 30, "seconds to wait for max_devices before starting with fewer");
   c.round_deadline_s = r.number("round_deadline_s", 300, 0.1, 86400 * 30,
                                 "seconds from dispatch to close; a straggler's neurons keep their values");
+  c.secure_step_s = r.number("secure_step_s", 60, 0.1, 86400,
+                             "secure aggregation: seconds for each of its steps (keys, shares, unmasking); who has not "
+                             "answered by then is dropped");
   net::read_link_settings(r, c.link, /*rate_limits=*/false);
   c.max_sessions = static_cast<std::size_t>(r.integer("max_sessions", 4096, 1, 1'000'000, "connections held at once"));
   if (const auto* v = r.object("validation", "the hub's own test set (optional: a federation needs none)")) {
@@ -39,6 +39,9 @@ core::result<hub_config> read_hub_config(core::config_reader& r) {
   c.checkpoint_dir = r.string("checkpoint_dir", "", "folder of the checkpoint written after every round (empty: none, no resume)");
   c.seal_key = r.string("seal_key", "", "a file of 32 key bytes: checkpoints sealed with AES-256-GCM");
   if (!c.seal_key.empty() && c.checkpoint_dir.empty()) r.fail("seal_key", "given without a checkpoint_dir");
+  c.audit_uploads = r.string("audit_uploads", "",
+                             "a folder where every upload is kept exactly as the hub received it, to audit what the hub "
+                             "holds (masked, under secure aggregation); empty: none");
   TESSERA_TRY(r.finish());
   return c;
 }

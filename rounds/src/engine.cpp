@@ -53,7 +53,8 @@ core::result<double> engine::capacity(const device_offer& offer) const {
   if (offer.examples == 0) return core::make_error(core::errc::invalid_argument, "it holds no examples");
   if (config_.strategy != strategy_kind::ist) {
     if (offer.capacity > 0) return 1.0;
-    const std::size_t need = core::bytes_needed(full_, config_.batch, config_.momentum != 0.0f, codec_for(offer));
+    const std::size_t need = core::bytes_needed(full_, config_.batch, config_.momentum != 0.0f, codec_for(offer)) +
+                             (secure() ? core::secure_bytes(full_, secure_segments()) : 0);
     if (offer.budget_bytes < need)
       return core::make_error(core::errc::over_budget, "FedAvg trains the whole model, which needs " + mib(need) +
                                                            "; the budget is " + mib(offer.budget_bytes));
@@ -63,12 +64,13 @@ core::result<double> engine::capacity(const device_offer& offer) const {
   const bool momentum = config_.momentum != 0.0f;
   const core::codec_kind codec = codec_for(offer);
   const double c = core::capacity_for_budget(full_, config_.batch, momentum, codec,
-                                             static_cast<std::size_t>(offer.budget_bytes), config_.min_width);
+                                             static_cast<std::size_t>(offer.budget_bytes), config_.min_width,
+                                             secure() ? secure_segments() : 0);
   if (c <= 0) {
     core::mlp_arch narrow = full_;
     for (std::size_t l = 1; l + 1 < narrow.widths.size(); ++l) narrow.widths[l] = std::min(narrow.widths[l], config_.min_width);
     return core::make_error(core::errc::over_budget, "the narrowest subnet (min_width " + std::to_string(config_.min_width) +
-                                                         ") needs " + mib(core::bytes_needed(narrow, config_.batch, momentum, codec)) +
+                                                         ") needs " + mib(core::bytes_needed(narrow, config_.batch, momentum, codec) + (secure() ? core::secure_bytes(narrow, secure_segments()) : 0)) +
                                                          "; the budget is " + mib(offer.budget_bytes));
   }
   return c;
@@ -140,7 +142,8 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
     a.group = plan.device_group[i];
     a.sub = core::make_subnet(full_, config_.model.compensation, plan, a.group);
     a.codec = codec_for(o);
-    const std::size_t need = core::bytes_needed(a.sub.arch, config_.batch, momentum, a.codec);
+    const std::size_t need = core::bytes_needed(a.sub.arch, config_.batch, momentum, a.codec) +
+                             (secure() ? core::secure_bytes(a.sub.arch, secure_segments()) : 0);
     if (o.capacity <= 0 && need > o.budget_bytes) {  // the planner rounds widths; never send what the device must refuse
       excluded.push_back({o.id, "its subnet needs " + mib(need) + "; the budget is " + mib(o.budget_bytes)});
       continue;

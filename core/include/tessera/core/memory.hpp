@@ -56,10 +56,17 @@ struct training_memory {
   return plan_inference_memory(arch, batch, codec).total;
 }
 
+// Secure aggregation's memory on a device besides the arena (crypto/secagg.hpp): the received
+// parameters kept to take the change against, the weighted change (one float per value), and its
+// encoded, masked values (8 bytes each; the upload is packed over them), for `values` = the subnet's
+// parameters plus one weight per segment it covers. The hub plans with it, the agent checks it.
+[[nodiscard]] std::size_t secure_bytes(const mlp_arch& arch, std::size_t segments) noexcept;
+
 // The largest fraction f in (0, 1] of every hidden layer such that a subnet with ⌊f·n_l⌋ neurons per
 // hidden layer fits in budget_bytes; 0 if not even min_width neurons per layer fit. Used by the hub to
 // turn a device's budget into its capacity for the planner.
+// With `secure_segments` > 0 the subnet's secure_bytes count too.
 [[nodiscard]] double capacity_for_budget(const mlp_arch& full, std::int64_t batch, bool momentum, codec_kind codec,
-                                         std::size_t budget_bytes, std::int64_t min_width) noexcept;
+                                         std::size_t budget_bytes, std::int64_t min_width, std::size_t secure_segments = 0) noexcept;
 
 }  // namespace tessera::core

@@ -88,6 +88,9 @@ class agent {
   void on_result(const net::msg::result& r);
   void on_evaluated(std::uint64_t generation, core::result<net::msg::evaluation> score);
   void on_stats(const net::msg::stats& q);
+  // Secure aggregation's steps (secure_round.hpp).
+  void on_secure(const net::message& m);
+  void send_masked();
   void on_measured(std::uint64_t generation, core::result<net::msg::stats_reply> reply);
   void cancel_job();
   // REFUSE{code, reason} for the assignment of `round`, logged.
@@ -105,6 +108,8 @@ class agent {
   std::shared_ptr<net::client> client_;
   std::shared_ptr<net::session> session_;  // the current link, once ready
   std::shared_ptr<job> job_;
+  std::unique_ptr<secure_identity> secure_;        // null: secure_aggregation off
+  std::unique_ptr<secure_round> unmasking_;        // a round's protocol after its RESULT, until SECAGG_UNMASK
   std::uint64_t generation_ = 0;
   std::thread worker_;
   std::atomic<bool> cancel_{false};

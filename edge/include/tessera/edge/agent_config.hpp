@@ -22,6 +22,11 @@
 
 namespace tessera::edge {
 
+// Secure aggregation (crypto/secagg.hpp): take part when a hub asks (allow), take only rounds that use
+// it (require), or refuse it (off).
+enum class secure_mode { allow, require, off };
+inline constexpr auto k_secure_mode_names = core::names_in_order<secure_mode>({"allow", "require", "off"});
+
 struct agent_config {
   core::host_port hub{"127.0.0.1", 7443};
   crypto::agent_tls_files tls{.ca_cert = "pki/ca.pem", .cert = "pki/device.pem", .key = "pki/device.key", .hub_name = ""};
@@ -35,6 +40,7 @@ struct agent_config {
   double jitter = 0.5;
   net::link_settings link;                   // heartbeats, deadlines, chunking, rate caps
   std::int64_t exit_after_rounds = 0;        // 0: serve forever; N: exit after N accepted updates
+  secure_mode secure_aggregation = secure_mode::allow;
 };
 
 // Reads the fields from `r` (a describing reader lists them; see core/json_config.hpp).

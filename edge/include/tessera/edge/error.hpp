@@ -25,6 +25,9 @@ enum class errc {
   training_failed,   // training stopped with an error (a diverged loss, unreadable data)
   data_over_budget,  // the data reader's buffers alone exceed the memory budget
   labels_mismatch,   // the data's targets do not suit the model (a label out of range, fractional, not finite)
+  secure_refused,    // secure aggregation: this device's configuration refuses the assignment (required, or off)
+  secure_step,       // secure aggregation: a step from the hub that this device does not take (a bad roster,
+                     // a request for both shares of one device, a step out of order)
 };
 
 [[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.edge"

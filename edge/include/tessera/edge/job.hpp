@@ -7,7 +7,8 @@
 //
 //   downloading ──downloaded()──▶ training ──trained()──▶ uploading ──upload_sent()──▶ waiting_result
 //        (values decoded and finite)    (UPDATE prepared)       (hub ACKed every byte)      │ RESULT
-//                                                                                           ▼ (dropped)
+//                                           │                     ▲                         ▼ (dropped)
+//                 secure aggregation: trained_secure() ▶ masking ─┘ masked(): once the shares are in
 //
 // and after a reconnect resumes where it stood (resume_action): a download continues from what it
 // holds, an upload is announced again and continues from the hub's ACK, training goes on undisturbed.
@@ -31,6 +32,7 @@
 #include "tessera/edge/arena.hpp"
 #include "tessera/edge/device_data.hpp"
 #include "tessera/edge/error.hpp"
+#include "tessera/edge/secure_round.hpp"
 #include "tessera/net/messages.hpp"
 #include "tessera/net/transfer.hpp"
 
@@ -47,6 +49,10 @@ struct device_limits {
   std::function<core::result<void>(core::task_kind, std::int64_t)> check_targets{};
   std::string data_name{};          // the data, for messages
   bool requires_normalization = false;  // data.normalization standardize: the model must carry statistics
+  // Secure aggregation: this device's identity for it (null: it refuses secure assignments), and whether
+  // it refuses assignments without it.
+  const secure_identity* secure = nullptr;
+  bool require_secure = false;
 };
 
 // The assignment's task, or why this device refuses it (edge::errc; core::errc::over_budget when the
@@ -56,7 +62,7 @@ struct device_limits {
 
 class job : public std::enable_shared_from_this<job> {
  public:
-  enum class stage { downloading, training, uploading, waiting_result };
+  enum class stage { downloading, training, masking, uploading, waiting_result };
   enum class resume_action { expect_download, wait, resend_upload };
 
   // Checks the assignment and reserves its arena.
@@ -93,6 +99,15 @@ class job : public std::enable_shared_from_this<job> {
   // The hub acknowledged every byte of the upload. → waiting_result.
   void upload_sent() noexcept;
 
+  // Secure aggregation (ASSIGN{secure}): its protocol state, null otherwise.
+  [[nodiscard]] secure_round* secure() noexcept { return secure_.get(); }
+  // Trained: the report is kept until the shares are in. → masking.
+  void trained_secure(const core::local_training_report& report);
+  // Masks the trained parameters (secure_round::mask) and prepares the UPDATE. → uploading.
+  [[nodiscard]] core::result<void> masked();
+  // The protocol state outlives the job (its unmasking comes after RESULT).
+  [[nodiscard]] std::unique_ptr<secure_round> release_secure() noexcept { return std::move(secure_); }
+
  private:
   job() = default;
 
@@ -107,6 +122,8 @@ class job : public std::enable_shared_from_this<job> {
   net::msg::update update_{};
   stage at_ = stage::downloading;
   bool evaluate_ = false;
+  std::unique_ptr<secure_round> secure_;
+  core::local_training_report report_{};
 };
 
 }  // namespace tessera::edge

@@ -48,6 +48,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
+#include <set>
 #include <memory>
 #include <string>
 
@@ -124,6 +126,18 @@ class hub_service {
     std::uint64_t bytes_down = 0;  // of the model, to the devices (resent bytes included)
   };
 
+  // A round's secure aggregation (hub_secure.cpp): the engine holds the protocol's server; this is
+  // who answered which step, the step's deadline, and its timing for the log.
+  struct secure_phase {
+    enum class step { keys, shares, uploads, unmask };
+    step at = step::keys;
+    std::set<std::string> keyed, shared, replied;
+    std::optional<crypto::secagg_roster> roster;
+    std::optional<crypto::secagg_unmask_request> request;
+    std::chrono::steady_clock::time_point step_started{};
+    std::vector<std::pair<std::string, double>> timings;  // seconds each step took
+  };
+
   hub_service(boost::asio::io_context& io, const hub_config& config, core::log_sink log);
   void log(core::log_level level, const std::string& text) const;
   static void seen(device_entry& d);  // last_seen: now
@@ -163,6 +177,14 @@ class hub_service {
   void end_evaluation();
   [[nodiscard]] bool evaluating(const std::string& id) const;
   void after_round(rounds::round_metrics& m);
+  // Every update in, or the deadline: with secure aggregation the unmasking step comes first.
+  void end_collection();
+  void start_secure();
+  void on_secure(const std::shared_ptr<net::session>& s, const net::message& m);
+  void arm_secure_timer();
+  void end_secure_step();
+  void send_secure_step(device_entry& d, const std::string& id);  // the current step's message, to one device
+  [[nodiscard]] bool secure_step_done() const;
   void reload_revocations();
   void finish(const std::string& failure);
 
@@ -178,6 +200,8 @@ class hub_service {
   std::unique_ptr<core::memory_table> validation_;
   std::unique_ptr<rounds::stats_gathering> stats_;  // while the statistics are being gathered
   std::unique_ptr<evaluation_phase> eval_;          // while the devices score the model
+  std::unique_ptr<secure_phase> secure_;            // while a secure round runs its protocol
+  boost::asio::steady_timer secure_timer_;
   std::map<std::string, device_entry> devices_;
   boost::asio::steady_timer wait_timer_;
   boost::asio::steady_timer deadline_timer_;

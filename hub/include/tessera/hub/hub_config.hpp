@@ -30,11 +30,13 @@ struct hub_config : rounds::run_config {
   std::size_t max_devices = 1000;      // ...and at most this many; at once when this many are ready
   double device_wait_s = 30;           // how long to wait for max_devices before starting with fewer
   double round_deadline_s = 300;       // from dispatch; stragglers' blocks then keep their old values
+  double secure_step_s = 60;           // secure aggregation: each of its steps (keys, shares, unmasking)
   net::link_settings link;             // heartbeats, deadlines, chunking (no rate caps on the hub)
   std::size_t max_sessions = 4096;
   std::optional<core::data_source> validation;  // the hub's own test set, if it holds one
   std::string checkpoint_dir;          // empty: no checkpoints (and no resume)
   std::string seal_key;                // key file: checkpoints sealed with AES-256-GCM
+  std::string audit_uploads;           // folder: every upload kept as received (empty: none)
 };
 
 // Reads the fields from `r` (a describing reader lists them; see core/json_config.hpp).

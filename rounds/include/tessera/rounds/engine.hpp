@@ -164,6 +164,8 @@ class engine {
   [[nodiscard]] const crypto::secagg_params& secagg_params() const;
   [[nodiscard]] crypto::secagg_server& secagg_server();
   [[nodiscard]] const secure_outcome& last_secure() const noexcept { return secure_outcome_; }
+  // Segments a device's masked input covers: its group's and the shared parameters' (IST), or one.
+  [[nodiscard]] std::size_t secure_segments() const noexcept { return config_.strategy == strategy_kind::ist ? 2 : 1; }
   // A device's weight in the sums: its examples over the most its task allows (steps × batch).
   [[nodiscard]] static double secure_weight(const assignment& a, std::uint64_t examples) noexcept;
   // The simulator's devices: an announced assignment's unmasked encoding (crypto::secagg_encode for

@@ -1,0 +1,77 @@
+// tessera/edge/secure_round.hpp — this device's part in one round's secure aggregation
+// (crypto/secagg.hpp, DESIGN §6), apart from any socket.
+//
+//   ASSIGN{secure}  ──start()──▶ keys_message(): SECAGG_KEYS, signed with this device's certificate key
+//   SECAGG_ROSTER   ──on_roster()──▶ SECAGG_SHARES (every member's certificate and signature checked)
+//   SECAGG_INBOX    ──on_inbox()
+//   trained         ──mask()──▶ the upload: the weighted change (trained − received), clipped,
+//                              fixed-point, masked, packed; UPDATE carries its size and clipped count
+//   SECAGG_UNMASK   ──on_unmask()──▶ SECAGG_UNMASK_REPLY (never both shares of one device)
+//
+// A step repeated by the hub (after a broken link) gets the same answer; a step out of order, for
+// another round or that the protocol forbids is refused (errc::secure_step) with the reason.
+// Memory besides the arena: core::secure_bytes, which the hub planned with and check_assignment checks.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tessera/core/model_spec.hpp"
+#include "tessera/crypto/agreement.hpp"
+#include "tessera/crypto/secagg.hpp"
+#include "tessera/edge/error.hpp"
+#include "tessera/net/messages.hpp"
+
+namespace tessera::edge {
+
+// What this device signs its keys with and checks the others' against: its certificate and key, the CA.
+struct secure_identity {
+  std::string id;
+  std::string certificate_pem;
+  crypto::signing_key key;
+  std::string ca_pem;
+};
+
+class secure_round {
+ public:
+  enum class stage { keys, shared, masked, unmasked };
+
+  // Checks the secure part against the subnet (its segments hold exactly the subnet's parameters and
+  // their weights) and makes this round's keys.
+  [[nodiscard]] static core::result<std::unique_ptr<secure_round>> start(const net::msg::secure_assign& s, std::uint64_t round,
+                                                                         const core::mlp_arch& arch, const secure_identity& me);
+
+  [[nodiscard]] stage at() const noexcept { return at_; }
+  [[nodiscard]] std::uint64_t round() const noexcept { return round_; }
+  [[nodiscard]] bool has_inbox() const noexcept { return inbox_.has_value(); }
+  [[nodiscard]] net::msg::secagg_keys keys_message() const;
+  [[nodiscard]] core::result<net::msg::secagg_shares> on_roster(const net::msg::secagg_roster& r);
+  [[nodiscard]] core::result<void> on_inbox(const net::msg::secagg_inbox& in);
+  // The received parameters, kept to take the change against (before training).
+  void keep_received(std::span<const float> params);
+  // The masked upload from the trained parameters; weight = examples / (steps × batch).
+  [[nodiscard]] core::result<void> mask(std::span<const float> trained, double weight);
+  [[nodiscard]] std::span<const std::byte> upload() const noexcept { return upload_; }
+  [[nodiscard]] std::uint64_t clipped() const noexcept { return clipped_; }
+  [[nodiscard]] core::result<net::msg::secagg_unmask_reply> on_unmask(const net::msg::secagg_unmask& u);
+
+ private:
+  secure_round(std::uint64_t round, net::msg::secure_assign s, crypto::secagg_client client);
+
+  std::uint64_t round_ = 0;
+  net::msg::secure_assign s_;
+  crypto::secagg_client client_;
+  stage at_ = stage::keys;
+  std::optional<net::msg::secagg_shares> shares_;   // the answer to the roster, for a repeat
+  std::optional<std::vector<crypto::secagg_box>> inbox_;
+  std::vector<float> received_;
+  std::vector<std::byte> upload_;
+  std::uint64_t clipped_ = 0;
+  std::optional<net::msg::secagg_unmask_reply> reply_;
+};
+
+}  // namespace tessera::edge

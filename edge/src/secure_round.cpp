@@ -1,0 +1,85 @@
+#include "tessera/edge/secure_round.hpp"
+
+#include "tessera/core/mlp.hpp"
+
+namespace tessera::edge {
+namespace {
+
+core::error step_error(const std::string& what, const core::error& why) { return make_error(errc::secure_step, what + ": " + why.message); }
+
+}  // namespace
+
+secure_round::secure_round(std::uint64_t round, net::msg::secure_assign s, crypto::secagg_client client)
+    : round_(round), s_(std::move(s)), client_(std::move(client)) {}
+
+core::result<std::unique_ptr<secure_round>> secure_round::start(const net::msg::secure_assign& s, std::uint64_t round,
+                                                                 const core::mlp_arch& arch, const secure_identity& me) {
+  std::size_t values = 0;
+  for (const auto seg : s.segments) values += s.params.segments[seg].length - 1;
+  if (values != core::param_count(arch))
+    return make_error(errc::secure_step, "the secure segments hold " + std::to_string(values) + " values, the subnet has " +
+                                             std::to_string(core::param_count(arch)) + " parameters");
+  auto client = crypto::secagg_client::create(me.id, me.certificate_pem, me.key, me.ca_pem, s.params);
+  if (!client) return step_error("the secure aggregation's keys", client.error());
+  return std::unique_ptr<secure_round>(new secure_round(round, s, std::move(client).value()));
+}
+
+net::msg::secagg_keys secure_round::keys_message() const { return {.round = round_, .keys = client_.keys()}; }
+
+core::result<net::msg::secagg_shares> secure_round::on_roster(const net::msg::secagg_roster& r) {
+  if (r.round != round_) return make_error(errc::secure_step, "a roster for round " + std::to_string(r.round) + " in round " + std::to_string(round_));
+  if (shares_) return *shares_;  // the hub asks again after a broken link
+  if (at_ != stage::keys) return make_error(errc::secure_step, "a roster after the shares");
+  // The roster must give this device the segments its ASSIGN said.
+  for (const auto& m : r.roster)
+    if (m.keys.id == keys_message().keys.id && m.segments != s_.segments)
+      return make_error(errc::secure_step, "the roster gives this device other segments than its assignment");
+  auto boxes = client_.share_keys(r.roster);
+  if (!boxes) return step_error("the roster", boxes.error());
+  shares_ = net::msg::secagg_shares{.round = round_, .boxes = std::move(boxes).value()};
+  at_ = stage::shared;
+  return *shares_;
+}
+
+core::result<void> secure_round::on_inbox(const net::msg::secagg_inbox& in) {
+  if (in.round != round_) return make_error(errc::secure_step, "shares for round " + std::to_string(in.round) + " in round " + std::to_string(round_));
+  if (at_ == stage::keys) return make_error(errc::secure_step, "shares before the roster");
+  if (!inbox_) inbox_ = in.boxes;  // a repeat changes nothing
+  return {};
+}
+
+void secure_round::keep_received(std::span<const float> params) { received_.assign(params.begin(), params.end()); }
+
+core::result<void> secure_round::mask(std::span<const float> trained, double weight) {
+  if (at_ != stage::shared || !inbox_) return make_error(errc::secure_step, "masking before the shares arrived");
+  std::vector<std::vector<float>> input;
+  {
+    auto in = crypto::secagg_weighted_input(received_, trained, weight, s_.params, s_.segments);
+    if (!in) return make_error(errc::training_failed, "the update: " + in.error().message);
+    input = std::move(in).value();
+    received_ = {};  // the memory goes back before the masked values take theirs
+  }
+  auto masked = client_.mask(*inbox_, input, s_.rounding_key);
+  if (!masked) return step_error("masking", masked.error());
+  input = {};
+  upload_.resize(masked.value().y.size() * crypto::secagg_value_bytes(s_.params.bits));
+  crypto::secagg_pack(masked.value().y, s_.params.bits, upload_);
+  clipped_ = masked.value().clipped;
+  inbox_ = std::vector<crypto::secagg_box>{};
+  at_ = stage::masked;
+  return {};
+}
+
+core::result<net::msg::secagg_unmask_reply> secure_round::on_unmask(const net::msg::secagg_unmask& u) {
+  if (u.round != round_) return make_error(errc::secure_step, "an unmasking for round " + std::to_string(u.round) + " in round " + std::to_string(round_));
+  if (reply_) return *reply_;
+  if (at_ != stage::masked) return make_error(errc::secure_step, "an unmasking before this device's masked update");
+  auto reply = client_.unmask(u.request);
+  if (!reply) return step_error("the unmasking", reply.error());
+  reply_ = net::msg::secagg_unmask_reply{.round = round_, .reply = std::move(reply).value()};
+  at_ = stage::unmasked;
+  upload_ = {};
+  return *reply_;
+}
+
+}  // namespace tessera::edge

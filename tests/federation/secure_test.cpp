@@ -1,0 +1,148 @@
+// Secure aggregation over the network: tessera-hub and six tessera-edge agents (replication 3, two
+// groups) end with tessera-sim's model bit for bit, and every upload the hub holds looks uniformly
+// random, while the uploads of a run in the clear do not.
+#include <array>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "fleet.hpp"
+#include "tessera/core/file_io.hpp"
+#include "tessera/core/mlp.hpp"
+
+namespace tessera::testing {
+namespace {
+
+constexpr int k_devices = 6;
+constexpr int k_rounds = 3;
+
+nlohmann::json run_fields(bool secure) {
+  nlohmann::json j = {{"model", {{"inputs", 784}, {"hidden", {64, 64}}, {"outputs", 10}}},
+                      {"strategy", "ist"},
+                      {"rounds", k_rounds},
+                      {"local_steps", 20},
+                      {"batch", 32},
+                      {"lr", 0.05},
+                      {"seed", 11}};
+  if (secure) j["secure_aggregation"] = {{"replication", 3}, {"clip", 2.0}};
+  else j["groups"] = 2;  // the plan secure aggregation makes: two groups of three
+  return j;
+}
+
+// Pearson's chi-square of the blob's byte histogram against the uniform one (255 degrees of freedom).
+double chi_square_of_bytes(const std::vector<std::byte>& blob) {
+  std::array<double, 256> counts{};
+  for (std::byte b : blob) counts[std::to_integer<std::size_t>(b)] += 1;
+  const double expected = static_cast<double>(blob.size()) / 256.0;
+  double chi = 0;
+  for (double c : counts) chi += (c - expected) * (c - expected) / expected;
+  return chi;
+}
+// The chi-square's 1 − 1e-9 quantile at 255 degrees of freedom (Wilson–Hilferty): a uniform blob
+// exceeds it once in a billion.
+constexpr double k_chi_square_limit = 415.0;
+
+std::vector<std::vector<std::byte>> audited_uploads(const std::string& dir) {
+  std::vector<std::vector<std::byte>> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    auto bytes = core::read_file_bounded(e.path(), 64u << 20);
+    REQUIRE(bytes.ok());
+    out.push_back(std::move(bytes).value());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("federation: secure aggregation — the hub holds only masked uploads and ends with tessera-sim's model") {
+  fleet f("fed_secure");
+  INFO(f.diagnostics());
+  std::vector<std::string> ids;
+  for (int d = 0; d < k_devices; ++d) ids.push_back("device-" + std::to_string(d));
+  f.make_pki(ids);
+  const nlohmann::json train = f.write_subset("train", 6000), test = f.write_subset("t10k", 1000);
+  nlohmann::json shards_config = run_fields(true);
+  shards_config["devices"] = k_devices;
+  shards_config["data"] = {{"train", train}, {"test", test}};
+  const std::vector<nlohmann::json> data = f.make_shards(shards_config);
+
+  for (const bool secure : {false, true}) {
+    const std::string tag = secure ? "secure" : "clear";
+    CAPTURE(tag);
+    nlohmann::json sim = run_fields(secure);
+    sim.update({{"devices", k_devices}, {"data", {{"train", train}, {"test", test}}}, {"output", f.file("sim-" + tag + ".safetensors")},
+                {"metrics", f.file("sim-" + tag + ".jsonl")}});
+    f.run_tool("sim-" + tag, {k_sim_binary, "--config", f.write_json("sim-" + tag + ".json", sim)}, 120s);
+
+    nlohmann::json hub_json = run_fields(secure);
+    hub_json.update({{"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 60},
+                     {"output", f.file("hub-" + tag + ".safetensors")}, {"metrics", f.file("hub-" + tag + ".jsonl")},
+                     {"audit_uploads", f.file("audit-" + tag)}});
+    hub_handle hub = f.start_hub("hub-" + tag, hub_json);
+    std::vector<child_process*> agents;
+    for (int d = 0; d < k_devices; ++d) {
+      nlohmann::json a = f.agent_config(ids[static_cast<std::size_t>(d)], data[static_cast<std::size_t>(d)], hub.port);
+      a["exit_after_rounds"] = k_rounds;
+      agents.push_back(&f.start_agent(ids[static_cast<std::size_t>(d)] + "-" + tag, a));
+    }
+    const auto hub_code = hub.process.wait_exit(180s);
+    REQUIRE_MESSAGE(hub_code.has_value(), "the hub did not finish " << k_rounds << " rounds within 180 s");
+    REQUIRE_MESSAGE(*hub_code == 0, "the hub exited with " << *hub_code);
+    for (child_process* a : agents) {
+      const auto code = a->wait_exit(30s);
+      REQUIRE_MESSAGE(code.has_value(), a->name() << " did not exit");
+      CHECK(*code == 0);
+      CHECK(count_of(a->err(), "update accepted") == k_rounds);
+      CHECK(count_of(a->err(), "refusing") == 0);
+      if (secure) CHECK(count_of(a->err(), "unmasking shares sent") == k_rounds);
+    }
+
+    // What the hub received: under secure aggregation every upload's bytes are uniform; in the clear
+    // they are floats, far from it (the check can fail).
+    const auto uploads = audited_uploads(f.file("audit-" + tag));
+    REQUIRE(uploads.size() == static_cast<std::size_t>(k_devices * k_rounds));
+    double worst = 0, best = INFINITY;
+    for (const auto& u : uploads) {
+      const double chi = chi_square_of_bytes(u);
+      worst = std::max(worst, chi);
+      best = std::min(best, chi);
+    }
+    MESSAGE(tag << ": chi-square of the " << uploads.size() << " uploads' bytes " << best << " .. " << worst << " (limit "
+                << k_chi_square_limit << ")");
+    if (secure) CHECK(worst < k_chi_square_limit);
+    else CHECK(best > 10 * k_chi_square_limit);
+
+    const auto hub_metrics = check_every_round(f.file("hub-" + tag + ".jsonl"), k_rounds, k_devices, {});
+    const auto sim_metrics = read_metrics(f.file("sim-" + tag + ".jsonl"));
+    REQUIRE(sim_metrics.size() == k_rounds);
+    for (int r = 0; r < k_rounds; ++r) {
+      const auto& h = hub_metrics[static_cast<std::size_t>(r)];
+      const auto& s = sim_metrics[static_cast<std::size_t>(r)];
+      CAPTURE(h.dump());
+      CHECK(h.at("groups") == 2);
+      CHECK(h.at("secure_aggregation") == secure);
+      CHECK(h.at("train_loss").get<double>() == s.at("train_loss").get<double>());
+      if (secure) {
+        CHECK(h.at("secagg_dropped") == 0);
+        CHECK(h.at("secagg_withheld") == 0);
+        CHECK(h.at("secagg_clipped") == s.at("secagg_clipped"));
+      }
+    }
+    if (secure) CHECK(count_of(hub.process.err(), "secure aggregation released 3 of 3 sums") == k_rounds);
+
+    const core::stored_model from_hub = load_model_or_fail(f.file("hub-" + tag + ".safetensors"));
+    const core::stored_model from_sim = load_model_or_fail(f.file("sim-" + tag + ".safetensors"));
+    REQUIRE(from_hub.params.size() == from_sim.params.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < from_hub.params.size(); ++i) differ += from_hub.params[i] != from_sim.params[i] ? 1 : 0;
+    CHECK(differ == 0);  // the masks cancel exactly: the hub's sums are the simulator's
+    std::vector<float> initial(from_sim.params.size());
+    core::initialize(from_sim.spec, initial);
+    std::size_t moved = 0;
+    for (std::size_t i = 0; i < initial.size(); ++i) moved += from_hub.params[i] != initial[i] ? 1 : 0;
+    CHECK(moved > initial.size() / 2);
+  }
+}
+
+}  // namespace tessera::testing
