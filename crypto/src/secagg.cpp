@@ -535,7 +535,10 @@ core::result<std::vector<secagg_segment_sum>> secagg_server::finish() const {
   }
   TESSERA_ASSIGN_OR_RETURN(const auto fp, fixed_point::create(p.clip, p.bits, roster_.size()));
   std::vector<secagg_segment_sum> out(p.segments.size());
+  for (std::uint32_t seg = 0; seg < out.size(); ++seg)  // a withheld segment's count, for the report
+    for (const auto& u : req.survivors) out[seg].contributors += covers(*member(u), seg) ? 1 : 0;
   for (std::uint32_t seg : req.released) {
+    out[seg].contributors = 0;
     std::vector<std::uint64_t> acc(p.segments[seg].length, 0);
     for (const auto& u : req.survivors) {
       const secagg_member& mu = *member(u);

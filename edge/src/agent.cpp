@@ -351,8 +351,11 @@ void agent::on_secure(const net::message& m) {
   } else if (const auto* u = std::get_if<net::msg::secagg_unmask>(&m)) {
     auto reply = s->on_unmask(*u);
     if (!reply) return refuse(what, reply.error());
+    std::string released;
+    for (auto seg : u->request.released) released += (released.empty() ? "" : ",") + std::to_string(seg);
     log(log_level::info, "round " + std::to_string(round) + ": unmasking shares sent (" + std::to_string(u->request.survivors.size()) +
-                             " survivors, " + std::to_string(u->request.dropped.size()) + " dropped)");
+                             " survivors, " + std::to_string(u->request.dropped.size()) + " dropped; sums released: segments " +
+                             (released.empty() ? "none" : released) + ")");
     if (session_) session_->send(reply.value());
   }
 }

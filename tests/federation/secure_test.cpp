@@ -146,3 +146,114 @@ TEST_CASE("federation: secure aggregation — the hub holds only masked uploads 
 }
 
 }  // namespace tessera::testing
+
+namespace tessera::testing {
+namespace {
+
+// One round of six agents under secure aggregation (replication 3, a group released from 2 devices):
+// the agents in `slow` upload at 2 KiB/s, so a test can kill them after they shared their keys and
+// before their masked update is in. Returns the hub and the agents.
+struct dropout_run {
+  hub_handle hub;
+  std::vector<child_process*> agents;
+};
+
+dropout_run start_dropout_run(fleet& f, const std::string& tag, const std::vector<std::string>& ids, const std::vector<nlohmann::json>& data,
+                              const std::vector<std::size_t>& slow) {
+  nlohmann::json hub_json = run_fields(true);
+  hub_json["rounds"] = 1;
+  hub_json["secure_aggregation"]["threshold"] = 2;
+  hub_json.update({{"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 12},
+                   {"secure_step_s", 4}, {"output", f.file("hub-" + tag + ".safetensors")}, {"metrics", f.file("hub-" + tag + ".jsonl")}});
+  dropout_run run{f.start_hub("hub-" + tag, hub_json), {}};
+  for (std::size_t d = 0; d < ids.size(); ++d) {
+    nlohmann::json a = f.agent_config(ids[d], data[d], run.hub.port);
+    a["exit_after_rounds"] = 1;
+    if (std::find(slow.begin(), slow.end(), d) != slow.end()) a["rate_limit"] = {{"upload_bytes_per_s", 2048}};
+    run.agents.push_back(&f.start_agent(ids[d] + "-" + tag, a));
+  }
+  return run;
+}
+
+// Kills an agent once it is sending its masked update (it shared its keys; the hub has not got it).
+void kill_while_uploading(child_process& a) {
+  REQUIRE_MESSAGE(wait_for_log(a, "masked update", 60s), a.name() << " never began its masked upload");
+  a.kill();
+  CHECK(count_of(a.err(), "shares sent") == 1);
+  CHECK(count_of(a.err(), "update accepted") == 0);
+}
+
+// Parameters equal to the seeded initial model's.
+std::size_t unchanged(const core::stored_model& m) {
+  std::vector<float> initial(m.params.size());
+  core::initialize(m.spec, initial);
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < initial.size(); ++i) n += m.params[i] == initial[i] ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("federation: secure aggregation with dropouts — after sharing keys, after the upload; a group below its threshold is withheld") {
+  fleet f("fed_secure_drop");
+  INFO(f.diagnostics());
+  std::vector<std::string> ids;
+  for (int d = 0; d < k_devices; ++d) ids.push_back("device-" + std::to_string(d));
+  f.make_pki(ids);
+  const nlohmann::json train = f.write_subset("train", 6000), test = f.write_subset("t10k", 500);
+  nlohmann::json shards_config = run_fields(true);
+  shards_config["devices"] = k_devices;
+  shards_config["data"] = {{"train", train}, {"test", test}};
+  const std::vector<nlohmann::json> data = f.make_shards(shards_config);
+  // Groups by natural order: device d trains group d mod 2. A group's own parameters (hidden 64: 32
+  // neurons a layer): 784·32 + 32 + 32·32 + 32 + 32·10 (its layer norms add 4·32).
+  constexpr std::size_t group_params = 784 * 32 + 32 + 32 * 32 + 32 + 32 * 10;
+
+  SUBCASE("device-1 dies after sharing its keys, device-2 after its upload: every sum is released from the survivors") {
+    dropout_run run = start_dropout_run(f, "drop", ids, data, {1});
+    kill_while_uploading(*run.agents[1]);
+    child_process& late = *run.agents[2];
+    REQUIRE_MESSAGE(wait_for_log(late, "round 1: update accepted", 60s), "device-2's update was not accepted");
+    late.kill();  // the unmasking waits for device-1's deadline: device-2 is gone before it
+    const auto code = run.hub.process.wait_exit(90s);
+    REQUIRE_MESSAGE(code.has_value(), "the hub did not finish");
+    REQUIRE(*code == 0);
+    CHECK(count_of(late.err(), "unmasking shares sent") == 0);
+    const auto m = read_metrics(f.file("hub-drop.jsonl"));
+    REQUIRE(m.size() == 1);
+    CAPTURE(m[0].dump());
+    CHECK(m[0].at("stragglers") == 1);
+    CHECK(m[0].at("secagg_dropped") == 1);
+    CHECK(m[0].at("secagg_withheld") == 0);
+    CHECK(count_of(run.hub.process.err(), "secure aggregation released 3 of 3 sums (1 device(s) dropped") == 1);
+    for (std::size_t d : {0u, 3u, 4u, 5u})
+      CHECK(count_of(run.agents[d]->err(), "unmasking shares sent (5 survivors, 1 dropped; sums released: segments 0,1,2)") == 1);
+    const core::stored_model model = load_model_or_fail(f.file("hub-drop.safetensors"));
+    CHECK(all_finite(model.params));
+    CHECK(unchanged(model) < group_params);  // both groups moved
+  }
+
+  SUBCASE("two of group 1 die before their upload: its sum (one device's) is withheld, the others are released") {
+    dropout_run run = start_dropout_run(f, "withheld", ids, data, {1, 3});
+    kill_while_uploading(*run.agents[1]);
+    kill_while_uploading(*run.agents[3]);
+    const auto code = run.hub.process.wait_exit(90s);
+    REQUIRE_MESSAGE(code.has_value(), "the hub did not finish");
+    REQUIRE(*code == 0);
+    const auto m = read_metrics(f.file("hub-withheld.jsonl"));
+    REQUIRE(m.size() == 1);
+    CAPTURE(m[0].dump());
+    CHECK(m[0].at("stragglers") == 2);
+    CHECK(m[0].at("secagg_dropped") == 2);
+    CHECK(m[0].at("secagg_withheld") == 1);
+    CHECK(count_of(run.hub.process.err(), "withheld: group 1: 1 contributor, below the threshold 2") == 1);
+    // device-5, group 1's survivor: the unmasking never releases its group, so its self-mask seed for
+    // that segment is never revealed and its input stays masked.
+    CHECK(count_of(run.agents[5]->err(), "sums released: segments 0,2)") == 1);
+    const core::stored_model model = load_model_or_fail(f.file("hub-withheld.safetensors"));
+    CHECK(all_finite(model.params));
+    CHECK(unchanged(model) >= group_params);  // group 1 kept its values
+  }
+}
+
+}  // namespace tessera::testing

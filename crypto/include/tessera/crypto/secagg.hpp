@@ -164,7 +164,7 @@ class secagg_client {
 // A segment's result: the sum over its survivors, or nothing (too few survivors).
 struct secagg_segment_sum {
   bool released = false;
-  std::size_t contributors = 0;
+  std::size_t contributors = 0;   // survivors covering the segment (released or not)
   std::vector<double> sum;
 };
 
