@@ -1,0 +1,252 @@
+// The agent's side of secure aggregation against a scripted hub: a net::server in the test drives a
+// real edge::agent through the protocol's steps over mutual TLS on 127.0.0.1, with two more devices
+// simulated by crypto::secagg_client. Each test names a step the agent must refuse (with
+// edge.secure_step and the reason) or, for the honest hub, the whole round it must complete.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "../core/test_files.hpp"
+#include "../crypto/test_pki.hpp"
+#include "../support/text.hpp"
+#include "tessera/core/codec.hpp"
+#include "tessera/core/mlp.hpp"
+#include "tessera/core/rng.hpp"
+#include "tessera/crypto/digest.hpp"
+#include "tessera/edge/agent.hpp"
+#include "tessera/net/server.hpp"
+#include "tessera/net/task.hpp"
+
+using namespace tessera;
+using namespace std::chrono_literals;
+
+namespace {
+
+// What the scripted hub does wrong, if anything.
+enum class rogue { none, bad_signature, replayed_keys, both_shares };
+
+// Two more devices of the fleet's CA ("sa-1", "sa-2"), whose protocol clients the scripted hub runs.
+crypto::cert_files other_device(const std::string& id) {
+  const auto& pki = test::test_pki::get();
+  crypto::cert_files f{pki.dir / (id + ".pem"), pki.dir / (id + ".key")};
+  if (!std::filesystem::exists(f.cert)) REQUIRE(crypto::issue(pki.ca, {.device_id = id}, f, false).ok());
+  return f;
+}
+
+crypto::secagg_client client_for(const std::string& id, const crypto::secagg_params& p) {
+  const auto files = other_device(id);
+  auto key = crypto::signing_key::load(files.key);
+  REQUIRE(key.ok());
+  auto c = crypto::secagg_client::create(id, testing::read_text(files.cert), key.value(), testing::read_text(test::test_pki::get().ca.cert), p);
+  REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
+  return std::move(c).value();
+}
+
+class scripted_hub {
+ public:
+  scripted_hub(rogue r, const testing::temp_dir& dir) : rogue_(r), dir_(dir) {
+    model_.inputs = 16;
+    model_.hidden = {8};
+    model_.outputs = 4;
+    arch_ = model_.full_arch();
+    params_.resize(core::param_count(arch_));
+    core::initialize(model_, params_);
+    p_.round = 4242;
+    p_.bits = 32;
+    p_.clip = 1.0;
+    p_.threshold = 2;
+    p_.segments = {{.length = core::param_count(arch_) + 1, .min_aggregate = 2}};
+    server_ = net::server::create(io_, test::test_pki::get().hub_tls(), net::session_config{});
+    server_->on_session([this](const std::shared_ptr<net::session>& s) { attach(s); });
+    auto port = server_->listen("127.0.0.1", 0);
+    REQUIRE(port.ok());
+    port_ = port.value();
+    write_data();
+  }
+
+  // Runs the agent against the script until it refuses, the round completes, or 20 s pass.
+  void run() {
+    const auto& pki = test::test_pki::get();
+    edge::agent_config c;
+    c.hub = {"127.0.0.1", port_};
+    c.tls = {.ca_cert = pki.ca.cert, .cert = pki.dev_a.cert, .key = pki.dev_a.key, .hub_name = "localhost"};
+    c.data.source = {.format = core::data_format::idx, .features = dir_.file("images"), .labels = dir_.file("labels")};
+    c.data.validation_fraction = 0;
+    c.backoff_initial = 50ms;
+    c.backoff_max = 200ms;
+    auto a = edge::agent::create(io_, c, [this](core::log_level, const std::string& line) { agent_log += line + "\n"; });
+    REQUIRE_MESSAGE(a.ok(), (a.ok() ? "" : a.error().message));
+    agent_ = std::move(a).value();
+    agent_->start();
+    io_.run_for(20s);
+  }
+
+  std::string agent_log;
+  std::optional<net::msg::refuse> refused;
+  std::optional<net::msg::secagg_unmask_reply> unmask_reply;
+  bool uploaded = false;
+
+ private:
+  void done() {
+    agent_->stop();
+    server_->stop();
+  }
+
+  void write_data() {
+    core::rng r(5);
+    std::vector<std::uint8_t> px, lab;
+    for (int i = 0; i < 64; ++i) {
+      const auto cls = static_cast<std::uint8_t>(r.below(4));
+      for (int k = 0; k < 16; ++k) px.push_back(static_cast<std::uint8_t>(k / 4 == cls ? 200 : 20));
+      lab.push_back(cls);
+    }
+    REQUIRE(core::write_idx_images(dir_.file("images"), 4, 4, px).ok());
+    REQUIRE(core::write_idx_labels(dir_.file("labels"), lab).ok());
+  }
+
+  void attach(const std::shared_ptr<net::session>& s) {
+    std::weak_ptr<net::session> weak = s;
+    s->on_message([this, weak](const net::message& m) {
+      auto self = weak.lock();
+      if (!self) return;
+      on_message(*self, m);
+    });
+    s->on_blob_received([this, weak](const std::shared_ptr<net::incoming_transfer>&) {
+      auto self = weak.lock();
+      if (!self) return;
+      uploaded = true;
+      self->send(net::msg::result{.accepted = true, .code = {}, .reason = {}});
+      // Survivors: the agent and sa-1; sa-2 dropped. The rogue hub also names sa-1 as dropped.
+      crypto::secagg_unmask_request req{.survivors = {"dev-a", "sa-1"}, .dropped = {"sa-2"}, .released = {0}};
+      if (rogue_ == rogue::both_shares) req.dropped.push_back("sa-1");
+      self->send(net::msg::secagg_unmask{.round = 1, .request = req});
+    });
+  }
+
+  void on_message(net::session& s, const net::message& m) {
+    if (std::holds_alternative<net::msg::hello>(m)) {
+      s.send(net::msg::welcome{});
+      send_assign(s);
+    } else if (const auto* k = std::get_if<net::msg::secagg_keys>(&m)) {
+      // The roster: the agent, then sa-1 and sa-2 (sa-1's keys spoiled as the script says).
+      crypto::secagg_params sa1_params = p_;
+      if (rogue_ == rogue::replayed_keys) sa1_params.round = p_.round - 1;  // keys signed for an earlier round
+      others_.push_back(client_for("sa-1", sa1_params));
+      others_.push_back(client_for("sa-2", p_));
+      crypto::secagg_roster roster{{.keys = k->keys, .segments = {0}}};
+      for (auto& o : others_) roster.push_back({.keys = o.keys(), .segments = {0}});
+      if (rogue_ == rogue::bad_signature) roster[1].keys.signature[3] ^= std::byte{1};
+      roster_ = roster;
+      s.send(net::msg::secagg_roster{.round = 1, .roster = roster});
+    } else if (const auto* sh = std::get_if<net::msg::secagg_shares>(&m)) {
+      // The others share too; the agent's inbox is their boxes to it.
+      std::vector<crypto::secagg_box> inbox;
+      for (auto& o : others_) {
+        auto boxes = o.share_keys(roster_);
+        REQUIRE(boxes.ok());
+        for (auto& b : boxes.value())
+          if (b.to == "dev-a") inbox.push_back(b);
+      }
+      CHECK(sh->boxes.size() == 2);
+      s.send(net::msg::secagg_inbox{.round = 1, .boxes = inbox});
+    } else if (const auto* u = std::get_if<net::msg::update>(&m)) {
+      upload_.resize(u->size);
+      in_ = std::make_shared<net::incoming_transfer>(u->transfer, std::span<std::byte>(upload_), u->sha256);
+      s.expect_blob(in_);
+    } else if (const auto* r = std::get_if<net::msg::secagg_unmask_reply>(&m)) {
+      unmask_reply = *r;
+      done();
+    } else if (const auto* f = std::get_if<net::msg::refuse>(&m)) {
+      refused = *f;
+      done();
+    }
+  }
+
+  void send_assign(net::session& s) {
+    blob_.resize(core::encoded_bytes(arch_, core::codec_kind::f32));
+    REQUIRE(core::encode(arch_, core::codec_kind::f32, params_, blob_).ok());
+    const net::digest sha = crypto::sha256_of(blob_);
+    core::training_task task{.arch = arch_, .steps = 2, .batch = 4, .sgd = {.learning_rate = 0.05f}, .normalization = nullptr};
+    net::msg::assign a{.round = 1, .widths = net::hidden_widths(arch_), .hyper_json = net::task_to_json(task), .transfer = 77,
+                       .size = blob_.size(), .blob_codec = core::codec_kind::f32, .sha256 = sha};
+    a.secure = net::msg::secure_assign{.params = p_, .segments = {0}, .rounding_key = {},
+                                       .upload_size = p_.segments[0].length * 4};
+    s.send(a);
+    out_ = std::make_shared<net::outgoing_transfer>(77, std::span<const std::byte>(blob_), sha);
+    s.send_blob(out_);
+  }
+
+  rogue rogue_;
+  const testing::temp_dir& dir_;
+  boost::asio::io_context io_;
+  std::shared_ptr<net::server> server_;
+  std::uint16_t port_ = 0;
+  std::unique_ptr<edge::agent> agent_;
+  core::model_spec model_;
+  core::mlp_arch arch_;
+  std::vector<float> params_;
+  crypto::secagg_params p_;
+  std::vector<crypto::secagg_client> others_;
+  crypto::secagg_roster roster_;
+  std::vector<std::byte> blob_, upload_;
+  std::shared_ptr<net::outgoing_transfer> out_;
+  std::shared_ptr<net::incoming_transfer> in_;
+};
+
+}  // namespace
+
+TEST_CASE("secure agent: with an honest hub it masks its update and reveals the shares asked for") {
+  testing::temp_dir dir("secure_agent_ok");
+  scripted_hub hub(rogue::none, dir);
+  hub.run();
+  INFO(hub.agent_log);
+  CHECK(!hub.refused);
+  CHECK(hub.uploaded);
+  REQUIRE(hub.unmask_reply.has_value());
+  CHECK(hub.unmask_reply->reply.id == "dev-a");
+  CHECK(hub.unmask_reply->reply.seeds.size() == 2);  // the survivors' self-mask seeds (its own and sa-1's)
+  CHECK(hub.unmask_reply->reply.keys.size() == 1);   // the dropped device's key
+}
+
+TEST_CASE("secure agent refusal: a scripted hub asking for both kinds of share of one device") {
+  testing::temp_dir dir("secure_agent_both");
+  scripted_hub hub(rogue::both_shares, dir);
+  hub.run();
+  INFO(hub.agent_log);
+  CHECK(hub.uploaded);
+  CHECK(!hub.unmask_reply);
+  REQUIRE(hub.refused.has_value());
+  CHECK(hub.refused->code == "edge.secure_step");
+  CHECK(hub.refused->reason.find("both the seed and the key of sa-1") != std::string::npos);
+}
+
+TEST_CASE("secure agent refusal: a roster whose key signature does not verify") {
+  testing::temp_dir dir("secure_agent_sig");
+  scripted_hub hub(rogue::bad_signature, dir);
+  hub.run();
+  INFO(hub.agent_log);
+  CHECK(!hub.uploaded);
+  REQUIRE(hub.refused.has_value());
+  CHECK(hub.refused->code == "edge.secure_step");
+  CHECK(hub.refused->reason.find("sa-1") != std::string::npos);
+  CHECK(hub.refused->reason.find("not signed by its certificate") != std::string::npos);
+}
+
+TEST_CASE("secure agent refusal: keys replayed from an earlier round") {
+  testing::temp_dir dir("secure_agent_replay");
+  scripted_hub hub(rogue::replayed_keys, dir);
+  hub.run();
+  INFO(hub.agent_log);
+  CHECK(!hub.uploaded);
+  REQUIRE(hub.refused.has_value());
+  CHECK(hub.refused->code == "edge.secure_step");
+  // sa-1's signature is genuine, but over round 4241: for this round it does not verify.
+  CHECK(hub.refused->reason.find("device sa-1's keys are not signed by its certificate for round 4242") != std::string::npos);
+}
