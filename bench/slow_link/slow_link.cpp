@@ -37,6 +37,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "common/fleet_run.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/crypto/pki.hpp"
 #include "tessera/edge/agent.hpp"
@@ -75,19 +76,8 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-[[noreturn]] void die(const std::string& m) {
-  std::fprintf(stderr, "bench_slow_link: %s\n", m.c_str());
-  std::exit(1);
-}
-
-template <class T>
-T must(core::result<T> r) {
-  if (!r) die(r.error().message);
-  return std::move(r).value();
-}
-void must(core::result<void> r) {
-  if (!r) die(r.error().message);
-}
+using bench::die;
+using bench::must;
 
 struct point {
   std::int64_t round;
@@ -168,48 +158,17 @@ run_result curve(const options& o, const std::string& method, const std::string&
 // Part 2: real rounds over emulated links. Returns the measured seconds per round (hub's figure).
 std::vector<double> validate(const options& o, const std::string& method, const std::string& codec, std::int64_t steps,
                              const std::filesystem::path& work, const std::vector<std::string>& shards) {
-  const auto pki_dir = work / "pki";
-  const crypto::ca_files ca = crypto::ca_files::in(pki_dir);
-  const crypto::cert_files hub_files{pki_dir / "hub.pem", pki_dir / "hub.key"};
-  nlohmann::json hc = {{"listen", "127.0.0.1:0"},
-                       {"tls", {{"ca", ca.cert.string()}, {"cert", hub_files.cert.string()}, {"key", hub_files.key.string()},
-                                {"crl", ca.crl.string()}}},
-                       {"model", {{"hidden", o.model == "wide" ? nlohmann::json{2048, 2048} : nlohmann::json{512, 512}}}},
-                       {"strategy", method}, {"codec", codec}, {"rounds", o.validate_rounds}, {"min_devices", 8},
-                       {"max_devices", 8}, {"device_wait_s", 120}, {"round_deadline_s", 3600}, {"local_steps", steps},
-                       {"batch", 32}, {"lr", 0.05}, {"heartbeat_s", 10}, {"idle_timeout_s", 120}, {"chunk_kib", 64},
-                       {"window_kib", 512}};
-  const auto cfg = must(hub::parse_hub_config(hc, "validation hub"));
-  boost::asio::io_context io;
-  auto service = must(hub::hub_service::create(io, cfg, {}));
-  std::vector<double> seconds;
-  service->on_round([&](const rounds::round_metrics& m) { seconds.push_back(m.seconds); });
-  const auto port = must(service->start());
+  const nlohmann::json hc = {{"model", {{"hidden", o.model == "wide" ? nlohmann::json{2048, 2048} : nlohmann::json{512, 512}}}},
+                             {"strategy", method}, {"codec", codec}, {"rounds", o.validate_rounds}, {"device_wait_s", 120},
+                             {"round_deadline_s", 3600}, {"local_steps", steps}, {"batch", 32}, {"lr", 0.05}, {"heartbeat_s", 10},
+                             {"idle_timeout_s", 120}, {"chunk_kib", 64}, {"window_kib", 512}};
   const net::link_profile profile{.rate_bits_per_s = static_cast<std::uint64_t>(o.rate_kbit * 1000.0),
                                   .latency = std::chrono::milliseconds(static_cast<std::int64_t>(o.latency_ms))};
-  std::vector<std::shared_ptr<net::link_emulator>> links;
-  std::vector<std::unique_ptr<edge::agent>> agents;
-  for (std::size_t d = 0; d < 8; ++d) {
-    auto link = net::link_emulator::create(io, profile, "127.0.0.1", port);
-    const auto lp = must(link->listen("127.0.0.1", 0));
-    links.push_back(link);
-    const std::string id = "dev-" + std::to_string(d);
-    nlohmann::json ac = {{"hub", "127.0.0.1:" + std::to_string(lp)},
-                         {"tls", {{"ca", ca.cert.string()}, {"cert", (pki_dir / (id + ".pem")).string()},
-                                  {"key", (pki_dir / (id + ".key")).string()}}},
-                         {"data", must(core::load_json_file(shards[d] + "/data.json"))}, {"memory_budget_mib", 256},
-                         {"heartbeat_s", 10}, {"idle_timeout_s", 120}, {"chunk_kib", 64}, {"window_kib", 512},
-                         {"codecs", {"f32", "q8"}}};
-    auto a = must(edge::agent::create(io, must(edge::parse_agent_config(ac, "validation agent")), {}));
-    a->start();
-    agents.push_back(std::move(a));
-  }
-  const auto deadline = clock_type::now() + std::chrono::minutes(30);
-  while (!service->finished() && service->failure().empty() && clock_type::now() < deadline) io.run_for(std::chrono::milliseconds(200));
-  for (auto& a : agents) a->stop();
-  for (auto& l : links) l->stop();
-  io.run_for(std::chrono::milliseconds(300));
-  if (!service->finished()) die("validation run (" + method + " " + codec + ") did not finish: " + service->failure());
+  const nlohmann::json agent_extra = {{"memory_budget_mib", 256}, {"heartbeat_s", 10}, {"idle_timeout_s", 120},
+                                      {"chunk_kib", 64}, {"window_kib", 512}, {"codecs", {"f32", "q8"}}};
+  std::vector<double> seconds;
+  for (const auto& m : bench::run_fleet(hc, work, shards, {.link = profile, .agent_extra = agent_extra, .limit = std::chrono::minutes(30)}))
+    seconds.push_back(m.seconds);
   return seconds;
 }
 
@@ -256,7 +215,7 @@ int main(int argc, char** argv) {
   std::printf("}\n");
   std::fflush(stdout);
 
-  auto loaded = must(sim::load_sim_data(sim::sim_config{}));
+  auto loaded = must(sim::load_sim_data(must(sim::parse_sim_config(nlohmann::json::object(), "defaults"))));
   std::vector<run_result> runs;
   for (const auto& method : o.methods)
     for (const auto& codec : o.codecs)
@@ -308,15 +267,8 @@ int main(int argc, char** argv) {
   if (o.validate_rounds > 0) {
     std::printf("\nvalidation: %lld real rounds over emulated links (hub + 8 agents in this process, mutual TLS)\n",
                 static_cast<long long>(o.validate_rounds));
-    const auto work = std::filesystem::temp_directory_path() / ("tessera-slow-link-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(work / "pki");
-    const crypto::ca_files ca = crypto::ca_files::in(work / "pki");
-    must(crypto::init_ca(ca, {}, true));
-    must(crypto::issue(ca, {.ip_addresses = {"127.0.0.1"}}, {work / "pki" / "hub.pem", work / "pki" / "hub.key"}, true));
-    for (int d = 0; d < 8; ++d) {
-      const std::string id = "dev-" + std::to_string(d);
-      must(crypto::issue(ca, {.device_id = id}, {work / "pki" / (id + ".pem"), work / "pki" / (id + ".key")}, true));
-    }
+    const auto work = bench::fleet_dir("tessera-slow-link");
+    bench::make_pki(work, 8);
     auto shard_cfg = sim_config_for(o, "ist", "f32", o.steps.front());
     const auto shards = must(sim::write_shards(shard_cfg, (work / "shards").string()));
     for (const std::string method : {"ist", "fedavg"})

@@ -29,6 +29,25 @@ TEST_CASE("hub config: defaults, and overrides from the command line") {
   CHECK_FALSE(c.value().validation.has_value());
 }
 
+TEST_CASE("hub config: secure aggregation from the command line, off by default") {
+  auto plain = core::load_config("", {}, hub::read_hub_config);
+  REQUIRE(plain.ok());
+  CHECK_FALSE(plain.value().secure_aggregation.enabled);
+  CHECK(plain.value().secure_step_s == 60);
+  auto c = core::load_config("", {R"(secure_aggregation={"replication": 4, "clip": 0.5})", "secure_step_s=5", "audit_uploads=audit"},
+                             hub::read_hub_config);
+  REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
+  const auto& sa = c.value().secure_aggregation;
+  CHECK(sa.enabled);
+  CHECK(sa.replication == 4);
+  CHECK(sa.min_aggregate() == 4);  // the threshold defaults to the replication
+  CHECK(sa.clip == 0.5);
+  CHECK(sa.bits == 32);
+  CHECK(c.value().secure_step_s == 5);
+  CHECK(c.value().audit_uploads == "audit");
+  CHECK(error_of({{"secure_aggregation", {{"bits", 8}}}}).find("secure_aggregation.bits") != std::string::npos);
+}
+
 TEST_CASE("hub config: errors name the file and the field") {
   CHECK(error_of({{"listen", "nowhere"}}).find("hub.json: field 'listen'") != std::string::npos);
   CHECK(error_of({{"min_devices", 5}, {"max_devices", 2}}).find("'max_devices'") != std::string::npos);
