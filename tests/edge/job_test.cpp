@@ -18,6 +18,8 @@
 #include "tessera/edge/job.hpp"
 #include "tessera/net/task.hpp"
 #include "../core/test_files.hpp"
+#include "../crypto/test_pki.hpp"
+#include "../support/text.hpp"
 
 using namespace tessera;
 
@@ -59,6 +61,7 @@ std::vector<std::byte> encoded_params(const core::training_task& t, core::codec_
 TEST_CASE("edge error codes have stable names, the first and the last") {
   CHECK(core::error_name(edge::errc::bad_task) == "edge.bad_task");
   CHECK(core::error_name(edge::errc::data_over_budget) == "edge.data_over_budget");
+  CHECK(core::error_name(edge::errc::secure_step) == "edge.secure_step");
 }
 
 TEST_CASE("check_assignment: every way an ASSIGN does not fit this device, each with its code") {
@@ -363,4 +366,51 @@ TEST_CASE("refusal: a feature count other than the model's inputs, with the file
   const auto e = refusal(*data, core::task_kind::classification, 10, /*inputs=*/4);
   CHECK(e.code == edge::errc::inputs_mismatch);
   CHECK(e.message == "the subnet takes 4 inputs, this device's data (" + d.file("three.csv") + ") has 3 features");
+}
+
+TEST_CASE("secure aggregation: the device's configuration decides, and its buffers count against the budget") {
+  const auto t = small_task();
+  const auto blob = encoded_params(t, core::codec_kind::f32, 0.1f);
+  auto plain = assign_for(t, core::codec_kind::f32, blob);
+  auto secure = plain;
+  net::msg::secure_assign sa;
+  sa.params.round = 9;
+  sa.params.threshold = 2;
+  sa.params.segments.push_back({.length = core::param_count(t.arch) + 1, .min_aggregate = 2});
+  sa.segments = {0};
+  sa.upload_size = sa.params.segments[0].length * 4;
+  secure.secure = sa;
+
+  // secure_aggregation off (no identity): a secure assignment is refused; require: a plain one is.
+  auto off = roomy();
+  auto r = edge::check_assignment(secure, off);
+  REQUIRE(!r.ok());
+  CHECK(r.error().code == edge::errc::secure_refused);
+  auto require = roomy();
+  require.require_secure = true;
+  r = edge::check_assignment(plain, require);
+  REQUIRE(!r.ok());
+  CHECK(r.error().code == edge::errc::secure_refused);
+  CHECK(r.error().message.find("'require'") != std::string::npos);
+  auto evaluation = plain;  // scoring the model uploads nothing: require does not refuse it
+  evaluation.evaluate = true;
+  CHECK(edge::check_assignment(evaluation, require).ok());
+
+  // A budget that holds the arena but not the secure buffers: refused before anything is reserved.
+  const std::size_t arena = core::bytes_needed(t.arch, t.batch, true, core::codec_kind::f32);
+  const std::size_t extra = core::secure_bytes(t.arch, 1);
+  CHECK(extra >= core::param_count(t.arch) * 16);
+  const auto& pki = test::test_pki::get();
+  auto key = crypto::signing_key::load(pki.dev_a.key);
+  REQUIRE(key.ok());
+  edge::secure_identity me{.id = "dev-a", .certificate_pem = testing::read_text(pki.dev_a.cert), .key = std::move(key).value(),
+                           .ca_pem = testing::read_text(pki.ca.cert)};
+  edge::device_limits tight = roomy();
+  tight.secure = &me;
+  tight.arena_budget = arena + extra;
+  CHECK(edge::job::start(secure, tight).ok());  // exactly enough
+  tight.arena_budget = arena + extra - 1;
+  auto started = edge::job::start(secure, tight);
+  REQUIRE(!started.ok());
+  CHECK(started.error().code == core::errc::over_budget);
 }

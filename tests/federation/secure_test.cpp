@@ -1,6 +1,6 @@
-// Secure aggregation over the network: tessera-hub and six tessera-edge agents (replication 3, two
-// groups) end with tessera-sim's model bit for bit, and every upload the hub holds looks uniformly
-// random, while the uploads of a run in the clear do not.
+// Secure aggregation over the network: tessera-hub and six tessera-edge agents (IST with replication 3:
+// two groups; and FedAvg) end with tessera-sim's model bit for bit, and every upload the hub holds
+// looks uniformly random, while the uploads of a run in the clear do not; dropouts at each step.
 #include <array>
 #include <cmath>
 #include <filesystem>
@@ -17,16 +17,16 @@ namespace {
 constexpr int k_devices = 6;
 constexpr int k_rounds = 3;
 
-nlohmann::json run_fields(bool secure) {
+nlohmann::json run_fields(bool secure, const std::string& strategy = "ist") {
   nlohmann::json j = {{"model", {{"inputs", 784}, {"hidden", {64, 64}}, {"outputs", 10}}},
-                      {"strategy", "ist"},
+                      {"strategy", strategy},
                       {"rounds", k_rounds},
                       {"local_steps", 20},
                       {"batch", 32},
                       {"lr", 0.05},
                       {"seed", 11}};
   if (secure) j["secure_aggregation"] = {{"replication", 3}, {"clip", 2.0}};
-  else j["groups"] = 2;  // the plan secure aggregation makes: two groups of three
+  else if (strategy == "ist") j["groups"] = 2;  // the plan secure aggregation makes: two groups of three
   return j;
 }
 
@@ -55,7 +55,7 @@ std::vector<std::vector<std::byte>> audited_uploads(const std::string& dir) {
 
 }  // namespace
 
-TEST_CASE("federation: secure aggregation — the hub holds only masked uploads and ends with tessera-sim's model") {
+TEST_CASE("federation: secure aggregation — the hub holds only masked uploads and ends with tessera-sim's model (ist, fedavg)") {
   fleet f("fed_secure");
   INFO(f.diagnostics());
   std::vector<std::string> ids;
@@ -67,15 +67,17 @@ TEST_CASE("federation: secure aggregation — the hub holds only masked uploads 
   shards_config["data"] = {{"train", train}, {"test", test}};
   const std::vector<nlohmann::json> data = f.make_shards(shards_config);
 
-  for (const bool secure : {false, true}) {
-    const std::string tag = secure ? "secure" : "clear";
+  for (const std::string tag : {"clear", "secure", "secure-fedavg"}) {
+    const bool secure = tag != "clear";
+    const std::string strategy = tag == "secure-fedavg" ? "fedavg" : "ist";
+    const std::size_t groups = strategy == "ist" ? 2 : 1;
     CAPTURE(tag);
-    nlohmann::json sim = run_fields(secure);
+    nlohmann::json sim = run_fields(secure, strategy);
     sim.update({{"devices", k_devices}, {"data", {{"train", train}, {"test", test}}}, {"output", f.file("sim-" + tag + ".safetensors")},
                 {"metrics", f.file("sim-" + tag + ".jsonl")}});
     f.run_tool("sim-" + tag, {k_sim_binary, "--config", f.write_json("sim-" + tag + ".json", sim)}, 120s);
 
-    nlohmann::json hub_json = run_fields(secure);
+    nlohmann::json hub_json = run_fields(secure, strategy);
     hub_json.update({{"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 60},
                      {"output", f.file("hub-" + tag + ".safetensors")}, {"metrics", f.file("hub-" + tag + ".jsonl")},
                      {"audit_uploads", f.file("audit-" + tag)}});
@@ -120,7 +122,7 @@ TEST_CASE("federation: secure aggregation — the hub holds only masked uploads 
       const auto& h = hub_metrics[static_cast<std::size_t>(r)];
       const auto& s = sim_metrics[static_cast<std::size_t>(r)];
       CAPTURE(h.dump());
-      CHECK(h.at("groups") == 2);
+      CHECK(h.at("groups") == groups);
       CHECK(h.at("secure_aggregation") == secure);
       CHECK(h.at("train_loss").get<double>() == s.at("train_loss").get<double>());
       if (secure) {
@@ -129,7 +131,10 @@ TEST_CASE("federation: secure aggregation — the hub holds only masked uploads 
         CHECK(h.at("secagg_clipped") == s.at("secagg_clipped"));
       }
     }
-    if (secure) CHECK(count_of(hub.process.err(), "secure aggregation released 3 of 3 sums") == k_rounds);
+    // IST: each group's sum and the shared output bias's; FedAvg: the whole model's.
+    if (secure)
+      CHECK(count_of(hub.process.err(), strategy == "ist" ? "secure aggregation released 3 of 3 sums" : "secure aggregation released 1 of 1 sums") ==
+            k_rounds);
 
     const core::stored_model from_hub = load_model_or_fail(f.file("hub-" + tag + ".safetensors"));
     const core::stored_model from_sim = load_model_or_fail(f.file("sim-" + tag + ".safetensors"));
