@@ -40,9 +40,9 @@ data_source read_data_source(config_reader& r, const data_source& defaults, cons
   return s;
 }
 
-result<opened_data> open_data(const data_source& s, const feature_stats* stats) {
+result<opened_data> open_data(const data_source& s, const input_normalization* stats) {
   opened_data out;
-  feature_stats given = stats != nullptr ? *stats : feature_stats{};
+  input_normalization given = stats != nullptr ? *stats : input_normalization{};
   switch (s.format) {
     case data_format::npy: {
       TESSERA_ASSIGN_OR_RETURN(out.table, open_npy(s.features, s.labels, {.norm = s.norm, .stats = std::move(given)}));
@@ -70,13 +70,13 @@ result<opened_data> open_data(const data_source& s, const feature_stats* stats) 
   return out;
 }
 
-result<std::unique_ptr<example_stream>> open_data_stream(const data_source& s, const feature_stats* stats) {
+result<std::unique_ptr<example_stream>> open_data_stream(const data_source& s, const input_normalization* stats) {
   TESSERA_ASSIGN_OR_RETURN(opened_data d, open_data(s, stats));
   if (d.stream) return std::move(d.stream);
   return make_table_stream(std::move(d.table));
 }
 
-result<memory_table> load_data(const data_source& s, const feature_stats* stats, std::int64_t first) {
+result<memory_table> load_data(const data_source& s, const input_normalization* stats, std::int64_t first) {
   TESSERA_ASSIGN_OR_RETURN(auto stream, open_data_stream(s, stats));
   if (first > 0) return load_first(*stream, std::min(first, s.max_examples));
   return load_all(*stream, s.max_examples);
@@ -100,7 +100,7 @@ std::string locate_example(const data_source& s, std::int64_t index) {
   return s.features + ": " + in.last_position();
 }
 
-result<feature_stats> measure_stats(const data_source& s) {
+result<input_normalization> measure_stats(const data_source& s) {
   data_source raw = s;
   raw.norm = normalization::none;
   TESSERA_ASSIGN_OR_RETURN(auto stream, open_data_stream(raw, nullptr));

@@ -59,20 +59,20 @@ result<std::size_t> pread_full(int fd, std::span<std::uint8_t> out, std::int64_t
 }
 
 // A constant feature (deviation 0) is centred but not scaled, instead of dividing by zero.
-result<standardize_params> prepare_standardize(const feature_stats& stats, std::int64_t features,
+result<standardize_params> prepare_standardize(const input_normalization& stats, std::int64_t features,
                                                const std::string& what) {
   const auto n = static_cast<std::size_t>(features);
-  if (stats.mean.size() != n || stats.stddev.size() != n)
+  if (stats.mean.size() != n || stats.std.size() != n)
     return make_error(errc::invalid_argument,
                       what + ": standardize statistics have " + std::to_string(stats.mean.size()) + " means and " +
-                          std::to_string(stats.stddev.size()) + " standard deviations, the data has " +
+                          std::to_string(stats.std.size()) + " standard deviations, the data has " +
                           std::to_string(features) + " features");
   standardize_params p;
   p.mean.assign(n, 0.0f);
   p.inv_stddev.assign(n, 1.0f);
   for (std::size_t j = 0; j < n; ++j) {
     const float m = stats.mean[j];
-    const float s = stats.stddev[j];
+    const float s = stats.std[j];
     if (!std::isfinite(m) || !std::isfinite(s))
       return make_error(errc::not_finite, what + ": standardize statistics for feature " + std::to_string(j) +
                                               " are not finite (mean " + std::to_string(m) + ", stddev " +
@@ -86,16 +86,16 @@ result<standardize_params> prepare_standardize(const feature_stats& stats, std::
   return p;
 }
 
-bool must_measure(normalization norm, const feature_stats& given) noexcept {
-  return norm == normalization::standardize && given.mean.empty() && given.stddev.empty();
+bool must_measure(normalization norm, const input_normalization& given) noexcept {
+  return norm == normalization::standardize && given.mean.empty() && given.std.empty();
 }
 
-result<standardize_params> normalization_params(normalization norm, const feature_stats& given,
+result<standardize_params> normalization_params(normalization norm, const input_normalization& given,
                                                 std::int64_t features, example_stream* raw, const std::string& what) {
   if (norm != normalization::standardize) return standardize_params{};
   if (!must_measure(norm, given)) return prepare_standardize(given, features, what);
   TESSERA_ASSERT(raw != nullptr);
-  TESSERA_ASSIGN_OR_RETURN(const feature_stats measured, compute_stats(*raw));
+  TESSERA_ASSIGN_OR_RETURN(const input_normalization measured, compute_stats(*raw));
   return prepare_standardize(measured, features, what);
 }
 
@@ -180,7 +180,7 @@ std::size_t chunk_rows(std::int64_t features) {
 
 }  // namespace
 
-result<feature_stats> compute_stats(example_stream& stream) {
+result<input_normalization> compute_stats(example_stream& stream) {
   const std::int64_t features = stream.feature_count();
   TESSERA_ASSERT(features > 0);
   const auto f = static_cast<std::size_t>(features);
@@ -217,14 +217,14 @@ result<feature_stats> compute_stats(example_stream& stream) {
 
   // Population deviation (divide by n), as scikit-learn's StandardScaler does, so statistics exported to
   // Python agree with the ones measured there.
-  feature_stats stats;
+  input_normalization stats;
   stats.mean.resize(f);
-  stats.stddev.resize(f);
+  stats.std.resize(f);
   for (std::size_t j = 0; j < f; ++j) {
     const double sd = std::sqrt(std::max(0.0, m2[j] / static_cast<double>(count)));
     stats.mean[j] = static_cast<float>(mean[j]);
     const auto sd_f = static_cast<float>(sd);
-    stats.stddev[j] = sd_f == 0.0f ? 1.0f : sd_f;
+    stats.std[j] = sd_f == 0.0f ? 1.0f : sd_f;
   }
   return stats;
 }

@@ -22,17 +22,17 @@ struct standardize_params {
 };
 
 // Checks `stats` against `features` and turns it into standardize_params; `what` names the data.
-result<standardize_params> prepare_standardize(const feature_stats& stats, std::int64_t features,
+result<standardize_params> prepare_standardize(const input_normalization& stats, std::int64_t features,
                                                const std::string& what);
 
 // True when `norm` is standardize and the caller gave no statistics, so they must be measured.
-bool must_measure(normalization norm, const feature_stats& given) noexcept;
+bool must_measure(normalization norm, const input_normalization& given) noexcept;
 
 // The parameters a reader needs for `norm`: for standardize, those of the caller's statistics or, if
 // must_measure, of statistics measured in one pass over `raw`, a stream of the same data that still
 // yields unnormalized values (compute_stats rewinds it; it may be null when nothing is measured).
 // Empty for the other normalizations.
-result<standardize_params> normalization_params(normalization norm, const feature_stats& given,
+result<standardize_params> normalization_params(normalization norm, const input_normalization& given,
                                                 std::int64_t features, example_stream* raw, const std::string& what);
 
 // Fixed-size records after a header, as an IDX or .npy header declares them.

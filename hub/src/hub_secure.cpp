@@ -8,6 +8,7 @@
 //
 // The hub relays keys and encrypted shares and adds masked vectors: it never holds one device's update.
 #include <algorithm>
+#include <utility>
 
 #include "tessera/hub/hub.hpp"
 
@@ -51,7 +52,7 @@ bool hub_service::secure_step_done() const {
                          [&](const rounds::assignment& a) { return !is_open(a.state) || sp.keyed.contains(a.device); });
     case secure_phase::step::shares:
       return std::all_of(sp.roster->begin(), sp.roster->end(), [&](const crypto::secagg_member& m) {
-        const rounds::assignment* a = const_cast<rounds::engine&>(*engine_).find(m.keys.id);
+        const rounds::assignment* a = std::as_const(*engine_).find(m.keys.id);
         return sp.shared.contains(m.keys.id) || a == nullptr || !is_open(a->state);
       });
     case secure_phase::step::uploads: return false;

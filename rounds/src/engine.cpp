@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "tessera/core/codec.hpp"
 #include "tessera/core/mlp.hpp"
@@ -290,11 +291,15 @@ core::result<void> engine::apply_secure_sums() {
   return {};
 }
 
-assignment* engine::find(std::string_view device) noexcept {
+const assignment* engine::find(std::string_view device) const noexcept {
   if (!in_round_) return nullptr;
-  for (auto& a : assignments_)
+  for (const auto& a : assignments_)
     if (a.device == device) return &a;
   return nullptr;
+}
+
+assignment* engine::find(std::string_view device) noexcept {
+  return const_cast<assignment*>(std::as_const(*this).find(device));
 }
 
 core::result<void> engine::encode_download(const assignment& a, std::span<std::byte> out) const {

@@ -136,5 +136,5 @@ TEST_CASE("data source: statistics of the raw values, whatever the source's norm
   REQUIRE(stats.value().mean.size() == 4);
   CHECK(stats.value().mean[0] == doctest::Approx(25.0));  // pixels 0, 10, ..., 50
   CHECK(stats.value().mean[3] == doctest::Approx(28.0));
-  CHECK(stats.value().stddev[0] == doctest::Approx(std::sqrt(1750.0 / 6.0)).epsilon(1e-4));  // population deviation
+  CHECK(stats.value().std[0] == doctest::Approx(std::sqrt(1750.0 / 6.0)).epsilon(1e-4));  // population deviation
 }

@@ -129,8 +129,8 @@ TEST_CASE("compute_stats: hand-computed mean and standard deviation") {
   REQUIRE(stats.ok());
   CHECK(stats.value().mean[0] == doctest::Approx(3.0));
   CHECK(stats.value().mean[1] == doctest::Approx(10.0));
-  CHECK(stats.value().stddev[0] == doctest::Approx(std::sqrt(8.0 / 3.0)));
-  CHECK(stats.value().stddev[1] == 1.0f);
+  CHECK(stats.value().std[0] == doctest::Approx(std::sqrt(8.0 / 3.0)));
+  CHECK(stats.value().std[1] == 1.0f);
   // The stream was rewound.
   std::vector<float> x(2);
   std::vector<float> y(1);

@@ -61,16 +61,16 @@ struct opened_data {
 };
 // Opens a source by its format; `stats` (may be null) for standardize, measured in a first pass when
 // absent.
-[[nodiscard]] result<opened_data> open_data(const data_source& source, const feature_stats* stats);
+[[nodiscard]] result<opened_data> open_data(const data_source& source, const input_normalization* stats);
 // The source as a stream, whatever its format (a table read in order).
-[[nodiscard]] result<std::unique_ptr<example_stream>> open_data_stream(const data_source& source, const feature_stats* stats);
+[[nodiscard]] result<std::unique_ptr<example_stream>> open_data_stream(const data_source& source, const input_normalization* stats);
 // The whole source in memory (its first `first` examples when first > 0); refuses more than
 // source.max_examples.
-[[nodiscard]] result<memory_table> load_data(const data_source& source, const feature_stats* stats, std::int64_t first = 0);
+[[nodiscard]] result<memory_table> load_data(const data_source& source, const input_normalization* stats, std::int64_t first = 0);
 // Where example `index` (counting from 0) of the source is, for messages: "data.csv: line 13" for CSV
 // (read again up to it), "labels.npy: row 11 (counting from 0)" for the record of an IDX or .npy labels file.
 [[nodiscard]] std::string locate_example(const data_source& source, std::int64_t index);
 // Per-feature mean and deviation of the source's raw values (its normalization ignored).
-[[nodiscard]] result<feature_stats> measure_stats(const data_source& source);
+[[nodiscard]] result<input_normalization> measure_stats(const data_source& source);
 
 }  // namespace tessera::core

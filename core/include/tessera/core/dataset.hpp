@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "tessera/core/error.hpp"
+#include "tessera/core/input_normalization.hpp"
 #include "tessera/core/names.hpp"
 
 namespace tessera::core {
@@ -36,11 +37,8 @@ namespace tessera::core {
 enum class normalization { none, scale_unit, standardize };
 inline constexpr auto k_normalization_names = names_in_order<normalization>({"none", "scale_unit", "standardize"});
 
-// Per-feature statistics for `standardize`; a std of 0 is treated as 1.
-struct feature_stats {
-  std::vector<float> mean;
-  std::vector<float> stddev;
-};
+// `standardize` uses per-feature statistics: core::input_normalization (the model's own kind,
+// input_normalization.hpp), here measured on one data set; a deviation of 0 is treated as 1.
 
 // A dataset read in order.
 class example_stream {
@@ -75,12 +73,12 @@ class example_table {
 
 struct idx_options {
   normalization norm = normalization::scale_unit;
-  feature_stats stats;  // for standardize; measured with compute_stats when empty
+  input_normalization stats;  // for standardize; measured with compute_stats when empty
 };
 
 struct csv_options {
   normalization norm = normalization::none;
-  feature_stats stats;       // for standardize; measured with compute_stats when empty
+  input_normalization stats;       // for standardize; measured with compute_stats when empty
   std::size_t label_column = 0;
   bool header = false;       // skip the first line
   char delimiter = ',';
@@ -100,7 +98,7 @@ struct csv_options {
 [[nodiscard]] result<std::unique_ptr<example_stream>> open_csv(const std::string& path, const csv_options& options);
 
 // One pass over `stream` (then rewound) measuring per-feature mean and standard deviation.
-[[nodiscard]] result<feature_stats> compute_stats(example_stream& stream);
+[[nodiscard]] result<input_normalization> compute_stats(example_stream& stream);
 
 // All examples of a stream held in memory: for the simulator and for validation sets that fit.
 class memory_table final : public example_table {
@@ -133,7 +131,7 @@ class memory_table final : public example_table {
 // (k_npy_max_header bytes) and checked against the file size before any record is read.
 struct npy_options {
   normalization norm = normalization::none;  // uint8 features usually want scale_unit
-  feature_stats stats;                       // for standardize; measured with compute_stats when empty
+  input_normalization stats;                       // for standardize; measured with compute_stats when empty
 };
 inline constexpr std::size_t k_npy_max_header = 1 << 16;
 [[nodiscard]] result<std::unique_ptr<example_table>> open_npy(const std::string& features_path,

@@ -157,6 +157,7 @@ class engine {
   [[nodiscard]] std::span<const assignment> assignments() const noexcept { return assignments_; }
   // The device's assignment in the open round, or null.
   [[nodiscard]] assignment* find(std::string_view device) noexcept;
+  [[nodiscard]] const assignment* find(std::string_view device) const noexcept;
 
   // Secure aggregation in the open round: its parameters (segments, ring, clip, the sharing threshold)
   // and the protocol's server, which the hub drives; `secure()` says whether the run uses it.
