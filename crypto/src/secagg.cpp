@@ -329,8 +329,6 @@ core::result<secagg_unmask_reply> secagg_client::unmask(const secagg_unmask_requ
 
 // ---- inputs and their encoding ----
 
-std::size_t secagg_value_bytes(int bits) noexcept { return bits <= 32 ? 4 : 8; }
-
 void secagg_pack(std::span<const std::uint64_t> y, int bits, std::span<std::byte> out) {
   const std::size_t w = secagg_value_bytes(bits);
   for (std::size_t i = 0; i < y.size() && (i + 1) * w <= out.size(); ++i)

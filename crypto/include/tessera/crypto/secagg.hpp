@@ -126,7 +126,7 @@ struct secagg_encoded {
 
 // Ring values on the wire: 4 bytes each for bits ≤ 32, else 8, little-endian. Unpacking checks the
 // size and that every value lies in the ring.
-[[nodiscard]] std::size_t secagg_value_bytes(int bits) noexcept;
+[[nodiscard]] constexpr std::size_t secagg_value_bytes(int bits) noexcept { return bits <= 32 ? 4 : 8; }
 void secagg_pack(std::span<const std::uint64_t> y, int bits, std::span<std::byte> out);
 [[nodiscard]] core::result<std::vector<std::uint64_t>> secagg_unpack(std::span<const std::byte> in, int bits);
 
