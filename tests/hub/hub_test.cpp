@@ -213,6 +213,41 @@ TEST_CASE("hub service: a round starts when max_devices are ready, runs every ag
   CHECK(f.hub_lines_with("device dev-a joined") == 1);
 }
 
+TEST_CASE("hub service: a secure round — three agents mask their updates, the hub applies only the sums") {
+  // The in-process twin of tests/federation/secure_test, so the hub's and the agents' secure steps
+  // also run under the sanitizers.
+  testing::temp_dir dir("hub-service-secure");
+  federation f(dir);
+  f.start_hub(f.hub_config({{"rounds", 2}, {"min_devices", 3}, {"max_devices", 3}, {"secure_aggregation", {{"replication", 3}}},
+                            {"audit_uploads", dir.file("audit")}}));
+  const auto& pki = test::test_pki::get();
+  const crypto::cert_files dev_c{pki.dir / "dev-c.pem", pki.dir / "dev-c.key"};
+  if (!std::filesystem::exists(dev_c.cert)) REQUIRE(crypto::issue(pki.ca, {.device_id = "dev-c"}, dev_c, false).ok());
+  edge::agent& a = f.start_agent(pki.dev_a, f.data_for("dev-a", 400));
+  edge::agent& b = f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
+  edge::agent& c = f.start_agent(dev_c, f.data_for("dev-c", 300));
+  f.run();
+  INFO(f.logs());
+  REQUIRE(f.hub().finished());
+  REQUIRE(f.recorded().size() == 2);
+  for (const auto& m : f.recorded()) {
+    CHECK(m.groups == 1);  // three devices, replication 3: one group
+    CHECK(m.secagg_dropped == 0u);
+    CHECK(m.secagg_withheld == 0u);
+    CHECK(m.stragglers == 0u);
+  }
+  CHECK(*f.recorded().back().test_accuracy > 0.5);
+  for (const edge::agent* x : {&a, &b, &c}) CHECK(x->stats().accepted == 2);
+  CHECK(f.hub_lines_with("secure aggregation released 2 of 2 sums") == 2);
+  // Every upload kept as received (audit_uploads): three devices, two rounds.
+  std::size_t uploads = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.file("audit"))) {
+    (void)e;
+    ++uploads;
+  }
+  CHECK(uploads == 6);
+}
+
 TEST_CASE("hub service: a device whose budget holds no subnet is left out with the reason; the round goes on") {
   testing::temp_dir dir("hub-service-budget");
   federation f(dir);
