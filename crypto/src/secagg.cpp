@@ -1,5 +1,7 @@
 #include "tessera/crypto/secagg.hpp"
 
+#include "secagg_checks.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,6 +11,14 @@
 
 namespace tessera::crypto {
 namespace {
+
+using detail::check_params;
+using detail::check_segments;
+
+// The mask of one segment, added (sign true) or subtracted, on `y` (that segment's values).
+void mask_segment(std::span<std::uint64_t> y, int bits, const key256& key, bool add) {
+  apply_mask(y, bits, key, add ? mask_sign::add : mask_sign::subtract);
+}
 
 constexpr std::string_view k_sign_context = "tessera secagg keys v1";
 
@@ -83,29 +93,6 @@ const secagg_member* member_of(const secagg_roster& roster, const std::string& i
 
 bool covers(const secagg_member& m, std::uint32_t segment) {
   return std::binary_search(m.segments.begin(), m.segments.end(), segment);
-}
-
-core::result<void> check_params(const secagg_params& p) {
-  if (p.segments.empty()) return make_error(errc::invalid_argument, "secure aggregation over no segments");
-  if (p.threshold < 2) return make_error(errc::invalid_argument, "a secure aggregation threshold below 2 reveals single devices");
-  for (std::size_t s = 0; s < p.segments.size(); ++s)
-    if (p.segments[s].min_aggregate < 2)
-      return make_error(errc::invalid_argument, "segment " + std::to_string(s) + ": min_aggregate below 2 reveals single devices");
-  return {};
-}
-
-core::result<void> check_segments(const std::vector<std::uint32_t>& segments, std::size_t count, const std::string& id) {
-  if (segments.empty()) return make_error(errc::invalid_argument, id + " covers no segment");
-  for (std::size_t i = 0; i < segments.size(); ++i) {
-    if (segments[i] >= count) return make_error(errc::invalid_argument, id + " covers segment " + std::to_string(segments[i]) + ", which does not exist");
-    if (i > 0 && segments[i] <= segments[i - 1]) return make_error(errc::invalid_argument, id + "'s segments are not sorted and distinct");
-  }
-  return {};
-}
-
-// The mask of one segment, added (sign true) or subtracted, on `y` (that segment's values).
-void mask_segment(std::span<std::uint64_t> y, int bits, const key256& key, bool add) {
-  apply_mask(y, bits, key, add ? mask_sign::add : mask_sign::subtract);
 }
 
 }  // namespace
@@ -325,116 +312,6 @@ core::result<secagg_unmask_reply> secagg_client::unmask(const secagg_unmask_requ
   for (const auto& v : dropped) reply.keys.push_back({.owner = v, .segment = 0, .share = st.key_shares.at(v)});
   st.at = state::stage::done;
   return reply;
-}
-
-// ---- inputs and their encoding ----
-
-void secagg_pack(std::span<const std::uint64_t> y, int bits, std::span<std::byte> out) {
-  const std::size_t w = secagg_value_bytes(bits);
-  for (std::size_t i = 0; i < y.size() && (i + 1) * w <= out.size(); ++i)
-    for (std::size_t b = 0; b < w; ++b) out[i * w + b] = static_cast<std::byte>(y[i] >> (8 * b));
-}
-
-core::result<std::vector<std::uint64_t>> secagg_unpack(std::span<const std::byte> in, int bits) {
-  const std::size_t w = secagg_value_bytes(bits);
-  if (in.size() % w != 0)
-    return make_error(errc::bad_format, std::to_string(in.size()) + " bytes of masked values, not a multiple of " + std::to_string(w));
-  const std::uint64_t high = bits >= 64 ? 0 : ~((std::uint64_t{1} << bits) - 1);
-  std::vector<std::uint64_t> y(in.size() / w);
-  for (std::size_t i = 0; i < y.size(); ++i) {
-    std::uint64_t v = 0;
-    for (std::size_t b = 0; b < w; ++b) v |= static_cast<std::uint64_t>(in[i * w + b]) << (8 * b);
-    if ((v & high) != 0) return make_error(errc::bad_format, "masked value " + std::to_string(i) + " lies outside the ring");
-    y[i] = v;
-  }
-  return y;
-}
-
-core::result<std::vector<std::vector<float>>> secagg_weighted_input(std::span<const float> received, std::span<const float> trained,
-                                                                    double weight, const secagg_params& p,
-                                                                    std::span<const std::uint32_t> segments) {
-  if (received.size() != trained.size())
-    return make_error(errc::invalid_argument, std::to_string(trained.size()) + " trained values for " + std::to_string(received.size()) + " received");
-  if (!(weight >= 0.0 && weight <= 1.0)) return make_error(errc::invalid_argument, "an input weight outside [0, 1]");
-  std::vector<std::vector<float>> out;
-  std::size_t at = 0;
-  for (const std::uint32_t seg : segments) {
-    if (seg >= p.segments.size() || p.segments[seg].length < 2)
-      return make_error(errc::invalid_argument, "segment " + std::to_string(seg) + " cannot hold an input and its weight");
-    const std::size_t n = p.segments[seg].length - 1;
-    if (received.size() - at < n)
-      return make_error(errc::invalid_argument, "an update of " + std::to_string(received.size()) + " values does not fill its segments");
-    std::vector<float> v(n + 1);
-    for (std::size_t i = 0; i < n; ++i, ++at)
-      if (!std::isfinite(trained[at]) || !std::isfinite(received[at]))
-        return make_error(errc::invalid_argument, "value " + std::to_string(at) + " of the update is not finite");
-      else
-        v[i] = static_cast<float>(weight * (static_cast<double>(trained[at]) - static_cast<double>(received[at])));
-    // The weight's value, at most weight·clip (a float rounded up past the clip would count as clipped).
-    const double w = weight * p.clip;
-    v[n] = static_cast<float>(w);
-    if (static_cast<double>(v[n]) > w) v[n] = std::nextafter(v[n], 0.0f);
-    out.push_back(std::move(v));
-  }
-  if (at != received.size())
-    return make_error(errc::invalid_argument, "an update of " + std::to_string(received.size()) + " values, its segments hold " + std::to_string(at));
-  return out;
-}
-
-core::result<secagg_encoded> secagg_encode(const secagg_params& p, std::size_t summands, std::span<const std::uint32_t> segments,
-                                           const std::vector<std::vector<float>>& input, const key256& rounding_key) {
-  if (input.size() != segments.size())
-    return make_error(errc::invalid_argument, std::to_string(input.size()) + " input vectors for " + std::to_string(segments.size()) + " segments");
-  TESSERA_ASSIGN_OR_RETURN(const auto fp, fixed_point::create(p.clip, p.bits, summands));
-  keystream rounding(rounding_key);
-  secagg_encoded out;
-  for (std::size_t i = 0; i < segments.size(); ++i) {
-    const std::uint32_t seg = segments[i];
-    if (seg >= p.segments.size() || input[i].size() != p.segments[seg].length)
-      return make_error(errc::invalid_argument, "segment " + std::to_string(seg) + ": " + std::to_string(input[i].size()) +
-                                                    " values, not the segment's length");
-    const std::size_t at = out.y.size();
-    out.y.resize(at + input[i].size());
-    out.clipped += fp.encode(input[i], std::span(out.y).subspan(at), &rounding);
-  }
-  return out;
-}
-
-secagg_plain_sum::secagg_plain_sum(secagg_params params, std::size_t summands)
-    : params_(std::move(params)), summands_(summands), contributors_(params_.segments.size(), 0) {
-  for (const auto& s : params_.segments) acc_.emplace_back(s.length, 0);
-}
-
-core::result<void> secagg_plain_sum::add(std::span<const std::uint32_t> segments, const secagg_encoded& e) {
-  TESSERA_TRY(check_params(params_));
-  TESSERA_TRY(check_segments({segments.begin(), segments.end()}, params_.segments.size(), "an input"));
-  if (++added_ > summands_)
-    return make_error(errc::invalid_argument, "more inputs than the " + std::to_string(summands_) + " the ring was sized for");
-  std::size_t length = 0;
-  for (const std::uint32_t seg : segments) length += params_.segments[seg].length;
-  if (e.y.size() != length)
-    return make_error(errc::invalid_argument, std::to_string(e.y.size()) + " encoded values, expected " + std::to_string(length));
-  std::size_t at = 0;
-  for (const std::uint32_t seg : segments) {
-    add_into(acc_[seg], std::span(e.y).subspan(at, acc_[seg].size()), params_.bits);
-    at += acc_[seg].size();
-    ++contributors_[seg];
-  }
-  clipped_ += e.clipped;
-  return {};
-}
-
-core::result<std::vector<secagg_segment_sum>> secagg_plain_sum::finish() const {
-  TESSERA_ASSIGN_OR_RETURN(const auto fp, fixed_point::create(params_.clip, params_.bits, summands_));
-  std::vector<secagg_segment_sum> out(params_.segments.size());
-  for (std::size_t seg = 0; seg < out.size(); ++seg) {
-    out[seg].contributors = contributors_[seg];
-    if (contributors_[seg] < params_.segments[seg].min_aggregate) continue;
-    out[seg].released = true;
-    out[seg].sum.resize(acc_[seg].size());
-    fp.decode_sum(acc_[seg], out[seg].sum);
-  }
-  return out;
 }
 
 // ---- server ----

@@ -328,12 +328,7 @@ void agent::send_masked() {
 }
 
 void agent::on_secure(const net::message& m) {
-  const std::uint64_t round = std::visit(
-      [](const auto& v) -> std::uint64_t {
-        if constexpr (requires { v.round; }) return v.round;
-        else return 0;
-      },
-      m);
+  const std::uint64_t round = net::round_of(m);
   secure_round* s = job_ && job_->secure() && job_->secure()->round() == round ? job_->secure()
                     : unmasking_ && unmasking_->round() == round         ? unmasking_.get()
                                                                           : nullptr;

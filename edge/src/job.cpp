@@ -107,18 +107,24 @@ core::result<core::local_training_report> job::train(core::batch_source& data, c
   return report;
 }
 
-void job::trained(const core::local_training_report& r, const net::digest& sha256) {
-  TESSERA_ASSERT(at_ == stage::training);
+void job::prepare_upload(const core::local_training_report& r, std::span<const std::byte> upload, const net::digest& sha256,
+                         std::uint64_t clipped) {
   update_ = {.round = round_,
              .examples = static_cast<std::uint64_t>(r.examples),
              .steps = static_cast<std::uint64_t>(r.steps),
              .loss = r.mean_loss,
              .transfer = net::upload_transfer_id(download_id_),
-             .size = blob_.size(),
+             .size = upload.size(),
              .blob_codec = codec_,
-             .sha256 = sha256};
-  upload_state_.emplace(update_.transfer, std::span<const std::byte>(blob_), sha256);
+             .sha256 = sha256,
+             .clipped = clipped};
+  upload_state_.emplace(update_.transfer, upload, sha256);
   at_ = stage::uploading;
+}
+
+void job::trained(const core::local_training_report& r, const net::digest& sha256) {
+  TESSERA_ASSERT(at_ == stage::training);
+  prepare_upload(r, blob_, sha256, 0);
 }
 
 void job::trained_secure(const core::local_training_report& r) {
@@ -133,18 +139,7 @@ core::result<void> job::masked() {
   const double weight = most > 0 ? std::min(1.0, static_cast<double>(report_.examples) / most) : 0.0;
   TESSERA_TRY(secure_->mask(arena_->params(), weight));
   const auto upload = secure_->upload();
-  const net::digest sha = crypto::sha256_of(upload);
-  update_ = {.round = round_,
-             .examples = static_cast<std::uint64_t>(report_.examples),
-             .steps = static_cast<std::uint64_t>(report_.steps),
-             .loss = report_.mean_loss,
-             .transfer = net::upload_transfer_id(download_id_),
-             .size = upload.size(),
-             .blob_codec = codec_,
-             .sha256 = sha,
-             .clipped = secure_->clipped()};
-  upload_state_.emplace(update_.transfer, upload, sha);
-  at_ = stage::uploading;
+  prepare_upload(report_, upload, crypto::sha256_of(upload), secure_->clipped());
   return {};
 }
 

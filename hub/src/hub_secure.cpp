@@ -159,12 +159,7 @@ void hub_service::end_collection() {
 void hub_service::on_secure(const std::shared_ptr<net::session>& s, const net::message& m) {
   const std::string& id = s->peer_device_id();
   seen(devices_[id]);
-  const std::uint64_t round = std::visit(
-      [](const auto& v) -> std::uint64_t {
-        if constexpr (requires { v.round; }) return v.round;
-        else return 0;
-      },
-      m);
+  const std::uint64_t round = net::round_of(m);
   const std::string what = std::string(net::to_string(net::type_of(m))) + " from " + id;
   if (!secure_ || !engine_->in_round() || round != static_cast<std::uint64_t>(engine_->current_round())) {
     log(log_level::warning, what + " for round " + std::to_string(round) + ", which runs no secure aggregation now: ignored");

@@ -283,6 +283,15 @@ frame_type type_of(const message& m) noexcept {
   return types[m.index()];
 }
 
+std::uint64_t round_of(const message& m) noexcept {
+  return std::visit(
+      [](const auto& v) -> std::uint64_t {
+        if constexpr (requires { v.round; }) return v.round;
+        else return 0;
+      },
+      m);
+}
+
 std::string to_json(const message& m) { return to_object(m).dump(); }
 
 std::vector<std::byte> encode_message(const message& m) {

@@ -36,6 +36,21 @@ void each_object(reader& r, const char* key, std::size_t max_items, F&& f) {
   }
 }
 
+// Calls f(reader&) for the object under `key`, with a reader that names "TYPE: key".
+template <class F>
+void nested_object(reader& r, const char* key, F&& f) {
+  const json* o = r.field(key);
+  if (o == nullptr) return;
+  if (!o->is_object()) {
+    r.fail(key, "expected an object");
+    return;
+  }
+  const std::string what = std::string(r.what()) + ": " + key;
+  reader inner(*o, what);
+  f(inner);
+  r.take(inner);
+}
+
 // Sorted, distinct integers below `count` (a device's segments, the released ones).
 std::vector<std::uint32_t> read_indices(reader& r, const char* key, std::size_t count, bool nonempty) {
   std::vector<std::uint32_t> out;
@@ -138,36 +153,28 @@ json secure_assign_object(const msg::secure_assign& s) {
 }
 
 void read_secure_assign(reader& r, msg::secure_assign& s) {
-  const json* obj = r.field("secure");
-  if (obj == nullptr) return;
-  if (!obj->is_object()) {
-    r.fail("secure", "expected an object");
-    return;
-  }
-  const std::string what = std::string(r.what()) + ": secure";
-  reader sr(*obj, what);
-  s.params.round = sr.u64("protocol_round");
-  s.params.bits = static_cast<int>(sr.u32("bits", 16, 64));
-  s.params.clip = sr.finite("clip");
-  if (!sr.failed() && !(s.params.clip > 0)) sr.fail("clip", "must be positive");
-  s.params.threshold = sr.u32("threshold", 2, static_cast<std::uint32_t>(max_secagg_members));
-  each_object(sr, "segments", max_secagg_segments, [&](reader& gr) {
-    crypto::secagg_segment g;
-    g.length = gr.u64("length", std::uint64_t{1} << 32);
-    if (!gr.failed() && g.length < 2) gr.fail("length", "under the minimum of 2");
-    g.min_aggregate = gr.u32("min_aggregate", 2, static_cast<std::uint32_t>(max_secagg_members));
-    s.params.segments.push_back(g);
-  });
-  s.segments = read_indices(sr, "covers", s.params.segments.size(), /*nonempty=*/true);
-  s.rounding_key = key32(sr, "rounding_key");
-  s.upload_size = sr.u64("upload_size");
-  if (!sr.failed()) {
+  nested_object(r, "secure", [&](reader& sr) {
+    s.params.round = sr.u64("protocol_round");
+    s.params.bits = static_cast<int>(sr.u32("bits", 16, 64));
+    s.params.clip = sr.finite("clip");
+    if (!sr.failed() && !(s.params.clip > 0)) sr.fail("clip", "must be positive");
+    s.params.threshold = sr.u32("threshold", 2, static_cast<std::uint32_t>(max_secagg_members));
+    each_object(sr, "segments", max_secagg_segments, [&](reader& gr) {
+      crypto::secagg_segment g;
+      g.length = gr.u64("length", std::uint64_t{1} << 32);
+      if (!gr.failed() && g.length < 2) gr.fail("length", "under the minimum of 2");
+      g.min_aggregate = gr.u32("min_aggregate", 2, static_cast<std::uint32_t>(max_secagg_members));
+      s.params.segments.push_back(g);
+    });
+    s.segments = read_indices(sr, "covers", s.params.segments.size(), /*nonempty=*/true);
+    s.rounding_key = key32(sr, "rounding_key");
+    s.upload_size = sr.u64("upload_size");
+    if (sr.failed()) return;
     std::uint64_t values = 0;
     for (auto seg : s.segments) values += s.params.segments[seg].length;
     if (s.upload_size != values * crypto::secagg_value_bytes(s.params.bits))
       sr.fail("upload_size", "is not the covered segments' " + std::to_string(values) + " values");
-  }
-  r.take(sr);
+  });
 }
 
 json secagg_to_object(const message& m) {
@@ -200,30 +207,14 @@ message parse_secagg(frame_type t, reader& r) {
   switch (t) {
     case frame_type::secagg_keys: {
       msg::secagg_keys k{.round = round, .keys = {}};
-      if (const json* o = r.field("keys")) {
-        if (!o->is_object()) r.fail("keys", "expected an object");
-        else {
-          const std::string what = std::string(r.what()) + ": keys";
-          reader kr(*o, what);
-          k.keys = read_keys(kr);
-          r.take(kr);
-        }
-      }
+      nested_object(r, "keys", [&](reader& kr) { k.keys = read_keys(kr); });
       return k;
     }
     case frame_type::secagg_roster: {
       msg::secagg_roster ro{.round = round, .roster = {}};
       each_object(r, "members", max_secagg_members, [&](reader& mr) {
         crypto::secagg_member m;
-        if (const json* o = mr.field("keys")) {
-          if (!o->is_object()) mr.fail("keys", "expected an object");
-          else {
-            const std::string what = std::string(mr.what()) + ": keys";
-            reader kr(*o, what);
-            m.keys = read_keys(kr);
-            mr.take(kr);
-          }
-        }
+        nested_object(mr, "keys", [&](reader& kr) { m.keys = read_keys(kr); });
         m.segments = read_indices(mr, "segments", max_secagg_segments, /*nonempty=*/true);
         ro.roster.push_back(std::move(m));
       });

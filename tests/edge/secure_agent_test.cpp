@@ -215,38 +215,33 @@ TEST_CASE("secure agent: with an honest hub it masks its update and reveals the 
   CHECK(hub.unmask_reply->reply.keys.size() == 1);   // the dropped device's key
 }
 
-TEST_CASE("secure agent refusal: a scripted hub asking for both kinds of share of one device") {
-  testing::temp_dir dir("secure_agent_both");
-  scripted_hub hub(rogue::both_shares, dir);
+namespace {
+
+// Runs the agent against a hub that misbehaves as `r` says: the agent must refuse with edge.secure_step
+// and a reason holding `reason`, after uploading (the unmasking's refusal) or before (the roster's).
+void check_refusal(rogue r, const char* tag, bool uploaded, const std::string& reason) {
+  testing::temp_dir dir(tag);
+  scripted_hub hub(r, dir);
   hub.run();
   INFO(hub.agent_log);
-  CHECK(hub.uploaded);
+  CHECK(hub.uploaded == uploaded);
   CHECK(!hub.unmask_reply);
   REQUIRE(hub.refused.has_value());
   CHECK(hub.refused->code == "edge.secure_step");
-  CHECK(hub.refused->reason.find("both the seed and the key of sa-1") != std::string::npos);
+  CHECK_MESSAGE(hub.refused->reason.find(reason) != std::string::npos, hub.refused->reason);
+}
+
+}  // namespace
+
+TEST_CASE("secure agent refusal: a scripted hub asking for both kinds of share of one device") {
+  check_refusal(rogue::both_shares, "secure_agent_both", true, "both the seed and the key of sa-1");
 }
 
 TEST_CASE("secure agent refusal: a roster whose key signature does not verify") {
-  testing::temp_dir dir("secure_agent_sig");
-  scripted_hub hub(rogue::bad_signature, dir);
-  hub.run();
-  INFO(hub.agent_log);
-  CHECK(!hub.uploaded);
-  REQUIRE(hub.refused.has_value());
-  CHECK(hub.refused->code == "edge.secure_step");
-  CHECK(hub.refused->reason.find("sa-1") != std::string::npos);
-  CHECK(hub.refused->reason.find("not signed by its certificate") != std::string::npos);
+  check_refusal(rogue::bad_signature, "secure_agent_sig", false, "device sa-1's keys are not signed by its certificate");
 }
 
 TEST_CASE("secure agent refusal: keys replayed from an earlier round") {
-  testing::temp_dir dir("secure_agent_replay");
-  scripted_hub hub(rogue::replayed_keys, dir);
-  hub.run();
-  INFO(hub.agent_log);
-  CHECK(!hub.uploaded);
-  REQUIRE(hub.refused.has_value());
-  CHECK(hub.refused->code == "edge.secure_step");
   // sa-1's signature is genuine, but over round 4241: for this round it does not verify.
-  CHECK(hub.refused->reason.find("device sa-1's keys are not signed by its certificate for round 4242") != std::string::npos);
+  check_refusal(rogue::replayed_keys, "secure_agent_replay", false, "device sa-1's keys are not signed by its certificate for round 4242");
 }

@@ -110,6 +110,9 @@ class job : public std::enable_shared_from_this<job> {
 
  private:
   job() = default;
+  // The UPDATE announcing `upload` and its transfer. → uploading.
+  void prepare_upload(const core::local_training_report& r, std::span<const std::byte> upload, const net::digest& sha256,
+                      std::uint64_t clipped);
 
   std::uint64_t round_ = 0;
   std::uint64_t download_id_ = 0;

@@ -210,6 +210,8 @@ using message = std::variant<msg::hello, msg::welcome, msg::assign, msg::ack, ms
                              msg::secagg_unmask_reply>;
 
 [[nodiscard]] frame_type type_of(const message& m) noexcept;
+// The round a message names (ASSIGN, UPDATE, EVALUATION, the secure aggregation steps), or 0.
+[[nodiscard]] std::uint64_t round_of(const message& m) noexcept;
 // The JSON payload of a control message.
 [[nodiscard]] std::string to_json(const message& m);
 // Header + JSON payload, ready to write.

@@ -1,0 +1,30 @@
+// crypto/src/secagg_checks.hpp — internal: the checks secure aggregation's server and plain sum share.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tessera/crypto/error.hpp"
+#include "tessera/crypto/secagg.hpp"
+
+namespace tessera::crypto::detail {
+
+inline core::result<void> check_params(const secagg_params& p) {
+  if (p.segments.empty()) return make_error(errc::invalid_argument, "secure aggregation over no segments");
+  if (p.threshold < 2) return make_error(errc::invalid_argument, "a secure aggregation threshold below 2 reveals single devices");
+  for (std::size_t s = 0; s < p.segments.size(); ++s)
+    if (p.segments[s].min_aggregate < 2)
+      return make_error(errc::invalid_argument, "segment " + std::to_string(s) + ": min_aggregate below 2 reveals single devices");
+  return {};
+}
+
+inline core::result<void> check_segments(const std::vector<std::uint32_t>& segments, std::size_t count, const std::string& id) {
+  if (segments.empty()) return make_error(errc::invalid_argument, id + " covers no segment");
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i] >= count) return make_error(errc::invalid_argument, id + " covers segment " + std::to_string(segments[i]) + ", which does not exist");
+    if (i > 0 && segments[i] <= segments[i - 1]) return make_error(errc::invalid_argument, id + "'s segments are not sorted and distinct");
+  }
+  return {};
+}
+
+}  // namespace tessera::crypto::detail
