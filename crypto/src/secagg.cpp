@@ -1,6 +1,7 @@
 #include "tessera/crypto/secagg.hpp"
 
 #include "secagg_checks.hpp"
+#include "tessera/crypto/secagg_graph.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -118,7 +119,9 @@ struct secagg_client::state {
   secagg_keys keys;
   stage at = stage::keys;
   secagg_roster roster;
+  std::optional<secagg_graph> graph;
   std::size_t index = 0;                                 // my position in the roster
+  std::vector<std::size_t> neighbours;                   // roster positions: who holds my shares, and I theirs
   std::map<std::uint32_t, key256> seeds;                 // b_me,segment
   // Shares this device holds, by owner: of the owner's s_sk, and of its seeds by segment.
   std::map<std::string, shamir_share> key_shares;
@@ -173,20 +176,33 @@ core::result<std::vector<secagg_box>> secagg_client::share_keys(const secagg_ros
       if (m.keys.c_pk != st.keys.c_pk || m.keys.s_pk != st.keys.s_pk)
         return make_error(errc::auth_failed, "the roster carries other keys for this device (" + st.id + ")");
       me = true;
-      continue;
     }
+  }
+  if (!me) return make_error(errc::invalid_argument, "the roster leaves this device (" + st.id + ") out");
+  const std::size_t index = position_in(roster, st.id);
+  secagg_graph graph = secagg_graph::build(p, roster);
+  std::vector<std::size_t> neighbours = graph.neighbours(index);
+  if (neighbours.size() + 1 < p.threshold)
+    return make_error(errc::invalid_argument, "this device has " + std::to_string(neighbours.size()) + " neighbours in the roster: its secrets need " +
+                                                  std::to_string(p.threshold) + " holders");
+  // Only the neighbours' keys are used: each must be signed by its device's certificate for this round.
+  for (std::size_t v : neighbours) {
+    const secagg_member& m = roster[v];
+    const std::string& who = m.keys.id;
     TESSERA_ASSIGN_OR_RETURN(auto peer, verifying_key::from_certificate_pem(m.keys.certificate_pem, st.ca_pem));
     if (peer.device_id() != who)
       return make_error(errc::auth_failed, "the roster's certificate for " + who + " is " + peer.device_id() + "'s");
     if (!peer.verify(secagg_signed_message(p.round, who, m.keys.c_pk, m.keys.s_pk), m.keys.signature))
       return make_error(errc::auth_failed, "device " + who + "'s keys are not signed by its certificate for round " + std::to_string(p.round));
   }
-  if (!me) return make_error(errc::invalid_argument, "the roster leaves this device (" + st.id + ") out");
   st.roster = roster;
-  st.index = position_in(st.roster, st.id);
+  st.index = index;
+  st.graph = std::move(graph);
+  st.neighbours = std::move(neighbours);
   const std::vector<std::uint32_t>& mine = st.roster[st.index].segments;
 
-  // The secrets: the mask key s_sk and one self-mask seed per covered segment, each split t-of-n.
+  // The secrets: the mask key s_sk and one self-mask seed per covered segment, each split t-of-n with
+  // x = roster position + 1; the neighbours get theirs.
   TESSERA_ASSIGN_OR_RETURN(key256 s_sk, st.s.private_bytes());
   auto key_split = shamir_split(s_sk, p.threshold, roster.size());
   OPENSSL_cleanse(s_sk.data(), s_sk.size());
@@ -196,14 +212,12 @@ core::result<std::vector<secagg_box>> secagg_client::share_keys(const secagg_ros
     TESSERA_ASSIGN_OR_RETURN(st.seeds[seg], random_key());
     TESSERA_ASSIGN_OR_RETURN(seed_split[seg], shamir_split(st.seeds[seg], p.threshold, roster.size()));
   }
+  // My own shares stay here.
+  st.key_shares[st.id] = key_split.value()[st.index];
+  for (std::uint32_t seg : mine) st.seed_shares[st.id][seg] = seed_split[seg][st.index];
   std::vector<secagg_box> out;
-  for (std::size_t v = 0; v < roster.size(); ++v) {
+  for (const std::size_t v : st.neighbours) {
     const std::string& to = roster[v].keys.id;
-    if (v == st.index) {  // my own shares stay here
-      st.key_shares[st.id] = key_split.value()[v];
-      for (std::uint32_t seg : mine) st.seed_shares[st.id][seg] = seed_split[seg][v];
-      continue;
-    }
     std::vector<std::byte> plain;
     put_share(plain, key_split.value()[v]);
     put_u32(plain, static_cast<std::uint32_t>(mine.size()));
@@ -232,12 +246,14 @@ core::result<secagg_masked> secagg_client::mask(const std::vector<secagg_box>& b
   const secagg_member& me = st.roster[st.index];
   if (input.size() != me.segments.size())
     return make_error(errc::invalid_argument, std::to_string(input.size()) + " input vectors for " + std::to_string(me.segments.size()) + " segments");
-  // Open the boxes: their senders are the devices that shared keys (U2).
+  // Open the boxes: their senders are the neighbours that shared keys (U2).
   st.shared = {st.id};
   for (const auto& b : boxes) {
-    const secagg_member* from = member_of(st.roster, b.from);
-    if (b.to != st.id || from == nullptr || b.from == st.id || st.shared.contains(b.from))
+    const std::size_t from_at = position_in(st.roster, b.from);
+    const bool neighbour = std::binary_search(st.neighbours.begin(), st.neighbours.end(), from_at);
+    if (b.to != st.id || !neighbour || st.shared.contains(b.from))
       return make_error(errc::invalid_argument, "a box from " + b.from + " to " + b.to + " that this device cannot take");
+    const secagg_member* from = &st.roster[from_at];
     TESSERA_ASSIGN_OR_RETURN(const key256 k, st.c.agree(from->keys.c_pk, round_info("boxes", p.round)));
     TESSERA_ASSIGN_OR_RETURN(auto plain, aead_open(k, box_associated(p.round, b.from, st.id), b.box));
     reader r(plain);
@@ -265,9 +281,9 @@ core::result<secagg_masked> secagg_client::mask(const std::vector<secagg_box>& b
     offset += y.size();
     TESSERA_ASSIGN_OR_RETURN(const key256 self, derive_key(st.seeds.at(seg), segment_info("self", p.round, seg)));
     mask_segment(y, p.bits, self, true);
-    for (std::size_t v = 0; v < st.roster.size(); ++v) {
+    for (const std::size_t v : st.neighbours) {
       const secagg_member& other = st.roster[v];
-      if (v == st.index || !covers(other, seg) || !st.shared.contains(other.keys.id)) continue;
+      if (!st.graph->masks(seg, st.index, v) || !st.shared.contains(other.keys.id)) continue;
       TESSERA_ASSIGN_OR_RETURN(const key256 pair, st.s.agree(other.keys.s_pk, segment_info("pair", p.round, seg)));
       mask_segment(y, p.bits, pair, st.index < v);
     }
@@ -280,13 +296,24 @@ core::result<secagg_unmask_reply> secagg_client::unmask(const secagg_unmask_requ
   state& st = *s_;
   if (st.at != state::stage::masked) return make_error(errc::invalid_argument, "unmasking before masking, or twice");
   const secagg_params& p = st.params;
+  // Every name is a roster member; a neighbour (or this device) named must have shared keys with it.
+  const auto check_name = [&](const std::string& u) -> core::result<std::size_t> {
+    const std::size_t at = position_in(st.roster, u);
+    if (at == st.roster.size()) return make_error(errc::invalid_argument, "the unmasking names " + u + ", which is not in the roster");
+    const bool known = at == st.index || std::binary_search(st.neighbours.begin(), st.neighbours.end(), at);
+    if (known && !st.shared.contains(u))
+      return make_error(errc::invalid_argument, "the unmasking names " + u + ", which did not share keys with this device");
+    return at;
+  };
   std::set<std::string> survivors, dropped;
+  std::vector<bool> alive(st.roster.size(), false);
   for (const auto& u : request.survivors) {
-    if (!st.shared.contains(u)) return make_error(errc::invalid_argument, "the unmasking names " + u + ", which did not share keys with this device");
+    TESSERA_ASSIGN_OR_RETURN(const std::size_t at, check_name(u));
     if (!survivors.insert(u).second) return make_error(errc::invalid_argument, "the unmasking names " + u + " twice");
+    alive[at] = true;
   }
   for (const auto& v : request.dropped) {
-    if (!st.shared.contains(v)) return make_error(errc::invalid_argument, "the unmasking names " + v + ", which did not share keys with this device");
+    TESSERA_TRY(check_name(v));
     // Never both for one device: its seed and its key together would unmask its input.
     if (survivors.contains(v))
       return make_error(errc::invalid_argument, "the unmasking asks for both the seed and the key of " + v + ": refused");
@@ -304,12 +331,20 @@ core::result<secagg_unmask_reply> secagg_client::unmask(const secagg_unmask_requ
     if (covering < p.segments[seg].min_aggregate)
       return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) + " with " + std::to_string(covering) +
                                                     " survivors, below its minimum of " + std::to_string(p.segments[seg].min_aggregate));
+    // Survivors the masks do not connect: the hub would hold each part's sum on its own.
+    if (!st.graph->connected(seg, alive))
+      return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) +
+                                                    ", whose survivors its masks do not connect: refused");
   }
   secagg_unmask_reply reply{.id = st.id, .seeds = {}, .keys = {}};
-  for (const auto& u : survivors)
+  for (const auto& u : survivors) {
+    const auto held = st.seed_shares.find(u);
+    if (held == st.seed_shares.end()) continue;  // not a neighbour
     for (std::uint32_t seg : released)
-      if (auto it = st.seed_shares[u].find(seg); it != st.seed_shares[u].end()) reply.seeds.push_back({.owner = u, .segment = seg, .share = it->second});
-  for (const auto& v : dropped) reply.keys.push_back({.owner = v, .segment = 0, .share = st.key_shares.at(v)});
+      if (auto it = held->second.find(seg); it != held->second.end()) reply.seeds.push_back({.owner = u, .segment = seg, .share = it->second});
+  }
+  for (const auto& v : dropped)
+    if (auto it = st.key_shares.find(v); it != st.key_shares.end()) reply.keys.push_back({.owner = v, .segment = 0, .share = it->second});
   st.at = state::stage::done;
   return reply;
 }
@@ -319,27 +354,50 @@ core::result<secagg_unmask_reply> secagg_client::unmask(const secagg_unmask_requ
 secagg_server::secagg_server(secagg_params params) : params_(std::move(params)) {}
 
 const secagg_member* secagg_server::member(const std::string& id) const { return member_of(roster_, id); }
+std::size_t secagg_server::position(const std::string& id) const { return position_in(roster_, id); }
 
 core::result<void> secagg_server::add_keys(secagg_keys k, std::vector<std::uint32_t> segments) {
   TESSERA_TRY(check_params(params_));
+  if (graph_) return make_error(errc::invalid_argument, "keys from " + k.id + " after the roster was closed");
   if (member(k.id) != nullptr) return make_error(errc::invalid_argument, "device " + k.id + " advertised keys twice");
   TESSERA_TRY(check_segments(segments, params_.segments.size(), "device " + k.id));
+  if (roster_.size() >= shamir_max_shares) return make_error(errc::invalid_argument, "a roster beyond " + std::to_string(shamir_max_shares) + " devices");
   roster_.push_back({.keys = std::move(k), .segments = std::move(segments)});
   return {};
 }
 
-core::result<secagg_roster> secagg_server::roster() const {
+core::result<secagg_roster> secagg_server::roster() {
   if (roster_.size() < params_.threshold)
     return make_error(errc::invalid_argument, std::to_string(roster_.size()) + " devices advertised keys, below the threshold " +
                                                   std::to_string(params_.threshold));
+  if (!graph_) {
+    auto graph = std::make_shared<const secagg_graph>(secagg_graph::build(params_, roster_));
+    for (std::size_t u = 0; u < roster_.size(); ++u)
+      if (const std::size_t n = graph->neighbours(u).size(); n + 1 < params_.threshold)
+        return make_error(errc::invalid_argument, "device " + roster_[u].keys.id + " has " + std::to_string(n) +
+                                                      " neighbours: its secrets need " + std::to_string(params_.threshold) + " holders");
+    graph_ = std::move(graph);
+  }
   return roster_;
 }
 
+core::result<secagg_roster> secagg_server::roster_for(const std::string& id) {
+  TESSERA_ASSIGN_OR_RETURN(secagg_roster out, roster());
+  const std::size_t u = position(id);
+  if (u == out.size()) return make_error(errc::invalid_argument, "device " + id + " is not in the roster");
+  if (graph_->complete()) return out;
+  const std::vector<std::size_t> keep = graph_->neighbours(u);
+  for (std::size_t v = 0; v < out.size(); ++v)
+    if (v != u && !std::binary_search(keep.begin(), keep.end(), v)) out[v].keys = secagg_keys{.id = out[v].keys.id, .certificate_pem = {}, .c_pk = {}, .s_pk = {}, .signature = {}};
+  return out;
+}
+
 core::result<void> secagg_server::add_boxes(const std::string& from, std::vector<secagg_box> boxes) {
-  if (member(from) == nullptr || shared_.contains(from)) return make_error(errc::invalid_argument, "boxes from " + from + " that were not expected");
+  if (!graph_ || member(from) == nullptr || shared_.contains(from)) return make_error(errc::invalid_argument, "boxes from " + from + " that were not expected");
+  const std::vector<std::size_t> neighbours = graph_->neighbours(position(from));
   std::set<std::string> to;
   for (const auto& b : boxes)
-    if (b.from != from || member(b.to) == nullptr || b.to == from || !to.insert(b.to).second)
+    if (b.from != from || !std::binary_search(neighbours.begin(), neighbours.end(), position(b.to)) || !to.insert(b.to).second)
       return make_error(errc::invalid_argument, "device " + from + " sent a box from " + b.from + " to " + b.to);
   for (auto& b : boxes) inbox_[b.to].push_back(std::move(b));
   shared_.insert(from);
@@ -367,16 +425,41 @@ core::result<void> secagg_server::add_masked(secagg_masked m) {
   return {};
 }
 
+// A segment is released when enough survivors cover it, its masks connect them, and every secret its
+// unmasking needs has `threshold` surviving holders: each covering survivor's seed, and the key of every
+// dropped device that masked with one of them.
 secagg_unmask_request secagg_server::unmask_request() const {
   secagg_unmask_request r;
-  for (const auto& m : roster_) {
-    if (masked_.contains(m.keys.id)) r.survivors.push_back(m.keys.id);
-    else if (shared_.contains(m.keys.id)) r.dropped.push_back(m.keys.id);
+  if (!graph_) return r;
+  std::vector<bool> alive(roster_.size(), false), gone(roster_.size(), false);
+  for (std::size_t u = 0; u < roster_.size(); ++u) {
+    const std::string& id = roster_[u].keys.id;
+    if (masked_.contains(id)) {
+      r.survivors.push_back(id);
+      alive[u] = true;
+    } else if (shared_.contains(id)) {
+      r.dropped.push_back(id);
+      gone[u] = true;
+    }
+  }
+  // Surviving holders of each member's shares (a survivor holds its own).
+  std::vector<std::size_t> holders(roster_.size(), 0);
+  for (std::size_t u = 0; u < roster_.size(); ++u) {
+    if (!alive[u] && !gone[u]) continue;
+    for (std::size_t v : graph_->neighbours(u)) holders[u] += alive[v] ? 1 : 0;
+    holders[u] += alive[u] ? 1 : 0;
   }
   for (std::uint32_t seg = 0; seg < params_.segments.size(); ++seg) {
     std::size_t covering = 0;
-    for (const auto& u : r.survivors) covering += covers(*member(u), seg) ? 1 : 0;
-    if (covering >= params_.segments[seg].min_aggregate) r.released.push_back(seg);
+    bool recoverable = true;
+    for (std::size_t u = 0; u < roster_.size(); ++u) {
+      if (!alive[u] || !graph_->covers(u, seg)) continue;
+      ++covering;
+      recoverable = recoverable && holders[u] >= params_.threshold;
+      for (std::size_t v : graph_->neighbours(u))
+        if (gone[v] && graph_->masks(seg, u, v)) recoverable = recoverable && holders[v] >= params_.threshold;
+    }
+    if (covering >= params_.segments[seg].min_aggregate && recoverable && graph_->connected(seg, alive)) r.released.push_back(seg);
   }
   return r;
 }
@@ -392,13 +475,18 @@ core::result<std::vector<secagg_segment_sum>> secagg_server::finish() const {
   if (replies_.size() < p.threshold)
     return make_error(errc::invalid_argument, std::to_string(replies_.size()) + " unmasking replies, below the threshold " + std::to_string(p.threshold));
   const secagg_unmask_request req = unmask_request();
-  // The dropped devices' mask keys, checked against the public keys they advertised.
+  // The shares the replies hold, by owner (and segment).
+  std::map<std::string, std::vector<shamir_share>> key_shares;
+  std::map<std::pair<std::string, std::uint32_t>, std::vector<shamir_share>> seed_shares;
+  for (const auto& [id, reply] : replies_) {
+    for (const auto& s : reply.keys) key_shares[s.owner].push_back(s.share);
+    for (const auto& s : reply.seeds) seed_shares[{s.owner, s.segment}].push_back(s.share);
+  }
+  // The dropped devices' mask keys that enough replies hold, checked against the keys they advertised.
   std::map<std::string, x25519_keypair> dropped_keys;
   for (const auto& v : req.dropped) {
-    std::vector<shamir_share> shares;
-    for (const auto& [id, reply] : replies_)
-      for (const auto& s : reply.keys)
-        if (s.owner == v) shares.push_back(s.share);
+    const auto& shares = key_shares[v];
+    if (shares.size() < p.threshold) continue;  // the segments that need it are withheld below
     TESSERA_ASSIGN_OR_RETURN(const secret32 sk, shamir_recover(shares, p.threshold));
     key256 k;
     std::memcpy(k.data(), sk.data(), k.size());
@@ -408,16 +496,23 @@ core::result<std::vector<secagg_segment_sum>> secagg_server::finish() const {
       return make_error(errc::auth_failed, "the key recovered for " + v + " is not the one it advertised");
     dropped_keys.emplace(v, std::move(pair));
   }
+  std::vector<std::size_t> dropped_at;
+  for (const auto& v : req.dropped) dropped_at.push_back(position(v));
   TESSERA_ASSIGN_OR_RETURN(const auto fp, fixed_point::create(p.clip, p.bits, roster_.size()));
   std::vector<secagg_segment_sum> out(p.segments.size());
-  for (std::uint32_t seg = 0; seg < out.size(); ++seg)  // a withheld segment's count, for the report
+  for (std::uint32_t seg = 0; seg < out.size(); ++seg) {  // a withheld segment's count, for the report
     for (const auto& u : req.survivors) out[seg].contributors += covers(*member(u), seg) ? 1 : 0;
+    out[seg].withheld = out[seg].contributors < p.segments[seg].min_aggregate
+                            ? detail::too_few(out[seg].contributors, p.segments[seg].min_aggregate)
+                            : std::to_string(out[seg].contributors) + " contributors that too few neighbours could unmask, or their masks did not connect";
+  }
   for (std::uint32_t seg : req.released) {
-    out[seg].contributors = 0;
     std::vector<std::uint64_t> acc(p.segments[seg].length, 0);
+    std::string missing;
     for (const auto& u : req.survivors) {
       const secagg_member& mu = *member(u);
       if (!covers(mu, seg)) continue;
+      const std::size_t u_at = position(u);
       // u's values for this segment inside its masked vector.
       std::size_t offset = 0;
       for (std::uint32_t s : mu.segments) {
@@ -425,10 +520,11 @@ core::result<std::vector<secagg_segment_sum>> secagg_server::finish() const {
         offset += p.segments[s].length;
       }
       add_into(acc, std::span(masked_.at(u).y).subspan(offset, acc.size()), p.bits);
-      std::vector<shamir_share> shares;
-      for (const auto& [id, reply] : replies_)
-        for (const auto& s : reply.seeds)
-          if (s.owner == u && s.segment == seg) shares.push_back(s.share);
+      const auto& shares = seed_shares[{u, seg}];
+      if (shares.size() < p.threshold) {
+        missing = "too few replies hold " + u + "'s seed";
+        break;
+      }
       TESSERA_ASSIGN_OR_RETURN(const secret32 seed, shamir_recover(shares, p.threshold));
       key256 b;
       std::memcpy(b.data(), seed.data(), b.size());
@@ -436,14 +532,25 @@ core::result<std::vector<secagg_segment_sum>> secagg_server::finish() const {
       OPENSSL_cleanse(b.data(), b.size());
       mask_segment(acc, p.bits, self, false);
       // Masks u drew with devices that dropped after sharing keys do not cancel: remove them.
-      for (const auto& [v, key] : dropped_keys) {
-        if (!covers(*member(v), seg)) continue;
-        TESSERA_ASSIGN_OR_RETURN(const key256 pair, key.agree(mu.keys.s_pk, segment_info("pair", p.round, seg)));
-        mask_segment(acc, p.bits, pair, !(position_in(roster_, u) < position_in(roster_, v)));  // undo u's sign
+      for (std::size_t i = 0; i < req.dropped.size() && missing.empty(); ++i) {
+        const std::string& v = req.dropped[i];
+        if (!graph_->masks(seg, u_at, dropped_at[i])) continue;
+        const auto key = dropped_keys.find(v);
+        if (key == dropped_keys.end()) {
+          missing = "too few replies hold " + v + "'s key";
+          break;
+        }
+        TESSERA_ASSIGN_OR_RETURN(const key256 pair, key->second.agree(mu.keys.s_pk, segment_info("pair", p.round, seg)));
+        mask_segment(acc, p.bits, pair, !(u_at < dropped_at[i]));  // undo u's sign
       }
-      ++out[seg].contributors;
+      if (!missing.empty()) break;
+    }
+    if (!missing.empty()) {  // u's input stays masked: nothing of it is learned
+      out[seg].withheld = missing;
+      continue;
     }
     out[seg].released = true;
+    out[seg].withheld.clear();
     out[seg].sum.resize(acc.size());
     fp.decode_sum(acc, out[seg].sum);
   }

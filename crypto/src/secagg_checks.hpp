@@ -12,6 +12,7 @@ namespace tessera::crypto::detail {
 inline core::result<void> check_params(const secagg_params& p) {
   if (p.segments.empty()) return make_error(errc::invalid_argument, "secure aggregation over no segments");
   if (p.threshold < 2) return make_error(errc::invalid_argument, "a secure aggregation threshold below 2 reveals single devices");
+  if (p.neighbors == 1) return make_error(errc::invalid_argument, "one neighbour per device cannot connect a segment's devices");
   for (std::size_t s = 0; s < p.segments.size(); ++s)
     if (p.segments[s].min_aggregate < 2)
       return make_error(errc::invalid_argument, "segment " + std::to_string(s) + ": min_aggregate below 2 reveals single devices");
@@ -25,6 +26,11 @@ inline core::result<void> check_segments(const std::vector<std::uint32_t>& segme
     if (i > 0 && segments[i] <= segments[i - 1]) return make_error(errc::invalid_argument, id + "'s segments are not sorted and distinct");
   }
   return {};
+}
+
+// Why a segment with `contributors` survivors was not released.
+inline std::string too_few(std::size_t contributors, std::size_t min_aggregate) {
+  return std::to_string(contributors) + " contributor" + (contributors == 1 ? "" : "s") + ", below the threshold " + std::to_string(min_aggregate);
 }
 
 }  // namespace tessera::crypto::detail

@@ -111,7 +111,10 @@ core::result<std::vector<secagg_segment_sum>> secagg_plain_sum::finish() const {
   std::vector<secagg_segment_sum> out(params_.segments.size());
   for (std::size_t seg = 0; seg < out.size(); ++seg) {
     out[seg].contributors = contributors_[seg];
-    if (contributors_[seg] < params_.segments[seg].min_aggregate) continue;
+    if (contributors_[seg] < params_.segments[seg].min_aggregate) {
+      out[seg].withheld = detail::too_few(contributors_[seg], params_.segments[seg].min_aggregate);
+      continue;
+    }
     out[seg].released = true;
     out[seg].sum.resize(acc_[seg].size());
     fp.decode_sum(acc_[seg], out[seg].sum);

@@ -337,8 +337,8 @@ void agent::on_secure(const net::message& m) {
   if (const auto* r = std::get_if<net::msg::secagg_roster>(&m)) {
     auto shares = s->on_roster(*r);
     if (!shares) return refuse(what, shares.error());
-    log(log_level::info, "round " + std::to_string(round) + ": keys of " + std::to_string(r->roster.size()) +
-                             " devices checked; shares sent");
+    log(log_level::info, "round " + std::to_string(round) + ": a roster of " + std::to_string(r->roster.size()) + " devices; keys of " +
+                             std::to_string(shares.value().boxes.size()) + " neighbours checked and shares sent to them");
     if (session_) session_->send(shares.value());
   } else if (const auto* in = std::get_if<net::msg::secagg_inbox>(&m)) {
     if (auto ok = s->on_inbox(*in); !ok) return refuse(what, ok.error());

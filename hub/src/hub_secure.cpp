@@ -70,8 +70,9 @@ void hub_service::send_secure_step(device_entry& d, const std::string& id) {
   switch (sp.at) {
     case secure_phase::step::keys: break;  // the agent sends its keys with each ASSIGN and after a reconnect
     case secure_phase::step::shares:
-      if (!sp.shared.contains(id) && std::any_of(sp.roster->begin(), sp.roster->end(), [&](const auto& m) { return m.keys.id == id; }))
-        d.session->send(net::msg::secagg_roster{.round = round, .roster = *sp.roster});
+      // Each member gets the roster with its neighbours' keys (all of them while the graph is complete).
+      if (!sp.shared.contains(id))
+        if (auto mine = engine_->secagg_server().roster_for(id); mine) d.session->send(net::msg::secagg_roster{.round = round, .roster = std::move(mine).value()});
       break;
     case secure_phase::step::uploads:
       if (sp.shared.contains(id)) d.session->send(net::msg::secagg_inbox{.round = round, .boxes = engine_->secagg_server().inbox(id)});

@@ -148,7 +148,7 @@ json secure_assign_object(const msg::secure_assign& s) {
   json segments = json::array();
   for (const auto& g : s.params.segments) segments.push_back({{"length", g.length}, {"min_aggregate", g.min_aggregate}});
   return {{"protocol_round", s.params.round}, {"bits", s.params.bits}, {"clip", s.params.clip},
-          {"threshold", s.params.threshold}, {"segments", segments}, {"covers", s.segments},
+          {"threshold", s.params.threshold}, {"neighbors", s.params.neighbors}, {"segments", segments}, {"covers", s.segments},
           {"rounding_key", b64(s.rounding_key)}, {"upload_size", s.upload_size}};
 }
 
@@ -159,6 +159,8 @@ void read_secure_assign(reader& r, msg::secure_assign& s) {
     s.params.clip = sr.finite("clip");
     if (!sr.failed() && !(s.params.clip > 0)) sr.fail("clip", "must be positive");
     s.params.threshold = sr.u32("threshold", 2, static_cast<std::uint32_t>(max_secagg_members));
+    s.params.neighbors = sr.u32("neighbors", 0, static_cast<std::uint32_t>(max_secagg_members));
+    if (!sr.failed() && s.params.neighbors == 1) sr.fail("neighbors", "must be 0 (everyone) or at least 2");
     each_object(sr, "segments", max_secagg_segments, [&](reader& gr) {
       crypto::secagg_segment g;
       g.length = gr.u64("length", std::uint64_t{1} << 32);
@@ -185,7 +187,11 @@ json secagg_to_object(const message& m) {
           return {{"round", v.round}, {"keys", keys_object(v.keys)}};
         } else if constexpr (std::is_same_v<T, msg::secagg_roster>) {
           json members = json::array();
-          for (const auto& member : v.roster) members.push_back({{"keys", keys_object(member.keys)}, {"segments", member.segments}});
+          for (const auto& member : v.roster) {
+            // A member whose keys this device does not need (not its neighbour) goes by its id alone.
+            if (member.keys.certificate_pem.empty()) members.push_back({{"id", member.keys.id}, {"segments", member.segments}});
+            else members.push_back({{"keys", keys_object(member.keys)}, {"segments", member.segments}});
+          }
           return {{"round", v.round}, {"members", members}};
         } else if constexpr (std::is_same_v<T, msg::secagg_shares> || std::is_same_v<T, msg::secagg_inbox>) {
           return {{"round", v.round}, {"boxes", boxes_array(v.boxes)}};
@@ -214,7 +220,8 @@ message parse_secagg(frame_type t, reader& r) {
       msg::secagg_roster ro{.round = round, .roster = {}};
       each_object(r, "members", max_secagg_members, [&](reader& mr) {
         crypto::secagg_member m;
-        nested_object(mr, "keys", [&](reader& kr) { m.keys = read_keys(kr); });
+        if (mr.has("keys")) nested_object(mr, "keys", [&](reader& kr) { m.keys = read_keys(kr); });
+        else m.keys.id = mr.device("id");
         m.segments = read_indices(mr, "segments", max_secagg_segments, /*nonempty=*/true);
         ro.roster.push_back(std::move(m));
       });

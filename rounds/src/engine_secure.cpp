@@ -22,7 +22,11 @@ core::result<void> engine::plan_secure(const core::round_plan& plan) {
   std::memcpy(&p.round, nonce.data(), sizeof p.round);
   p.bits = sa.bits;
   p.clip = sa.clip;
-  p.threshold = std::max<std::size_t>(2, assignments_.size() / 2 + 1);  // a majority of the assigned devices
+  // A secret needs a majority of its holders: of the assigned devices while every device is every
+  // other's neighbour, of a device's ring neighbours and itself beyond that (crypto/secagg_graph.hpp).
+  p.neighbors = sa.neighbors;
+  const std::size_t holders = sa.neighbors == 0 || assignments_.size() <= sa.neighbors + 1 ? assignments_.size() : 2 * ((sa.neighbors + 1) / 2) + 1;
+  p.threshold = std::max<std::size_t>(2, holders / 2 + 1);
   std::vector<core::subnet> subnets;
   for (std::size_t g = 0; g < plan.groups; ++g) {
     subnets.push_back(core::make_subnet(full_, config_.model.compensation, plan, g));
@@ -103,8 +107,7 @@ core::result<void> engine::apply_secure_sums() {
   const auto mean_change = [&](std::size_t seg, std::span<float> values) {
     const crypto::secagg_segment_sum& sum = sums[seg];
     if (!sum.released) {
-      withhold(seg, std::to_string(sum.contributors) + " contributor" + (sum.contributors == 1 ? "" : "s") + ", below the threshold " +
-                        std::to_string(s.params.segments[seg].min_aggregate));
+      withhold(seg, sum.withheld);
       return;
     }
     const double weight = sum.sum.back() / clip;

@@ -57,6 +57,10 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
                                std::to_string(s.threshold) + " would never release it");
     s.clip = sr.number("clip", 1.0, 1e-6, 1e6, "each value of a device's change (trained − received) is clipped to ±clip");
     s.bits = static_cast<int>(sr.integer("bits", 32, 16, 64, "the ring Z_2^bits the masked values live in"));
+    s.neighbors = static_cast<std::size_t>(sr.integer("neighbors", 64, 0, 4096,
+                                                      "with more devices than neighbors + 1, each masks with and shares its "
+                                                      "secrets with this many on the parameters many devices train (0: with all)"));
+    if (s.neighbors == 1) sr.fail("neighbors", "one neighbour cannot connect the devices: 0 (all) or at least 2");
     if (auto done = sr.finish(); !done) r.fail(std::move(done).error());
   }
   c.metrics_path = r.string("metrics", "", "JSON-lines file, one line per round (empty: none)");

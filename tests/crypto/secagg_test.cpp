@@ -3,18 +3,21 @@
 // survivors, and every refusal of a client.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "../support/text.hpp"
 #include "test_pki.hpp"
 #include "tessera/core/rng.hpp"
 #include "tessera/crypto/secagg.hpp"
+#include "tessera/crypto/secagg_graph.hpp"
 
 using namespace tessera;
 
 namespace {
 
-// Six device certificates from the test CA, made once.
+// Sixteen device certificates from the test CA, made once (most tests use the first six).
 struct devices {
   std::vector<std::string> ids;
   std::vector<crypto::cert_files> files;
@@ -24,7 +27,7 @@ struct devices {
       devices out;
       const auto& pki = test::test_pki::get();
       out.ca = testing::read_text(pki.ca.cert);
-      for (int i = 0; i < 6; ++i) {
+      for (int i = 0; i < 16; ++i) {
         const std::string id = "sa-" + std::to_string(i);
         crypto::cert_files f{pki.dir / (id + ".pem"), pki.dir / (id + ".key")};
         if (!std::filesystem::exists(f.cert)) REQUIRE(crypto::issue(pki.ca, {.device_id = id}, f, false).ok());
@@ -286,4 +289,148 @@ TEST_CASE("secagg: the server refuses inputs of the wrong length, outside the ri
   CHECK_FALSE(crypto::secagg_server(crypto::secagg_params{.round = 1, .bits = 32, .clip = 1, .threshold = 1, .segments = {{}}})
                   .add_keys(clients[0].keys(), {0})
                   .ok());
+}
+
+// ---- neighbour graphs (Bell et al. 2020) ----
+
+namespace {
+
+// Sixteen devices covering one segment (as in FedAvg), each masking with 4 neighbours: a secret needs 3
+// of its 5 holders (the device and its neighbours).
+crypto::secagg_params sparse_params() {
+  return {.round = 21, .bits = 32, .clip = 1.0, .threshold = 3, .segments = {{.length = 30, .min_aggregate = 2}}, .neighbors = 4};
+}
+constexpr std::size_t sparse_devices = 16;
+
+std::vector<float> sparse_input(std::size_t d) {
+  core::rng r(500 + d);
+  std::vector<float> in(30);
+  for (auto& v : in) v = static_cast<float>(r.uniform_double() - 0.5);
+  return in;
+}
+
+struct sparse_fleet {
+  crypto::secagg_server server{sparse_params()};
+  std::vector<crypto::secagg_client> clients;
+  std::vector<std::size_t> boxes_sent;
+  std::vector<std::size_t> keys_received;  // roster members whose keys a device's roster carried
+};
+
+// Every device advertises keys and shares them; those not in `silent` send their masked input.
+void share_and_mask(sparse_fleet& f, const std::set<std::size_t>& silent) {
+  const auto p = sparse_params();
+  const auto& ids = devices::get().ids;
+  for (std::size_t d = 0; d < sparse_devices; ++d) f.clients.push_back(client(d, p));
+  for (std::size_t d = 0; d < sparse_devices; ++d) REQUIRE(f.server.add_keys(f.clients[d].keys(), {0}).ok());
+  for (std::size_t d = 0; d < sparse_devices; ++d) {
+    const auto roster = f.server.roster_for(ids[d]);
+    REQUIRE(roster.ok());
+    f.keys_received.push_back(static_cast<std::size_t>(
+        std::count_if(roster.value().begin(), roster.value().end(), [](const auto& m) { return !m.keys.certificate_pem.empty(); })));
+    auto boxes = f.clients[d].share_keys(roster.value());
+    REQUIRE_MESSAGE(boxes.ok(), (boxes.ok() ? "" : boxes.error().message));
+    f.boxes_sent.push_back(boxes.value().size());
+    REQUIRE(f.server.add_boxes(ids[d], std::move(boxes).value()).ok());
+  }
+  for (std::size_t d = 0; d < sparse_devices; ++d) {
+    if (silent.contains(d)) continue;
+    auto m = f.clients[d].mask(f.server.inbox(ids[d]), {sparse_input(d)}, crypto::random_key().value());
+    REQUIRE_MESSAGE(m.ok(), (m.ok() ? "" : m.error().message));
+    REQUIRE(f.server.add_masked(std::move(m).value()).ok());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("secagg with neighbour graphs: each device shares with its neighbours only, and the survivors' sum comes out") {
+  sparse_fleet f;
+  const std::set<std::size_t> dropped{3, 9};  // leave after sharing keys, before their masked input
+  share_and_mask(f, dropped);
+  for (std::size_t d = 0; d < sparse_devices; ++d) {
+    CAPTURE(d);
+    CHECK(f.boxes_sent[d] == 4);     // not 15
+    CHECK(f.keys_received[d] == 5);  // its own and its neighbours'
+  }
+  const auto request = f.server.unmask_request();
+  CHECK(request.released == std::vector<std::uint32_t>{0});
+  CHECK(request.dropped == std::vector<std::string>{"sa-3", "sa-9"});
+  const auto graph = crypto::secagg_graph::build(sparse_params(), f.server.roster().value());
+  for (std::size_t d = 0; d < sparse_devices; ++d) {
+    if (dropped.contains(d)) continue;
+    auto reply = f.clients[d].unmask(request);
+    REQUIRE_MESSAGE(reply.ok(), (reply.ok() ? "" : reply.error().message));
+    // A device holds shares of its neighbours' secrets only.
+    const auto mine = graph.neighbours(d);
+    for (const auto& s : reply.value().seeds) {
+      const std::size_t owner = std::stoul(s.owner.substr(3));
+      CHECK((owner == d || std::binary_search(mine.begin(), mine.end(), owner)));
+    }
+    for (const auto& s : reply.value().keys) CHECK(dropped.contains(std::stoul(s.owner.substr(3))));
+    REQUIRE(f.server.add_reply(std::move(reply).value()).ok());
+  }
+  const auto sums = f.server.finish();
+  REQUIRE_MESSAGE(sums.ok(), (sums.ok() ? "" : sums.error().message));
+  const auto& s = sums.value()[0];
+  REQUIRE(s.released);
+  CHECK(s.contributors == 14);
+  const double step = crypto::fixed_point::create(1.0, 32, sparse_devices).value().step();
+  for (std::size_t k = 0; k < 30; ++k) {
+    double expected = 0;
+    for (std::size_t d = 0; d < sparse_devices; ++d)
+      if (!dropped.contains(d)) expected += sparse_input(d)[k];
+    CHECK(std::abs(s.sum[k] - expected) < 14 * step);
+  }
+}
+
+TEST_CASE("secagg refusal: releasing a segment whose survivors the neighbour graph does not connect") {
+  // Four devices drop so that the ring falls in two parts: the hub, holding every masked input, would
+  // learn each part's sum. It does not release the segment, and a device asked to is refused.
+  const auto p = sparse_params();
+  std::set<std::size_t> cut;
+  {
+    crypto::secagg_server probe(p);
+    std::vector<crypto::secagg_client> keyed;
+    for (std::size_t d = 0; d < sparse_devices; ++d) keyed.push_back(client(d, p));
+    for (std::size_t d = 0; d < sparse_devices; ++d) REQUIRE(probe.add_keys(keyed[d].keys(), {0}).ok());
+    const auto g = crypto::secagg_graph::build(p, probe.roster().value());
+    for (std::size_t a = 0; a < sparse_devices && cut.empty(); ++a)
+      for (std::size_t b = a + 1; b < sparse_devices && cut.empty(); ++b)
+        for (std::size_t x = 0; x < sparse_devices && cut.empty(); ++x)
+          for (std::size_t y = x + 1; y < sparse_devices && cut.empty(); ++y) {
+            if (std::set<std::size_t>{a, b, x, y}.size() != 4 || !g.masks(0, a, b) || !g.masks(0, x, y)) continue;
+            std::vector<bool> alive(sparse_devices, true);
+            alive[a] = alive[b] = alive[x] = alive[y] = false;
+            if (!g.connected(0, alive)) cut = {a, b, x, y};
+          }
+  }
+  REQUIRE(cut.size() == 4);
+  sparse_fleet f;
+  share_and_mask(f, cut);
+  auto request = f.server.unmask_request();
+  CHECK(request.released.empty());
+  request.released = {0};
+  const std::size_t asked = cut.contains(0) ? (cut.contains(1) ? 2 : 1) : 0;
+  const auto r = f.clients[asked].unmask(request);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message == "the unmasking releases segment 0, whose survivors its masks do not connect: refused");
+}
+
+TEST_CASE("secagg with neighbour graphs: a seed too few neighbours returned keeps the segment withheld") {
+  sparse_fleet f;
+  share_and_mask(f, {});
+  const auto request = f.server.unmask_request();
+  REQUIRE(request.released == std::vector<std::uint32_t>{0});
+  // sa-0's four neighbours do not answer the unmasking: only sa-0 holds a share of its seed.
+  const auto graph = crypto::secagg_graph::build(sparse_params(), f.server.roster().value());
+  const auto silent = graph.neighbours(0);
+  for (std::size_t d = 0; d < sparse_devices; ++d)
+    if (!std::binary_search(silent.begin(), silent.end(), d)) REQUIRE(f.server.add_reply(f.clients[d].unmask(request).value()).ok());
+  const auto sums = f.server.finish();
+  REQUIRE(sums.ok());
+  CHECK_FALSE(sums.value()[0].released);
+  CHECK(sums.value()[0].withheld == "too few replies hold sa-0's seed");
+  // One neighbour too few: refused at the start.
+  auto one = sparse_params();
+  one.neighbors = 1;
+  CHECK_FALSE(crypto::secagg_server(one).add_keys(f.clients[0].keys(), {0}).ok());
 }

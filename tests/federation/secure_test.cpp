@@ -17,7 +17,7 @@ namespace {
 constexpr int k_devices = 6;
 constexpr int k_rounds = 3;
 
-nlohmann::json run_fields(bool secure, const std::string& strategy = "ist") {
+nlohmann::json run_fields(bool secure, const std::string& strategy = "ist", int neighbors = 64) {
   nlohmann::json j = {{"model", {{"inputs", 784}, {"hidden", {64, 64}}, {"outputs", 10}}},
                       {"strategy", strategy},
                       {"rounds", k_rounds},
@@ -25,7 +25,7 @@ nlohmann::json run_fields(bool secure, const std::string& strategy = "ist") {
                       {"batch", 32},
                       {"lr", 0.05},
                       {"seed", 11}};
-  if (secure) j["secure_aggregation"] = {{"replication", 3}, {"clip", 2.0}};
+  if (secure) j["secure_aggregation"] = {{"replication", 3}, {"clip", 2.0}, {"neighbors", neighbors}};
   else if (strategy == "ist") j["groups"] = 2;  // the plan secure aggregation makes: two groups of three
   return j;
 }
@@ -67,17 +67,19 @@ TEST_CASE("federation: secure aggregation — the hub holds only masked uploads 
   shards_config["data"] = {{"train", train}, {"test", test}};
   const std::vector<nlohmann::json> data = f.make_shards(shards_config);
 
-  for (const std::string tag : {"clear", "secure", "secure-fedavg"}) {
+  // secure-sparse: each device masks the output bias with 2 ring neighbours only (Bell et al.'s graphs).
+  for (const std::string tag : {"clear", "secure", "secure-fedavg", "secure-sparse"}) {
     const bool secure = tag != "clear";
     const std::string strategy = tag == "secure-fedavg" ? "fedavg" : "ist";
+    const int neighbors = tag == "secure-sparse" ? 2 : 64;
     const std::size_t groups = strategy == "ist" ? 2 : 1;
     CAPTURE(tag);
-    nlohmann::json sim = run_fields(secure, strategy);
+    nlohmann::json sim = run_fields(secure, strategy, neighbors);
     sim.update({{"devices", k_devices}, {"data", {{"train", train}, {"test", test}}}, {"output", f.file("sim-" + tag + ".safetensors")},
                 {"metrics", f.file("sim-" + tag + ".jsonl")}});
     f.run_tool("sim-" + tag, {k_sim_binary, "--config", f.write_json("sim-" + tag + ".json", sim)}, 120s);
 
-    nlohmann::json hub_json = run_fields(secure, strategy);
+    nlohmann::json hub_json = run_fields(secure, strategy, neighbors);
     hub_json.update({{"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 60},
                      {"output", f.file("hub-" + tag + ".safetensors")}, {"metrics", f.file("hub-" + tag + ".jsonl")},
                      {"audit_uploads", f.file("audit-" + tag)}});
@@ -98,6 +100,12 @@ TEST_CASE("federation: secure aggregation — the hub holds only masked uploads 
       CHECK(count_of(a->err(), "update accepted") == k_rounds);
       CHECK(count_of(a->err(), "refusing") == 0);
       if (secure) CHECK(count_of(a->err(), "unmasking shares sent") == k_rounds);
+      // Everyone is everyone's neighbour, or (sparse) the 2 on the ring and the group's other 2 at most.
+      if (tag == "secure" || tag == "secure-fedavg") CHECK(count_of(a->err(), "a roster of 6 devices; keys of 5 neighbours") == k_rounds);
+      if (tag == "secure-sparse") {
+        CHECK(count_of(a->err(), "a roster of 6 devices; keys of") == k_rounds);
+        CHECK(count_of(a->err(), "a roster of 6 devices; keys of 5 neighbours") == 0);
+      }
     }
 
     // What the hub received: under secure aggregation every upload's bytes are uniform; in the clear

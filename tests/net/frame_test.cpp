@@ -246,10 +246,16 @@ TEST_CASE("secure aggregation messages round-trip, ASSIGN's secure part and UPDA
   CHECK(k.keys.signature == keys.signature);
 
   const auto ro = std::get<net::msg::secagg_roster>(
-      round_trip(net::msg::secagg_roster{.round = 3, .roster = {{.keys = keys, .segments = {0, 2}}, {.keys = keys, .segments = {1, 2}}}}));
-  REQUIRE(ro.roster.size() == 2);
+      round_trip(net::msg::secagg_roster{.round = 3, .roster = {{.keys = keys, .segments = {0, 2}}, {.keys = keys, .segments = {1, 2}},
+                                                                 {.keys = {.id = "far", .certificate_pem = {}, .c_pk = {}, .s_pk = {}, .signature = {}},
+                                                                  .segments = {2}}}}));
+  REQUIRE(ro.roster.size() == 3);
   CHECK(ro.roster[1].segments == std::vector<std::uint32_t>{1, 2});
   CHECK(ro.roster[1].keys.s_pk == keys.s_pk);
+  // A member that is not the device's neighbour goes by its id alone.
+  CHECK(ro.roster[2].keys.id == "far");
+  CHECK(ro.roster[2].keys.certificate_pem.empty());
+  CHECK(ro.roster[2].segments == std::vector<std::uint32_t>{2});
 
   const std::vector<tessera::crypto::secagg_box> boxes{{.from = "a", .to = "b", .box = {std::byte{9}, std::byte{8}}}};
   CHECK(std::get<net::msg::secagg_shares>(round_trip(net::msg::secagg_shares{.round = 3, .boxes = boxes})).boxes[0].box == boxes[0].box);
@@ -273,6 +279,7 @@ TEST_CASE("secure aggregation messages round-trip, ASSIGN's secure part and UPDA
   sa.params.bits = 32;
   sa.params.clip = 0.5;
   sa.params.threshold = 4;
+  sa.params.neighbors = 12;
   sa.params.segments.push_back({.length = 100, .min_aggregate = 3});
   sa.params.segments.push_back({.length = 11, .min_aggregate = 3});
   sa.segments = {0, 1};
@@ -285,6 +292,7 @@ TEST_CASE("secure aggregation messages round-trip, ASSIGN's secure part and UPDA
   CHECK(back.secure->params.round == 0xfeedfacecafebeefULL);
   CHECK(back.secure->params.segments.size() == 2);
   CHECK(back.secure->params.segments[0].length == 100);
+  CHECK(back.secure->params.neighbors == 12);
   CHECK(back.secure->rounding_key == sa.rounding_key);
   CHECK(back.secure->upload_size == 444);
   net::msg::update u{.round = 2, .examples = 1, .steps = 1, .loss = 0.5, .transfer = 1, .size = 4,
@@ -305,7 +313,10 @@ TEST_CASE("malformed: secure aggregation messages name what is wrong") {
         "SECAGG_KEYS: keys: field 'c_pk': expected 32 bytes");
   CHECK(text(net::frame_type::secagg_inbox, R"({"round":1,"boxes":[{"from":"a","to":"b","box":"@@@@"}]})").find("SECAGG_INBOX: boxes[0]: field 'box'") == 0);
   const std::string assign = R"({"round":1,"widths":[4],"hyper":{},"transfer":1,"size":4,"codec":"f32","sha256":")" + std::string(64, '0') +
-                             R"(","secure":{"protocol_round":5,"bits":32,"clip":1,"threshold":2,"segments":[{"length":10,"min_aggregate":2}],"covers":[0],"rounding_key":")" +
+                             R"(","secure":{"protocol_round":5,"bits":32,"clip":1,"threshold":2,"neighbors":0,"segments":[{"length":10,"min_aggregate":2}],"covers":[0],"rounding_key":")" +
                              tessera::core::base64_encode(std::vector<std::byte>(32)) + R"(","upload_size":41}})";
   CHECK(text(net::frame_type::assign, assign) == "ASSIGN: secure: field 'upload_size': is not the covered segments' 10 values");
+  std::string one_neighbour = assign;
+  one_neighbour.replace(one_neighbour.find("\"neighbors\":0"), 13, "\"neighbors\":1");
+  CHECK(text(net::frame_type::assign, one_neighbour) == "ASSIGN: secure: field 'neighbors': must be 0 (everyone) or at least 2");
 }

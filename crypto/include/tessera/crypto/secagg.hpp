@@ -6,19 +6,23 @@
 // The vector being summed is cut into segments (in IST: one per group of devices training the same
 // neurons, and one for the parameters every device trains). A participant covers some segments; its
 // masked input is the concatenation of its segments. Pairwise masks between u and v are drawn only on
-// the segments both cover, so they cancel in each segment's sum. Each participant has one self-mask
-// seed per segment it covers, shared separately: a segment with fewer than `min_aggregate` survivors
-// is not released, its survivors' self-mask shares are never revealed, and their inputs on it stay
-// masked even though the dropped devices' keys are recovered for the other segments.
+// the segments both cover and where the neighbour graph joins them (secagg_graph.hpp, Bell et al. 2020:
+// complete for small rosters and IST groups, a Harary graph on wide segments of large ones), so they
+// cancel in each segment's sum. A device shares its secrets with its neighbours only. Each participant
+// has one self-mask seed per segment it covers, shared separately: a segment with fewer than
+// `min_aggregate` survivors, or whose survivors its masks do not connect, or whose secrets too few
+// neighbours can recover, is not released; its survivors' self-mask shares are never revealed, and
+// their inputs on it stay masked even though the dropped devices' keys are recovered for the others.
 //
 //   step              client (each device u)                      server (the hub)
 //   advertise keys    two X25519 pairs; (round, u, c_pk, s_pk)    collects; the roster (>= threshold)
-//                     signed with u's certificate key
-//   share keys        checks every signature against the CA;     routes each box to its recipient
-//                     t-of-n shares of s_sk and of every b_u,s,
-//                     each box AES-256-GCM under KA(c_u, c_v)
+//                     signed with u's certificate key             with each device's neighbours' keys
+//   share keys        checks its neighbours' signatures against   routes each box to its recipient
+//                     the CA; t-of-n shares of s_sk and of every
+//                     b_u,s to each neighbour, each box AES-256-
+//                     GCM under KA(c_u, c_v)
 //   masked input      y = fixed-point(x) + PRG(b_u,s) ± PRG(s_uv) collects the survivors' y
-//                     in Z_2^bits, per segment
+//                     in Z_2^bits, per segment, v its neighbours
 //   unmask            shares of b_u,s for survivors (released     recovers the seeds and the dropped
 //                     segments), of s_sk for the dropped; never   keys, removes the masks: per segment
 //                     both for one device                        the sum over its survivors
@@ -40,6 +44,8 @@
 
 namespace tessera::crypto {
 
+class secagg_graph;
+
 struct secagg_segment {
   std::size_t length = 0;          // values
   std::size_t min_aggregate = 2;   // fewer survivors covering it: not released
@@ -53,6 +59,7 @@ struct secagg_params {
   double clip = 1.0;
   std::size_t threshold = 2;       // t: shares needed to recover a secret, and survivors needed to unmask
   std::vector<secagg_segment> segments;
+  std::size_t neighbors = 0;       // 0: every device is every other's neighbour (secagg_graph.hpp)
 };
 
 // Step 1, client → server.
@@ -64,6 +71,8 @@ struct secagg_keys {
 };
 
 // Step 1, server → clients: who takes part, in order (a share's x is position + 1), and what each covers.
+// With a sparse graph a device's roster carries the keys of its neighbours only: the others' keys are
+// empty (id alone), and the device never uses them.
 struct secagg_member {
   secagg_keys keys;
   std::vector<std::uint32_t> segments;  // sorted, distinct, < params.segments.size()
@@ -166,6 +175,7 @@ struct secagg_segment_sum {
   bool released = false;
   std::size_t contributors = 0;   // survivors covering the segment (released or not)
   std::vector<double> sum;
+  std::string withheld;           // why not released
 };
 
 class secagg_server {
@@ -175,7 +185,10 @@ class secagg_server {
   [[nodiscard]] const secagg_params& params() const noexcept { return params_; }
   // Step 1: each device's keys (the server does not check signatures: the clients do).
   [[nodiscard]] core::result<void> add_keys(secagg_keys k, std::vector<std::uint32_t> segments);
-  [[nodiscard]] core::result<secagg_roster> roster() const;
+  // Ends step 1 (later keys are refused) and returns the roster with every member's keys; roster_for
+  // gives one device's, with its neighbours' keys only.
+  [[nodiscard]] core::result<secagg_roster> roster();
+  [[nodiscard]] core::result<secagg_roster> roster_for(const std::string& id);
   // Step 2: a device's boxes; then each device's inbox.
   [[nodiscard]] core::result<void> add_boxes(const std::string& from, std::vector<secagg_box> boxes);
   [[nodiscard]] std::vector<secagg_box> inbox(const std::string& to) const;
@@ -189,8 +202,10 @@ class secagg_server {
 
  private:
   [[nodiscard]] const secagg_member* member(const std::string& id) const;
+  [[nodiscard]] std::size_t position(const std::string& id) const;
   secagg_params params_;
   secagg_roster roster_;
+  std::shared_ptr<const secagg_graph> graph_;     // once the roster is closed
   std::map<std::string, std::vector<secagg_box>> inbox_;
   std::set<std::string> shared_;                  // U2
   std::map<std::string, secagg_masked> masked_;   // U3

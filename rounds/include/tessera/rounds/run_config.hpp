@@ -47,6 +47,7 @@ struct secure_aggregation_config {
   std::size_t threshold = 0;         // 0: replication
   double clip = 1.0;
   int bits = 32;
+  std::size_t neighbors = 64;        // Bell et al. 2020 neighbour graphs for larger rosters (0: complete)
 
   [[nodiscard]] std::size_t min_aggregate() const noexcept { return threshold > 0 ? threshold : replication; }
 };
