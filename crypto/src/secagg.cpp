@@ -382,13 +382,25 @@ core::result<secagg_roster> secagg_server::roster() {
 }
 
 core::result<secagg_roster> secagg_server::roster_for(const std::string& id) {
-  TESSERA_ASSIGN_OR_RETURN(secagg_roster out, roster());
+  if (!graph_) {
+    TESSERA_TRY(roster());
+  }
   const std::size_t u = position(id);
-  if (u == out.size()) return make_error(errc::invalid_argument, "device " + id + " is not in the roster");
-  if (graph_->complete()) return out;
+  if (u == roster_.size()) return make_error(errc::invalid_argument, "device " + id + " is not in the roster");
+  if (graph_->complete()) return roster_;
   const std::vector<std::size_t> keep = graph_->neighbours(u);
-  for (std::size_t v = 0; v < out.size(); ++v)
-    if (v != u && !std::binary_search(keep.begin(), keep.end(), v)) out[v].keys = secagg_keys{.id = out[v].keys.id, .certificate_pem = {}, .c_pk = {}, .s_pk = {}, .signature = {}};
+  secagg_roster out;
+  out.reserve(roster_.size());
+  for (std::size_t v = 0; v < roster_.size(); ++v) {
+    if (v == u || std::binary_search(keep.begin(), keep.end(), v)) {
+      out.push_back(roster_[v]);
+      continue;
+    }
+    secagg_member m;  // by its id and segments alone
+    m.keys.id = roster_[v].keys.id;
+    m.segments = roster_[v].segments;
+    out.push_back(std::move(m));
+  }
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "tessera/crypto/shamir.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include <openssl/crypto.h>
@@ -115,27 +116,69 @@ core::result<std::vector<shamir_share>> shamir_split(const secret32& secret, std
   return shares;
 }
 
+namespace {
+
+// The Lagrange basis of the points xs at `at`, L_i(at) = w_i · Π_{j≠i} (at − x_j), from the barycentric
+// weights w_i = 1 / Π_{j≠i} (x_i − x_j): O(t) per point once the weights are known.
+void basis_at(std::span<const std::uint32_t> xs, std::span<const std::uint64_t> weights, std::uint64_t at, std::span<std::uint64_t> out) {
+  const std::size_t t = xs.size();
+  std::uint64_t prefix = 1;
+  for (std::size_t i = 0; i < t; ++i) {  // out[i] = w_i · Π_{j<i} (at − x_j)
+    out[i] = gf61::mul(weights[i], prefix);
+    prefix = gf61::mul(prefix, gf61::sub(at % gf61_prime, xs[i]));
+  }
+  std::uint64_t suffix = 1;
+  for (std::size_t i = t; i-- > 0;) {  // times Π_{j>i} (at − x_j)
+    out[i] = gf61::mul(out[i], suffix);
+    suffix = gf61::mul(suffix, gf61::sub(at % gf61_prime, xs[i]));
+  }
+}
+
+}  // namespace
+
+// The first t shares define the polynomial; every further share must lie on it (a share altered in
+// transit or by its holder is caught, not silently outvoted).
 core::result<secret32> shamir_recover(std::span<const shamir_share> shares, std::size_t t) {
   if (t < 1) return make_error(errc::invalid_argument, "threshold 0");
   if (shares.size() < t)
     return make_error(errc::invalid_argument, std::to_string(shares.size()) + " shares, fewer than the threshold " + std::to_string(t) +
                                                   ": the secret cannot be recovered");
+  std::vector<std::uint32_t> sorted;
+  sorted.reserve(shares.size());
+  for (const auto& s : shares) {
+    if (s.x == 0) return make_error(errc::invalid_argument, "a share at x = 0");
+    for (auto y : s.y)
+      if (y >= gf61_prime) return make_error(errc::invalid_argument, "a share value outside the field");
+    sorted.push_back(s.x);
+  }
+  std::sort(sorted.begin(), sorted.end());
+  if (auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end())
+    return make_error(errc::invalid_argument, "two shares at x = " + std::to_string(*twice));
+
   std::vector<std::uint32_t> xs(t);
-  std::vector<std::uint64_t> ys(t);
   for (std::size_t i = 0; i < t; ++i) xs[i] = shares[i].x;
+  std::vector<std::uint64_t> weights(t), basis(t);
+  for (std::size_t i = 0; i < t; ++i) {
+    std::uint64_t den = 1;
+    for (std::size_t j = 0; j < t; ++j)
+      if (j != i) den = gf61::mul(den, gf61::sub(xs[i], xs[j]));
+    weights[i] = gf61::inv(den);
+  }
+  const auto value_at = [&](std::size_t c) {
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0; i < t; ++i) sum = gf61::add(sum, gf61::mul(shares[i].y[c], basis[i]));
+    return sum;
+  };
   std::array<std::uint64_t, shamir_chunks> elements{};
-  for (std::size_t c = 0; c < shamir_chunks; ++c) {
-    for (std::size_t i = 0; i < t; ++i) ys[i] = shares[i].y[c];
-    TESSERA_ASSIGN_OR_RETURN(elements[c], lagrange_at(xs, ys, 0));
-    for (std::size_t i = t; i < shares.size(); ++i) {  // the extras must agree
-      const shamir_share& s = shares[i];
-      if (s.x == 0) return make_error(errc::invalid_argument, "a share at x = 0");
-      for (std::size_t j = 0; j < i; ++j)
-        if (shares[j].x == s.x) return make_error(errc::invalid_argument, "two shares at x = " + std::to_string(s.x));
-      TESSERA_ASSIGN_OR_RETURN(const std::uint64_t expected, lagrange_at(xs, ys, s.x));
-      if (expected != s.y[c])
-        return make_error(errc::invalid_argument, "the share at x = " + std::to_string(s.x) + " does not lie on the others' polynomial");
-    }
+  basis_at(xs, weights, 0, basis);
+  for (std::size_t c = 0; c < shamir_chunks; ++c) elements[c] = value_at(c);
+  for (std::size_t k = t; k < shares.size(); ++k) {  // the extras must agree
+    basis_at(xs, weights, shares[k].x, basis);
+    for (std::size_t c = 0; c < shamir_chunks; ++c)
+      if (value_at(c) != shares[k].y[c]) {
+        OPENSSL_cleanse(elements.data(), sizeof elements);
+        return make_error(errc::invalid_argument, "the share at x = " + std::to_string(shares[k].x) + " does not lie on the others' polynomial");
+      }
   }
   auto secret = elements_to_secret(elements);
   OPENSSL_cleanse(elements.data(), sizeof elements);
