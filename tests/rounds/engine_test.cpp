@@ -500,6 +500,19 @@ TEST_CASE("engine: secure aggregation replicates every IST group and cuts the up
   REQUIRE(f.begin_round(fleet(3)).ok());
   REQUIRE(f.secagg_params().segments.size() == 1);
   CHECK(f.secagg_params().segments[0].length == core::param_count(f.full()) + 1);
+  CHECK(f.secagg_params().neighbors == 64);
+
+  // Beyond neighbors + 1 devices a secret needs a majority of a device's ring neighbours and itself.
+  auto g = engine_for(config({{"secure_aggregation", {{"replication", 3}, {"neighbors", 4}}}}));
+  REQUIRE(g.begin_round(fleet(9)).ok());
+  CHECK(g.secagg_params().neighbors == 4);
+  CHECK(g.secagg_params().threshold == 3);  // of 5 holders
+  auto h = engine_for(config({{"secure_aggregation", {{"replication", 3}, {"neighbors", 5}}}}));
+  REQUIRE(h.begin_round(fleet(9)).ok());
+  CHECK(h.secagg_params().threshold == 4);  // 5 rounds up to 6 neighbours: 7 holders
+  auto all = engine_for(config({{"secure_aggregation", {{"replication", 3}, {"neighbors", 8}}}}));
+  REQUIRE(all.begin_round(fleet(9)).ok());
+  CHECK(all.secagg_params().threshold == 5);  // 9 devices, every one every other's neighbour
 }
 
 TEST_CASE("engine: secure aggregation refuses a fleet too small to replicate, naming the numbers") {
@@ -517,6 +530,14 @@ TEST_CASE("engine: secure aggregation refuses a fleet too small to replicate, na
   auto done = reader.finish();
   REQUIRE(!done.ok());
   CHECK(done.error().message.find("secure_aggregation.threshold") != std::string::npos);
+  // One neighbour cannot connect anyone.
+  nlohmann::json one = {{"secure_aggregation", {{"neighbors", 1}}}};
+  core::config_reader one_reader(one, "run.json");
+  rounds::run_config oc;
+  (void)rounds::read_run_fields(one_reader, oc, true);
+  auto refused = one_reader.finish();
+  REQUIRE(!refused.ok());
+  CHECK(refused.error().message.find("secure_aggregation.neighbors") != std::string::npos);
 }
 
 TEST_CASE("engine: a secure round applies the mean change of every released group; a group below the threshold keeps its values") {
