@@ -25,15 +25,38 @@ result<void> take_download(training_block& block, const mlp_arch& arch, codec_ki
   return {};
 }
 
+double clip_change(std::span<const float> received, std::span<float> params, double clip) noexcept {
+  TESSERA_ASSERT(received.size() == params.size() && clip > 0);
+  double sq = 0;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const double d = static_cast<double>(params[i]) - static_cast<double>(received[i]);
+    sq += d * d;
+  }
+  const double norm = std::sqrt(sq);
+  if (!(norm > clip)) return norm;
+  // Scaled a little inside the ball: float rounding must not carry the result past it.
+  const double scale = clip / norm * (1.0 - 1e-6);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const double d = static_cast<double>(params[i]) - static_cast<double>(received[i]);
+    params[i] = static_cast<float>(static_cast<double>(received[i]) + d * scale);
+  }
+  return norm;
+}
+
 result<local_training_report> train_for_upload(training_block& block, const training_task& task, codec_kind codec,
                                                std::span<std::byte> blob, batch_source& data,
-                                               const std::atomic<bool>* cancel) {
+                                               const std::atomic<bool>* cancel, std::span<const float> received) {
   local_trainer trainer(task.arch, task.batch, block.buffers());
   std::optional<normalized_batches> normalized;
   if (task.normalization && !task.normalization->empty()) normalized.emplace(data, *task.normalization);
   batch_source& source = normalized ? static_cast<batch_source&>(*normalized) : data;
   TESSERA_ASSIGN_OR_RETURN(auto report,
                            trainer.run(block.params(), source, {.steps = task.steps, .sgd = task.sgd, .cancel = cancel}));
+  if (task.clip_norm > 0) {
+    if (received.size() != block.params().size())
+      return make_error(errc::invalid_argument, "clipping the change needs the received parameters");
+    report.clipped = clip_change(received, block.params(), task.clip_norm) > task.clip_norm;
+  }
   if (codec != codec_kind::f32) TESSERA_TRY(encode(task.arch, codec, block.params(), blob));
   return report;
 }

@@ -71,10 +71,12 @@ std::size_t secure_bytes(const mlp_arch& arch, std::size_t segments) noexcept {
   return values * (sizeof(float) + sizeof(float) + sizeof(std::uint64_t)) + 3 * k_arena_alignment;
 }
 
+std::size_t clip_bytes(const mlp_arch& arch) noexcept { return param_count(arch) * sizeof(float) + k_arena_alignment; }
+
 double capacity_for_budget(const mlp_arch& full, std::int64_t batch, bool momentum, codec_kind codec,
-                           std::size_t budget_bytes, std::int64_t min_width, std::size_t secure_segments) noexcept {
+                           std::size_t budget_bytes, std::int64_t min_width, std::size_t secure_segments, bool clip) noexcept {
   const auto bytes_needed = [&](const mlp_arch& a, std::int64_t b, bool m, codec_kind c) {
-    return core::bytes_needed(a, b, m, c) + (secure_segments > 0 ? secure_bytes(a, secure_segments) : 0);
+    return core::bytes_needed(a, b, m, c) + beside_arena(a, secure_segments, clip);
   };
   auto arch_at = [&](double f) {
     mlp_arch a = full;

@@ -44,10 +44,11 @@ core::result<std::shared_ptr<job>> job::start(const net::msg::assign& a, const d
   TESSERA_ASSIGN_OR_RETURN(auto task, check_assignment(a, limits));
   // Secure aggregation's buffers come out of the same budget as the arena.
   const bool secure = a.secure.has_value() && !a.evaluate;
-  const std::size_t extra = secure ? core::secure_bytes(task.arch, a.secure->segments.size()) : 0;
+  const bool clip = task.clip_norm > 0 && !a.evaluate;
+  const std::size_t extra = core::beside_arena(task.arch, secure ? a.secure->segments.size() : 0, clip);
   if (extra >= limits.arena_budget)
-    return core::make_error(core::errc::over_budget, "secure aggregation alone needs " + std::to_string(extra) + " bytes, the budget is " +
-                                                         std::to_string(limits.arena_budget));
+    return core::make_error(core::errc::over_budget, std::string(secure ? "secure aggregation" : "clipping the change") + " alone needs " +
+                                                         std::to_string(extra) + " bytes, the budget is " + std::to_string(limits.arena_budget));
   TESSERA_ASSIGN_OR_RETURN(auto arena, a.evaluate ? training_arena::reserve_for_evaluation(task.arch, task.batch, a.blob_codec, limits.arena_budget)
                                                   : training_arena::reserve(task.arch, task.batch, task.sgd.momentum != 0.0f,
                                                                             a.blob_codec, limits.arena_budget - extra));
@@ -65,6 +66,7 @@ core::result<std::shared_ptr<job>> job::start(const net::msg::assign& a, const d
   j->blob_ = core::blob_region(j->arena_->block(), j->codec_, static_cast<std::size_t>(a.size));
   j->download_state_.emplace(a.transfer, j->blob_, a.sha256);
   j->secure_ = std::move(secure_part);
+  if (clip) j->received_.resize(core::param_count(j->task_.arch));
   return j;
 }
 
@@ -84,6 +86,7 @@ core::result<void> job::downloaded() {
   if (auto ok = core::take_download(arena_->block(), task_.arch, codec_, blob_); !ok)
     return make_error(errc::bad_download, ok.error().message);
   if (secure_) secure_->keep_received(arena_->params());
+  if (!received_.empty()) std::copy(arena_->params().begin(), arena_->params().end(), received_.begin());
   at_ = stage::training;
   return {};
 }
@@ -101,7 +104,7 @@ core::result<net::msg::evaluation> job::evaluate(device_data& data) {
 }
 
 core::result<core::local_training_report> job::train(core::batch_source& data, const std::atomic<bool>* cancel) {
-  auto report = core::train_for_upload(arena_->block(), task_, codec_, blob_, data, cancel);
+  auto report = core::train_for_upload(arena_->block(), task_, codec_, blob_, data, cancel, received_);
   if (!report && report.error().code != core::errc::cancelled)
     return make_error(errc::training_failed, report.error().message);
   return report;
@@ -124,7 +127,8 @@ void job::prepare_upload(const core::local_training_report& r, std::span<const s
 
 void job::trained(const core::local_training_report& r, const net::digest& sha256) {
   TESSERA_ASSERT(at_ == stage::training);
-  prepare_upload(r, blob_, sha256, 0);
+  received_ = {};
+  prepare_upload(r, blob_, sha256, r.clipped ? 1 : 0);
 }
 
 void job::trained_secure(const core::local_training_report& r) {

@@ -72,6 +72,7 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
   rounds::early_stop stopping;
   core::input_normalization normalization;
   nlohmann::json statistics;
+  std::optional<core::rdp_accountant> privacy;
   if (!config.checkpoint_dir.empty()) {
     std::filesystem::create_directories(config.checkpoint_dir, ec);
     if (ec) return core::make_error(core::errc::io, config.checkpoint_dir + ": cannot create the checkpoint folder: " + ec.message());
@@ -90,10 +91,15 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
       h->resumed_from_ = completed;
       normalization = std::move(ck->normalization);
       statistics = std::move(ck->statistics);
+      if (config.dp.enabled && completed > 0 && !ck->privacy)
+        return make_error(errc::checkpoint_mismatch, rs.checkpoint.string() + ": written by a run without differential privacy: its " +
+                                                         std::to_string(completed) + " rounds were not accounted for");
+      privacy = std::move(ck->privacy);
     }
   }
   if (completed == 0) core::initialize(config.model, params);
   h->engine_ = std::make_unique<rounds::engine>(config, std::move(params), completed, stopping);
+  if (privacy) h->engine_->restore_privacy(std::move(*privacy));
   if (!normalization.empty()) {
     if (auto ok = h->engine_->set_normalization(std::move(normalization), std::move(statistics)); !ok)
       return core::make_error(core::errc::bad_format, rs.checkpoint.string() + ": " + ok.error().message);
@@ -117,7 +123,15 @@ core::result<std::uint16_t> hub_service::start() {
   TESSERA_ASSIGN_OR_RETURN(const std::uint16_t port, server_->listen(config_.listen.host, config_.listen.port));
   if (resumed_from_ > 0)
     log(log_level::info, "resumed from checkpoint after round " + std::to_string(resumed_from_) + " (" +
-                             std::to_string(devices_.size()) + " devices known)");
+                             std::to_string(devices_.size()) + " devices known" +
+                             (engine_->private_rounds() ? ", ε " + std::to_string(engine_->epsilon()) + " spent" : "") + ")");
+  if (engine_->private_rounds()) {
+    const auto& d = config_.dp;
+    log(log_level::info, "differential privacy: the hub adds the noise (no secure aggregation): devices sampled with q " +
+                             std::to_string(d.sample_rate) + ", changes clipped to " + std::to_string(d.clip) + ", noise σ " +
+                             std::to_string(d.noise_multiplier) + " × clip, δ " + std::to_string(d.delta) +
+                             (d.target_epsilon > 0 ? ", stopping before ε passes " + std::to_string(d.target_epsilon) : ""));
+  }
   if (engine_->finished()) {
     finish("");
     return port;
@@ -435,7 +449,13 @@ void hub_service::start_round() {
   const auto planning = clock_type::now();
   reload_revocations();
   if (engine_->needs_statistics()) return start_statistics(ready_offers());
+  engine_->set_population(devices_.size());  // differential privacy: every registered device, connected or not
   auto excluded = engine_->begin_round(ready_offers());
+  if (!excluded && excluded.error().code == rounds::errc::privacy_budget) {
+    log(log_level::info, "stopping: " + excluded.error().message);
+    finish("");
+    return;
+  }
   if (!excluded) {
     log(log_level::warning, "round " + std::to_string(engine_->current_round()) + " cannot start: " + excluded.error().message);
     waiting_since_ = clock_type::now();  // wait another device_wait_s for the fleet to change
@@ -506,6 +526,7 @@ void hub_service::after_round(rounds::round_metrics& m) {
     return;
   }
   if (engine_->finished()) {
+    if (!engine_->privacy_stop().empty()) log(log_level::info, "stopping: " + engine_->privacy_stop());
     finish("");
     return;
   }

@@ -56,6 +56,7 @@ std::string task_to_json(const training_task& t) {
   j["momentum"] = t.sgd.momentum;
   j["weight_decay"] = t.sgd.weight_decay;
   j["nesterov"] = t.sgd.nesterov;
+  if (t.clip_norm > 0) j["clip_norm"] = t.clip_norm;
   if (t.normalization && !t.normalization->empty()) {
     j["input_mean"] = core::encode_floats(t.normalization->mean);
     j["input_std"] = core::encode_floats(t.normalization->std);
@@ -110,6 +111,9 @@ core::result<training_task> task_from_assign(const msg::assign& a) {
   t.sgd = {.learning_rate = static_cast<float>(lr), .momentum = static_cast<float>(momentum),
            .weight_decay = static_cast<float>(decay), .nesterov = nesterov->get<bool>()};
   if (t.sgd.nesterov) return bad("nesterov", "Nesterov momentum is not offered on devices");
+  if (j.contains("clip_norm")) {  // differential privacy: the change's L2 norm is clipped to it
+    TESSERA_ASSIGN_OR_RETURN(t.clip_norm, number(j, "clip_norm", 1e-9, 1e9));
+  }
   // The model's input normalization, when it has one: float32 mean and std per input, base64.
   const auto mean = j.find("input_mean");
   const auto std_dev = j.find("input_std");

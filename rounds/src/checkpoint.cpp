@@ -51,6 +51,11 @@ core::result<void> save_checkpoint(const std::filesystem::path& path, const chec
     j["normalization"] = {{"mean", core::encode_floats(c.normalization.mean)}, {"std", core::encode_floats(c.normalization.std)}};
     j["statistics"] = c.statistics;
   }
+  if (c.privacy) {
+    j["privacy"] = {{"orders", std::vector<double>(c.privacy->orders().begin(), c.privacy->orders().end())},
+                    {"rdp", std::vector<double>(c.privacy->rdp().begin(), c.privacy->rdp().end())},
+                    {"steps", c.privacy->steps()}};
+  }
   const std::string header = j.dump();
   std::vector<std::byte> bytes;
   bytes.reserve(16 + header.size() + param_bytes.size());
@@ -117,6 +122,13 @@ core::result<std::optional<checkpoint>> load_checkpoint(const std::filesystem::p
       TESSERA_ASSIGN_OR_RETURN(c.normalization.mean, core::decode_floats(nz->at("mean").get<std::string>(), inputs, where + ": normalization.mean"));
       TESSERA_ASSIGN_OR_RETURN(c.normalization.std, core::decode_floats(nz->at("std").get<std::string>(), inputs, where + ": normalization.std"));
       if (const auto st = j.find("statistics"); st != j.end()) c.statistics = *st;
+    }
+    if (const auto pv = j.find("privacy"); pv != j.end()) {
+      const auto orders = pv->at("orders").get<std::vector<double>>();
+      const auto rdp = pv->at("rdp").get<std::vector<double>>();
+      auto restored = core::rdp_accountant::restore(orders, rdp, pv->at("steps").get<std::int64_t>());
+      if (!restored) return make_error(errc::bad_format, where + ": privacy: " + restored.error().message);
+      c.privacy = std::move(restored).value();
     }
   } catch (const nlohmann::json::exception& e) {
     return make_error(errc::bad_format, where + ": header field missing or of the wrong type (" + e.what() + ")");

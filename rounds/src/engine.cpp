@@ -44,8 +44,7 @@ core::result<double> engine::capacity(const device_offer& offer) const {
   if (offer.examples == 0) return core::make_error(core::errc::invalid_argument, "it holds no examples");
   if (config_.strategy != strategy_kind::ist) {
     if (offer.capacity > 0) return 1.0;
-    const std::size_t need = core::bytes_needed(full_, config_.batch, config_.momentum != 0.0f, codec_for(offer)) +
-                             (secure() ? core::secure_bytes(full_, secure_segments()) : 0);
+    const std::size_t need = core::bytes_needed(full_, config_.batch, config_.momentum != 0.0f, codec_for(offer)) + beside_arena(full_);
     if (offer.budget_bytes < need)
       return core::make_error(core::errc::over_budget, "FedAvg trains the whole model, which needs " + mib(need) +
                                                            "; the budget is " + mib(offer.budget_bytes));
@@ -56,12 +55,12 @@ core::result<double> engine::capacity(const device_offer& offer) const {
   const core::codec_kind codec = codec_for(offer);
   const double c = core::capacity_for_budget(full_, config_.batch, momentum, codec,
                                              static_cast<std::size_t>(offer.budget_bytes), config_.min_width,
-                                             secure() ? secure_segments() : 0);
+                                             secure() ? secure_segments() : 0, private_rounds());
   if (c <= 0) {
     core::mlp_arch narrow = full_;
     for (std::size_t l = 1; l + 1 < narrow.widths.size(); ++l) narrow.widths[l] = std::min(narrow.widths[l], config_.min_width);
     return core::make_error(core::errc::over_budget, "the narrowest subnet (min_width " + std::to_string(config_.min_width) +
-                                                         ") needs " + mib(core::bytes_needed(narrow, config_.batch, momentum, codec) + (secure() ? core::secure_bytes(narrow, secure_segments()) : 0)) +
+                                                         ") needs " + mib(core::bytes_needed(narrow, config_.batch, momentum, codec) + beside_arena(narrow)) +
                                                          "; the budget is " + mib(offer.budget_bytes));
   }
   return c;
@@ -87,6 +86,10 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
   if (needs_statistics())
     return make_error(errc::stats_incomplete, "the model standardizes its inputs: the fleet's statistics come before round 1");
   std::sort(offers.begin(), offers.end(), [](const auto& a, const auto& b) { return natural_less(a.id, b.id); });
+  if (private_rounds()) {  // the privacy budget first, then the round's sample (engine_dp.cpp)
+    TESSERA_TRY(check_privacy_budget());
+    TESSERA_ASSIGN_OR_RETURN(offers, sample_private(std::move(offers)));
+  }
   std::vector<excluded_device> excluded;
   std::vector<device_offer> taking;
   std::vector<double> capacities;
@@ -99,7 +102,9 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
     capacities.push_back(c.value());
     taking.push_back(std::move(o));
   }
-  if (taking.empty()) return make_error(errc::no_devices, "no device can take part in this round");
+  // A private round runs with whoever was sampled, nobody included: its noise is released all the same
+  // (skipping it would make the sample depend on the devices).
+  if (taking.empty() && !private_rounds()) return make_error(errc::no_devices, "no device can take part in this round");
 
   const auto& sa = config_.secure_aggregation;
   // With secure aggregation every group has `replication` devices or more: fewer groups than devices.
@@ -110,7 +115,9 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
                           (config_.strategy == strategy_kind::ist ? " and trains every group on " + std::to_string(sa.replication) : std::string()) +
                           ": " + std::to_string(taking.size()) + " device" + (taking.size() == 1 ? "" : "s") + " can take part");
   core::round_plan plan;
-  if (config_.strategy == strategy_kind::ist) {
+  if (private_rounds()) {
+    TESSERA_ASSIGN_OR_RETURN(plan, plan_private(taking));
+  } else if (config_.strategy == strategy_kind::ist) {
     const std::size_t groups = config_.groups > 0 ? std::min(config_.groups, group_devices)
                                                   : core::default_group_count(full_, group_devices, config_.min_width);
     TESSERA_ASSIGN_OR_RETURN(plan, core::make_plan(full_, capacities, groups, {.min_width = config_.min_width},
@@ -133,8 +140,7 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
     a.group = plan.device_group[i];
     a.sub = core::make_subnet(full_, config_.model.compensation, plan, a.group);
     a.codec = codec_for(o);
-    const std::size_t need = core::bytes_needed(a.sub.arch, config_.batch, momentum, a.codec) +
-                             (secure() ? core::secure_bytes(a.sub.arch, secure_segments()) : 0);
+    const std::size_t need = core::bytes_needed(a.sub.arch, config_.batch, momentum, a.codec) + beside_arena(a.sub.arch);
     if (o.capacity <= 0 && need > o.budget_bytes) {  // the planner rounds widths; never send what the device must refuse
       excluded.push_back({o.id, "its subnet needs " + mib(need) + "; the budget is " + mib(o.budget_bytes)});
       continue;
@@ -144,14 +150,21 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
               .batch = config_.batch,
               .sgd = {.learning_rate = lr, .momentum = config_.momentum, .weight_decay = config_.weight_decay,
                       .nesterov = config_.nesterov},
-              .normalization = normalization_->empty() ? nullptr : normalization_};
+              .normalization = normalization_->empty() ? nullptr : normalization_,
+              .clip_norm = private_rounds() ? config_.dp.clip : 0.0};
     a.blob_bytes = core::encoded_bytes(a.sub.arch, a.codec);
     a.upload_bytes = a.blob_bytes;
     assignments_.push_back(std::move(a));
   }
-  if (assignments_.empty()) return make_error(errc::no_devices, "no device can take part in this round");
+  if (assignments_.empty() && !private_rounds()) return make_error(errc::no_devices, "no device can take part in this round");
   secure_.reset();
   if (sa.enabled) TESSERA_TRY(plan_secure(plan));
+  if (private_rounds()) {
+    private_groups_.clear();
+    for (std::size_t g = 0; g < plan.groups; ++g) private_groups_.push_back(core::make_subnet(full_, config_.model.compensation, plan, g));
+    dp_sum_.assign(params_.size(), 0.0f);
+    dp_clipped_ = 0;
+  }
   aggregator_.reset();
   folded_ = 0;
   loss_weighted_ = 0;
@@ -221,6 +234,8 @@ core::result<void> engine::announce(assignment& a, const update_claim& u) {
     bad = make_error(errc::loss_not_finite, "update reports a non-finite loss");
   else if (secure() && u.clipped > a.upload_bytes / crypto::secagg_value_bytes(config_.secure_aggregation.bits))
     bad = make_error(errc::bad_values, "update claims " + std::to_string(u.clipped) + " clipped values, more than it holds");
+  else if (!secure() && u.clipped > (private_rounds() ? 1u : 0u))
+    bad = make_error(errc::bad_values, "update claims " + std::to_string(u.clipped) + " clipped changes, more than its one");
   if (!bad) {
     reject(a, bad.error());
     return bad;
@@ -279,7 +294,8 @@ void engine::fold_ready() {
   while (folded_ < assignments_.size() && !is_open(assignments_[folded_].state)) {
     assignment& a = assignments_[folded_++];
     if (a.state != assignment_state::accepted) continue;
-    if (!secure()) aggregator_.add(a.sub, a.trained, static_cast<double>(a.examples));
+    if (private_rounds()) fold_private(a);
+    else if (!secure()) aggregator_.add(a.sub, a.trained, static_cast<double>(a.examples));
     loss_weighted_ += a.loss * static_cast<double>(a.examples);
     examples_ += static_cast<std::int64_t>(a.examples);
     a.trained = {};
@@ -313,6 +329,9 @@ core::result<round_metrics> engine::close_round(core::example_table* validation)
     m.secagg_clipped = secure_outcome_.clipped;
     m.secagg_withheld = secure_outcome_.segments - secure_outcome_.released;
     secure_.reset();
+  } else if (private_rounds()) {
+    TESSERA_TRY(apply_private_sums(m));
+    dp_sum_ = {};
   } else {
     aggregator_.finish(params_);
   }

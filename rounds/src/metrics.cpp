@@ -1,5 +1,7 @@
 #include "tessera/rounds/metrics.hpp"
 
+#include <cmath>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -32,6 +34,12 @@ nlohmann::json round_metrics::to_json() const {
     j["secagg_clipped"] = secagg_clipped.value_or(0);
     j["secagg_withheld"] = secagg_withheld.value_or(0);
   }
+  if (epsilon) {
+    j["epsilon"] = std::isfinite(*epsilon) ? nlohmann::json(*epsilon) : nlohmann::json(nullptr);
+    j["dp_noise"] = dp_noise;
+    j["dp_sampled"] = dp_sampled.value_or(0);
+    j["dp_clipped"] = dp_clipped.value_or(0);
+  }
   if (fed_devices) {
     j["fed_devices"] = *fed_devices;
     j["fed_examples"] = fed_examples.value_or(0);
@@ -63,6 +71,10 @@ std::string round_metrics::to_line() const {
   if (secagg_dropped && (*secagg_dropped > 0 || secagg_clipped.value_or(0) > 0 || secagg_withheld.value_or(0) > 0)) {
     std::snprintf(buf, sizeof buf, "  secagg dropped %zu clipped %llu withheld %zu", *secagg_dropped,
                   static_cast<unsigned long long>(secagg_clipped.value_or(0)), secagg_withheld.value_or(0));
+    line += buf;
+  }
+  if (epsilon) {
+    std::snprintf(buf, sizeof buf, "  ε %.3f  sampled %zu clipped %zu", *epsilon, dp_sampled.value_or(0), dp_clipped.value_or(0));
     line += buf;
   }
   if (stragglers || refused || rejected) {

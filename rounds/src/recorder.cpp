@@ -2,6 +2,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <optional>
 
 #include "tessera/core/model_io.hpp"
 
@@ -44,7 +46,8 @@ core::result<void> recorder::save_state(const engine& e, std::span<const device_
                        .registry = {registry.begin(), registry.end()},
                        .stopping = e.stopping(),
                        .normalization = e.normalization(),
-                       .statistics = e.statistics()};
+                       .statistics = e.statistics(),
+                       .privacy = e.private_rounds() ? std::optional<core::rdp_accountant>(e.privacy()) : std::nullopt};
     if (auto saved = save_checkpoint(settings_.checkpoint, c, settings_.seal_key ? &*settings_.seal_key : nullptr); !saved)
       return core::make_error(core::errc::io, "checkpoint after round " + std::to_string(c.round) + ": " + saved.error().message);
   }
@@ -53,10 +56,18 @@ core::result<void> recorder::save_state(const engine& e, std::span<const device_
 
 core::result<void> recorder::finish(const engine& e) {
   if (output_path_.empty()) return {};
-  TESSERA_TRY(core::save_model(output_path_, e.config().model, e.params(),
-                               {{"tessera.rounds", std::to_string(e.completed())},
-                                {"tessera.strategy", std::string(to_string(e.config().strategy))}},
-                               e.normalization()));
+  std::map<std::string, std::string> metadata{{"tessera.rounds", std::to_string(e.completed())},
+                                               {"tessera.strategy", std::string(to_string(e.config().strategy))}};
+  if (e.private_rounds()) {  // the guarantee travels with the model
+    const dp_config& d = e.config().dp;
+    metadata["tessera.dp.epsilon"] = std::to_string(e.epsilon());
+    metadata["tessera.dp.delta"] = std::to_string(d.delta);
+    metadata["tessera.dp"] = nlohmann::json{{"epsilon", e.epsilon()}, {"delta", d.delta}, {"sample_rate", d.sample_rate},
+                                            {"noise_multiplier", d.noise_multiplier}, {"clip", d.clip}, {"rounds", e.completed()},
+                                            {"accountant", "RDP of the Poisson-sampled Gaussian mechanism (Mironov, Talwar, Zhang 2019)"}}
+                                 .dump();
+  }
+  TESSERA_TRY(core::save_model(output_path_, e.config().model, e.params(), metadata, e.normalization()));
   if (log_) log_(core::log_level::info, "model written to " + output_path_);
   return {};
 }

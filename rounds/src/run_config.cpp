@@ -63,6 +63,23 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
     if (s.neighbors == 1) sr.fail("neighbors", "one neighbour cannot connect the devices: 0 (all) or at least 2");
     if (auto done = sr.finish(); !done) r.fail(std::move(done).error());
   }
+  if (const auto* dp = r.object("dp", "client-level differential privacy: sampled devices, clipped changes, noised sums, an accountant")) {
+    core::config_reader dr = r.child("dp", *dp);
+    dp_config& d = c.dp;
+    d.enabled = dr.boolean("enabled", true, "add noise and account for ε (DP-FedAvg)");
+    d.sample_rate = dr.number("sample_rate", 1.0, 1e-6, 1.0, "each round samples every registered device with this probability (Poisson)");
+    d.noise_multiplier = dr.number("noise_multiplier", 1.0, 1e-3, 1e3, "the noise's deviation over the clip (σ)");
+    d.clip = dr.number("clip", 1.0, 1e-9, 1e9, "a device's change (trained − received) is clipped to this L2 norm (C)");
+    d.delta = dr.number("delta", 1e-5, 1e-300, 0.1, "the δ of the (ε, δ) guarantee");
+    d.target_epsilon = dr.number("target_epsilon", 0.0, 0.0, 1e6, "stop before the round that would take ε past it (0: never)");
+    d.population = static_cast<std::size_t>(dr.integer("population", 0, 0, INT64_MAX,
+                                                       "the registered devices (0: the hub's registry, the simulator's devices)"));
+    if (d.enabled && c.secure_aggregation.enabled)
+      dr.fail("enabled", "differential privacy under secure aggregation (each device adding its share of the noise) is not in yet: "
+                         "run one or the other");
+    if (d.enabled && c.strategy == strategy_kind::central) dr.fail("enabled", "central training has no devices to protect");
+    if (auto done = dr.finish(); !done) r.fail(std::move(done).error());
+  }
   c.metrics_path = r.string("metrics", "", "JSON-lines file, one line per round (empty: none)");
   c.output_path = r.string("output", "", "safetensors file of the model, written at the end (empty: none)");
   c.lr.total_rounds = c.rounds;

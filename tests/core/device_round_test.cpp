@@ -76,3 +76,39 @@ TEST_CASE("device round: a download that is not finite is refused, naming the pa
   CHECK(ok.error().code == core::errc::not_finite);
   CHECK(ok.error().message == "parameter 7 is not finite");
 }
+
+TEST_CASE("device round: with clip_norm the change is clipped to it before the upload, and the report says so") {
+  auto t = small_task();
+  t.sgd.learning_rate = 0.5f;
+  const auto codec = core::codec_kind::f32;
+  for (const double clip : {1e-3, 1e3}) {
+    CAPTURE(clip);
+    t.clip_norm = clip;
+    auto block = core::training_block::allocate(core::plan_training_memory(t.arch, t.batch, true, codec)).value();
+    const auto blob = core::blob_region(block, codec, core::encoded_bytes(t.arch, codec));
+    std::vector<float> sent(core::param_count(t.arch), 0.05f);
+    REQUIRE(core::encode(t.arch, codec, sent, blob).ok());
+    REQUIRE(core::take_download(block, t.arch, codec, blob).ok());
+    tessera::testing::constant_batches data(6, 0.25f, 2.0f);
+    // Without the received parameters clipping cannot be done: an error, not a silent upload.
+    tessera::testing::constant_batches again(6, 0.25f, 2.0f);
+    CHECK_FALSE(core::train_for_upload(block, t, codec, blob, again, nullptr).ok());
+    REQUIRE(core::take_download(block, t.arch, codec, blob).ok());
+    std::copy(sent.begin(), sent.end(), block.params().begin());
+    auto report = core::train_for_upload(block, t, codec, blob, data, nullptr, sent);
+    REQUIRE(report.ok());
+    double sq = 0;
+    for (std::size_t i = 0; i < sent.size(); ++i) sq += std::pow(static_cast<double>(block.params()[i]) - sent[i], 2);
+    CHECK(report.value().clipped == (clip < 1));
+    CHECK(std::sqrt(sq) <= clip * (1 + 1e-5));  // to the floats' precision: the hub clips again in double
+    if (clip < 1) CHECK(std::sqrt(sq) > 0.999 * clip);  // scaled onto the ball, not below it
+  }
+  // clip_change alone: inside the ball nothing moves; outside, the direction is kept.
+  const std::vector<float> received{0, 0, 0};
+  std::vector<float> inside{0.1f, 0.2f, 0.2f}, outside{3, 0, 4};
+  CHECK(core::clip_change(received, inside, 1.0) == doctest::Approx(0.3));
+  CHECK(inside[1] == 0.2f);
+  CHECK(core::clip_change(received, outside, 1.0) == doctest::Approx(5.0));
+  CHECK(outside[0] == doctest::Approx(0.6).epsilon(1e-5));
+  CHECK(outside[2] == doctest::Approx(0.8).epsilon(1e-5));
+}

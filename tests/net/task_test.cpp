@@ -50,6 +50,11 @@ TEST_CASE("task: what the hub sends is what the agent rebuilds") {
   CHECK(back.value().batch == 32);
   CHECK(back.value().sgd.learning_rate == doctest::Approx(0.05));
   CHECK(back.value().sgd.momentum == doctest::Approx(0.9));
+  CHECK(back.value().clip_norm == 0);  // absent: no clipping
+  auto clipped = t;
+  clipped.clip_norm = 0.75;
+  CHECK(net::task_from_assign(assign_of(clipped)).value().clip_norm == 0.75);
+  CHECK(error_with("clip_norm", -1).find("'clip_norm'") != std::string::npos);
   CHECK(net::upload_transfer_id(9) != 9);
   CHECK((net::upload_transfer_id(9) & ~net::upload_bit) == 9);
 }

@@ -135,3 +135,25 @@ TEST_CASE("checkpoint: the fleet's statistics are kept, exactly, so a resumed ru
   // The spec says standardize: a configuration without it is another model.
   CHECK_FALSE(rounds::load_checkpoint(d.file("s.ckpt"), spec(), nullptr).ok());
 }
+
+TEST_CASE("checkpoint: the privacy accountant is kept to the bit, so a resumed run reports the same ε") {
+  temp_dir d("ckpt-privacy");
+  rounds::checkpoint c = sample();
+  core::rdp_accountant a;
+  a.compose(0.05, 1.1, 37);
+  a.compose(0.02, 0.9, 5);
+  c.privacy = a;
+  REQUIRE(rounds::save_checkpoint(d.file("p.ckpt"), c, nullptr).ok());
+  auto back = rounds::load_checkpoint(d.file("p.ckpt"), c.spec, nullptr);
+  REQUIRE_MESSAGE(back.ok(), (back.ok() ? "" : back.error().message));
+  REQUIRE(back.value()->privacy.has_value());
+  const auto& p = *back.value()->privacy;
+  CHECK(p.steps() == 42);
+  REQUIRE(p.rdp().size() == a.rdp().size());
+  for (std::size_t i = 0; i < p.rdp().size(); ++i) CHECK(p.rdp()[i] == a.rdp()[i]);
+  CHECK(p.epsilon(1e-5).epsilon == a.epsilon(1e-5).epsilon);
+  // Without differential privacy there is nothing to keep.
+  rounds::checkpoint plain = sample();
+  REQUIRE(rounds::save_checkpoint(d.file("q.ckpt"), plain, nullptr).ok());
+  CHECK_FALSE(rounds::load_checkpoint(d.file("q.ckpt"), plain.spec, nullptr).value()->privacy.has_value());
+}

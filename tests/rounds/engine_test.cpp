@@ -206,6 +206,7 @@ TEST_CASE("engine: a claim for another round, or a second one, changes nothing; 
 TEST_CASE("engine: its error codes have stable names, the first and the last") {
   CHECK(core::error_name(rounds::errc::no_devices) == "rounds.no_devices");
   CHECK(core::error_name(rounds::errc::illegal_transition) == "rounds.illegal_transition");
+  CHECK(core::error_name(rounds::errc::privacy_budget) == "rounds.privacy_budget");
 }
 
 TEST_CASE("engine: events that do not fit the state are refused and change nothing") {

@@ -51,6 +51,9 @@ core::result<std::unique_ptr<simulation>> simulation::create(const sim_config& c
   std::unique_ptr<simulation> sim(new simulation(config, test, std::move(params), std::move(recorder), std::move(log)));
 
   const std::size_t devices = device_count(config);
+  // Differential privacy: the fleet is the population, and sampling and noise come from the seed.
+  sim->engine_.set_population(devices);
+  sim->engine_.use_seeded_privacy();
   for (std::size_t d = 0; d < devices; ++d) {
     if (shards[d].empty()) return make_error(errc::invalid_spec, "device " + std::to_string(d) + " got no examples");
     sim->shards_.push_back(train.subset(shards[d], "device " + std::to_string(d)));
@@ -130,6 +133,7 @@ core::result<rounds::round_metrics> simulation::run_round() {
   }
   if (engine_.evaluation_due()) TESSERA_TRY(evaluate_on_devices(m));
   TESSERA_TRY(recorder_.record(engine_, m, started, {}));
+  if (!engine_.privacy_stop().empty() && log_) log_(core::log_level::info, "stopping: " + engine_.privacy_stop());
   return m;
 }
 
@@ -198,16 +202,19 @@ core::result<void> simulation::run_device(rounds::assignment& a, device& d) {
     a.bytes_up = a.upload_bytes;
   }
   // Secure aggregation: the device's change is taken against what it received.
+  // Secure aggregation, and clipping for differential privacy: the device's change is taken against
+  // what it received.
   std::vector<float> received;
-  if (engine_.secure()) received.assign(block.params().begin(), block.params().end());
+  if (engine_.secure() || a.task.clip_norm > 0) received.assign(block.params().begin(), block.params().end());
 
-  auto report = core::train_for_upload(block, a.task, a.codec, blob, *d.batches, nullptr);
+  auto report = core::train_for_upload(block, a.task, a.codec, blob, *d.batches, nullptr, received);
   if (report && engine_.secure()) return secure_upload(a, received, block.params(), report.value());
   if (!report) {
     // Parameters that diverged cannot be encoded: the device's update is rejected, as the hub would.
     if (report.error().code != errc::not_finite) return std::move(report).error();
     engine_.reject(a, std::move(report).error());
   } else if (auto ok = engine_.announce(a, {.round = static_cast<std::uint64_t>(engine_.current_round()),
+                                            .clipped = report.value().clipped ? 1u : 0u,
                                             .examples = static_cast<std::uint64_t>(report.value().examples),
                                             .steps = static_cast<std::uint64_t>(report.value().steps),
                                             .loss = report.value().mean_loss,

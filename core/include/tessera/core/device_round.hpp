@@ -38,7 +38,15 @@ struct training_task {
   // The model's input normalization, applied to every batch (null: none). Shared: a round's tasks all
   // carry the same one.
   std::shared_ptr<const input_normalization> normalization{};
+  // > 0 (differential privacy): the change (trained − received, every parameter as one vector) is
+  // scaled down to this L2 norm before the upload; the received parameters must be kept for it.
+  double clip_norm = 0;
 };
+
+// Scales params − received down to L2 norm `clip` when it is longer (McMahan et al., ICLR 2018: a
+// device's whole update has norm at most clip, to the precision of the floats it is stored in: the hub
+// clips again in double precision); returns the norm before clipping.
+[[nodiscard]] double clip_change(std::span<const float> received, std::span<float> params, double clip) noexcept;
 
 // Where the round's blob of `bytes` bytes (encoded_bytes(arch, codec)) lives in the block.
 [[nodiscard]] std::span<std::byte> blob_region(training_block& block, codec_kind codec, std::size_t bytes) noexcept;
@@ -51,8 +59,10 @@ struct training_task {
 // Trains task.steps steps on the block's parameters (on `data` normalized by task.normalization, if
 // any), then encodes them into `blob` for the upload.
 // `cancel` may be null; when it turns true training stops with errc::cancelled.
+// With task.clip_norm > 0, `received` holds the parameters as downloaded (clip_bytes beside the block).
 [[nodiscard]] result<local_training_report> train_for_upload(training_block& block, const training_task& task,
                                                              codec_kind codec, std::span<std::byte> blob,
-                                                             batch_source& data, const std::atomic<bool>* cancel);
+                                                             batch_source& data, const std::atomic<bool>* cancel,
+                                                             std::span<const float> received = {});
 
 }  // namespace tessera::core

@@ -61,12 +61,20 @@ struct training_memory {
 // encoded, masked values (8 bytes each; the upload is packed over them), for `values` = the subnet's
 // parameters plus one weight per segment it covers. The hub plans with it, the agent checks it.
 [[nodiscard]] std::size_t secure_bytes(const mlp_arch& arch, std::size_t segments) noexcept;
+// Clipping the change to an L2 norm (differential privacy) besides the arena: the received parameters.
+[[nodiscard]] std::size_t clip_bytes(const mlp_arch& arch) noexcept;
+// Everything a device holds besides its arena for a subnet: secure aggregation's buffers when
+// `secure_segments` > 0, the received parameters when `clip`.
+[[nodiscard]] inline std::size_t beside_arena(const mlp_arch& arch, std::size_t secure_segments, bool clip) noexcept {
+  return (secure_segments > 0 ? secure_bytes(arch, secure_segments) : 0) + (clip ? clip_bytes(arch) : 0);
+}
 
 // The largest fraction f in (0, 1] of every hidden layer such that a subnet with ⌊f·n_l⌋ neurons per
 // hidden layer fits in budget_bytes; 0 if not even min_width neurons per layer fit. Used by the hub to
 // turn a device's budget into its capacity for the planner.
-// With `secure_segments` > 0 the subnet's secure_bytes count too.
+// What beside_arena(subnet, secure_segments, clip) gives counts too.
 [[nodiscard]] double capacity_for_budget(const mlp_arch& full, std::int64_t batch, bool momentum, codec_kind codec,
-                                         std::size_t budget_bytes, std::int64_t min_width, std::size_t secure_segments = 0) noexcept;
+                                         std::size_t budget_bytes, std::int64_t min_width, std::size_t secure_segments = 0,
+                                         bool clip = false) noexcept;
 
 }  // namespace tessera::core

@@ -133,6 +133,7 @@ struct local_training_report {
   std::int64_t steps = 0;
   double mean_loss = 0;
   double seconds = 0;
+  bool clipped = false;  // the change was scaled down to the task's clip_norm
 };
 
 // The memory a trainer works in, all of it provided by the caller (on a device: views into its arena).

@@ -117,6 +117,7 @@ class job : public std::enable_shared_from_this<job> {
   std::uint64_t round_ = 0;
   std::uint64_t download_id_ = 0;
   core::training_task task_;
+  std::vector<float> received_;  // task_.clip_norm > 0: the parameters as downloaded (core::clip_bytes)
   core::codec_kind codec_ = core::codec_kind::f32;
   std::unique_ptr<training_arena> arena_;
   std::span<std::byte> blob_;  // where the blob lives in the arena: params (f32) or staging

@@ -51,6 +51,7 @@
 #include "tessera/core/input_normalization.hpp"
 #include "tessera/core/ist.hpp"
 #include "tessera/core/memory.hpp"
+#include "tessera/core/rdp.hpp"
 #include "tessera/crypto/secagg.hpp"
 #include "tessera/rounds/assignment.hpp"
 #include "tessera/rounds/metrics.hpp"
@@ -85,7 +86,7 @@ struct excluded_device {
 // What an UPDATE says about the upload it announces.
 struct update_claim {
   std::uint64_t round = 0;
-  std::uint64_t clipped = 0;                 // secure aggregation: values the device's clip saturated
+  std::uint64_t clipped = 0;                 // secure aggregation: values the clip saturated; dp: 1 if the change was clipped
   std::uint64_t examples = 0;
   std::uint64_t steps = 0;
   double loss = 0;
@@ -173,6 +174,19 @@ class engine {
   // the round's assignments as the roster), in place of receive.
   [[nodiscard]] core::result<void> receive_encoded(assignment& a, const crypto::secagg_encoded& e);
 
+  // Differential privacy (config.dp, DESIGN §6; rounds/src/engine_dp.cpp). `population`: the registered
+  // devices the fixed denominators count (the hub's registry; dp.population overrides it). The hub
+  // draws each round's sampling and noise from the CSPRNG; the simulator, seeded, from the run's seed.
+  [[nodiscard]] bool private_rounds() const noexcept { return config_.dp.enabled; }
+  void set_population(std::size_t registered) noexcept { population_ = registered; }
+  void use_seeded_privacy() noexcept { seeded_privacy_ = true; }
+  [[nodiscard]] const core::rdp_accountant& privacy() const noexcept { return privacy_; }
+  void restore_privacy(core::rdp_accountant a) noexcept { privacy_ = std::move(a); }
+  // ε spent so far at dp.delta (+infinity without noise).
+  [[nodiscard]] double epsilon() const;
+  // Why the run stopped for its privacy budget (empty: it did not).
+  [[nodiscard]] const std::string& privacy_stop() const noexcept { return privacy_stop_; }
+
   // Writes the assignment's subnet, encoded in its codec, into `out` (exactly a.blob_bytes bytes).
   [[nodiscard]] core::result<void> encode_download(const assignment& a, std::span<std::byte> out) const;
 
@@ -214,6 +228,13 @@ class engine {
   [[nodiscard]] core::result<void> move(assignment& a, assignment_event e);
   [[nodiscard]] core::result<void> plan_secure(const core::round_plan& plan);
   [[nodiscard]] core::result<void> apply_secure_sums();
+  [[nodiscard]] std::size_t dp_population(std::size_t offered) const noexcept;
+  [[nodiscard]] core::result<void> check_privacy_budget() const;
+  [[nodiscard]] core::result<std::vector<device_offer>> sample_private(std::vector<device_offer> offers);
+  [[nodiscard]] core::result<core::round_plan> plan_private(std::span<const device_offer> taking);
+  void fold_private(const assignment& a);
+  [[nodiscard]] core::result<void> apply_private_sums(round_metrics& m);
+  [[nodiscard]] std::size_t beside_arena(const core::mlp_arch& arch) const noexcept;
   void fold_ready();
   void note_score(double score);
 
@@ -236,6 +257,16 @@ class engine {
   secure_outcome secure_outcome_;
   std::shared_ptr<const core::input_normalization> normalization_ = std::make_shared<const core::input_normalization>();
   nlohmann::json statistics_;
+  // Differential privacy: the accountant (checkpointed), the open round's key (sampling, groups and
+  // noise derive from it), the clipped changes summed over the full model, and the round's counts.
+  core::rdp_accountant privacy_;
+  std::size_t population_ = 0;
+  bool seeded_privacy_ = false;
+  crypto::key256 dp_key_{};
+  std::vector<float> dp_sum_;
+  std::vector<core::subnet> private_groups_;
+  std::size_t dp_sampled_ = 0, dp_clipped_ = 0;
+  std::string privacy_stop_;
 };
 
 }  // namespace tessera::rounds

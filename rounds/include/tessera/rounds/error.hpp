@@ -30,6 +30,7 @@ enum class errc {
   stats_incomplete,      // a device of the statistics' first pass is missing from the second: start again
   fleet_too_small,       // secure aggregation: too few devices to give every group its replication
   secure_step,           // secure aggregation: a protocol message that does not fit the round
+  privacy_budget,        // differential privacy: the next round would take ε past dp.target_epsilon
 };
 
 [[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.rounds"

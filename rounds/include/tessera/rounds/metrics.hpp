@@ -40,6 +40,11 @@ struct round_metrics {
   // too few contributors.
   std::optional<std::size_t> secagg_dropped, secagg_withheld;
   std::optional<std::uint64_t> secagg_clipped;
+  // Differential privacy (absent without it): ε spent so far at dp.delta (the accountant, after this
+  // round), where the noise was added ("hub"), devices sampled that took part, and updates clipped.
+  std::optional<double> epsilon;
+  std::string dp_noise;
+  std::optional<std::size_t> dp_sampled, dp_clipped;
   // Evaluation on the devices (federated_scores): the model scored on the devices' validation splits,
   // example-weighted, and the spread of the devices' accuracies. Absent on rounds that do not evaluate.
   std::optional<double> fed_accuracy, fed_loss;

@@ -52,6 +52,21 @@ struct secure_aggregation_config {
   [[nodiscard]] std::size_t min_aggregate() const noexcept { return threshold > 0 ? threshold : replication; }
 };
 
+// Client-level differential privacy (DP-FedAvg, McMahan et al., ICLR 2018): each round samples every
+// registered device with probability sample_rate; a device clips its change to L2 norm `clip`; the hub
+// adds Gaussian noise of deviation noise_multiplier · clip to every sum and divides by the expected
+// number of contributors; an RDP accountant (core/rdp.hpp) tracks ε at `delta` and the run stops
+// before a round that would pass target_epsilon (0: no target).
+struct dp_config {
+  bool enabled = false;
+  double sample_rate = 1.0;
+  double noise_multiplier = 1.0;
+  double clip = 1.0;
+  double delta = 1e-5;
+  double target_epsilon = 0;
+  std::size_t population = 0;  // the registered devices the fixed denominators count (0: the hub's registry, the simulator's fleet)
+};
+
 struct run_config {
   core::model_spec model;
   strategy_kind strategy = strategy_kind::ist;
@@ -72,6 +87,7 @@ struct run_config {
   std::int64_t min_stats_examples = 10;  // devices with fewer are not asked for statistics
   bool input_normalization_given = false;  // model.input_normalization was in the configuration
   secure_aggregation_config secure_aggregation;
+  dp_config dp;
   std::string metrics_path;          // JSON lines; empty: none
   std::string output_path;           // safetensors written at the end; empty: none
 };

@@ -1,0 +1,189 @@
+// The engine's differential privacy (DESIGN §6), DP-FedAvg (McMahan, Ramage, Talwar, Zhang, ICLR 2018)
+// with the hub adding the noise:
+//   sample   every registered device independently with probability q (Poisson sampling, which the
+//            accountant's amplification assumes); the offered devices drawn take part;
+//   plan     IST: G groups of equal width, each device's group drawn from its own key, so that no
+//            device's subnet depends on who else was drawn; FedAvg: the whole model;
+//   clip     a device's change (trained − received, all its coordinates as one vector) to L2 norm C —
+//            on the device, and again here, so a device that does not cannot weigh more;
+//   noise    the clipped changes summed over the full model, N(0, (σC)²) added to every coordinate some
+//            group trains, divided by its expected contributors q·N·(groups covering it)/G (a fixed
+//            denominator: the true count is not released);
+//   account  the sampled Gaussian mechanism's RDP (core/rdp.hpp), one step per round.
+// One device changes the released vector by its clipped change only (its group's coordinates and the
+// shared ones, norm ≤ C), whatever else the round holds: the sensitivity is C for the whole round.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numbers>
+#include <optional>
+
+#include "tessera/core/mlp.hpp"
+#include "tessera/core/seeds.hpp"
+#include "tessera/crypto/masking.hpp"
+#include "tessera/rounds/engine.hpp"
+#include "tessera/rounds/error.hpp"
+
+namespace tessera::rounds {
+namespace {
+
+std::vector<std::byte> bytes_of(std::uint64_t a, std::uint64_t b, std::string_view text = {}) {
+  std::vector<std::byte> out(16);
+  for (std::size_t i = 0; i < 8; ++i) {
+    out[i] = static_cast<std::byte>(a >> (8 * i));
+    out[8 + i] = static_cast<std::byte>(b >> (8 * i));
+  }
+  for (char c : text) out.push_back(static_cast<std::byte>(c));
+  return out;
+}
+
+// A device's draws for a round: whether it is sampled (uniform in [0, 1) against q) and its group.
+struct device_draws {
+  double sample = 0;
+  std::uint64_t group = 0;
+};
+core::result<device_draws> draws_of(const crypto::key256& round_key, const std::string& device) {
+  std::vector<std::byte> ikm(round_key.begin(), round_key.end());
+  for (char c : device) ikm.push_back(static_cast<std::byte>(c));
+  TESSERA_ASSIGN_OR_RETURN(const crypto::key256 k, crypto::derive_key(ikm, "tessera dp device v1"));
+  crypto::keystream ks(k);
+  device_draws d;
+  d.sample = ks.next_unit();
+  d.group = ks.next();
+  return d;
+}
+
+// Standard normal values from a ChaCha20 keystream (Box–Muller over 53-bit uniforms).
+class gaussian {
+ public:
+  explicit gaussian(const crypto::key256& key) : ks_(key) {}
+  double next() {
+    if (spare_) {
+      const double z = *spare_;
+      spare_.reset();
+      return z;
+    }
+    const double u1 = 1.0 - ks_.next_unit();  // (0, 1]
+    const double u2 = ks_.next_unit();
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    spare_ = r * std::sin(2.0 * std::numbers::pi * u2);
+    return r * std::cos(2.0 * std::numbers::pi * u2);
+  }
+
+ private:
+  crypto::keystream ks_;
+  std::optional<double> spare_;
+};
+
+}  // namespace
+
+std::size_t engine::beside_arena(const core::mlp_arch& arch) const noexcept {
+  return core::beside_arena(arch, secure() ? secure_segments() : 0, private_rounds());
+}
+
+std::size_t engine::dp_population(std::size_t offered) const noexcept {
+  return std::max(config_.dp.population > 0 ? config_.dp.population : population_, offered);
+}
+
+double engine::epsilon() const { return privacy_.epsilon(config_.dp.delta).epsilon; }
+
+core::result<void> engine::check_privacy_budget() const {
+  const dp_config& d = config_.dp;
+  if (d.target_epsilon <= 0) return {};
+  const double next = privacy_.epsilon_after(d.sample_rate, d.noise_multiplier, 1, d.delta).epsilon;
+  if (next <= d.target_epsilon) return {};
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "round %lld would take ε from %.4g to %.4g, past dp.target_epsilon %.4g (δ %.3g)",
+                static_cast<long long>(current_round()), epsilon(), next, d.target_epsilon, d.delta);
+  return make_error(errc::privacy_budget, buf);
+}
+
+core::result<std::vector<device_offer>> engine::sample_private(std::vector<device_offer> offers) {
+  if (seeded_privacy_) {
+    TESSERA_ASSIGN_OR_RETURN(dp_key_, crypto::derive_key(bytes_of(config_.seed, static_cast<std::uint64_t>(current_round())), "tessera dp round v1"));
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(dp_key_, crypto::random_key());
+  }
+  std::vector<device_offer> sampled;
+  for (auto& o : offers) {
+    TESSERA_ASSIGN_OR_RETURN(const device_draws d, draws_of(dp_key_, o.id));
+    if (d.sample < config_.dp.sample_rate) sampled.push_back(std::move(o));
+  }
+  dp_sampled_ = sampled.size();
+  return sampled;
+}
+
+core::result<core::round_plan> engine::plan_private(std::span<const device_offer> taking) {
+  if (config_.strategy != strategy_kind::ist) return core::make_full_plan(full_, taking.size());
+  // About ten expected contributors per group unless `groups` says otherwise: the noise is divided
+  // by the group's expected contributors.
+  const auto expected = static_cast<std::size_t>(std::floor(config_.dp.sample_rate * static_cast<double>(dp_population(taking.size()))));
+  const std::size_t groups = config_.groups > 0 ? config_.groups
+                                                : std::max<std::size_t>(1, core::default_group_count(full_, std::max<std::size_t>(1, expected / 10),
+                                                                                                     config_.min_width));
+  const std::vector<double> equal(groups, 1.0);
+  TESSERA_ASSIGN_OR_RETURN(core::round_plan plan, core::make_plan(full_, equal, groups, {.min_width = config_.min_width},
+                                                                  core::plan_seed(config_.seed, static_cast<std::uint64_t>(completed_))));
+  plan.device_group.clear();
+  for (const auto& o : taking) {
+    TESSERA_ASSIGN_OR_RETURN(const device_draws d, draws_of(dp_key_, o.id));
+    plan.device_group.push_back(static_cast<std::size_t>(d.group % groups));
+  }
+  return plan;
+}
+
+// An accepted update: its change against what the device was sent, clipped (again) to C, added to the
+// round's sum over the full model.
+void engine::fold_private(const assignment& a) {
+  const std::size_t n = core::param_count(a.sub.arch);
+  std::vector<float> received(n), sum(n);
+  core::gather(full_, a.sub, params_, received);
+  core::gather(full_, a.sub, dp_sum_, sum);
+  double sq = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(a.trained[i]) - static_cast<double>(received[i]);
+    sq += d * d;
+  }
+  const double norm = std::sqrt(sq);
+  const double scale = norm > config_.dp.clip ? config_.dp.clip / norm : 1.0;
+  if (norm > config_.dp.clip || a.clipped > 0) ++dp_clipped_;
+  for (std::size_t i = 0; i < n; ++i)
+    sum[i] = static_cast<float>(static_cast<double>(sum[i]) + scale * (static_cast<double>(a.trained[i]) - static_cast<double>(received[i])));
+  core::scatter(full_, a.sub, sum, dp_sum_);
+}
+
+core::result<void> engine::apply_private_sums(round_metrics& m) {
+  const dp_config& d = config_.dp;
+  // How many of the round's groups train each coordinate (the output bias: all of them).
+  std::vector<float> cover(params_.size(), 0.0f);
+  const std::size_t groups = std::max<std::size_t>(1, groups_);
+  for (std::size_t g = 0; g < groups; ++g) {
+    const core::subnet& sub = private_groups_[g];
+    std::vector<float> local(core::param_count(sub.arch));
+    core::gather(full_, sub, cover, local);
+    for (auto& v : local) v += 1.0f;
+    core::scatter(full_, sub, local, cover);
+  }
+  const double contributors = d.sample_rate * static_cast<double>(dp_population(assignments_.size())) / static_cast<double>(groups);
+  const double deviation = d.noise_multiplier * d.clip;
+  TESSERA_ASSIGN_OR_RETURN(const crypto::key256 noise_key, crypto::derive_key(dp_key_, "tessera dp noise v1"));
+  gaussian noise(noise_key);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (cover[i] == 0.0f) continue;  // trained by no group this round: no release, no noise
+    const double noised = static_cast<double>(dp_sum_[i]) + deviation * noise.next();
+    params_[i] = static_cast<float>(static_cast<double>(params_[i]) + noised / (contributors * static_cast<double>(cover[i])));
+  }
+  privacy_.compose(d.sample_rate, d.noise_multiplier, 1);
+  m.epsilon = epsilon();
+  m.dp_noise = "hub";
+  m.dp_sampled = dp_sampled_;
+  m.dp_clipped = dp_clipped_;
+  if (auto next = check_privacy_budget(); !next) {
+    stopping_.stopped = true;
+    privacy_stop_ = next.error().message;
+  }
+  return {};
+}
+
+}  // namespace tessera::rounds

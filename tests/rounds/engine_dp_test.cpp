@@ -1,0 +1,233 @@
+// Tests of the engine's differential privacy (rounds/src/engine_dp.cpp): Poisson sampling, groups that
+// do not depend on who else was drawn, clipping on the hub, the noise's deviation, fixed denominators,
+// the accountant and the stop before the target ε, rounds nobody was sampled for.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/core/codec.hpp"
+#include "tessera/core/mlp.hpp"
+#include "tessera/rounds/engine.hpp"
+#include "tessera/rounds/error.hpp"
+
+using namespace tessera;
+
+namespace {
+
+core::result<rounds::run_config> try_config(nlohmann::json dp, nlohmann::json extra = nlohmann::json::object()) {
+  nlohmann::json j = {{"model", {{"inputs", 16}, {"hidden", {32}}, {"outputs", 4}}},
+                      {"local_steps", 2}, {"batch", 4}, {"min_width", 4}, {"rounds", 100}, {"dp", std::move(dp)}};
+  j.update(extra);
+  core::config_reader r(j, "run.json");
+  rounds::run_config c;
+  TESSERA_TRY(rounds::read_run_fields(r, c, /*allow_central=*/true));
+  TESSERA_TRY(r.finish());
+  return c;
+}
+rounds::run_config config(nlohmann::json dp, nlohmann::json extra = nlohmann::json::object()) {
+  auto c = try_config(std::move(dp), std::move(extra));
+  REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
+  return std::move(c).value();
+}
+
+rounds::engine engine_for(const rounds::run_config& c, bool seeded = true) {
+  std::vector<float> params(core::param_count(c.model.full_arch()));
+  core::initialize(c.model, params);
+  rounds::engine e(c, std::move(params), 0);
+  if (seeded) e.use_seeded_privacy();
+  return e;
+}
+
+std::vector<rounds::device_offer> fleet(std::size_t n) {
+  std::vector<rounds::device_offer> out;
+  for (std::size_t i = 0; i < n; ++i)
+    out.push_back({.id = "d" + std::to_string(i), .budget_bytes = 64u << 20, .examples = 100, .codecs = {core::codec_kind::f32}, .capacity = 0});
+  return out;
+}
+
+// Every assignment uploads received + change(i) (a function of the parameter's index in its subnet).
+void report_all(rounds::engine& e, const std::function<float(std::size_t)>& change, std::uint64_t clipped = 0) {
+  for (auto& a : e.assignments()) {
+    std::vector<float> local(core::param_count(a.sub.arch));
+    core::gather(e.full(), a.sub, e.params(), local);
+    for (std::size_t i = 0; i < local.size(); ++i) local[i] += change(i);
+    std::vector<std::byte> blob(a.blob_bytes);
+    REQUIRE(core::encode(a.sub.arch, a.codec, local, blob).ok());
+    REQUIRE(e.sent(a).ok());
+    REQUIRE(e.downloaded(a).ok());
+    const rounds::update_claim claim{.round = static_cast<std::uint64_t>(e.current_round()), .clipped = clipped,
+                                     .examples = static_cast<std::uint64_t>(a.task.steps * a.task.batch),
+                                     .steps = static_cast<std::uint64_t>(a.task.steps), .loss = 0.5, .size = a.blob_bytes,
+                                     .codec = a.codec};
+    REQUIRE(e.announce(a, claim).ok());
+    REQUIRE(e.receive(a, blob).ok());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("dp config: named errors for what cannot work") {
+  CHECK(try_config({{"noise_multiplier", 0}}).error().message.find("dp.noise_multiplier") != std::string::npos);
+  CHECK(try_config({{"sample_rate", 1.5}}).error().message.find("dp.sample_rate") != std::string::npos);
+  const auto both = try_config({{"clip", 1}}, {{"secure_aggregation", {{"replication", 3}}}});
+  REQUIRE_FALSE(both.ok());
+  CHECK(both.error().message.find("not in yet") != std::string::npos);
+  const auto c = config({{"sample_rate", 0.1}, {"target_epsilon", 4}});
+  CHECK(c.dp.enabled);
+  CHECK(c.dp.noise_multiplier == 1.0);
+  CHECK(c.dp.delta == 1e-5);
+}
+
+TEST_CASE("dp: every device is sampled independently with probability q; the simulator's draw is seeded, the hub's is not") {
+  const auto c = config({{"sample_rate", 0.1}}, {{"strategy", "fedavg"}});
+  auto e = engine_for(c);
+  REQUIRE(e.begin_round(fleet(2000)).ok());
+  const std::size_t n = e.assignments().size();
+  CHECK(n > 140);  // 200 expected, binomial deviation 13.4: beyond 4 deviations either way fails
+  CHECK(n < 260);
+  std::set<std::string> first;
+  for (const auto& a : e.assignments()) first.insert(a.device);
+  auto again = engine_for(c);
+  REQUIRE(again.begin_round(fleet(2000)).ok());
+  std::set<std::string> second;
+  for (const auto& a : again.assignments()) second.insert(a.device);
+  CHECK(first == second);
+  auto hub = engine_for(c, /*seeded=*/false);
+  REQUIRE(hub.begin_round(fleet(2000)).ok());
+  std::set<std::string> third;
+  for (const auto& a : hub.assignments()) third.insert(a.device);
+  CHECK(third != first);
+  // The task tells the device to clip, and its budget counts the received copy.
+  CHECK(e.assignments()[0].task.clip_norm == 1.0);
+}
+
+TEST_CASE("dp: under IST a device's group depends on its own draw, not on who else was offered") {
+  const auto c = config({{"sample_rate", 1.0}}, {{"groups", 4}});
+  auto all = engine_for(c);
+  REQUIRE(all.begin_round(fleet(40)).ok());
+  CHECK(all.assignments().size() == 40);
+  std::map<std::string, std::size_t> group;
+  std::set<std::size_t> used;
+  for (const auto& a : all.assignments()) {
+    group[a.device] = a.group;
+    used.insert(a.group);
+  }
+  CHECK(used.size() == 4);
+  auto fewer = engine_for(c);
+  auto offers = fleet(40);
+  offers.erase(offers.begin(), offers.begin() + 25);
+  REQUIRE(fewer.begin_round(offers).ok());
+  for (const auto& a : fewer.assignments()) CHECK(a.group == group[a.device]);
+}
+
+TEST_CASE("dp: the hub clips what a device did not, adds noise of deviation σC and divides by the expected contributors") {
+  // FedAvg, q = 1, 4 devices of a population of 4: each change has norm 10 (clip 0.5): after clipping
+  // the mean change is the clipped change; the noise σC/4 = 0.0025 per coordinate.
+  const auto c = config({{"sample_rate", 1.0}, {"clip", 0.5}, {"noise_multiplier", 0.02}}, {{"strategy", "fedavg"}});
+  auto e = engine_for(c);
+  const std::vector<float> before(e.params().begin(), e.params().end());
+  REQUIRE(e.begin_round(fleet(4)).ok());
+  const double per = 10.0 / std::sqrt(static_cast<double>(before.size()));
+  report_all(e, [&](std::size_t) { return static_cast<float>(per); });
+  const auto m = e.close_round(nullptr);
+  REQUIRE(m.ok());
+  CHECK(m.value().dp_clipped == 4);
+  CHECK(m.value().dp_sampled == 4);
+  CHECK(m.value().dp_noise == "hub");
+  double sq = 0, mean = 0;
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    const double d = static_cast<double>(e.params()[i]) - before[i];
+    sq += d * d;
+    mean += d;
+  }
+  mean /= static_cast<double>(before.size());
+  const double expected_step = 0.5 / std::sqrt(static_cast<double>(before.size()));  // the clipped change per coordinate
+  CHECK(std::abs(mean - expected_step) < 0.0025 * 5 / std::sqrt(static_cast<double>(before.size())));
+  CHECK(std::sqrt(sq) < 0.5 + 0.0025 * std::sqrt(static_cast<double>(before.size())) * 1.1);
+  // A device claiming more than one clipped change is rejected.
+  REQUIRE(e.begin_round(fleet(4)).ok());
+  auto& a = e.assignments()[0];
+  REQUIRE(e.sent(a).ok());
+  REQUIRE(e.downloaded(a).ok());
+  const rounds::update_claim two{.round = static_cast<std::uint64_t>(e.current_round()), .clipped = 2, .examples = 8, .steps = 2,
+                                 .loss = 0.5, .size = a.blob_bytes, .codec = a.codec};
+  CHECK(e.announce(a, two).error().code == rounds::errc::bad_values);
+}
+
+TEST_CASE("dp: the noise's sample deviation is σC over the expected contributors, within 2% over 10^5 draws") {
+  // Population 8, q = 1, every device sends back what it received: every coordinate moves by
+  // noise / (q·N) only.
+  const auto c = config({{"sample_rate", 1.0}, {"clip", 2.0}, {"noise_multiplier", 1.5}, {"population", 8}},
+                        {{"strategy", "fedavg"}, {"model", {{"inputs", 400}, {"hidden", {250}}, {"outputs", 10}}}});
+  auto e = engine_for(c);
+  const std::vector<float> before(e.params().begin(), e.params().end());
+  REQUIRE(before.size() > 100000);
+  REQUIRE(e.begin_round(fleet(8)).ok());
+  report_all(e, [](std::size_t) { return 0.0f; });
+  REQUIRE(e.close_round(nullptr).ok());
+  double sum = 0, sq = 0;
+  const auto n = static_cast<double>(before.size());
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    const double d = static_cast<double>(e.params()[i]) - before[i];
+    sum += d;
+    sq += d * d;
+  }
+  const double mean = sum / n, deviation = std::sqrt(sq / n - mean * mean);
+  const double expected = 1.5 * 2.0 / 8.0;
+  MESSAGE("noise deviation " << deviation << " over " << n << " coordinates, expected " << expected);
+  CHECK(std::abs(deviation / expected - 1.0) < 0.02);
+  CHECK(std::abs(mean) < 5 * expected / std::sqrt(n));
+}
+
+TEST_CASE("dp: ε is the accountant's after each round, and the run stops before the round that would pass the target") {
+  const double q = 0.2, sigma = 1.1;
+  core::rdp_accountant reference;
+  reference.compose(q, sigma, 3);
+  const double after3 = reference.epsilon(1e-5).epsilon;
+  reference.compose(q, sigma, 1);
+  const double after4 = reference.epsilon(1e-5).epsilon;
+  REQUIRE(after4 > after3);
+  const double target = 0.5 * (after3 + after4);  // room for three rounds, not four
+  const auto c = config({{"sample_rate", q}, {"noise_multiplier", sigma}, {"target_epsilon", target}}, {{"strategy", "fedavg"}});
+  auto e = engine_for(c);
+  for (int r = 1; r <= 3; ++r) {
+    CAPTURE(r);
+    REQUIRE_FALSE(e.finished());
+    REQUIRE(e.begin_round(fleet(50)).ok());
+    report_all(e, [](std::size_t i) { return 0.001f * static_cast<float>(i % 3); });
+    const auto m = e.close_round(nullptr);
+    REQUIRE(m.ok());
+    core::rdp_accountant expected;
+    expected.compose(q, sigma, r);
+    CHECK(*m.value().epsilon == doctest::Approx(expected.epsilon(1e-5).epsilon).epsilon(1e-12));
+  }
+  CHECK(e.finished());
+  CHECK(e.privacy_stop().find("past dp.target_epsilon") != std::string::npos);
+  CHECK(e.epsilon() <= target);
+  // A target below one round's ε: the first round is refused, naming the figures.
+  const auto tight = config({{"sample_rate", q}, {"noise_multiplier", sigma}, {"target_epsilon", 0.01}}, {{"strategy", "fedavg"}});
+  auto t = engine_for(tight);
+  const auto first = t.begin_round(fleet(50));
+  REQUIRE_FALSE(first.ok());
+  CHECK(first.error().code == rounds::errc::privacy_budget);
+  CHECK(first.error().message.find("round 1 would take ε from 0 to") == 0);
+}
+
+TEST_CASE("dp: a round nobody was sampled for still releases its noise and counts") {
+  const auto c = config({{"sample_rate", 1e-6}, {"noise_multiplier", 1.0}}, {{"strategy", "fedavg"}});
+  auto e = engine_for(c);
+  const std::vector<float> before(e.params().begin(), e.params().end());
+  REQUIRE(e.begin_round(fleet(3)).ok());
+  CHECK(e.assignments().empty());
+  CHECK(e.all_reported());
+  const auto m = e.close_round(nullptr);
+  REQUIRE(m.ok());
+  CHECK(m.value().dp_sampled == 0);
+  CHECK(*m.value().epsilon > 0);
+  std::size_t moved = 0;
+  for (std::size_t i = 0; i < before.size(); ++i) moved += e.params()[i] != before[i] ? 1 : 0;
+  CHECK(moved == before.size());
+}
