@@ -94,8 +94,9 @@ core::result<void> engine::check_privacy_budget() const {
   const double next = privacy_.epsilon_after(d.sample_rate, d.noise_multiplier, 1, d.delta).epsilon;
   if (next <= d.target_epsilon) return {};
   char buf[160];
+  const std::int64_t round = in_round_ ? current_round() + 1 : current_round();  // asked while closing the round before it
   std::snprintf(buf, sizeof buf, "round %lld would take ε from %.4g to %.4g, past dp.target_epsilon %.4g (δ %.3g)",
-                static_cast<long long>(current_round()), epsilon(), next, d.target_epsilon, d.delta);
+                static_cast<long long>(round), epsilon(), next, d.target_epsilon, d.delta);
   return make_error(errc::privacy_budget, buf);
 }
 

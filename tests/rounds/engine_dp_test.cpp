@@ -205,6 +205,7 @@ TEST_CASE("dp: ε is the accountant's after each round, and the run stops before
     CHECK(*m.value().epsilon == doctest::Approx(expected.epsilon(1e-5).epsilon).epsilon(1e-12));
   }
   CHECK(e.finished());
+  CHECK(e.privacy_stop().find("round 4 would take ε from") == 0);
   CHECK(e.privacy_stop().find("past dp.target_epsilon") != std::string::npos);
   CHECK(e.epsilon() <= target);
   // A target below one round's ε: the first round is refused, naming the figures.

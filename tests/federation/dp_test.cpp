@@ -1,0 +1,96 @@
+// Differential privacy over the network: tessera-hub and six tessera-edge agents with dp on (the hub
+// adds the noise) report, round by round, the ε of tessera-sim with the same settings; a hub killed
+// between rounds and restarted resumes with the ε it had; the run stops before the round that would
+// pass dp.target_epsilon, and the exported model says which guarantee it carries.
+#include <csignal>
+#include <string>
+#include <vector>
+
+#include "fleet.hpp"
+#include "tessera/core/rdp.hpp"
+
+namespace tessera::testing {
+namespace {
+
+constexpr int k_devices = 6;
+constexpr double k_q = 0.5, k_sigma = 0.9, k_delta = 1e-5;
+
+}  // namespace
+
+TEST_CASE("federation: differential privacy — the hub's ε is tessera-sim's, survives a restart, and stops the run at its target") {
+  fleet f("fed_dp");
+  INFO(f.diagnostics());
+  std::vector<std::string> ids;
+  for (int d = 0; d < k_devices; ++d) ids.push_back("device-" + std::to_string(d));
+  f.make_pki(ids);
+  const nlohmann::json train = f.write_subset("train", 3000), test = f.write_subset("t10k", 500);
+  const std::vector<nlohmann::json> data = f.make_shards({{"devices", k_devices}, {"seed", 5}, {"data", {{"train", train}}}});
+
+  // Room for exactly four rounds.
+  core::rdp_accountant a;
+  a.compose(k_q, k_sigma, 4);
+  const double after4 = a.epsilon(k_delta).epsilon;
+  a.compose(k_q, k_sigma, 1);
+  const double target = 0.5 * (after4 + a.epsilon(k_delta).epsilon);
+  const nlohmann::json run = {{"model", {{"inputs", 784}, {"hidden", {32}}, {"outputs", 10}}},
+                              {"strategy", "ist"},
+                              {"groups", 2},
+                              {"rounds", 10},
+                              {"local_steps", 20},
+                              {"batch", 16},
+                              {"lr", 0.05},
+                              {"seed", 5},
+                              {"dp", {{"sample_rate", k_q}, {"noise_multiplier", k_sigma}, {"clip", 0.5}, {"delta", k_delta},
+                                      {"target_epsilon", target}}}};
+
+  nlohmann::json sim = run;
+  sim.update({{"devices", k_devices}, {"data", {{"train", train}, {"test", test}}}, {"metrics", f.file("sim.jsonl")}});
+  f.run_tool("sim", {k_sim_binary, "--config", f.write_json("sim.json", sim)}, 120s);
+  const auto sim_metrics = read_metrics(f.file("sim.jsonl"));
+  REQUIRE(sim_metrics.size() == 4);
+
+  nlohmann::json hub_json = run;
+  hub_json.update({{"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 60},
+                   {"checkpoint_dir", f.file("checkpoints")}, {"metrics", f.file("hub.jsonl")}, {"output", f.file("hub.safetensors")}});
+  hub_handle first = f.start_hub("hub-1", hub_json);
+  std::vector<child_process*> agents;
+  for (int d = 0; d < k_devices; ++d)
+    agents.push_back(&f.start_agent(ids[static_cast<std::size_t>(d)], data[static_cast<std::size_t>(d)], first.port));
+  CHECK(wait_for_log(first.process, "differential privacy: the hub adds the noise", 10s));
+  REQUIRE_MESSAGE(eventually([&] { return read_metrics(f.file("hub.jsonl")).size() >= 2 || !first.process.running(); }, 90s),
+                  "round 2 did not complete within 90 s");
+  first.process.kill();
+  const std::size_t before_kill = read_metrics(f.file("hub.jsonl")).size();
+  REQUIRE(before_kill >= 2);
+
+  hub_json["listen"] = "127.0.0.1:" + std::to_string(first.port);
+  hub_handle second = f.start_hub("hub-2", hub_json);
+  if (before_kill < 4) CHECK(wait_for_log(second.process, "ε " , 10s));
+  const auto code = second.process.wait_exit(120s);
+  REQUIRE_MESSAGE(code.has_value(), "the restarted hub did not finish within 120 s");
+  CHECK(*code == 0);
+  CHECK(count_of(second.process.err() + first.process.err(), "stopping: round 5 would take ε from") == 1);
+
+  // Four rounds in all, each with the simulator's ε (it depends on q, σ and the round only), sampled
+  // devices and clipped changes counted, the noise added by the hub.
+  const auto hub_metrics = read_metrics(f.file("hub.jsonl"));
+  REQUIRE(hub_metrics.size() == 4);
+  for (std::size_t r = 0; r < 4; ++r) {
+    const auto& h = hub_metrics[r];
+    CAPTURE(h.dump());
+    CHECK(h.at("round") == r + 1);
+    CHECK(h.at("epsilon").get<double>() == sim_metrics[r].at("epsilon").get<double>());
+    CHECK(h.at("dp_noise") == "hub");
+    CHECK(h.at("dp_sampled").get<std::size_t>() <= k_devices);
+    CHECK(h.at("dp_clipped").get<std::size_t>() <= h.at("dp_sampled").get<std::size_t>());
+  }
+  CHECK(hub_metrics.back().at("epsilon").get<double>() <= target);
+  const core::stored_model model = load_model_or_fail(f.file("hub.safetensors"));
+  CHECK(model.metadata.at("tessera.rounds") == "4");
+  CHECK(std::stod(model.metadata.at("tessera.dp.epsilon")) == doctest::Approx(hub_metrics.back().at("epsilon").get<double>()).epsilon(1e-5));
+  const auto dp = nlohmann::json::parse(model.metadata.at("tessera.dp"));
+  CHECK(dp.at("noise_multiplier") == k_sigma);
+  CHECK(all_finite(model.params));
+}
+
+}  // namespace tessera::testing
