@@ -361,7 +361,8 @@ void engine::note_score(double score) {
 }
 
 bool engine::evaluation_due() const noexcept {
-  return !in_round_ && completed_ > 0 && (completed_ % config_.eval_every == 0 || completed_ == config_.rounds);
+  // The last round always evaluates, also when the run stops early (its privacy budget).
+  return !in_round_ && completed_ > 0 && (completed_ % config_.eval_every == 0 || completed_ == config_.rounds || !privacy_stop_.empty());
 }
 
 std::vector<evaluator> engine::plan_evaluation(std::vector<device_offer> offers, std::vector<excluded_device>& excluded) const {

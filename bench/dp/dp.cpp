@@ -1,0 +1,113 @@
+// bench_dp — what client-level differential privacy costs in accuracy (tessera-sim, the hub adding the
+// noise): Fashion-MNIST 784-64-10, --devices devices holding 60 training examples each, each round
+// sampling every device with probability --q, changes clipped to --clip, noise σ·clip; the run stops
+// before ε passes each target (δ 1e-5) or after --rounds. For IST (--ist-groups groups) and FedAvg,
+// at ε ∈ {≈∞ (σ = 0.001: sampling and clipping, no meaningful noise), 8, 4, 2} with σ = --sigma:
+// the rounds the budget allows, the test accuracy at the end and the best seen, and the simulator's
+// peak memory.
+//   bench_dp [--devices 1000] [--q 0.05] [--sigma 1.0] [--clip 1.0] [--rounds 400] [--ist-groups 2]
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/fleet_run.hpp"
+#include "tessera/sim/shards.hpp"
+#include "tessera/sim/simulation.hpp"
+
+namespace {
+
+using namespace tessera;
+using bench::die;
+using bench::must;
+
+struct options {
+  std::size_t devices = 1000;
+  double q = 0.05, sigma = 1.0, clip = 1.0;
+  std::int64_t rounds = 400;
+  std::size_t ist_groups = 2;
+};
+
+struct result {
+  std::int64_t rounds = 0;
+  double epsilon = 0, final_accuracy = 0, best_accuracy = 0, seconds = 0;
+  std::size_t clipped = 0, sampled = 0;
+};
+
+result run(const options& o, const std::string& strategy, double sigma, double target, const core::memory_table& train, core::memory_table& test) {
+  nlohmann::json j = {{"model", {{"inputs", 784}, {"hidden", {64}}, {"outputs", 10}}},
+                      {"strategy", strategy},
+                      {"devices", o.devices},
+                      {"rounds", o.rounds},
+                      {"local_steps", 10},
+                      {"batch", 16},
+                      {"lr", 0.1},
+                      {"momentum", 0.0},
+                      {"seed", 3},
+                      {"eval_every", 20},
+                      {"data", {{"validation_fraction", 0}}},
+                      {"dp", {{"sample_rate", o.q}, {"noise_multiplier", sigma}, {"clip", o.clip}, {"delta", 1e-5}, {"target_epsilon", target}}}};
+  if (strategy == "ist") j["groups"] = o.ist_groups;
+  auto cfg = must(sim::parse_sim_config(j, "bench_dp"));
+  auto s = must(sim::simulation::create(cfg, train, &test));
+  result r;
+  while (!s->done()) {
+    const auto m = must(s->run_round());
+    r.rounds = m.round;
+    r.seconds += m.seconds;
+    r.epsilon = m.epsilon.value_or(0);
+    r.clipped += m.dp_clipped.value_or(0);
+    r.sampled += m.dp_sampled.value_or(0);
+    if (m.test_accuracy) {
+      r.final_accuracy = *m.test_accuracy;
+      r.best_accuracy = std::max(r.best_accuracy, *m.test_accuracy);
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) die(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--devices") o.devices = std::stoul(value());
+    else if (a == "--q") o.q = std::stod(value());
+    else if (a == "--sigma") o.sigma = std::stod(value());
+    else if (a == "--clip") o.clip = std::stod(value());
+    else if (a == "--rounds") o.rounds = std::stoll(value());
+    else if (a == "--ist-groups") o.ist_groups = std::stoul(value());
+    else die("unknown option " + a + " (see the header of bench/dp/dp.cpp)");
+  }
+  std::printf("bench_dp: Fashion-MNIST 784-64-10, %zu devices, q %.3g (about %.0f per round), clip %.3g, δ 1e-5, at most %lld rounds of "
+              "10 local steps\n\n",
+              o.devices, o.q, o.q * static_cast<double>(o.devices), o.clip, static_cast<long long>(o.rounds));
+  auto loaded = must(sim::load_sim_data(must(sim::parse_sim_config(nlohmann::json::object(), "defaults"))));
+  std::printf("| strategy | target ε | σ | rounds | ε spent | final accuracy | best accuracy | sampled per round | clipped | s/round |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const std::string strategy : {"fedavg", "ist"})
+    for (const double target : {0.0, 8.0, 4.0, 2.0}) {
+      const double sigma = target == 0 ? 0.001 : o.sigma;
+      const result r = run(o, strategy, sigma, target, *loaded.train, *loaded.test);
+      char spent[32];
+      std::snprintf(spent, sizeof spent, r.epsilon > 1e3 ? "%.1e" : "%.2f", r.epsilon);
+      std::printf("| %s%s | %s | %.3g | %lld | %s | %.2f%% | %.2f%% | %.1f | %.0f%% | %.3f |\n", strategy.c_str(),
+                  strategy == "ist" ? (" (" + std::to_string(o.ist_groups) + " groups)").c_str() : "",
+                  target == 0 ? "≈∞" : std::to_string(static_cast<int>(target)).c_str(), sigma, static_cast<long long>(r.rounds), spent,
+                  100 * r.final_accuracy, 100 * r.best_accuracy, static_cast<double>(r.sampled) / static_cast<double>(std::max<std::int64_t>(1, r.rounds)),
+                  100.0 * static_cast<double>(r.clipped) / static_cast<double>(std::max<std::size_t>(1, r.sampled)),
+                  r.seconds / static_cast<double>(std::max<std::int64_t>(1, r.rounds)));
+      std::fflush(stdout);
+    }
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  std::printf("\npeak memory of the simulator (all runs, %zu devices each): %.0f MiB\n", o.devices, static_cast<double>(ru.ru_maxrss) / 1024.0);
+  return 0;
+}
