@@ -73,6 +73,7 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
   core::input_normalization normalization;
   nlohmann::json statistics;
   std::optional<core::rdp_accountant> privacy;
+  double dp_clip = 0;
   if (!config.checkpoint_dir.empty()) {
     std::filesystem::create_directories(config.checkpoint_dir, ec);
     if (ec) return core::make_error(core::errc::io, config.checkpoint_dir + ": cannot create the checkpoint folder: " + ec.message());
@@ -95,11 +96,12 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
         return make_error(errc::checkpoint_mismatch, rs.checkpoint.string() + ": written by a run without differential privacy: its " +
                                                          std::to_string(completed) + " rounds were not accounted for");
       privacy = std::move(ck->privacy);
+      dp_clip = ck->dp_clip;
     }
   }
   if (completed == 0) core::initialize(config.model, params);
   h->engine_ = std::make_unique<rounds::engine>(config, std::move(params), completed, stopping);
-  if (privacy) h->engine_->restore_privacy(std::move(*privacy));
+  if (privacy) h->engine_->restore_privacy(std::move(*privacy), dp_clip);
   if (!normalization.empty()) {
     if (auto ok = h->engine_->set_normalization(std::move(normalization), std::move(statistics)); !ok)
       return core::make_error(core::errc::bad_format, rs.checkpoint.string() + ": " + ok.error().message);
@@ -130,7 +132,8 @@ core::result<std::uint16_t> hub_service::start() {
     log(log_level::info, "differential privacy: the hub adds the noise (no secure aggregation): devices sampled with q " +
                              std::to_string(d.sample_rate) + ", changes clipped to " + std::to_string(d.clip) + ", noise σ " +
                              std::to_string(d.noise_multiplier) + " × clip, δ " + std::to_string(d.delta) +
-                             (d.target_epsilon > 0 ? ", stopping before ε passes " + std::to_string(d.target_epsilon) : ""));
+                             (d.target_epsilon > 0 ? ", stopping before ε passes " + std::to_string(d.target_epsilon) : "") +
+                             (d.adaptive_clip ? "; the clip adapts toward the " + std::to_string(d.target_quantile) + " quantile of the changes' norms" : ""));
   }
   if (engine_->finished()) {
     finish("");

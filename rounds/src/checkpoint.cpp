@@ -1,5 +1,7 @@
 #include "tessera/rounds/checkpoint.hpp"
 
+#include <cmath>
+
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -54,7 +56,8 @@ core::result<void> save_checkpoint(const std::filesystem::path& path, const chec
   if (c.privacy) {
     j["privacy"] = {{"orders", std::vector<double>(c.privacy->orders().begin(), c.privacy->orders().end())},
                     {"rdp", std::vector<double>(c.privacy->rdp().begin(), c.privacy->rdp().end())},
-                    {"steps", c.privacy->steps()}};
+                    {"steps", c.privacy->steps()},
+                    {"clip", c.dp_clip}};
   }
   const std::string header = j.dump();
   std::vector<std::byte> bytes;
@@ -129,6 +132,10 @@ core::result<std::optional<checkpoint>> load_checkpoint(const std::filesystem::p
       auto restored = core::rdp_accountant::restore(orders, rdp, pv->at("steps").get<std::int64_t>());
       if (!restored) return make_error(errc::bad_format, where + ": privacy: " + restored.error().message);
       c.privacy = std::move(restored).value();
+      if (const auto clip = pv->find("clip"); clip != pv->end()) {
+        c.dp_clip = clip->get<double>();
+        if (!std::isfinite(c.dp_clip) || c.dp_clip < 0) return make_error(errc::bad_format, where + ": privacy.clip is not a finite clip");
+      }
     }
   } catch (const nlohmann::json::exception& e) {
     return make_error(errc::bad_format, where + ": header field missing or of the wrong type (" + e.what() + ")");

@@ -151,7 +151,7 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
               .sgd = {.learning_rate = lr, .momentum = config_.momentum, .weight_decay = config_.weight_decay,
                       .nesterov = config_.nesterov},
               .normalization = normalization_->empty() ? nullptr : normalization_,
-              .clip_norm = private_rounds() ? config_.dp.clip : 0.0};
+              .clip_norm = private_rounds() ? dp_clip() : 0.0};
     a.blob_bytes = core::encoded_bytes(a.sub.arch, a.codec);
     a.upload_bytes = a.blob_bytes;
     assignments_.push_back(std::move(a));
@@ -164,6 +164,7 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
     for (std::size_t g = 0; g < plan.groups; ++g) private_groups_.push_back(core::make_subnet(full_, config_.model.compensation, plan, g));
     dp_sum_.assign(params_.size(), 0.0f);
     dp_clipped_ = 0;
+    dp_accepted_ = 0;
   }
   aggregator_.reset();
   folded_ = 0;

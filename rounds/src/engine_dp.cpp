@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <numbers>
 #include <optional>
 
@@ -88,8 +89,31 @@ std::size_t engine::dp_population(std::size_t offered) const noexcept {
 
 double engine::epsilon() const { return privacy_.epsilon(config_.dp.delta).epsilon; }
 
+// Adaptive clipping's count noise: as configured, or the expected contributors / 20 (Andrew et al.).
+double engine::count_noise() const noexcept {
+  const dp_config& d = config_.dp;
+  if (!d.adaptive_clip) return 0;
+  return d.count_noise > 0 ? d.count_noise : d.sample_rate * static_cast<double>(dp_population(0)) / 20.0;
+}
+
+// The changes' noise multiplier: σ, or with adaptive clipping the σ_Δ that spends with the count's
+// noise what σ alone would: σ_Δ⁻² + (2 σ_b)⁻² = σ⁻² (Andrew et al. 2021, Theorem 1).
+double engine::change_noise_multiplier() const noexcept {
+  const double sigma = config_.dp.noise_multiplier;
+  if (!config_.dp.adaptive_clip) return sigma;
+  const double b = count_noise();
+  const double rest = 1.0 / (sigma * sigma) - 1.0 / (4.0 * b * b);
+  return rest > 0 ? 1.0 / std::sqrt(rest) : std::numeric_limits<double>::infinity();
+}
+
 core::result<void> engine::check_privacy_budget() const {
   const dp_config& d = config_.dp;
+  if (d.adaptive_clip && !std::isfinite(change_noise_multiplier())) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "dp.adaptive_clip.count_noise %.4g must exceed noise_multiplier / 2 = %.4g: the count would spend the whole budget",
+                  count_noise(), d.noise_multiplier / 2);
+    return make_error(errc::privacy_budget, buf);
+  }
   if (d.target_epsilon <= 0) return {};
   const double next = privacy_.epsilon_after(d.sample_rate, d.noise_multiplier, 1, d.delta).epsilon;
   if (next <= d.target_epsilon) return {};
@@ -146,9 +170,10 @@ void engine::fold_private(const assignment& a) {
     const double d = static_cast<double>(a.trained[i]) - static_cast<double>(received[i]);
     sq += d * d;
   }
-  const double norm = std::sqrt(sq);
-  const double scale = norm > config_.dp.clip ? config_.dp.clip / norm : 1.0;
-  if (norm > config_.dp.clip || a.clipped > 0) ++dp_clipped_;
+  const double norm = std::sqrt(sq), clip = dp_clip();
+  const double scale = norm > clip ? clip / norm : 1.0;
+  if (norm > clip || a.clipped > 0) ++dp_clipped_;
+  ++dp_accepted_;
   for (std::size_t i = 0; i < n; ++i)
     sum[i] = static_cast<float>(static_cast<double>(sum[i]) + scale * (static_cast<double>(a.trained[i]) - static_cast<double>(received[i])));
   core::scatter(full_, a.sub, sum, dp_sum_);
@@ -167,7 +192,8 @@ core::result<void> engine::apply_private_sums(round_metrics& m) {
     core::scatter(full_, sub, local, cover);
   }
   const double contributors = d.sample_rate * static_cast<double>(dp_population(assignments_.size())) / static_cast<double>(groups);
-  const double deviation = d.noise_multiplier * d.clip;
+  const double clip = dp_clip();
+  const double deviation = change_noise_multiplier() * clip;
   TESSERA_ASSIGN_OR_RETURN(const crypto::key256 noise_key, crypto::derive_key(dp_key_, "tessera dp noise v1"));
   gaussian noise(noise_key);
   for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -175,7 +201,15 @@ core::result<void> engine::apply_private_sums(round_metrics& m) {
     const double noised = static_cast<double>(dp_sum_[i]) + deviation * noise.next();
     params_[i] = static_cast<float>(static_cast<double>(params_[i]) + noised / (contributors * static_cast<double>(cover[i])));
   }
+  if (d.adaptive_clip) {
+    // The share of contributors whose change fitted, noised and over the expected count; the clip
+    // moves geometrically toward the target quantile.
+    const double expected = d.sample_rate * static_cast<double>(dp_population(assignments_.size()));
+    const double fitted = static_cast<double>(dp_accepted_ - dp_clipped_) + count_noise() * noise.next();
+    dp_clip_ = clip * std::exp(-d.clip_learning_rate * (fitted / expected - d.target_quantile));
+  }
   privacy_.compose(d.sample_rate, d.noise_multiplier, 1);
+  m.dp_clip = clip;
   m.epsilon = epsilon();
   m.dp_noise = "hub";
   m.dp_sampled = dp_sampled_;

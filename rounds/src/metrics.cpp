@@ -39,6 +39,7 @@ nlohmann::json round_metrics::to_json() const {
     j["dp_noise"] = dp_noise;
     j["dp_sampled"] = dp_sampled.value_or(0);
     j["dp_clipped"] = dp_clipped.value_or(0);
+    j["dp_clip"] = dp_clip.value_or(0);
   }
   if (fed_devices) {
     j["fed_devices"] = *fed_devices;

@@ -74,6 +74,14 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
     d.target_epsilon = dr.number("target_epsilon", 0.0, 0.0, 1e6, "stop before the round that would take ε past it (0: never)");
     d.population = static_cast<std::size_t>(dr.integer("population", 0, 0, INT64_MAX,
                                                        "the registered devices (0: the hub's registry, the simulator's devices)"));
+    if (const auto* ac = dr.object("adaptive_clip", "move the clip toward a quantile of the devices' change norms, privately")) {
+      core::config_reader ar = dr.child("adaptive_clip", *ac);
+      d.adaptive_clip = ar.boolean("enabled", true, "adapt the clip each round");
+      d.target_quantile = ar.number("target_quantile", 0.5, 0.0, 1.0, "the share of devices whose change should fit within the clip");
+      d.clip_learning_rate = ar.number("learning_rate", 0.2, 0.0, 10.0, "the clip moves by exp(−rate · (fitting share − target)) a round");
+      d.count_noise = ar.number("count_noise", 0.0, 0.0, 1e9, "the deviation of the noise on the count of fitting changes (0: expected devices / 20)");
+      if (auto done = ar.finish(); !done) dr.fail(std::move(done).error());
+    }
     if (d.enabled && c.secure_aggregation.enabled)
       dr.fail("enabled", "differential privacy under secure aggregation (each device adding its share of the noise) is not in yet: "
                          "run one or the other");

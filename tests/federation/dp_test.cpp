@@ -1,7 +1,8 @@
 // Differential privacy over the network: tessera-hub and six tessera-edge agents with dp on (the hub
 // adds the noise) report, round by round, the ε of tessera-sim with the same settings; a hub killed
 // between rounds and restarted resumes with the ε it had; the run stops before the round that would
-// pass dp.target_epsilon, and the exported model says which guarantee it carries.
+// pass dp.target_epsilon, and the exported model says which guarantee it carries. The clip adapts
+// (Andrew et al.) without changing ε.
 #include <csignal>
 #include <string>
 #include <vector>
@@ -41,7 +42,7 @@ TEST_CASE("federation: differential privacy — the hub's ε is tessera-sim's, s
                               {"lr", 0.05},
                               {"seed", 5},
                               {"dp", {{"sample_rate", k_q}, {"noise_multiplier", k_sigma}, {"clip", 0.5}, {"delta", k_delta},
-                                      {"target_epsilon", target}}}};
+                                      {"target_epsilon", target}, {"adaptive_clip", {{"count_noise", 1.0}}}}}};
 
   nlohmann::json sim = run;
   sim.update({{"devices", k_devices}, {"data", {{"train", train}, {"test", test}}}, {"metrics", f.file("sim.jsonl")}});
@@ -83,6 +84,10 @@ TEST_CASE("federation: differential privacy — the hub's ε is tessera-sim's, s
     CHECK(h.at("dp_noise") == "hub");
     CHECK(h.at("dp_sampled").get<std::size_t>() <= k_devices);
     CHECK(h.at("dp_clipped").get<std::size_t>() <= h.at("dp_sampled").get<std::size_t>());
+    // Adaptive clipping: it starts at dp.clip and moves every round, across the restart too.
+    if (r == 0) CHECK(h.at("dp_clip").get<double>() == 0.5);
+    else CHECK(h.at("dp_clip").get<double>() != hub_metrics[r - 1].at("dp_clip").get<double>());
+    CHECK(h.at("dp_clip").get<double>() > 0);
   }
   CHECK(hub_metrics.back().at("epsilon").get<double>() <= target);
   const core::stored_model model = load_model_or_fail(f.file("hub.safetensors"));

@@ -143,12 +143,14 @@ TEST_CASE("checkpoint: the privacy accountant is kept to the bit, so a resumed r
   a.compose(0.05, 1.1, 37);
   a.compose(0.02, 0.9, 5);
   c.privacy = a;
+  c.dp_clip = 1.75;  // where adaptive clipping got to
   REQUIRE(rounds::save_checkpoint(d.file("p.ckpt"), c, nullptr).ok());
   auto back = rounds::load_checkpoint(d.file("p.ckpt"), c.spec, nullptr);
   REQUIRE_MESSAGE(back.ok(), (back.ok() ? "" : back.error().message));
   REQUIRE(back.value()->privacy.has_value());
   const auto& p = *back.value()->privacy;
   CHECK(p.steps() == 42);
+  CHECK(back.value()->dp_clip == 1.75);
   REQUIRE(p.rdp().size() == a.rdp().size());
   for (std::size_t i = 0; i < p.rdp().size(); ++i) CHECK(p.rdp()[i] == a.rdp()[i]);
   CHECK(p.epsilon(1e-5).epsilon == a.epsilon(1e-5).epsilon);

@@ -232,3 +232,43 @@ TEST_CASE("dp: a round nobody was sampled for still releases its noise and count
   for (std::size_t i = 0; i < before.size(); ++i) moved += e.params()[i] != before[i] ? 1 : 0;
   CHECK(moved == before.size());
 }
+
+TEST_CASE("dp: adaptive clipping moves the clip to the target quantile of the change norms, from a noised count") {
+  // 40 devices, all sampled; device i's change has norm 0.1 (i + 1): the median is about 2.05.
+  const auto c = config({{"sample_rate", 1.0}, {"noise_multiplier", 0.5}, {"clip", 0.5}, {"population", 40},
+                         {"adaptive_clip", {{"target_quantile", 0.5}, {"learning_rate", 0.2}, {"count_noise", 1.0}}}},
+                        {{"strategy", "fedavg"}});
+  auto e = engine_for(c);
+  double clip = 0;
+  for (int r = 0; r < 60; ++r) {
+    REQUIRE(e.begin_round(fleet(40)).ok());
+    CHECK(e.assignments()[0].task.clip_norm == e.dp_clip());
+    const std::size_t n = core::param_count(e.assignments()[0].sub.arch);
+    for (auto& a : e.assignments()) {
+      const double norm = 0.1 * static_cast<double>(std::stoul(a.device.substr(1)) + 1);
+      std::vector<float> local(n);
+      core::gather(e.full(), a.sub, e.params(), local);
+      for (auto& v : local) v += static_cast<float>(norm / std::sqrt(static_cast<double>(n)));
+      std::vector<std::byte> blob(a.blob_bytes);
+      REQUIRE(core::encode(a.sub.arch, a.codec, local, blob).ok());
+      REQUIRE(e.sent(a).ok());
+      REQUIRE(e.downloaded(a).ok());
+      const rounds::update_claim claim{.round = static_cast<std::uint64_t>(e.current_round()), .clipped = 0, .examples = 8, .steps = 2,
+                                       .loss = 0.5, .size = a.blob_bytes, .codec = a.codec};
+      REQUIRE(e.announce(a, claim).ok());
+      REQUIRE(e.receive(a, blob).ok());
+    }
+    const auto m = e.close_round(nullptr);
+    REQUIRE(m.ok());
+    clip = *m.value().dp_clip;
+  }
+  MESSAGE("clip after 60 rounds: " << clip);
+  CHECK(clip > 1.5);
+  CHECK(clip < 2.7);
+  // A count noise too small to leave the changes any budget is refused, with the figures.
+  const auto tight = config({{"noise_multiplier", 2.0}, {"adaptive_clip", {{"count_noise", 0.9}}}}, {{"strategy", "fedavg"}});
+  auto t = engine_for(tight);
+  const auto refused = t.begin_round(fleet(4));
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("dp.adaptive_clip.count_noise 0.9 must exceed noise_multiplier / 2 = 1") == 0);
+}

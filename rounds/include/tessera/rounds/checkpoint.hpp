@@ -10,7 +10,7 @@
 //                              "stopped"} (absent in files of older versions: a fresh start),
 //                              "normalization": {"mean", "std"} (base64 float32, one per input) and
 //                              "statistics" (the fleet's counts) when the model standardizes its inputs,
-//                              "privacy": {"orders", "rdp", "steps"} with differential privacy}
+//                              "privacy": {"orders", "rdp", "steps", "clip"} with differential privacy}
 //   then       4·param_count bytes of the full model's parameters (f32)
 // The whole file is written to a temporary, fsync'd and renamed (core::write_file_atomic), so a hub
 // killed at any instant leaves the previous checkpoint or the new one. With a sealing key the same bytes
@@ -59,6 +59,7 @@ struct checkpoint {
   core::input_normalization normalization;  // empty unless the model standardizes its inputs
   nlohmann::json statistics;                // the fleet's statistics' summary (stats_gathering::summary)
   std::optional<core::rdp_accountant> privacy;  // differential privacy: the accountant's state
+  double dp_clip = 0;                           // and the clip adaptive clipping reached (0: none)
 };
 
 [[nodiscard]] core::result<void> save_checkpoint(const std::filesystem::path& path, const checkpoint& c,

@@ -181,7 +181,13 @@ class engine {
   void set_population(std::size_t registered) noexcept { population_ = registered; }
   void use_seeded_privacy() noexcept { seeded_privacy_ = true; }
   [[nodiscard]] const core::rdp_accountant& privacy() const noexcept { return privacy_; }
-  void restore_privacy(core::rdp_accountant a) noexcept { privacy_ = std::move(a); }
+  // `clip`: the adaptive clip reached (0: dp.clip).
+  void restore_privacy(core::rdp_accountant a, double clip = 0) noexcept {
+    privacy_ = std::move(a);
+    if (clip > 0) dp_clip_ = clip;
+  }
+  // The clip the next round's changes get (dp.clip, or where adaptive clipping has moved it).
+  [[nodiscard]] double dp_clip() const noexcept { return dp_clip_ > 0 ? dp_clip_ : config_.dp.clip; }
   // ε spent so far at dp.delta (+infinity without noise).
   [[nodiscard]] double epsilon() const;
   // Why the run stopped for its privacy budget (empty: it did not).
@@ -235,6 +241,8 @@ class engine {
   void fold_private(const assignment& a);
   [[nodiscard]] core::result<void> apply_private_sums(round_metrics& m);
   [[nodiscard]] std::size_t beside_arena(const core::mlp_arch& arch) const noexcept;
+  [[nodiscard]] double count_noise() const noexcept;
+  [[nodiscard]] double change_noise_multiplier() const noexcept;
   void fold_ready();
   void note_score(double score);
 
@@ -265,7 +273,8 @@ class engine {
   crypto::key256 dp_key_{};
   std::vector<float> dp_sum_;
   std::vector<core::subnet> private_groups_;
-  std::size_t dp_sampled_ = 0, dp_clipped_ = 0;
+  std::size_t dp_sampled_ = 0, dp_clipped_ = 0, dp_accepted_ = 0;
+  double dp_clip_ = 0;  // adaptive clipping's current clip (0: dp.clip)
   std::string privacy_stop_;
 };
 

@@ -45,6 +45,7 @@ struct round_metrics {
   std::optional<double> epsilon;
   std::string dp_noise;
   std::optional<std::size_t> dp_sampled, dp_clipped;
+  std::optional<double> dp_clip;  // the clip this round's changes got (adaptive clipping moves it)
   // Evaluation on the devices (federated_scores): the model scored on the devices' validation splits,
   // example-weighted, and the spread of the devices' accuracies. Absent on rounds that do not evaluate.
   std::optional<double> fed_accuracy, fed_loss;

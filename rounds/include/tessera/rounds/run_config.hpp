@@ -65,6 +65,15 @@ struct dp_config {
   double delta = 1e-5;
   double target_epsilon = 0;
   std::size_t population = 0;  // the registered devices the fixed denominators count (0: the hub's registry, the simulator's fleet)
+  // Adaptive clipping (Andrew, Thakkar, McMahan, Ramaswamy, NeurIPS 2021): `clip` is where it starts;
+  // each round moves it geometrically toward the target quantile of the devices' change norms, from
+  // the noised count of devices that did not clip (noise deviation count_noise; 0: the expected
+  // contributors / 20). The changes' noise is then raised so that both together cost what
+  // noise_multiplier alone would: σ_Δ = (σ⁻² − (2·count_noise)⁻²)^(−1/2).
+  bool adaptive_clip = false;
+  double target_quantile = 0.5;
+  double clip_learning_rate = 0.2;
+  double count_noise = 0;
 };
 
 struct run_config {
