@@ -52,6 +52,10 @@ result<local_training_report> train_for_upload(training_block& block, const trai
   batch_source& source = normalized ? static_cast<batch_source&>(*normalized) : data;
   TESSERA_ASSIGN_OR_RETURN(auto report,
                            trainer.run(block.params(), source, {.steps = task.steps, .sgd = task.sgd, .cancel = cancel}));
+  // Diverged: the report could not even be sent (a loss that is not a number), and the parameters
+  // are of no use to anyone.
+  if (!std::isfinite(report.mean_loss))
+    return make_error(errc::not_finite, "training diverged: the mean loss over " + std::to_string(report.steps) + " steps is not finite");
   if (task.clip_norm > 0) {
     if (received.size() != block.params().size())
       return make_error(errc::invalid_argument, "clipping the change needs the received parameters");

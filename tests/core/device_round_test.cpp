@@ -112,3 +112,19 @@ TEST_CASE("device round: with clip_norm the change is clipped to it before the u
   CHECK(outside[0] == doctest::Approx(0.6).epsilon(1e-5));
   CHECK(outside[2] == doctest::Approx(0.8).epsilon(1e-5));
 }
+
+TEST_CASE("device round: training that diverges is an error, never a report with a loss that is not a number") {
+  auto t = small_task();  // features too large for a float once multiplied: the loss overflows
+  t.sgd.learning_rate = 1.0f;
+  const auto codec = core::codec_kind::f32;
+  auto block = core::training_block::allocate(core::plan_training_memory(t.arch, t.batch, true, codec)).value();
+  const auto blob = core::blob_region(block, codec, core::encoded_bytes(t.arch, codec));
+  std::vector<float> sent(core::param_count(t.arch), 0.05f);
+  REQUIRE(core::encode(t.arch, codec, sent, blob).ok());
+  REQUIRE(core::take_download(block, t.arch, codec, blob).ok());
+  tessera::testing::constant_batches data(6, 3e38f, 2.0f);
+  auto report = core::train_for_upload(block, t, codec, blob, data, nullptr);
+  REQUIRE_FALSE(report.ok());
+  CHECK(report.error().code == core::errc::not_finite);
+  CHECK(report.error().message.find("training diverged") == 0);
+}
