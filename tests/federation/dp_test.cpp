@@ -73,20 +73,25 @@ TEST_CASE("federation: differential privacy — the hub's ε is tessera-sim's, s
   CHECK(count_of(second.process.err() + first.process.err(), "stopping: round 5 would take ε from") == 1);
 
   // Four rounds in all, each with the simulator's ε (it depends on q, σ and the round only), sampled
-  // devices and clipped changes counted, the noise added by the hub.
+  // devices and clipped changes counted, the noise added by the hub. A kill between a round's
+  // checkpoint and its metrics line loses that line (the round is not redone): every line there is
+  // must agree, and the last is round 4.
   const auto hub_metrics = read_metrics(f.file("hub.jsonl"));
-  REQUIRE(hub_metrics.size() == 4);
-  for (std::size_t r = 0; r < 4; ++r) {
-    const auto& h = hub_metrics[r];
+  REQUIRE(hub_metrics.size() >= 3);
+  REQUIRE(hub_metrics.back().at("round") == 4);
+  for (std::size_t i = 0; i < hub_metrics.size(); ++i) {
+    const auto& h = hub_metrics[i];
     CAPTURE(h.dump());
-    CHECK(h.at("round") == r + 1);
-    CHECK(h.at("epsilon").get<double>() == sim_metrics[r].at("epsilon").get<double>());
+    const auto r = h.at("round").get<std::size_t>();
+    REQUIRE(r >= 1);
+    REQUIRE(r <= 4);
+    CHECK(h.at("epsilon").get<double>() == sim_metrics[r - 1].at("epsilon").get<double>());
     CHECK(h.at("dp_noise") == "hub");
     CHECK(h.at("dp_sampled").get<std::size_t>() <= k_devices);
     CHECK(h.at("dp_clipped").get<std::size_t>() <= h.at("dp_sampled").get<std::size_t>());
     // Adaptive clipping: it starts at dp.clip and moves every round, across the restart too.
-    if (r == 0) CHECK(h.at("dp_clip").get<double>() == 0.5);
-    else CHECK(h.at("dp_clip").get<double>() != hub_metrics[r - 1].at("dp_clip").get<double>());
+    if (r == 1) CHECK(h.at("dp_clip").get<double>() == 0.5);
+    else if (i > 0 && hub_metrics[i - 1].at("round") == r - 1) CHECK(h.at("dp_clip").get<double>() != hub_metrics[i - 1].at("dp_clip").get<double>());
     CHECK(h.at("dp_clip").get<double>() > 0);
   }
   CHECK(hub_metrics.back().at("epsilon").get<double>() <= target);
