@@ -111,6 +111,10 @@ watchdog_verdict session_lifecycle::check(const session_config& c, const session
   if (closing()) return now - close_started_ >= c.shutdown_timeout ? watchdog_verdict::shutdown_timeout : watchdog_verdict::ok;
   if (!established())
     return now - a.started >= c.handshake_timeout ? watchdog_verdict::handshake_timeout : watchdog_verdict::ok;
+  // The hub's side between the handshake and HELLO: the same deadline from the connection's start, so
+  // that a certificate's holder cannot keep sessions open by saying little (the idle deadline alone
+  // would let it stay by sending a byte now and then).
+  if (state_ == session_state::greeting && now - a.started >= c.handshake_timeout) return watchdog_verdict::hello_timeout;
   if (now - a.last_rx >= c.idle_timeout) return watchdog_verdict::idle_timeout;
   if (write_pending && now - a.last_tx_progress >= c.write_timeout) return watchdog_verdict::write_timeout;
   if (queue_empty && !write_pending && now - a.last_tx >= c.heartbeat_interval) return watchdog_verdict::ping;
@@ -121,6 +125,8 @@ core::error deadline_error(watchdog_verdict v, const session_config& c) {
   switch (v) {
     case watchdog_verdict::handshake_timeout:
       return make_error(errc::handshake_timeout, "no TLS handshake within " + std::to_string(c.handshake_timeout.count()) + " ms");
+    case watchdog_verdict::hello_timeout:
+      return make_error(errc::handshake_timeout, "no HELLO within " + std::to_string(c.handshake_timeout.count()) + " ms of connecting");
     case watchdog_verdict::idle_timeout:
       return make_error(errc::idle_timeout, "no byte received for " + std::to_string(c.idle_timeout.count()) + " ms");
     case watchdog_verdict::write_timeout:

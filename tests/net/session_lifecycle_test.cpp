@@ -211,6 +211,20 @@ TEST_CASE("session_lifecycle: the watchdog") {
     CHECK(l.check(c, a, false, true, t0 + 1000ms) == net::watchdog_verdict::handshake_timeout);
     CHECK(net::deadline_error(net::watchdog_verdict::handshake_timeout, c).code == net::errc::handshake_timeout);
   }
+  SUBCASE("the hub waits for HELLO no longer than for the handshake, counted from the connection") {
+    net::session_lifecycle l(net::role::hub);
+    l.start();
+    l.handshake_done();
+    REQUIRE(l.state() == net::session_state::greeting);
+    const net::session_activity talking{t0, t0 + 990ms, t0 + 990ms, t0 + 990ms};  // bytes, but no HELLO
+    CHECK(l.check(c, talking, false, true, t0 + 999ms) == net::watchdog_verdict::ok);
+    CHECK(l.check(c, talking, false, true, t0 + 1000ms) == net::watchdog_verdict::hello_timeout);
+    CHECK(l.check(c, a, false, true, t0 + 400ms) == net::watchdog_verdict::idle_timeout);  // the idle deadline still holds
+    CHECK(net::deadline_error(net::watchdog_verdict::hello_timeout, c).message == "no HELLO within 1000 ms of connecting");
+    const auto h = net::message(net::msg::hello{.device_id = "pi-1"});
+    REQUIRE(l.admit(h, "pi-1").ok());
+    CHECK(l.check(c, talking, false, true, t0 + 1000ms) == net::watchdog_verdict::ok);
+  }
   SUBCASE("open: heartbeat, write progress, idle peer") {
     auto l = open_agent();
     CHECK(l.check(c, a, false, true, t0 + 99ms) == net::watchdog_verdict::ok);

@@ -19,7 +19,11 @@ TEST_CASE("idle: a silent peer is dropped at the idle deadline") {
 }
 
 TEST_CASE("idle: a peer sending slowly but steadily is not dropped") {
-  hub_fixture hub;  // idle_timeout 400 ms
+  // idle_timeout 400 ms; the HELLO deadline (the handshake's, from the connection) is set past the
+  // dribble: that one is tested below.
+  auto cfg = fast_config();
+  cfg.handshake_timeout = 5000ms;
+  hub_fixture hub(cfg);
   // A HELLO dribbled out a few bytes at a time over ~1.2 s: three idle periods, never 400 ms silent.
   const auto hello = net::encode_message(hello_for("dev-a"));
   std::vector<raw_peer::step> steps;
@@ -60,6 +64,21 @@ TEST_CASE("handshake: a peer that never starts TLS is dropped at the handshake d
   REQUIRE(run_until(hub.io, [&] { return !hub.closes.empty(); }));
   CHECK(hub.closes[0].code == net::errc::handshake_timeout);
   CHECK(std::chrono::steady_clock::now() - start >= 280ms);
+}
+
+TEST_CASE("hello: a device that completes TLS and then says nothing is dropped at the same deadline") {
+  auto cfg = fast_config();
+  cfg.handshake_timeout = 300ms;  // the idle deadline (fast_config) is longer: it must not be the one
+  REQUIRE(cfg.idle_timeout > cfg.handshake_timeout);
+  hub_fixture hub(cfg);
+  const auto start = std::chrono::steady_clock::now();
+  auto p = start_raw(hub, test_pki::get().dev_a, {}, raw_peer::at_end::stay, /*read=*/true);
+  REQUIRE(run_until(hub.io, [&] { return !hub.closes.empty(); }, 3000ms));
+  CHECK(p->handshake_done);
+  CHECK(hub.closes[0].code == net::errc::handshake_timeout);
+  CHECK(hub.closes[0].message == "no HELLO within 300 ms of connecting");
+  CHECK(std::chrono::steady_clock::now() - start >= 280ms);
+  CHECK(still_serving(hub));
 }
 
 TEST_CASE("write: a peer that stops reading is dropped at the write deadline, though it keeps talking") {

@@ -58,7 +58,7 @@ enum class close_mode {
 };
 enum class close_action { none, flush, finish };                     // what close() asks of the session
 enum class close_step { wait, write, cancel_io, shutdown, finish };  // the next step of a graceful close
-enum class watchdog_verdict { ok, ping, handshake_timeout, idle_timeout, write_timeout, shutdown_timeout };
+enum class watchdog_verdict { ok, ping, handshake_timeout, hello_timeout, idle_timeout, write_timeout, shutdown_timeout };
 
 // When the peer and the stream last showed progress; the watchdog measures deadlines from these.
 struct session_activity {
