@@ -3,6 +3,7 @@
 // A session is used by both sides (role::hub accepts, role::agent dials). It owns its socket, runs every
 // handler on its own strand, and enforces on every operation a deadline from session_config:
 //   handshake     handshake_timeout from start()
+//   HELLO         the hub's side: the same handshake_timeout from start(), for the TLS handshake and HELLO
 //   read          idle_timeout without a single byte received (progress, not completion: a slow link
 //                 that keeps moving is never cut; a silent peer is dropped)
 //   write         write_timeout without a single byte written
