@@ -159,23 +159,17 @@ core::result<core::round_plan> engine::plan_private(std::span<const device_offer
 }
 
 // An accepted update: its change against what the device was sent, clipped (again) to C, added to the
-// round's sum over the full model.
-void engine::fold_private(const assignment& a) {
+// round's sum over the full model. The assignment's trained parameters are clipped in place.
+void engine::fold_private(assignment& a) {
   const std::size_t n = core::param_count(a.sub.arch);
   std::vector<float> received(n), sum(n);
   core::gather(full_, a.sub, params_, received);
   core::gather(full_, a.sub, dp_sum_, sum);
-  double sq = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(a.trained[i]) - static_cast<double>(received[i]);
-    sq += d * d;
-  }
-  const double norm = std::sqrt(sq), clip = dp_clip();
-  const double scale = norm > clip ? clip / norm : 1.0;
-  if (norm > clip || a.clipped > 0) ++dp_clipped_;
+  // The device's own clip, done again (core::clip_change, as on the device): the upload is not trusted.
+  const double clip = dp_clip();
+  if (core::clip_change(received, a.trained, clip) > clip || a.clipped > 0) ++dp_clipped_;
   ++dp_accepted_;
-  for (std::size_t i = 0; i < n; ++i)
-    sum[i] = static_cast<float>(static_cast<double>(sum[i]) + scale * (static_cast<double>(a.trained[i]) - static_cast<double>(received[i])));
+  for (std::size_t i = 0; i < n; ++i) sum[i] += a.trained[i] - received[i];
   core::scatter(full_, a.sub, sum, dp_sum_);
 }
 

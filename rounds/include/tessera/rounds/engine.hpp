@@ -238,7 +238,7 @@ class engine {
   [[nodiscard]] core::result<void> check_privacy_budget() const;
   [[nodiscard]] core::result<std::vector<device_offer>> sample_private(std::vector<device_offer> offers);
   [[nodiscard]] core::result<core::round_plan> plan_private(std::span<const device_offer> taking);
-  void fold_private(const assignment& a);
+  void fold_private(assignment& a);
   [[nodiscard]] core::result<void> apply_private_sums(round_metrics& m);
   [[nodiscard]] std::size_t beside_arena(const core::mlp_arch& arch) const noexcept;
   [[nodiscard]] double count_noise() const noexcept;
