@@ -188,6 +188,14 @@ void add_steps(std::span<double> rdp, double q, double sigma, std::int64_t steps
     rdp[i] += static_cast<double>(steps) * sampled_gaussian_rdp(q, sigma, orders[i]);
 }
 
+void add_skellam_steps(std::span<double> rdp, double q, const skellam_mechanism& m, std::int64_t steps) {
+  TESSERA_ASSERT(steps >= 0);
+  if (steps == 0) return;
+  const std::span<const double> orders = default_rdp_orders();
+  TESSERA_ASSERT(rdp.size() == orders.size());
+  for (std::size_t i = 0; i < orders.size(); ++i) rdp[i] += static_cast<double>(steps) * sampled_skellam_rdp(q, m, orders[i]);
+}
+
 }  // namespace
 
 std::span<const double> default_rdp_orders() noexcept { return k_orders; }
@@ -204,6 +212,38 @@ double sampled_gaussian_rdp(double q, double sigma, double alpha) {
   const double log_a_minus_1 = alpha == std::floor(alpha) ? log_a_minus_1_integer(q, sigma, alpha)
                                                           : log_a_minus_1_fractional(q, sigma, alpha);
   return log1p_exp(log_a_minus_1) / (alpha - 1.0);
+}
+
+double skellam_rdp(const skellam_mechanism& m, double alpha) {
+  TESSERA_ASSERT(m.l1 > 0.0 && m.l2 > 0.0 && m.variance > 0.0);
+  TESSERA_ASSERT(alpha > 1.0 && std::isfinite(alpha));
+  const double a = std::ceil(alpha);
+  const double l2sq = m.l2 * m.l2;
+  const double v = m.variance;
+  return a * l2sq / (2.0 * v) + std::min(((2.0 * a - 1.0) * l2sq + 6.0 * m.l1) / (4.0 * v * v), 3.0 * m.l1 / (2.0 * v));
+}
+
+// The bound's sum A has, by the binomial theorem, 1 = (1−q)^(α−1)(αq − q + 1) + Σ_{l>=2} C(α,l)(1−q)^(α−l) q^l,
+// so A − 1 = C(α,2) q²(1−q)^(α−2) (e^ε(2) − 1) + Σ_{l>=3} C(α,l)(1−q)^(α−l) q^l (3 e^((l−1)ε(l)) − 1):
+// positive terms only, summed in log space as the Gaussian's (exact for tiny q).
+double sampled_skellam_rdp(double q, const skellam_mechanism& m, double alpha) {
+  TESSERA_ASSERT(q >= 0.0 && q <= 1.0);
+  const double plain = skellam_rdp(m, alpha);
+  if (q == 0.0) return 0.0;
+  if (q == 1.0) return plain;
+  const double a = std::ceil(alpha);
+  const double log_q = std::log(q);
+  const double log_1mq = std::log1p(-q);
+  log_space_sum sum;
+  double log_binomial = std::log(a);  // log C(a, 1)
+  for (double l = 2.0; l <= a; l += 1.0) {
+    log_binomial += std::log((a - l + 1.0) / l);
+    const double eps = skellam_rdp(m, l);
+    // log(e^x − 1) at l = 2; log(3 e^x − 1) = x + log(3 − e^−x) beyond.
+    const double log_factor = l == 2.0 ? log_expm1(eps) : (l - 1.0) * eps + std::log(3.0 - std::exp(-(l - 1.0) * eps));
+    sum.add(log_binomial + (a - l) * log_1mq + l * log_q + log_factor, false);
+  }
+  return std::min(plain, log1p_exp(sum.log_total()) / (a - 1.0));
 }
 
 // epsilon(alpha) = rdp(alpha) + log((alpha-1)/alpha) - (log(delta) + log(alpha)) / (alpha-1)
@@ -235,6 +275,17 @@ rdp_accountant::rdp_accountant() : rdp_(default_rdp_orders().size(), 0.0) {}
 void rdp_accountant::compose(double q, double sigma, std::int64_t steps) {
   add_steps(rdp_, q, sigma, steps);
   steps_ += steps;
+}
+
+void rdp_accountant::compose(double q, const skellam_mechanism& m, std::int64_t steps) {
+  add_skellam_steps(rdp_, q, m, steps);
+  steps_ += steps;
+}
+
+dp_epsilon rdp_accountant::epsilon_after(double q, const skellam_mechanism& m, std::int64_t more, double delta) const {
+  std::vector<double> after = rdp_;
+  add_skellam_steps(after, q, m, more);
+  return rdp_to_epsilon(orders(), after, delta);
 }
 
 dp_epsilon rdp_accountant::epsilon(double delta) const { return rdp_to_epsilon(orders(), rdp_, delta); }

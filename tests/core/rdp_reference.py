@@ -23,6 +23,17 @@ from the formulas, without the log-space rearrangements the C++ code needs to st
     the order is the one attaining the minimum, and epsilon is never reported below 0 (and is 0 where
     the RDP is exactly 0: equal distributions).
 
+  The Skellam mechanism (Agarwal, Kairouz, Liu, NeurIPS 2021, Corollary 3.6): the release of an integer
+  sum with L1 and L2 sensitivities l1, l2 and symmetric Skellam noise of variance v per coordinate has,
+  at integer alpha, rdp = alpha l2^2 / (2 v) + min(((2 alpha - 1) l2^2 + 6 l1) / (4 v^2), 3 l1 / (2 v));
+  a fractional order takes the next integer's value (the Renyi divergence grows with the order). Poisson
+  sampled with probability q (Zhu and Wang, ICML 2019, general upper bound), with eps(l) the unsampled
+  RDP:
+    A = (1-q)^(alpha-1) (alpha q - q + 1) + C(alpha,2) q^2 (1-q)^(alpha-2) exp(eps(2))
+        + 3 sum_{l=3}^{alpha} C(alpha,l) (1-q)^(alpha-l) q^l exp((l-1) eps(l)),
+    rdp = min(log(A) / (alpha - 1), eps(alpha)),
+  A summed here exactly as written, term by term at 50 digits.
+
 Usage:
   python3 rdp_reference.py --write rdp_reference.json   # compute the table and write it
   python3 rdp_reference.py --check rdp_reference.json   # recompute it; exit 1 if the file differs
@@ -71,6 +82,67 @@ CASES = [
     # Two phases at different rates, as a hub that changes its cohort size mid-run.
     ("two_phases", [(0.05, 1.0, 200), (0.01, 1.5, 800)], 1e-5, None),
 ]
+
+# The Skellam cases: name, releases composed (q, l1, l2, variance, steps), delta. The sensitivities are
+# in ring steps as the engine derives them: l2 = S + sqrt(d) for a clip of S steps and d values, l1 =
+# min(sqrt(d) l2, l2^2), variance (sigma S)^2.
+def _engine_like(d, scale, sigma):
+    l2 = scale + mpmath.sqrt(d)
+    return float(min(mpmath.sqrt(d) * l2, l2 * l2)), float(l2), float((sigma * scale) ** 2)
+
+
+SKELLAM_CASES = [
+    # bench/dp's shape: 784-512-512-10 (669 706 values), a clip of 2^10 sqrt(d) steps, q = 0.05.
+    ("skellam_fedavg_q0.05_sigma1.0_T300", [(0.05, *_engine_like(669706, 1024 * 818, 1.0), 300)], 1e-5),
+    ("skellam_ist_q0.01_sigma0.8_T1000", [(0.01, *_engine_like(101770, 2 ** 18, 0.8), 1000)], 1e-5),
+    # A coarse ring: the rounding's sqrt(d) is a fifth of the clip, and the L1 terms count.
+    ("skellam_coarse_q0.1_T200", [(0.1, *_engine_like(10000, 500, 1.2), 200)], 1e-5),
+    # Little noise in few steps: the 3 l1 / (2 v) branch of the minimum.
+    ("skellam_small_variance_q0.2_T20", [(0.2, 40.0, 10.0, 30.0, 20)], 1e-5),
+    # q = 1: the unsampled mechanism.
+    ("skellam_q1_T10", [(1.0, *_engine_like(1000, 4096, 2.0), 10)], 1e-5),
+    # A large population's tiny rate.
+    ("skellam_q1e-4_T10000", [(1e-4, *_engine_like(50000, 2 ** 16, 1.0), 10000)], 1e-6),
+    # Two phases (the population, hence the ring, changed).
+    ("skellam_two_phases", [(0.05, *_engine_like(20000, 2 ** 17, 1.0), 100), (0.02, *_engine_like(20000, 2 ** 15, 1.0), 400)], 1e-5),
+]
+
+
+def skellam_plain(l1, l2, v, alpha):
+    """Unsampled Skellam RDP at order alpha (an integer's value for a fractional order)."""
+    a = mpmath.ceil(alpha)
+    return a * l2 ** 2 / (2 * v) + min(((2 * a - 1) * l2 ** 2 + 6 * l1) / (4 * v ** 2), 3 * l1 / (2 * v))
+
+
+def skellam_one_step(q, l1, l2, v, alpha):
+    q, l1, l2, v = mpf(q), mpf(l1), mpf(l2), mpf(v)
+    plain = skellam_plain(l1, l2, v, mpf(alpha))
+    if q == 0:
+        return mpf(0)
+    if q == 1:
+        return plain
+    a = int(mpmath.ceil(alpha))
+    total = (1 - q) ** (a - 1) * (a * q - q + 1) + mpmath.binomial(a, 2) * q ** 2 * (1 - q) ** (a - 2) * \
+        mpmath.exp(skellam_plain(l1, l2, v, 2))
+    total += 3 * mpmath.fsum(mpmath.binomial(a, l) * (1 - q) ** (a - l) * q ** l *
+                             mpmath.exp((l - 1) * skellam_plain(l1, l2, v, l)) for l in range(3, a + 1))
+    return min(plain, mpmath.log(total) / (a - 1))
+
+
+def compute_skellam_case(name, mechanisms, delta):
+    total = [mpf(0)] * len(ORDERS)
+    for q, l1, l2, v, steps in mechanisms:
+        for i, alpha in enumerate(ORDERS):
+            total[i] += steps * skellam_one_step(q, l1, l2, v, alpha)
+    epsilon, order = to_epsilon(ORDERS, total, delta)
+    return {
+        "name": name,
+        "mechanisms": [{"q": q, "l1": l1, "l2": l2, "variance": v, "steps": steps} for q, l1, l2, v, steps in mechanisms],
+        "delta": delta,
+        "rdp": [float(r) for r in total],
+        "epsilon": float(epsilon),
+        "order": order,
+    }
 
 
 def binomial_sum(q, sigma, alpha):
@@ -176,6 +248,7 @@ def compute_table():
         "digits": mp.dps,
         "orders": ORDERS,
         "cases": [compute_case(*case) for case in CASES],
+        "skellam_cases": [compute_skellam_case(*case) for case in SKELLAM_CASES],
     }
 
 
@@ -214,7 +287,7 @@ def main():
         with open(args.write, "w", encoding="utf-8") as out:
             json.dump(table, out, indent=1)
             out.write("\n")
-        for case in table["cases"]:
+        for case in table["cases"] + table["skellam_cases"]:
             print(f"{case['name']}: epsilon {case['epsilon']:.12g} at order {case['order']:g}")
         return 0
 
@@ -228,7 +301,7 @@ def main():
         if len(found) > 20:
             print(f"  ... and {len(found) - 20} more", file=sys.stderr)
         return 1
-    print(f"{args.check}: {len(table['cases'])} cases agree with the recomputed table")
+    print(f"{args.check}: {len(table['cases']) + len(table['skellam_cases'])} cases agree with the recomputed table")
     return 0
 
 

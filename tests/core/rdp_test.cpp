@@ -106,6 +106,62 @@ TEST_CASE("rdp: every RDP value and epsilon of the reference table agrees to 1e-
   }
 }
 
+TEST_CASE("rdp: the Skellam cases of the reference table agree to 1e-6, through the accountant too") {
+  const json table = reference_table();
+  REQUIRE(table.at("skellam_cases").size() >= 6);
+  const std::span<const double> orders = default_rdp_orders();
+  for (const json& c : table.at("skellam_cases")) {
+    CAPTURE(c.at("name").get<std::string>());
+    const auto expected = c.at("rdp").get<std::vector<double>>();
+    const auto delta = c.at("delta").get<double>();
+    REQUIRE(expected.size() == orders.size());
+    rdp_accountant a;
+    std::vector<double> got(orders.size(), 0.0);
+    for (const json& m : c.at("mechanisms")) {
+      const skellam_mechanism sk{.l1 = m.at("l1").get<double>(), .l2 = m.at("l2").get<double>(), .variance = m.at("variance").get<double>()};
+      const double q = m.at("q").get<double>();
+      const auto steps = m.at("steps").get<std::int64_t>();
+      for (std::size_t i = 0; i < orders.size(); ++i) got[i] += static_cast<double>(steps) * sampled_skellam_rdp(q, sk, orders[i]);
+      a.compose(q, sk, steps);
+    }
+    for (std::size_t i = 0; i < orders.size(); ++i) {
+      CAPTURE(orders[i]);
+      CHECK(close(got[i], expected[i], 1e-6));
+      CHECK(close(a.rdp()[i], got[i], 1e-15));
+    }
+    CHECK(close(a.epsilon(delta).epsilon, c.at("epsilon").get<double>(), 1e-6));
+    CHECK(a.epsilon(delta).order == c.at("order").get<double>());
+  }
+}
+
+TEST_CASE("rdp: the Skellam bound tends to the Gaussian's and never grows with more noise") {
+  // Variance v for sensitivity l2 is the Gaussian mechanism of sigma = sqrt(v) / l2, plus terms in 1/v^2.
+  const double l2 = 1e6, sigma = 1.1;
+  const skellam_mechanism fine{.l1 = l2 * 1000, .l2 = l2, .variance = sigma * sigma * l2 * l2};
+  for (double alpha : {2.0, 7.0, 64.0}) CHECK(close(skellam_rdp(fine, alpha), sampled_gaussian_rdp(1.0, sigma, alpha), 1e-9));
+  // The generic subsampling bound is looser than the sampled Gaussian's exact one, never tighter.
+  for (double alpha : {2.0, 3.0, 10.0, 32.0}) CHECK(sampled_skellam_rdp(0.05, fine, alpha) >= sampled_gaussian_rdp(0.05, sigma, alpha) * (1 - 1e-9));
+  // A fractional order takes its next integer's value.
+  CHECK(skellam_rdp(fine, 2.25) == skellam_rdp(fine, 3.0));
+  double previous = k_inf;
+  for (double v : {1e2, 1e3, 1e4, 1e6}) {
+    const skellam_mechanism m{.l1 = 400, .l2 = 20, .variance = v};
+    const double e = rdp_accountant().epsilon_after(0.1, m, 100, 1e-5).epsilon;
+    CHECK(e < previous);
+    previous = e;
+  }
+  rdp_accountant a;
+  const skellam_mechanism m{.l1 = 400, .l2 = 20, .variance = 800};
+  a.compose(0.0, m, 10);
+  CHECK(a.epsilon(1e-5).epsilon == 0.0);
+  double last = 0;
+  for (double q : {0.01, 0.1, 0.5, 1.0}) {
+    const double e = a.epsilon_after(q, m, 10, 1e-5).epsilon;
+    CHECK(e > last);
+    last = e;
+  }
+}
+
 TEST_CASE("rdp: Opacus's worked example, epsilon 0.336 at order 23") {
   // opacus/accountants/analysis/rdp.py: [(1e-5, 1.0, 10), (1e-4, 3.0, 4)], orders 2..32, delta 1e-5.
   std::vector<double> orders;

@@ -42,6 +42,30 @@ namespace tessera::core {
 // fractional one a series of up to some 10^4 terms (a few milliseconds) for the usual sigma.
 [[nodiscard]] double sampled_gaussian_rdp(double q, double sigma, double alpha);
 
+// The Skellam mechanism (Agarwal, Kairouz, Liu, "The Skellam Mechanism for Differentially Private
+// Federated Learning", NeurIPS 2021): an integer vector sum whose one contributor moves it by at most
+// l1 in L1 norm and l2 in L2 norm, with symmetric Skellam noise (Poisson(v/2) − Poisson(v/2)) of
+// variance `variance` added to every coordinate — what devices adding their shares of discrete noise
+// under secure aggregation release. All in the same units (ring steps); l1, l2, variance > 0.
+struct skellam_mechanism {
+  double l1 = 0;
+  double l2 = 0;
+  double variance = 0;
+};
+
+// RDP of one release at order alpha > 1 (their Corollary 3.6, for integer orders):
+//   alpha l2^2 / (2 v) + min(((2 alpha − 1) l2^2 + 6 l1) / (4 v^2), 3 l1 / (2 v)).
+// A fractional order takes the bound of the next integer (Rényi divergence never decreases with the
+// order), so the accountant's grid serves both mechanisms.
+[[nodiscard]] double skellam_rdp(const skellam_mechanism& m, double alpha);
+
+// RDP at order alpha of one Poisson-sampled release (probability q in [0, 1]): the general upper bound
+// of Zhu and Wang ("Poisson Subsampled Rényi Differential Privacy", ICML 2019) for any mechanism, from
+// its unsampled RDP ε(l) at the integer orders l = 2..α (α = ceil(alpha)),
+//   log[(1−q)^(α−1)(αq − q + 1) + C(α,2) q²(1−q)^(α−2) e^ε(2) + 3 Σ_{l=3..α} C(α,l)(1−q)^(α−l) q^l e^((l−1)ε(l))] / (α−1),
+// and never more than the unsampled RDP itself.
+[[nodiscard]] double sampled_skellam_rdp(double q, const skellam_mechanism& m, double alpha);
+
 // An (epsilon, delta) guarantee: epsilon >= 0 (+infinity without privacy), and the order attaining it.
 struct dp_epsilon {
   double epsilon;
@@ -60,10 +84,13 @@ class rdp_accountant {
 
   // Adds `steps` (>= 0) steps with sampling rate q and noise multiplier sigma.
   void compose(double q, double sigma, std::int64_t steps = 1);
+  // Adds `steps` Poisson-sampled Skellam releases (the devices' own noise under secure aggregation).
+  void compose(double q, const skellam_mechanism& m, std::int64_t steps = 1);
   // The guarantee of the steps so far, for delta in (0, 1).
   [[nodiscard]] dp_epsilon epsilon(double delta) const;
   // The guarantee after `more` (>= 0) further steps of (q, sigma), leaving the accountant as it is.
   [[nodiscard]] dp_epsilon epsilon_after(double q, double sigma, std::int64_t more, double delta) const;
+  [[nodiscard]] dp_epsilon epsilon_after(double q, const skellam_mechanism& m, std::int64_t more, double delta) const;
 
   [[nodiscard]] std::span<const double> orders() const noexcept { return default_rdp_orders(); }
   // The accumulated RDP, one value per order.
