@@ -166,6 +166,8 @@ core::result<std::vector<secagg_box>> secagg_client::share_keys(const secagg_ros
     return make_error(errc::invalid_argument, "a roster of " + std::to_string(roster.size()) + " devices, below the threshold " +
                                                   std::to_string(p.threshold));
   if (roster.size() > shamir_max_shares) return make_error(errc::invalid_argument, "a roster beyond " + std::to_string(shamir_max_shares) + " devices");
+  if (p.summands > 0 && roster.size() > p.summands)  // the sum could wrap around the ring
+    return make_error(errc::invalid_argument, "a roster of " + std::to_string(roster.size()) + " devices in a ring sized for " + std::to_string(p.summands));
   bool me = false;
   std::set<std::string> seen;
   for (const auto& m : roster) {
@@ -273,7 +275,12 @@ core::result<secagg_masked> secagg_client::mask(const std::vector<secagg_box>& b
     st.seed_shares[b.from] = std::move(seeds);
     st.shared.insert(b.from);
   }
-  TESSERA_ASSIGN_OR_RETURN(auto encoded, secagg_encode(p, st.roster.size(), me.segments, input, rounding_key));
+  std::optional<key256> noise_key;
+  if (p.noise > 0) {  // this device's share of the noise, from its own CSPRNG: nobody else can remove it
+    TESSERA_ASSIGN_OR_RETURN(noise_key, random_key());
+  }
+  TESSERA_ASSIGN_OR_RETURN(auto encoded, secagg_encode(p, st.roster.size(), me.segments, input, rounding_key, noise_key ? &*noise_key : nullptr));
+  if (noise_key) OPENSSL_cleanse(noise_key->data(), noise_key->size());
   secagg_masked out{.id = st.id, .y = std::move(encoded.y), .clipped = encoded.clipped};
   std::size_t offset = 0;
   for (const std::uint32_t seg : me.segments) {
@@ -362,6 +369,8 @@ core::result<void> secagg_server::add_keys(secagg_keys k, std::vector<std::uint3
   if (member(k.id) != nullptr) return make_error(errc::invalid_argument, "device " + k.id + " advertised keys twice");
   TESSERA_TRY(check_segments(segments, params_.segments.size(), "device " + k.id));
   if (roster_.size() >= shamir_max_shares) return make_error(errc::invalid_argument, "a roster beyond " + std::to_string(shamir_max_shares) + " devices");
+  if (params_.summands > 0 && roster_.size() >= params_.summands)
+    return make_error(errc::invalid_argument, "device " + k.id + ": more devices than the " + std::to_string(params_.summands) + " the ring is sized for");
   roster_.push_back({.keys = std::move(k), .segments = std::move(segments)});
   return {};
 }
@@ -510,7 +519,7 @@ core::result<std::vector<secagg_segment_sum>> secagg_server::finish() const {
   }
   std::vector<std::size_t> dropped_at;
   for (const auto& v : req.dropped) dropped_at.push_back(position(v));
-  TESSERA_ASSIGN_OR_RETURN(const auto fp, fixed_point::create(p.clip, p.bits, roster_.size()));
+  TESSERA_ASSIGN_OR_RETURN(const auto fp, fixed_point::create(p.clip, p.bits, secagg_summands(p, roster_.size())));
   std::vector<secagg_segment_sum> out(p.segments.size());
   for (std::uint32_t seg = 0; seg < out.size(); ++seg) {  // a withheld segment's count, for the report
     for (const auto& u : req.survivors) out[seg].contributors += covers(*member(u), seg) ? 1 : 0;

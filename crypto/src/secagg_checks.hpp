@@ -5,11 +5,19 @@
 #include <vector>
 
 #include "tessera/crypto/error.hpp"
+#include "tessera/crypto/noise.hpp"
 #include "tessera/crypto/secagg.hpp"
 
 namespace tessera::crypto::detail {
 
+inline core::result<void> check_noise(const secagg_params& p) {
+  if (!(p.noise >= 0 && p.noise <= k_max_skellam_variance))
+    return make_error(errc::invalid_argument, "a noise variance of " + std::to_string(p.noise) + " ring steps² (0 to 2^50)");
+  return {};
+}
+
 inline core::result<void> check_params(const secagg_params& p) {
+  TESSERA_TRY(check_noise(p));
   if (p.segments.empty()) return make_error(errc::invalid_argument, "secure aggregation over no segments");
   if (p.threshold < 2) return make_error(errc::invalid_argument, "a secure aggregation threshold below 2 reveals single devices");
   if (p.neighbors == 1) return make_error(errc::invalid_argument, "one neighbour per device cannot connect a segment's devices");

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "secagg_checks.hpp"
+#include "tessera/crypto/noise.hpp"
 #include "tessera/crypto/secagg.hpp"
 
 namespace tessera::crypto {
@@ -32,9 +33,13 @@ core::result<std::vector<std::uint64_t>> secagg_unpack(std::span<const std::byte
   return y;
 }
 
-core::result<std::vector<std::vector<float>>> secagg_weighted_input(std::span<const float> received, std::span<const float> trained,
-                                                                    double weight, const secagg_params& p,
-                                                                    std::span<const std::uint32_t> segments) {
+namespace {
+
+// Each covered segment's values weight·(trained − received), then the weight's value: weight·clip, or 0
+// for an unweighted (private) input.
+core::result<std::vector<std::vector<float>>> segment_inputs(std::span<const float> received, std::span<const float> trained,
+                                                             double weight, bool weight_value, const secagg_params& p,
+                                                             std::span<const std::uint32_t> segments) {
   if (received.size() != trained.size())
     return make_error(errc::invalid_argument, std::to_string(trained.size()) + " trained values for " + std::to_string(received.size()) + " received");
   if (!(weight >= 0.0 && weight <= 1.0)) return make_error(errc::invalid_argument, "an input weight outside [0, 1]");
@@ -53,7 +58,7 @@ core::result<std::vector<std::vector<float>>> secagg_weighted_input(std::span<co
       else
         v[i] = static_cast<float>(weight * (static_cast<double>(trained[at]) - static_cast<double>(received[at])));
     // The weight's value, at most weight·clip (a float rounded up past the clip would count as clipped).
-    const double w = weight * p.clip;
+    const double w = weight_value ? weight * p.clip : 0.0;
     v[n] = static_cast<float>(w);
     if (static_cast<double>(v[n]) > w) v[n] = std::nextafter(v[n], 0.0f);
     out.push_back(std::move(v));
@@ -63,11 +68,27 @@ core::result<std::vector<std::vector<float>>> secagg_weighted_input(std::span<co
   return out;
 }
 
+}  // namespace
+
+core::result<std::vector<std::vector<float>>> secagg_weighted_input(std::span<const float> received, std::span<const float> trained,
+                                                                    double weight, const secagg_params& p,
+                                                                    std::span<const std::uint32_t> segments) {
+  return segment_inputs(received, trained, weight, true, p, segments);
+}
+
+core::result<std::vector<std::vector<float>>> secagg_change_input(std::span<const float> received, std::span<const float> trained,
+                                                                  const secagg_params& p, std::span<const std::uint32_t> segments) {
+  return segment_inputs(received, trained, 1.0, false, p, segments);
+}
+
 core::result<secagg_encoded> secagg_encode(const secagg_params& p, std::size_t summands, std::span<const std::uint32_t> segments,
-                                           const std::vector<std::vector<float>>& input, const key256& rounding_key) {
+                                           const std::vector<std::vector<float>>& input, const key256& rounding_key,
+                                           const key256* noise_key) {
   if (input.size() != segments.size())
     return make_error(errc::invalid_argument, std::to_string(input.size()) + " input vectors for " + std::to_string(segments.size()) + " segments");
-  TESSERA_ASSIGN_OR_RETURN(const auto fp, fixed_point::create(p.clip, p.bits, summands));
+  TESSERA_TRY(detail::check_noise(p));
+  if (p.noise > 0 && noise_key == nullptr) return make_error(errc::invalid_argument, "a private input without a noise key");
+  TESSERA_ASSIGN_OR_RETURN(const auto fp, fixed_point::create(p.clip, p.bits, secagg_summands(p, summands)));
   keystream rounding(rounding_key);
   secagg_encoded out;
   for (std::size_t i = 0; i < segments.size(); ++i) {
@@ -78,6 +99,13 @@ core::result<secagg_encoded> secagg_encode(const secagg_params& p, std::size_t s
     const std::size_t at = out.y.size();
     out.y.resize(at + input[i].size());
     out.clipped += fp.encode(input[i], std::span(out.y).subspan(at), &rounding);
+  }
+  if (p.noise > 0) {
+    // The device's share of the noise, added in the ring after rounding: its values may now pass
+    // ±limit (the ring's summands leave room for that).
+    skellam_sampler noise(*noise_key, p.noise);
+    const std::uint64_t m = p.bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << p.bits) - 1;
+    for (auto& y : out.y) y = (y + static_cast<std::uint64_t>(noise.next())) & m;
   }
   return out;
 }
@@ -107,7 +135,7 @@ core::result<void> secagg_plain_sum::add(std::span<const std::uint32_t> segments
 }
 
 core::result<std::vector<secagg_segment_sum>> secagg_plain_sum::finish() const {
-  TESSERA_ASSIGN_OR_RETURN(const auto fp, fixed_point::create(params_.clip, params_.bits, summands_));
+  TESSERA_ASSIGN_OR_RETURN(const auto fp, fixed_point::create(params_.clip, params_.bits, secagg_summands(params_, summands_)));
   std::vector<secagg_segment_sum> out(params_.segments.size());
   for (std::size_t seg = 0; seg < out.size(); ++seg) {
     out[seg].contributors = contributors_[seg];

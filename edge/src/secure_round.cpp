@@ -54,7 +54,10 @@ core::result<void> secure_round::mask(std::span<const float> trained, double wei
   if (at_ != stage::shared || !inbox_) return make_error(errc::secure_step, "masking before the shares arrived");
   std::vector<std::vector<float>> input;
   {
-    auto in = crypto::secagg_weighted_input(received_, trained, weight, s_.params, s_.segments);
+    // Under differential privacy the change goes in unweighted (its L2 norm already clipped by the
+    // training task), and secagg_client::mask adds this device's share of the noise.
+    auto in = s_.params.noise > 0 ? crypto::secagg_change_input(received_, trained, s_.params, s_.segments)
+                                  : crypto::secagg_weighted_input(received_, trained, weight, s_.params, s_.segments);
     if (!in) return make_error(errc::training_failed, "the update: " + in.error().message);
     input = std::move(in).value();
     received_ = {};  // the memory goes back before the masked values take theirs

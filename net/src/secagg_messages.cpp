@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "message_reader.hpp"
+#include "tessera/crypto/noise.hpp"
 
 namespace tessera::net::detail {
 namespace {
@@ -147,9 +148,12 @@ std::vector<crypto::secagg_share> read_shares(reader& r, const char* key, std::s
 json secure_assign_object(const msg::secure_assign& s) {
   json segments = json::array();
   for (const auto& g : s.params.segments) segments.push_back({{"length", g.length}, {"min_aggregate", g.min_aggregate}});
-  return {{"protocol_round", s.params.round}, {"bits", s.params.bits}, {"clip", s.params.clip},
+  json j = {{"protocol_round", s.params.round}, {"bits", s.params.bits}, {"clip", s.params.clip},
           {"threshold", s.params.threshold}, {"neighbors", s.params.neighbors}, {"segments", segments}, {"covers", s.segments},
           {"rounding_key", b64(s.rounding_key)}, {"upload_size", s.upload_size}};
+  if (s.params.summands > 0) j["summands"] = s.params.summands;
+  if (s.params.noise > 0) j["noise"] = s.params.noise;
+  return j;
 }
 
 void read_secure_assign(reader& r, msg::secure_assign& s) {
@@ -169,6 +173,13 @@ void read_secure_assign(reader& r, msg::secure_assign& s) {
       s.params.segments.push_back(g);
     });
     s.segments = read_indices(sr, "covers", s.params.segments.size(), /*nonempty=*/true);
+    // Differential privacy: the ring's scale, fixed before the roster, and each device's share of the noise.
+    if (sr.has("summands")) s.params.summands = sr.u64("summands", std::uint64_t{1} << 48);
+    if (sr.has("noise")) {
+      s.params.noise = sr.finite("noise");
+      if (!sr.failed() && !(s.params.noise > 0 && s.params.noise <= crypto::k_max_skellam_variance))
+        sr.fail("noise", "a variance outside (0, 2^50] ring steps²");
+    }
     s.rounding_key = key32(sr, "rounding_key");
     s.upload_size = sr.u64("upload_size");
     if (sr.failed()) return;

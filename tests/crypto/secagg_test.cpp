@@ -434,3 +434,80 @@ TEST_CASE("secagg with neighbour graphs: a seed too few neighbours returned keep
   one.neighbors = 1;
   CHECK_FALSE(crypto::secagg_server(one).add_keys(f.clients[0].keys(), {0}).ok());
 }
+
+// Differential privacy under secure aggregation: each device adds Skellam noise of variance full / t
+// in ring steps, so that any t contributors carry the full variance.
+TEST_CASE("secagg with noise: shares from t survivors sum to at least the full variance") {
+  const double sigma_c = 0.25;  // σ·C, the noise deviation every released sum must carry
+  const std::size_t t = 3, values = 100000;
+  crypto::secagg_params p{.round = 1, .bits = 48, .clip = 1.0, .threshold = 2, .segments = {{.length = values + 1, .min_aggregate = t}}};
+  p.summands = 1 << 26;  // a scale fixed before any roster: 2^47 / 2^26 steps per clip
+  const double step = crypto::fixed_point::create(p.clip, p.bits, p.summands).value().step();
+  const double full = (sigma_c / step) * (sigma_c / step);
+  p.noise = full / static_cast<double>(t);
+  const std::vector<std::uint32_t> segs{0};
+  const auto variance_of = [&](std::size_t devices) {
+    crypto::secagg_plain_sum sum(p, devices);
+    const std::vector<float> zero(values, 0.0f);
+    for (std::size_t d = 0; d < devices; ++d) {
+      const auto in = crypto::secagg_change_input(zero, zero, p, segs).value();
+      const auto noise_key = crypto::random_key().value();
+      const auto e = crypto::secagg_encode(p, devices, segs, in, crypto::random_key().value(), &noise_key);
+      REQUIRE(e.ok());
+      REQUIRE(sum.add(segs, e.value()).ok());
+    }
+    const auto out = sum.finish().value();
+    REQUIRE(out[0].released);
+    double m = 0, v = 0;
+    for (std::size_t i = 0; i < values; ++i) m += out[0].sum[i];
+    m /= values;
+    for (std::size_t i = 0; i < values; ++i) v += (out[0].sum[i] - m) * (out[0].sum[i] - m);
+    return v / static_cast<double>(values - 1);
+  };
+  const double at_t = variance_of(t);
+  CAPTURE(at_t / (sigma_c * sigma_c));
+  CHECK(at_t >= 0.98 * sigma_c * sigma_c);
+  CHECK(at_t <= 1.02 * sigma_c * sigma_c);
+  const double at_5 = variance_of(5);  // more survivors: more noise, never less
+  CHECK(at_5 / (sigma_c * sigma_c) == doctest::Approx(5.0 / 3.0).epsilon(0.03));
+  // Without a noise key the input is refused, not sent without noise.
+  const std::vector<float> zero(values, 0.0f);
+  CHECK_FALSE(crypto::secagg_encode(p, t, segs, crypto::secagg_change_input(zero, zero, p, segs).value(), crypto::random_key().value()).ok());
+}
+
+TEST_CASE("secagg with noise: masks still cancel, the sums carry the noise, the weight value is 0") {
+  auto p = params();
+  p.summands = 64;
+  const double step = crypto::fixed_point::create(p.clip, p.bits, p.summands).value().step();
+  p.noise = (0.01 / step) * (0.01 / step) / 2;  // a deviation of 0.01 from two devices
+  // The private input: the change itself, and 0 where the weight would be.
+  const std::vector<float> received(86, 0.5f), trained(86, 0.75f);
+  const auto in = crypto::secagg_change_input(std::span(received).first(44), std::span(trained).first(44), p, segments_of(0)).value();
+  CHECK(in[0].size() == 40);
+  CHECK(in[0][0] == 0.25f);
+  CHECK(in[0][39] == 0.0f);
+  CHECK(in[1][5] == 0.0f);
+  const std::vector<leaves> when{leaves::never, leaves::never, leaves::before_input, leaves::never, leaves::never, leaves::never};
+  const outcome o = run(p, when);
+  REQUIRE_MESSAGE(o.sums.ok(), (o.sums.ok() ? "" : o.sums.error().message));
+  for (std::uint32_t seg = 0; seg < 3; ++seg) {
+    const auto& s = o.sums.value()[seg];
+    REQUIRE(s.released);
+    const auto expected = plain_sum(p, seg, when);
+    const double deviation = std::sqrt(static_cast<double>(s.contributors) * p.noise) * step;
+    double worst = 0;
+    for (std::size_t k = 0; k < expected.size(); ++k) worst = std::max(worst, std::abs(s.sum[k] - expected[k]));
+    CHECK(worst < 6 * deviation + static_cast<double>(s.contributors) * step);
+    CHECK(worst > 0.1 * deviation);  // the noise is there
+  }
+}
+
+TEST_CASE("secagg with noise: a roster beyond the ring's summands is refused by server and client") {
+  auto p = params();
+  p.summands = 4;
+  crypto::secagg_server server(p);
+  for (std::size_t d = 0; d < 4; ++d) REQUIRE(server.add_keys(client(d, p).keys(), segments_of(d)).ok());
+  const auto more = server.add_keys(client(4, p).keys(), segments_of(4));
+  REQUIRE_FALSE(more.ok());
+  CHECK(more.error().message.find("the 4 the ring is sized for") != std::string::npos);
+}

@@ -60,7 +60,19 @@ struct secagg_params {
   std::size_t threshold = 2;       // t: shares needed to recover a secret, and survivors needed to unmask
   std::vector<secagg_segment> segments;
   std::size_t neighbors = 0;       // 0: every device is every other's neighbour (secagg_graph.hpp)
+  // The inputs the ring is sized for (fixed_point's summands): 0, the roster's size; more leaves room
+  // for noise and fixes the ring's scale before anyone knows the roster.
+  std::uint64_t summands = 0;
+  // Differential privacy (> 0): each device's input is its unweighted change (secagg_change_input), and
+  // it adds to every value it encodes symmetric Skellam noise of this variance, in ring steps² (the
+  // hub's share of the noise: crypto/noise.hpp), drawn from a key of its own CSPRNG.
+  double noise = 0;
 };
+
+// The inputs the ring holds: params.summands, or the roster's size.
+[[nodiscard]] constexpr std::uint64_t secagg_summands(const secagg_params& p, std::size_t roster) noexcept {
+  return p.summands > 0 ? p.summands : roster;
+}
 
 // Step 1, client → server.
 struct secagg_keys {
@@ -121,9 +133,18 @@ struct secagg_unmask_reply {
                                                                                   const secagg_params& p,
                                                                                   std::span<const std::uint32_t> segments);
 
+// A device's input under differential privacy: each segment's values are trained − received (already
+// clipped to the L2 norm the task gave), and the weight's value is 0 — the number of contributors, which
+// a weight would reveal, is not released; the hub divides by the expected number instead.
+[[nodiscard]] core::result<std::vector<std::vector<float>>> secagg_change_input(std::span<const float> received,
+                                                                                std::span<const float> trained,
+                                                                                const secagg_params& p,
+                                                                                std::span<const std::uint32_t> segments);
+
 // An input in the ring before any mask: every covered segment encoded in order (fixed_point for
-// `summands` = the roster's size), rounding stochastic from one keystream of `rounding_key` read in
-// segment order. secagg_client::mask masks exactly this; tessera-sim adds it unmasked
+// `summands` = secagg_summands), rounding stochastic from one keystream of `rounding_key` read in
+// segment order; with p.noise > 0, Skellam noise of that variance added to every value from
+// `noise_key` (required then). secagg_client::mask masks exactly this; tessera-sim adds it unmasked
 // (secagg_plain_sum), and since the masks cancel in the ring the released sums are the same bits.
 struct secagg_encoded {
   std::vector<std::uint64_t> y;
@@ -131,7 +152,8 @@ struct secagg_encoded {
 };
 [[nodiscard]] core::result<secagg_encoded> secagg_encode(const secagg_params& p, std::size_t summands,
                                                          std::span<const std::uint32_t> segments,
-                                                         const std::vector<std::vector<float>>& input, const key256& rounding_key);
+                                                         const std::vector<std::vector<float>>& input, const key256& rounding_key,
+                                                         const key256* noise_key = nullptr);
 
 // Ring values on the wire: 4 bytes each for bits ≤ 32, else 8, little-endian. Unpacking checks the
 // size and that every value lies in the ring.
