@@ -1,5 +1,6 @@
 #include "tessera/edge/agent.hpp"
 
+#include <cmath>
 #include <cstdio>
 
 #include <boost/asio/post.hpp>
@@ -319,8 +320,12 @@ void agent::send_masked() {
     job_.reset();
     return refuse_job(round, ok.error());
   }
+  const double noise = job_->secure() != nullptr ? job_->secure()->noise() : 0.0;
   log(log_level::info, "round " + std::to_string(job_->round()) + ": masked update of " + mib(job_->update().size) + " uploading" +
-                           (job_->update().clipped > 0 ? " (" + std::to_string(job_->update().clipped) + " values clipped)" : ""));
+                           (job_->update().clipped > 0 ? " (" + std::to_string(job_->update().clipped) + " values clipped)" : "") +
+                           (noise > 0 ? "; it carries this device's share of the privacy noise (Skellam, deviation " +
+                                            std::to_string(static_cast<long long>(std::sqrt(noise))) + " ring steps)"
+                                      : ""));
   if (session_) {
     session_->send(job_->update());
     session_->send_blob(job_->upload());

@@ -129,7 +129,11 @@ core::result<std::uint16_t> hub_service::start() {
                              (engine_->private_rounds() ? ", ε " + std::to_string(engine_->epsilon()) + " spent" : "") + ")");
   if (engine_->private_rounds()) {
     const auto& d = config_.dp;
-    log(log_level::info, "differential privacy: the hub adds the noise (no secure aggregation): devices sampled with q " +
+    log(log_level::info, std::string(engine_->secure() ? "differential privacy: each device adds its share of the noise under secure aggregation "
+                                                        "(Skellam in the ring; any " + std::to_string(config_.secure_aggregation.min_aggregate()) +
+                                                        " contributors carry all of it)"
+                                                      : "differential privacy: the hub adds the noise (no secure aggregation)") +
+                             ": devices sampled with q " +
                              std::to_string(d.sample_rate) + ", changes clipped to " + std::to_string(d.clip) + ", noise σ " +
                              std::to_string(d.noise_multiplier) + " × clip, δ " + std::to_string(d.delta) +
                              (d.target_epsilon > 0 ? ", stopping before ε passes " + std::to_string(d.target_epsilon) : "") +
@@ -475,7 +479,7 @@ void hub_service::start_round() {
     d.download.reset();
     send_assignment(d, a);
   }
-  if (engine_->secure()) start_secure();
+  if (engine_->secure_round_open()) start_secure();
   deadline_timer_.expires_after(ms(config_.round_deadline_s));
   deadline_timer_.async_wait([this, round = engine_->current_round()](const boost::system::error_code& ec) {
     if (ec || stopping_ || !engine_->in_round() || engine_->current_round() != round) return;

@@ -88,6 +88,7 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
   std::sort(offers.begin(), offers.end(), [](const auto& a, const auto& b) { return natural_less(a.id, b.id); });
   if (private_rounds()) {  // the privacy budget first, then the round's sample (engine_dp.cpp)
     TESSERA_TRY(check_privacy_budget());
+    if (secure()) TESSERA_TRY(private_ring_for(dp_population(offers.size())));  // a ring that cannot hold the noised sums: say so now
     TESSERA_ASSIGN_OR_RETURN(offers, sample_private(std::move(offers)));
   }
   std::vector<excluded_device> excluded;
@@ -107,9 +108,18 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
   if (taking.empty() && !private_rounds()) return make_error(errc::no_devices, "no device can take part in this round");
 
   const auto& sa = config_.secure_aggregation;
+  // A private secure round with fewer devices sampled than a sum needs could release nothing: they are
+  // not asked to train (the round still counts for the accountant).
+  if (sa.enabled && private_rounds() && taking.size() < sa.min_aggregate()) {
+    for (const auto& o : taking)
+      excluded.push_back({o.id, std::to_string(taking.size()) + " device(s) sampled, below the " + std::to_string(sa.min_aggregate()) +
+                                    " a secure sum needs: nothing could be released"});
+    taking.clear();
+    capacities.clear();
+  }
   // With secure aggregation every group has `replication` devices or more: fewer groups than devices.
   const std::size_t group_devices = sa.enabled && config_.strategy == strategy_kind::ist ? taking.size() / sa.replication : taking.size();
-  if (sa.enabled && (group_devices == 0 || taking.size() < sa.min_aggregate()))
+  if (sa.enabled && !private_rounds() && (group_devices == 0 || taking.size() < sa.min_aggregate()))
     return make_error(errc::fleet_too_small,
                       "secure aggregation releases no sum from fewer than " + std::to_string(sa.min_aggregate()) + " devices" +
                           (config_.strategy == strategy_kind::ist ? " and trains every group on " + std::to_string(sa.replication) : std::string()) +
@@ -158,7 +168,7 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
   }
   if (assignments_.empty() && !private_rounds()) return make_error(errc::no_devices, "no device can take part in this round");
   secure_.reset();
-  if (sa.enabled) TESSERA_TRY(plan_secure(plan));
+  if (sa.enabled && !assignments_.empty()) TESSERA_TRY(plan_secure(plan));
   if (private_rounds()) {
     private_groups_.clear();
     for (std::size_t g = 0; g < plan.groups; ++g) private_groups_.push_back(core::make_subnet(full_, config_.model.compensation, plan, g));
@@ -295,7 +305,7 @@ void engine::fold_ready() {
   while (folded_ < assignments_.size() && !is_open(assignments_[folded_].state)) {
     assignment& a = assignments_[folded_++];
     if (a.state != assignment_state::accepted) continue;
-    if (private_rounds()) fold_private(a);
+    if (private_rounds() && !secure()) fold_private(a);
     else if (!secure()) aggregator_.add(a.sub, a.trained, static_cast<double>(a.examples));
     loss_weighted_ += a.loss * static_cast<double>(a.examples);
     examples_ += static_cast<std::int64_t>(a.examples);
@@ -324,16 +334,17 @@ core::result<round_metrics> engine::close_round(core::example_table* validation)
   }
   fold_ready();
   TESSERA_ASSERT(folded_ == assignments_.size());
-  if (secure()) {
+  if (secure_) {  // with differential privacy, the released sums go to dp_sum_
     TESSERA_TRY(apply_secure_sums());
     m.secagg_dropped = secure_outcome_.dropped;
     m.secagg_clipped = secure_outcome_.clipped;
     m.secagg_withheld = secure_outcome_.segments - secure_outcome_.released;
     secure_.reset();
-  } else if (private_rounds()) {
+  }
+  if (private_rounds()) {
     TESSERA_TRY(apply_private_sums(m));
     dp_sum_ = {};
-  } else {
+  } else if (!secure()) {
     aggregator_.finish(params_);
   }
   m.examples = examples_;

@@ -1,5 +1,5 @@
-// The engine's differential privacy (DESIGN §6), DP-FedAvg (McMahan, Ramage, Talwar, Zhang, ICLR 2018)
-// with the hub adding the noise:
+// The engine's differential privacy (DESIGN §6), DP-FedAvg (McMahan, Ramage, Talwar, Zhang, ICLR 2018),
+// the noise added by the hub (trusted-hub mode) or, under secure aggregation, by the devices:
 //   sample   every registered device independently with probability q (Poisson sampling, which the
 //            accountant's amplification assumes); the offered devices drawn take part;
 //   plan     IST: G groups of equal width, each device's group drawn from its own key, so that no
@@ -8,8 +8,11 @@
 //            on the device, and again here, so a device that does not cannot weigh more;
 //   noise    the clipped changes summed over the full model, N(0, (σC)²) added to every coordinate some
 //            group trains, divided by its expected contributors q·N·(groups covering it)/G (a fixed
-//            denominator: the true count is not released);
-//   account  the sampled Gaussian mechanism's RDP (core/rdp.hpp), one step per round.
+//            denominator: the true count is not released); under secure aggregation every device adds
+//            Skellam noise in the ring instead, so that any t contributors carry the variance
+//            (private_ring_for), and the released sums are divided the same way;
+//   account  the sampled Gaussian mechanism's RDP, or the sampled Skellam mechanism's (core/rdp.hpp),
+//            one step per round.
 // One device changes the released vector by its clipped change only (its group's coordinates and the
 // shared ones, norm ≤ C), whatever else the round holds: the sensitivity is C for the whole round.
 #include <algorithm>
@@ -21,6 +24,7 @@
 #include <optional>
 
 #include "tessera/core/mlp.hpp"
+#include "tessera/core/rdp.hpp"
 #include "tessera/core/seeds.hpp"
 #include "tessera/crypto/masking.hpp"
 #include "tessera/rounds/engine.hpp"
@@ -106,6 +110,54 @@ double engine::change_noise_multiplier() const noexcept {
   return rest > 0 ? 1.0 / std::sqrt(rest) : std::numeric_limits<double>::infinity();
 }
 
+// The ring of a private secure round. With C the clip, σ the noise multiplier, t the fewest
+// contributors a released sum has (secure_aggregation.threshold), d the model's parameters and N the
+// population:
+//   scale     S = C / step = min(2^10 √d, 2^24 / σ) steps per clip, unless the ring is too small for
+//             it: S·N + 8 σ S √(N / t) (every device sampled, each noise sum within 8 deviations) must
+//             stay below 2^(bits−1), the largest sum the ring reads back;
+//   share     each device adds Skellam noise of variance (σS)² / t to each value: any t contributors
+//             carry (σS)², the variance of N(0, (σC)²) in steps, and more contributors only more;
+//   release   one device moves the sum by its rounded change: L2 at most S + √d (each value's
+//             stochastic rounding moves it by less than a step), L1 at most min(√d, L2)·L2.
+// The accountant composes the Skellam mechanism of these (core/rdp.hpp); 2^10 √d keeps the rounding's
+// √d within 0.1% of S, and 2^24 / σ keeps a device's Poisson means below 2^47.
+core::result<engine::private_ring> engine::private_ring_for(std::size_t population) const {
+  const auto& sa = config_.secure_aggregation;
+  const double sigma = config_.dp.noise_multiplier;
+  const auto t = static_cast<double>(sa.min_aggregate());
+  const auto dims = static_cast<double>(params_.size());
+  const auto n = static_cast<double>(std::max<std::size_t>(population, 1));
+  const double half = std::ldexp(1.0, sa.bits - 1) - 1.0;
+  const double room = std::ceil(n + 8.0 * sigma * std::sqrt(n / t));
+  const double target = std::min(1024.0 * std::sqrt(dims), 0x1p24 / sigma);
+  const double summands = std::max(room, std::floor(half / target));
+  const auto too_small = [&] {
+    char buf[240];
+    std::snprintf(buf, sizeof buf, "secure_aggregation.bits %d: a ring of 2^%d cannot hold the noised sum of %.0f devices (σ %.4g): raise bits",
+                  sa.bits, sa.bits, n, sigma);
+    return make_error(errc::privacy_budget, buf);
+  };
+  if (summands >= half) return too_small();
+  auto fp = crypto::fixed_point::create(config_.dp.clip, sa.bits, static_cast<std::uint64_t>(summands));
+  if (!fp) return too_small();
+  private_ring r;
+  r.summands = static_cast<std::uint64_t>(summands);
+  r.limit = static_cast<double>(fp.value().limit());
+  r.share = (sigma * r.limit) * (sigma * r.limit) / t;
+  const double l2 = r.limit + std::sqrt(dims);
+  r.mechanism = {.l1 = std::min(std::sqrt(dims), l2) * l2, .l2 = l2, .variance = (sigma * r.limit) * (sigma * r.limit)};
+  return r;
+}
+
+// ε after one more round of the run's mechanism (the hub's Gaussian, or the devices' Skellam).
+core::result<core::dp_epsilon> engine::epsilon_after_round() const {
+  const dp_config& d = config_.dp;
+  if (!secure()) return privacy_.epsilon_after(d.sample_rate, d.noise_multiplier, 1, d.delta);
+  TESSERA_ASSIGN_OR_RETURN(const private_ring ring, private_ring_for(dp_population(0)));
+  return privacy_.epsilon_after(d.sample_rate, ring.mechanism, 1, d.delta);
+}
+
 core::result<void> engine::check_privacy_budget() const {
   const dp_config& d = config_.dp;
   if (d.adaptive_clip && !std::isfinite(change_noise_multiplier())) {
@@ -115,7 +167,8 @@ core::result<void> engine::check_privacy_budget() const {
     return make_error(errc::privacy_budget, buf);
   }
   if (d.target_epsilon <= 0) return {};
-  const double next = privacy_.epsilon_after(d.sample_rate, d.noise_multiplier, 1, d.delta).epsilon;
+  TESSERA_ASSIGN_OR_RETURN(const core::dp_epsilon after, epsilon_after_round());
+  const double next = after.epsilon;
   if (next <= d.target_epsilon) return {};
   char buf[160];
   const std::int64_t round = in_round_ ? current_round() + 1 : current_round();  // asked while closing the round before it
@@ -190,9 +243,11 @@ core::result<void> engine::apply_private_sums(round_metrics& m) {
   const double deviation = change_noise_multiplier() * clip;
   TESSERA_ASSIGN_OR_RETURN(const crypto::key256 noise_key, crypto::derive_key(dp_key_, "tessera dp noise v1"));
   gaussian noise(noise_key);
+  // Under secure aggregation the released sums carry the devices' noise already.
+  const bool hub_noise = !secure();
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (cover[i] == 0.0f) continue;  // trained by no group this round: no release, no noise
-    const double noised = static_cast<double>(dp_sum_[i]) + deviation * noise.next();
+    const double noised = static_cast<double>(dp_sum_[i]) + (hub_noise ? deviation * noise.next() : 0.0);
     params_[i] = static_cast<float>(static_cast<double>(params_[i]) + noised / (contributors * static_cast<double>(cover[i])));
   }
   if (d.adaptive_clip) {
@@ -202,10 +257,15 @@ core::result<void> engine::apply_private_sums(round_metrics& m) {
     const double fitted = static_cast<double>(dp_accepted_ - dp_clipped_) + count_noise() * noise.next();
     dp_clip_ = clip * std::exp(-d.clip_learning_rate * (fitted / expected - d.target_quantile));
   }
-  privacy_.compose(d.sample_rate, d.noise_multiplier, 1);
+  if (hub_noise) {
+    privacy_.compose(d.sample_rate, d.noise_multiplier, 1);
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(const private_ring ring, private_ring_for(dp_population(assignments_.size())));
+    privacy_.compose(d.sample_rate, ring.mechanism, 1);
+  }
   m.dp_clip = clip;
   m.epsilon = epsilon();
-  m.dp_noise = "hub";
+  m.dp_noise = hub_noise ? "hub" : "devices";
   m.dp_sampled = dp_sampled_;
   m.dp_clipped = dp_clipped_;
   if (auto next = check_privacy_budget(); !next) {

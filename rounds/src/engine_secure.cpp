@@ -25,6 +25,14 @@ core::result<void> engine::plan_secure(const core::round_plan& plan) {
   // A secret needs a majority of its holders: of the assigned devices while every device is every
   // other's neighbour, of a device's ring neighbours and itself beyond that (crypto/secagg_graph.hpp).
   p.neighbors = sa.neighbors;
+  if (private_rounds()) {
+    // Each device's clipped change, unweighted, with its share of the noise: the ring's clip is the
+    // L2 clip (no coordinate of a clipped change passes it) and its scale is fixed by the population.
+    TESSERA_ASSIGN_OR_RETURN(const private_ring ring, private_ring_for(dp_population(assignments_.size())));
+    p.clip = config_.dp.clip;
+    p.summands = ring.summands;
+    p.noise = ring.share;
+  }
   const std::size_t holders = sa.neighbors == 0 || assignments_.size() <= sa.neighbors + 1 ? assignments_.size() : 2 * ((sa.neighbors + 1) / 2) + 1;
   p.threshold = std::max<std::size_t>(2, holders / 2 + 1);
   std::vector<core::subnet> subnets;
@@ -100,6 +108,10 @@ core::result<void> engine::apply_secure_sums() {
       std::count_if(assignments_.begin(), assignments_.end(), [](const assignment& a) { return a.state != assignment_state::accepted; }));
   if (sums.empty()) return {};
   const double clip = s.params.clip;
+  // Differential privacy: each released sum (with its noise) goes to dp_sum_, which apply_private_sums
+  // divides by the expected contributors; otherwise the weighted mean change goes to the model.
+  const bool private_sums = private_rounds();
+  std::vector<float>& target = private_sums ? dp_sum_ : params_;
   const auto withhold = [&](std::size_t seg, const std::string& why) {
     const std::string name = s.shared_segment && seg + 1 == sums.size() ? "the shared parameters" : "group " + std::to_string(seg);
     out.withheld += (out.withheld.empty() ? "" : "; ") + name + ": " + why;
@@ -108,6 +120,11 @@ core::result<void> engine::apply_secure_sums() {
     const crypto::secagg_segment_sum& sum = sums[seg];
     if (!sum.released) {
       withhold(seg, sum.withheld);
+      return;
+    }
+    if (private_sums) {
+      ++out.released;
+      for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(static_cast<double>(values[i]) + sum.sum[i]);
       return;
     }
     const double weight = sum.sum.back() / clip;
@@ -122,13 +139,13 @@ core::result<void> engine::apply_secure_sums() {
   for (std::size_t g = 0; g < s.group_subnets.size(); ++g) {
     const core::subnet& sub = s.group_subnets[g];
     std::vector<float> local(core::param_count(sub.arch));
-    core::gather(full_, sub, params_, local);
+    core::gather(full_, sub, target, local);
     mean_change(g, std::span(local).first(s.params.segments[g].length - 1));
-    core::scatter(full_, sub, local, params_);
+    core::scatter(full_, sub, local, target);
   }
   if (s.shared_segment) {
     const std::size_t bias = core::param_slots(full_).back().bias;
-    mean_change(s.group_subnets.size(), std::span(params_).subspan(bias, static_cast<std::size_t>(full_.widths.back())));
+    mean_change(s.group_subnets.size(), std::span(target).subspan(bias, static_cast<std::size_t>(full_.widths.back())));
   }
   return {};
 }

@@ -2,7 +2,8 @@
 // adds the noise) report, round by round, the ε of tessera-sim with the same settings; a hub killed
 // between rounds and restarted resumes with the ε it had; the run stops before the round that would
 // pass dp.target_epsilon, and the exported model says which guarantee it carries. The clip adapts
-// (Andrew et al.) without changing ε.
+// (Andrew et al.) without changing ε. Under secure aggregation the agents add the noise (each its
+// Skellam share in the ring) and the hub's ε is still the simulator's.
 #include <csignal>
 #include <string>
 #include <vector>
@@ -100,6 +101,69 @@ TEST_CASE("federation: differential privacy — the hub's ε is tessera-sim's, s
   CHECK(std::stod(model.metadata.at("tessera.dp.epsilon")) == doctest::Approx(hub_metrics.back().at("epsilon").get<double>()).epsilon(1e-5));
   const auto dp = nlohmann::json::parse(model.metadata.at("tessera.dp"));
   CHECK(dp.at("noise_multiplier") == k_sigma);
+  CHECK(all_finite(model.params));
+}
+
+}  // namespace tessera::testing
+
+namespace tessera::testing {
+
+TEST_CASE("federation: differential privacy under secure aggregation — the devices add the noise, the hub's ε is tessera-sim's") {
+  fleet f("fed_dp_secure");
+  INFO(f.diagnostics());
+  std::vector<std::string> ids;
+  for (int d = 0; d < k_devices; ++d) ids.push_back("device-" + std::to_string(d));
+  f.make_pki(ids);
+  const nlohmann::json train = f.write_subset("train", 3000), test = f.write_subset("t10k", 500);
+  const std::vector<nlohmann::json> data = f.make_shards({{"devices", k_devices}, {"seed", 7}, {"data", {{"train", train}}}});
+  const nlohmann::json run = {{"model", {{"inputs", 784}, {"hidden", {32}}, {"outputs", 10}}},
+                              {"strategy", "ist"},
+                              {"groups", 2},
+                              {"rounds", 3},
+                              {"local_steps", 20},
+                              {"batch", 16},
+                              {"lr", 0.05},
+                              {"seed", 7},
+                              {"secure_aggregation", {{"replication", 3}, {"threshold", 2}}},
+                              {"dp", {{"sample_rate", 0.8}, {"noise_multiplier", k_sigma}, {"clip", 0.5}, {"delta", k_delta}}}};
+
+  nlohmann::json sim = run;
+  sim.update({{"devices", k_devices}, {"data", {{"train", train}, {"test", test}}}, {"metrics", f.file("sim.jsonl")}});
+  f.run_tool("sim", {k_sim_binary, "--config", f.write_json("sim.json", sim)}, 120s);
+  const auto sim_metrics = read_metrics(f.file("sim.jsonl"));
+  REQUIRE(sim_metrics.size() == 3);
+
+  nlohmann::json hub_json = run;
+  hub_json.update({{"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 60},
+                   {"metrics", f.file("hub.jsonl")}, {"output", f.file("hub.safetensors")}});
+  hub_handle hub = f.start_hub("hub", hub_json);
+  std::vector<child_process*> agents;
+  for (int d = 0; d < k_devices; ++d)
+    agents.push_back(&f.start_agent(ids[static_cast<std::size_t>(d)], data[static_cast<std::size_t>(d)], hub.port));
+  CHECK(wait_for_log(hub.process, "differential privacy: each device adds its share of the noise under secure aggregation", 10s));
+  const auto code = hub.process.wait_exit(180s);
+  REQUIRE_MESSAGE(code.has_value(), "the hub did not finish within 180 s");
+  CHECK(*code == 0);
+
+  // The same ε round by round as the simulator (it depends on q, σ, the clip, the ring and the
+  // population only), the noise the devices', and each uploading agent saying it added its share.
+  const auto hub_metrics = read_metrics(f.file("hub.jsonl"));
+  REQUIRE(hub_metrics.size() == 3);
+  std::size_t released = 0;
+  for (std::size_t r = 0; r < 3; ++r) {
+    CAPTURE(hub_metrics[r].dump());
+    CHECK(hub_metrics[r].at("epsilon").get<double>() == sim_metrics[r].at("epsilon").get<double>());
+    CHECK(hub_metrics[r].at("epsilon").get<double>() > 0);
+    CHECK(hub_metrics[r].at("dp_noise") == "devices");
+    CHECK(sim_metrics[r].at("dp_noise") == "devices");
+    if (hub_metrics[r].at("devices").get<std::size_t>() >= 2) released += 3 - hub_metrics[r].at("secagg_withheld").get<std::size_t>();
+  }
+  CHECK(released > 0);
+  std::size_t carried = 0;
+  for (auto* a : agents) carried += count_of(a->err(), "share of the privacy noise");
+  CHECK(carried > 0);
+  const core::stored_model model = load_model_or_fail(f.file("hub.safetensors"));
+  CHECK(std::stod(model.metadata.at("tessera.dp.epsilon")) == doctest::Approx(hub_metrics.back().at("epsilon").get<double>()).epsilon(1e-5));
   CHECK(all_finite(model.params));
 }
 

@@ -10,6 +10,9 @@
 
 #include "tessera/core/codec.hpp"
 #include "tessera/core/mlp.hpp"
+#include "tessera/core/rdp.hpp"
+#include "tessera/crypto/masking.hpp"
+#include "tessera/crypto/secagg.hpp"
 #include "tessera/rounds/engine.hpp"
 #include "tessera/rounds/error.hpp"
 
@@ -67,14 +70,41 @@ void report_all(rounds::engine& e, const std::function<float(std::size_t)>& chan
   }
 }
 
+// Secure aggregation: every assignment's change(i), unweighted, encoded with its share of the noise as
+// an agent would (its noise key here from its rounding key), handed over unmasked (the masks cancel).
+void report_all_secure(rounds::engine& e, const std::function<float(std::size_t)>& change) {
+  const crypto::secagg_params& p = e.secagg_params();
+  for (auto& a : e.assignments()) {
+    std::vector<float> received(core::param_count(a.sub.arch));
+    core::gather(e.full(), a.sub, e.params(), received);
+    std::vector<float> trained = received;
+    for (std::size_t i = 0; i < trained.size(); ++i) trained[i] += change(i);
+    const auto input = crypto::secagg_change_input(received, trained, p, a.segments);
+    REQUIRE(input.ok());
+    const auto noise_key = crypto::derive_key(a.rounding_key, "test noise").value();
+    const auto encoded = crypto::secagg_encode(p, e.assignments().size(), a.segments, input.value(), a.rounding_key, &noise_key);
+    REQUIRE(encoded.ok());
+    REQUIRE(e.sent(a).ok());
+    REQUIRE(e.downloaded(a).ok());
+    const rounds::update_claim claim{.round = static_cast<std::uint64_t>(e.current_round()), .clipped = 0,
+                                     .examples = static_cast<std::uint64_t>(a.task.steps * a.task.batch),
+                                     .steps = static_cast<std::uint64_t>(a.task.steps), .loss = 0.5, .size = a.upload_bytes,
+                                     .codec = a.codec};
+    REQUIRE(e.announce(a, claim).ok());
+    REQUIRE(e.receive_encoded(a, encoded.value()).ok());
+  }
+}
+
 }  // namespace
 
 TEST_CASE("dp config: named errors for what cannot work") {
   CHECK(try_config({{"noise_multiplier", 0}}).error().message.find("dp.noise_multiplier") != std::string::npos);
   CHECK(try_config({{"sample_rate", 1.5}}).error().message.find("dp.sample_rate") != std::string::npos);
-  const auto both = try_config({{"clip", 1}}, {{"secure_aggregation", {{"replication", 3}}}});
-  REQUIRE_FALSE(both.ok());
-  CHECK(both.error().message.find("not in yet") != std::string::npos);
+  CHECK(try_config({{"clip", 1}}, {{"secure_aggregation", {{"replication", 3}}}}).ok());
+  const auto adaptive = try_config({{"clip", 1}, {"adaptive_clip", {{"target_quantile", 0.5}}}}, {{"secure_aggregation", {{"replication", 3}}}});
+  REQUIRE_FALSE(adaptive.ok());
+  CHECK(adaptive.error().message.find("dp.adaptive_clip") != std::string::npos);
+  CHECK(adaptive.error().message.find("not in yet") != std::string::npos);
   const auto c = config({{"sample_rate", 0.1}, {"target_epsilon", 4}});
   CHECK(c.dp.enabled);
   CHECK(c.dp.noise_multiplier == 1.0);
@@ -271,4 +301,80 @@ TEST_CASE("dp: adaptive clipping moves the clip to the target quantile of the ch
   const auto refused = t.begin_round(fleet(4));
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.error().message.find("dp.adaptive_clip.count_noise 0.9 must exceed noise_multiplier / 2 = 1") == 0);
+}
+
+TEST_CASE("dp under secure aggregation: the devices' noise, the ring from the population, the Skellam accountant") {
+  // FedAvg, q = 1, population 8, threshold 3: each device's share is a third of the variance; with 8
+  // contributors the sums carry 8/3 of it. Every device sends back what it received plus 0.01.
+  const double clip = 2.0, sigma = 1.5;
+  const auto c = config({{"sample_rate", 1.0}, {"clip", clip}, {"noise_multiplier", sigma}, {"population", 8}},
+                        {{"strategy", "fedavg"}, {"model", {{"inputs", 400}, {"hidden", {250}}, {"outputs", 10}}},
+                         {"secure_aggregation", {{"replication", 3}, {"bits", 40}}}});
+  auto e = engine_for(c);
+  const std::vector<float> before(e.params().begin(), e.params().end());
+  const auto n = static_cast<double>(before.size());
+  REQUIRE(e.begin_round(fleet(8)).ok());
+  REQUIRE(e.assignments().size() == 8);
+  REQUIRE(e.secure_round_open());
+  // The ring: 2^10 √d steps per clip (the ring has room), each device's share (σS)²/3.
+  const auto ring = e.private_ring_for(8).value();
+  const crypto::secagg_params& p = e.secagg_params();
+  CHECK(p.clip == clip);
+  CHECK(p.summands == ring.summands);
+  CHECK(ring.limit == doctest::Approx(1024.0 * std::sqrt(n)).epsilon(1e-4));
+  CHECK(p.noise == doctest::Approx(sigma * sigma * ring.limit * ring.limit / 3.0).epsilon(1e-12));
+  CHECK(ring.mechanism.l2 == doctest::Approx(ring.limit + std::sqrt(n)).epsilon(1e-12));
+  CHECK(ring.mechanism.variance == doctest::Approx(sigma * sigma * ring.limit * ring.limit).epsilon(1e-12));
+  report_all_secure(e, [](std::size_t) { return 0.01f; });
+  const auto m = e.close_round(nullptr);
+  REQUIRE(m.ok());
+  CHECK(m.value().dp_noise == "devices");
+  CHECK(m.value().secagg_withheld == 0);
+  // Each coordinate moved by (8·0.01 + noise) / 8: noise deviation σC √(8/3) / 8.
+  double sum = 0, sq = 0;
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    const double d = static_cast<double>(e.params()[i]) - before[i] - 0.01;
+    sum += d;
+    sq += d * d;
+  }
+  const double mean = sum / n, deviation = std::sqrt(sq / n - mean * mean);
+  const double expected = sigma * clip * std::sqrt(8.0 / 3.0) / 8.0;
+  MESSAGE("noise deviation " << deviation << " over " << n << " coordinates, expected " << expected);
+  CHECK(std::abs(deviation / expected - 1.0) < 0.02);
+  CHECK(std::abs(mean) < 5 * expected / std::sqrt(n));
+  // ε: the sampled Skellam mechanism's, once.
+  core::rdp_accountant reference;
+  reference.compose(1.0, ring.mechanism, 1);
+  CHECK(*m.value().epsilon == doctest::Approx(reference.epsilon(1e-5).epsilon).epsilon(1e-12));
+  // Close to the Gaussian's at the same σ: the rounding costs S + √d over S.
+  core::rdp_accountant gaussian;
+  gaussian.compose(1.0, sigma, 1);
+  CHECK(*m.value().epsilon >= gaussian.epsilon(1e-5).epsilon);
+  CHECK(*m.value().epsilon < gaussian.epsilon(1e-5).epsilon * 1.01);
+}
+
+TEST_CASE("dp under secure aggregation: fewer devices sampled than a sum needs train nothing, and the round counts") {
+  const auto c = config({{"sample_rate", 1.0}, {"noise_multiplier", 1.0}, {"population", 50}},
+                        {{"strategy", "fedavg"}, {"secure_aggregation", {{"replication", 3}}}});
+  auto e = engine_for(c);
+  const std::vector<float> before(e.params().begin(), e.params().end());
+  const auto left = e.begin_round(fleet(2));
+  REQUIRE(left.ok());
+  REQUIRE(left.value().size() == 2);
+  CHECK(left.value()[0].reason.find("below the 3 a secure sum needs") != std::string::npos);
+  CHECK(e.assignments().empty());
+  CHECK_FALSE(e.secure_round_open());
+  const auto m = e.close_round(nullptr);
+  REQUIRE(m.ok());
+  CHECK(*m.value().epsilon > 0);
+  CHECK(std::equal(before.begin(), before.end(), e.params().begin()));
+}
+
+TEST_CASE("dp under secure aggregation: a ring too small for the population is refused by name") {
+  const auto c = config({{"sample_rate", 0.01}, {"noise_multiplier", 1.0}, {"population", 100000}},
+                        {{"strategy", "fedavg"}, {"secure_aggregation", {{"replication", 3}, {"bits", 16}}}});
+  auto e = engine_for(c);
+  const auto r = e.begin_round(fleet(10));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("secure_aggregation.bits 16") != std::string::npos);
 }

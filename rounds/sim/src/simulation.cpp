@@ -1,5 +1,6 @@
 #include "tessera/sim/simulation.hpp"
 
+#include <optional>
 #include <chrono>
 #include <limits>
 
@@ -168,14 +169,22 @@ core::result<void> simulation::secure_upload(rounds::assignment& a, std::span<co
                                              const core::local_training_report& report) {
   const crypto::secagg_params& p = engine_.secagg_params();
   const auto examples = static_cast<std::uint64_t>(report.examples);
-  auto input = crypto::secagg_weighted_input(received, trained, rounds::engine::secure_weight(a, examples), p, a.segments);
+  // Under differential privacy: the unweighted change and the device's share of the noise (seeded
+  // here, from its rounding key; an agent draws its noise key from its CSPRNG).
+  auto input = p.noise > 0 ? crypto::secagg_change_input(received, trained, p, a.segments)
+                           : crypto::secagg_weighted_input(received, trained, rounds::engine::secure_weight(a, examples), p, a.segments);
   if (!input) {
     engine_.reject(a, core::make_error(errc::not_finite, input.error().message));
     if (log_) log_(core::log_level::warning, a.device + ": update rejected in round " + std::to_string(engine_.current_round()) + ": " +
                                                  a.reason.message);
     return {};
   }
-  TESSERA_ASSIGN_OR_RETURN(const auto encoded, crypto::secagg_encode(p, engine_.assignments().size(), a.segments, input.value(), a.rounding_key));
+  std::optional<crypto::key256> noise_key;
+  if (p.noise > 0) {
+    TESSERA_ASSIGN_OR_RETURN(noise_key, crypto::derive_key(a.rounding_key, "tessera sim device noise v1"));
+  }
+  TESSERA_ASSIGN_OR_RETURN(const auto encoded, crypto::secagg_encode(p, engine_.assignments().size(), a.segments, input.value(), a.rounding_key,
+                                                                     noise_key ? &*noise_key : nullptr));
   TESSERA_TRY(engine_.announce(a, {.round = static_cast<std::uint64_t>(engine_.current_round()),
                                    .clipped = encoded.clipped,
                                    .examples = examples,

@@ -47,6 +47,8 @@ class secure_round {
 
   [[nodiscard]] stage at() const noexcept { return at_; }
   [[nodiscard]] std::uint64_t round() const noexcept { return round_; }
+  // Differential privacy: the variance of this device's share of the noise, in ring steps² (0: none).
+  [[nodiscard]] double noise() const noexcept { return s_.params.noise; }
   [[nodiscard]] bool has_inbox() const noexcept { return inbox_.has_value(); }
   [[nodiscard]] net::msg::secagg_keys keys_message() const;
   [[nodiscard]] core::result<net::msg::secagg_shares> on_roster(const net::msg::secagg_roster& r);

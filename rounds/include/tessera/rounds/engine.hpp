@@ -166,6 +166,8 @@ class engine {
   [[nodiscard]] const crypto::secagg_params& secagg_params() const;
   [[nodiscard]] crypto::secagg_server& secagg_server();
   [[nodiscard]] const secure_outcome& last_secure() const noexcept { return secure_outcome_; }
+  // Whether the open round runs the protocol (a private round with too few devices sampled does not).
+  [[nodiscard]] bool secure_round_open() const noexcept { return secure_ != nullptr; }
   // Segments a device's masked input covers: its group's and the shared parameters' (IST), or one.
   [[nodiscard]] std::size_t secure_segments() const noexcept { return config_.strategy == strategy_kind::ist ? 2 : 1; }
   // A device's weight in the sums: its examples over the most its task allows (steps × batch).
@@ -188,6 +190,17 @@ class engine {
   }
   // The clip the next round's changes get (dp.clip, or where adaptive clipping has moved it).
   [[nodiscard]] double dp_clip() const noexcept { return dp_clip_ > 0 ? dp_clip_ : config_.dp.clip; }
+  // Under secure aggregation each device adds its share of the noise in the ring (DESIGN §6): the
+  // ring's scale and each share follow from the configuration and the population alone, so that ε is
+  // known before a round. `summands`: the ring's fixed_point summands; `limit`: steps per clip;
+  // `share`: each device's Skellam variance in steps²; `mechanism`: what the accountant composes.
+  struct private_ring {
+    std::uint64_t summands = 0;
+    double limit = 0;
+    double share = 0;
+    core::skellam_mechanism mechanism;
+  };
+  [[nodiscard]] core::result<private_ring> private_ring_for(std::size_t population) const;
   // ε spent so far at dp.delta (+infinity without noise).
   [[nodiscard]] double epsilon() const;
   // Why the run stopped for its privacy budget (empty: it did not).
@@ -235,6 +248,7 @@ class engine {
   [[nodiscard]] core::result<void> plan_secure(const core::round_plan& plan);
   [[nodiscard]] core::result<void> apply_secure_sums();
   [[nodiscard]] std::size_t dp_population(std::size_t offered) const noexcept;
+  [[nodiscard]] core::result<core::dp_epsilon> epsilon_after_round() const;
   [[nodiscard]] core::result<void> check_privacy_budget() const;
   [[nodiscard]] core::result<std::vector<device_offer>> sample_private(std::vector<device_offer> offers);
   [[nodiscard]] core::result<core::round_plan> plan_private(std::span<const device_offer> taking);

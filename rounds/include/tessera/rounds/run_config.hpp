@@ -56,7 +56,9 @@ struct secure_aggregation_config {
 // registered device with probability sample_rate; a device clips its change to L2 norm `clip`; the hub
 // adds Gaussian noise of deviation noise_multiplier · clip to every sum and divides by the expected
 // number of contributors; an RDP accountant (core/rdp.hpp) tracks ε at `delta` and the run stops
-// before a round that would pass target_epsilon (0: no target).
+// before a round that would pass target_epsilon (0: no target). Under secure aggregation the devices
+// add the noise instead (discrete, in the ring: any secure_aggregation.threshold contributors carry
+// all of it), the ring's clip is `clip`, and the accountant composes the Skellam mechanism.
 struct dp_config {
   bool enabled = false;
   double sample_rate = 1.0;
