@@ -122,11 +122,11 @@ double engine::change_noise_multiplier() const noexcept {
 //             stochastic rounding moves it by less than a step), L1 at most min(√d, L2)·L2.
 // The accountant composes the Skellam mechanism of these (core/rdp.hpp); 2^10 √d keeps the rounding's
 // √d within 0.1% of S, and 2^24 / σ keeps a device's Poisson means below 2^47.
-core::result<engine::private_ring> engine::private_ring_for(std::size_t population) const {
-  const auto& sa = config_.secure_aggregation;
-  const double sigma = config_.dp.noise_multiplier;
+core::result<private_ring> make_private_ring(const run_config& c, std::size_t params, std::size_t population) {
+  const auto& sa = c.secure_aggregation;
+  const double sigma = c.dp.noise_multiplier;
   const auto t = static_cast<double>(sa.min_aggregate());
-  const auto dims = static_cast<double>(params_.size());
+  const auto dims = static_cast<double>(params);
   const auto n = static_cast<double>(std::max<std::size_t>(population, 1));
   const double half = std::ldexp(1.0, sa.bits - 1) - 1.0;
   const double room = std::ceil(n + 8.0 * sigma * std::sqrt(n / t));
@@ -139,7 +139,7 @@ core::result<engine::private_ring> engine::private_ring_for(std::size_t populati
     return make_error(errc::privacy_budget, buf);
   };
   if (summands >= half) return too_small();
-  auto fp = crypto::fixed_point::create(config_.dp.clip, sa.bits, static_cast<std::uint64_t>(summands));
+  auto fp = crypto::fixed_point::create(c.dp.clip, sa.bits, static_cast<std::uint64_t>(summands));
   if (!fp) return too_small();
   private_ring r;
   r.summands = static_cast<std::uint64_t>(summands);
@@ -149,6 +149,8 @@ core::result<engine::private_ring> engine::private_ring_for(std::size_t populati
   r.mechanism = {.l1 = std::min(std::sqrt(dims), l2) * l2, .l2 = l2, .variance = (sigma * r.limit) * (sigma * r.limit)};
   return r;
 }
+
+core::result<private_ring> engine::private_ring_for(std::size_t population) const { return make_private_ring(config_, params_.size(), population); }
 
 // ε after one more round of the run's mechanism (the hub's Gaussian, or the devices' Skellam).
 core::result<core::dp_epsilon> engine::epsilon_after_round() const {

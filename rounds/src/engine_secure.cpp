@@ -48,8 +48,14 @@ core::result<void> engine::plan_secure(const core::round_plan& plan) {
     std::size_t values = 0;
     for (auto seg : a.segments) values += p.segments[seg].length;
     a.upload_bytes = values * value_bytes;
-    std::vector<std::byte> ikm(8);
-    for (std::size_t i = 0; i < 8; ++i) ikm[i] = static_cast<std::byte>(plan.seed >> (8 * i));
+    // The plan's seed and the round: a FedAvg plan's seed is 0, and a device's rounding (and, in the
+    // simulator, its noise) must not repeat from round to round.
+    std::vector<std::byte> ikm(16);
+    const auto round = static_cast<std::uint64_t>(current_round());
+    for (std::size_t i = 0; i < 8; ++i) {
+      ikm[i] = static_cast<std::byte>(plan.seed >> (8 * i));
+      ikm[8 + i] = static_cast<std::byte>(round >> (8 * i));
+    }
     for (char c : a.device) ikm.push_back(static_cast<std::byte>(c));
     TESSERA_ASSIGN_OR_RETURN(a.rounding_key, crypto::derive_key(ikm, "tessera secagg rounding v1"));
   }

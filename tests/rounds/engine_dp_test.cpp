@@ -346,6 +346,15 @@ TEST_CASE("dp under secure aggregation: the devices' noise, the ring from the po
   core::rdp_accountant reference;
   reference.compose(1.0, ring.mechanism, 1);
   CHECK(*m.value().epsilon == doctest::Approx(reference.epsilon(1e-5).epsilon).epsilon(1e-12));
+  // Each round draws fresh rounding (and, in the simulator, noise) keys: a FedAvg plan's seed is 0,
+  // so the round must go into them, or a device's noise would repeat and add up round after round.
+  REQUIRE(e.begin_round(fleet(8)).ok());
+  const crypto::key256 round2 = e.assignments()[0].rounding_key;
+  report_all_secure(e, [](std::size_t) { return 0.0f; });
+  REQUIRE(e.close_round(nullptr).ok());
+  REQUIRE(e.begin_round(fleet(8)).ok());
+  CHECK(e.assignments()[0].device == "d0");
+  CHECK(e.assignments()[0].rounding_key != round2);
   // Close to the Gaussian's at the same σ: the rounding costs S + √d over S.
   core::rdp_accountant gaussian;
   gaussian.compose(1.0, sigma, 1);

@@ -117,6 +117,19 @@ struct secure_outcome {
   std::string withheld;                      // why segments were withheld (empty: none)
 };
 
+// Differential privacy under secure aggregation (DESIGN §6; engine_dp.cpp): each device adds its share
+// of the noise in the ring, whose scale and shares follow from the configuration, the model's size
+// and the population alone, so that ε is known before a round. `summands`: the ring's fixed_point
+// summands; `limit`: steps per clip; `share`: each device's Skellam variance in steps²; `mechanism`:
+// what the accountant composes each round.
+struct private_ring {
+  std::uint64_t summands = 0;
+  double limit = 0;
+  double share = 0;
+  core::skellam_mechanism mechanism;
+};
+[[nodiscard]] core::result<private_ring> make_private_ring(const run_config& c, std::size_t params, std::size_t population);
+
 class engine {
  public:
   // `params`: the full model to start from; `completed`: rounds already done (from a checkpoint).
@@ -190,16 +203,7 @@ class engine {
   }
   // The clip the next round's changes get (dp.clip, or where adaptive clipping has moved it).
   [[nodiscard]] double dp_clip() const noexcept { return dp_clip_ > 0 ? dp_clip_ : config_.dp.clip; }
-  // Under secure aggregation each device adds its share of the noise in the ring (DESIGN §6): the
-  // ring's scale and each share follow from the configuration and the population alone, so that ε is
-  // known before a round. `summands`: the ring's fixed_point summands; `limit`: steps per clip;
-  // `share`: each device's Skellam variance in steps²; `mechanism`: what the accountant composes.
-  struct private_ring {
-    std::uint64_t summands = 0;
-    double limit = 0;
-    double share = 0;
-    core::skellam_mechanism mechanism;
-  };
+  // The ring of a private secure round for `population` registered devices (make_private_ring).
   [[nodiscard]] core::result<private_ring> private_ring_for(std::size_t population) const;
   // ε spent so far at dp.delta (+infinity without noise).
   [[nodiscard]] double epsilon() const;
