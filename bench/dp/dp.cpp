@@ -1,19 +1,23 @@
-// bench_dp — what client-level differential privacy costs in accuracy (tessera-sim, the hub adding the
-// noise): Fashion-MNIST 784-64-10, --devices devices holding 60 training examples each, each round
-// sampling every device with probability --q, changes clipped to --clip, noise σ·clip; the run stops
-// before ε passes each target (δ 1e-5) or after --rounds. For IST (--ist-groups groups) and FedAvg,
-// at ε ∈ {≈∞ (σ = 0.001: sampling and clipping, no meaningful noise), 8, 4, 2} with σ = --sigma:
-// the rounds the budget allows, the test accuracy at the end and the best seen, and the simulator's
-// peak memory.
-//   bench_dp [--devices 1000] [--q 0.05] [--sigma 1.0] [--clip 1.0] [--rounds 400] [--ist-groups 2]
+// bench_dp — what client-level differential privacy costs in accuracy (tessera-sim): Fashion-MNIST
+// 784-64-10, --devices devices holding 60 training examples each, each round sampling every device with
+// probability --q, changes clipped to --clip, --rounds rounds. For each target ε ∈ {≈∞, 8, 4, 2}
+// (δ 1e-5) the noise multiplier σ is the smallest that keeps the --rounds rounds within it (≈∞:
+// σ = 0.001, sampling and clipping without meaningful noise), for FedAvg and IST (--ist-groups
+// groups), with the noise added by the hub and — with secure aggregation — by the devices (Skellam
+// shares, each sum released from at least t = 70% of its expected contributors, so it carries about
+// 1/0.7 of the variance). Prints the ε spent, the test accuracy at the end and the best seen, and the
+// simulator's peak memory.
+//   bench_dp [--devices 1000] [--q 0.05] [--clip 1.0] [--rounds 400] [--ist-groups 2] [--noise hub|devices|both]
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "common/fleet_run.hpp"
+#include "tessera/core/rdp.hpp"
 #include "tessera/sim/shards.hpp"
 #include "tessera/sim/simulation.hpp"
 
@@ -25,18 +29,14 @@ using bench::must;
 
 struct options {
   std::size_t devices = 1000;
-  double q = 0.05, sigma = 1.0, clip = 1.0;
+  double q = 0.05, clip = 1.0;
   std::int64_t rounds = 400;
   std::size_t ist_groups = 2;
+  std::string noise = "both";
 };
 
-struct result {
-  std::int64_t rounds = 0;
-  double epsilon = 0, final_accuracy = 0, best_accuracy = 0, seconds = 0;
-  std::size_t clipped = 0, sampled = 0;
-};
-
-result run(const options& o, const std::string& strategy, double sigma, double target, const core::memory_table& train, core::memory_table& test) {
+// The run's configuration, σ left at 1.
+nlohmann::json config_of(const options& o, const std::string& strategy, bool devices_noise) {
   nlohmann::json j = {{"model", {{"inputs", 784}, {"hidden", {64}}, {"outputs", 10}}},
                       {"strategy", strategy},
                       {"devices", o.devices},
@@ -48,8 +48,48 @@ result run(const options& o, const std::string& strategy, double sigma, double t
                       {"seed", 3},
                       {"eval_every", 20},
                       {"data", {{"validation_fraction", 0}}},
-                      {"dp", {{"sample_rate", o.q}, {"noise_multiplier", sigma}, {"clip", o.clip}, {"delta", 1e-5}, {"target_epsilon", target}}}};
-  if (strategy == "ist") j["groups"] = o.ist_groups;
+                      {"dp", {{"sample_rate", o.q}, {"noise_multiplier", 1.0}, {"clip", o.clip}, {"delta", 1e-5}}}};
+  const std::size_t groups = strategy == "ist" ? o.ist_groups : 1;
+  if (strategy == "ist") j["groups"] = groups;
+  if (devices_noise) {
+    const double expected = o.q * static_cast<double>(o.devices) / static_cast<double>(groups);
+    const auto t = std::clamp<std::int64_t>(static_cast<std::int64_t>(0.7 * expected), 2, 64);
+    j["secure_aggregation"] = {{"replication", t}, {"threshold", t}};
+  }
+  return j;
+}
+
+// The smallest σ (to 0.1%) whose --rounds rounds stay within ε = target at δ 1e-5: the sampled
+// Gaussian's for the hub's noise, the sampled Skellam's (its ring from the same configuration) for
+// the devices'.
+double sigma_for(const options& o, const std::string& strategy, bool devices_noise, double target) {
+  nlohmann::json j = config_of(o, strategy, devices_noise);
+  const auto spent = [&](double sigma) {
+    if (!devices_noise) return core::rdp_accountant().epsilon_after(o.q, sigma, o.rounds, 1e-5).epsilon;
+    j["dp"]["noise_multiplier"] = sigma;
+    const auto cfg = must(sim::parse_sim_config(j, "bench_dp"));
+    const auto ring = must(rounds::make_private_ring(cfg, core::param_count(cfg.model.full_arch()), o.devices));
+    return core::rdp_accountant().epsilon_after(o.q, ring.mechanism, o.rounds, 1e-5).epsilon;
+  };
+  double lo = 0.05, hi = 50.0;
+  while (hi / lo > 1.001) {
+    const double mid = std::sqrt(lo * hi);
+    if (spent(mid) <= target) hi = mid;
+    else lo = mid;
+  }
+  return hi;
+}
+
+struct result {
+  std::int64_t rounds = 0;
+  double epsilon = 0, final_accuracy = 0, best_accuracy = 0, seconds = 0;
+  std::size_t clipped = 0, sampled = 0;
+};
+
+result run(const options& o, const std::string& strategy, bool devices_noise, double sigma, const core::memory_table& train,
+           core::memory_table& test) {
+  nlohmann::json j = config_of(o, strategy, devices_noise);
+  j["dp"]["noise_multiplier"] = sigma;
   auto cfg = must(sim::parse_sim_config(j, "bench_dp"));
   auto s = must(sim::simulation::create(cfg, train, &test));
   result r;
@@ -80,29 +120,34 @@ int main(int argc, char** argv) {
     };
     if (a == "--devices") o.devices = std::stoul(value());
     else if (a == "--q") o.q = std::stod(value());
-    else if (a == "--sigma") o.sigma = std::stod(value());
+    else if (a == "--noise") o.noise = value();
     else if (a == "--clip") o.clip = std::stod(value());
     else if (a == "--rounds") o.rounds = std::stoll(value());
     else if (a == "--ist-groups") o.ist_groups = std::stoul(value());
     else die("unknown option " + a + " (see the header of bench/dp/dp.cpp)");
   }
-  std::printf("bench_dp: Fashion-MNIST 784-64-10, %zu devices, q %.3g (about %.0f per round), clip %.3g, δ 1e-5, at most %lld rounds of "
-              "10 local steps\n\n",
+  std::printf("bench_dp: Fashion-MNIST 784-64-10, %zu devices, q %.3g (about %.0f per round), clip %.3g, δ 1e-5, %lld rounds of "
+              "10 local steps, σ per target\n\n",
               o.devices, o.q, o.q * static_cast<double>(o.devices), o.clip, static_cast<long long>(o.rounds));
   auto loaded = must(sim::load_sim_data(must(sim::parse_sim_config(nlohmann::json::object(), "defaults"))));
-  std::printf("| strategy | target ε | σ | rounds | ε spent | final accuracy | best accuracy | sampled per round | clipped | s/round |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| strategy | noise | target ε | σ | rounds | ε spent | final accuracy | best accuracy | sampled per round | clipped | s/round |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::vector<bool> modes;
+  if (o.noise != "devices") modes.push_back(false);
+  if (o.noise != "hub") modes.push_back(true);
   for (const std::string strategy : {"fedavg", "ist"})
+    for (const bool devices_noise : modes)
     for (const double target : {0.0, 8.0, 4.0, 2.0}) {
-      const double sigma = target == 0 ? 0.001 : o.sigma;
-      const result r = run(o, strategy, sigma, target, *loaded.train, *loaded.test);
+      const double sigma = target == 0 ? 0.001 : sigma_for(o, strategy, devices_noise, target);
+      const result r = run(o, strategy, devices_noise, sigma, *loaded.train, *loaded.test);
       char spent[32];
       std::snprintf(spent, sizeof spent, r.epsilon > 1e3 ? "%.1e" : "%.2f", r.epsilon);
-      std::printf("| %s%s | %s | %.3g | %lld | %s | %.2f%% | %.2f%% | %.1f | %.0f%% | %.3f |\n", strategy.c_str(),
-                  strategy == "ist" ? (" (" + std::to_string(o.ist_groups) + " groups)").c_str() : "",
+      std::printf("| %s%s | %s | %s | %.3g | %lld | %s | %.2f%% | %.2f%% | %.1f | %s | %.3f |\n", strategy.c_str(),
+                  strategy == "ist" ? (" (" + std::to_string(o.ist_groups) + " groups)").c_str() : "", devices_noise ? "devices" : "hub",
                   target == 0 ? "≈∞" : std::to_string(static_cast<int>(target)).c_str(), sigma, static_cast<long long>(r.rounds), spent,
                   100 * r.final_accuracy, 100 * r.best_accuracy, static_cast<double>(r.sampled) / static_cast<double>(std::max<std::int64_t>(1, r.rounds)),
-                  100.0 * static_cast<double>(r.clipped) / static_cast<double>(std::max<std::size_t>(1, r.sampled)),
+                  devices_noise ? "unseen" : (std::to_string(static_cast<int>(std::lround(100.0 * static_cast<double>(r.clipped) /
+                                                                                   static_cast<double>(std::max<std::size_t>(1, r.sampled))))) + "%").c_str(),
                   r.seconds / static_cast<double>(std::max<std::int64_t>(1, r.rounds)));
       std::fflush(stdout);
     }
