@@ -273,6 +273,26 @@ core::result<std::string> certificate_serial(const std::filesystem::path& cert_p
   return serial_hex(X509_get0_serialNumber(cert.value().get()));
 }
 
+core::result<std::string> certificate_serial_der(std::span<const std::uint8_t> der) {
+  const unsigned char* p = der.data();
+  x509_ptr cert(d2i_X509(nullptr, &p, static_cast<long>(der.size())));
+  if (!cert) return openssl_error("parse certificate");
+  return serial_hex(X509_get0_serialNumber(cert.get()));
+}
+
+core::result<std::set<std::string>> revoked_serials(const std::filesystem::path& crl_path, const std::filesystem::path& ca_cert_path) {
+  auto ca_cert = read_cert(ca_cert_path);
+  TESSERA_TRY(ca_cert);
+  auto crl = read_crl(crl_path);
+  TESSERA_TRY(crl);
+  if (X509_CRL_verify(crl.value().get(), X509_get0_pubkey(ca_cert.value().get())) != 1)
+    return make_error(errc::bad_format, crl_path.string() + " is not signed by " + ca_cert_path.string());
+  std::set<std::string> out;
+  if (STACK_OF(X509_REVOKED)* list = X509_CRL_get_REVOKED(crl.value().get()))
+    for (int i = 0; i < sk_X509_REVOKED_num(list); ++i) out.insert(serial_hex(X509_REVOKED_get0_serialNumber(sk_X509_REVOKED_value(list, i))));
+  return out;
+}
+
 core::result<std::vector<std::uint8_t>> certificate_der(const std::filesystem::path& cert_pem_path) {
   auto cert = read_cert(cert_pem_path);
   TESSERA_TRY(cert);

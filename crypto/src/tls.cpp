@@ -49,17 +49,22 @@ void* tls_context::native_handle_add_ref() const noexcept {
   return handle_.get();
 }
 
+// CRL_CHECK: the peer's serial is looked up in the CA's CRL, whose signature and dates are verified;
+// a missing or stale CRL fails closed.
+static core::result<void> check_against(SSL_CTX* c, const std::filesystem::path& crl_path) {
+  auto crl = read_crl(crl_path);
+  TESSERA_TRY(crl);
+  X509_STORE* store = SSL_CTX_get_cert_store(c);
+  if (X509_STORE_add_crl(store, crl.value().get()) != 1) return openssl_error("add CRL " + crl_path.string());
+  if (X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK) != 1) return openssl_error("CRL check flag");
+  return {};
+}
+
 core::result<tls_context> make_hub_tls(const hub_tls_files& files) {
   auto ctx = base_context(files.ca_cert, files.cert, files.key, X509_PURPOSE_SSL_CLIENT);
   TESSERA_TRY(ctx);
   SSL_CTX* c = ctx.value().get();
-  auto crl = read_crl(files.crl);
-  TESSERA_TRY(crl);
-  X509_STORE* store = SSL_CTX_get_cert_store(c);
-  if (X509_STORE_add_crl(store, crl.value().get()) != 1) return openssl_error("add CRL " + files.crl.string());
-  // CRL_CHECK: the leaf's serial is looked up in the CA's CRL, whose signature and dates are verified;
-  // a missing or stale CRL fails closed.
-  if (X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK) != 1) return openssl_error("CRL check flag");
+  TESSERA_TRY(check_against(c, files.crl));
   // No tickets and no session cache: every connection presents and verifies a certificate against the
   // current CRL.
   SSL_CTX_set_options(c, SSL_OP_NO_TICKET);
@@ -83,6 +88,7 @@ core::result<tls_context> make_agent_tls(const agent_tls_files& files) {
     if (X509_VERIFY_PARAM_set1_host(param, files.hub_name.c_str(), files.hub_name.size()) != 1)
       return openssl_error("hub name");
   }
+  if (!files.crl.empty()) TESSERA_TRY(check_against(ctx.value().get(), files.crl));
   return wrap(std::move(ctx).value());
 }
 

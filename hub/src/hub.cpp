@@ -9,6 +9,7 @@
 #include "tessera/core/file_io.hpp"
 #include "tessera/core/targets.hpp"
 #include "tessera/crypto/digest.hpp"
+#include "tessera/crypto/pki.hpp"
 #include "tessera/hub/error.hpp"
 #include "tessera/net/task.hpp"
 #include "tessera/rounds/error.hpp"
@@ -36,7 +37,7 @@ struct hub_service::upload_slot {
 };
 
 hub_service::hub_service(boost::asio::io_context& io, const hub_config& config, core::log_sink log)
-    : io_(io), config_(config), log_(std::move(log)), secure_timer_(io), wait_timer_(io), deadline_timer_(io) {}
+    : io_(io), config_(config), log_(std::move(log)), crl_timer_(io), secure_timer_(io), wait_timer_(io), deadline_timer_(io) {}
 
 hub_service::~hub_service() = default;
 
@@ -46,6 +47,7 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
   TESSERA_ASSIGN_OR_RETURN(h->tls_, crypto::make_hub_tls(config.tls));
   std::error_code ec;
   h->crl_time_ = std::filesystem::last_write_time(config.tls.crl, ec);
+  TESSERA_ASSIGN_OR_RETURN(h->revoked_, crypto::revoked_serials(config.tls.crl, config.tls.ca_cert));
   rounds::recorder_settings rs;
   if (!config.seal_key.empty()) {
     TESSERA_ASSIGN_OR_RETURN(rs.seal_key, crypto::sealing_key::load(config.seal_key));
@@ -146,6 +148,7 @@ core::result<std::uint16_t> hub_service::start() {
   waiting_ = true;
   waiting_since_ = clock_type::now();
   arm_wait_timer();
+  watch_revocations();
   return port;
 }
 
@@ -176,6 +179,11 @@ void hub_service::attach(const std::shared_ptr<net::session>& s) {
 
 void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::msg::hello& h) {
   const std::string& id = s->peer_device_id();
+  if (revoked_.contains(s->peer_serial())) {  // its handshake began under the list before
+    log(log_level::warning, "device " + id + ": HELLO with a revoked certificate (serial " + s->peer_serial() + "): refused");
+    s->refuse(net::errc::revoked, "this device's certificate is revoked", "revoked");
+    return;
+  }
   device_entry& d = devices_[id];
   if (d.session && d.session != s) d.session->close();  // a dead link the hub had not noticed yet
   const bool known = d.record.id == id;
@@ -412,19 +420,51 @@ void hub_service::maybe_start_round() {
   if (ready >= config_.max_devices || (waited && ready >= config_.min_devices)) start_round();
 }
 
+void hub_service::watch_revocations() {
+  crl_timer_.expires_after(std::chrono::milliseconds(250));
+  crl_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopping_) return;
+    reload_revocations();
+    if (!stopping_) watch_revocations();
+  });
+}
+
 void hub_service::reload_revocations() {
   std::error_code ec;
   const auto t = std::filesystem::last_write_time(config_.tls.crl, ec);
   if (ec || t == crl_time_) return;
   auto tls = crypto::make_hub_tls(config_.tls);
-  if (!tls) {
-    log(log_level::error, "revocation list changed but cannot be loaded (keeping the old one): " + tls.error().message);
+  auto serials = tls ? crypto::revoked_serials(config_.tls.crl, config_.tls.ca_cert) : core::result<std::set<std::string>>(tls.error());
+  if (!serials) {
+    log(log_level::error, "revocation list changed but cannot be loaded (keeping the old one): " + serials.error().message);
     return;
   }
   crl_time_ = t;
   tls_ = tls.value();
   server_->set_tls(tls_);
-  log(log_level::info, "revocation list reloaded from " + config_.tls.crl.string());
+  revoked_ = std::move(serials).value();
+  log(log_level::info, "revocation list reloaded from " + config_.tls.crl.string() + " (" + std::to_string(revoked_.size()) + " revoked)");
+  close_revoked();
+}
+
+// Sessions already open were verified against the old list: each whose certificate is revoked now
+// goes at once, and the round it was in stops waiting for it (its neurons keep their values).
+void hub_service::close_revoked() {
+  std::vector<std::string> gone;
+  for (auto& [id, d] : devices_) {
+    if (!d.session || !revoked_.contains(d.session->peer_serial())) continue;
+    log(log_level::warning, "device " + id + ": its certificate (serial " + d.session->peer_serial() + ") is revoked: session closed");
+    auto s = std::move(d.session);
+    s->refuse(net::errc::revoked, "this device's certificate is revoked", "revoked");
+    gone.push_back(id);
+  }
+  for (const auto& id : gone) {
+    if (stats_) drop_from_statistics(id, "its certificate is revoked");
+    if (eval_ && evaluating(id)) drop_from_evaluation(id, "its certificate is revoked");
+    if (rounds::assignment* a = engine_->in_round() ? engine_->find(id) : nullptr; a != nullptr && is_open(a->state))
+      engine_->refuse(*a, "its certificate is revoked");
+  }
+  if (!gone.empty() && engine_->in_round() && !eval_ && engine_->all_reported()) end_collection();
 }
 
 rounds::device_offer hub_service::offer_of(const std::string& id, const device_entry& d) {
@@ -560,6 +600,7 @@ void hub_service::stop() {
   wait_timer_.cancel();
   deadline_timer_.cancel();
   secure_timer_.cancel();
+  crl_timer_.cancel();
   for (auto& [id, d] : devices_) d.session.reset();
   if (server_) server_->stop();
   if (on_stopped_) on_stopped_();

@@ -76,12 +76,13 @@ void session::on_handshake(const boost::system::error_code& ec) {
     return;
   }
   if (role_ == role::hub) {
-    auto id = detail::peer_device_id(stream_.native_handle());
-    if (!id) {
-      fail(make_error(errc::no_device_id, id.error().message), close_mode::refuse);
+    auto peer = detail::peer_of(stream_.native_handle());
+    if (!peer) {
+      fail(make_error(errc::no_device_id, peer.error().message), close_mode::refuse);
       return;
     }
-    peer_id_ = std::move(id).value();
+    peer_id_ = std::move(peer.value().id);
+    peer_serial_ = std::move(peer.value().serial);
   }
   lifecycle_.handshake_done();
   activity_.last_rx = activity_.last_tx = clock::now();

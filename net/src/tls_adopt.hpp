@@ -11,6 +11,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include "tessera/crypto/pki.hpp"
 #include "tessera/crypto/tls.hpp"
 #include "tessera/net/error.hpp"
 
@@ -24,14 +25,23 @@ inline std::shared_ptr<boost::asio::ssl::context> adopt_tls(const crypto::tls_co
 
 // The device id in the peer's certificate (hub side, after the handshake): the identity a HELLO must
 // match, never what the peer claims.
-inline core::result<std::string> peer_device_id(SSL* ssl) {
+// The peer certificate's device id and serial (lowercase hex).
+struct peer_identity {
+  std::string id, serial;
+};
+inline core::result<peer_identity> peer_of(SSL* ssl) {
   const X509* cert = SSL_get0_peer_certificate(ssl);
   const int n = cert != nullptr ? i2d_X509(cert, nullptr) : 0;
   if (n <= 0) return make_error(errc::no_device_id, "no peer certificate");
   std::vector<std::uint8_t> der(static_cast<std::size_t>(n));
   unsigned char* p = der.data();
   if (i2d_X509(cert, &p) != n) return make_error(errc::no_device_id, "no peer certificate");
-  return crypto::device_id_from_der(der);
+  peer_identity out;
+  TESSERA_ASSIGN_OR_RETURN(out.id, crypto::device_id_from_der(der));
+  auto serial = crypto::certificate_serial_der(der);
+  if (!serial) return make_error(errc::no_device_id, serial.error().message);
+  out.serial = std::move(serial).value();
+  return out;
 }
 
 }  // namespace tessera::net::detail

@@ -169,14 +169,13 @@ TEST_CASE("federation: NaN, wrong-size and stale updates are refused with their 
     io.run_for(10ms);
   };
 
-  // Revoked during round 2: the hub reloads the list at the start of a round (round 3), for new
+  // Revoked during round 2: the hub sees the list change within a quarter second and uses it for new
   // connections; the crafted devices hold round 3 open meanwhile, so the hub is up for the probe.
   REQUIRE_MESSAGE(eventually([&] { return !read_metrics(f.file("metrics.jsonl")).empty() || !hub.process.running(); }, 60s, pump),
                   "round 1 did not complete within 60 s");
   f.revoke(revoked);
   for (auto* c : crafted) c->hold_after(2);
   REQUIRE_MESSAGE(wait_for_log(hub.process, "revocation list reloaded", 30s, 1, pump), "the hub did not reload the revocation list");
-  CHECK(read_metrics(f.file("metrics.jsonl")).size() == 2);
   const handshake_probe probe = try_connect(f, revoked, hub.port);
   CHECK_FALSE(probe.welcomed);
   REQUIRE(probe.closed.has_value());

@@ -18,6 +18,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -69,6 +71,12 @@ struct issue_options {
 [[nodiscard]] core::result<void> revoke(const ca_files& ca, std::string_view serial_hex);
 // The serial of a PEM certificate file, lowercase hex.
 [[nodiscard]] core::result<std::string> certificate_serial(const std::filesystem::path& cert_pem);
+// The serial of a DER certificate (a TLS peer's), lowercase hex.
+[[nodiscard]] core::result<std::string> certificate_serial_der(std::span<const std::uint8_t> der);
+// The serials a CRL revokes, lowercase hex, after checking that `ca_cert` signed it (errc::bad_format
+// naming the file otherwise): a file anyone could write revokes nothing.
+[[nodiscard]] core::result<std::set<std::string>> revoked_serials(const std::filesystem::path& crl_pem,
+                                                                  const std::filesystem::path& ca_cert);
 // The DER encoding of a PEM certificate file (what a TLS peer presents).
 [[nodiscard]] core::result<std::vector<std::uint8_t>> certificate_der(const std::filesystem::path& cert_pem);
 

@@ -37,6 +37,7 @@ struct agent_tls_files {
   std::filesystem::path cert{};
   std::filesystem::path key{};
   std::string hub_name{};  // DNS name or IP literal the hub's certificate must carry
+  std::filesystem::path crl{};  // optional: the CA's revocation list, checked against the hub's certificate
 };
 
 // An immutable, shareable TLS configuration (an SSL_CTX underneath). Cheap to copy.

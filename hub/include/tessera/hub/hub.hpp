@@ -185,7 +185,11 @@ class hub_service {
   void end_secure_step();
   void send_secure_step(device_entry& d, const std::string& id);  // the current step's message, to one device
   [[nodiscard]] bool secure_step_done() const;
+  // The CRL is polled every 250 ms and at every round start: when it changed, new connections get it,
+  // and every open session whose certificate it now revokes is closed, its assignment ended.
+  void watch_revocations();
   void reload_revocations();
+  void close_revoked();
   void finish(const std::string& failure);
 
   boost::asio::io_context& io_;
@@ -194,6 +198,8 @@ class hub_service {
   std::function<void()> on_stopped_;
   crypto::tls_context tls_;
   std::filesystem::file_time_type crl_time_{};
+  std::set<std::string> revoked_;  // the serials the CRL revokes (lowercase hex)
+  boost::asio::steady_timer crl_timer_;
   std::shared_ptr<net::server> server_;
   std::unique_ptr<rounds::engine> engine_;
   std::optional<rounds::recorder> recorder_;

@@ -47,6 +47,7 @@ enum class errc {
   connection_lost,     // the transport failed (reset, truncated TLS stream)
   stopped,             // closed by our side (server stop, session close)
   connect_failed,      // resolve or connect failed (client)
+  revoked,             // the peer's certificate was revoked while it was connected
 };
 
 [[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.net"
