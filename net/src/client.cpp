@@ -93,10 +93,11 @@ void client::on_connected(const boost::system::error_code& ec) {
   current_ = s;
   // Runs inside the session's finish(), on its strand, so its fields are read race-free here.
   s->on_finished_ = [self = shared_from_this(), raw = s.get()] {
-    const bool was_open = raw->lifecycle_.ever_established();
+    const bool was_open = raw->lifecycle_.heard_from_peer();
     core::error why = raw->lifecycle_.reason();
     asio::post(self->strand_, [self, was_open, why = std::move(why)] {
-      // A session that got through its handshake proves the path works: start the backoff over.
+      // A session that got a message from the hub proves the path works: start the backoff over. (A
+      // finished TLS handshake does not: a revoked certificate is refused right after it.)
       if (was_open) self->failures_ = 0;
       if (self->stopped_) return;
       self->schedule_retry(why);

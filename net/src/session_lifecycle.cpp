@@ -59,13 +59,17 @@ core::result<void> session_lifecycle::admit(const message& m, const std::string&
   if (!allowed_for(role_, t) || (state_ == session_state::open && is_hello))
     return make_error(errc::unexpected_message, std::string(to_string(t)) + " is not expected by the " +
                                                     (role_ == role::hub ? "hub" : "agent"));
-  if (state_ != session_state::greeting) return {};
+  if (state_ != session_state::greeting) {
+    heard_from_peer_ = true;
+    return {};
+  }
   if (!is_hello) return make_error(errc::unexpected_message, std::string(to_string(t)) + " before HELLO");
   const auto& h = std::get<msg::hello>(m);
   if (h.device_id != peer_id)
     return make_error(errc::identity_mismatch,
                       "HELLO claims device '" + h.device_id + "' but the certificate is '" + peer_id + "'");
   state_ = session_state::open;
+  heard_from_peer_ = true;
   return {};
 }
 

@@ -83,6 +83,9 @@ class session_lifecycle {
   [[nodiscard]] bool stopped() const noexcept { return closing() || closed(); }
   // The handshake completed at some point (a client then resets its backoff).
   [[nodiscard]] bool ever_established() const noexcept { return ever_established_; }
+  // Whether a message from the peer was ever admitted: in TLS 1.3 a client's handshake completes
+  // before the server has checked its certificate, so only a message proves the server took it.
+  [[nodiscard]] bool heard_from_peer() const noexcept { return heard_from_peer_; }
   // Why it closes: set by the first close(); errc::stopped "closed" if none was given.
   [[nodiscard]] const core::error& reason() const noexcept { return reason_; }
   [[nodiscard]] clock::time_point close_started() const noexcept { return close_started_; }
@@ -112,6 +115,7 @@ class session_lifecycle {
   role role_;
   session_state state_ = session_state::created;
   bool ever_established_ = false;
+  bool heard_from_peer_ = false;
   core::error reason_;
   clock::time_point close_started_{};
 };
