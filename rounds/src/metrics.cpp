@@ -28,6 +28,8 @@ nlohmann::json round_metrics::to_json() const {
   if (refused) j["refused"] = *refused;
   if (rejected) j["rejected"] = *rejected;
   if (resent_bytes) j["resent_bytes"] = *resent_bytes;
+  if (update_norm_max) j["update_norm_max"] = *update_norm_max;
+  if (updates_bounded) j["updates_bounded"] = *updates_bounded;
   j["secure_aggregation"] = secagg_dropped.has_value();
   if (secagg_dropped) {
     j["secagg_dropped"] = *secagg_dropped;

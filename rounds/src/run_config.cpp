@@ -45,6 +45,12 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
                            "hub's when it has one)");
   c.min_stats_examples = r.integer("min_stats_examples", 10, 1, INT64_MAX,
                                    "model.input_normalization standardize: devices with fewer examples are not asked for statistics");
+  c.max_update_norm = r.number("max_update_norm", 0.0, 0.0, 1e12,
+                               "an update's change may have at most this L2 norm (0: k·max(4, the sent subnet's norm), k = 4·max(1, lr / (1 − momentum) / 0.5))");
+  c.max_update_abs = r.number("max_update_abs", 0.0, 0.0, 1e12,
+                              "no value of an update may change by more than this (0: k·max(1, the sent subnet's largest value))");
+  c.update_bound = r.choice("update_bound", update_bound_kind::reject, k_update_bound_names,
+                            "an update past the bounds: reject it, clip it into them, or off (no bounds)");
   if (const auto* sa = r.object("secure_aggregation", "masked uploads: the hub learns only sums over several devices")) {
     core::config_reader sr = r.child("secure_aggregation", *sa);
     secure_aggregation_config& s = c.secure_aggregation;

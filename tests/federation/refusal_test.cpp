@@ -21,7 +21,7 @@ namespace {
 
 namespace asio = boost::asio;
 
-enum class fault { nan_value, wrong_size, stale_round };
+enum class fault { nan_value, wrong_size, stale_round, huge_values };
 
 crypto::tls_context device_tls(const fleet& f, const std::string& id) {
   auto tls = test_pki::in(f.file("pki")).agent_tls(id);
@@ -36,6 +36,8 @@ crypto::tls_context device_tls(const fleet& f, const std::string& id) {
 //   stale_round  an UPDATE for the round before the open one: refused; then it sends the subnet back
 //                unchanged for the right round, which must be accepted (a refusal does not end the
 //                assignment)
+//   huge_values  every value 1e30 and the output bias (the last ten) 3e38: finite, the right size and
+//                digest, refused by the update bound
 // hold_after(r) (scripted_agent's) makes it sit on assignments of later rounds (downloaded, unanswered)
 // until the hold is raised, so a test can keep the hub in a round of its choosing. Its handlers run on
 // the test thread, inside io.run_for(): no locks.
@@ -75,6 +77,14 @@ class crafted_agent : public scripted_agent {
         return reply::upload(j, std::move(bytes));
       case fault::stale_round:
         break;
+      case fault::huge_values: {
+        const std::size_t n = bytes.size() / sizeof(float);
+        for (std::size_t i = 0; i < n; ++i) {
+          const float v = i + 10 >= n ? 3e38f : 1e30f;
+          std::memcpy(bytes.data() + 4 * i, &v, sizeof v);
+        }
+        return reply::upload(j, std::move(bytes));
+      }
     }
     net::msg::update u = honest_update(j, j.assign.size, j.assign.sha256);
     u.round = j.assign.round - 1;
@@ -251,6 +261,77 @@ TEST_CASE("federation: NaN, wrong-size and stale updates are refused with their 
     CHECK(retry.round == round);
     CHECK(retry.accepted);
     CHECK(retry.code.empty());
+  }
+}
+
+}  // namespace tessera::testing
+
+namespace tessera::testing {
+
+TEST_CASE("federation: a rogue device uploading 1e30 and an output bias of 3e38 is rejected; the model is the run's without it") {
+  constexpr int rounds = 3;
+  const std::vector<std::string> real{"device-0", "device-1"};
+  fleet f("fed_rogue");
+  INFO(f.diagnostics());
+  f.make_pki({real[0], real[1], "rogue"});
+  const nlohmann::json train = f.write_subset("train", 3000), validation = f.write_subset("t10k", 1000);
+  const auto data = f.make_shards({{"devices", 2}, {"seed", 5}, {"data", {{"train", train}}}});
+  const auto hub_config = [&](int devices, const std::string& tag) -> nlohmann::json {
+    return {{"model", {{"inputs", 784}, {"hidden", {64}}, {"outputs", 10}}},
+            {"strategy", "fedavg"},
+            {"rounds", rounds},
+            {"local_steps", 50},
+            {"batch", 32},
+            {"lr", 0.05},
+            {"seed", 5},
+            {"min_devices", devices},
+            {"max_devices", devices},
+            {"device_wait_s", 60},
+            {"round_deadline_s", 60},
+            {"validation", validation},
+            {"metrics", f.file(tag + ".jsonl")}};
+  };
+  const auto run = [&](bool with_rogue) {
+    const std::string tag = with_rogue ? "with" : "without";
+    hub_handle hub = f.start_hub("hub-" + tag, hub_config(with_rogue ? 3 : 2, tag));
+    std::vector<child_process*> agents;
+    for (std::size_t d = 0; d < real.size(); ++d) agents.push_back(&f.start_agent(real[d] + "-" + tag, f.agent_config(real[d], data[d], hub.port)));
+    asio::io_context io;
+    std::optional<crafted_agent> rogue;
+    if (with_rogue) {
+      rogue.emplace(io, f, "rogue", fault::huge_values, hub.port);
+      rogue->start();
+    }
+    const bool finished = eventually([&] { return !hub.process.running(); }, 120s, [&io] {
+      io.restart();
+      io.run_for(10ms);
+    });
+    REQUIRE_MESSAGE(finished, "the hub did not finish within 120 s");
+    CHECK(hub.process.exit_code() == 0);
+    if (rogue) {
+      REQUIRE(rogue->verdicts().size() == rounds);
+      for (const auto& v : rogue->verdicts()) {
+        CAPTURE(v.reason);
+        CHECK_FALSE(v.accepted);
+        CHECK(v.code == "rounds.update_out_of_bounds");
+        CHECK(v.reason.find("max_update_norm") != std::string::npos);
+      }
+      for (auto* a : agents) CHECK(count_of(a->err(), "rejected") == 0);
+    }
+    for (auto* a : agents) a->kill();
+    return read_metrics(f.file(tag + ".jsonl"));
+  };
+  const auto with = run(true);
+  const auto without = run(false);
+  REQUIRE(with.size() == rounds);
+  REQUIRE(without.size() == rounds);
+  for (int r = 0; r < rounds; ++r) {
+    CAPTURE(r + 1);
+    const double a = with[static_cast<std::size_t>(r)].at("test_accuracy").get<double>();
+    const double b = without[static_cast<std::size_t>(r)].at("test_accuracy").get<double>();
+    MESSAGE("round " << r + 1 << ": accuracy " << 100 * a << "% with the rogue, " << 100 * b << "% without");
+    CHECK(std::abs(a - b) <= 0.005);
+    CHECK(with[static_cast<std::size_t>(r)].at("rejected") == 1);
   }
 }
 

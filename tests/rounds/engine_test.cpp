@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -19,9 +20,11 @@ using namespace tessera;
 
 namespace {
 
+// The tests' devices add a constant to every value, far beyond what training moves: the update bounds
+// are off here and tested on their own below ("engine bounds: ...").
 rounds::run_config config(nlohmann::json extra = nlohmann::json::object()) {
   nlohmann::json j = {{"model", {{"inputs", 64}, {"hidden", {256, 256}}, {"outputs", 10}}},
-                      {"local_steps", 5}, {"batch", 16}, {"min_width", 8}, {"rounds", 3}};
+                      {"local_steps", 5}, {"batch", 16}, {"min_width", 8}, {"rounds", 3}, {"update_bound", "off"}};
   j.update(extra);
   core::config_reader r(j, "run.json");
   rounds::run_config c;
@@ -613,4 +616,83 @@ TEST_CASE("engine: a change beyond the clip is clipped, counted, and applied at 
   const auto after = e.params();
   for (std::size_t i = 0; i < after.size(); ++i)
     if (after[i] != before[i]) REQUIRE(std::abs(after[i] - before[i] - 0.1f) < 1e-6f);
+}
+
+TEST_CASE("engine bounds: a change past max_update_norm or max_update_abs is rejected with its figures, or clipped and counted") {
+  // Two FedAvg devices: one honest (a small change), one sending 1e30 everywhere and 3e38 in the output
+  // bias — finite, the right size and digest, and useless.
+  const auto run = [](const std::string& mode) {
+    auto e = engine_for(config({{"strategy", "fedavg"}, {"update_bound", mode}}));
+    const std::vector<float> before(e.params().begin(), e.params().end());
+    REQUIRE(e.begin_round({offer("honest", 64u << 20), offer("rogue", 64u << 20)}).ok());
+    train_and_report(e, e.assignments()[0], 0.001f, 80);
+    auto& a = e.assignments()[1];
+    std::vector<std::byte> down(a.blob_bytes);
+    REQUIRE(e.encode_download(a, down).ok());
+    REQUIRE(e.sent(a).ok());
+    REQUIRE(e.downloaded(a).ok());
+    std::vector<float> values(core::param_count(a.sub.arch), 1e30f);
+    const std::size_t bias = core::param_slots(a.sub.arch).back().bias;
+    for (std::size_t i = bias; i < values.size(); ++i) values[i] = 3e38f;
+    REQUIRE(e.announce(a, claim_for(e, a, 80)).ok());
+    const auto got = e.receive(a, encoded(a, values));
+    const auto m = e.close_round(nullptr);
+    REQUIRE(m.ok());
+    return std::tuple(got, m.value(), before, std::vector<float>(e.params().begin(), e.params().end()));
+  };
+  SUBCASE("reject: the rogue's update is out, the model is the honest device's") {
+    const auto [got, m, before, after] = run("reject");
+    REQUIRE_FALSE(got.ok());
+    CHECK(got.error().code == rounds::errc::update_out_of_bounds);
+    CHECK(got.error().message.find("L2 norm") != std::string::npos);
+    CHECK(got.error().message.find("max_update_norm") != std::string::npos);
+    CHECK(m.rejected.value_or(0) == 0);  // the engine counts; the hub's faults carry it
+    for (std::size_t i = 0; i < before.size(); ++i) CHECK(std::abs(after[i] - before[i] - 0.001f) < 1e-6f);
+    CHECK(*m.update_norm_max == doctest::Approx(0.001 * std::sqrt(static_cast<double>(before.size()))).epsilon(1e-3));
+    CHECK(*m.updates_bounded == 0);
+  }
+  SUBCASE("clip: the rogue's change is scaled to the norm and clamped to the largest value, and counted") {
+    const auto [got, m, before, after] = run("clip");
+    REQUIRE(got.ok());
+    CHECK(*m.updates_bounded == 1);
+    double sq = 0, largest = 0;
+    for (std::size_t i = 0; i < before.size(); ++i) {
+      const double d = static_cast<double>(after[i]) - before[i];
+      sq += d * d;
+      largest = std::max(largest, std::abs(d));
+    }
+    // The mean of the honest change and the clipped one: finite, within half the bound and a bit.
+    CHECK(std::isfinite(sq));
+    CHECK(*m.update_norm_max > 0);
+    CHECK(std::sqrt(sq) <= 0.5 * *m.update_norm_max + 0.001 * std::sqrt(static_cast<double>(before.size())) + 1e-3);
+    // The default bound at lr 0.05, momentum 0.9: k = 4, times max(1, the largest sent value).
+    double sent_largest = 0;
+    for (const float v : before) sent_largest = std::max(sent_largest, static_cast<double>(std::abs(v)));
+    CHECK(largest <= 0.5 * 4.0 * std::max(1.0, sent_largest) + 0.001 + 1e-4);
+    CHECK(largest >= 0.5 * 4.0 * std::max(1.0, sent_largest) - 1e-3);  // the clamp, not less
+  }
+}
+
+TEST_CASE("engine bounds: explicit bounds apply as given; an honest change within them is untouched") {
+  auto e = engine_for(config({{"strategy", "fedavg"}, {"update_bound", "reject"}, {"max_update_norm", 0.5}, {"max_update_abs", 0.01}}));
+  REQUIRE(e.begin_round({offer("a", 64u << 20)}).ok());
+  auto& a = e.assignments()[0];
+  std::vector<std::byte> down(a.blob_bytes);
+  REQUIRE(e.encode_download(a, down).ok());
+  REQUIRE(e.sent(a).ok());
+  REQUIRE(e.downloaded(a).ok());
+  std::vector<float> values(core::param_count(a.sub.arch));
+  REQUIRE(core::decode(a.sub.arch, a.codec, down, values).ok());
+  values[7] += 0.02f;  // one value past max_update_abs, the norm well within
+  REQUIRE(e.announce(a, claim_for(e, a)).ok());
+  const auto got = e.receive(a, encoded(a, values));
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.error().message.find("largest value 0.02") != std::string::npos);
+  CHECK(got.error().message.find("(max_update_abs 0.01)") != std::string::npos);
+  REQUIRE(e.close_round(nullptr).ok());
+  REQUIRE(e.begin_round({offer("a", 64u << 20)}).ok());
+  train_and_report(e, e.assignments()[0], 0.001f, 0);
+  const auto m = e.close_round(nullptr);
+  REQUIRE(m.ok());
+  CHECK(*m.value().updates_bounded == 0);
 }

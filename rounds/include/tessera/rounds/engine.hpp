@@ -117,6 +117,12 @@ struct secure_outcome {
   std::string withheld;                      // why segments were withheld (empty: none)
 };
 
+// The bounds an update's change is held to (run_config::max_update_norm, max_update_abs).
+struct update_bounds {
+  double norm = 0;
+  double abs = 0;
+};
+
 // Differential privacy under secure aggregation (DESIGN §6; engine_dp.cpp): each device adds its share
 // of the noise in the ring, whose scale and shares follow from the configuration, the model's size
 // and the population alone, so that ε is known before a round. `summands`: the ring's fixed_point
@@ -249,6 +255,8 @@ class engine {
 
  private:
   [[nodiscard]] core::result<void> move(assignment& a, assignment_event e);
+  [[nodiscard]] update_bounds bounds_for(std::span<const float> sent, const core::sgd_options& sgd) const noexcept;
+  [[nodiscard]] core::result<void> bound_update(assignment& a);
   [[nodiscard]] core::result<void> plan_secure(const core::round_plan& plan);
   [[nodiscard]] core::result<void> apply_secure_sums();
   [[nodiscard]] std::size_t dp_population(std::size_t offered) const noexcept;
@@ -274,6 +282,8 @@ class engine {
   std::vector<assignment> assignments_;
   core::aggregator aggregator_;
   std::size_t folded_ = 0;          // assignments [0, folded_) are in the round's sums
+  double update_norm_max_ = 0;      // the largest accepted change's L2 norm this round
+  std::size_t updates_bounded_ = 0; // updates clipped into the bounds this round
   double loss_weighted_ = 0;
   std::int64_t examples_ = 0;
   early_stop stopping_;

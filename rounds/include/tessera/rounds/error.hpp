@@ -31,6 +31,7 @@ enum class errc {
   fleet_too_small,       // secure aggregation: too few devices to give every group its replication
   secure_step,           // secure aggregation: a protocol message that does not fit the round
   privacy_budget,        // differential privacy: the next round would take ε past dp.target_epsilon
+  update_out_of_bounds,  // an update's change passes max_update_norm or max_update_abs
 };
 
 [[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.rounds"

@@ -34,6 +34,10 @@ struct round_metrics {
   // refused their assignment, updates rejected, and blob bytes sent again after broken links.
   std::optional<std::size_t> stragglers, refused, rejected;
   std::optional<std::uint64_t> resent_bytes;
+  // Plain rounds: the largest L2 norm of an accepted change (trained − sent), and updates clipped into
+  // max_update_norm / max_update_abs (update_bound: clip).
+  std::optional<double> update_norm_max;
+  std::optional<std::size_t> updates_bounded;
   std::uint64_t plan_seed = 0;
   // Secure aggregation (absent without it): assigned devices whose masked input is not in the sums,
   // values the devices' clip saturated, and segments (groups, shared parameters) withheld for having

@@ -36,6 +36,11 @@ inline constexpr auto k_fleet_strategy_names = core::names_in_order<strategy_kin
 enum class patience_kind { automatic, validation, federated };
 inline constexpr auto k_patience_names = core::names_in_order<patience_kind>({"auto", "validation", "federated"});
 
+// What happens to an update whose change (trained − what the device was sent) passes the bounds:
+// rejected with the reason, scaled and clamped into them (and counted), or nothing (no bound).
+enum class update_bound_kind { reject, clip, off };
+inline constexpr auto k_update_bound_names = core::names_in_order<update_bound_kind>({"reject", "clip", "off"});
+
 // Secure aggregation (crypto/secagg.hpp, DESIGN §6): the hub learns only sums of replicated groups.
 // Every IST group is trained by at least `replication` devices (the plan has ⌊devices / replication⌋
 // groups); a group's (and the shared parameters') sum is released only from `threshold` or more
@@ -97,6 +102,12 @@ struct run_config {
   patience_kind patience_on = patience_kind::automatic;
   std::int64_t min_stats_examples = 10;  // devices with fewer are not asked for statistics
   bool input_normalization_given = false;  // model.input_normalization was in the configuration
+  // Bounds on an update's change against what the device was sent (plain rounds: a masked upload is
+  // bounded per value by secure_aggregation.clip): its L2 norm and its largest value. 0: derived from
+  // the sent subnet (engine::update_bounds).
+  double max_update_norm = 0;
+  double max_update_abs = 0;
+  update_bound_kind update_bound = update_bound_kind::reject;
   secure_aggregation_config secure_aggregation;
   dp_config dp;
   std::string metrics_path;          // JSON lines; empty: none
