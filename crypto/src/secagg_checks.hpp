@@ -13,6 +13,8 @@ namespace tessera::crypto::detail {
 inline core::result<void> check_noise(const secagg_params& p) {
   if (!(p.noise >= 0 && p.noise <= k_max_skellam_variance))
     return make_error(errc::invalid_argument, "a noise variance of " + std::to_string(p.noise) + " ring steps² (0 to 2^50)");
+  if (!(p.fitted_value >= 0 && p.fitted_value <= p.clip))
+    return make_error(errc::invalid_argument, "a fitted-change value of " + std::to_string(p.fitted_value) + " outside [0, clip]");
   return {};
 }
 

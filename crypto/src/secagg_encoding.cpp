@@ -77,8 +77,11 @@ core::result<std::vector<std::vector<float>>> secagg_weighted_input(std::span<co
 }
 
 core::result<std::vector<std::vector<float>>> secagg_change_input(std::span<const float> received, std::span<const float> trained,
-                                                                  const secagg_params& p, std::span<const std::uint32_t> segments) {
-  return segment_inputs(received, trained, 1.0, false, p, segments);
+                                                                  const secagg_params& p, std::span<const std::uint32_t> segments,
+                                                                  bool fitted) {
+  TESSERA_ASSIGN_OR_RETURN(auto in, segment_inputs(received, trained, 1.0, false, p, segments));
+  if (p.fitted_value > 0 && !in.empty()) in.back().back() = static_cast<float>(fitted ? p.fitted_value : -p.fitted_value);
+  return in;
 }
 
 core::result<secagg_encoded> secagg_encode(const secagg_params& p, std::size_t summands, std::span<const std::uint32_t> segments,

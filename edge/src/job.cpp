@@ -141,7 +141,7 @@ core::result<void> job::masked() {
   TESSERA_ASSERT(at_ == stage::masking && secure_);
   const double most = static_cast<double>(task_.steps) * static_cast<double>(task_.batch);
   const double weight = most > 0 ? std::min(1.0, static_cast<double>(report_.examples) / most) : 0.0;
-  TESSERA_TRY(secure_->mask(arena_->params(), weight));
+  TESSERA_TRY(secure_->mask(arena_->params(), weight, !report_.clipped));
   const auto upload = secure_->upload();
   prepare_upload(report_, upload, crypto::sha256_of(upload), secure_->clipped());
   return {};

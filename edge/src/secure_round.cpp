@@ -50,13 +50,13 @@ core::result<void> secure_round::on_inbox(const net::msg::secagg_inbox& in) {
 
 void secure_round::keep_received(std::span<const float> params) { received_.assign(params.begin(), params.end()); }
 
-core::result<void> secure_round::mask(std::span<const float> trained, double weight) {
+core::result<void> secure_round::mask(std::span<const float> trained, double weight, bool fitted) {
   if (at_ != stage::shared || !inbox_) return make_error(errc::secure_step, "masking before the shares arrived");
   std::vector<std::vector<float>> input;
   {
     // Under differential privacy the change goes in unweighted (its L2 norm already clipped by the
     // training task), and secagg_client::mask adds this device's share of the noise.
-    auto in = s_.params.noise > 0 ? crypto::secagg_change_input(received_, trained, s_.params, s_.segments)
+    auto in = s_.params.noise > 0 ? crypto::secagg_change_input(received_, trained, s_.params, s_.segments, fitted)
                                   : crypto::secagg_weighted_input(received_, trained, weight, s_.params, s_.segments);
     if (!in) return make_error(errc::training_failed, "the update: " + in.error().message);
     input = std::move(in).value();

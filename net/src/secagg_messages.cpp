@@ -153,6 +153,7 @@ json secure_assign_object(const msg::secure_assign& s) {
           {"rounding_key", b64(s.rounding_key)}, {"upload_size", s.upload_size}};
   if (s.params.summands > 0) j["summands"] = s.params.summands;
   if (s.params.noise > 0) j["noise"] = s.params.noise;
+  if (s.params.fitted_value > 0) j["fitted_value"] = s.params.fitted_value;
   return j;
 }
 
@@ -179,6 +180,11 @@ void read_secure_assign(reader& r, msg::secure_assign& s) {
       s.params.noise = sr.finite("noise");
       if (!sr.failed() && !(s.params.noise > 0 && s.params.noise <= crypto::k_max_skellam_variance))
         sr.fail("noise", "a variance outside (0, 2^50] ring steps²");
+    }
+    if (sr.has("fitted_value")) {  // adaptive clipping: ± this in the last segment's weight value
+      s.params.fitted_value = sr.finite("fitted_value");
+      if (!sr.failed() && !(s.params.fitted_value > 0 && s.params.fitted_value <= s.params.clip))
+        sr.fail("fitted_value", "outside (0, clip]");
     }
     s.rounding_key = key32(sr, "rounding_key");
     s.upload_size = sr.u64("upload_size");

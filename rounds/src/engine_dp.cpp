@@ -124,7 +124,23 @@ double engine::change_noise_multiplier() const noexcept {
 // √d within 0.1% of S, and 2^24 / σ keeps a device's Poisson means below 2^47.
 core::result<private_ring> make_private_ring(const run_config& c, std::size_t params, std::size_t population) {
   const auto& sa = c.secure_aggregation;
-  const double sigma = c.dp.noise_multiplier;
+  // Adaptive clipping: the changes' noise is raised to σ_Δ and the count rides in the ring as ±(k/2)·C
+  // per device, k = σ_Δ / σ_b, so that one device moves the vector by C·√(1 + k²/4) and the pair costs
+  // what σ alone would: σ_Δ⁻²(1 + k²/4) = σ_Δ⁻² + (2σ_b)⁻² = σ⁻² (Andrew et al., Theorem 1).
+  double sigma = c.dp.noise_multiplier, half_k = 0;
+  if (c.dp.adaptive_clip) {
+    const double b = c.dp.count_noise > 0 ? c.dp.count_noise : c.dp.sample_rate * static_cast<double>(population) / 20.0;
+    const double rest = 1.0 / (sigma * sigma) - 1.0 / (4.0 * b * b);
+    if (!(rest > 0)) return make_error(errc::privacy_budget, "dp.adaptive_clip.count_noise must exceed noise_multiplier / 2");
+    sigma = 1.0 / std::sqrt(rest);
+    half_k = sigma / b / 2.0;
+    if (half_k > 1.0) {
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "dp.adaptive_clip.count_noise %.4g: under secure aggregation the count rides in the ring and needs at least σ_Δ / 2 = %.4g",
+                    b, sigma / 2.0);
+      return make_error(errc::privacy_budget, buf);
+    }
+  }
   const auto t = static_cast<double>(sa.min_aggregate());
   const auto dims = static_cast<double>(params);
   const auto n = static_cast<double>(std::max<std::size_t>(population, 1));
@@ -145,8 +161,12 @@ core::result<private_ring> make_private_ring(const run_config& c, std::size_t pa
   r.summands = static_cast<std::uint64_t>(summands);
   r.limit = static_cast<double>(fp.value().limit());
   r.share = (sigma * r.limit) * (sigma * r.limit) / t;
-  const double l2 = r.limit + std::sqrt(dims);
-  r.mechanism = {.l1 = std::min(std::sqrt(dims), l2) * l2, .l2 = l2, .variance = (sigma * r.limit) * (sigma * r.limit)};
+  // The count value is one more coordinate for the rounding.
+  const double rounded = std::sqrt(dims + (half_k > 0 ? 1.0 : 0.0));
+  const double l2 = r.limit * std::sqrt(1.0 + half_k * half_k) + rounded;
+  r.mechanism = {.l1 = std::min(rounded, l2) * l2, .l2 = l2, .variance = (sigma * r.limit) * (sigma * r.limit)};
+  r.fitted_per_clip = half_k;
+  r.change_sigma = sigma;
   return r;
 }
 
@@ -254,10 +274,17 @@ core::result<void> engine::apply_private_sums(round_metrics& m) {
   }
   if (d.adaptive_clip) {
     // The share of contributors whose change fitted, noised and over the expected count; the clip
-    // moves geometrically toward the target quantile.
+    // moves geometrically toward the target quantile. Under secure aggregation the count is the
+    // released sum of the devices' ±(k/2)·C values (noised by them); withheld, the clip stays.
     const double expected = d.sample_rate * static_cast<double>(dp_population(assignments_.size()));
-    const double fitted = static_cast<double>(dp_accepted_ - dp_clipped_) + count_noise() * noise.next();
-    dp_clip_ = clip * std::exp(-d.clip_learning_rate * (fitted / expected - d.target_quantile));
+    std::optional<double> fitted;
+    if (hub_noise) {
+      fitted = static_cast<double>(dp_accepted_ - dp_clipped_) + count_noise() * noise.next();
+    } else if (secure_outcome_.count_sum) {
+      TESSERA_ASSIGN_OR_RETURN(const private_ring ring, private_ring_for(dp_population(assignments_.size())));
+      fitted = *secure_outcome_.count_sum / (2.0 * ring.fitted_per_clip * clip) + expected / 2.0;
+    }
+    if (fitted) dp_clip_ = clip * std::exp(-d.clip_learning_rate * (*fitted / expected - d.target_quantile));
   }
   if (hub_noise) {
     privacy_.compose(d.sample_rate, d.noise_multiplier, 1);

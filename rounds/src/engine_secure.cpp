@@ -29,9 +29,10 @@ core::result<void> engine::plan_secure(const core::round_plan& plan) {
     // Each device's clipped change, unweighted, with its share of the noise: the ring's clip is the
     // L2 clip (no coordinate of a clipped change passes it) and its scale is fixed by the population.
     TESSERA_ASSIGN_OR_RETURN(const private_ring ring, private_ring_for(dp_population(assignments_.size())));
-    p.clip = config_.dp.clip;
+    p.clip = dp_clip();
     p.summands = ring.summands;
     p.noise = ring.share;
+    p.fitted_value = ring.fitted_per_clip * p.clip;
   }
   const std::size_t holders = sa.neighbors == 0 || assignments_.size() <= sa.neighbors + 1 ? assignments_.size() : 2 * ((sa.neighbors + 1) / 2) + 1;
   p.threshold = std::max<std::size_t>(2, holders / 2 + 1);
@@ -130,6 +131,7 @@ core::result<void> engine::apply_secure_sums() {
     }
     if (private_sums) {
       ++out.released;
+      if (seg + 1 == sums.size() && s.params.fitted_value > 0) out.count_sum = sum.sum.back();  // the count values' sum
       for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(static_cast<double>(values[i]) + sum.sum[i]);
       return;
     }

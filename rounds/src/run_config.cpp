@@ -88,9 +88,6 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
       d.count_noise = ar.number("count_noise", 0.0, 0.0, 1e9, "the deviation of the noise on the count of fitting changes (0: expected devices / 20)");
       if (auto done = ar.finish(); !done) dr.fail(std::move(done).error());
     }
-    if (d.enabled && d.adaptive_clip && c.secure_aggregation.enabled)
-      dr.fail("adaptive_clip", "adaptive clipping under secure aggregation (the devices' noised count of fitting changes) is not in "
-                               "yet: a fixed clip, or the hub adding the noise");
     if (d.enabled && c.strategy == strategy_kind::central) dr.fail("enabled", "central training has no devices to protect");
     if (auto done = dr.finish(); !done) r.fail(std::move(done).error());
   }

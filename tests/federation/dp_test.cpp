@@ -3,7 +3,8 @@
 // between rounds and restarted resumes with the ε it had; the run stops before the round that would
 // pass dp.target_epsilon, and the exported model says which guarantee it carries. The clip adapts
 // (Andrew et al.) without changing ε. Under secure aggregation the agents add the noise (each its
-// Skellam share in the ring) and the hub's ε is still the simulator's.
+// Skellam share in the ring, and its count value for adaptive clipping) and the hub's ε is still the
+// simulator's.
 #include <csignal>
 #include <string>
 #include <vector>
@@ -125,7 +126,8 @@ TEST_CASE("federation: differential privacy under secure aggregation — the dev
                               {"lr", 0.05},
                               {"seed", 7},
                               {"secure_aggregation", {{"replication", 3}, {"threshold", 2}}},
-                              {"dp", {{"sample_rate", 0.8}, {"noise_multiplier", k_sigma}, {"clip", 0.5}, {"delta", k_delta}}}};
+                              {"dp", {{"sample_rate", 0.8}, {"noise_multiplier", k_sigma}, {"clip", 0.5}, {"delta", k_delta},
+                                      {"adaptive_clip", {{"count_noise", 1.0}}}}}};
 
   nlohmann::json sim = run;
   sim.update({{"devices", k_devices}, {"data", {{"train", train}, {"test", test}}}, {"metrics", f.file("sim.jsonl")}});
@@ -159,6 +161,10 @@ TEST_CASE("federation: differential privacy under secure aggregation — the dev
     if (hub_metrics[r].at("devices").get<std::size_t>() >= 2) released += 3 - hub_metrics[r].at("secagg_withheld").get<std::size_t>();
   }
   CHECK(released > 0);
+  // Adaptive clipping with the count in the ring: the clip starts at dp.clip and moves, as the
+  // simulator's does (the noise differs: the agents draw theirs from their CSPRNG).
+  CHECK(hub_metrics[0].at("dp_clip").get<double>() == 0.5);
+  CHECK(hub_metrics[2].at("dp_clip").get<double>() != 0.5);
   std::size_t carried = 0;
   for (auto* a : agents) carried += count_of(a->err(), "share of the privacy noise");
   CHECK(carried > 0);

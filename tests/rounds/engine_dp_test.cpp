@@ -101,10 +101,13 @@ TEST_CASE("dp config: named errors for what cannot work") {
   CHECK(try_config({{"noise_multiplier", 0}}).error().message.find("dp.noise_multiplier") != std::string::npos);
   CHECK(try_config({{"sample_rate", 1.5}}).error().message.find("dp.sample_rate") != std::string::npos);
   CHECK(try_config({{"clip", 1}}, {{"secure_aggregation", {{"replication", 3}}}}).ok());
-  const auto adaptive = try_config({{"clip", 1}, {"adaptive_clip", {{"target_quantile", 0.5}}}}, {{"secure_aggregation", {{"replication", 3}}}});
-  REQUIRE_FALSE(adaptive.ok());
-  CHECK(adaptive.error().message.find("dp.adaptive_clip") != std::string::npos);
-  CHECK(adaptive.error().message.find("not in yet") != std::string::npos);
+  CHECK(try_config({{"clip", 1}, {"adaptive_clip", {{"target_quantile", 0.5}}}}, {{"secure_aggregation", {{"replication", 3}}}}).ok());
+  // Under secure aggregation the count rides in the ring as ±(σ_Δ / σ_b)·C/2, which must fit the clip.
+  auto tight = engine_for(config({{"clip", 1}, {"noise_multiplier", 1.0}, {"adaptive_clip", {{"count_noise", 0.6}}}},
+                                 {{"strategy", "fedavg"}, {"secure_aggregation", {{"replication", 3}}}}));
+  const auto refused = tight.begin_round(fleet(10));
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("needs at least σ_Δ / 2") != std::string::npos);
   const auto c = config({{"sample_rate", 0.1}, {"target_epsilon", 4}});
   CHECK(c.dp.enabled);
   CHECK(c.dp.noise_multiplier == 1.0);
@@ -386,4 +389,61 @@ TEST_CASE("dp under secure aggregation: a ring too small for the population is r
   const auto r = e.begin_round(fleet(10));
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message.find("secure_aggregation.bits 16") != std::string::npos);
+}
+
+TEST_CASE("dp under secure aggregation: adaptive clipping counts the fitting changes in the ring, and ε stays σ's") {
+  // 40 devices, all sampled, FedAvg; device i's change has norm 0.1 (i + 1) before its own clip: the
+  // median norm is about 2.05. The count rides in the ring with the devices' noise.
+  const auto c = config({{"sample_rate", 1.0}, {"noise_multiplier", 0.5}, {"clip", 0.5}, {"population", 40},
+                         {"adaptive_clip", {{"target_quantile", 0.5}, {"learning_rate", 0.2}, {"count_noise", 1.0}}}},
+                        {{"strategy", "fedavg"}, {"secure_aggregation", {{"replication", 30}, {"threshold", 30}}}});
+  auto e = engine_for(c);
+  const auto ring = e.private_ring_for(40).value();
+  CHECK(ring.fitted_per_clip > 0);
+  CHECK(ring.fitted_per_clip <= 1);
+  // ε: the count costs nothing beyond σ (Andrew et al.): the same as without adaptive clipping, but for
+  // the count value's rounding.
+  const auto plain = engine_for(config({{"sample_rate", 1.0}, {"noise_multiplier", 0.5}, {"clip", 0.5}, {"population", 40}},
+                                       {{"strategy", "fedavg"}, {"secure_aggregation", {{"replication", 30}, {"threshold", 30}}}}));
+  const auto plain_ring = plain.private_ring_for(40).value();
+  const double adaptive_eps = core::rdp_accountant().epsilon_after(1.0, ring.mechanism, 10, 1e-5).epsilon;
+  const double plain_eps = core::rdp_accountant().epsilon_after(1.0, plain_ring.mechanism, 10, 1e-5).epsilon;
+  CHECK(adaptive_eps == doctest::Approx(plain_eps).epsilon(1e-3));
+  double clip = 0.5;
+  for (int r = 0; r < 60; ++r) {
+    REQUIRE(e.begin_round(fleet(40)).ok());
+    REQUIRE(e.assignments().size() == 40);
+    CHECK(e.secagg_params().clip == clip);
+    CHECK(e.secagg_params().fitted_value == doctest::Approx(ring.fitted_per_clip * clip));
+    // Each device clips its own change to the round's clip and says whether it fitted.
+    const crypto::secagg_params& p = e.secagg_params();
+    for (std::size_t d = 0; d < e.assignments().size(); ++d) {
+      auto& a = e.assignments()[d];
+      const double norm = 0.1 * static_cast<double>(d + 1);
+      std::vector<float> received(core::param_count(a.sub.arch));
+      core::gather(e.full(), a.sub, e.params(), received);
+      std::vector<float> trained = received;
+      const double per = std::min(norm, clip) / std::sqrt(static_cast<double>(trained.size()));
+      for (auto& v : trained) v += static_cast<float>(per * 1e-3);  // tiny: the model barely moves
+      const auto input = crypto::secagg_change_input(received, trained, p, a.segments, norm <= clip);
+      REQUIRE(input.ok());
+      const auto noise_key = crypto::derive_key(a.rounding_key, "test noise").value();
+      const auto encoded = crypto::secagg_encode(p, e.assignments().size(), a.segments, input.value(), a.rounding_key, &noise_key);
+      REQUIRE(encoded.ok());
+      REQUIRE(e.sent(a).ok());
+      REQUIRE(e.downloaded(a).ok());
+      REQUIRE(e.announce(a, {.round = static_cast<std::uint64_t>(e.current_round()), .clipped = 0,
+                             .examples = static_cast<std::uint64_t>(a.task.steps * a.task.batch),
+                             .steps = static_cast<std::uint64_t>(a.task.steps), .loss = 0.5, .size = a.upload_bytes, .codec = a.codec})
+                  .ok());
+      REQUIRE(e.receive_encoded(a, encoded.value()).ok());
+    }
+    const auto m = e.close_round(nullptr);
+    REQUIRE(m.ok());
+    CHECK(m.value().dp_noise == "devices");
+    clip = e.dp_clip();
+  }
+  MESSAGE("clip after 60 rounds: " << clip);
+  CHECK(clip > 1.6);
+  CHECK(clip < 2.6);
 }

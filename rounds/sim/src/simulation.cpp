@@ -174,7 +174,7 @@ core::result<void> simulation::secure_upload(rounds::assignment& a, std::span<co
   const auto examples = static_cast<std::uint64_t>(report.examples);
   // Under differential privacy: the unweighted change and the device's share of the noise (seeded
   // here, from its rounding key; an agent draws its noise key from its CSPRNG).
-  auto input = p.noise > 0 ? crypto::secagg_change_input(received, trained, p, a.segments)
+  auto input = p.noise > 0 ? crypto::secagg_change_input(received, trained, p, a.segments, !report.clipped)
                            : crypto::secagg_weighted_input(received, trained, rounds::engine::secure_weight(a, examples), p, a.segments);
   if (!input) {
     engine_.reject(a, core::make_error(errc::not_finite, input.error().message));

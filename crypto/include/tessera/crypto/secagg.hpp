@@ -67,6 +67,10 @@ struct secagg_params {
   // it adds to every value it encodes symmetric Skellam noise of this variance, in ring steps² (the
   // hub's share of the noise: crypto/noise.hpp), drawn from a key of its own CSPRNG.
   double noise = 0;
+  // Adaptive clipping under differential privacy (> 0, at most clip): the weight value of a device's
+  // last covered segment is +fitted_value if its change fitted within the clip, −fitted_value if it
+  // was clipped — the sum is the noised count of fitting changes, centred (Andrew et al. 2021).
+  double fitted_value = 0;
 };
 
 // The inputs the ring holds: params.summands, or the roster's size.
@@ -135,11 +139,14 @@ struct secagg_unmask_reply {
 
 // A device's input under differential privacy: each segment's values are trained − received (already
 // clipped to the L2 norm the task gave), and the weight's value is 0 — the number of contributors, which
-// a weight would reveal, is not released; the hub divides by the expected number instead.
+// a weight would reveal, is not released; the hub divides by the expected number instead. With
+// p.fitted_value > 0 the last segment's weight value is ±fitted_value (`fitted`: the change was within
+// the clip before clipping).
 [[nodiscard]] core::result<std::vector<std::vector<float>>> secagg_change_input(std::span<const float> received,
                                                                                 std::span<const float> trained,
                                                                                 const secagg_params& p,
-                                                                                std::span<const std::uint32_t> segments);
+                                                                                std::span<const std::uint32_t> segments,
+                                                                                bool fitted = true);
 
 // An input in the ring before any mask: every covered segment encoded in order (fixed_point for
 // `summands` = secagg_summands), rounding stochastic from one keystream of `rounding_key` read in

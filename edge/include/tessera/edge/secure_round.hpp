@@ -56,7 +56,8 @@ class secure_round {
   // The received parameters, kept to take the change against (before training).
   void keep_received(std::span<const float> params);
   // The masked upload from the trained parameters; weight = examples / (steps × batch).
-  [[nodiscard]] core::result<void> mask(std::span<const float> trained, double weight);
+  // `fitted`: the change was within the task's clip before clipping (adaptive clipping's count).
+  [[nodiscard]] core::result<void> mask(std::span<const float> trained, double weight, bool fitted = true);
   [[nodiscard]] std::span<const std::byte> upload() const noexcept { return upload_; }
   [[nodiscard]] std::uint64_t clipped() const noexcept { return clipped_; }
   [[nodiscard]] core::result<net::msg::secagg_unmask_reply> on_unmask(const net::msg::secagg_unmask& u);

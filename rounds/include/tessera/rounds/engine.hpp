@@ -114,6 +114,7 @@ struct secure_outcome {
   std::size_t segments = 0, released = 0;
   std::size_t dropped = 0;                   // devices assigned whose masked input is not in the sums
   std::uint64_t clipped = 0;                 // values clipped, over the contributors
+  std::optional<double> count_sum;           // adaptive clipping: the released sum of the count values
   std::string withheld;                      // why segments were withheld (empty: none)
 };
 
@@ -128,11 +129,15 @@ struct update_bounds {
 // and the population alone, so that ε is known before a round. `summands`: the ring's fixed_point
 // summands; `limit`: steps per clip; `share`: each device's Skellam variance in steps²; `mechanism`:
 // what the accountant composes each round.
+// With adaptive clipping `fitted_per_clip` (× the clip) is what a device's count value carries
+// (crypto::secagg_params::fitted_value) and `change_sigma` the changes' raised noise multiplier.
 struct private_ring {
   std::uint64_t summands = 0;
   double limit = 0;
   double share = 0;
   core::skellam_mechanism mechanism;
+  double fitted_per_clip = 0;
+  double change_sigma = 0;
 };
 [[nodiscard]] core::result<private_ring> make_private_ring(const run_config& c, std::size_t params, std::size_t population);
 
