@@ -122,7 +122,12 @@ void hub_service::log(log_level level, const std::string& text) const {
 }
 
 core::result<std::uint16_t> hub_service::start() {
-  server_ = net::server::create(io_, tls_, net::to_session_config(config_.link), {.max_sessions = config_.max_sessions});
+  net::session_config sc = net::to_session_config(config_.link);
+  sc.handshake_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config_.handshake_timeout_s * 1000.0));
+  server_ = net::server::create(io_, tls_, sc,
+                                {.max_sessions = config_.max_sessions,
+                                 .max_handshakes = config_.max_handshakes,
+                                 .max_handshakes_per_source = config_.max_handshakes_per_source});
   server_->on_session([this](const std::shared_ptr<net::session>& s) { attach(s); });
   TESSERA_ASSIGN_OR_RETURN(const std::uint16_t port, server_->listen(config_.listen.host, config_.listen.port));
   if (resumed_from_ > 0)
@@ -391,8 +396,8 @@ void hub_service::on_refuse(const std::shared_ptr<net::session>& s, const net::m
 
 void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::error& why) {
   const std::string& id = s->peer_device_id();
-  if (id.empty()) {  // never got past the handshake: a revoked or foreign certificate, a port scan
-    if (!stopping_) log(log_level::warning, "connection refused: " + why.message);
+  if (id.empty()) {  // never got past the handshake: a revoked or foreign certificate, a port scan, a flood
+    if (!stopping_) note_refused(why);
     return;
   }
   auto it = devices_.find(id);
@@ -400,6 +405,27 @@ void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::
   it->second.session.reset();
   if (!stopping_) log(log_level::info, "device " + id + " disconnected: " + why.message);
   if (stats_ && !stopping_) drop_from_statistics(id, "it disconnected");
+}
+
+// Refused connections are logged one by one up to 5 in 10 s, then as one summary line per window: a
+// flood of bad connections cannot fill a disk.
+void hub_service::note_refused(const core::error& why) {
+  const auto now = clock_type::now();
+  if (now - refused_window_ >= std::chrono::seconds(10)) {
+    if (refused_quiet_ > 0)
+      log(log_level::warning, std::to_string(refused_quiet_) + " more connection(s) refused in the last 10 s, not logged one by one (last: " +
+                                  refused_last_ + ")");
+    refused_window_ = now;
+    refused_logged_ = 0;
+    refused_quiet_ = 0;
+  }
+  if (refused_logged_ < 5) {
+    ++refused_logged_;
+    log(log_level::warning, "connection refused: " + why.message);
+  } else {
+    ++refused_quiet_;
+    refused_last_ = why.message;
+  }
 }
 
 void hub_service::arm_wait_timer() {

@@ -25,7 +25,12 @@ core::result<hub_config> read_hub_config(core::config_reader& r) {
                              "secure aggregation: seconds for each of its steps (keys, shares, unmasking); who has not "
                              "answered by then is dropped");
   net::read_link_settings(r, c.link, /*rate_limits=*/false);
-  c.max_sessions = static_cast<std::size_t>(r.integer("max_sessions", 4096, 1, 1'000'000, "connections held at once"));
+  c.max_sessions = static_cast<std::size_t>(r.integer("max_sessions", 4096, 1, 1'000'000, "devices connected at once (verified sessions)"));
+  c.max_handshakes = static_cast<std::size_t>(r.integer("max_handshakes", 256, 1, 1'000'000,
+                                                        "connections in their TLS handshake at once; the oldest goes to make room"));
+  c.max_handshakes_per_source = static_cast<std::size_t>(r.integer("max_handshakes_per_source", 16, 1, 1'000'000,
+                                                                   "connections in their TLS handshake from one address"));
+  c.handshake_timeout_s = r.number("handshake_timeout_s", 10, 0.1, 3600, "seconds for a connection's TLS handshake and its HELLO");
   if (const auto* v = r.object("validation", "the hub's own test set (optional: a federation needs none)")) {
     core::config_reader vr = r.child("validation", *v);
     vr.renamed("images", "validation.features");

@@ -19,6 +19,7 @@ server::server(asio::io_context& io, const crypto::tls_context& tls, const sessi
       strand_(asio::make_strand(io.get_executor())),
       tls_(detail::adopt_tls(tls)),
       acceptor_(strand_),
+      retry_timer_(strand_),
       session_cfg_(session_cfg),
       cfg_(cfg) {}
 
@@ -48,34 +49,110 @@ void server::do_accept() {
 
 void server::on_accept(const boost::system::error_code& ec, tcp::socket socket) {
   if (stopping_ || ec == asio::error::operation_aborted) return;
-  if (!ec) {
-    if (sessions_.size() >= cfg_.max_sessions) {
-      // Over the bound: no TLS, no allocation beyond the socket we already have.
-      boost::system::error_code ignored;
-      socket.close(ignored);
-    } else {
-      boost::system::error_code ignored;
-      socket.set_option(tcp::no_delay(true), ignored);
-      auto s = std::make_shared<session>(std::move(socket), tls_, role::hub, session_cfg_);
-      sessions_[s.get()] = s;
-      count_ = sessions_.size();
-      s->on_finished_ = [self = shared_from_this(), raw = s.get()] {
-        asio::post(self->strand_, [self, raw] { self->on_session_finished(raw); });
-      };
-      asio::dispatch(s->strand(), [self = shared_from_this(), s] {
-        if (self->on_session_) self->on_session_(s);
-        s->start();
-      });
-    }
+  if (ec) {
+    // Out of descriptors (EMFILE, ENFILE) or another transient error: wait a little before accepting
+    // again instead of spinning on the same error.
+    retry_timer_.expires_after(std::chrono::milliseconds(100));
+    retry_timer_.async_wait(asio::bind_executor(strand_, [self = shared_from_this()](const boost::system::error_code& e) {
+      if (!e) self->do_accept();
+    }));
+    return;
   }
-  // Transient accept errors (e.g. out of descriptors) must not stop the server: keep accepting.
+  boost::system::error_code ignored;
+  const auto remote = socket.remote_endpoint(ignored);
+  if (authenticated_ >= cfg_.max_sessions || ignored) {
+    // Full (or the peer already gone): no TLS, no allocation beyond the socket we already have.
+    socket.close(ignored);
+    return do_accept();
+  }
+  const std::string source = remote.address().to_string();
+  // Room in the handshake pool: the address's oldest pending connection goes if the address is at its
+  // bound, else the oldest of all if the pool is full.
+  if (auto it = pending_by_source_.find(source); it != pending_by_source_.end() && it->second.size() >= cfg_.max_handshakes_per_source)
+    evict(it->second.begin()->first);
+  else if (pending_.size() >= cfg_.max_handshakes && !pending_.empty())
+    evict(pending_.begin()->first);
+  socket.set_option(tcp::no_delay(true), ignored);
+  auto s = std::make_shared<session>(std::move(socket), tls_, role::hub, session_cfg_);
+  const std::uint64_t seq = next_seq_++;
+  sessions_[s.get()] = {.s = s, .source = source, .seq = seq, .authenticated = false, .id = {}};
+  pending_[seq] = s.get();
+  pending_by_source_[source][seq] = s.get();
+  update_counts();
+  s->on_finished_ = [self = shared_from_this(), raw = s.get()] {
+    asio::post(self->strand_, [self, raw] { self->on_session_finished(raw); });
+  };
+  s->on_authenticated_ = [self = shared_from_this(), raw = s.get()] {
+    asio::post(self->strand_, [self, raw] { self->on_authenticated(raw); });
+  };
+  asio::dispatch(s->strand(), [self = shared_from_this(), s] {
+    if (self->on_session_) self->on_session_(s);
+    s->start();
+  });
   do_accept();
 }
 
+void server::drop_pending(session* s) {
+  auto it = sessions_.find(s);
+  if (it == sessions_.end()) return;
+  pending_.erase(it->second.seq);
+  if (auto by = pending_by_source_.find(it->second.source); by != pending_by_source_.end()) {
+    by->second.erase(it->second.seq);
+    if (by->second.empty()) pending_by_source_.erase(by);
+  }
+}
+
+void server::evict(std::uint64_t seq) {
+  const auto at = pending_.find(seq);
+  if (at == pending_.end()) return;
+  session* raw = at->second;
+  drop_pending(raw);
+  ++evicted_;
+  if (auto s = sessions_[raw].s.lock()) {
+    asio::dispatch(s->strand(), [s] { s->fail(make_error(errc::evicted, "pushed out of the handshake pool by newer connections"), close_mode::hard); });
+  }
+}
+
+void server::on_authenticated(session* raw) {
+  auto it = sessions_.find(raw);
+  if (it == sessions_.end()) return;
+  drop_pending(raw);
+  auto s = it->second.s.lock();
+  if (!s) return;
+  if (authenticated_ >= cfg_.max_sessions) {
+    s->refuse(errc::server_full, "the hub holds its max_sessions sessions", "server_full");
+    update_counts();
+    return;
+  }
+  it->second.authenticated = true;
+  it->second.id = s->peer_device_id();
+  ++authenticated_;
+  // One session per device: the newer one stays (the older is most likely a link that broke unnoticed).
+  if (auto old = by_identity_.find(it->second.id); old != by_identity_.end() && old->second != raw) {
+    if (auto o = sessions_.count(old->second) ? sessions_[old->second].s.lock() : nullptr)
+      o->refuse(errc::replaced, "a newer connection of this device replaces this one", "replaced");
+  }
+  by_identity_[it->second.id] = raw;
+  update_counts();
+}
+
 void server::on_session_finished(session* s) {
-  sessions_.erase(s);
-  count_ = sessions_.size();
+  auto it = sessions_.find(s);
+  if (it == sessions_.end()) return;
+  drop_pending(s);
+  if (it->second.authenticated) {
+    --authenticated_;
+    if (auto id = by_identity_.find(it->second.id); id != by_identity_.end() && id->second == s) by_identity_.erase(id);
+  }
+  sessions_.erase(it);
+  update_counts();
   check_drained();
+}
+
+void server::update_counts() {
+  count_ = sessions_.size();
+  authenticated_count_ = authenticated_;
+  handshake_count_ = pending_.size();
 }
 
 void server::stop(std::function<void()> on_drained) {
@@ -85,8 +162,9 @@ void server::stop(std::function<void()> on_drained) {
     self->on_drained_ = std::move(on_drained);
     boost::system::error_code ignored;
     self->acceptor_.close(ignored);
-    for (auto& [raw, weak] : self->sessions_) {
-      if (auto s = weak.lock()) s->close();
+    self->retry_timer_.cancel();
+    for (auto& [raw, e] : self->sessions_) {
+      if (auto s = e.s.lock()) s->close();
     }
     self->check_drained();
   });

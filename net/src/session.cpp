@@ -83,6 +83,7 @@ void session::on_handshake(const boost::system::error_code& ec) {
     }
     peer_id_ = std::move(peer.value().id);
     peer_serial_ = std::move(peer.value().serial);
+    if (on_authenticated_) on_authenticated_();
   }
   lifecycle_.handshake_done();
   activity_.last_rx = activity_.last_tx = clock::now();

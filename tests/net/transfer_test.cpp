@@ -273,6 +273,58 @@ TEST_CASE("server: connections beyond max_sessions are closed before any TLS") {
   CHECK(!a->closed.has_value());
 }
 
+// Silent TCP connections from one address (the flood of a client with no certificate), bound to
+// another loopback address than the real device's.
+std::vector<std::unique_ptr<tcp::socket>> silent_connections(asio::io_context& io, const std::string& from, std::uint16_t port, int n) {
+  std::vector<std::unique_ptr<tcp::socket>> out;
+  for (int i = 0; i < n; ++i) {
+    auto s = std::make_unique<tcp::socket>(io);
+    s->open(tcp::v4());
+    s->bind(tcp::endpoint(asio::ip::make_address(from), 0));
+    s->connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+TEST_CASE("server: silent connections from one address cannot crowd out a device's handshake") {
+  net::session_config cfg = fast_config();
+  cfg.handshake_timeout = 10'000ms;  // the silent ones would hold their places this long
+  hub_fixture hub(cfg, {.max_sessions = 4, .max_handshakes = 8, .max_handshakes_per_source = 4});
+  auto flood = silent_connections(hub.io, "127.0.0.2", hub.port, 40);
+  run_for(hub.io, 200ms);
+  CHECK(hub.server->handshake_count() == 4);   // the address's bound: each newer one pushed out its oldest
+  CHECK(hub.server->evicted_count() == 36);
+  CHECK(hub.server->authenticated_count() == 0);
+  auto a = start_agent(hub.io, asio_tls(test_pki::get().agent_tls(test_pki::get().dev_a)), hub.port, "dev-a");
+  REQUIRE(run_until(hub.io, [&] { return a->welcomed; }));
+  CHECK(hub.server->authenticated_count() == 1);
+  // More silence from other addresses fills the pool; a pending handshake goes, never the device's session.
+  auto more = silent_connections(hub.io, "127.0.0.3", hub.port, 4);
+  auto yet = silent_connections(hub.io, "127.0.0.4", hub.port, 4);
+  run_for(hub.io, 200ms);
+  CHECK(hub.server->handshake_count() == 8);
+  CHECK(hub.server->evicted_count() == 36 + 4);
+  CHECK(!a->closed.has_value());
+  auto b = start_agent(hub.io, asio_tls(test_pki::get().agent_tls(test_pki::get().dev_b)), hub.port, "dev-b");
+  REQUIRE(run_until(hub.io, [&] { return b->welcomed; }));
+  CHECK(hub.server->authenticated_count() == 2);
+}
+
+TEST_CASE("server: one session per device identity, the newer one replacing the older") {
+  hub_fixture hub(fast_config(), {.max_sessions = 8});
+  auto first = start_agent(hub.io, asio_tls(test_pki::get().agent_tls(test_pki::get().dev_a)), hub.port, "dev-a");
+  REQUIRE(run_until(hub.io, [&] { return first->welcomed; }));
+  std::vector<std::shared_ptr<agent_probe>> more;
+  for (int i = 0; i < 5; ++i) more.push_back(start_agent(hub.io, asio_tls(test_pki::get().agent_tls(test_pki::get().dev_a)), hub.port, "dev-a"));
+  REQUIRE(run_until(hub.io, [&] { return more.back()->welcomed && first->closed.has_value(); }));
+  run_for(hub.io, 200ms);
+  CHECK(first->closed->code == net::errc::refused);
+  CHECK(first->closed->message.find("replaces this one") != std::string::npos);
+  CHECK(hub.server->authenticated_count() == 1);
+  CHECK(!more.back()->closed.has_value());
+}
+
 TEST_CASE("client: backoff doubles up to its cap, jitter only shortens it") {
   asio::io_context io;
   auto exact = net::client::create(io, test_pki::get().agent_tls(test_pki::get().dev_a), fast_config(),

@@ -149,6 +149,7 @@ class hub_service {
   void on_download_sent(const std::string& id, const std::shared_ptr<net::outgoing_transfer>& out);
   void note_downloaded(rounds::assignment& a, const net::outgoing_transfer& out);
   void on_closed(const std::shared_ptr<net::session>& s, const core::error& why);
+  void note_refused(const core::error& why);
   void send_assignment(device_entry& d, rounds::assignment& a);
   // Logs and answers RESULT{rejected, code, reason}; `transfer` (if not 0) is the announced upload,
   // whose chunks are dropped.
@@ -199,6 +200,9 @@ class hub_service {
   crypto::tls_context tls_;
   std::filesystem::file_time_type crl_time_{};
   std::set<std::string> revoked_;  // the serials the CRL revokes (lowercase hex)
+  std::chrono::steady_clock::time_point refused_window_{};  // refused connections: the log's 10 s window
+  std::size_t refused_logged_ = 0, refused_quiet_ = 0;
+  std::string refused_last_;
   boost::asio::steady_timer crl_timer_;
   std::shared_ptr<net::server> server_;
   std::unique_ptr<rounds::engine> engine_;

@@ -32,7 +32,10 @@ struct hub_config : rounds::run_config {
   double round_deadline_s = 300;       // from dispatch; stragglers' blocks then keep their old values
   double secure_step_s = 60;           // secure aggregation: each of its steps (keys, shares, unmasking)
   net::link_settings link;             // heartbeats, deadlines, chunking (no rate caps on the hub)
-  std::size_t max_sessions = 4096;
+  std::size_t max_sessions = 4096;     // verified sessions
+  std::size_t max_handshakes = 256;    // connections not verified yet, the oldest pushed out by newer ones
+  std::size_t max_handshakes_per_source = 16;
+  double handshake_timeout_s = 10;     // TLS handshake and HELLO
   std::optional<core::data_source> validation;  // the hub's own test set, if it holds one
   std::string checkpoint_dir;          // empty: no checkpoints (and no resume)
   std::string seal_key;                // key file: checkpoints sealed with AES-256-GCM

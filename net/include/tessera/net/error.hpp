@@ -48,6 +48,9 @@ enum class errc {
   stopped,             // closed by our side (server stop, session close)
   connect_failed,      // resolve or connect failed (client)
   revoked,             // the peer's certificate was revoked while it was connected
+  replaced,            // a newer connection of the same device took this one's place
+  evicted,             // a pending handshake pushed out to make room for newer connections
+  server_full,         // verified, but the server holds max_sessions sessions already
 };
 
 [[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.net"

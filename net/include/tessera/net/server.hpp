@@ -1,9 +1,17 @@
 // tessera/net/server.hpp — accepts agents' connections and runs one hub-role session for each.
 //
-// The server owns the listening socket and the TLS context (built by crypto::make_hub_tls). It refuses
-// connections beyond max_sessions by closing them at once, hands each new session to on_session so the
-// hub can attach its handlers, and stops cleanly: close the acceptor, close every session (REFUSE-free
-// close_notify, bounded by shutdown_timeout), then report on_drained once the last one is gone.
+// The server owns the listening socket and the TLS context (built by crypto::make_hub_tls). Two pools:
+//   handshakes     connections whose TLS handshake has not verified a device certificate yet, at most
+//                  max_handshakes in all and max_handshakes_per_source from one address; a new one
+//                  beyond either bound pushes out the oldest pending one (of that address, or of all),
+//                  so silent or slow connections cannot keep real devices from handshaking, and never
+//                  cost an authenticated session its place;
+//   sessions       verified devices, at most max_sessions (a connection arriving when they are full is
+//                  closed before any TLS), and one per device identity: a newer connection of the same
+//                  device replaces the older (REFUSE, errc::replaced).
+// It hands each new session to on_session so the hub can attach its handlers, and stops cleanly: close
+// the acceptor, close every session (close_notify, bounded by shutdown_timeout), then report on_drained
+// once the last one is gone.
 //
 //   auto tls = crypto::make_hub_tls(files).value();
 //   auto srv = net::server::create(io, tls, session_cfg);
@@ -27,6 +35,8 @@ namespace tessera::net {
 
 struct server_config {
   std::size_t max_sessions = 4096;
+  std::size_t max_handshakes = 256;
+  std::size_t max_handshakes_per_source = 16;
 };
 
 class server : public std::enable_shared_from_this<server> {
@@ -43,6 +53,11 @@ class server : public std::enable_shared_from_this<server> {
   // already open keep theirs.
   void set_tls(const crypto::tls_context& tls);
   [[nodiscard]] std::size_t session_count() const noexcept { return count_.load(); }
+  // Verified sessions, and connections still in their handshake (a snapshot, from any thread).
+  [[nodiscard]] std::size_t authenticated_count() const noexcept { return authenticated_count_.load(); }
+  [[nodiscard]] std::size_t handshake_count() const noexcept { return handshake_count_.load(); }
+  // Pending handshakes pushed out to make room, since the start.
+  [[nodiscard]] std::uint64_t evicted_count() const noexcept { return evicted_.load(); }
 
   server(asio::io_context& io, const crypto::tls_context& tls, const session_config& session_cfg,
          const server_config& cfg);
@@ -51,18 +66,37 @@ class server : public std::enable_shared_from_this<server> {
   void do_accept();
   void on_accept(const boost::system::error_code& ec, tcp::socket socket);
   void on_session_finished(session* s);
+  void on_authenticated(session* s);
+  void evict(std::uint64_t seq);
+  void drop_pending(session* s);
+  void update_counts();
   void check_drained();
+
+  struct entry {
+    std::weak_ptr<session> s;
+    std::string source;  // the peer's address
+    std::uint64_t seq = 0;  // arrival order
+    bool authenticated = false;
+    std::string id;      // the device, once authenticated
+  };
 
   asio::io_context& io_;
   asio::strand<asio::any_io_executor> strand_;
   std::shared_ptr<asio::ssl::context> tls_;
   tcp::acceptor acceptor_;
+  asio::steady_timer retry_timer_;  // accept errors (out of descriptors): a pause, not a spin
   session_config session_cfg_;
   server_config cfg_;
   std::function<void(const std::shared_ptr<session>&)> on_session_;
   std::function<void()> on_drained_;
-  std::map<session*, std::weak_ptr<session>> sessions_;
-  std::atomic<std::size_t> count_{0};
+  std::map<session*, entry> sessions_;
+  std::map<std::uint64_t, session*> pending_;                                  // in their handshake, by arrival
+  std::map<std::string, std::map<std::uint64_t, session*>> pending_by_source_;  // the same, per address
+  std::map<std::string, session*> by_identity_;
+  std::size_t authenticated_ = 0;
+  std::uint64_t next_seq_ = 0;
+  std::atomic<std::size_t> count_{0}, authenticated_count_{0}, handshake_count_{0};
+  std::atomic<std::uint64_t> evicted_{0};
   bool stopping_ = false;
 };
 

@@ -146,6 +146,7 @@ class session : public std::enable_shared_from_this<session> {
   std::function<void(const std::shared_ptr<outgoing_transfer>&)> on_blob_sent_;
   std::function<void(const core::error&)> on_closed_;
   std::function<void()> on_finished_;  // server/client bookkeeping, after on_closed_
+  std::function<void()> on_authenticated_;  // server bookkeeping: the TLS handshake verified the peer
 
   session_lifecycle lifecycle_;
   // Operations in flight (not lifecycle: each is one outstanding completion handler).
