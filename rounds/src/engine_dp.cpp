@@ -81,6 +81,24 @@ class gaussian {
   std::optional<double> spare_;
 };
 
+// Adaptive clipping's count noise σ_b: as configured, or the expected contributors / 20 (Andrew et
+// al.); 0 without adaptive clipping.
+double count_noise_of(const dp_config& d, std::size_t population) noexcept {
+  if (!d.adaptive_clip) return 0;
+  return d.count_noise > 0 ? d.count_noise : d.sample_rate * static_cast<double>(population) / 20.0;
+}
+
+// The changes' noise multiplier: σ, or with adaptive clipping the σ_Δ that spends with the count's
+// noise what σ alone would: σ_Δ⁻² + (2 σ_b)⁻² = σ⁻² (Andrew et al. 2021, Theorem 1); +infinity when
+// the count would spend it all.
+double change_sigma_of(const dp_config& d, std::size_t population) noexcept {
+  const double sigma = d.noise_multiplier;
+  if (!d.adaptive_clip) return sigma;
+  const double b = count_noise_of(d, population);
+  const double rest = 1.0 / (sigma * sigma) - 1.0 / (4.0 * b * b);
+  return rest > 0 ? 1.0 / std::sqrt(rest) : std::numeric_limits<double>::infinity();
+}
+
 }  // namespace
 
 std::size_t engine::beside_arena(const core::mlp_arch& arch) const noexcept {
@@ -93,22 +111,8 @@ std::size_t engine::dp_population(std::size_t offered) const noexcept {
 
 double engine::epsilon() const { return privacy_.epsilon(config_.dp.delta).epsilon; }
 
-// Adaptive clipping's count noise: as configured, or the expected contributors / 20 (Andrew et al.).
-double engine::count_noise() const noexcept {
-  const dp_config& d = config_.dp;
-  if (!d.adaptive_clip) return 0;
-  return d.count_noise > 0 ? d.count_noise : d.sample_rate * static_cast<double>(dp_population(0)) / 20.0;
-}
-
-// The changes' noise multiplier: σ, or with adaptive clipping the σ_Δ that spends with the count's
-// noise what σ alone would: σ_Δ⁻² + (2 σ_b)⁻² = σ⁻² (Andrew et al. 2021, Theorem 1).
-double engine::change_noise_multiplier() const noexcept {
-  const double sigma = config_.dp.noise_multiplier;
-  if (!config_.dp.adaptive_clip) return sigma;
-  const double b = count_noise();
-  const double rest = 1.0 / (sigma * sigma) - 1.0 / (4.0 * b * b);
-  return rest > 0 ? 1.0 / std::sqrt(rest) : std::numeric_limits<double>::infinity();
-}
+double engine::count_noise() const noexcept { return count_noise_of(config_.dp, dp_population(0)); }
+double engine::change_noise_multiplier() const noexcept { return change_sigma_of(config_.dp, dp_population(0)); }
 
 // The ring of a private secure round. With C the clip, σ the noise multiplier, t the fewest
 // contributors a released sum has (secure_aggregation.threshold), d the model's parameters and N the
@@ -127,12 +131,11 @@ core::result<private_ring> make_private_ring(const run_config& c, std::size_t pa
   // Adaptive clipping: the changes' noise is raised to σ_Δ and the count rides in the ring as ±(k/2)·C
   // per device, k = σ_Δ / σ_b, so that one device moves the vector by C·√(1 + k²/4) and the pair costs
   // what σ alone would: σ_Δ⁻²(1 + k²/4) = σ_Δ⁻² + (2σ_b)⁻² = σ⁻² (Andrew et al., Theorem 1).
-  double sigma = c.dp.noise_multiplier, half_k = 0;
+  const double sigma = change_sigma_of(c.dp, population);
+  double half_k = 0;
   if (c.dp.adaptive_clip) {
-    const double b = c.dp.count_noise > 0 ? c.dp.count_noise : c.dp.sample_rate * static_cast<double>(population) / 20.0;
-    const double rest = 1.0 / (sigma * sigma) - 1.0 / (4.0 * b * b);
-    if (!(rest > 0)) return make_error(errc::privacy_budget, "dp.adaptive_clip.count_noise must exceed noise_multiplier / 2");
-    sigma = 1.0 / std::sqrt(rest);
+    const double b = count_noise_of(c.dp, population);
+    if (!std::isfinite(sigma)) return make_error(errc::privacy_budget, "dp.adaptive_clip.count_noise must exceed noise_multiplier / 2");
     half_k = sigma / b / 2.0;
     if (half_k > 1.0) {
       char buf[200];
@@ -280,9 +283,8 @@ core::result<void> engine::apply_private_sums(round_metrics& m) {
     std::optional<double> fitted;
     if (hub_noise) {
       fitted = static_cast<double>(dp_accepted_ - dp_clipped_) + count_noise() * noise.next();
-    } else if (secure_outcome_.count_sum) {
-      TESSERA_ASSIGN_OR_RETURN(const private_ring ring, private_ring_for(dp_population(assignments_.size())));
-      fitted = *secure_outcome_.count_sum / (2.0 * ring.fitted_per_clip * clip) + expected / 2.0;
+    } else if (secure_outcome_.fitted_centred) {
+      fitted = *secure_outcome_.fitted_centred + expected / 2.0;
     }
     if (fitted) dp_clip_ = clip * std::exp(-d.clip_learning_rate * (*fitted / expected - d.target_quantile));
   }

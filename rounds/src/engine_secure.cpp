@@ -131,7 +131,8 @@ core::result<void> engine::apply_secure_sums() {
     }
     if (private_sums) {
       ++out.released;
-      if (seg + 1 == sums.size() && s.params.fitted_value > 0) out.count_sum = sum.sum.back();  // the count values' sum
+      // The count values (±fitted_value each) summed: the fitting changes minus half the contributors.
+      if (seg + 1 == sums.size() && s.params.fitted_value > 0) out.fitted_centred = sum.sum.back() / (2.0 * s.params.fitted_value);
       for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(static_cast<double>(values[i]) + sum.sum[i]);
       return;
     }

@@ -114,7 +114,7 @@ struct secure_outcome {
   std::size_t segments = 0, released = 0;
   std::size_t dropped = 0;                   // devices assigned whose masked input is not in the sums
   std::uint64_t clipped = 0;                 // values clipped, over the contributors
-  std::optional<double> count_sum;           // adaptive clipping: the released sum of the count values
+  std::optional<double> fitted_centred;      // adaptive clipping: fitting changes − contributors / 2, noised
   std::string withheld;                      // why segments were withheld (empty: none)
 };
 
