@@ -2,6 +2,7 @@
 // stragglers and rejections, the order of the sums, evaluation and early stopping.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -61,14 +62,20 @@ std::vector<std::byte> encoded(const rounds::assignment& a, std::span<const floa
   return blob;
 }
 
-// The device's side, done right: download, train (here: add `delta` to every value), upload.
-std::vector<float> train_and_report(rounds::engine& e, rounds::assignment& a, float delta, std::uint64_t examples) {
+// The device's download, sent and received whole: its subnet's values.
+std::vector<float> download(rounds::engine& e, rounds::assignment& a) {
   std::vector<std::byte> down(a.blob_bytes);
   REQUIRE(e.encode_download(a, down).ok());
   REQUIRE(e.sent(a).ok());
   REQUIRE(e.downloaded(a).ok());
   std::vector<float> values(core::param_count(a.sub.arch));
   REQUIRE(core::decode(a.sub.arch, a.codec, down, values).ok());
+  return values;
+}
+
+// The device's side, done right: download, train (here: add `delta` to every value), upload.
+std::vector<float> train_and_report(rounds::engine& e, rounds::assignment& a, float delta, std::uint64_t examples) {
+  std::vector<float> values = download(e, a);
   for (auto& v : values) v += delta;
   REQUIRE(e.announce(a, claim_for(e, a, examples)).ok());
   REQUIRE(e.receive(a, encoded(a, values)).ok());
@@ -627,11 +634,8 @@ TEST_CASE("engine bounds: a change past max_update_norm or max_update_abs is rej
     REQUIRE(e.begin_round({offer("honest", 64u << 20), offer("rogue", 64u << 20)}).ok());
     train_and_report(e, e.assignments()[0], 0.001f, 80);
     auto& a = e.assignments()[1];
-    std::vector<std::byte> down(a.blob_bytes);
-    REQUIRE(e.encode_download(a, down).ok());
-    REQUIRE(e.sent(a).ok());
-    REQUIRE(e.downloaded(a).ok());
-    std::vector<float> values(core::param_count(a.sub.arch), 1e30f);
+    std::vector<float> values = download(e, a);
+    std::fill(values.begin(), values.end(), 1e30f);
     const std::size_t bias = core::param_slots(a.sub.arch).back().bias;
     for (std::size_t i = bias; i < values.size(); ++i) values[i] = 3e38f;
     REQUIRE(e.announce(a, claim_for(e, a, 80)).ok());
@@ -677,12 +681,7 @@ TEST_CASE("engine bounds: explicit bounds apply as given; an honest change withi
   auto e = engine_for(config({{"strategy", "fedavg"}, {"update_bound", "reject"}, {"max_update_norm", 0.5}, {"max_update_abs", 0.01}}));
   REQUIRE(e.begin_round({offer("a", 64u << 20)}).ok());
   auto& a = e.assignments()[0];
-  std::vector<std::byte> down(a.blob_bytes);
-  REQUIRE(e.encode_download(a, down).ok());
-  REQUIRE(e.sent(a).ok());
-  REQUIRE(e.downloaded(a).ok());
-  std::vector<float> values(core::param_count(a.sub.arch));
-  REQUIRE(core::decode(a.sub.arch, a.codec, down, values).ok());
+  std::vector<float> values = download(e, a);
   values[7] += 0.02f;  // one value past max_update_abs, the norm well within
   REQUIRE(e.announce(a, claim_for(e, a)).ok());
   const auto got = e.receive(a, encoded(a, values));
