@@ -89,7 +89,6 @@ class hub_service {
   [[nodiscard]] std::int64_t resumed_from() const noexcept { return resumed_from_; }
 
  private:
-  struct upload_slot;
   // The bytes of a blob and its transfer in one allocation: a session may still hold the transfer after
   // the round closed, and the aliasing shared_ptr keeps the bytes alive exactly as long.
   // The bytes are shared: the devices scoring the model get one copy of it per codec.
@@ -98,6 +97,13 @@ class hub_service {
     net::outgoing_transfer out;
     download_slot(std::uint64_t id, std::shared_ptr<const std::vector<std::byte>> b, const net::digest& sha)
         : bytes(std::move(b)), out(id, std::span<const std::byte>(*bytes), sha) {}
+  };
+  // An upload being received: its bytes and the transfer writing into them.
+  struct upload_slot {
+    std::vector<std::byte> bytes;
+    net::incoming_transfer in;
+    upload_slot(std::uint64_t id, std::size_t size, const net::digest& sha)
+        : bytes(size), in(id, std::span<std::byte>(bytes), sha) {}
   };
   struct device_entry {
     rounds::device_record record;
