@@ -10,6 +10,11 @@ namespace {
 // Bytes read only to be dropped pass through this much scratch at a time: one TLS record's plaintext,
 // the most a single read returns, so a discarded 1 MiB chunk never costs a 1 MiB buffer.
 constexpr std::size_t k_scratch_bytes = 16u << 10;
+// A control payload's store starts at one TLS record and doubles as bytes arrive, so a header that
+// announces a large payload costs only what has come; a store grown past `k_kept_bytes` by one large
+// frame is let go at the next header, so an idle session holds little.
+constexpr std::size_t k_first_bytes = 16u << 10;
+constexpr std::size_t k_kept_bytes = 64u << 10;
 
 }  // namespace
 
@@ -22,6 +27,14 @@ void frame_reader::reserve_store(std::size_t n) {
   store_capacity_ = n;
 }
 
+void frame_reader::grow_store(std::size_t n) {
+  TESSERA_ASSERT(n > store_capacity_);
+  auto bigger = std::make_unique_for_overwrite<std::byte[]>(n);
+  if (filled_ > 0) std::memcpy(bigger.get(), store_.get(), filled_);
+  store_ = std::move(bigger);
+  store_capacity_ = n;
+}
+
 std::uint32_t frame_reader::chunk_data_bytes() const noexcept {
   return header_.payload_bytes - static_cast<std::uint32_t>(chunk_header_bytes);
 }
@@ -29,7 +42,8 @@ std::uint32_t frame_reader::chunk_data_bytes() const noexcept {
 std::span<std::byte> frame_reader::buffer() noexcept {
   switch (part_) {
     case part::header: return std::span<std::byte>(header_buf_).subspan(filled_);
-    case part::payload: return std::span<std::byte>(store_.get() + filled_, payload_size_ - filled_);
+    case part::payload:
+      return std::span<std::byte>(store_.get() + filled_, std::min(payload_size_, store_capacity_) - filled_);
     case part::chunk_header: return std::span<std::byte>(chunk_buf_).subspan(filled_);
     case part::skip:
       return std::span<std::byte>(store_.get(), static_cast<std::size_t>(std::min<std::uint64_t>(skip_left_, payload_size_)));
@@ -50,7 +64,9 @@ frame_event frame_reader::commit(std::size_t n) {
     case part::payload:
       filled_ += n;
       body_ += n;
-      return filled_ < payload_size_ ? frame_event::need_more : end_frame(frame_event::control);
+      if (filled_ == payload_size_) return end_frame(frame_event::control);
+      if (filled_ == store_capacity_) grow_store(std::min(payload_size_, 2 * store_capacity_));
+      return frame_event::need_more;
     case part::chunk_header:
       filled_ += n;
       body_ += n;
@@ -83,9 +99,14 @@ frame_event frame_reader::on_header() {
     part_ = part::chunk_header;
     return frame_event::need_more;
   }
-  // Sized only now that the header passed the limit check; the capacity is reused between frames.
-  reserve_store(header_.payload_bytes);
+  // Sized only now that the header passed the limit check, and only for the first bytes: the store grows
+  // as they arrive. The capacity is reused between frames, up to k_kept_bytes.
+  if (store_capacity_ > k_kept_bytes) {
+    store_.reset();
+    store_capacity_ = 0;
+  }
   payload_size_ = header_.payload_bytes;
+  reserve_store(std::min<std::size_t>(payload_size_, k_first_bytes));
   if (header_.payload_bytes == 0) return end_frame(frame_event::control);
   part_ = part::payload;
   return frame_event::need_more;

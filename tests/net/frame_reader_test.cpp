@@ -266,12 +266,13 @@ TEST_CASE("frame_reader: every malformed input is refused with its typed error, 
 
 // ---- What the reader holds and where bytes land.
 
-TEST_CASE("frame_reader: a control payload buffer is sized exactly from an accepted header, and reused") {
-  net::frame_reader r(net::default_max_payload);
-  auto feed = [&](const std::vector<std::byte>& f) {
+TEST_CASE("frame_reader: a control payload's store holds what arrived, not what the header announced") {
+  net::frame_reader r(net::hard_max_payload);
+  auto feed = [&](std::span<const std::byte> f) {
     net::frame_event e = net::frame_event::need_more;
     for (std::size_t at = 0; at < f.size();) {
       auto into = r.buffer();
+      REQUIRE(!into.empty());
       const std::size_t n = std::min(into.size(), f.size() - at);
       std::memcpy(into.data(), f.data() + at, n);
       at += n;
@@ -280,14 +281,36 @@ TEST_CASE("frame_reader: a control payload buffer is sized exactly from an accep
     return e;
   };
   CHECK(r.capacity_bytes() == 0);
+  // Small payloads: exactly their size, the store reused.
   CHECK(feed(net::encode_frame(net::frame_type::ping, counting(100, 1))) == net::frame_event::control);
   CHECK(r.capacity_bytes() == 100);
   CHECK(r.payload().size() == 100);
   CHECK(feed(net::encode_frame(net::frame_type::ping, counting(50, 2))) == net::frame_event::control);
   CHECK(r.capacity_bytes() == 100);
   CHECK(std::vector<std::byte>(r.payload().begin(), r.payload().end()) == counting(50, 2));
-  CHECK(feed(net::encode_frame(net::frame_type::ping, counting(300, 3))) == net::frame_event::control);
+
+  // A header announcing 1 MiB, then a trickle: the store follows the bytes that came, at most doubled.
+  const auto big = counting(1u << 20, 3);
+  const auto frame = net::encode_frame(net::frame_type::hello, big);
+  const std::span<const std::byte> all(frame);
+  CHECK(feed(all.first(net::header_bytes + 1)) == net::frame_event::need_more);
+  CHECK(r.capacity_bytes() <= 16u << 10);
+  std::size_t at = net::header_bytes + 1;
+  for (const std::size_t upto : {std::size_t{20000}, std::size_t{100000}, std::size_t{700000}}) {
+    CHECK(feed(all.subspan(at, net::header_bytes + upto - at)) == net::frame_event::need_more);
+    at = net::header_bytes + upto;
+    CAPTURE(upto);
+    CHECK(r.capacity_bytes() <= 2 * upto);
+    CHECK(r.capacity_bytes() >= upto);
+  }
+  CHECK(feed(all.subspan(at)) == net::frame_event::control);
+  CHECK(std::equal(r.payload().begin(), r.payload().end(), big.begin(), big.end()));  // nothing lost as it grew
+  CHECK(r.capacity_bytes() == big.size());
+
+  // The next frame lets the large store go.
+  CHECK(feed(net::encode_frame(net::frame_type::ping, counting(300, 4))) == net::frame_event::control);
   CHECK(r.capacity_bytes() == 300);
+  CHECK(std::vector<std::byte>(r.payload().begin(), r.payload().end()) == counting(300, 4));
 }
 
 TEST_CASE("frame_reader: chunk data are read straight into the destination, after the skipped bytes") {

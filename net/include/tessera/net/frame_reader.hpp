@@ -4,7 +4,9 @@
 // owner puts some bytes there, from wherever they come, and calls commit(n); when that completes a part
 // of a frame the reader answers with an event. The parts of a frame, in order:
 //   1. the 12-byte header, validated in full by decode_header (frame.hpp) before anything is sized;
-//   2. a control payload, sized only now and exactly: never more than the limit the header passed;
+//   2. a control payload, stored as it arrives: the store starts at 16 KiB and doubles while bytes come,
+//      never beyond the payload's size (within the limit the header passed), so a header announcing
+//      1 MiB followed by a trickle costs what arrived, not what was announced;
 //   3. or, for CHUNK, the 16-byte sub-header (decode_chunk_header), after which the owner decides
 //      where the data go: accept_chunk(skip, dest) reads `skip` leading bytes (already held) into a
 //      bounded scratch area and the rest straight into `dest`, the transfer's own memory, with no copy;
@@ -80,7 +82,8 @@ class frame_reader {
   // The error for input that ends here (not after failed): errc::truncated_header at a boundary or
   // inside a header, errc::truncated_payload anywhere after one.
   [[nodiscard]] core::error truncated() const;
-  // Bytes the reader holds beyond its fixed 28: never more than the largest payload a header admitted.
+  // Bytes the reader holds beyond its fixed 28: at most twice the bytes of the largest payload committed,
+  // at least 16 KiB once a frame was read; above 64 KiB only until the next header.
   [[nodiscard]] std::size_t capacity_bytes() const noexcept { return store_capacity_; }
 
  private:
@@ -92,6 +95,8 @@ class frame_reader {
   // Makes store_ hold at least `n` bytes; when it must grow, to exactly `n` (and uninitialised: every
   // byte is written by the owner before it is read).
   void reserve_store(std::size_t n);
+  // A control payload outgrew store_: to `n` bytes, keeping the filled_ bytes.
+  void grow_store(std::size_t n);
 
   std::uint32_t max_payload_;
   part part_ = part::header;
