@@ -207,6 +207,7 @@ bool session::on_chunk_end() {
     fail(done.error(), mode_for_transfer_error(done.error()));
     return false;
   }
+  if (done.value().forgotten) return true;
   enqueue(encode_message(done.value().ack));
   if (done.value().completed && on_blob_received_) on_blob_received_(route.transfer);
   return !lifecycle_.stopped();
@@ -242,6 +243,13 @@ void session::expect_blob(std::shared_ptr<incoming_transfer> t) {
 
 void session::discard_blob(std::uint64_t id) {
   asio::dispatch(strand_, [self = shared_from_this(), id] { self->transfers_.discard(id); });
+}
+
+void session::forget_blob(std::uint64_t id) {
+  asio::dispatch(strand_, [self = shared_from_this(), id] {
+    self->transfers_.forget(id);
+    self->queue_.drop_chunks_of(id, self->write_pending_);
+  });
 }
 
 void session::close() {

@@ -71,6 +71,18 @@ void transfer_table::discard(std::uint64_t id) {
   discarded_.push_back(id);
 }
 
+void transfer_table::forget(std::uint64_t id) {
+  if (auto it = incoming_.find(id); it != incoming_.end()) {
+    if (it->second->owner_ == this) it->second->owner_ = nullptr;
+    incoming_.erase(it);
+    discard(id);
+  }
+  if (auto it = outgoing_.find(id); it != outgoing_.end()) {
+    if (it->second->owner_ == this) it->second->owner_ = nullptr;
+    outgoing_.erase(it);
+  }
+}
+
 bool transfer_table::discarded(std::uint64_t id) const {
   return std::find(discarded_.begin(), discarded_.end(), id) != discarded_.end();
 }
@@ -103,6 +115,7 @@ core::result<transfer_table::chunk_route> transfer_table::route_chunk(const chun
 core::result<transfer_table::chunk_outcome> transfer_table::chunk_done(const chunk_route& r) {
   TESSERA_ASSERT(r.transfer != nullptr);  // a dropped chunk has nothing to complete
   incoming_transfer& in = *r.transfer;
+  if (in.owner_ == nullptr && discarded(in.id())) return chunk_outcome{.ack = {}, .completed = false, .forgotten = true};
   if (in.owner_ != this) return taken_over(in.id());  // taken over while its bytes were arriving here
   in.bytes_received_total_ += r.bytes;
   if (!r.dest.empty()) {
@@ -117,9 +130,9 @@ core::result<transfer_table::chunk_outcome> transfer_table::chunk_done(const chu
     }
     in.verified_ = true;
     incoming_.erase(in.id());
-    return chunk_outcome{msg::ack{in.id(), in.received_}, true};
+    return chunk_outcome{msg::ack{in.id(), in.received_}, true, false};
   }
-  return chunk_outcome{msg::ack{in.id(), in.received_}, false};
+  return chunk_outcome{msg::ack{in.id(), in.received_}, false, false};
 }
 
 void transfer_table::detach_all() {

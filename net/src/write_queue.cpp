@@ -64,6 +64,16 @@ void write_queue::drop_unsent_chunks(bool front_in_flight) {
   frames_.swap(kept);
 }
 
+void write_queue::drop_chunks_of(std::uint64_t transfer, bool front_in_flight) {
+  const bool keep_front = front_in_flight || written_ > 0;
+  std::deque<entry> kept;
+  for (std::size_t i = 0; i < frames_.size(); ++i) {
+    if (frames_[i].transfer && frames_[i].transfer->id() == transfer && !(i == 0 && keep_front)) continue;
+    kept.push_back(std::move(frames_[i]));
+  }
+  frames_.swap(kept);
+}
+
 void write_queue::clear() noexcept {
   frames_.clear();
   control_ = 0;

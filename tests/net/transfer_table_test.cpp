@@ -237,6 +237,44 @@ TEST_CASE("transfer_table: chunks of discarded transfers are dropped, and the di
   CHECK(table.route_chunk(header(100, 0), 10));
 }
 
+TEST_CASE("transfer_table: a forgotten transfer is let go in both directions; a chunk arriving into it finishes quietly") {
+  net::transfer_table table(32, 64);
+  const auto data = blob(100, 3);
+  std::vector<std::byte> here(100);
+  auto in = std::make_shared<net::incoming_transfer>(5, std::span<std::byte>(here), tessera::crypto::sha256_of(data));
+  const auto out_bytes = blob(80, 4);
+  auto out = std::make_shared<net::outgoing_transfer>(6, std::span<const std::byte>(out_bytes));
+  (void)table.attach(in);
+  REQUIRE(table.attach(out, 0) == net::transfer_table::attach_result::attached);
+  REQUIRE(deliver(table, 5, 0, std::span(data).first(20)));
+
+  // A chunk is being read into the blob when its owner moves on: the route keeps the memory alive.
+  auto route = table.route_chunk(header(5, 20), 30);
+  REQUIRE(route);
+  REQUIRE(route.value().transfer);
+  table.forget(5);
+  table.forget(6);
+  CHECK(table.incoming_count() == 0);
+  CHECK(table.outgoing_count() == 0);
+  CHECK(cut_all(table).empty());  // nothing more is sent of 6
+  std::weak_ptr<net::incoming_transfer> weak = in;
+  in.reset();
+  CHECK(!weak.expired());  // held by the route alone
+  std::copy(data.begin() + 20, data.begin() + 50, route.value().dest.begin());
+  auto done = table.chunk_done(route.value());
+  REQUIRE(done);  // no protocol error, no ACK
+  CHECK(done.value().forgotten);
+  CHECK(!done.value().completed);
+  route = tessera::core::make_error(net::errc::unknown_transfer, "gone");
+  CHECK(weak.expired());
+  // Later chunks of 5 are dropped whole, as a discarded blob's.
+  auto later = table.route_chunk(header(5, 50), 50);
+  REQUIRE(later);
+  CHECK(!later.value().transfer);
+  // ACKs for 6 are remembered as for a transfer never sent: harmless.
+  CHECK(table.on_ack(net::msg::ack{6, 40}));
+}
+
 TEST_CASE("transfer_table: on close, transfers are detached and resume from their last ACK") {
   const auto data = blob(1000, 8);
   auto out = std::make_shared<net::outgoing_transfer>(6, data);

@@ -113,3 +113,28 @@ TEST_CASE("write_queue: a graceful close drops queued chunks but the one being w
                                  net::encode_message(net::msg::ping{1}).size());
   }
 }
+
+TEST_CASE("write_queue: dropping one transfer's chunks keeps the others', control frames and a front chunk being written") {
+  const auto data = blob(300);
+  auto mine = std::make_shared<net::outgoing_transfer>(3, data);
+  auto other = std::make_shared<net::outgoing_transfer>(4, data);
+  net::write_queue q(8);
+  q.push_chunk(mine, 0, std::span(data).first(100));
+  q.push_chunk(other, 0, std::span(data).first(100));
+  REQUIRE(q.push_control(net::encode_message(net::msg::ping{1})));
+  q.push_chunk(mine, 100, std::span(data).subspan(100, 100));
+  SUBCASE("nothing in flight: every chunk of 3 goes") {
+    q.drop_chunks_of(3, false);
+    CHECK(q.size() == 2);
+    CHECK(mine.use_count() == 1);  // the queue holds no reference to it any more
+    CHECK(other.use_count() == 2);
+  }
+  SUBCASE("its front chunk partly written: that one stays whole") {
+    q.consume(7);
+    q.drop_chunks_of(3, false);
+    CHECK(q.size() == 3);
+    CHECK(q.front_is_chunk());
+    CHECK(mine.use_count() == 2);
+  }
+}
+

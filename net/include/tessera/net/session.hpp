@@ -91,6 +91,10 @@ class session : public std::enable_shared_from_this<session> {
   // Drops the chunks of a blob this side refused (its UPDATE or ASSIGN was rejected) instead of treating
   // them as a protocol error; the sender, receiving no ACK, stops after one window.
   void discard_blob(std::uint64_t id);
+  // Lets go of blob `id`, received or sent (its owner moved on, e.g. a superseded assignment): the
+  // session keeps no reference to it once a CHUNK being read into it or written from it is done; its
+  // further chunks are dropped, its unsent ones not sent.
+  void forget_blob(std::uint64_t id);
   // Flushes queued frames, exchanges close_notify, closes; on_closed reports errc::stopped.
   void close();
   // Sends REFUSE{reason} and closes; on_closed reports `code`.

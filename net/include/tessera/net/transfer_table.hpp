@@ -67,6 +67,9 @@ class transfer_table {
   // Chunks of `id` are dropped from now on instead of being a protocol error (its announcement was
   // refused). Remembers the last 16 such ids.
   void discard(std::uint64_t id);
+  // Lets go of blob `id` in either direction (its owner moved on): an incoming one is detached and its
+  // further chunks dropped as discard() drops them; an outgoing one is sent no more.
+  void forget(std::uint64_t id);
 
   // Where an arriving CHUNK's data go.
   struct chunk_route {
@@ -81,6 +84,7 @@ class transfer_table {
   struct chunk_outcome {
     msg::ack ack;            // what the receiver now holds: send it
     bool completed = false;  // every byte is here and the digest matched
+    bool forgotten = false;  // the transfer was forgotten while these bytes arrived: nothing to ACK
   };
   // After the route's bytes arrived. A digest mismatch restarts the blob from 0 (errc::digest_mismatch).
   [[nodiscard]] core::result<chunk_outcome> chunk_done(const chunk_route& r);

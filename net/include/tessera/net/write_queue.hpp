@@ -48,6 +48,8 @@ class write_queue {
   // Graceful close: drops every queued CHUNK but a front one that is partly written or whose write is
   // in flight (`front_in_flight`), since the stream still references its bytes.
   void drop_unsent_chunks(bool front_in_flight);
+  // The same for the CHUNKs of one transfer only (its sender moved on).
+  void drop_chunks_of(std::uint64_t transfer, bool front_in_flight);
   void clear() noexcept;
 
  private:
