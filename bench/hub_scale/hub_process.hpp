@@ -33,8 +33,7 @@ namespace tessera::bench::hub_scale {
 }
 // utime + stime of a live process in seconds, from /proc/<pid>/stat; -1 if it cannot be read.
 [[nodiscard]] double proc_cpu_seconds(pid_t pid);
-// A field of /proc/<pid>/status in KiB ("VmHWM", "VmRSS"); -1 if it cannot be read.
-[[nodiscard]] long proc_status_kib(pid_t pid, const char* field);
+using testing::proc_status_kib;  // a field of /proc/<pid>/status in KiB (tests/support)
 // utime + stime of a rusage, and of this process so far.
 [[nodiscard]] double cpu_seconds(const rusage& ru);
 [[nodiscard]] double self_cpu_seconds();

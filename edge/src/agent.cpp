@@ -90,8 +90,29 @@ void agent::cancel_job() {
     worker_.join();  // stops within one training step
     cancel_ = false;
   }
-  if (job_) ++generation_;
+  if (!job_) return;
+  ++generation_;
+  // The link lets go of the job's transfers, and the arena goes with the last holder: only then may the
+  // next assignment reserve its own (on_job_released), so two arenas are never alive at once.
+  if (session_) {
+    session_->forget_blob(job_->download_id());
+    session_->forget_blob(net::upload_transfer_id(job_->download_id()));
+  }
+  job_->when_released([this, life = std::weak_ptr<int>(lifeline_)] {
+    if (life.expired()) return;
+    boost::asio::post(io_, [this, life] {
+      if (!life.expired()) on_job_released();
+    });
+  });
+  retiring_ = job_;
   job_.reset();
+}
+
+void agent::on_job_released() {
+  if (!retiring_.expired() || !waiting_ || stopped_) return;
+  const net::msg::assign a = std::move(*waiting_);
+  waiting_.reset();
+  start_assignment(a);
 }
 
 void agent::refuse_job(std::uint64_t round, const core::error& why) {
@@ -106,6 +127,7 @@ void agent::refuse(const std::string& what, const core::error& why) {
 
 void agent::on_stats(const net::msg::stats& q) {
   cancel_job();  // the hub measures before round 1: anything in progress belongs to an earlier run
+  waiting_.reset();
   const std::string what = "the statistics (pass " + std::to_string(q.pass) + ")";
   if (static_cast<std::int64_t>(q.inputs) != data_->feature_count())
     return refuse(what, make_error(errc::inputs_mismatch, "the model takes " + std::to_string(q.inputs) + " inputs, this device's data (" +
@@ -223,6 +245,18 @@ void agent::on_assign(const net::msg::assign& a) {
   }
   cancel_job();  // a newer assignment supersedes whatever was in progress
   if (!a.evaluate) ++stats_.assignments;
+  if (!retiring_.expired()) {
+    if (waiting_)
+      log(log_level::info, "round " + std::to_string(waiting_->round) + ": superseded by round " + std::to_string(a.round) +
+                               " before its memory was reserved");
+    log(log_level::info, "round " + std::to_string(a.round) + ": waiting for the superseded assignment's arena to be released");
+    waiting_ = a;
+    return;
+  }
+  start_assignment(a);
+}
+
+void agent::start_assignment(const net::msg::assign& a) {
   auto started = job::start(a, {.feature_count = data_->feature_count(),
                                 .max_batch = config_.data.max_batch,
                                 .codecs = config_.codecs,

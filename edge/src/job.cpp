@@ -40,6 +40,11 @@ core::result<core::training_task> check_assignment(const net::msg::assign& a, co
   return task;
 }
 
+job::~job() {
+  arena_.reset();  // before anyone hears it is gone
+  if (released_) released_();
+}
+
 core::result<std::shared_ptr<job>> job::start(const net::msg::assign& a, const device_limits& limits) {
   TESSERA_ASSIGN_OR_RETURN(auto task, check_assignment(a, limits));
   // Secure aggregation's buffers come out of the same budget as the arena.

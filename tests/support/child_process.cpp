@@ -205,4 +205,18 @@ void child_process::read_lines(int fd) {
   reader_done_ = true;
 }
 
+long proc_status_kib(pid_t pid, const char* field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  const std::string key = std::string(field) + ":";
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) return std::strtol(line.c_str() + key.size(), nullptr, 10);
+  return -1;
+}
+
+long child_process::status_kib(const char* field) const {
+  if (status_) return -1;
+  return proc_status_kib(pid_, field);
+}
+
 }  // namespace tessera::testing

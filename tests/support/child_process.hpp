@@ -72,6 +72,8 @@ class child_process {
   [[nodiscard]] std::string exit_text();
   // Its resource usage (CPU time, ru_maxrss in KiB) from wait4(), once reaped; zeros before.
   [[nodiscard]] const rusage& usage() const noexcept { return usage_; }
+  // A field of /proc/<pid>/status in KiB while it runs ("VmRSS", "VmHWM"); -1 once it has gone.
+  [[nodiscard]] long status_kib(const char* field) const;
   // With on_out_line: waits up to `limit` until its standard output is closed and every line was
   // handed over; true then. Without it: true.
   [[nodiscard]] bool wait_output_closed(std::chrono::milliseconds limit);
@@ -91,5 +93,8 @@ class child_process {
   std::mutex reader_mutex_;
   bool reader_done_ = true;  // no reader thread, or it saw end of file
 };
+
+// A field of /proc/<pid>/status in KiB ("VmRSS", "VmHWM"); -1 if the process or the field is not there.
+[[nodiscard]] long proc_status_kib(pid_t pid, const char* field);
 
 }  // namespace tessera::testing

@@ -92,7 +92,13 @@ class agent {
   void on_secure(const net::message& m);
   void send_masked();
   void on_measured(std::uint64_t generation, core::result<net::msg::stats_reply> reply);
+  // Stops the job in progress: its worker is joined, the link lets go of its transfers, and its arena
+  // is released as soon as nothing holds it (a CHUNK being read into it or written from it).
   void cancel_job();
+  // Reserves and starts an assignment; only when no earlier job's arena is alive.
+  void start_assignment(const net::msg::assign& a);
+  // The superseded job's arena is gone: the assignment that waited for it starts.
+  void on_job_released();
   // REFUSE{code, reason} for the assignment of `round`, logged.
   void refuse_job(std::uint64_t round, const core::error& why);
   // REFUSE{code, "<what>: reason"}, logged; the hub closes the link and the agent dials again.
@@ -108,6 +114,11 @@ class agent {
   std::shared_ptr<net::client> client_;
   std::shared_ptr<net::session> session_;  // the current link, once ready
   std::shared_ptr<job> job_;
+  // One arena at a time: a superseded job until its last holder lets go, and the newest assignment that
+  // waits for it (a later ASSIGN replaces it).
+  std::weak_ptr<job> retiring_;
+  std::optional<net::msg::assign> waiting_;
+  std::shared_ptr<int> lifeline_ = std::make_shared<int>(0);  // release callbacks outliving the agent do nothing
   std::unique_ptr<secure_identity> secure_;        // null: secure_aggregation off
   std::unique_ptr<secure_round> unmasking_;        // a round's protocol after its RESULT, until SECAGG_UNMASK
   std::uint64_t generation_ = 0;

@@ -13,7 +13,9 @@
 // and after a reconnect resumes where it stood (resume_action): a download continues from what it
 // holds, an upload is announced again and continues from the hub's ACK, training goes on undisturbed.
 // The transfers are handed out as aliasing pointers: a session holding one keeps the job, and so the
-// arena its bytes live in, alive until it lets go.
+// arena its bytes live in, alive until it lets go (net::session::forget_blob makes it let go);
+// when_released() says when the last holder did, so the next arena is reserved only after this one is
+// gone.
 //
 //   auto j = edge::job::start(assign, limits);          // errc: why it is refused
 //   session->expect_blob(j.value()->download());
@@ -67,6 +69,11 @@ class job : public std::enable_shared_from_this<job> {
 
   // Checks the assignment and reserves its arena.
   [[nodiscard]] static core::result<std::shared_ptr<job>> start(const net::msg::assign& a, const device_limits& limits);
+  ~job();
+  job(const job&) = delete;
+  job& operator=(const job&) = delete;
+  // `f` runs when the job, and so its arena, is gone (on the thread that let go of it last).
+  void when_released(std::function<void()> f) { released_ = std::move(f); }
 
   [[nodiscard]] std::uint64_t round() const noexcept { return round_; }
   [[nodiscard]] std::uint64_t download_id() const noexcept { return download_id_; }
@@ -128,6 +135,7 @@ class job : public std::enable_shared_from_this<job> {
   bool evaluate_ = false;
   std::unique_ptr<secure_round> secure_;
   core::local_training_report report_{};
+  std::function<void()> released_;
 };
 
 }  // namespace tessera::edge
