@@ -16,10 +16,10 @@ error io_error(const std::string& what, const std::filesystem::path& path, int e
   return make_error(errc::io, what + " " + path.string() + ": " + std::strerror(err));
 }
 
-}  // namespace
-
-result<void> write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes, unsigned mode,
-                               bool replace) {
+// The bytes in a new file beside `path`, fsync'd and closed: the temporary's name, or an error with
+// nothing left behind.
+result<std::filesystem::path> write_temporary(const std::filesystem::path& path, std::span<const std::byte> bytes,
+                                              unsigned mode) {
   // A random suffix keeps concurrent writers from sharing a temporary.
   std::random_device rd;
   const std::filesystem::path tmp = path.string() + ".tmp" + std::to_string(rd());
@@ -39,12 +39,31 @@ result<void> write_file_atomic(const std::filesystem::path& path, std::span<cons
     }
     done += static_cast<std::size_t>(n);
   }
-  // The data must be on disk before the rename makes it the file.
+  // The data must be on disk before a rename makes it the file.
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
     return io_error("cannot flush", tmp, err);
   }
+  return tmp;
+}
+
+// Makes renames in the folder of `path` durable. Best effort: some file systems refuse fsync on a
+// directory.
+void sync_directory_of(const std::filesystem::path& path) {
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    static_cast<void>(::fsync(dir_fd));
+    ::close(dir_fd);
+  }
+}
+
+}  // namespace
+
+result<void> write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes, unsigned mode,
+                               bool replace) {
+  TESSERA_ASSIGN_OR_RETURN(const std::filesystem::path tmp, write_temporary(path, bytes, mode));
   if (replace) {
     if (::rename(tmp.c_str(), path.c_str()) != 0) {
       const int err = errno;
@@ -62,13 +81,32 @@ result<void> write_file_atomic(const std::filesystem::path& path, std::span<cons
     }
     ::unlink(tmp.c_str());
   }
-  // Make the rename itself durable. Best effort: some file systems refuse fsync on a directory.
-  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    static_cast<void>(::fsync(dir_fd));
-    ::close(dir_fd);
+  sync_directory_of(path);
+  return {};
+}
+
+result<void> write_file_keeping_previous(const std::filesystem::path& path, std::span<const std::byte> bytes,
+                                         unsigned mode, const std::filesystem::path& previous) {
+  // Each step, and what a crash right after it leaves (A the file at `path`, B the new bytes):
+  //   1. B written to a temporary and fsync'd      path = A, previous = older; a stray temporary
+  //   2. rename path -> previous                   path absent, previous = A
+  //   3. rename temporary -> path                  path = B, previous = A
+  //   4. fsync the folder                          the renames are durable
+  // Until 4 the file system may keep any prefix of the renames, or (without ordering promises) only
+  // 3: path = B, previous = older. B is whole on disk before 3 can name it, so every state holds A
+  // or B whole under path or previous.
+  TESSERA_ASSIGN_OR_RETURN(const std::filesystem::path tmp, write_temporary(path, bytes, mode));
+  if (::rename(path.c_str(), previous.c_str()) != 0 && errno != ENOENT) {  // no file yet: nothing to keep
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return io_error("cannot rename " + path.string() + " to", previous, err);
   }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());  // previous still holds the last good bytes
+    return io_error("cannot rename to", path, err);
+  }
+  sync_directory_of(path);
   return {};
 }
 

@@ -4,17 +4,22 @@
 //   tessera-pki issue-hub --dir pki --name hub.example.org --name 10.0.0.5 [--days 365]
 //   tessera-pki issue-device --dir pki --id pi-07 [--days 365]
 //   tessera-pki revoke --dir pki (--serial 4f3a... | --cert pki/pi-07.pem)
+//   tessera-pki seal-key --out hub.sealkey
 //
-// Outputs go into --dir (hub.pem/hub.key, <id>.pem/<id>.key) unless --out-dir is given. Keys are 0400.
-// Existing files are never replaced unless --force is given.
+// Outputs go into --dir (hub.pem/hub.key, <id>.pem/<id>.key) unless --out-dir is given; seal-key writes
+// the one file --out names. Keys are 0400. Existing files are never replaced unless --force is given.
 #include <arpa/inet.h>
 
 #include <charconv>
 #include <cstdio>
+#include <filesystem>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 
 #include "tessera/core/command.hpp"
 #include "tessera/crypto/pki.hpp"
+#include "tessera/crypto/seal.hpp"
 
 namespace {
 
@@ -22,12 +27,13 @@ using namespace tessera;
 
 const core::command k_command{
     .name = "tessera-pki",
-    .usage = "tessera-pki init|issue-hub|issue-device|revoke [options]",
+    .usage = "tessera-pki init|issue-hub|issue-device|revoke|seal-key [options]",
     .about = R"(The fleet's certificate authority.
   init            create a CA (ECDSA P-256, self-signed) and an empty revocation list
   issue-hub       issue the hub certificate; --name NAME (repeatable, DNS name or IP address)
   issue-device    issue a device certificate; --id ID
-  revoke          add a certificate to the revocation list; --serial HEX or --cert FILE)",
+  revoke          add a certificate to the revocation list; --serial HEX or --cert FILE
+  seal-key        write a fresh 32-byte key for sealing the hub's checkpoints (its seal_key); --out FILE)",
     .options = {{.flag = "--dir", .value = "DIR", .doc = "CA directory holding ca.pem, ca.key, ca.crl (default: pki)"},
                 {.flag = "--out-dir", .value = "DIR", .doc = "where issued certificates and keys go (default: --dir)"},
                 {.flag = "--cn", .value = "NAME", .doc = "subject common name (init, issue-hub)"},
@@ -36,6 +42,7 @@ const core::command k_command{
                 {.flag = "--serial", .value = "HEX", .doc = "revoke: the certificate's serial"},
                 {.flag = "--cert", .value = "FILE", .doc = "revoke: the certificate"},
                 {.flag = "--days", .value = "N", .doc = "validity in days (default: 3650 for init, 365 otherwise)"},
+                {.flag = "--out", .value = "FILE", .doc = "seal-key: the key file (owner-read-only)"},
                 {.flag = "--force", .value = "", .doc = "replace existing output files"}},
     .configured = false};
 
@@ -103,11 +110,27 @@ core::result<int> revoke(const core::command_line& line, const crypto::ca_files&
   return 0;
 }
 
+// A key from the CSPRNG, straight to its file: the bytes are never printed.
+core::result<int> seal_key(const core::command_line& line) {
+  for (const std::string_view flag : {"--dir", "--out-dir", "--cn", "--name", "--id", "--serial", "--cert", "--days"})
+    if (line.has(flag)) return usage_error("seal-key takes --out FILE [--force], not " + std::string(flag));
+  const std::filesystem::path out = line.value("--out");
+  if (out.empty()) return usage_error("seal-key needs --out FILE");
+  if (out.has_parent_path()) {
+    std::error_code ec;
+    std::filesystem::create_directories(out.parent_path(), ec);
+  }
+  TESSERA_ASSIGN_OR_RETURN(const crypto::sealing_key key, crypto::sealing_key::generate());
+  TESSERA_TRY(key.save(out, line.has("--force")));
+  std::printf("sealing key written: %s (32 bytes, owner-read-only; the hub's seal_key)\n", out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string command = argc > 1 ? argv[1] : "";
-  if (command != "init" && command != "issue-hub" && command != "issue-device" && command != "revoke") {
+  if (command != "init" && command != "issue-hub" && command != "issue-device" && command != "revoke" && command != "seal-key") {
     // No command, --help, or one we do not know: the usage, on the stream that fits.
     const bool help = command == "--help" || command == "-h";
     std::fputs(core::help_text(k_command, {}).c_str(), help ? stdout : stderr);
@@ -115,6 +138,8 @@ int main(int argc, char** argv) {
     return help ? 0 : 2;
   }
   return core::run_command(k_command, argc, argv, 2, {}, [&command](const core::command_line& line) -> core::result<int> {
+    if (command == "seal-key") return seal_key(line);
+    if (line.has("--out")) return usage_error("--out is for seal-key (certificates and keys go in --out-dir)");
     const std::string dir = line.has("--dir") ? line.value("--dir") : "pki";
     const auto ca = crypto::ca_files::in(dir);
     const std::filesystem::path out_dir = line.has("--out-dir") ? std::filesystem::path(line.value("--out-dir")) : std::filesystem::path(dir);

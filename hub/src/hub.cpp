@@ -69,14 +69,19 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
   nlohmann::json statistics;
   std::optional<core::rdp_accountant> privacy;
   double dp_clip = 0;
+  std::filesystem::path resumed_file;  // the checkpoint resumed from: hub.ckpt, or hub.ckpt.prev after a fallback
   if (!config.checkpoint_dir.empty()) {
     std::filesystem::create_directories(config.checkpoint_dir, ec);
     if (ec) return core::make_error(core::errc::io, config.checkpoint_dir + ": cannot create the checkpoint folder: " + ec.message());
     rs.checkpoint = std::filesystem::path(config.checkpoint_dir) / "hub.ckpt";
-    TESSERA_ASSIGN_OR_RETURN(auto ck, rounds::load_checkpoint(rs.checkpoint, config.model, rs.seal_key ? &*rs.seal_key : nullptr));
-    if (ck) {
+    // The newest checkpoint, or the previous one if the newest is missing or corrupt (a crash while it
+    // was being replaced, a damaged disk). Another run's checkpoint is refused, never passed over.
+    TESSERA_ASSIGN_OR_RETURN(auto loaded, rounds::load_latest_checkpoint(rs.checkpoint, config.model, rs.seal_key ? &*rs.seal_key : nullptr));
+    if (loaded) {
+      rounds::checkpoint* ck = &loaded->state;
+      resumed_file = loaded->file;
       if (ck->seed != config.seed || ck->strategy != rounds::to_string(config.strategy))
-        return make_error(errc::checkpoint_mismatch, rs.checkpoint.string() + ": written by a run with seed " +
+        return make_error(errc::checkpoint_mismatch, resumed_file.string() + ": written by a run with seed " +
                                                          std::to_string(ck->seed) + " and strategy " + ck->strategy +
                                                          "; the configuration has seed " + std::to_string(config.seed) +
                                                          " and strategy " + std::string(rounds::to_string(config.strategy)));
@@ -88,10 +93,13 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
       normalization = std::move(ck->normalization);
       statistics = std::move(ck->statistics);
       if (config.dp.enabled && completed > 0 && !ck->privacy)
-        return make_error(errc::checkpoint_mismatch, rs.checkpoint.string() + ": written by a run without differential privacy: its " +
+        return make_error(errc::checkpoint_mismatch, resumed_file.string() + ": written by a run without differential privacy: its " +
                                                          std::to_string(completed) + " rounds were not accounted for");
       privacy = std::move(ck->privacy);
       dp_clip = ck->dp_clip;
+      if (const auto& fb = loaded->fell_back_from)
+        h->log(log_level::warning, "checkpoint " + fb->reason.message + "; resumed from the previous one (" +
+                                       resumed_file.string() + "), after round " + std::to_string(completed));
     }
   }
   if (completed == 0) core::initialize(config.model, params);
@@ -99,7 +107,7 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
   if (privacy) h->engine_->restore_privacy(std::move(*privacy), dp_clip);
   if (!normalization.empty()) {
     if (auto ok = h->engine_->set_normalization(std::move(normalization), std::move(statistics)); !ok)
-      return core::make_error(core::errc::bad_format, rs.checkpoint.string() + ": " + ok.error().message);
+      return core::make_error(core::errc::bad_format, resumed_file.string() + ": " + ok.error().message);
   }
   TESSERA_TRY(h->check_frame_room());
   TESSERA_ASSIGN_OR_RETURN(h->recorder_, rounds::recorder::open(config, std::move(rs), h->log_));

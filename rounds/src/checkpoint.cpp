@@ -1,8 +1,9 @@
 #include "tessera/rounds/checkpoint.hpp"
 
 #include <cmath>
-
 #include <cstring>
+#include <span>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -10,14 +11,17 @@
 #include "tessera/core/file_io.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/crypto/digest.hpp"
+#include "tessera/crypto/error.hpp"
 
 namespace tessera::rounds {
 namespace {
 
-using core::errc;
-using core::make_error;
-
-constexpr char k_magic[8] = {'T', 'S', 'C', 'K', 'P', 'T', '\x01', '\0'};
+constexpr char k_magic[8] = {'T', 'S', 'C', 'K', 'P', 'T', '\x02', '\0'};  // version 2
+constexpr std::string_view k_magic_stem("TSCKPT", 6);                      // every version's first bytes
+constexpr std::string_view k_sealed_stem("TSEAL", 5);                      // crypto/seal.hpp's magic
+constexpr std::size_t k_prefix = 16;                                       // magic, header length
+constexpr std::size_t k_digest = 32;                                       // version 2's trailing SHA-256
+static_assert(k_digest == std::tuple_size_v<crypto::sha256_digest>);
 constexpr std::uint64_t k_max_header = 16u << 20;
 
 void put_u64(std::vector<std::byte>& out, std::uint64_t v) {
@@ -30,63 +34,115 @@ std::uint64_t get_u64(const std::byte* p) {
   return v;
 }
 
-}  // namespace
-
-core::result<void> save_checkpoint(const std::filesystem::path& path, const checkpoint& c, const crypto::sealing_key* key) {
-  const auto param_bytes = std::as_bytes(std::span(c.params));
-  nlohmann::json j;
-  j["round"] = c.round;
-  j["plan_seed"] = c.plan_seed;
-  j["seed"] = c.seed;
-  j["strategy"] = c.strategy;
-  j["spec"] = nlohmann::json::parse(core::to_json(c.spec));
-  j["param_count"] = c.params.size();
-  j["params_sha256"] = crypto::to_hex(crypto::sha256_of(param_bytes));
-  nlohmann::json reg = nlohmann::json::array();
-  for (const auto& d : c.registry)
-    reg.push_back({{"id", d.id}, {"budget_bytes", d.budget_bytes}, {"examples", d.examples},
-                   {"rounds_done", d.rounds_done}, {"rounds_missed", d.rounds_missed}, {"last_seen", d.last_seen}});
-  j["registry"] = std::move(reg);
-  j["early_stop"] = {{"have_best", c.stopping.have_best}, {"best_score", c.stopping.best_score},
-                     {"evals_since_best", c.stopping.evals_since_best}, {"stopped", c.stopping.stopped}};
-  if (!c.normalization.empty()) {
-    j["normalization"] = {{"mean", core::encode_floats(c.normalization.mean)}, {"std", core::encode_floats(c.normalization.std)}};
-    j["statistics"] = c.statistics;
-  }
-  if (c.privacy) {
-    j["privacy"] = {{"orders", std::vector<double>(c.privacy->orders().begin(), c.privacy->orders().end())},
-                    {"rdp", std::vector<double>(c.privacy->rdp().begin(), c.privacy->rdp().end())},
-                    {"steps", c.privacy->steps()},
-                    {"clip", c.dp_clip}};
-  }
-  const std::string header = j.dump();
-  std::vector<std::byte> bytes;
-  bytes.reserve(16 + header.size() + param_bytes.size());
-  for (char ch : k_magic) bytes.push_back(static_cast<std::byte>(ch));
-  put_u64(bytes, header.size());
-  for (char ch : header) bytes.push_back(static_cast<std::byte>(ch));
-  bytes.insert(bytes.end(), param_bytes.begin(), param_bytes.end());
-  if (key != nullptr) return crypto::seal_file(*key, bytes, path, /*force=*/true);
-  return core::write_file_atomic(path, bytes, 0600, /*replace=*/true);
+// A file whose bytes are not the ones written: "<file> is <reason>", the line the hub logs when it
+// falls back to the previous checkpoint.
+core::error corrupt(const std::string& where, const std::string& reason) {
+  return make_error(errc::checkpoint_corrupt, where + " is " + reason);
 }
 
-core::result<std::optional<checkpoint>> load_checkpoint(const std::filesystem::path& path, const core::model_spec& expected,
-                                                        const crypto::sealing_key* key) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return std::optional<checkpoint>{};
+core::error truncated(const std::string& where, std::size_t size) {
+  return corrupt(where, "truncated (" + std::to_string(size) + " bytes)");
+}
+
+core::error header_field_error(const std::string& where, const nlohmann::json::exception& e) {
+  return make_error(core::errc::bad_format, where + ": header field missing or of the wrong type (" + e.what() + ")");
+}
+
+// The largest file a checkpoint of `spec` can be, sealed or not: the bound on reading one.
+std::size_t max_file_bytes(const core::model_spec& spec) {
+  return k_prefix + k_max_header + core::param_count(spec.full_arch()) * sizeof(float) + k_digest +
+         crypto::sealed_overhead_bytes;
+}
+
+// A checkpoint's bytes, unsealed, once they proved to be the ones written.
+struct verified {
+  std::vector<std::byte> bytes;
+  nlohmann::json header;
+  std::size_t params_at = 0, params_size = 0;  // where in `bytes` the parameters are
+
+  [[nodiscard]] std::span<const std::byte> params() const { return std::span(bytes).subspan(params_at, params_size); }
+};
+
+// Reads `path` and checks its bytes before anything is taken from them. Bytes that are not the ones
+// written (cut short, failing the trailing SHA-256 or the GCM tag, no checkpoint magic at all; in
+// version 1: a header that is not JSON or parameters failing their SHA-256) are errc::checkpoint_corrupt.
+// A file that cannot be read, a sealed file without a key or a plain one with a key, and a version this
+// build does not know are other errors: the file is what it was, and something else is wrong.
+// `spec`, the configured model, bounds the read and tells a file cut short from one altered.
+core::result<verified> read_verified(const std::filesystem::path& path, const crypto::sealing_key* key,
+                                     const core::model_spec& spec) {
   const std::string where = path.string();
-  const std::size_t max_bytes = 16 + k_max_header + core::param_count(expected.full_arch()) * sizeof(float);
-  TESSERA_ASSIGN_OR_RETURN(const std::vector<std::byte> b,
-                           key != nullptr ? crypto::unseal_file(*key, path) : core::read_file_bounded(path, max_bytes));
-  if (b.size() < 16 || std::memcmp(b.data(), k_magic, 8) != 0) {
-    const bool sealed = b.size() >= 5 && std::memcmp(b.data(), "TSEAL", 5) == 0;
-    return make_error(errc::bad_format, where + ": not a hub checkpoint" +
-                                            (sealed && key == nullptr ? " (it is sealed: give the key file, seal_key)" : ""));
+  verified v;
+  TESSERA_ASSIGN_OR_RETURN(v.bytes, core::read_file_bounded(path, max_file_bytes(spec)));
+  std::vector<std::byte>& b = v.bytes;
+  const auto starts_with = [&b](std::string_view magic) {
+    return b.size() >= magic.size() && std::memcmp(b.data(), magic.data(), magic.size()) == 0;
+  };
+  const bool sealed = starts_with(k_sealed_stem);
+  if (sealed && key == nullptr)
+    return make_error(core::errc::bad_format, where + ": not a hub checkpoint (it is sealed: give the key file, seal_key)");
+  if (!sealed && key != nullptr && starts_with(k_magic_stem))
+    return make_error(core::errc::bad_format, where + ": not sealed, but a seal_key is given");
+  if (sealed) {
+    if (b.size() < crypto::sealed_overhead_bytes) return truncated(where, b.size());
+    auto plain = crypto::unseal(*key, b);
+    if (!plain && plain.error().code == crypto::errc::auth_failed)
+      return corrupt(where, "not authentic (changed, truncated, or sealed with another key)");
+    if (!plain) return make_error(core::errc::bad_format, where + ": " + plain.error().message);
+    b = std::move(plain).value();
   }
+  if (b.size() < k_prefix) return truncated(where, b.size());
+  if (!starts_with(k_magic_stem)) return corrupt(where, "not a hub checkpoint (its first bytes are not a checkpoint's)");
+  const auto version = static_cast<unsigned>(b[6]);
+  if ((version != 1 && version != 2) || b[7] != std::byte{0})
+    return make_error(core::errc::unsupported, where + ": checkpoint format version " + std::to_string(version) +
+                                                   "; this build reads versions 1 and 2");
   const std::uint64_t n = get_u64(b.data() + 8);
-  if (n > k_max_header || n > b.size() - 16) return make_error(errc::truncated, where + ": header length " + std::to_string(n) + " is beyond the file");
-  const nlohmann::json j = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(b.data() + 16), n), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return make_error(errc::bad_format, where + ": the header is not a JSON object");
+
+  if (version == 2) {
+    if (b.size() < k_prefix + k_digest) return truncated(where, b.size());
+    const std::size_t covered = b.size() - k_digest;
+    const crypto::sha256_digest digest = crypto::sha256_of(std::span<const std::byte>(b).first(covered));
+    if (std::memcmp(digest.data(), b.data() + covered, k_digest) != 0) {
+      // Cut short or altered: a guess from the length the header declares and the configured model.
+      const std::uint64_t expected_size = k_prefix + n + core::param_count(spec.full_arch()) * sizeof(float) + k_digest;
+      if (n <= k_max_header && b.size() < expected_size)
+        return corrupt(where, "truncated (" + std::to_string(b.size()) + " of " + std::to_string(expected_size) + " bytes)");
+      return corrupt(where, "corrupt (its SHA-256 does not match its contents)");
+    }
+    // From here on the bytes are the ones written: a fault is the writer's, not the disk's.
+    if (n > k_max_header || n > covered - k_prefix)
+      return make_error(core::errc::bad_format, where + ": header length " + std::to_string(n) + " is beyond the file");
+    v.header = nlohmann::json::parse(std::string_view(reinterpret_cast<const char*>(b.data() + k_prefix), n), nullptr, false);
+    if (v.header.is_discarded() || !v.header.is_object())
+      return make_error(core::errc::bad_format, where + ": the header is not a JSON object");
+    v.params_at = k_prefix + n;
+    v.params_size = covered - v.params_at;
+    return v;
+  }
+
+  // Version 1: no digest of the whole; the header's length and the parameters' SHA-256 are the checks.
+  if (n > k_max_header || n > b.size() - k_prefix)
+    return corrupt(where, "truncated (its header of " + std::to_string(n) + " bytes goes past its " + std::to_string(b.size()) + " bytes)");
+  v.header = nlohmann::json::parse(std::string_view(reinterpret_cast<const char*>(b.data() + k_prefix), n), nullptr, false);
+  if (v.header.is_discarded() || !v.header.is_object()) return corrupt(where, "corrupt (its header is not a JSON object)");
+  v.params_at = k_prefix + n;
+  v.params_size = b.size() - v.params_at;
+  try {
+    const auto count = v.header.at("param_count").get<std::uint64_t>();
+    const std::string sha = v.header.at("params_sha256").get<std::string>();
+    if (v.params_size % sizeof(float) != 0 || v.params_size / sizeof(float) != count)
+      return corrupt(where, "truncated (" + std::to_string(v.params_size) + " parameter bytes for " + std::to_string(count) + " parameters)");
+    if (crypto::to_hex(crypto::sha256_of(v.params())) != sha) return corrupt(where, "corrupt (the parameters do not match their SHA-256)");
+  } catch (const nlohmann::json::exception& e) {
+    return header_field_error(where, e);
+  }
+  return v;
+}
+
+// The run's state from a checked file's header and parameters.
+core::result<checkpoint> parse_state(const verified& v, const std::string& where, const core::model_spec& expected) {
+  const nlohmann::json& j = v.header;
   checkpoint c;
   try {
     c.round = j.at("round").get<std::int64_t>();
@@ -95,17 +151,14 @@ core::result<std::optional<checkpoint>> load_checkpoint(const std::filesystem::p
     c.strategy = j.at("strategy").get<std::string>();
     TESSERA_ASSIGN_OR_RETURN(c.spec, core::parse_model_spec(j.at("spec").dump(), where + ": spec"));
     const auto count = j.at("param_count").get<std::uint64_t>();
-    const std::string sha = j.at("params_sha256").get<std::string>();
     if (core::to_json(c.spec) != core::to_json(expected))
-      return make_error(errc::invalid_spec, where + ": holds model " + core::to_json(c.spec) + ", the configuration asks for " +
-                                                core::to_json(expected) + " (use another checkpoint_dir to start afresh)");
-    if (count != core::param_count(expected.full_arch()) || b.size() - 16 - n != count * sizeof(float))
-      return make_error(errc::truncated, where + ": " + std::to_string(b.size() - 16 - n) + " parameter bytes for " +
-                                             std::to_string(count) + " parameters");
+      return make_error(core::errc::invalid_spec, where + ": holds model " + core::to_json(c.spec) + ", the configuration asks for " +
+                                                      core::to_json(expected) + " (use another checkpoint_dir to start afresh)");
+    if (count != core::param_count(expected.full_arch()) || v.params_size != count * sizeof(float))
+      return make_error(core::errc::bad_format, where + ": " + std::to_string(v.params_size) + " parameter bytes for " +
+                                                    std::to_string(count) + " parameters");
     c.params.resize(count);
-    std::memcpy(c.params.data(), b.data() + 16 + n, count * sizeof(float));
-    if (crypto::to_hex(crypto::sha256_of(std::as_bytes(std::span(c.params)))) != sha)
-      return make_error(errc::bad_format, where + ": the parameters do not match their SHA-256");
+    std::memcpy(c.params.data(), v.bytes.data() + v.params_at, v.params_size);
     for (const auto& d : j.at("registry")) {
       c.registry.push_back({.id = d.at("id").get<std::string>(),
                             .budget_bytes = d.at("budget_bytes").get<std::uint64_t>(),
@@ -130,18 +183,110 @@ core::result<std::optional<checkpoint>> load_checkpoint(const std::filesystem::p
       const auto orders = pv->at("orders").get<std::vector<double>>();
       const auto rdp = pv->at("rdp").get<std::vector<double>>();
       auto restored = core::rdp_accountant::restore(orders, rdp, pv->at("steps").get<std::int64_t>());
-      if (!restored) return make_error(errc::bad_format, where + ": privacy: " + restored.error().message);
+      if (!restored) return make_error(core::errc::bad_format, where + ": privacy: " + restored.error().message);
       c.privacy = std::move(restored).value();
       if (const auto clip = pv->find("clip"); clip != pv->end()) {
         c.dp_clip = clip->get<double>();
-        if (!std::isfinite(c.dp_clip) || c.dp_clip < 0) return make_error(errc::bad_format, where + ": privacy.clip is not a finite clip");
+        if (!std::isfinite(c.dp_clip) || c.dp_clip < 0) return make_error(core::errc::bad_format, where + ": privacy.clip is not a finite clip");
       }
     }
   } catch (const nlohmann::json::exception& e) {
-    return make_error(errc::bad_format, where + ": header field missing or of the wrong type (" + e.what() + ")");
+    return header_field_error(where, e);
   }
-  if (c.round < 0) return make_error(errc::bad_format, where + ": negative round");
+  if (c.round < 0) return make_error(core::errc::bad_format, where + ": negative round");
+  return c;
+}
+
+}  // namespace
+
+std::filesystem::path previous_checkpoint(const std::filesystem::path& path) { return path.string() + ".prev"; }
+
+core::result<void> save_checkpoint(const std::filesystem::path& path, const checkpoint& c, const crypto::sealing_key* key) {
+  const auto param_bytes = std::as_bytes(std::span(c.params));
+  nlohmann::json j;
+  j["round"] = c.round;
+  j["plan_seed"] = c.plan_seed;
+  j["seed"] = c.seed;
+  j["strategy"] = c.strategy;
+  j["spec"] = nlohmann::json::parse(core::to_json(c.spec));
+  j["param_count"] = c.params.size();
+  nlohmann::json reg = nlohmann::json::array();
+  for (const auto& d : c.registry)
+    reg.push_back({{"id", d.id}, {"budget_bytes", d.budget_bytes}, {"examples", d.examples},
+                   {"rounds_done", d.rounds_done}, {"rounds_missed", d.rounds_missed}, {"last_seen", d.last_seen}});
+  j["registry"] = std::move(reg);
+  j["early_stop"] = {{"have_best", c.stopping.have_best}, {"best_score", c.stopping.best_score},
+                     {"evals_since_best", c.stopping.evals_since_best}, {"stopped", c.stopping.stopped}};
+  if (!c.normalization.empty()) {
+    j["normalization"] = {{"mean", core::encode_floats(c.normalization.mean)}, {"std", core::encode_floats(c.normalization.std)}};
+    j["statistics"] = c.statistics;
+  }
+  if (c.privacy) {
+    j["privacy"] = {{"orders", std::vector<double>(c.privacy->orders().begin(), c.privacy->orders().end())},
+                    {"rdp", std::vector<double>(c.privacy->rdp().begin(), c.privacy->rdp().end())},
+                    {"steps", c.privacy->steps()},
+                    {"clip", c.dp_clip}};
+  }
+  const std::string header = j.dump();
+  std::vector<std::byte> bytes;
+  bytes.reserve(k_prefix + header.size() + param_bytes.size() + k_digest);
+  for (char ch : k_magic) bytes.push_back(static_cast<std::byte>(ch));
+  put_u64(bytes, header.size());
+  for (char ch : header) bytes.push_back(static_cast<std::byte>(ch));
+  bytes.insert(bytes.end(), param_bytes.begin(), param_bytes.end());
+  const crypto::sha256_digest digest = crypto::sha256_of(bytes);
+  for (std::uint8_t x : digest) bytes.push_back(static_cast<std::byte>(x));
+  if (key != nullptr) {
+    TESSERA_ASSIGN_OR_RETURN(bytes, crypto::seal(*key, bytes));
+  }
+  // The current file becomes the previous one only if it passes its checks. After a fallback it is the
+  // bad one: renamed over the good previous one, a crash before the new file took its name would leave
+  // nothing to resume from. A bad current file is replaced instead, and the previous one stays. The
+  // check costs a read and a SHA-256 (or GCM) pass over a file the size of the one being written.
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && read_verified(path, key, c.spec).ok())
+    return core::write_file_keeping_previous(path, bytes, 0600, previous_checkpoint(path));
+  return core::write_file_atomic(path, bytes, 0600, /*replace=*/true);
+}
+
+core::result<std::optional<checkpoint>> load_checkpoint(const std::filesystem::path& path, const core::model_spec& expected,
+                                                        const crypto::sealing_key* key) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::optional<checkpoint>{};
+  TESSERA_ASSIGN_OR_RETURN(const verified v, read_verified(path, key, expected));
+  TESSERA_ASSIGN_OR_RETURN(checkpoint c, parse_state(v, path.string(), expected));
   return std::optional<checkpoint>(std::move(c));
+}
+
+core::result<std::optional<loaded_checkpoint>> load_latest_checkpoint(const std::filesystem::path& path,
+                                                                      const core::model_spec& expected,
+                                                                      const crypto::sealing_key* key) {
+  auto latest = load_checkpoint(path, expected, key);
+  if (latest && latest.value())
+    return std::optional<loaded_checkpoint>(
+        loaded_checkpoint{.state = std::move(*latest.value()), .file = path, .fell_back_from = std::nullopt});
+  // Only a file that is not what was written, or is missing, is passed over: another model, a file that
+  // cannot be read or one of an unknown version is the configuration's or the operator's to settle.
+  if (!latest && latest.error().code != errc::checkpoint_corrupt) return std::move(latest).error();
+  const std::filesystem::path previous = previous_checkpoint(path);
+  std::error_code ec;
+  const bool have_previous = std::filesystem::exists(previous, ec);
+  if (latest && !have_previous) return std::optional<loaded_checkpoint>{};  // neither: a fresh start
+  core::error why = latest ? make_error(core::errc::io, path.string() + " is missing") : std::move(latest).error();
+  // With a key, a wrong key and a changed file look the same to GCM: when nothing loads, say so.
+  const std::string key_hint = key != nullptr ? "; the sealing key (seal_key) may be the wrong one" : "";
+  if (!have_previous)
+    return make_error(errc::checkpoint_corrupt, why.message + ", and there is no previous checkpoint (" + previous.string() + ")" + key_hint);
+  auto prev = load_checkpoint(previous, expected, key);
+  if (prev && prev.value())
+    return std::optional<loaded_checkpoint>(
+        loaded_checkpoint{.state = std::move(*prev.value()),
+                          .file = previous,
+                          .fell_back_from = checkpoint_fallback{.file = path, .reason = std::move(why)}});
+  const core::error prev_error = prev ? make_error(core::errc::io, previous.string() + " is missing") : std::move(prev).error();
+  const bool both_corrupt = prev_error.code == errc::checkpoint_corrupt;
+  return core::error{both_corrupt ? make_error_code(errc::checkpoint_corrupt) : prev_error.code,
+                     "no checkpoint to resume from: " + why.message + "; " + prev_error.message + (both_corrupt ? key_hint : "")};
 }
 
 }  // namespace tessera::rounds

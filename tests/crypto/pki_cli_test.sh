@@ -23,4 +23,26 @@ if "$pki" init --dir "$dir" 2>/dev/null; then fail "re-initialised the CA withou
 if "$pki" revoke --dir "$dir" --cert "$dir/pi-07.pem" 2>/dev/null; then fail "revoked twice"; fi
 if "$pki" issue-device --dir "$dir" --id 'bad/id' 2>/dev/null; then fail "accepted a bad id"; fi
 if "$pki" frobnicate 2>/dev/null; then fail "accepted an unknown command"; fi
+
+# seal-key: 32 bytes from the CSPRNG, mode 0400, kept unless --force, never printed.
+"$pki" --help | grep -q seal-key || fail "--help does not list seal-key"
+hex() { od -An -v -tx1 "$1" | tr -d ' \n'; }
+key="$dir/keys/hub.sealkey"
+said=$("$pki" seal-key --out "$key")
+echo "$said" | grep -q "$key" || fail "seal-key did not say where it wrote"
+[ "$(stat -c %a "$key")" = 400 ] || fail "the sealing key is not mode 0400"
+[ "$(stat -c %s "$key")" = 32 ] || fail "the sealing key is not 32 bytes"
+first=$(hex "$key")
+if echo "$said" | tr -d ' \n' | grep -qi "$first"; then fail "seal-key printed the key"; fi
+if "$pki" seal-key --out "$key" >/dev/null 2>"$dir/refusal"; then fail "replaced a sealing key without --force"; fi
+grep -q "$key exists" "$dir/refusal" || fail "the refusal does not name the file: $(cat "$dir/refusal")"
+[ "$(hex "$key")" = "$first" ] || fail "the sealing key changed without --force"
+"$pki" seal-key --out "$key" --force >/dev/null
+[ "$(stat -c %a "$key")" = 400 ] || fail "the replaced sealing key is not mode 0400"
+[ "$(hex "$key")" != "$first" ] || fail "--force did not write a fresh key"
+"$pki" seal-key --out "$dir/other.sealkey" >/dev/null
+[ "$(hex "$dir/other.sealkey")" != "$(hex "$key")" ] || fail "two sealing keys are the same"
+if "$pki" seal-key 2>/dev/null; then fail "seal-key without --out"; fi
+if "$pki" seal-key --out "$dir/third.sealkey" --dir "$dir" 2>/dev/null; then fail "seal-key took --dir"; fi
+[ ! -e "$dir/third.sealkey" ] || fail "seal-key wrote a key despite a usage error"
 echo "pki_cli_test: ok"

@@ -1,7 +1,9 @@
 // Crashes in the middle of a round: a hub killed with SIGKILL resumes from its checkpoint while the
-// agents reconnect on their own; an agent killed with SIGKILL becomes a straggler whose neurons keep
-// their values, and is taken back once it returns.
+// agents reconnect on their own; a hub whose newest checkpoint is damaged resumes from the previous one;
+// an agent killed with SIGKILL becomes a straggler whose neurons keep their values, and is taken back
+// once it returns.
 #include <csignal>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -108,6 +110,62 @@ TEST_CASE("federation: a hub killed mid-round resumes from its checkpoint; the a
   const core::stored_model model = load_model_or_fail(f.file("model.safetensors"));
   CHECK(model.metadata.at("tessera.rounds") == std::to_string(rounds));
   CHECK(all_finite(model.params));
+}
+
+TEST_CASE("federation: a hub whose newest checkpoint is cut short resumes from the previous one and completes the run") {
+  constexpr int rounds = 3;
+  fleet f("fed_ckpt_fallback");
+  INFO(f.diagnostics());
+  const auto ids = device_ids();
+  const auto [data, validation] = prepare(f, ids);
+
+  nlohmann::json config = hub_config(f, validation, rounds);
+  // Short rounds: this case is about the restart, not the training.
+  config.update({{"local_steps", 20}, {"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 60}});
+  hub_handle first = f.start_hub("hub-1", config);
+  for (int d = 0; d < k_devices; ++d)
+    f.start_agent(ids[static_cast<std::size_t>(d)], data[static_cast<std::size_t>(d)], first.port);
+  const auto first_code = first.process.wait_exit(60s);
+  REQUIRE_MESSAGE(first_code.has_value(), "the first hub did not finish within 60 s");
+  REQUIRE(*first_code == 0);
+
+  // The last checkpoint loses its second half, as a disk can lose a write; round 2's is kept beside it.
+  const std::string checkpoint = f.file("checkpoints/hub.ckpt");
+  REQUIRE(std::filesystem::exists(checkpoint + ".prev"));
+  std::filesystem::resize_file(checkpoint, std::filesystem::file_size(checkpoint) / 2);
+
+  // Restarted on the same port, the agents (still running) find it again.
+  config["listen"] = "127.0.0.1:" + std::to_string(first.port);
+  hub_handle second = f.start_hub("hub-2", config);
+  CHECK(count_of(second.process.out(), "rounds 3 (from 2)") == 1);
+  CHECK(wait_for_log(second.process, "checkpoint " + checkpoint + " is truncated (", 10s));
+  CHECK(count_of(second.process.err(), "; resumed from the previous one (" + checkpoint + ".prev), after round 2") == 1);
+  const auto code = second.process.wait_exit(60s);
+  REQUIRE_MESSAGE(code.has_value(), "the restarted hub did not finish within 60 s");
+  REQUIRE_MESSAGE(*code == 0, "the restarted hub exited with " << *code);
+  CHECK(count_of(second.process.out(), "tessera-hub: done after 3 rounds") == 1);
+
+  // Round 3 twice in the metrics: once before the damage, once after the resume.
+  const auto metrics = read_metrics(f.file("metrics.jsonl"));
+  REQUIRE(metrics.size() == 4);
+  CHECK(metrics[2].at("round") == 3);
+  CHECK(metrics[3].at("round") == 3);
+  check_round_figures(metrics[3]);
+  const core::stored_model model = load_model_or_fail(f.file("model.safetensors"));
+  CHECK(model.metadata.at("tessera.rounds") == std::to_string(rounds));
+  // The new round-3 checkpoint replaced the damaged file; round 2's stayed the previous one.
+  const auto hub_cfg = core::load_config(f.file("hub-2.json"), {}, hub::read_hub_config);
+  REQUIRE(hub_cfg.ok());
+  const core::model_spec& spec = hub_cfg.value().model;
+  auto last = rounds::load_latest_checkpoint(checkpoint, spec, nullptr);
+  REQUIRE_MESSAGE(last.ok(), (last.ok() ? "" : last.error().message));
+  REQUIRE(last.value().has_value());
+  CHECK(last.value()->state.round == 3);
+  CHECK_FALSE(last.value()->fell_back_from.has_value());
+  auto previous = rounds::load_checkpoint(checkpoint + ".prev", spec, nullptr);
+  REQUIRE(previous.ok());
+  REQUIRE(previous.value().has_value());
+  CHECK(previous.value()->round == 2);
 }
 
 TEST_CASE("federation: an agent killed mid-round is a straggler, its neurons keep their values, and it is taken back") {

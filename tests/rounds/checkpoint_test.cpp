@@ -1,13 +1,22 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
 
 #include "../core/test_files.hpp"
 #include "tessera/core/mlp.hpp"
+#include "tessera/crypto/digest.hpp"
 #include "tessera/rounds/checkpoint.hpp"
 
 using namespace tessera;
+using tessera::testing::contains;
+using tessera::testing::read_bytes;
 using tessera::testing::temp_dir;
+using tessera::testing::write_bytes;
 
 namespace {
 
@@ -41,6 +50,35 @@ void flip_byte(const std::string& path, std::streamoff at) {
   ch = static_cast<char>(ch ^ 0x40);
   f.seekp(at);
   f.write(&ch, 1);
+}
+
+rounds::checkpoint at_round(std::int64_t round) {
+  rounds::checkpoint c = sample();
+  c.round = round;
+  c.params[0] = static_cast<float>(round);  // tells the files apart beyond the header
+  return c;
+}
+
+std::uint64_t header_length(const std::string& bytes) {
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[static_cast<std::size_t>(8 + i)])) << (8 * i);
+  return n;
+}
+
+// The same state as version 1 wrote it: magic ...\x01, "params_sha256" in the header, no trailing digest.
+std::string as_version_1(const std::string& v2) {
+  const std::size_t n = header_length(v2);
+  nlohmann::json header = nlohmann::json::parse(v2.substr(16, n));
+  const std::string params = v2.substr(16 + n, v2.size() - 16 - n - 32);
+  header["params_sha256"] = crypto::to_hex(crypto::sha256_of(std::as_bytes(std::span(params.data(), params.size()))));
+  const std::string text = header.dump();
+  return std::string("TSCKPT\x01\0", 8) + tessera::testing::le_bytes(text.size(), 8) + text + params;
+}
+
+// The round a checkpoint file holds, or -1 if it does not load on its own.
+std::int64_t round_in(const std::string& path) {
+  auto c = rounds::load_checkpoint(path, spec(), nullptr);
+  return c.ok() && c.value() ? c.value()->round : -1;
 }
 
 }  // namespace
@@ -89,32 +127,231 @@ TEST_CASE("checkpoint: a changed byte, the wrong key, another model or a missing
   CHECK(wrong_model.error().message.find(plain) != std::string::npos);
   CHECK(wrong_model.error().message.find("configuration asks for") != std::string::npos);
 
-  CHECK_FALSE(rounds::load_checkpoint(sealed, spec(), &other.value()).ok());
+  auto wrong_key = rounds::load_checkpoint(sealed, spec(), &other.value());
+  REQUIRE_FALSE(wrong_key.ok());
+  CHECK(wrong_key.error().code == rounds::errc::checkpoint_corrupt);
+  CHECK(contains(wrong_key.error().message, "another key"));
   auto unsealed_read = rounds::load_checkpoint(sealed, spec(), nullptr);
   REQUIRE_FALSE(unsealed_read.ok());
+  CHECK(unsealed_read.error().code == core::errc::bad_format);  // the configuration's fault, not the file's
   CHECK(unsealed_read.error().message.find("sealed") != std::string::npos);
+  auto plain_with_key = rounds::load_checkpoint(plain, spec(), &key.value());
+  REQUIRE_FALSE(plain_with_key.ok());
+  CHECK(plain_with_key.error().code == core::errc::bad_format);
+  CHECK(contains(plain_with_key.error().message, "not sealed"));
 
-  // A flipped parameter byte (near the end) fails the digest; a flipped header byte fails parsing.
+  // A flipped parameter byte (near the end) fails the digest.
   const auto size = static_cast<std::streamoff>(std::filesystem::file_size(plain));
-  flip_byte(plain, size - 3);
+  flip_byte(plain, size - 40);
   auto tampered = rounds::load_checkpoint(plain, spec(), nullptr);
   REQUIRE_FALSE(tampered.ok());
+  CHECK(tampered.error().code == rounds::errc::checkpoint_corrupt);
   CHECK(tampered.error().message.find("SHA-256") != std::string::npos);
 
   flip_byte(sealed, 40);
-  CHECK_FALSE(rounds::load_checkpoint(sealed, spec(), &key.value()).ok());
+  CHECK(tessera::testing::error_of(rounds::load_checkpoint(sealed, spec(), &key.value())).code == rounds::errc::checkpoint_corrupt);
 
-  // Truncated: the parameters end early.
+  // Truncated: the file ends early.
   REQUIRE(rounds::save_checkpoint(plain, c, nullptr).ok());
   std::filesystem::resize_file(plain, static_cast<std::uintmax_t>(size - 8));
   auto cut = rounds::load_checkpoint(plain, spec(), nullptr);
   REQUIRE_FALSE(cut.ok());
-  CHECK(cut.error().message.find("parameter bytes") != std::string::npos);
+  CHECK(cut.error().code == rounds::errc::checkpoint_corrupt);
+  CHECK(contains(cut.error().message, plain + " is truncated (" + std::to_string(size - 8) + " of " + std::to_string(size) + " bytes)"));
 
   tessera::testing::write_bytes(d.file("junk.ckpt"), std::string_view("not a checkpoint at all"));
   auto junk = rounds::load_checkpoint(d.file("junk.ckpt"), spec(), nullptr);
   REQUIRE_FALSE(junk.ok());
   CHECK(junk.error().message.find("not a hub checkpoint") != std::string::npos);
+
+  // A version this build does not know is refused as such: it may be whole, from a newer hub.
+  REQUIRE(rounds::save_checkpoint(plain, c, nullptr).ok());
+  std::string newer = read_bytes(plain);
+  newer[6] = '\x03';
+  write_bytes(plain, newer);
+  auto unknown = rounds::load_checkpoint(plain, spec(), nullptr);
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.error().code == core::errc::unsupported);
+  CHECK(contains(unknown.error().message, "version 3"));
+}
+
+TEST_CASE("checkpoint: saving keeps the previous one, and never a bad one in its place") {
+  temp_dir d("ckpt-keep");
+  const std::string path = d.file("hub.ckpt"), prev = path + ".prev";
+  CHECK(rounds::previous_checkpoint(path) == std::filesystem::path(prev));
+  REQUIRE(rounds::save_checkpoint(path, at_round(7), nullptr).ok());
+  CHECK_FALSE(std::filesystem::exists(prev));  // the first has no previous one
+  REQUIRE(rounds::save_checkpoint(path, at_round(8), nullptr).ok());
+  CHECK(round_in(path) == 8);
+  CHECK(round_in(prev) == 7);
+  CHECK((std::filesystem::status(prev).permissions() & std::filesystem::perms::all) ==
+        (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
+
+  // The newest is damaged and the hub resumes from round 7: saving round 8 again replaces the bad
+  // file and leaves round 7 where it is (kept as the previous one, the bad file would have been all
+  // there was between the two renames).
+  std::filesystem::resize_file(path, 100);
+  REQUIRE(rounds::save_checkpoint(path, at_round(8), nullptr).ok());
+  CHECK(round_in(path) == 8);
+  CHECK(round_in(prev) == 7);
+  REQUIRE(rounds::save_checkpoint(path, at_round(9), nullptr).ok());
+  CHECK(round_in(path) == 9);
+  CHECK(round_in(prev) == 8);
+  // Nothing but the two files: no temporary left behind.
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(d.path())) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"hub.ckpt", "hub.ckpt.prev"});
+}
+
+TEST_CASE("checkpoint: every state a crash while saving can leave holds a checkpoint that loads") {
+  // save_checkpoint's steps, with A the current file, B the new one and Z the one before A: the
+  // states a crash leaves (the file system may keep the renames in any subset until the folder's fsync).
+  temp_dir d("ckpt-crash");
+  const std::string src = d.file("src.ckpt");
+  std::string z, a, b;
+  for (auto [round, bytes] : {std::pair{6, &z}, std::pair{7, &a}, std::pair{8, &b}}) {
+    REQUIRE(rounds::save_checkpoint(src, at_round(round), nullptr).ok());
+    *bytes = read_bytes(src);
+  }
+  struct state {
+    const char* after;
+    std::optional<std::string> current, previous;
+    bool stray_temporary;
+    std::int64_t round;
+    bool fell_back;
+  };
+  const state states[] = {
+      {"the temporary is written", a, z, true, 7, false},
+      {"the current file is renamed to the previous one", std::nullopt, a, true, 7, true},
+      {"the temporary is renamed to the current file", b, a, false, 8, false},
+      {"only the second rename reached the disk", b, z, false, 8, false},
+  };
+  int i = 0;
+  for (const state& s : states) {
+    CAPTURE(s.after);
+    const std::string path = d.file("hub" + std::to_string(i++) + ".ckpt");
+    if (s.current) write_bytes(path, *s.current);
+    if (s.previous) write_bytes(path + ".prev", *s.previous);
+    if (s.stray_temporary) write_bytes(path + ".tmp12345", b.substr(0, b.size() / 2));
+    auto got = rounds::load_latest_checkpoint(path, spec(), nullptr);
+    REQUIRE_MESSAGE(got.ok(), (got.ok() ? "" : got.error().message));
+    REQUIRE(got.value().has_value());
+    CHECK(got.value()->state.round == s.round);
+    CHECK(got.value()->fell_back_from.has_value() == s.fell_back);
+  }
+}
+
+namespace {
+
+// Ways the newest checkpoint can be damaged, in table order (the rejection table below).
+enum class damage {
+  missing, empty, cut_in_magic, cut_in_length, cut_in_header, cut_at_parameters, cut_in_parameters,
+  cut_in_digest, one_byte_short, round_in_header, byte_in_header, byte_in_parameters, byte_in_digest, zeroed,
+};
+constexpr std::size_t k_damages = 14;
+
+struct damage_row {
+  damage kind;
+  std::string file;
+  std::string plain_says;   // the reason, in an unsealed file
+  std::string sealed_says;  // and in a sealed one
+};
+
+std::string flipped(std::string bytes, std::size_t at) {
+  bytes.at(at) = static_cast<char>(bytes.at(at) ^ 0x01);
+  return bytes;
+}
+
+// `good` damaged as `kind` asks; `n` is the header's length. In a `sealed` file the checkpoint's bytes
+// come after the seal's magic and nonce (20 bytes) and before its 16-byte tag, enciphered in place.
+std::optional<std::string> damaged(const std::string& good, damage kind, std::size_t n, bool sealed) {
+  const std::size_t shift = sealed ? 20 : 0, tag = sealed ? 16 : 0;
+  const std::size_t body = shift + 16 + n, digest = good.size() - tag - 32;
+  switch (kind) {
+    case damage::missing: return std::nullopt;
+    case damage::empty: return std::string();
+    case damage::cut_in_magic: return good.substr(0, 5);
+    case damage::cut_in_length: return good.substr(0, shift + 12);
+    case damage::cut_in_header: return good.substr(0, shift + 16 + n / 2);
+    case damage::cut_at_parameters: return good.substr(0, body);
+    case damage::cut_in_parameters: return good.substr(0, (body + digest) / 2);
+    case damage::cut_in_digest: return good.substr(0, digest + 16);
+    case damage::one_byte_short: return good.substr(0, good.size() - 1);
+    case damage::round_in_header: {
+      // "round":8 becomes "round":9: still JSON, still a checkpoint, and a version-1 file would load it.
+      const std::size_t at = good.find("\"round\":8");
+      return at == std::string::npos ? flipped(good, shift + 16 + 4) : flipped(good, at + 8);
+    }
+    case damage::byte_in_header: return flipped(good, shift + 16 + n / 2);
+    case damage::byte_in_parameters: return flipped(good, (body + digest) / 2);
+    case damage::byte_in_digest: return flipped(good, digest + 7);
+    case damage::zeroed: return std::string(good.size(), '\0');
+  }
+  return std::nullopt;
+}
+
+// Saves round 7 then 8 to a scratch file: the newest file's bytes and the previous one's.
+std::pair<std::string, std::string> newest_and_previous(const temp_dir& d, const crypto::sealing_key* key) {
+  const std::string scratch = d.file(key ? "scratch-sealed.ckpt" : "scratch.ckpt");
+  REQUIRE(rounds::save_checkpoint(scratch, at_round(7), key).ok());
+  REQUIRE(rounds::save_checkpoint(scratch, at_round(8), key).ok());
+  return {read_bytes(scratch), read_bytes(scratch + ".prev")};
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: a newest checkpoint missing, cut short or altered falls back to the previous one, with its reason") {
+  temp_dir d("ckpt-fallback");
+  auto key = crypto::sealing_key::generate();
+  REQUIRE(key.ok());
+  const std::string truncated = "is truncated", altered = "is corrupt (its SHA-256 does not match its contents)", not_authentic = "is not authentic";
+  const std::vector<damage_row> rows = {
+      {damage::missing, "missing.ckpt", "is missing", "is missing"},
+      {damage::empty, "empty.ckpt", "is truncated (0 bytes)", "is truncated (0 bytes)"},
+      {damage::cut_in_magic, "cut-in-magic.ckpt", "is truncated (5 bytes)", "is truncated (5 bytes)"},
+      {damage::cut_in_length, "cut-in-length.ckpt", "is truncated (12 bytes)", "is truncated (32 bytes)"},
+      {damage::cut_in_header, "cut-in-header.ckpt", truncated, not_authentic},
+      {damage::cut_at_parameters, "cut-at-parameters.ckpt", truncated, not_authentic},
+      {damage::cut_in_parameters, "cut-in-parameters.ckpt", truncated, not_authentic},
+      {damage::cut_in_digest, "cut-in-digest.ckpt", truncated, not_authentic},
+      {damage::one_byte_short, "one-byte-short.ckpt", truncated, not_authentic},
+      {damage::round_in_header, "round-in-header.ckpt", altered, not_authentic},
+      {damage::byte_in_header, "byte-in-header.ckpt", altered, not_authentic},
+      {damage::byte_in_parameters, "byte-in-parameters.ckpt", altered, not_authentic},
+      {damage::byte_in_digest, "byte-in-digest.ckpt", altered, not_authentic},
+      {damage::zeroed, "zeroed.ckpt", "is not a hub checkpoint", "is not a hub checkpoint"},
+  };
+  const crypto::sealing_key* keys[] = {nullptr, &key.value()};
+  for (const crypto::sealing_key* k : keys) {
+    CAPTURE(k != nullptr);
+    const auto saved = newest_and_previous(d, k);
+    const std::string& newest = saved.first;
+    const std::string& previous = saved.second;
+    const std::size_t n = header_length(k ? read_bytes(d.file("scratch.ckpt")) : newest);  // the same header either way
+    const temp_dir files(k ? "ckpt-fallback-sealed" : "ckpt-fallback-plain");
+    tessera::testing::for_each_rejection(
+        files, rows, k_damages, [&](damage kind) { return damaged(newest, kind, n, k != nullptr); },
+        [&](const damage_row& row, const std::string& path) {
+          write_bytes(path + ".prev", previous);
+          auto got = rounds::load_latest_checkpoint(path, spec(), k);
+          REQUIRE_MESSAGE(got.ok(), (got.ok() ? "" : got.error().message));
+          REQUIRE(got.value().has_value());
+          const rounds::loaded_checkpoint& l = *got.value();
+          CHECK(l.state.round == 7);
+          CHECK(l.state.params == at_round(7).params);
+          CHECK(l.file == std::filesystem::path(path + ".prev"));
+          REQUIRE(l.fell_back_from.has_value());
+          CHECK(l.fell_back_from->file == std::filesystem::path(path));
+          const core::error& why = l.fell_back_from->reason;
+          CHECK(why.code == (row.kind == damage::missing ? make_error_code(core::errc::io) : make_error_code(rounds::errc::checkpoint_corrupt)));
+          CHECK_MESSAGE(contains(why.message, path + " " + (k ? row.sealed_says : row.plain_says)), why.message);
+          // On its own the damaged file is refused as corrupt (a missing one is no checkpoint yet).
+          auto alone = rounds::load_checkpoint(path, spec(), k);
+          if (row.kind == damage::missing) CHECK((alone.ok() && !alone.value().has_value()));
+          else CHECK(tessera::testing::error_of(std::move(alone)).code == rounds::errc::checkpoint_corrupt);
+        });
+  }
 }
 
 TEST_CASE("checkpoint: the fleet's statistics are kept, exactly, so a resumed run does not ask again") {
@@ -158,4 +395,106 @@ TEST_CASE("checkpoint: the privacy accountant is kept to the bit, so a resumed r
   rounds::checkpoint plain = sample();
   REQUIRE(rounds::save_checkpoint(d.file("q.ckpt"), plain, nullptr).ok());
   CHECK_FALSE(rounds::load_checkpoint(d.file("q.ckpt"), plain.spec, nullptr).value()->privacy.has_value());
+}
+
+TEST_CASE("checkpoint: when neither the newest nor the previous checkpoint loads, the error names both") {
+  temp_dir d("ckpt-both");
+  const std::string path = d.file("hub.ckpt"), prev = path + ".prev";
+  REQUIRE(rounds::save_checkpoint(path, at_round(7), nullptr).ok());
+  REQUIRE(rounds::save_checkpoint(path, at_round(8), nullptr).ok());
+  std::filesystem::resize_file(path, 200);
+  write_bytes(prev, flipped(read_bytes(prev), 300));
+  const core::error both = tessera::testing::error_of(rounds::load_latest_checkpoint(path, spec(), nullptr));
+  CHECK(both.code == rounds::errc::checkpoint_corrupt);
+  CHECK_MESSAGE(contains(both.message, path + " is truncated"), both.message);
+  CHECK_MESSAGE(contains(both.message, prev + " is corrupt (its SHA-256 does not match its contents)"), both.message);
+  CHECK_FALSE(contains(both.message, "key"));
+
+  // The newest missing and the previous one bad; the newest bad and no previous one.
+  std::filesystem::remove(path);
+  const core::error missing = tessera::testing::error_of(rounds::load_latest_checkpoint(path, spec(), nullptr));
+  CHECK(missing.code == rounds::errc::checkpoint_corrupt);
+  CHECK(contains(missing.message, path + " is missing"));
+  CHECK(contains(missing.message, prev + " is corrupt"));
+  std::filesystem::rename(prev, path);
+  const core::error alone = tessera::testing::error_of(rounds::load_latest_checkpoint(path, spec(), nullptr));
+  CHECK(alone.code == rounds::errc::checkpoint_corrupt);
+  CHECK(contains(alone.message, path + " is corrupt"));
+  CHECK(contains(alone.message, "no previous checkpoint (" + prev + ")"));
+}
+
+TEST_CASE("checkpoint: sealed with another key, both files fail and the error says the key may be wrong") {
+  temp_dir d("ckpt-wrong-key");
+  auto key = crypto::sealing_key::generate();
+  auto other = crypto::sealing_key::generate();
+  REQUIRE((key.ok() && other.ok()));
+  const std::string path = d.file("hub.ckpt"), prev = path + ".prev";
+  REQUIRE(rounds::save_checkpoint(path, at_round(7), &key.value()).ok());
+  REQUIRE(rounds::save_checkpoint(path, at_round(8), &key.value()).ok());
+  const core::error e = tessera::testing::error_of(rounds::load_latest_checkpoint(path, spec(), &other.value()));
+  CHECK(e.code == rounds::errc::checkpoint_corrupt);
+  CHECK_MESSAGE(contains(e.message, path + " is not authentic"), e.message);
+  CHECK(contains(e.message, prev + " is not authentic"));
+  CHECK(contains(e.message, "the sealing key (seal_key) may be the wrong one"));
+  // With the right key, a damaged newest file falls back like an unsealed one.
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) / 2);
+  auto got = rounds::load_latest_checkpoint(path, spec(), &key.value());
+  REQUIRE_MESSAGE(got.ok(), (got.ok() ? "" : got.error().message));
+  CHECK(got.value()->state.round == 7);
+  REQUIRE(got.value()->fell_back_from.has_value());
+  CHECK(contains(got.value()->fell_back_from->reason.message, path + " is not authentic"));
+}
+
+TEST_CASE("checkpoint: another model is refused, not passed over for the previous checkpoint") {
+  temp_dir d("ckpt-other-model");
+  const std::string path = d.file("hub.ckpt"), prev = path + ".prev";
+  REQUIRE(rounds::save_checkpoint(path, at_round(7), nullptr).ok());
+  REQUIRE(rounds::save_checkpoint(path, at_round(8), nullptr).ok());
+  const core::error e = tessera::testing::error_of(rounds::load_latest_checkpoint(path, spec(32), nullptr));
+  CHECK(e.code == core::errc::invalid_spec);
+  CHECK(contains(e.message, path + ": holds model"));
+  CHECK_FALSE(contains(e.message, prev));
+  // The newest corrupt and the previous one another model's: refused, naming both, for the model.
+  std::filesystem::resize_file(path, 100);
+  const core::error both = tessera::testing::error_of(rounds::load_latest_checkpoint(path, spec(32), nullptr));
+  CHECK(both.code == core::errc::invalid_spec);
+  CHECK(contains(both.message, path + " is truncated"));
+  CHECK(contains(both.message, prev + ": holds model"));
+}
+
+TEST_CASE("checkpoint: a version-1 file still loads, is checked as before, and is kept as the previous one") {
+  temp_dir d("ckpt-v1");
+  const std::string path = d.file("hub.ckpt");
+  REQUIRE(rounds::save_checkpoint(d.file("v2.ckpt"), at_round(7), nullptr).ok());
+  const std::string v1 = as_version_1(read_bytes(d.file("v2.ckpt")));
+  write_bytes(path, v1);
+  auto back = rounds::load_latest_checkpoint(path, spec(), nullptr);
+  REQUIRE_MESSAGE(back.ok(), (back.ok() ? "" : back.error().message));
+  REQUIRE(back.value().has_value());
+  CHECK(back.value()->state.round == 7);
+  CHECK(back.value()->state.params == at_round(7).params);
+  CHECK(back.value()->state.registry.size() == 2);
+  CHECK_FALSE(back.value()->fell_back_from.has_value());
+
+  // Its parameters are checked by their SHA-256, its length by the header's count; its header is not
+  // (what version 2's trailing digest adds): "round":7 turned to 9 loads as round 9.
+  const std::size_t n = header_length(v1);
+  write_bytes(d.file("p.ckpt"), flipped(v1, 16 + n + 5));
+  const core::error flipped_param = tessera::testing::error_of(rounds::load_checkpoint(d.file("p.ckpt"), spec(), nullptr));
+  CHECK(flipped_param.code == rounds::errc::checkpoint_corrupt);
+  CHECK(contains(flipped_param.message, "the parameters do not match their SHA-256"));
+  write_bytes(d.file("c.ckpt"), v1.substr(0, v1.size() - 4));
+  const core::error cut = tessera::testing::error_of(rounds::load_checkpoint(d.file("c.ckpt"), spec(), nullptr));
+  CHECK(cut.code == rounds::errc::checkpoint_corrupt);
+  CHECK(contains(cut.message, "is truncated"));
+  std::string round_9 = v1;
+  round_9[round_9.find("\"round\":7") + 8] = '9';
+  write_bytes(d.file("r.ckpt"), round_9);
+  CHECK(round_in(d.file("r.ckpt")) == 9);
+
+  // The first save after an upgrade keeps the version-1 file as the previous checkpoint.
+  REQUIRE(rounds::save_checkpoint(path, at_round(8), nullptr).ok());
+  CHECK(round_in(path) == 8);
+  CHECK(read_bytes(path + ".prev") == v1);
+  CHECK(round_in(path + ".prev") == 7);
 }

@@ -1,25 +1,37 @@
 // tessera/rounds/checkpoint.hpp — a run's state after a completed round, durable across crashes.
 //
-// File layout (little-endian):
-//   offset 0   8 bytes  magic "TSCKPT\x01\0"
-//   offset 8   8 bytes  u64 n, length of the JSON header (≤ 16 MiB)
-//   offset 16  n bytes  JSON: {"round", "plan_seed", "strategy", "seed", "spec", "param_count",
-//                              "params_sha256", "registry": [{"id", "budget_bytes", "examples",
-//                              "rounds_done", "rounds_missed", "last_seen"}],
-//                              "early_stop": {"have_best", "best_score", "evals_since_best",
-//                              "stopped"} (absent in files of older versions: a fresh start),
-//                              "normalization": {"mean", "std"} (base64 float32, one per input) and
-//                              "statistics" (the fleet's counts) when the model standardizes its inputs,
-//                              "privacy": {"orders", "rdp", "steps", "clip"} with differential privacy}
-//   then       4·param_count bytes of the full model's parameters (f32)
-// The whole file is written to a temporary, fsync'd and renamed (core::write_file_atomic), so a hub
-// killed at any instant leaves the previous checkpoint or the new one. With a sealing key the same bytes
-// are sealed with AES-256-GCM (crypto/seal.hpp) instead; a wrong key or a changed byte is refused.
-// Loading checks the magic, the header, the spec against the hub's configuration (resuming a different
-// model is an error naming both), the parameter count and their SHA-256.
+// File layout, version 2 (little-endian):
+//   offset 0      8 bytes  magic "TSCKPT\x02\0"
+//   offset 8      8 bytes  u64 n, length of the JSON header (≤ 16 MiB)
+//   offset 16     n bytes  JSON: {"round", "plan_seed", "strategy", "seed", "spec", "param_count",
+//                                 "registry": [{"id", "budget_bytes", "examples",
+//                                 "rounds_done", "rounds_missed", "last_seen"}],
+//                                 "early_stop": {"have_best", "best_score", "evals_since_best",
+//                                 "stopped"} (absent in files of older versions: a fresh start),
+//                                 "normalization": {"mean", "std"} (base64 float32, one per input) and
+//                                 "statistics" (the fleet's counts) when the model standardizes its inputs,
+//                                 "privacy": {"orders", "rdp", "steps", "clip"} with differential privacy}
+//   offset 16+n   4·param_count bytes of the full model's parameters (f32)
+//   then          32 bytes: SHA-256 of every byte before them (magic, n, header, parameters)
+// Version 1 (magic "TSCKPT\x01\0", still read) is the same without the trailing digest; its header
+// holds "params_sha256" instead (hex), which covers the parameters only.
+// With a sealing key the same bytes are sealed with AES-256-GCM (crypto/seal.hpp), which authenticates
+// them as a whole.
 //
-//   TESSERA_TRY(rounds::save_checkpoint("ckpt/hub.ckpt", state, key));    // key may be null
-//   auto st = rounds::load_checkpoint("ckpt/hub.ckpt", config.model, key); // result<optional<checkpoint>>
+// Saving keeps the previous checkpoint: the new file is written to a temporary and fsync'd, the current
+// one renamed to "<path>.prev", the temporary to <path>, and the folder fsync'd
+// (core::write_file_keeping_previous), so a hub killed at any instant leaves a whole checkpoint under one
+// of the two names. Only a current file that passes its checks becomes the previous one.
+// Loading checks the bytes before it reads anything from them: the magic, then the trailing digest, the
+// GCM tag or (version 1) the header's length and the parameters' SHA-256. A file cut short or failing
+// them is corrupt (rounds::errc::checkpoint_corrupt); load_latest_checkpoint then loads "<path>.prev",
+// if that one is good, and says why. Then the header, the spec against the hub's configuration
+// (resuming a different model is an error naming both, never a fallback) and the parameter count.
+//
+//   TESSERA_TRY(rounds::save_checkpoint("ckpt/hub.ckpt", state, key));          // key may be null
+//   auto st = rounds::load_latest_checkpoint("ckpt/hub.ckpt", config.model, key);
+//   if (st && *st && st.value()->fell_back_from)                                 // hub.ckpt.prev was loaded
+//     log(warning, st.value()->fell_back_from->reason.message);                  // "ckpt/hub.ckpt is truncated (...)"
 #pragma once
 
 #include <cstdint>
@@ -35,6 +47,7 @@
 #include "tessera/core/model_spec.hpp"
 #include "tessera/crypto/seal.hpp"
 #include "tessera/rounds/engine.hpp"
+#include "tessera/rounds/error.hpp"
 
 namespace tessera::rounds {
 
@@ -62,9 +75,32 @@ struct checkpoint {
   double dp_clip = 0;                           // and the clip adaptive clipping reached (0: none)
 };
 
+// Why load_latest_checkpoint passed over the newest checkpoint.
+struct checkpoint_fallback {
+  std::filesystem::path file;  // the newest checkpoint, not loaded
+  core::error reason;          // "<file> is truncated (...)": rounds::errc::checkpoint_corrupt, or core::errc::io if missing
+};
+
+struct loaded_checkpoint {
+  checkpoint state;
+  std::filesystem::path file;                         // the file it came from: the path asked for, or its ".prev"
+  std::optional<checkpoint_fallback> fell_back_from;  // set when it came from ".prev"
+};
+
+// "<path>.prev": where save_checkpoint keeps the checkpoint it replaces.
+[[nodiscard]] std::filesystem::path previous_checkpoint(const std::filesystem::path& path);
+
+// Writes version 2 (sealed when `key` is not null) and keeps the current file as previous_checkpoint(path).
 [[nodiscard]] core::result<void> save_checkpoint(const std::filesystem::path& path, const checkpoint& c,
                                                  const crypto::sealing_key* key);
-// std::nullopt when there is no checkpoint file yet.
+// The checkpoint at `path`, or previous_checkpoint(path) when `path` is missing or corrupt and the
+// previous one loads; std::nullopt when neither file exists. Other failures (another model, a file that
+// cannot be read, one of an unknown version) are errors with no fallback; so is a bad previous one, and
+// the error then names both files.
+[[nodiscard]] core::result<std::optional<loaded_checkpoint>> load_latest_checkpoint(const std::filesystem::path& path,
+                                                                                    const core::model_spec& expected,
+                                                                                    const crypto::sealing_key* key);
+// The one file at `path`, version 1 or 2, with no fallback; std::nullopt when it does not exist.
 [[nodiscard]] core::result<std::optional<checkpoint>> load_checkpoint(const std::filesystem::path& path,
                                                                       const core::model_spec& expected,
                                                                       const crypto::sealing_key* key);

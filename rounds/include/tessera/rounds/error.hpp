@@ -2,7 +2,8 @@
 //
 // Why a device was left out of a round, or why its update was not applied, has a code of its own: the
 // hub sends it back in RESULT (as core::error_name, e.g. "rounds.size_mismatch") with the line of text,
-// and tests tell a stale update from a wrong-sized one without parsing text.
+// and tests tell a stale update from a wrong-sized one without parsing text. A checkpoint whose bytes
+// are not the ones written has a code of its own too: loading then falls back to the previous one.
 //
 //   auto ok = engine.announce(a, claim);
 //   if (!ok && ok.error().code == rounds::errc::wrong_round) { ... }
@@ -32,6 +33,7 @@ enum class errc {
   secure_step,           // secure aggregation: a protocol message that does not fit the round
   privacy_budget,        // differential privacy: the next round would take ε past dp.target_epsilon
   update_out_of_bounds,  // an update's change passes max_update_norm or max_update_abs
+  checkpoint_corrupt,    // a checkpoint cut short, failing its SHA-256, or failing authentication (or the key is wrong)
 };
 
 [[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.rounds"
