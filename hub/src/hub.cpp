@@ -229,7 +229,7 @@ void hub_service::on_update(const std::shared_ptr<net::session>& s, const net::m
   device_entry& d = devices_[id];
   seen(d);
   assignment* a = engine_->find(id);
-  if (u.transfer == d.accepted_upload) {  // accepted before the link broke and its RESULT was lost
+  if (d.accepted_upload != 0 && u.transfer == d.accepted_upload) {  // accepted before the link broke and its RESULT was lost
     s->send(net::msg::result{.accepted = true, .code = {}, .reason = {}});
     return;
   }

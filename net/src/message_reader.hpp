@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,6 +81,18 @@ class reader {
     const double x = v->get<double>();
     if (!std::isfinite(x)) fail(key, "not finite");
     return x;
+  }
+  // A number, or null for one that is not finite (JSON has no NaN: encoders write null), read as NaN
+  // for the receiver to judge.
+  double number_or_null(const char* key) {
+    const json* v = field(key);
+    if (!v) return 0;
+    if (v->is_null()) return std::numeric_limits<double>::quiet_NaN();
+    if (!v->is_number()) {
+      fail(key, "expected a number or null");
+      return 0;
+    }
+    return v->get<double>();
   }
   bool boolean(const char* key) {
     const json* v = field(key);

@@ -174,7 +174,7 @@ core::result<message> parse_object(frame_type t, const json& j) {
       u.round = r.u64("round");
       u.examples = r.u64("examples");
       u.steps = r.u64("steps");
-      u.loss = r.finite("loss");
+      u.loss = r.number_or_null("loss");  // not finite: the hub rejects the update with its reason, keeping the link
       u.transfer = r.u64("transfer");
       u.size = r.u64("size");
       u.blob_codec = r.blob_codec("codec");

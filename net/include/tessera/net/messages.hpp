@@ -114,7 +114,7 @@ struct update {
   std::uint64_t round = 0;
   std::uint64_t examples = 0;
   std::uint64_t steps = 0;
-  double loss = 0.0;                   // finite
+  double loss = 0.0;                   // null on the wire when not finite: parsed as NaN, the hub rejects it
   std::uint64_t transfer = 0;
   std::uint64_t size = 0;
   codec blob_codec = codec::f32;
