@@ -2,6 +2,9 @@
 // from its own address and reopens each as soon as the hub closes it. Connections in their handshake
 // have their own pool with a per-address bound, so the flood pushes out its own oldest connections and
 // never a device: four agents complete five rounds beside it.
+// And a device's certificate abused: 300 sessions opened with it (one survives, the hub's memory stays
+// where it was), and a HELLO header announcing 1 MiB followed by a trickle (closed at the deadline,
+// nothing reserved for the announcement).
 #include <sys/resource.h>
 
 #include <array>
@@ -13,8 +16,13 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/write.hpp>
 
 #include "fleet.hpp"
+#include "support/test_pki.hpp"
+#include "tessera/net/frame.hpp"
+#include "tessera/net/messages.hpp"
 
 namespace tessera::testing {
 namespace {
@@ -136,4 +144,138 @@ TEST_CASE("federation: 4096 silent connections against the defaults: four agents
   CHECK(r.seconds <= 60.0);
 }
 
+namespace {
+
+using tls_stream = asio::ssl::stream<tcp::socket>;
+
+// A hub waiting for two devices that never both come: it holds sessions and runs no round.
+struct idle_hub {
+  explicit idle_hub(const std::string& tag, const nlohmann::json& extra = nlohmann::json::object()) : f(tag) {
+    f.make_pki({"device-0"});
+    nlohmann::json config = {{"model", {{"inputs", 784}, {"hidden", {32}}, {"outputs", 10}}},
+                             {"rounds", 1}, {"min_devices", 2}, {"max_devices", 2}, {"device_wait_s", 600}};
+    config.update(extra);
+    hub.emplace(f.start_hub("hub", config));
+    auto tls = test_pki::in(f.file("pki")).agent_tls("device-0");
+    REQUIRE_MESSAGE(tls.ok(), (tls ? std::string() : tls.error().message));
+    ctx = std::make_shared<asio::ssl::context>(static_cast<SSL_CTX*>(tls.value().native_handle_add_ref()));
+    std::this_thread::sleep_for(300ms);  // settled after start-up
+  }
+  // A TLS session as device-0, its handshake done (synchronously).
+  std::unique_ptr<tls_stream> connect() {
+    auto s = std::make_unique<tls_stream>(io, *ctx);
+    s->lowest_layer().connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), hub->port));
+    s->handshake(asio::ssl::stream_base::client);
+    return s;
+  }
+  [[nodiscard]] long rss_kib() const { return hub->process.status_kib("VmRSS"); }
+
+  fleet f;
+  std::optional<hub_handle> hub;
+  asio::io_context io;
+  std::shared_ptr<asio::ssl::context> ctx;
+};
+
+std::vector<std::byte> hello_frame() {
+  return net::encode_message(net::msg::hello{.device_id = "device-0", .version = net::protocol_version, .memory_budget_bytes = 16u << 20,
+                                             .examples = 100, .codecs = {net::codec::f32}, .resume = {}});
+}
+
+// Whether the hub has ended this session: what is readable now is read (a REFUSE's reason appended
+// to `said`); end of stream or an error means closed.
+bool closed_by_hub(tls_stream& s, std::string& said) {
+  boost::system::error_code ec;
+  s.lowest_layer().non_blocking(true, ec);
+  std::array<char, 4096> buf{};
+  for (;;) {
+    const std::size_t n = s.read_some(asio::buffer(buf), ec);
+    if (ec == asio::error::would_block) return false;
+    if (ec) return true;
+    said.append(buf.data(), n);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("federation: one device certificate opening 300 sessions: one survives, the hub's memory stays flat") {
+  idle_hub h("fed_sessions300");
+  INFO(h.f.diagnostics());
+  const long before_kib = h.rss_kib();
+  REQUIRE(before_kib > 0);
+  long peak_kib = before_kib;
+  std::vector<std::unique_ptr<tls_stream>> sessions;
+  const auto hello = hello_frame();
+  for (int i = 0; i < 300; ++i) {
+    sessions.push_back(h.connect());
+    asio::write(*sessions.back(), asio::buffer(hello));
+    if (i % 10 == 9) peak_kib = std::max(peak_kib, h.rss_kib());
+  }
+  std::this_thread::sleep_for(1s);  // the last replacements and closes
+  peak_kib = std::max(peak_kib, h.rss_kib());
+  std::size_t open = 0, refused_replaced = 0;
+  std::string said;
+  for (std::size_t i = 0; i < sessions.size(); ++i) {
+    std::string mine;
+    if (!closed_by_hub(*sessions[i], mine)) {
+      ++open;
+      CHECK(i + 1 == sessions.size());  // the newest is the one that stays
+    }
+    if (mine.find("replaced") != std::string::npos) ++refused_replaced;
+  }
+  const long after_kib = h.rss_kib();
+  MESSAGE("300 sessions of one certificate: " << open << " open, " << refused_replaced << " told they were replaced; hub RSS "
+                                              << before_kib << " KiB before, peak " << peak_kib << " KiB, after " << after_kib << " KiB");
+  CHECK(open == 1);
+  CHECK(refused_replaced >= 290);  // a REFUSE may be lost to the close racing our read
+  CHECK(peak_kib - before_kib <= 2048);
+  CHECK(h.hub->process.running());
+}
+
+TEST_CASE("federation: a HELLO header announcing 1 MiB, then a trickle: closed at the HELLO deadline, memory flat") {
+  idle_hub h("fed_hello_trickle", {{"handshake_timeout_s", 2}});
+  INFO(h.f.diagnostics());
+  const long before_kib = h.rss_kib();
+  // Ten sessions, 12 header bytes each announcing a HELLO of 1 MiB, then one byte a second. Each newer
+  // session of the certificate replaces the one before right after its handshake; the last one waits
+  // for its HELLO until the deadline.
+  std::vector<std::unique_ptr<tls_stream>> sessions;
+  std::array<std::byte, net::header_bytes> header{};
+  net::encode_header({.type = net::frame_type::hello, .flags = 0, .payload_bytes = net::default_max_payload}, header);
+  const auto started = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10; ++i) {
+    sessions.push_back(h.connect());
+    asio::write(*sessions.back(), asio::buffer(header));
+  }
+  long peak_kib = h.rss_kib();
+  std::vector<double> closed_after(sessions.size(), -1);
+  const std::byte one{'{'};
+  while (std::chrono::steady_clock::now() - started < 6s) {
+    for (std::size_t i = 0; i < sessions.size(); ++i) {
+      if (closed_after[i] >= 0) continue;
+      std::string said;
+      if (closed_by_hub(*sessions[i], said)) {
+        closed_after[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        continue;
+      }
+      boost::system::error_code ec;
+      asio::write(*sessions[i], asio::buffer(&one, 1), ec);
+    }
+    peak_kib = std::max(peak_kib, h.rss_kib());
+    std::this_thread::sleep_for(1s);
+  }
+  MESSAGE("ten HELLOs announcing 1 MiB each, then a byte a second: nine replaced within "
+          << *std::max_element(closed_after.begin(), closed_after.end() - 1) << " s, the last closed after " << closed_after.back()
+          << " s (deadline 2 s); hub RSS " << before_kib << " KiB before, peak "
+          << peak_kib << " KiB");
+  for (std::size_t i = 0; i + 1 < closed_after.size(); ++i) {
+    CHECK(closed_after[i] >= 0);
+    CHECK(closed_after[i] <= 4.0);
+  }
+  CHECK(closed_after.back() >= 1.5);  // not before the deadline…
+  CHECK(closed_after.back() <= 4.0);  // …and soon after it (polled once a second)
+  CHECK(peak_kib - before_kib <= 1024);  // ten announced MiB cost nothing like ten MiB
+  CHECK(h.hub->process.running());
+}
+
 }  // namespace tessera::testing
+
