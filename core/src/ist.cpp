@@ -178,12 +178,15 @@ void scatter(const mlp_arch& full, const subnet& sub, std::span<const float> sub
   for_each_param(full, sub, [&](std::size_t s, std::size_t f) { full_params[f] = sub_params[s]; });
 }
 
-aggregator::aggregator(const mlp_arch& full)
-    : full_(full), sum_(param_count(full), 0.0), weight_(param_count(full), 0.0) {}
+aggregator::aggregator(const mlp_arch& full, aggregate_kind kind, double trim)
+    : full_(full), kind_(kind), trim_(trim), sum_(param_count(full), 0.0), weight_(param_count(full), 0.0) {
+  TESSERA_ASSERT(trim >= 0 && trim < 0.5);
+}
 
 void aggregator::reset() {
   std::fill(sum_.begin(), sum_.end(), 0.0);
   std::fill(weight_.begin(), weight_.end(), 0.0);
+  reports_.clear();
 }
 
 void aggregator::add(const subnet& sub, std::span<const float> sub_params, double examples) {
@@ -193,6 +196,7 @@ void aggregator::add(const subnet& sub, std::span<const float> sub_params, doubl
     sum_[f] += examples * static_cast<double>(sub_params[s]);
     weight_[f] += examples;
   });
+  if (kind_ != aggregate_kind::mean) reports_.push_back({sub, std::vector<float>(sub_params.begin(), sub_params.end())});
 }
 
 std::size_t aggregator::finish(std::span<float> full_params) const {
@@ -204,7 +208,40 @@ std::size_t aggregator::finish(std::span<float> full_params) const {
       ++touched;
     }
   }
+  if (kind_ != aggregate_kind::mean) finish_robust(full_params);
   return touched;
+}
+
+void aggregator::finish_robust(std::span<float> full_params) const {
+  if (reports_.size() < k_robust_min_reports) return;  // no parameter has enough reports
+  // Each parameter's reports side by side (counts, then offsets, then the values), in report order.
+  const std::size_t n = sum_.size();
+  std::vector<std::uint32_t> count(n, 0);
+  for (const auto& r : reports_) for_each_param(full_, r.sub, [&](std::size_t, std::size_t f) { ++count[f]; });
+  std::vector<std::uint64_t> start(n + 1, 0);
+  for (std::size_t i = 0; i < n; ++i) start[i + 1] = start[i] + count[i];
+  std::vector<float> values(static_cast<std::size_t>(start[n]));
+  std::vector<std::uint64_t> next(start.begin(), start.end() - 1);
+  for (const auto& r : reports_)
+    for_each_param(full_, r.sub, [&](std::size_t s, std::size_t f) { values[static_cast<std::size_t>(next[f]++)] = r.params[s]; });
+  for (std::size_t i = 0; i < n; ++i) {
+    if (count[i] < k_robust_min_reports) continue;  // the weighted mean finish() wrote stands
+    const std::span<float> mine(values.data() + start[i], count[i]);
+    full_params[i] = static_cast<float>(robust_value(mine, kind_, trim_));
+  }
+}
+
+double robust_value(std::span<float> values, aggregate_kind kind, double trim) noexcept {
+  TESSERA_ASSERT(!values.empty());
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  if (kind == aggregate_kind::median)
+    return n % 2 == 1 ? static_cast<double>(values[n / 2])
+                      : 0.5 * (static_cast<double>(values[n / 2 - 1]) + static_cast<double>(values[n / 2]));
+  const auto drop = static_cast<std::size_t>(std::floor(trim * static_cast<double>(n)));
+  double sum = 0;
+  for (std::size_t i = drop; i < n - drop; ++i) sum += static_cast<double>(values[i]);
+  return sum / static_cast<double>(n - 2 * drop);
 }
 
 }  // namespace tessera::core

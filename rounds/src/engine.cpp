@@ -30,7 +30,7 @@ engine::engine(const run_config& config, std::vector<float> params, std::int64_t
       full_(config.model.full_arch()),
       params_(std::move(params)),
       completed_(completed),
-      aggregator_(full_),
+      aggregator_(full_, config.aggregate, config.trim_fraction),
       stopping_(stopping) {
   TESSERA_ASSERT(params_.size() == core::param_count(full_));
 }

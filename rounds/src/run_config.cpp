@@ -91,6 +91,18 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
     if (d.enabled && c.strategy == strategy_kind::central) dr.fail("enabled", "central training has no devices to protect");
     if (auto done = dr.finish(); !done) r.fail(std::move(done).error());
   }
+  c.aggregate = r.choice("aggregate", core::aggregate_kind::mean, core::k_aggregate_names,
+                         "how a parameter's reports combine: their example-weighted mean, or (replicated groups, 3 reports or "
+                         "more) their median or trimmed mean");
+  c.trim_fraction = r.number("trim_fraction", 0.2, 0.0, 0.49, "aggregate trimmed_mean: the share of reports dropped at each end");
+  if (c.aggregate != core::aggregate_kind::mean) {
+    if (c.secure_aggregation.enabled)
+      r.fail("aggregate", "a robust aggregate needs each device's update; under secure aggregation the hub sees only sums");
+    else if (c.dp.enabled)
+      r.fail("aggregate", "differential privacy bounds the mean of clipped changes; a robust aggregate is not accounted for");
+    else if (c.strategy == strategy_kind::central)
+      r.fail("aggregate", "central training has no reports to combine");
+  }
   c.metrics_path = r.string("metrics", "", "JSON-lines file, one line per round (empty: none)");
   c.output_path = r.string("output", "", "safetensors file of the model, written at the end (empty: none)");
   c.lr.total_rounds = c.rounds;

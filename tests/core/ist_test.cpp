@@ -206,6 +206,51 @@ TEST_CASE("aggregation: hand-computed weighted means, shared bias, untouched par
   CHECK(touched == 18 - 4);  // W1[3], b1[3], W2[0][3], W2[1][3]
 }
 
+TEST_CASE("aggregation: median and trimmed mean per parameter from three reports up; fewer keep the weighted mean") {
+  const auto full = arch_of({1, 4, 2}, false);
+  round_plan plan;
+  plan.groups = 2;
+  plan.members = {{{0, 1}, {2, 3}}};
+  plan.device_group = {0, 0, 0, 1, 1};  // group 0 on three devices, group 1 on two
+  const subnet g0 = make_subnet(full, compensation_kind::none, plan, 0);
+  const subnet g1 = make_subnet(full, compensation_kind::none, plan, 1);
+  const std::size_t b2 = param_count(full) - 2;  // the shared output bias: reported by all five
+  const auto fill = [](const subnet& g, float v) { return std::vector<float>(param_count(g.arch), v); };
+  const auto run = [&](aggregate_kind kind, double trim) {
+    std::vector<float> params(param_count(full), -1.0f);
+    aggregator agg(full, kind, trim);
+    agg.add(g0, fill(g0, 1.0f), 1.0);
+    agg.add(g0, fill(g0, 1000.0f), 1.0);  // the rogue of group 0
+    agg.add(g0, fill(g0, 3.0f), 2.0);
+    agg.add(g1, fill(g1, 10.0f), 1.0);
+    agg.add(g1, fill(g1, 20.0f), 3.0);
+    CHECK(agg.finish(params) == params.size());
+    return params;
+  };
+  SUBCASE("mean: weighted, the rogue pulls group 0 far") {
+    const auto p = run(aggregate_kind::mean, 0.2);
+    CHECK(p[0] == doctest::Approx((1.0 + 1000.0 + 6.0) / 4.0));
+    CHECK(p[2] == doctest::Approx(17.5));
+    CHECK(p[b2] == doctest::Approx((1.0 + 1000.0 + 6.0 + 10.0 + 60.0) / 8.0));
+  }
+  SUBCASE("median: the middle report where there are three or more, unweighted") {
+    const auto p = run(aggregate_kind::median, 0.2);
+    CHECK(p[0] == 3.0f);                                    // median of 1, 1000, 3
+    CHECK(p[1] == 3.0f);
+    CHECK(p[2] == doctest::Approx(17.5));                   // two reports: their weighted mean
+    CHECK(p[b2] == 10.0f);                                  // median of 1, 1000, 3, 10, 20
+  }
+  SUBCASE("trimmed mean: floor(trim·n) dropped at each end") {
+    const auto p = run(aggregate_kind::trimmed_mean, 0.2);
+    CHECK(p[0] == doctest::Approx((1.0 + 3.0 + 1000.0) / 3.0));  // floor(0.6) = 0: nothing dropped of three
+    CHECK(p[b2] == doctest::Approx((3.0 + 10.0 + 20.0) / 3.0));  // floor(1.0) = 1 of five: 1 and 1000 go
+    const auto q = run(aggregate_kind::trimmed_mean, 0.34);
+    CHECK(q[0] == 3.0f);                                          // floor(1.02) = 1 of three: the middle one
+  }
+  std::vector<float> even{4.0f, 1.0f, 3.0f, 2.0f};
+  CHECK(robust_value(even, aggregate_kind::median, 0) == 2.5);
+}
+
 TEST_CASE("aggregation of a single device's disjoint block reproduces it exactly") {
   const auto full = arch_of({6, 16, 16, 4}, true);
   auto params = random_params(full, 1);

@@ -695,3 +695,71 @@ TEST_CASE("engine bounds: explicit bounds apply as given; an honest change withi
   REQUIRE(m.ok());
   CHECK(*m.value().updates_bounded == 0);
 }
+
+TEST_CASE("engine robust aggregate: with groups of three, a rogue within the bound moves the median not at all beyond the honest reports") {
+  // Six devices, two IST groups of three. In group 0 one device changes every value by 0.049 (within
+  // max_update_abs 0.05), the two others by 0.001 and 0.002; group 1's three by 0.001, 0.002, 0.003.
+  const auto run = [](const std::string& aggregate) {
+    auto e = engine_for(config({{"strategy", "ist"}, {"groups", 2}, {"aggregate", aggregate}, {"update_bound", "reject"},
+                                {"max_update_abs", 0.05}, {"max_update_norm", 1000}}));
+    const std::vector<float> before(e.params().begin(), e.params().end());
+    std::vector<rounds::device_offer> offers;
+    for (int d = 0; d < 6; ++d) offers.push_back(offer("d" + std::to_string(d), 64u << 20));
+    REQUIRE(e.begin_round(offers).ok());
+    std::array<float, 2> next{0.001f, 0.001f};
+    std::optional<core::subnet> rogue_group;
+    for (auto& a : e.assignments()) {
+      if (a.device == "d0") {
+        rogue_group = a.sub;
+        train_and_report(e, a, 0.049f, 80);
+        continue;
+      }
+      train_and_report(e, a, next[a.group], 80);
+      next[a.group] += 0.001f;
+    }
+    REQUIRE(e.close_round(nullptr).ok());
+    REQUIRE(rogue_group.has_value());
+    // The change of every value the rogue's group holds but the output bias (the whole fleet's).
+    const core::mlp_arch full = e.config().model.full_arch();
+    std::vector<float> was(core::param_count(rogue_group->arch)), now(was.size());
+    core::gather(full, *rogue_group, before, was);
+    core::gather(full, *rogue_group, e.params(), now);
+    const std::size_t bias = core::param_slots(rogue_group->arch).back().bias;
+    double low = 1e9, high = -1e9;
+    for (std::size_t i = 0; i < bias; ++i) {
+      const double d = static_cast<double>(now[i]) - was[i];
+      low = std::min(low, d);
+      high = std::max(high, d);
+    }
+    const double out_bias = static_cast<double>(now.back()) - was.back();
+    return std::tuple(low, high, out_bias);
+  };
+  const auto [mean_low, mean_high, mean_bias] = run("mean");
+  const auto [median_low, median_high, median_bias] = run("median");
+  MESSAGE("group 0 moved by " << mean_low << "…" << mean_high << " with the mean, " << median_low << "…" << median_high
+                              << " with the median; the output bias by " << mean_bias << " and " << median_bias);
+  // The mean: the rogue's 0.049 counts a third, as the bound allows it to.
+  CHECK(mean_low == doctest::Approx((0.049 + 0.001 + 0.002) / 3).epsilon(1e-3));
+  CHECK(mean_high <= 0.05 / 3 + 0.002 / 3 + 1e-4);
+  // The median: the middle honest report, whatever the rogue sent within the bound.
+  CHECK(median_low >= 0.001 - 1e-5);
+  CHECK(median_high <= 0.002 + 1e-5);
+  CHECK(median_bias == doctest::Approx(0.002).epsilon(1e-2));  // of 0.049, 0.001, 0.002, 0.001, 0.002, 0.003
+}
+
+TEST_CASE("engine robust aggregate: refused with secure aggregation, with differential privacy, and for central training") {
+  const auto refused = [](nlohmann::json extra) {
+    nlohmann::json j = {{"model", {{"inputs", 64}, {"hidden", {256, 256}}, {"outputs", 10}}}, {"aggregate", "median"}};
+    j.update(extra);
+    core::config_reader r(j, "run.json");
+    rounds::run_config c;
+    (void)rounds::read_run_fields(r, c, /*allow_central=*/true);
+    auto done = r.finish();
+    REQUIRE_FALSE(done.ok());
+    return done.error().message;
+  };
+  CHECK(refused({{"secure_aggregation", {{"enabled", true}}}}).find("aggregate") != std::string::npos);
+  CHECK(refused({{"dp", {{"enabled", true}, {"noise_multiplier", 1.0}}}}).find("differential privacy") != std::string::npos);
+  CHECK(refused({{"strategy", "central"}}).find("central") != std::string::npos);
+  CHECK(refused({{"aggregate", "trimmed_mean"}, {"trim_fraction", 0.5}}).find("trim_fraction") != std::string::npos);
+}

@@ -14,6 +14,7 @@
 //   core::aggregator agg(full_arch);
 //   agg.add(sub, local, examples_d);                    // for every device that reported
 //   agg.finish(global);                                 // weighted means; untouched parameters kept
+//   core::aggregator robust(full_arch, core::aggregate_kind::median);  // per value, from 3 reports up
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,7 @@
 
 #include "tessera/core/error.hpp"
 #include "tessera/core/model_spec.hpp"
+#include "tessera/core/names.hpp"
 
 namespace tessera::core {
 
@@ -65,11 +67,21 @@ void gather(const mlp_arch& full, const subnet& sub, std::span<const float> full
 // Writes the subnet's parameters back to where they came from.
 void scatter(const mlp_arch& full, const subnet& sub, std::span<const float> sub_params, std::span<float> full_params);
 
-// Weighted averaging of what devices send back. Each parameter becomes the example-weighted mean of the
-// values that reported it; a parameter nobody reported keeps its value.
+// How reports of one parameter combine. mean: weighted by examples. median and trimmed_mean are robust
+// aggregates for replicated groups (Yin, Chen, Ramchandran, Bartlett, ICML 2018: coordinate-wise median
+// and trimmed mean): unweighted, per parameter over the devices that reported it, applied from
+// k_robust_min_reports reports up (fewer are their weighted mean: a median of two is no defence). With n
+// reports a trimmed mean drops the floor(trim·n) largest and smallest values and averages the rest.
+enum class aggregate_kind { mean, median, trimmed_mean };
+inline constexpr auto k_aggregate_names = names_in_order<aggregate_kind>({"mean", "median", "trimmed_mean"});
+inline constexpr std::size_t k_robust_min_reports = 3;
+
+// Combines what devices send back. Each parameter becomes the aggregate of the values that reported it
+// (the example-weighted mean by default); a parameter nobody reported keeps its value. A robust
+// aggregate keeps each report until finish() (the reported subnets' size in floats).
 class aggregator {
  public:
-  explicit aggregator(const mlp_arch& full);
+  explicit aggregator(const mlp_arch& full, aggregate_kind kind = aggregate_kind::mean, double trim = 0.2);
   void reset();
   // Adds one device's trained subnet with weight `examples` (> 0).
   void add(const subnet& sub, std::span<const float> sub_params, double examples);
@@ -77,9 +89,23 @@ class aggregator {
   std::size_t finish(std::span<float> full_params) const;
 
  private:
+  struct report {
+    subnet sub;
+    std::vector<float> params;
+  };
+  // The robust aggregate over each parameter's reports, where there are enough of them.
+  void finish_robust(std::span<float> full_params) const;
+
   mlp_arch full_;
+  aggregate_kind kind_;
+  double trim_;
   std::vector<double> sum_;
   std::vector<double> weight_;
+  std::vector<report> reports_;  // robust aggregates only
 };
+
+// The robust aggregate of `values` (reordered in place): their median, or their mean without the
+// floor(trim·n) smallest and largest.
+[[nodiscard]] double robust_value(std::span<float> values, aggregate_kind kind, double trim) noexcept;
 
 }  // namespace tessera::core

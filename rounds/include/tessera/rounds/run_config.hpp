@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/data_source.hpp"
+#include "tessera/core/ist.hpp"
 #include "tessera/core/json_config.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/core/model_spec.hpp"
@@ -108,6 +109,11 @@ struct run_config {
   double max_update_norm = 0;
   double max_update_abs = 0;
   update_bound_kind update_bound = update_bound_kind::reject;
+  // How the reports of one parameter combine (core::aggregate_kind): the example-weighted mean, or a
+  // robust aggregate for replicated groups (plain rounds only: under secure aggregation the hub sees
+  // only sums, and differential privacy's sensitivity is the mean's).
+  core::aggregate_kind aggregate = core::aggregate_kind::mean;
+  double trim_fraction = 0.2;  // trimmed_mean: the share dropped at each end
   secure_aggregation_config secure_aggregation;
   dp_config dp;
   std::string metrics_path;          // JSON lines; empty: none
