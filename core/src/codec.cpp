@@ -99,9 +99,13 @@ result<void> encode(const mlp_arch& arch, codec_kind codec, std::span<const floa
         const float scale = max_abs / 127.0f;
         std::memcpy(out.data() + at, &scale, 4);
         at += 4;
-        const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+        // A row below ~3.7e-37 has a subnormal scale whose inverse overflows (0 · inf would be NaN):
+        // there the values are divided by the scale instead, which stays within ±127 and finite.
+        const bool normal = std::isnormal(scale);
+        const float inv = normal ? 1.0f / scale : 0.0f;
         for (std::size_t i = 0; i < count; ++i) {
-          const float q = std::clamp(std::nearbyint(params[first + i] * inv), -127.0f, 127.0f);
+          const float x = normal ? params[first + i] * inv : (scale > 0 ? params[first + i] / scale : 0.0f);
+          const float q = std::clamp(std::nearbyint(x), -127.0f, 127.0f);
           out[at++] = static_cast<std::byte>(static_cast<std::int8_t>(q));
         }
       });

@@ -1,6 +1,7 @@
 #include "tessera/edge/job.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "tessera/core/codec.hpp"
@@ -101,6 +102,10 @@ core::result<net::msg::evaluation> job::evaluate(device_data& data) {
   const core::network net(task_.arch);
   auto ev = data.validate(net, arena_->params(), arena_->buffers(), task_.batch, task_.normalization.get());
   if (!ev) return make_error(errc::training_failed, "evaluation: " + ev.error().message);
+  // A model whose outputs overflow scores no loss: said as such, not sent as a null the hub cannot read.
+  if (!std::isfinite(ev.value().loss_sum))
+    return make_error(errc::training_failed, "evaluation: the model's loss on the " + std::to_string(ev.value().examples) +
+                                                 " validation examples is not finite (its outputs overflow)");
   return net::msg::evaluation{.round = round_,
                               .transfer = download_id_,
                               .examples = static_cast<std::uint64_t>(ev.value().examples),

@@ -87,6 +87,28 @@ TEST_CASE("codec q8: error at most half a step of each row's scale") {
   CHECK(back == zeros);
 }
 
+TEST_CASE("codec q8: a row too small for a normal scale encodes finite steps and decodes within half of one") {
+  // Largest magnitude 1e-37: its scale (7.9e-40) is subnormal and 1/scale overflows; a zero beside it
+  // must not turn into 0 · inf.
+  const auto a = small_arch();
+  std::vector<float> p(param_count(a), 0.0f);
+  p[0] = 1e-37f;
+  p[1] = -4e-38f;
+  p[3] = 1e-39f;
+  const auto blob = encoded(a, codec_kind::q8, p);
+  std::vector<float> back(p.size());
+  REQUIRE(decode(a, codec_kind::q8, blob, back).ok());
+  float scale = 0;
+  std::memcpy(&scale, blob.data(), 4);
+  REQUIRE(scale > 0);
+  CHECK(std::to_integer<int>(blob[4]) == 127);
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::isfinite(back[i]));
+    CHECK(std::fabs(back[i] - p[i]) <= 0.5f * scale * 1.01f);
+  }
+}
+
 // ---- every way decode must refuse a blob: one enum, one generator, one table -----------------------
 
 namespace {
