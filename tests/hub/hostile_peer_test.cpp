@@ -109,6 +109,13 @@ class hostile_peer : public std::enable_shared_from_this<hostile_peer> {
     send(chunk_frame(net::upload_transfer_id(assign->transfer), 0, download));
   }
 
+  // Closes the socket and drops the hooks (which may hold the peer itself).
+  void shut() {
+    boost::system::error_code ec;
+    stream_.lowest_layer().close(ec);
+    hooks_ = {};
+  }
+
   bool welcomed = false;
   bool closed = false;  // the hub ended the connection
   std::optional<net::msg::assign> assign;
@@ -198,8 +205,16 @@ class hostile_peer : public std::enable_shared_from_this<hostile_peer> {
   std::uint64_t received_ = 0;
 };
 
+// What the peer saw, copied out before the io_context its socket belongs to goes.
+struct peer_record {
+  bool closed = false;
+  std::vector<net::msg::result> results;
+  std::optional<net::msg::refuse> refused;
+  int assignments = 0;
+};
+
 struct outcome {
-  std::shared_ptr<hostile_peer> peer;
+  std::unique_ptr<peer_record> peer;
   std::string hub_log;
 };
 
@@ -225,7 +240,12 @@ outcome run_case(const std::string& tag, hostile_peer::hooks hooks, const std::s
   const std::string log = f.logs();
   for (int r = 1; r <= k_rounds; ++r) CHECK(testing::count_of(log, "round " + std::to_string(r) + ": update accepted") == 2);
   CHECK(testing::count_of(log, "update rejected") == 0);
-  return {peer, f.logs()};
+  auto record = std::make_unique<peer_record>(peer_record{peer->closed, peer->results, peer->refused, peer->assignments});
+  peer->shut();  // its socket and handlers go with the hub's io_context, not after it
+  f.io().restart();
+  f.io().poll();
+  peer.reset();
+  return {std::move(record), f.logs()};
 }
 
 // The hub refused the peer with a REFUSE naming `what`, and logged it.
