@@ -34,6 +34,7 @@ core::result<core::training_task> check_assignment(const net::msg::assign& a, co
     return make_error(errc::secure_refused, "the assignment uses secure aggregation, which this device's secure_aggregation (off) refuses");
   if (!a.secure && !a.evaluate && limits.require_secure)
     return make_error(errc::secure_refused, "the assignment uploads in the clear; this device's secure_aggregation is 'require'");
+  if (a.secure && !a.evaluate) TESSERA_TRY(secure_round::check(*a.secure, t.arch));
   const std::size_t expected = core::encoded_bytes(t.arch, a.blob_codec);
   if (a.size != expected)
     return make_error(errc::size_mismatch, "declared size " + std::to_string(a.size) + " bytes, the subnet in " +

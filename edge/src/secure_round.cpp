@@ -1,6 +1,7 @@
 #include "tessera/edge/secure_round.hpp"
 
 #include "tessera/core/mlp.hpp"
+#include "tessera/crypto/masking.hpp"
 
 namespace tessera::edge {
 namespace {
@@ -12,13 +13,29 @@ core::error step_error(const std::string& what, const core::error& why) { return
 secure_round::secure_round(std::uint64_t round, net::msg::secure_assign s, crypto::secagg_client client)
     : round_(round), s_(std::move(s)), client_(std::move(client)) {}
 
-core::result<std::unique_ptr<secure_round>> secure_round::start(const net::msg::secure_assign& s, std::uint64_t round,
-                                                                 const core::mlp_arch& arch, const secure_identity& me) {
+core::result<void> secure_round::check(const net::msg::secure_assign& s, const core::mlp_arch& arch) {
+  const crypto::secagg_params& p = s.params;
   std::size_t values = 0;
-  for (const auto seg : s.segments) values += s.params.segments[seg].length - 1;
+  for (const auto seg : s.segments) values += p.segments[seg].length - 1;
   if (values != core::param_count(arch))
     return make_error(errc::secure_step, "the secure segments hold " + std::to_string(values) + " values, the subnet has " +
                                              std::to_string(core::param_count(arch)) + " parameters");
+  // The ring is needed only when masking, after the training: a ring no roster can use is refused now.
+  if (p.summands > 0 && p.summands < p.threshold)
+    return make_error(errc::secure_step, "the secure part's field 'summands' " + std::to_string(p.summands) + " is below its 'threshold' " +
+                                             std::to_string(p.threshold) + ": no roster is both large enough to unmask and small enough for the ring");
+  // The fewest summands the ring may be made for; if it cannot hold their sum, it holds no larger one.
+  const std::uint64_t summands = crypto::secagg_summands(p, p.threshold);
+  if (auto ring = crypto::fixed_point::create(p.clip, p.bits, summands); !ring)
+    return make_error(errc::secure_step, "the secure part's fields 'bits' " + std::to_string(p.bits) + " and '" +
+                                             (p.summands > 0 ? "summands" : "threshold") + "' " + std::to_string(summands) +
+                                             " make no ring: " + ring.error().message);
+  return {};
+}
+
+core::result<std::unique_ptr<secure_round>> secure_round::start(const net::msg::secure_assign& s, std::uint64_t round,
+                                                                 const core::mlp_arch& arch, const secure_identity& me) {
+  TESSERA_TRY(check(s, arch));
   auto client = crypto::secagg_client::create(me.id, me.certificate_pem, me.key, me.ca_pem, s.params);
   if (!client) return step_error("the secure aggregation's keys", client.error());
   return std::unique_ptr<secure_round>(new secure_round(round, s, std::move(client).value()));

@@ -87,6 +87,13 @@ std::vector<std::string> read_ids(reader& r, const char* key) {
   return out;
 }
 
+// A roster member whose keys this device does not get (not its neighbour: crypto's roster_for) has none
+// at all, and goes by its id alone. Keys are never without the certificate that signed them: the parser
+// refuses that, so the id alone stands for exactly this, and a member with any key goes out whole.
+bool without_keys(const crypto::secagg_keys& k) {
+  return k.certificate_pem.empty() && k.c_pk == crypto::public_key{} && k.s_pk == crypto::public_key{} && k.signature.empty();
+}
+
 json keys_object(const crypto::secagg_keys& k) {
   return {{"id", k.id}, {"certificate", k.certificate_pem}, {"c_pk", b64(k.c_pk)}, {"s_pk", b64(k.s_pk)},
           {"signature", b64(k.signature)}};
@@ -95,6 +102,7 @@ crypto::secagg_keys read_keys(reader& r) {
   crypto::secagg_keys k;
   k.id = r.device("id");
   k.certificate_pem = r.string("certificate", max_certificate_chars);
+  if (!r.failed() && k.certificate_pem.empty()) r.fail("certificate", "empty (keys come with the certificate that signed them)");
   k.c_pk = key32(r, "c_pk");
   k.s_pk = key32(r, "s_pk");
   k.signature = r.bytes("signature", max_signature_bytes);
@@ -205,8 +213,7 @@ json secagg_to_object(const message& m) {
         } else if constexpr (std::is_same_v<T, msg::secagg_roster>) {
           json members = json::array();
           for (const auto& member : v.roster) {
-            // A member whose keys this device does not need (not its neighbour) goes by its id alone.
-            if (member.keys.certificate_pem.empty()) members.push_back({{"id", member.keys.id}, {"segments", member.segments}});
+            if (without_keys(member.keys)) members.push_back({{"id", member.keys.id}, {"segments", member.segments}});
             else members.push_back({{"keys", keys_object(member.keys)}, {"segments", member.segments}});
           }
           return {{"round", v.round}, {"members", members}};

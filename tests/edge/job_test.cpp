@@ -414,3 +414,65 @@ TEST_CASE("secure aggregation: the device's configuration decides, and its buffe
   REQUIRE(!started.ok());
   CHECK(started.error().code == core::errc::over_budget);
 }
+
+TEST_CASE("secure aggregation: an ASSIGN whose ring cannot exist is refused before its arena, naming the fields") {
+  const auto t = small_task();
+  const auto blob = encoded_params(t, core::codec_kind::f32, 0.1f);
+  auto a = assign_for(t, core::codec_kind::f32, blob);
+  net::msg::secure_assign sa;
+  sa.params.round = 9;
+  sa.params.threshold = 2;
+  sa.params.segments.push_back({.length = core::param_count(t.arch) + 1, .min_aggregate = 2});
+  sa.segments = {0};
+  const auto& pki = test::test_pki::get();
+  auto key = crypto::signing_key::load(pki.dev_a.key);
+  REQUIRE(key.ok());
+  edge::secure_identity me{.id = "dev-a", .certificate_pem = testing::read_text(pki.dev_a.cert), .key = std::move(key).value(),
+                           .ca_pem = testing::read_text(pki.ca.cert)};
+
+  struct ring_case {
+    const char* name;
+    int bits;
+    std::uint64_t summands;
+    std::size_t threshold;
+    const char* words;  // empty: accepted
+  };
+  const ring_case cases[] = {
+      {"16 bits cannot hold 100000 summands (net's parser lets both through)", 16, 100000, 2,
+       "the secure part's fields 'bits' 16 and 'summands' 100000 make no ring: a ring of 16 bits cannot hold the sum of 100000 inputs"},
+      {"the largest sum 16 bits hold", 16, 32767, 2, ""},
+      {"one summand more", 16, 32768, 2, "fields 'bits' 16 and 'summands' 32768 make no ring"},
+      {"32 bits hold 100000 summands", 32, 100000, 2, ""},
+      {"a ring sized for fewer devices than the threshold", 32, 3, 4,
+       "the secure part's field 'summands' 3 is below its 'threshold' 4: no roster is both large enough to unmask and small enough"},
+      {"no summands: the ring is the roster's, at least the threshold", 16, 0, 4096, ""},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    sa.params.bits = c.bits;
+    sa.params.summands = c.summands;
+    sa.params.threshold = c.threshold;
+    sa.upload_size = sa.params.segments[0].length * crypto::secagg_value_bytes(c.bits);
+    a.secure = sa;
+    edge::device_limits limits = roomy();
+    limits.secure = &me;
+    const auto checked = edge::check_assignment(a, limits);
+    if (*c.words == '\0') {
+      CHECK_MESSAGE(checked.ok(), (checked.ok() ? "" : checked.error().message));
+      continue;
+    }
+    REQUIRE_FALSE(checked.ok());
+    CHECK(checked.error().code == edge::errc::secure_step);
+    CHECK_MESSAGE(checked.error().message.find(c.words) != std::string::npos, checked.error().message);
+    // Refused before anything is reserved: a budget too small for the arena still hears the ring's reason.
+    limits.arena_budget = 1024;
+    const auto started = edge::job::start(a, limits);
+    REQUIRE_FALSE(started.ok());
+    CHECK(started.error().code == edge::errc::secure_step);
+    CHECK(started.error().message == checked.error().message);
+    // Scoring the model uploads nothing: the same secure part does not stop an evaluation.
+    auto evaluation = a;
+    evaluation.evaluate = true;
+    CHECK(edge::check_assignment(evaluation, roomy()).ok());
+  }
+}

@@ -309,8 +309,14 @@ TEST_CASE("malformed: secure aggregation messages name what is wrong") {
   CHECK(text(net::frame_type::secagg_unmask_reply,
              R"({"round":1,"id":"a","seeds":[{"owner":"b","segment":0,"x":1,"y":[1,2,3,4,2305843009213693951]}],"keys":[]})") ==
         "SECAGG_UNMASK_REPLY: seeds[0]: field 'y': expected values below 2^61 - 1");
-  CHECK(text(net::frame_type::secagg_keys, R"({"round":1,"keys":{"id":"a","certificate":"","c_pk":"AAAA","s_pk":"AAAA","signature":""}})") ==
+  CHECK(text(net::frame_type::secagg_keys, R"({"round":1,"keys":{"id":"a","certificate":"PEM","c_pk":"AAAA","s_pk":"AAAA","signature":""}})") ==
         "SECAGG_KEYS: keys: field 'c_pk': expected 32 bytes");
+  const std::string key = tessera::core::base64_encode(std::vector<std::byte>(32, std::byte{7}));
+  const std::string uncertified = R"({"id":"a","certificate":"","c_pk":")" + key + R"(","s_pk":")" + key + R"(","signature":"AQID"})";
+  CHECK(text(net::frame_type::secagg_keys, R"({"round":1,"keys":)" + uncertified + "}") ==
+        "SECAGG_KEYS: keys: field 'certificate': empty (keys come with the certificate that signed them)");
+  CHECK(text(net::frame_type::secagg_roster, R"({"round":1,"members":[{"id":"b","segments":[0]},{"keys":)" + uncertified + R"(,"segments":[0]}]})") ==
+        "SECAGG_ROSTER: members[1]: keys: field 'certificate': empty (keys come with the certificate that signed them)");
   CHECK(text(net::frame_type::secagg_inbox, R"({"round":1,"boxes":[{"from":"a","to":"b","box":"@@@@"}]})").find("SECAGG_INBOX: boxes[0]: field 'box'") == 0);
   const std::string assign = R"({"round":1,"widths":[4],"hyper":{},"transfer":1,"size":4,"codec":"f32","sha256":")" + std::string(64, '0') +
                              R"(","secure":{"protocol_round":5,"bits":32,"clip":1,"threshold":2,"neighbors":0,"segments":[{"length":10,"min_aggregate":2}],"covers":[0],"rounding_key":")" +
@@ -319,4 +325,35 @@ TEST_CASE("malformed: secure aggregation messages name what is wrong") {
   std::string one_neighbour = assign;
   one_neighbour.replace(one_neighbour.find("\"neighbors\":0"), 13, "\"neighbors\":1");
   CHECK(text(net::frame_type::assign, one_neighbour) == "ASSIGN: secure: field 'neighbors': must be 0 (everyone) or at least 2");
+}
+
+TEST_CASE("secure aggregation: a roster keeps every member's keys across the wire, or is refused; keys never shrink to an id") {
+  tessera::crypto::secagg_keys keys{.id = "near", .certificate_pem = "-----BEGIN CERTIFICATE-----\nAA\n-----END CERTIFICATE-----\n",
+                                    .c_pk = {}, .s_pk = {}, .signature = {std::byte{1}, std::byte{2}}};
+  keys.c_pk.fill(std::byte{3});
+  keys.s_pk.fill(std::byte{4});
+  const tessera::crypto::secagg_keys none{.id = "far", .certificate_pem = {}, .c_pk = {}, .s_pk = {}, .signature = {}};
+  const auto same = [](const tessera::crypto::secagg_keys& a, const tessera::crypto::secagg_keys& b) {
+    return a.id == b.id && a.certificate_pem == b.certificate_pem && a.c_pk == b.c_pk && a.s_pk == b.s_pk && a.signature == b.signature;
+  };
+  const net::msg::secagg_roster sent{.round = 4, .roster = {{.keys = keys, .segments = {0}}, {.keys = none, .segments = {0, 1}}}};
+  const auto back = std::get<net::msg::secagg_roster>(round_trip(sent));
+  REQUIRE(back.roster.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    INFO("member " << i);
+    CHECK(same(back.roster[i].keys, sent.roster[i].keys));
+    CHECK(back.roster[i].segments == sent.roster[i].segments);
+  }
+
+  // Keys without their certificate cannot be verified by anyone; the encoder still sends them whole
+  // (it never drops keys to an id alone), and the parser refuses them, naming the field.
+  for (auto spoil : {+[](tessera::crypto::secagg_keys& k) { k.certificate_pem.clear(); },
+                     +[](tessera::crypto::secagg_keys& k) { k = {.id = k.id, .certificate_pem = {}, .c_pk = {}, .s_pk = {}, .signature = k.signature}; }}) {
+    net::msg::secagg_roster bad = sent;
+    spoil(bad.roster[0].keys);
+    const std::string json = net::to_json(bad);
+    CHECK(json.find(R"({"keys":{"c_pk")") != std::string::npos);
+    CHECK(decode_message_text(net::encode_message(bad)) ==
+          "SECAGG_ROSTER: members[0]: keys: field 'certificate': empty (keys come with the certificate that signed them)");
+  }
 }

@@ -2,8 +2,10 @@
 //
 // check_assignment() is everything an ASSIGN must pass before the agent reserves memory for it: the
 // task parses within bounds, the subnet's inputs match the data, the batch fits the data reader, the
-// codec is enabled, the declared size is the subnet's size in that codec, and bytes_needed fits the
-// budget (the arena is then reserved: one allocation, exactly that size). A job then moves through
+// codec is enabled, secure aggregation is as the device allows and its part one the device can take
+// (secure_round::check: segments and ring), the declared size is the subnet's size in that codec, and
+// bytes_needed fits the budget (the arena is then reserved: one allocation, exactly that size). A job
+// then moves through
 //
 //   downloading ──downloaded()──▶ training ──trained()──▶ uploading ──upload_sent()──▶ waiting_result
 //        (values decoded and finite)    (UPDATE prepared)       (hub ACKed every byte)      │ RESULT

@@ -40,8 +40,12 @@ class secure_round {
  public:
   enum class stage { keys, shared, masked, unmasked };
 
-  // Checks the secure part against the subnet (its segments hold exactly the subnet's parameters and
-  // their weights) and makes this round's keys.
+  // Whether this device can take part in the secure part `s` of an ASSIGN for `arch`, before anything
+  // is reserved (errc::secure_step, naming the fields): its covered segments hold exactly the subnet's
+  // parameters and their weights, and its ring exists for every roster the protocol allows — at least
+  // `threshold` devices and, when `summands` sizes the ring, at most that many (crypto::fixed_point).
+  [[nodiscard]] static core::result<void> check(const net::msg::secure_assign& s, const core::mlp_arch& arch);
+  // Checks the secure part (check()) and makes this round's keys.
   [[nodiscard]] static core::result<std::unique_ptr<secure_round>> start(const net::msg::secure_assign& s, std::uint64_t round,
                                                                          const core::mlp_arch& arch, const secure_identity& me);
 

@@ -181,7 +181,10 @@ struct secagg_keys {                   // agent → hub: the device's keys, sign
   std::uint64_t round = 0;
   crypto::secagg_keys keys{};
 };
-struct secagg_roster {                 // hub → agent: every device that advertised keys, in order
+// hub → agent: every device that advertised keys, in order. A member whose keys this device does not
+// get (not its neighbour) goes by its id alone; keys travel only with their certificate (a keys object
+// with an empty one is refused), so the round trip keeps every member's keys.
+struct secagg_roster {
   std::uint64_t round = 0;
   crypto::secagg_roster roster{};
 };
