@@ -201,7 +201,8 @@ core::result<checkpoint> parse_state(const verified& v, const std::string& where
 
 std::filesystem::path previous_checkpoint(const std::filesystem::path& path) { return path.string() + ".prev"; }
 
-core::result<void> save_checkpoint(const std::filesystem::path& path, const checkpoint& c, const crypto::sealing_key* key) {
+core::result<void> save_checkpoint(const std::filesystem::path& path, const checkpoint& c, const crypto::sealing_key* key,
+                                   current_checkpoint current) {
   const auto param_bytes = std::as_bytes(std::span(c.params));
   nlohmann::json j;
   j["round"] = c.round;
@@ -242,9 +243,11 @@ core::result<void> save_checkpoint(const std::filesystem::path& path, const chec
   // The current file becomes the previous one only if it passes its checks. After a fallback it is the
   // bad one: renamed over the good previous one, a crash before the new file took its name would leave
   // nothing to resume from. A bad current file is replaced instead, and the previous one stays. The
-  // check costs a read and a SHA-256 (or GCM) pass over a file the size of the one being written.
+  // check costs a read and a SHA-256 (or GCM) pass over a file the size of the one being written: only
+  // a file this process did not write itself is read.
   std::error_code ec;
-  if (std::filesystem::exists(path, ec) && read_verified(path, key, c.spec).ok())
+  if (current == current_checkpoint::written_here ||
+      (std::filesystem::exists(path, ec) && read_verified(path, key, c.spec).ok()))
     return core::write_file_keeping_previous(path, bytes, 0600, previous_checkpoint(path));
   return core::write_file_atomic(path, bytes, 0600, /*replace=*/true);
 }

@@ -49,8 +49,11 @@ core::result<void> recorder::save_state(const engine& e, std::span<const device_
                        .statistics = e.statistics(),
                        .privacy = e.private_rounds() ? std::optional<core::rdp_accountant>(e.privacy()) : std::nullopt,
                        .dp_clip = e.private_rounds() && e.config().dp.adaptive_clip ? e.dp_clip() : 0.0};
-    if (auto saved = save_checkpoint(settings_.checkpoint, c, settings_.seal_key ? &*settings_.seal_key : nullptr); !saved)
+    if (auto saved = save_checkpoint(settings_.checkpoint, c, settings_.seal_key ? &*settings_.seal_key : nullptr,
+                                     saved_here_ ? current_checkpoint::written_here : current_checkpoint::unchecked);
+        !saved)
       return core::make_error(core::errc::io, "checkpoint after round " + std::to_string(c.round) + ": " + saved.error().message);
+    saved_here_ = true;
   }
   return {};
 }

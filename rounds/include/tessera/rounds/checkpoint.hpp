@@ -90,9 +90,14 @@ struct loaded_checkpoint {
 // "<path>.prev": where save_checkpoint keeps the checkpoint it replaces.
 [[nodiscard]] std::filesystem::path previous_checkpoint(const std::filesystem::path& path);
 
+// What the writer knows of the file at `path`: nothing (it is read and checked before it may become the
+// previous one), or that this process wrote it itself with save_checkpoint.
+enum class current_checkpoint { unchecked, written_here };
+
 // Writes version 2 (sealed when `key` is not null) and keeps the current file as previous_checkpoint(path).
 [[nodiscard]] core::result<void> save_checkpoint(const std::filesystem::path& path, const checkpoint& c,
-                                                 const crypto::sealing_key* key);
+                                                 const crypto::sealing_key* key,
+                                                 current_checkpoint current = current_checkpoint::unchecked);
 // The checkpoint at `path`, or previous_checkpoint(path) when `path` is missing or corrupt and the
 // previous one loads; std::nullopt when neither file exists. Other failures (another model, a file that
 // cannot be read, one of an unknown version) are errors with no fallback; so is a bad previous one, and

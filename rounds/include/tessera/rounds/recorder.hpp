@@ -62,6 +62,7 @@ class recorder {
   std::string metrics_path_;
   std::string output_path_;
   recorder_settings settings_;
+  bool saved_here_ = false;  // the checkpoint file is one this recorder wrote: no need to read it back
   core::log_sink log_;
   std::unique_ptr<std::ofstream> metrics_;
   std::function<void(const round_metrics&)> on_round_;
