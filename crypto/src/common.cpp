@@ -18,7 +18,7 @@ namespace tessera::crypto {
 const std::error_category& category_of(errc) noexcept {
   static constexpr std::string_view names[] = {
       "openssl", "io", "exists", "invalid_argument", "bad_format", "auth_failed", "no_device_id",
-      "already_revoked"};
+      "already_revoked", "not_operator"};
   static const core::table_category category("tessera.crypto", names);
   return category;
 }

@@ -164,8 +164,16 @@ core::result<void> init_ca(const ca_files& ca, const ca_options& options, bool f
 
 core::result<std::string> issue(const ca_files& ca, const issue_options& options, const cert_files& out, bool force) {
   const bool device = !options.device_id.empty();
+  const bool op = !options.operator_name.empty();
   std::string san;
-  if (device) {
+  if (device && op) return make_error(errc::invalid_argument, "a certificate is a device's or an operator's, not both");
+  if (op) {
+    if (!valid_device_id(options.operator_name))
+      return make_error(errc::invalid_argument, "operator name '" + options.operator_name + "' must match [A-Za-z0-9._-]{1,64}");
+    if (!options.dns_names.empty() || !options.ip_addresses.empty())
+      return make_error(errc::invalid_argument, "an operator certificate carries no DNS or IP names");
+    san = "URI:" + std::string(operator_uri_prefix) + options.operator_name;
+  } else if (device) {
     if (!valid_device_id(options.device_id))
       return make_error(errc::invalid_argument, "device id '" + options.device_id + "' must match [A-Za-z0-9._-]{1,64}");
     if (!options.dns_names.empty() || !options.ip_addresses.empty())
@@ -182,10 +190,15 @@ core::result<std::string> issue(const ca_files& ca, const issue_options& options
     }
     if (san.empty()) return make_error(errc::invalid_argument, "a hub certificate needs at least one DNS or IP name");
   }
-  const std::string cn = !options.common_name.empty() ? options.common_name : device ? options.device_id : "tessera-hub";
+  const std::string cn = !options.common_name.empty() ? options.common_name
+                         : device                      ? options.device_id
+                         : op                          ? options.operator_name
+                                                       : "tessera-hub";
   if (cn.size() > 64) return make_error(errc::invalid_argument, "common name over 64 characters");
   if (device && cn != options.device_id)
     return make_error(errc::invalid_argument, "a device certificate's common name is its id");
+  if (op && cn != options.operator_name)
+    return make_error(errc::invalid_argument, "an operator certificate's common name is its name");
 
   const std::filesystem::path outs[] = {out.cert, out.key};
   TESSERA_TRY(check_outputs(outs, force));
@@ -209,7 +222,7 @@ core::result<std::string> issue(const ca_files& ca, const issue_options& options
   X509* issuer = ca_cert.value().get();
   TESSERA_TRY(add_ext(cert.get(), issuer, NID_basic_constraints, "critical,CA:FALSE"));
   TESSERA_TRY(add_ext(cert.get(), issuer, NID_key_usage, "critical,digitalSignature"));
-  TESSERA_TRY(add_ext(cert.get(), issuer, NID_ext_key_usage, device ? "clientAuth" : "serverAuth"));
+  TESSERA_TRY(add_ext(cert.get(), issuer, NID_ext_key_usage, device || op ? "clientAuth" : "serverAuth"));
   TESSERA_TRY(add_ext(cert.get(), issuer, NID_subject_alt_name, san));
   TESSERA_TRY(add_ext(cert.get(), issuer, NID_subject_key_identifier, "hash"));
   TESSERA_TRY(add_ext(cert.get(), issuer, NID_authority_key_identifier, "keyid:always"));

@@ -2,6 +2,9 @@
 
 #include <arpa/inet.h>
 
+#include <string>
+#include <vector>
+
 #include "ossl.hpp"
 #include "tessera/crypto/pki.hpp"
 
@@ -92,32 +95,61 @@ core::result<tls_context> make_agent_tls(const agent_tls_files& files) {
   return wrap(std::move(ctx).value());
 }
 
-core::result<std::string> device_id_from_der(std::span<const std::uint8_t> der) {
+namespace {
+
+// The Tessera roles a certificate names in its URI SANs, and its subject CN.
+struct named_roles {
+  std::vector<std::string> devices, operators;
+  std::string common_name;
+};
+
+core::result<named_roles> roles_of(std::span<const std::uint8_t> der) {
   const unsigned char* p = der.data();
   x509_ptr cert(d2i_X509(nullptr, &p, static_cast<long>(der.size())));
   if (!cert) return openssl_error("parse peer certificate");
   using names_ptr = std::unique_ptr<GENERAL_NAMES, decltype([](GENERAL_NAMES* n) { GENERAL_NAMES_free(n); })>;
   names_ptr names(static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert.get(), NID_subject_alt_name, nullptr, nullptr)));
-  std::string id;
-  int found = 0;
+  named_roles out;
   if (names) {
     for (int i = 0; i < sk_GENERAL_NAME_num(names.get()); ++i) {
       const GENERAL_NAME* n = sk_GENERAL_NAME_value(names.get(), i);
       if (n->type != GEN_URI) continue;
       const auto* data = reinterpret_cast<const char*>(ASN1_STRING_get0_data(n->d.uniformResourceIdentifier));
       std::string_view uri(data, static_cast<std::size_t>(ASN1_STRING_length(n->d.uniformResourceIdentifier)));
-      if (!uri.starts_with(device_uri_prefix)) continue;
-      id = std::string(uri.substr(device_uri_prefix.size()));
-      ++found;
+      if (uri.starts_with(device_uri_prefix)) out.devices.emplace_back(uri.substr(device_uri_prefix.size()));
+      else if (uri.starts_with(operator_uri_prefix)) out.operators.emplace_back(uri.substr(operator_uri_prefix.size()));
     }
   }
-  if (found != 1 || !valid_device_id(id))
-    return make_error(errc::no_device_id, "peer certificate carries no single valid device id URI");
   char cn[80] = {};
   const int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert.get()), NID_commonName, cn, sizeof cn);
-  if (n < 0 || std::string_view(cn, static_cast<std::size_t>(n)) != id)
+  if (n >= 0) out.common_name.assign(cn, static_cast<std::size_t>(n));
+  return out;
+}
+
+}  // namespace
+
+core::result<std::string> device_id_from_der(std::span<const std::uint8_t> der) {
+  TESSERA_ASSIGN_OR_RETURN(const named_roles roles, roles_of(der));
+  if (roles.devices.empty() && roles.operators.size() == 1 && valid_device_id(roles.operators[0]))
+    return make_error(errc::no_device_id, "peer certificate is operator " + roles.operators[0] +
+                                              "'s: operator certificates are for the hub's operator endpoint, not for devices");
+  if (roles.devices.size() != 1 || !roles.operators.empty() || !valid_device_id(roles.devices[0]))
+    return make_error(errc::no_device_id, "peer certificate carries no single valid device id URI");
+  if (roles.common_name != roles.devices[0])
     return make_error(errc::no_device_id, "peer certificate's common name differs from its device id");
-  return id;
+  return roles.devices[0];
+}
+
+core::result<std::string> operator_name_from_der(std::span<const std::uint8_t> der) {
+  TESSERA_ASSIGN_OR_RETURN(const named_roles roles, roles_of(der));
+  if (roles.operators.empty() && roles.devices.size() == 1 && valid_device_id(roles.devices[0]))
+    return make_error(errc::not_operator, "peer certificate is device " + roles.devices[0] +
+                                              "'s: the operator endpoint takes operator certificates only (tessera-pki issue-operator)");
+  if (roles.operators.size() != 1 || !roles.devices.empty() || !valid_device_id(roles.operators[0]))
+    return make_error(errc::not_operator, "peer certificate carries no single valid operator URI (tessera-pki issue-operator)");
+  if (roles.common_name != roles.operators[0])
+    return make_error(errc::not_operator, "peer certificate's common name differs from its operator name");
+  return roles.operators[0];
 }
 
 }  // namespace tessera::crypto

@@ -3,10 +3,11 @@
 //   tessera-pki init --dir pki [--cn "Tessera CA"] [--days 3650]
 //   tessera-pki issue-hub --dir pki --name hub.example.org --name 10.0.0.5 [--days 365]
 //   tessera-pki issue-device --dir pki --id pi-07 [--days 365]
+//   tessera-pki issue-operator --dir pki --id alice [--days 365]
 //   tessera-pki revoke --dir pki (--serial 4f3a... | --cert pki/pi-07.pem)
 //   tessera-pki seal-key --out hub.sealkey
 //
-// Outputs go into --dir (hub.pem/hub.key, <id>.pem/<id>.key) unless --out-dir is given; seal-key writes
+// Outputs go into --dir (hub.pem/hub.key, <id>.pem/<id>.key, operator-<name>.pem/.key) unless --out-dir is given; seal-key writes
 // the one file --out names. Keys are 0400. Existing files are never replaced unless --force is given.
 #include <arpa/inet.h>
 
@@ -27,18 +28,19 @@ using namespace tessera;
 
 const core::command k_command{
     .name = "tessera-pki",
-    .usage = "tessera-pki init|issue-hub|issue-device|revoke|seal-key [options]",
+    .usage = "tessera-pki init|issue-hub|issue-device|issue-operator|revoke|seal-key [options]",
     .about = R"(The fleet's certificate authority.
   init            create a CA (ECDSA P-256, self-signed) and an empty revocation list
   issue-hub       issue the hub certificate; --name NAME (repeatable, DNS name or IP address)
   issue-device    issue a device certificate; --id ID
+  issue-operator  issue an operator certificate for the hub's operator endpoint; --id NAME
   revoke          add a certificate to the revocation list; --serial HEX or --cert FILE
   seal-key        write a fresh 32-byte key for sealing the hub's checkpoints (its seal_key); --out FILE)",
     .options = {{.flag = "--dir", .value = "DIR", .doc = "CA directory holding ca.pem, ca.key, ca.crl (default: pki)"},
                 {.flag = "--out-dir", .value = "DIR", .doc = "where issued certificates and keys go (default: --dir)"},
                 {.flag = "--cn", .value = "NAME", .doc = "subject common name (init, issue-hub)"},
                 {.flag = "--name", .value = "NAME", .doc = "issue-hub: a DNS name or IP address (repeatable)"},
-                {.flag = "--id", .value = "ID", .doc = "issue-device: the device id"},
+                {.flag = "--id", .value = "ID", .doc = "issue-device: the device id; issue-operator: the operator's name"},
                 {.flag = "--serial", .value = "HEX", .doc = "revoke: the certificate's serial"},
                 {.flag = "--cert", .value = "FILE", .doc = "revoke: the certificate"},
                 {.flag = "--days", .value = "N", .doc = "validity in days (default: 3650 for init, 365 otherwise)"},
@@ -85,6 +87,12 @@ core::result<int> issue(const core::command_line& line, const std::string& comma
     for (const auto& n : line.all("--name")) (is_ip(n) ? io.ip_addresses : io.dns_names).push_back(n);
     io.common_name = line.value("--cn");
     out = {out_dir / "hub.pem", out_dir / "hub.key"};
+  } else if (command == "issue-operator") {
+    if (id.empty()) return usage_error("issue-operator needs --id NAME");
+    if (!crypto::valid_device_id(id)) return usage_error("operator name must match [A-Za-z0-9._-]{1,64}");
+    if (line.has("--name") || line.has("--cn")) return usage_error("issue-operator takes --id only (the name is the subject)");
+    io.operator_name = id;
+    out = {out_dir / ("operator-" + id + ".pem"), out_dir / ("operator-" + id + ".key")};
   } else {
     if (id.empty()) return usage_error("issue-device needs --id");
     if (!crypto::valid_device_id(id)) return usage_error("device id must match [A-Za-z0-9._-]{1,64}");
@@ -130,7 +138,8 @@ core::result<int> seal_key(const core::command_line& line) {
 
 int main(int argc, char** argv) {
   const std::string command = argc > 1 ? argv[1] : "";
-  if (command != "init" && command != "issue-hub" && command != "issue-device" && command != "revoke" && command != "seal-key") {
+  if (command != "init" && command != "issue-hub" && command != "issue-device" && command != "issue-operator" &&
+      command != "revoke" && command != "seal-key") {
     // No command, --help, or one we do not know: the usage, on the stream that fits.
     const bool help = command == "--help" || command == "-h";
     std::fputs(core::help_text(k_command, {}).c_str(), help ? stdout : stderr);

@@ -24,6 +24,18 @@ if "$pki" revoke --dir "$dir" --cert "$dir/pi-07.pem" 2>/dev/null; then fail "re
 if "$pki" issue-device --dir "$dir" --id 'bad/id' 2>/dev/null; then fail "accepted a bad id"; fi
 if "$pki" frobnicate 2>/dev/null; then fail "accepted an unknown command"; fi
 
+# issue-operator: a client certificate for the hub's operator endpoint, its role in the URI SAN.
+"$pki" --help | grep -q issue-operator || fail "--help does not list issue-operator"
+"$pki" issue-operator --dir "$dir" --id alice | grep -q "operator-alice.pem" || fail "issue-operator"
+[ "$(stat -c %a "$dir/operator-alice.key")" = 400 ] || fail "the operator key is not mode 0400"
+if command -v openssl >/dev/null; then
+  openssl x509 -in "$dir/operator-alice.pem" -noout -ext subjectAltName,extendedKeyUsage 2>/dev/null |
+    grep -q "URI:urn:tessera:operator:alice" || fail "the operator certificate lacks its URI"
+fi
+if "$pki" issue-operator --dir "$dir" 2>/dev/null; then fail "issue-operator without --id"; fi
+if "$pki" issue-operator --dir "$dir" --id 'a b' 2>/dev/null; then fail "accepted a bad operator name"; fi
+if "$pki" issue-operator --dir "$dir" --id bob --name x.org 2>/dev/null; then fail "issue-operator took --name"; fi
+
 # seal-key: 32 bytes from the CSPRNG, mode 0400, kept unless --force, never printed.
 "$pki" --help | grep -q seal-key || fail "--help does not list seal-key"
 hex() { od -An -v -tx1 "$1" | tr -d ' \n'; }

@@ -60,6 +60,35 @@ TEST_CASE("pki: the device id is in the subject and the URI SAN") {
   CHECK(hub.error().code == crypto::errc::no_device_id);
 }
 
+TEST_CASE("pki: an operator certificate names its role, and neither role passes for the other") {
+  const auto& pki = test_pki::get();
+  const auto op_der = crypto::certificate_der(pki.operator_cert.cert).value();
+  auto name = crypto::operator_name_from_der(op_der);
+  REQUIRE(name);
+  CHECK(name.value() == "ops");
+  auto as_device = crypto::device_id_from_der(op_der);
+  REQUIRE(!as_device);
+  CHECK(as_device.error().code == crypto::errc::no_device_id);
+  CHECK(as_device.error().message.find("operator ops") != std::string::npos);
+
+  auto device_as_operator = crypto::operator_name_from_der(crypto::certificate_der(pki.dev_a.cert).value());
+  REQUIRE(!device_as_operator);
+  CHECK(device_as_operator.error().code == crypto::errc::not_operator);
+  CHECK(device_as_operator.error().message.find("device dev-a") != std::string::npos);
+  auto hub_as_operator = crypto::operator_name_from_der(crypto::certificate_der(pki.hub.cert).value());
+  REQUIRE(!hub_as_operator);
+  CHECK(hub_as_operator.error().code == crypto::errc::not_operator);
+
+  const crypto::cert_files out{pki.dir / "op-bad.pem", pki.dir / "op-bad.key"};
+  CHECK(crypto::issue(pki.ca, {.operator_name = "a b"}, out, false).error().code == crypto::errc::invalid_argument);
+  CHECK(crypto::issue(pki.ca, {.device_id = "d", .operator_name = "o"}, out, false).error().code == crypto::errc::invalid_argument);
+  CHECK(crypto::issue(pki.ca, {.dns_names = {"x.org"}, .operator_name = "o"}, out, false).error().code ==
+        crypto::errc::invalid_argument);
+  CHECK(crypto::issue(pki.ca, {.common_name = "mallory", .operator_name = "o"}, out, false).error().code ==
+        crypto::errc::invalid_argument);
+  CHECK(!std::filesystem::exists(out.cert));
+}
+
 TEST_CASE("pki: bad names and ids are refused before anything is written") {
   const auto& pki = test_pki::get();
   const crypto::cert_files out{pki.dir / "bad.pem", pki.dir / "bad.key"};

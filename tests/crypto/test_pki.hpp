@@ -1,6 +1,7 @@
 // Test certificates, made with our own crypto API in a temporary directory, once per test process:
-// a CA with a hub certificate for localhost/127.0.0.1 and devices (dev-a, dev-b, an expired one, a
-// revoked one), and another CA with its own device. No key material is committed.
+// a CA with a hub certificate for localhost/127.0.0.1, devices (dev-a, dev-b, an expired one, a revoked
+// one) and an operator (ops), and another CA with its own device and operator. No key material is
+// committed.
 #pragma once
 
 #include <unistd.h>
@@ -19,7 +20,7 @@ class test_pki {
  public:
   std::filesystem::path dir;
   crypto::ca_files ca, other_ca;
-  crypto::cert_files hub, dev_a, dev_b, expired, revoked, foreign;
+  crypto::cert_files hub, dev_a, dev_b, expired, revoked, foreign, operator_cert, foreign_operator;
 
   static test_pki& get() {
     static test_pki pki;
@@ -72,6 +73,10 @@ class test_pki {
     must(crypto::revoke(ca, serial));
     foreign = files("dev-x");
     (void)must(crypto::issue(other_ca, {.device_id = "dev-x"}, foreign, false));
+    operator_cert = files("operator-ops");
+    (void)must(crypto::issue(ca, {.operator_name = "ops"}, operator_cert, false));
+    foreign_operator = files("operator-x");
+    (void)must(crypto::issue(other_ca, {.operator_name = "ops-x"}, foreign_operator, false));
   }
   crypto::cert_files files(const std::string& name) const { return {dir / (name + ".pem"), dir / (name + ".key")}; }
 };

@@ -23,6 +23,7 @@ enum class errc {
   auth_failed,        // AES-GCM tag mismatch: wrong key or tampered data
   no_device_id,       // a certificate carries no Tessera device id
   already_revoked,    // the serial is already on the revocation list
+  not_operator,       // a certificate carries no Tessera operator name (a device's, or none)
 };
 
 [[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.crypto"

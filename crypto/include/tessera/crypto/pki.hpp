@@ -1,8 +1,10 @@
 // tessera/crypto/pki.hpp — the certificate authority behind `tessera-pki`.
 //
 // One CA (ECDSA P-256, self-signed) issues a hub certificate (DNS and IP subject alternative names,
-// serverAuth) and one certificate per device (the id as subject CN and as the URI SAN
-// "urn:tessera:device:<id>", clientAuth). Revocation is a standard X.509 CRL signed by the CA, which the
+// serverAuth), one certificate per device (the id as subject CN and as the URI SAN
+// "urn:tessera:device:<id>", clientAuth) and operator certificates for the hub's operator endpoint (the
+// name as CN and as the URI SAN "urn:tessera:operator:<name>", clientAuth). The URI is the role: the hub
+// refuses an operator certificate on the device port and a device certificate on the operator port. Revocation is a standard X.509 CRL signed by the CA, which the
 // hub loads into its TLS context. Everything is done with OpenSSL's API; nothing shells out.
 // Private keys are written owner-read-only (0400); no output file is replaced unless `force` is set,
 // and all outputs are checked before the first one is written, so a refused command writes nothing.
@@ -14,6 +16,7 @@
 //   crypto::issue_options dev{.device_id = "pi-07"};
 //   auto serial = crypto::issue(ca, dev, {"pki/pi-07.pem", "pki/pi-07.key"}, false);
 //   crypto::revoke(ca, serial.value());                             // adds it to pki/ca.crl
+//   crypto::issue(ca, {.operator_name = "alice"}, {"pki/operator-alice.pem", "pki/operator-alice.key"}, false);
 #pragma once
 
 #include <cstdint>
@@ -30,6 +33,8 @@ namespace tessera::crypto {
 
 // The URI SAN prefix that marks a device certificate; the id follows it.
 inline constexpr std::string_view device_uri_prefix = "urn:tessera:device:";
+// The URI SAN prefix that marks an operator certificate; the operator's name follows it.
+inline constexpr std::string_view operator_uri_prefix = "urn:tessera:operator:";
 
 struct ca_files {
   std::filesystem::path cert{};  // PEM certificate (what hub and agents trust)
@@ -48,19 +53,22 @@ struct ca_options {
   std::int64_t valid_days = 3650;
 };
 
-// Either a hub certificate (dns_names/ip_addresses, no device_id) or a device one (device_id set).
+// A hub certificate (dns_names/ip_addresses), a device one (device_id set) or an operator one
+// (operator_name set): exactly one kind.
 struct issue_options {
   std::string common_name{};                 // defaults to the device id, or "tessera-hub"
   std::vector<std::string> dns_names{};      // hub only
   std::vector<std::string> ip_addresses{};   // hub only, dotted IPv4 or IPv6 text
   std::string device_id{};                   // [A-Za-z0-9._-]{1,64}; non-empty makes a device certificate
+  std::string operator_name{};               // [A-Za-z0-9._-]{1,64}; non-empty makes an operator certificate
   std::int64_t valid_days = 365;
   // Start of validity relative to now, in seconds. The default allows for clocks a little behind the
   // CA's; tests use a large negative value with a short validity to make an already-expired certificate.
   std::int64_t not_before_offset_s = -300;
 };
 
-// A device id is what the hub keys its registry with and what goes into a URI: keep it plain.
+// A device id is what the hub keys its registry with and what goes into a URI: keep it plain. Operator
+// names follow the same rule.
 [[nodiscard]] bool valid_device_id(std::string_view id) noexcept;
 
 [[nodiscard]] core::result<void> init_ca(const ca_files& ca, const ca_options& options, bool force);

@@ -13,6 +13,8 @@
 //   net::server srv(io, ctx.value(), cfg);                        // see tessera/net/server.hpp
 //   // after a handshake, the device id comes from the peer certificate:
 //   auto id = crypto::device_id_from_der(peer_cert_der);          // "pi-07"
+//   // on the hub's operator endpoint (the same context), the role is the operator's:
+//   auto who = crypto::operator_name_from_der(peer_cert_der);     // "alice"
 #pragma once
 
 #include <cstdint>
@@ -60,7 +62,10 @@ class tls_context {
 [[nodiscard]] core::result<tls_context> make_agent_tls(const agent_tls_files& files);
 
 // The device id of a DER certificate: the URI SAN "urn:tessera:device:<id>", which must agree with the
-// subject CN. errc::no_device_id if absent or inconsistent.
+// subject CN. errc::no_device_id if absent or inconsistent (an operator certificate is named as such).
 [[nodiscard]] core::result<std::string> device_id_from_der(std::span<const std::uint8_t> der);
+// The operator name of a DER certificate: the URI SAN "urn:tessera:operator:<name>", agreeing with the
+// CN, and no device URI. errc::not_operator otherwise (a device certificate is named as such).
+[[nodiscard]] core::result<std::string> operator_name_from_der(std::span<const std::uint8_t> der);
 
 }  // namespace tessera::crypto
