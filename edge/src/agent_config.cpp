@@ -63,6 +63,9 @@ core::result<agent_config> read_agent_config(core::config_reader& r) {
   c.secure_aggregation = r.choice("secure_aggregation", secure_mode::allow, k_secure_mode_names,
                                   "masked uploads: allow (when the hub asks), require (refuse rounds in the clear) or off");
   net::read_link_settings(r, c.link, /*rate_limits=*/true);
+  c.log_format = r.choice("log_format", core::log_format::text, core::k_log_format_names,
+                          "events on standard error: text for people, json for journald and log shippers (one object "
+                          "per line: time, level, source, message)");
   c.exit_after_rounds = r.integer("exit_after_rounds", 0, 0, INT64_MAX, "exit after this many accepted updates, and the evaluation that may follow the last (0: serve forever)");
   TESSERA_TRY(r.finish());
   return c;

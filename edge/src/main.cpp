@@ -36,7 +36,7 @@ Stop it with SIGTERM or SIGINT. Events go to standard error.)",
 
 core::result<int> run(const core::command_line& line, const edge::agent_config& config) {
   boost::asio::io_context io;
-  const core::log_sink log = core::stderr_log("edge", line.level);
+  const core::log_sink log = core::stderr_log("edge", line.level, config.log_format);
   TESSERA_ASSIGN_OR_RETURN(auto agent, edge::agent::create(io, config, log));
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int) {

@@ -6,6 +6,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -58,4 +60,31 @@ TEST_CASE("log levels: one table of names, ordered by severity") {
   CHECK_FALSE(core::k_log_level_names.find("debug").has_value());
   CHECK(core::log_level::info < core::log_level::warning);
   CHECK(core::log_level::warning < core::log_level::error);
+}
+
+TEST_CASE("log_format json: one object per line, stable fields, every message escaped into valid JSON") {
+  // 2026-12-04T14:03:07.251Z
+  const auto when = std::chrono::system_clock::time_point(std::chrono::milliseconds(1796392987251));
+  CHECK(core::json_log_line("hub", core::log_level::warning, "update from pi-07 refused", when) ==
+        R"({"time":"2026-12-04T14:03:07.251Z","level":"warning","source":"hub","message":"update from pi-07 refused"})");
+  CHECK(core::json_quote("a\"b\\c\nd\te\x01") == R"("a\"b\\c\nd\te\u0001")");
+  CHECK(core::json_quote("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80") == "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"");  // valid UTF-8 kept
+  // A peer's bytes that are not UTF-8 (a lone continuation, an overlong, a surrogate, a cut sequence) become U+FFFD.
+  CHECK(core::json_quote("x\x80y") == "\"x\xef\xbf\xbdy\"");
+  CHECK(core::json_quote("\xc0\xaf") == "\"\xef\xbf\xbd\xef\xbf\xbd\"");
+  CHECK(core::json_quote("\xed\xa0\x80") == "\"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"");
+  CHECK(core::json_quote("\xe2\x82") == "\"\xef\xbf\xbd\xef\xbf\xbd\"");
+
+  const std::string out = stderr_of([] {
+    const core::log_sink log = core::stderr_log("edge", core::log_level::info, core::log_format::json);
+    log(core::log_level::info, "connected");
+    log(core::log_level::error, "line\nbreak");
+  });
+  const auto first = out.find('\n');
+  REQUIRE(first != std::string::npos);
+  CHECK(out.substr(0, 9) == "{\"time\":\"");
+  CHECK(contains(out.substr(0, first), R"("level":"info","source":"edge","message":"connected"})"));
+  CHECK(contains(out.substr(first + 1), R"("level":"error","source":"edge","message":"line\nbreak"})"));
+  CHECK(std::count(out.begin(), out.end(), '\n') == 2);  // the message's newline is escaped, not a line
+  CHECK(core::k_log_format_names.find("json") == core::log_format::json);
 }

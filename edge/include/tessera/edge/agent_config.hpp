@@ -17,6 +17,7 @@
 #include "tessera/core/memory.hpp"
 #include "tessera/crypto/tls.hpp"
 #include "tessera/core/json_config.hpp"
+#include "tessera/core/log.hpp"
 #include "tessera/edge/device_data.hpp"
 #include "tessera/net/link_config.hpp"
 
@@ -40,6 +41,7 @@ struct agent_config {
   double jitter = 0.5;
   net::link_settings link;                   // heartbeats, deadlines, chunking, rate caps
   std::int64_t exit_after_rounds = 0;        // 0: serve forever; N: exit after N accepted updates
+  core::log_format log_format = core::log_format::text;  // events on standard error: for people, or JSON lines
   secure_mode secure_aggregation = secure_mode::allow;
 };
 
