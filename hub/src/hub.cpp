@@ -11,6 +11,7 @@
 #include "tessera/crypto/digest.hpp"
 #include "tessera/crypto/pki.hpp"
 #include "tessera/hub/error.hpp"
+#include "hub_observability.hpp"
 #include "tessera/net/task.hpp"
 #include "tessera/rounds/error.hpp"
 
@@ -30,7 +31,8 @@ std::chrono::milliseconds ms(double seconds) {
 }  // namespace
 
 hub_service::hub_service(boost::asio::io_context& io, const hub_config& config, core::log_sink log)
-    : io_(io), config_(config), log_(std::move(log)), crl_timer_(io), secure_timer_(io), wait_timer_(io), deadline_timer_(io) {}
+    : io_(io), config_(config), log_(std::move(log)), obs_(std::make_unique<observability>()), crl_timer_(io), secure_timer_(io),
+      wait_timer_(io), deadline_timer_(io) {}
 
 hub_service::~hub_service() = default;
 
@@ -111,6 +113,8 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
   }
   TESSERA_TRY(h->check_frame_room());
   TESSERA_ASSIGN_OR_RETURN(h->recorder_, rounds::recorder::open(config, std::move(rs), h->log_));
+  TESSERA_TRY(h->load_operator_revocations());
+  h->load_round_series();
   std::random_device rd;
   h->next_transfer_ = ((static_cast<std::uint64_t>(rd()) << 32) ^ rd()) & ~net::upload_bit & ~std::uint64_t{0xffff};
   return h;
@@ -131,6 +135,7 @@ core::result<std::uint16_t> hub_service::start() {
                                  .max_handshakes_per_source = config_.max_handshakes_per_source});
   server_->on_session([this](const std::shared_ptr<net::session>& s) { attach(s); });
   TESSERA_ASSIGN_OR_RETURN(const std::uint16_t port, server_->listen(config_.listen.host, config_.listen.port));
+  TESSERA_TRY(start_endpoint());
   if (resumed_from_ > 0)
     log(log_level::info, "resumed from checkpoint after round " + std::to_string(resumed_from_) + " (" +
                              std::to_string(devices_.size()) + " devices known" +
@@ -202,6 +207,9 @@ void hub_service::send_assignment(device_entry& d, assignment& a) {
     bytes = std::move(fresh);
   }
   d.download = std::make_shared<download_slot>(d.download_id, std::move(bytes), sha);
+  d.download_started = clock_type::now();
+  d.subnet_params = core::param_count(a.sub.arch);
+  d.codec = a.codec;
   (void)engine_->sent(a);  // always fits an open assignment
   net::msg::assign m{.round = static_cast<std::uint64_t>(engine_->current_round()),
                      .widths = net::hidden_widths(a.sub.arch),
@@ -220,6 +228,7 @@ void hub_service::send_assignment(device_entry& d, assignment& a) {
 void hub_service::reject(const std::shared_ptr<net::session>& s, const std::string& id, const core::error& why,
                          std::uint64_t transfer) {
   log(log_level::warning, "update from " + id + " refused: " + why.message);
+  obs_->rejections.add(core::error_name(why.code));
   if (transfer != 0) s->discard_blob(transfer);  // its chunks may already be on their way
   s->send(net::msg::result{.accepted = false, .code = core::error_name(why.code), .reason = why.message});
 }
@@ -266,6 +275,7 @@ void hub_service::on_update(const std::shared_ptr<net::session>& s, const net::m
     return;
   }
   d.upload = std::make_shared<upload_slot>(u.transfer, a->upload_bytes, u.sha256);
+  d.upload_started = clock_type::now();
   s->expect_blob(std::shared_ptr<net::incoming_transfer>(d.upload, &d.upload->in));
 }
 
@@ -293,11 +303,22 @@ void hub_service::on_upload(const std::shared_ptr<net::session>& s, const std::s
   } else {
     d.accepted_upload = in->id();
     s->send(net::msg::result{.accepted = true, .code = {}, .reason = {}});
+    const double seconds = std::chrono::duration<double>(clock_type::now() - d.upload_started).count();
+    obs_->updates_accepted += 1;
+    obs_->upload_seconds.observe(seconds);
+    if (seconds > 0) d.up_rate = static_cast<double>(in->size()) / seconds;
   }
+  d.bytes_up += in->bytes_received_total();
   if (engine_->all_reported()) end_collection();
 }
 
-void hub_service::note_downloaded(assignment& a, const net::outgoing_transfer& out) {
+void hub_service::note_downloaded(device_entry& d, assignment& a, const net::outgoing_transfer& out) {
+  if (a.state == assignment_state::downloading) {
+    const double seconds = std::chrono::duration<double>(clock_type::now() - d.download_started).count();
+    obs_->download_seconds.observe(seconds);
+    if (seconds > 0) d.down_rate = static_cast<double>(out.size()) / seconds;
+  }
+  d.bytes_down += out.bytes_sent_total() - a.bytes_down;
   a.bytes_down = out.bytes_sent_total();
   a.resent_bytes += out.bytes_sent_total() - out.size();
   (void)engine_->downloaded(a);  // an update may have come first after a cut: then it stays as it is
@@ -307,7 +328,7 @@ void hub_service::on_download_sent(const std::string& id, const std::shared_ptr<
   assignment* a = engine_->find(id);
   auto it = devices_.find(id);
   if (a == nullptr || it == devices_.end() || !it->second.download || &it->second.download->out != out.get()) return;
-  note_downloaded(*a, *out);
+  note_downloaded(it->second, *a, *out);
 }
 
 void hub_service::arm_wait_timer() {
@@ -321,7 +342,7 @@ void hub_service::arm_wait_timer() {
 }
 
 void hub_service::maybe_start_round() {
-  if (!waiting_ || stopping_) return;
+  if (!waiting_ || stopping_ || paused_) return;
   std::size_t ready = 0;
   for (const auto& [id, d] : devices_) ready += d.session && d.unfit.empty() ? 1 : 0;
   const bool waited = clock_type::now() - waiting_since_ >= ms(config_.device_wait_s);
@@ -355,6 +376,7 @@ std::vector<rounds::device_record> hub_service::registry() const {
 
 void hub_service::start_round() {
   const auto planning = clock_type::now();
+  if (finish_requested_) return finish("");
   reload_revocations();
   if (engine_->needs_statistics()) return start_statistics(ready_offers());
   engine_->set_population(devices_.size());  // differential privacy: every registered device, connected or not
@@ -419,6 +441,7 @@ void hub_service::close_round() {
   m.value().refused = f.refused;
   m.value().rejected = f.rejected;
   m.value().resent_bytes = f.resent_bytes;
+  obs_->stragglers += static_cast<double>(f.stragglers);
   for (const auto& a : engine_->assignments()) {
     device_entry& d = devices_[a.device];
     if (a.state == assignment_state::accepted) ++d.record.rounds_done;
@@ -431,6 +454,12 @@ void hub_service::close_round() {
 void hub_service::after_round(rounds::round_metrics& m) {
   if (auto saved = recorder_->record(*engine_, m, round_started_, registry()); !saved) {
     finish(saved.error().message);
+    return;
+  }
+  observe_round(m);
+  if (finish_requested_) {
+    log(log_level::info, "finishing after round " + std::to_string(m.round) + " as the operator asked");
+    finish("");
     return;
   }
   if (engine_->finished()) {
@@ -464,6 +493,7 @@ void hub_service::stop() {
   crl_timer_.cancel();
   for (auto& [id, d] : devices_) d.session.reset();
   if (server_) server_->stop();
+  if (endpoint_) endpoint_->stop();
   if (on_stopped_) on_stopped_();
 }
 

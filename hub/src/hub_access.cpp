@@ -8,6 +8,7 @@
 
 #include "tessera/crypto/pki.hpp"
 #include "tessera/hub/hub.hpp"
+#include "hub_observability.hpp"
 
 namespace tessera::hub {
 namespace {
@@ -22,7 +23,7 @@ using rounds::is_open;
 
 void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::msg::hello& h) {
   const std::string& id = s->peer_device_id();
-  if (revoked_.contains(s->peer_serial())) {  // its handshake began under the list before
+  if (is_revoked(id, s->peer_serial())) {  // its handshake began under the list before, or an operator revoked it
     log(log_level::warning, "device " + id + ": HELLO with a revoked certificate (serial " + s->peer_serial() + "): refused");
     s->refuse(net::errc::revoked, "this device's certificate is revoked", "revoked");
     return;
@@ -32,6 +33,7 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
   const bool known = d.record.id == id;
   d.session = s;
   d.record.id = id;
+  d.serial = s->peer_serial();
   if (d.validation_examples != h.validation_examples || d.record.budget_bytes != h.memory_budget_bytes)
     d.told_over_budget = false;  // it may hold the model for evaluation now: say so again if not
   d.record.budget_bytes = h.memory_budget_bytes;
@@ -74,7 +76,7 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
       if (held->offset < d.download->out.size())
         s->send_blob(std::shared_ptr<net::outgoing_transfer>(d.download, &d.download->out), held->offset);
       else if (a->state == assignment_state::downloading)  // it got every byte; the last ACK was lost
-        note_downloaded(*a, d.download->out);
+        note_downloaded(d, *a, d.download->out);
       if (secure_) send_secure_step(d, id);  // a step's message the broken link may have lost
     } else {
       // It lost the assignment (a restarted agent): whatever it had sent is void; send it again.
@@ -92,6 +94,7 @@ void hub_service::on_refuse(const std::shared_ptr<net::session>& s, const net::m
   const std::string& id = s->peer_device_id();
   assignment* a = engine_->find(id);
   log(log_level::warning, "device " + id + " refused" + (a ? " its assignment" : "") + ": " + r.reason);
+  obs_->refusals.add(r.code);
   // Data that cannot train this model does not change by itself: no assignment until it does.
   if (r.code == "edge.inputs_mismatch" || r.code == "edge.labels_mismatch") {
     devices_[id].unfit = r.reason;
@@ -122,6 +125,7 @@ void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::
 // Refused connections are logged one by one up to 5 in 10 s, then as one summary line per window: a
 // flood of bad connections cannot fill a disk.
 void hub_service::note_refused(const core::error& why) {
+  obs_->connections_refused.add(core::error_name(why.code));
   const auto now = clock_type::now();
   if (now - refused_window_ >= std::chrono::seconds(10)) {
     if (refused_quiet_ > 0)
@@ -162,9 +166,14 @@ void hub_service::reload_revocations() {
   crl_time_ = t;
   tls_ = tls.value();
   server_->set_tls(tls_);
+  if (endpoint_) endpoint_->set_tls(tls_);
   revoked_ = std::move(serials).value();
   log(log_level::info, "revocation list reloaded from " + config_.tls.crl.string() + " (" + std::to_string(revoked_.size()) + " revoked)");
   close_revoked();
+}
+
+bool hub_service::is_revoked(const std::string& id, const std::string& serial) const {
+  return revoked_.contains(serial) || operator_revoked_.contains(id);
 }
 
 // Sessions already open were verified against the old list: each whose certificate is revoked now
@@ -172,7 +181,7 @@ void hub_service::reload_revocations() {
 void hub_service::close_revoked() {
   std::vector<std::string> gone;
   for (auto& [id, d] : devices_) {
-    if (!d.session || !revoked_.contains(d.session->peer_serial())) continue;
+    if (!d.session || !is_revoked(id, d.session->peer_serial())) continue;
     log(log_level::warning, "device " + id + ": its certificate (serial " + d.session->peer_serial() + ") is revoked: session closed");
     auto s = std::move(d.session);
     s->refuse(net::errc::revoked, "this device's certificate is revoked", "revoked");

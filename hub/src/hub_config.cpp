@@ -47,6 +47,26 @@ core::result<hub_config> read_hub_config(core::config_reader& r) {
   c.audit_uploads = r.string("audit_uploads", "",
                              "a folder where every upload is kept exactly as the hub received it, to audit what the hub "
                              "holds (masked, under secure aggregation); empty: none");
+  c.log_format = r.choice("log_format", core::log_format::text, core::k_log_format_names,
+                          "events on standard error: text for people, json for journald and log shippers (one object "
+                          "per line: time, level, source, message; each round's progress line on standard output is "
+                          "then its metrics JSON)");
+  if (const auto* h = r.object("http", "the operator endpoint: Prometheus /metrics, /api/status, /api/rounds, a status "
+                                       "page at /, and operator actions (off unless http.listen is set)")) {
+    core::config_reader hr = r.child("http", *h);
+    const std::string listen = hr.string("listen", "", "HOST:PORT of the endpoint (empty: none); plain HTTP only on a "
+                                                        "loopback address, HTTPS with an operator certificate elsewhere");
+    if (!listen.empty()) {
+      if (auto hp = core::parse_host_port(listen, /*allow_port_zero=*/true); hp) c.http.listen = hp.value();
+      else hr.fail("listen", hp.error().message);
+    }
+    c.http.tls = hr.choice("tls", http_tls_kind::automatic, k_http_tls_names,
+                           "auto: plain HTTP on a loopback address, HTTPS elsewhere; on: HTTPS everywhere (actions "
+                           "need an operator certificate, so they need HTTPS)");
+    c.http.max_connections = static_cast<std::size_t>(hr.integer("max_connections", 64, 1, 10'000, "endpoint connections at once"));
+    c.http.timeout_s = hr.number("timeout_s", 10, 0.1, 3600, "seconds for the endpoint's TLS handshake, each request and each response");
+    TESSERA_TRY(hr.finish());
+  }
   TESSERA_TRY(r.finish());
   return c;
 }

@@ -24,18 +24,23 @@ Exit status: 0 when the last round is done, 1 on an error, 2 when stopped by SIG
 
 core::result<int> serve(const core::command_line& line, const hub::hub_config& cfg) {
   boost::asio::io_context io;
-  const core::log_sink log = core::stderr_log("hub", line.level);
+  const core::log_sink log = core::stderr_log("hub", line.level, cfg.log_format);
   TESSERA_ASSIGN_OR_RETURN(auto service, hub::hub_service::create(io, cfg, log));
   hub::hub_service& h = *service;
-  h.on_round([](const rounds::round_metrics& m) {
-    std::printf("%s\n", m.to_line().c_str());
+  h.on_round([json = cfg.log_format == core::log_format::json](const rounds::round_metrics& m) {
+    std::printf("%s\n", json ? m.to_json().dump().c_str() : m.to_line().c_str());
     std::fflush(stdout);
   });
   TESSERA_ASSIGN_OR_RETURN(const std::uint16_t port, h.start());
-  std::printf("tessera-hub: %s on %s:%u, model %s, rounds %lld (from %lld), devices %zu..%zu, seed %llu\n",
+  std::string endpoint;
+  if (cfg.http.listen)
+    endpoint = std::string(", operator endpoint ") +
+               (cfg.http.tls == hub::http_tls_kind::on || !hub::is_loopback_address(cfg.http.listen->host) ? "https://" : "http://") +
+               cfg.http.listen->host + ":" + std::to_string(h.http_port()) + "/";
+  std::printf("tessera-hub: %s on %s:%u, model %s, rounds %lld (from %lld), devices %zu..%zu, seed %llu%s\n",
               std::string(rounds::to_string(cfg.strategy)).c_str(), cfg.listen.host.c_str(), static_cast<unsigned>(port),
               core::widths_text(cfg.model).c_str(), static_cast<long long>(cfg.rounds), static_cast<long long>(h.resumed_from()),
-              cfg.min_devices, cfg.max_devices, static_cast<unsigned long long>(cfg.seed));
+              cfg.min_devices, cfg.max_devices, static_cast<unsigned long long>(cfg.seed), endpoint.c_str());
   std::fflush(stdout);
 
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);

@@ -20,6 +20,7 @@ enum class errc {
   not_assigned,         // no assignment for this device in the open round
   wrong_transfer,       // the update answers another assignment (a stale transfer id)
   checkpoint_mismatch,  // the checkpoint was written by a run with another seed or strategy
+  unknown_device,       // an operator named a device the run does not know
 };
 
 [[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.hub"

@@ -37,6 +37,11 @@
 // device that lost its state gets its assignment again. Everything runs on one thread: call io.run()
 // from one thread only.
 //
+// With http.listen set, the operator endpoint (operator_endpoint.hpp, hub_operator.cpp) serves on the same
+// thread: Prometheus /metrics, /api/status (the run and every device), /api/rounds (the per-round
+// series), the status page at /, and, for operator certificates, POST /api/pause, /api/resume,
+// /api/finish (after the current round, then export) and /api/devices/<id>/revoke.
+//
 //   asio::io_context io;
 //   auto hub = hub::hub_service::create(io, config, core::stderr_log("hub")).value();
 //   hub->on_round([](const rounds::round_metrics& m) { std::puts(m.to_line().c_str()); });
@@ -58,6 +63,7 @@
 
 #include "tessera/core/log.hpp"
 #include "tessera/hub/hub_config.hpp"
+#include "tessera/hub/operator_endpoint.hpp"
 #include "tessera/net/server.hpp"
 #include "tessera/rounds/checkpoint.hpp"
 #include "tessera/rounds/engine.hpp"
@@ -87,6 +93,27 @@ class hub_service {
   [[nodiscard]] const std::string& failure() const noexcept { return failure_; }
   [[nodiscard]] const rounds::engine& engine() const noexcept { return *engine_; }
   [[nodiscard]] std::int64_t resumed_from() const noexcept { return resumed_from_; }
+  // The operator endpoint's bound port (0: none); set by start().
+  [[nodiscard]] std::uint16_t http_port() const noexcept { return http_port_; }
+
+  // Operator actions (the endpoint's POSTs); `by` names the operator for the log.
+  // No round starts while paused; the round in progress runs to its end.
+  void pause(const std::string& by);
+  void resume(const std::string& by);
+  [[nodiscard]] bool paused() const noexcept { return paused_; }
+  // The run ends after the round in progress (at once between rounds) and writes the model, as after its
+  // last round.
+  void finish_after_round(const std::string& by);
+  // Refuses the device from now on (its open session closed at once, its assignment ended), kept in
+  // checkpoint_dir/revoked-devices.json across restarts. Returns the certificate serial it last used (for
+  // the CA's CRL: `tessera-pki revoke --serial`), empty if it never connected here.
+  [[nodiscard]] core::result<std::string> revoke_device(const std::string& id, const std::string& by);
+
+  // What the endpoint serves.
+  [[nodiscard]] std::string metrics_text() const;
+  [[nodiscard]] nlohmann::json status_json() const;
+  [[nodiscard]] nlohmann::json rounds_json() const;
+  [[nodiscard]] http_response handle_http(const http_request& r);
 
  private:
   // The bytes of a blob and its transfer in one allocation: a session may still hold the transfer after
@@ -118,6 +145,14 @@ class hub_service {
     std::string unfit;                       // why its data cannot train this model; no assignments meanwhile
     std::uint64_t validation_examples = 0;   // HELLO's: held out for evaluation on the device
     bool told_over_budget = false;           // logged once that its budget cannot hold the model to score it
+    // For the operator: the certificate serial of its last session, its last subnet, and its transfers
+    // (blob bytes since this hub started, resent ones included; rates of the last complete transfer).
+    std::string serial;
+    std::uint64_t subnet_params = 0;
+    std::optional<core::codec_kind> codec;
+    std::uint64_t bytes_down = 0, bytes_up = 0;
+    std::optional<double> down_rate, up_rate;  // bytes per second
+    std::chrono::steady_clock::time_point download_started{}, upload_started{};
   };
   // While the devices score the model of the round just closed (hub_eval.cpp).
   struct evaluation_phase {
@@ -153,7 +188,7 @@ class hub_service {
   void on_refuse(const std::shared_ptr<net::session>& s, const net::msg::refuse& r);
   void on_upload(const std::shared_ptr<net::session>& s, const std::shared_ptr<net::incoming_transfer>& in);
   void on_download_sent(const std::string& id, const std::shared_ptr<net::outgoing_transfer>& out);
-  void note_downloaded(rounds::assignment& a, const net::outgoing_transfer& out);
+  void note_downloaded(device_entry& d, rounds::assignment& a, const net::outgoing_transfer& out);
   void on_closed(const std::shared_ptr<net::session>& s, const core::error& why);
   void note_refused(const core::error& why);
   void send_assignment(device_entry& d, rounds::assignment& a);
@@ -197,7 +232,16 @@ class hub_service {
   void watch_revocations();
   void reload_revocations();
   void close_revoked();
+  [[nodiscard]] bool is_revoked(const std::string& id, const std::string& serial) const;
   void finish(const std::string& failure);
+  // hub_operator.cpp: the endpoint, its figures, the operator's revocations.
+  struct observability;
+  [[nodiscard]] core::result<void> start_endpoint();
+  [[nodiscard]] core::result<void> load_operator_revocations();
+  void save_operator_revocations();
+  void load_round_series();
+  void observe_round(const rounds::round_metrics& m);
+  [[nodiscard]] std::string state_name() const;
 
   boost::asio::io_context& io_;
   hub_config config_;
@@ -206,6 +250,16 @@ class hub_service {
   crypto::tls_context tls_;
   std::filesystem::file_time_type crl_time_{};
   std::set<std::string> revoked_;  // the serials the CRL revokes (lowercase hex)
+  struct operator_revocation {
+    std::string serial, by;
+    std::int64_t unix_time = 0;
+  };
+  std::map<std::string, operator_revocation> operator_revoked_;  // device id → revoked through the endpoint
+  std::unique_ptr<observability> obs_;
+  std::shared_ptr<operator_endpoint> endpoint_;
+  std::uint16_t http_port_ = 0;
+  bool paused_ = false;
+  bool finish_requested_ = false;
   std::chrono::steady_clock::time_point refused_window_{};  // refused connections: the log's 10 s window
   std::size_t refused_logged_ = 0, refused_quiet_ = 0;
   std::string refused_last_;

@@ -17,11 +17,22 @@
 
 #include "tessera/core/data_source.hpp"
 #include "tessera/core/json_config.hpp"
+#include "tessera/core/log.hpp"
 #include "tessera/crypto/tls.hpp"
 #include "tessera/net/link_config.hpp"
 #include "tessera/rounds/run_config.hpp"
 
 namespace tessera::hub {
+
+// The operator endpoint (operator_endpoint.hpp): off unless `listen` is set.
+enum class http_tls_kind { automatic, on };
+inline constexpr auto k_http_tls_names = core::names_in_order<http_tls_kind>({"auto", "on"});
+struct http_config {
+  std::optional<core::host_port> listen;  // HOST:PORT; empty: no endpoint
+  http_tls_kind tls = http_tls_kind::automatic;  // auto: plain HTTP on a loopback address, HTTPS elsewhere
+  std::size_t max_connections = 64;
+  double timeout_s = 10;                  // TLS handshake, each request, each response
+};
 
 struct hub_config : rounds::run_config {
   core::host_port listen{"127.0.0.1", 7443};  // port 0 picks a free one
@@ -40,6 +51,8 @@ struct hub_config : rounds::run_config {
   std::string checkpoint_dir;          // empty: no checkpoints (and no resume)
   std::string seal_key;                // key file: checkpoints sealed with AES-256-GCM
   std::string audit_uploads;           // folder: every upload kept as received (empty: none)
+  http_config http;                    // the operator endpoint: /metrics, /api/*, the status page, actions
+  core::log_format log_format = core::log_format::text;  // events on standard error; json: the round lines on stdout too
 };
 
 // Reads the fields from `r` (a describing reader lists them; see core/json_config.hpp).

@@ -1,0 +1,39 @@
+// Internal: what the hub counts for its operator (hub.hpp's observability): counters since this process
+// started, duration histograms, the last figures, and the per-round series /api/rounds serves.
+#pragma once
+
+#include <chrono>
+#include <ctime>
+#include <optional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/hub/hub.hpp"
+#include "tessera/hub/prometheus.hpp"
+
+namespace tessera::hub {
+
+struct hub_service::observability {
+  // The series kept for /api/rounds: one entry per round, at most this many (the oldest go first).
+  static constexpr std::size_t k_max_rounds = 100'000;
+
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  std::int64_t started_unix = static_cast<std::int64_t>(std::time(nullptr));
+  // Seconds: a round from planning to checkpoint; a subnet's download from ASSIGN to its last ACK; an
+  // upload from its UPDATE to its last byte.
+  prom::histogram round_seconds{{0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}};
+  prom::histogram download_seconds{{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};
+  prom::histogram upload_seconds{{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};
+  prom::labelled_counter rejections;           // updates, by the hub's error code
+  prom::labelled_counter refusals;             // assignments devices refused, by their code (peer text: capped)
+  prom::labelled_counter connections_refused;  // before a HELLO: TLS failures, timeouts, floods, by error code
+  prom::labelled_counter http_requests;        // by status code
+  double updates_accepted = 0, stragglers = 0;
+  double bytes_sent = 0, bytes_received = 0, bytes_resent = 0;  // blobs: subnets, uploads, models to evaluate
+  double rounds_recorded = 0;
+  std::optional<double> train_loss, test_accuracy, test_loss, fed_accuracy, fed_loss, epsilon;
+  std::vector<nlohmann::json> rounds;  // round_metrics::to_json(), in round order
+};
+
+}  // namespace tessera::hub

@@ -1,0 +1,468 @@
+// The hub for its operator (hub.hpp): the endpoint's routes, what /metrics, /api/status and /api/rounds
+// say, and the actions an operator certificate may take (pause, resume, finish, revoke a device).
+//
+//   GET  /                          the status page (one self-contained file; its script reads the API)
+//   GET  /metrics                   Prometheus text format 0.0.4
+//   GET  /api/status                the run and its fleet
+//   GET  /api/rounds[?since=N]      the per-round series (rounds after N)
+//   POST /api/pause | /api/resume | /api/finish | /api/devices/<id>/revoke     operator certificate only
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <boost/asio/post.hpp>
+
+#include "hub_observability.hpp"
+#include "tessera/core/file_io.hpp"
+#include "tessera/core/model_spec.hpp"
+#include "tessera/hub/error.hpp"
+
+#ifndef TESSERA_VERSION
+#define TESSERA_VERSION "unknown"
+#endif
+
+// hub/src/status_page.html, embedded at build time (cmake/embed_text.cmake).
+extern const char k_status_page_html[];
+extern const std::size_t k_status_page_html_size;
+
+namespace tessera::hub {
+namespace {
+
+using core::log_level;
+using clock_type = std::chrono::steady_clock;
+
+constexpr std::string_view k_revocations_file = "revoked-devices.json";
+
+http_response json_reply(unsigned status, const nlohmann::json& j) {
+  return {.status = status, .content_type = "application/json", .body = j.dump() + "\n"};
+}
+http_response error_reply(unsigned status, const std::string& what) { return json_reply(status, {{"error", what}}); }
+
+nlohmann::json optional_number(const std::optional<double>& v) {
+  return v && std::isfinite(*v) ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+// This process's CPU seconds, resident bytes and open descriptors, as the Prometheus client libraries
+// name them (process_*), from /proc; absent where /proc says nothing.
+struct process_figures {
+  std::optional<double> cpu_seconds, resident_bytes, open_fds;
+};
+process_figures read_process() {
+  process_figures p;
+  const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  if (std::ifstream stat("/proc/self/stat"); stat && tick > 0) {
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
+    const auto close = text.rfind(')');
+    if (close != std::string::npos) {
+      std::istringstream rest(text.substr(close + 2));
+      std::string field;
+      double utime = 0, stime = 0;
+      for (int i = 3; i <= 15 && rest >> field; ++i) {
+        if (i == 14) utime = std::strtod(field.c_str(), nullptr);
+        if (i == 15) stime = std::strtod(field.c_str(), nullptr);
+      }
+      p.cpu_seconds = (utime + stime) / tick;
+    }
+  }
+  if (std::ifstream statm("/proc/self/statm"); statm) {
+    double size = 0, resident = 0;
+    if (statm >> size >> resident) p.resident_bytes = resident * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  }
+  if (DIR* d = ::opendir("/proc/self/fd"); d != nullptr) {
+    double n = 0;
+    while (const dirent* e = ::readdir(d)) n += e->d_name[0] == '.' ? 0 : 1;
+    ::closedir(d);
+    p.open_fds = n - 1;  // the directory being read is one of them
+  }
+  return p;
+}
+
+// "since=12" from a query string; 0 when absent or not a number.
+std::int64_t since_of(const std::string& query) {
+  for (std::size_t at = 0; at < query.size();) {
+    const auto end = std::min(query.find('&', at), query.size());
+    const std::string_view kv(query.data() + at, end - at);
+    if (kv.starts_with("since=")) {
+      std::int64_t n = 0;
+      const auto v = kv.substr(6);
+      if (std::from_chars(v.data(), v.data() + v.size(), n).ec == std::errc{}) return std::max<std::int64_t>(n, 0);
+    }
+    at = end + 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+core::result<void> hub_service::start_endpoint() {
+  if (!config_.http.listen) return {};
+  const core::host_port& at = *config_.http.listen;
+  const bool tls = config_.http.tls == http_tls_kind::on || !is_loopback_address(at.host);
+  endpoint_config ec{.address = at.host,
+                     .port = at.port,
+                     .tls = tls,
+                     .max_connections = config_.http.max_connections,
+                     .timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config_.http.timeout_s * 1000.0)),
+                     .max_body_bytes = 16 * 1024};
+  endpoint_ = operator_endpoint::create(io_, ec, tls ? std::optional(tls_) : std::nullopt,
+                                        [this](const http_request& r) { return handle_http(r); }, log_);
+  TESSERA_ASSIGN_OR_RETURN(http_port_, endpoint_->listen());
+  log(log_level::info, std::string("operator endpoint on ") + (tls ? "https://" : "http://") + at.host + ":" +
+                           std::to_string(http_port_) + "/ (" +
+                           (tls ? "operator certificates only" : "loopback, plain HTTP: read-only; actions need HTTPS") + ")");
+  return {};
+}
+
+std::string hub_service::state_name() const {
+  if (!failure_.empty()) return "failed";
+  if (finished_) return "finished";
+  if (stopping_) return "stopping";
+  if (stats_) return "statistics";
+  if (eval_) return "evaluating";
+  if (secure_) return "secure_aggregation";
+  if (engine_->in_round()) return "training";
+  if (paused_) return "paused";
+  return "waiting";
+}
+
+// ---- what the endpoint serves ---------------------------------------------------------------------
+
+nlohmann::json hub_service::status_json() const {
+  const auto now = clock_type::now();
+  nlohmann::json run{
+      {"strategy", std::string(rounds::to_string(config_.strategy))},
+      {"model", core::widths_text(config_.model)},
+      {"rounds", config_.rounds},
+      {"seed", config_.seed},
+      {"state", state_name()},
+      {"round", engine_->in_round() ? engine_->current_round() : engine_->completed()},
+      {"completed", engine_->completed()},
+      {"paused", paused_},
+      {"finish_requested", finish_requested_},
+      {"resumed_from", resumed_from_},
+      {"failure", failure_},
+      {"min_devices", config_.min_devices},
+      {"max_devices", config_.max_devices},
+      {"round_deadline_s", config_.round_deadline_s},
+      {"aggregate", std::string(core::k_aggregate_names.name(config_.aggregate))},
+      {"secure_aggregation", config_.secure_aggregation.enabled},
+      {"dp", config_.dp.enabled},
+      {"epsilon", optional_number(obs_->epsilon)},
+      {"last_test_accuracy", optional_number(obs_->test_accuracy)},
+      {"last_fed_accuracy", optional_number(obs_->fed_accuracy)},
+      {"last_train_loss", optional_number(obs_->train_loss)},
+  };
+  nlohmann::json devices = nlohmann::json::array();
+  std::size_t connected = 0, training = 0;
+  for (const auto& [id, d] : devices_) {
+    std::string state = "idle";
+    const rounds::assignment* a = engine_->in_round() ? engine_->find(id) : nullptr;
+    if (a != nullptr) {
+      state = std::string(rounds::to_string(a->state));
+      training += rounds::is_open(a->state) ? 1 : 0;
+    }
+    if (eval_ && evaluating(id)) state = "evaluating";
+    if (!d.unfit.empty()) state = "unfit";
+    if (!d.session) state = "offline";
+    connected += d.session ? 1 : 0;
+    if (operator_revoked_.contains(id)) state = "revoked";
+    devices.push_back({
+        {"id", id},
+        {"connected", d.session != nullptr},
+        {"state", state},
+        {"budget_bytes", d.record.budget_bytes},
+        {"examples", d.record.examples},
+        {"validation_examples", d.validation_examples},
+        {"subnet_params", d.subnet_params > 0 ? nlohmann::json(d.subnet_params) : nlohmann::json(nullptr)},
+        {"codec", d.codec ? nlohmann::json(std::string(core::to_string(*d.codec))) : nlohmann::json(nullptr)},
+        {"last_seen_unix", d.record.last_seen},
+        {"rounds_done", d.record.rounds_done},
+        {"rounds_missed", d.record.rounds_missed},
+        {"bytes_down", d.bytes_down},
+        {"bytes_up", d.bytes_up},
+        {"down_bytes_per_s", optional_number(d.down_rate)},
+        {"up_bytes_per_s", optional_number(d.up_rate)},
+        {"unfit", d.unfit},
+    });
+  }
+  return {{"hub",
+           {{"version", TESSERA_VERSION},
+            {"uptime_s", std::chrono::duration<double>(now - obs_->started).count()},
+            {"now_unix", static_cast<std::int64_t>(std::time(nullptr))}}},
+          {"run", std::move(run)},
+          {"fleet",
+           {{"registered", devices_.size()}, {"connected", connected}, {"training", training}, {"devices", std::move(devices)}}}};
+}
+
+nlohmann::json hub_service::rounds_json() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& r : obs_->rounds) out.push_back(r);
+  return {{"rounds", std::move(out)}};
+}
+
+std::string hub_service::metrics_text() const {
+  prom::exposition out;
+  const std::string state = state_name();
+  out.gauges("tessera_hub_info", "The hub's version and the run's strategy (always 1)",
+             {{{{"version", TESSERA_VERSION}, {"strategy", std::string(rounds::to_string(config_.strategy))}}, 1}});
+  std::vector<std::pair<prom::label_set, double>> states;
+  for (const char* s : {"waiting", "paused", "statistics", "training", "secure_aggregation", "evaluating", "stopping", "finished", "failed"})
+    states.push_back({{{"state", s}}, s == state ? 1.0 : 0.0});
+  out.gauges("tessera_hub_state", "What the hub is doing: 1 for the current state, 0 for the others", states);
+  out.gauge("tessera_hub_paused", "1 while an operator holds new rounds", paused_ ? 1 : 0);
+  out.gauge("tessera_hub_round", "The round in progress, or the last completed one",
+            static_cast<double>(engine_->in_round() ? engine_->current_round() : engine_->completed()));
+  out.gauge("tessera_hub_rounds_completed", "Rounds completed by the run (checkpointed ones included after a restart)",
+            static_cast<double>(engine_->completed()));
+  out.gauge("tessera_hub_rounds_planned", "The rounds the run is configured for", static_cast<double>(config_.rounds));
+  std::size_t connected = 0, training = 0;
+  for (const auto& [id, d] : devices_) connected += d.session ? 1 : 0;
+  if (engine_->in_round())
+    for (const auto& a : engine_->assignments()) training += rounds::is_open(a.state) ? 1 : 0;
+  out.gauge("tessera_hub_devices_registered", "Devices the run knows", static_cast<double>(devices_.size()));
+  out.gauge("tessera_hub_devices_connected", "Devices with an open session after their HELLO", static_cast<double>(connected));
+  out.gauge("tessera_hub_devices_training", "Devices the round in progress still waits for", static_cast<double>(training));
+  if (server_) {
+    out.gauge("tessera_hub_sessions", "Verified TLS sessions", static_cast<double>(server_->authenticated_count()));
+    out.gauge("tessera_hub_handshakes_pending", "Connections in their TLS handshake", static_cast<double>(server_->handshake_count()));
+    out.counter("tessera_hub_handshakes_evicted_total", "Pending handshakes pushed out to make room for newer ones",
+                static_cast<double>(server_->evicted_count()));
+  }
+  if (obs_->train_loss) out.gauge("tessera_hub_train_loss", "The last round's example-weighted local training loss", *obs_->train_loss);
+  if (obs_->test_accuracy)
+    out.gauge("tessera_hub_test_accuracy_ratio", "Accuracy on the hub's validation set at the last evaluation (0..1)", *obs_->test_accuracy);
+  if (obs_->test_loss) out.gauge("tessera_hub_test_loss", "Loss on the hub's validation set at the last evaluation", *obs_->test_loss);
+  if (obs_->fed_accuracy)
+    out.gauge("tessera_hub_federated_accuracy_ratio", "Accuracy on the devices' validation splits at the last evaluation (0..1)",
+              *obs_->fed_accuracy);
+  if (obs_->fed_loss) out.gauge("tessera_hub_federated_loss", "Loss on the devices' validation splits at the last evaluation", *obs_->fed_loss);
+  if (obs_->epsilon) out.gauge("tessera_hub_dp_epsilon", "Differential privacy: epsilon spent so far at dp.delta", *obs_->epsilon);
+  out.counter("tessera_hub_rounds_recorded_total", "Rounds completed by this hub process", obs_->rounds_recorded);
+  out.counter("tessera_hub_updates_accepted_total", "Updates applied", obs_->updates_accepted);
+  out.counter("tessera_hub_updates_rejected_total", "Updates rejected, by reason", "reason", obs_->rejections);
+  out.counter("tessera_hub_assignments_refused_total", "Assignments the devices refused, by the reason they gave", "reason",
+              obs_->refusals);
+  out.counter("tessera_hub_stragglers_total", "Assignments whose update did not arrive by the round's deadline", obs_->stragglers);
+  out.counter("tessera_hub_connections_refused_total",
+              "Connections closed before their HELLO (TLS handshake failures, deadlines, floods), by reason", "reason",
+              obs_->connections_refused);
+  out.counter("tessera_hub_sent_bytes_total", "Blob bytes sent to devices (subnets, models to evaluate), resent ones included",
+              obs_->bytes_sent);
+  out.counter("tessera_hub_received_bytes_total", "Blob bytes received from devices (updates)", obs_->bytes_received);
+  out.counter("tessera_hub_resent_bytes_total", "Blob bytes sent or received again after broken links", obs_->bytes_resent);
+  out.histogram("tessera_hub_round_duration_seconds", "A round from planning to its checkpoint", obs_->round_seconds);
+  out.histogram("tessera_hub_download_duration_seconds", "A subnet's download, from its ASSIGN to its last acknowledged byte",
+                obs_->download_seconds);
+  out.histogram("tessera_hub_upload_duration_seconds", "An update's upload, from its UPDATE to its last byte", obs_->upload_seconds);
+  out.counter("tessera_hub_http_requests_total", "Requests to this endpoint, by status code", "code", obs_->http_requests);
+  const process_figures p = read_process();
+  if (p.cpu_seconds) out.counter("process_cpu_seconds_total", "User and system CPU time of the hub process", *p.cpu_seconds);
+  if (p.resident_bytes) out.gauge("process_resident_memory_bytes", "Resident memory of the hub process", *p.resident_bytes);
+  if (p.open_fds) out.gauge("process_open_fds", "Open file descriptors of the hub process", *p.open_fds);
+  out.gauge("process_start_time_seconds", "When the hub process started, seconds since the Unix epoch",
+            static_cast<double>(obs_->started_unix));
+  return out.text();
+}
+
+void hub_service::observe_round(const rounds::round_metrics& m) {
+  obs_->rounds_recorded += 1;
+  obs_->round_seconds.observe(m.seconds);
+  obs_->bytes_sent += static_cast<double>(m.bytes_down + m.fed_bytes_down.value_or(0));
+  obs_->bytes_received += static_cast<double>(m.bytes_up);
+  obs_->bytes_resent += static_cast<double>(m.resent_bytes.value_or(0));
+  obs_->train_loss = m.train_loss;
+  if (m.test_accuracy) obs_->test_accuracy = m.test_accuracy;
+  if (m.test_loss) obs_->test_loss = m.test_loss;
+  if (m.fed_accuracy) obs_->fed_accuracy = m.fed_accuracy;
+  if (m.fed_loss) obs_->fed_loss = m.fed_loss;
+  if (m.epsilon) obs_->epsilon = m.epsilon;
+  if (obs_->rounds.size() >= observability::k_max_rounds) obs_->rounds.erase(obs_->rounds.begin());
+  obs_->rounds.push_back(m.to_json());
+}
+
+// A resumed run shows its earlier rounds too: they are in the metrics file (rounds after the checkpoint,
+// written by a run that crashed before checkpointing them, are left out).
+void hub_service::load_round_series() {
+  if (resumed_from_ <= 0 || config_.metrics_path.empty()) return;
+  std::ifstream in(config_.metrics_path);
+  std::map<std::int64_t, nlohmann::json> by_round;
+  std::string line;
+  while (std::getline(in, line) && line.size() < (1 << 20)) {
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("round") || !j["round"].is_number_integer()) continue;
+    const auto round = j["round"].get<std::int64_t>();
+    if (round >= 1 && round <= resumed_from_) by_round[round] = std::move(j);
+  }
+  for (auto& [round, j] : by_round) {
+    if (obs_->rounds.size() >= observability::k_max_rounds) obs_->rounds.erase(obs_->rounds.begin());
+    if (j.contains("test_accuracy") && j["test_accuracy"].is_number()) obs_->test_accuracy = j["test_accuracy"].get<double>();
+    if (j.contains("test_loss") && j["test_loss"].is_number()) obs_->test_loss = j["test_loss"].get<double>();
+    if (j.contains("fed_accuracy") && j["fed_accuracy"].is_number()) obs_->fed_accuracy = j["fed_accuracy"].get<double>();
+    if (j.contains("fed_loss") && j["fed_loss"].is_number()) obs_->fed_loss = j["fed_loss"].get<double>();
+    if (j.contains("epsilon") && j["epsilon"].is_number()) obs_->epsilon = j["epsilon"].get<double>();
+    if (j.contains("train_loss") && j["train_loss"].is_number()) obs_->train_loss = j["train_loss"].get<double>();
+    obs_->rounds.push_back(std::move(j));
+  }
+}
+
+// ---- routes ---------------------------------------------------------------------------------------
+
+http_response hub_service::handle_http(const http_request& r) {
+  http_response out = [&]() -> http_response {
+    const bool get = r.method == "GET" || r.method == "HEAD";
+    const bool post = r.method == "POST";
+    auto allow = [](const char* methods) {
+      http_response x = error_reply(405, std::string("method not allowed (") + methods + ")");
+      x.headers.emplace_back("Allow", methods);
+      return x;
+    };
+    if (r.path == "/" || r.path == "/index.html") {
+      if (!get) return allow("GET");
+      http_response page{.status = 200, .content_type = "text/html; charset=utf-8",
+                         .body = std::string(k_status_page_html, k_status_page_html_size)};
+      // The page needs nothing from elsewhere, and may not load anything from elsewhere.
+      page.headers.emplace_back("Content-Security-Policy",
+                                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
+                                "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+      return page;
+    }
+    if (r.path == "/metrics") {
+      if (!get) return allow("GET");
+      return {.status = 200, .content_type = std::string(prom::content_type), .body = metrics_text()};
+    }
+    if (r.path == "/api/status") return get ? json_reply(200, status_json()) : allow("GET");
+    if (r.path == "/api/rounds") {
+      if (!get) return allow("GET");
+      const std::int64_t since = since_of(r.query);
+      nlohmann::json all = rounds_json();
+      if (since > 0) {
+        auto& list = all["rounds"];
+        list.erase(std::remove_if(list.begin(), list.end(), [&](const nlohmann::json& j) { return j.value("round", 0) <= since; }),
+                   list.end());
+      }
+      return json_reply(200, all);
+    }
+    const bool action = r.path == "/api/pause" || r.path == "/api/resume" || r.path == "/api/finish" ||
+                        (r.path.starts_with("/api/devices/") && r.path.ends_with("/revoke"));
+    if (!action) return error_reply(404, "no such resource: " + r.path);
+    if (!post) return allow("POST");
+    if (r.operator_name.empty())
+      return error_reply(403, "actions need an operator certificate: serve the endpoint over HTTPS (http.tls on, or a "
+                              "non-loopback http.listen) and connect with a certificate from tessera-pki issue-operator");
+    // A browser cannot send a cross-site JSON POST without asking first (CORS preflight, which this
+    // endpoint never grants): requiring the type keeps another page from acting with the operator's
+    // certificate.
+    if (!r.content_type.starts_with("application/json")) return error_reply(415, "actions take Content-Type: application/json");
+    if (r.path == "/api/pause") {
+      pause(r.operator_name);
+      return json_reply(200, {{"paused", true}, {"state", state_name()}});
+    }
+    if (r.path == "/api/resume") {
+      resume(r.operator_name);
+      return json_reply(200, {{"paused", false}, {"state", state_name()}});
+    }
+    if (r.path == "/api/finish") {
+      finish_after_round(r.operator_name);
+      return json_reply(200, {{"finish_requested", true},
+                              {"after_round", engine_->in_round() ? engine_->current_round() : engine_->completed()},
+                              {"output", config_.output_path}});
+    }
+    const std::string id = r.path.substr(std::string_view("/api/devices/").size(),
+                                         r.path.size() - std::string_view("/api/devices/").size() - std::string_view("/revoke").size());
+    auto serial = revoke_device(id, r.operator_name);
+    if (!serial) return error_reply(serial.error().code == errc::unknown_device ? 404 : 400, serial.error().message);
+    nlohmann::json j{{"revoked", id}, {"serial", serial.value()}};
+    if (!serial.value().empty())
+      j["ca_crl"] = "to refuse this certificate everywhere the CA is trusted: tessera-pki revoke --serial " + serial.value();
+    return json_reply(200, j);
+  }();
+  obs_->http_requests.add(std::to_string(out.status));
+  if (r.method == "HEAD") out.body.clear();
+  return out;
+}
+
+// ---- actions --------------------------------------------------------------------------------------
+
+void hub_service::pause(const std::string& by) {
+  if (paused_ || stopping_) return;
+  paused_ = true;
+  log(log_level::info, "operator " + by + " paused the run: no round starts until resumed" +
+                           (engine_->in_round() ? " (round " + std::to_string(engine_->current_round()) + " runs to its end)" : ""));
+}
+
+void hub_service::resume(const std::string& by) {
+  if (!paused_ || stopping_) return;
+  paused_ = false;
+  log(log_level::info, "operator " + by + " resumed the run");
+  // Deferred: the endpoint's reply goes out before a round starts sending subnets.
+  boost::asio::post(io_, [this] { maybe_start_round(); });
+}
+
+void hub_service::finish_after_round(const std::string& by) {
+  if (finish_requested_ || stopping_) return;
+  finish_requested_ = true;
+  const bool busy = engine_->in_round() || stats_ || eval_;
+  log(log_level::info, "operator " + by + " asked the run to finish " +
+                           (busy ? "after round " + std::to_string(engine_->current_round()) : std::string("now")) +
+                           (config_.output_path.empty() ? "" : " and write " + config_.output_path));
+  if (!busy) {
+    boost::asio::post(io_, [this] {
+      if (!stopping_) finish("");
+    });
+  }
+}
+
+core::result<std::string> hub_service::revoke_device(const std::string& id, const std::string& by) {
+  const auto it = devices_.find(id);
+  if (it == devices_.end()) return make_error(errc::unknown_device, "no device '" + id.substr(0, 80) + "' is known to this run");
+  if (operator_revoked_.contains(id)) return operator_revoked_[id].serial;
+  const std::string serial = it->second.session ? it->second.session->peer_serial() : it->second.serial;
+  operator_revoked_[id] = {.serial = serial, .by = by, .unix_time = static_cast<std::int64_t>(std::time(nullptr))};
+  save_operator_revocations();
+  log(log_level::warning, "operator " + by + " revoked device " + id + (serial.empty() ? "" : " (certificate serial " + serial + ")"));
+  close_revoked();
+  return serial;
+}
+
+core::result<void> hub_service::load_operator_revocations() {
+  if (config_.checkpoint_dir.empty()) return {};
+  const auto path = std::filesystem::path(config_.checkpoint_dir) / k_revocations_file;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return {};
+  TESSERA_ASSIGN_OR_RETURN(const std::vector<std::byte> bytes, core::read_file_bounded(path, 16u << 20));
+  const auto j = nlohmann::json::parse(reinterpret_cast<const char*>(bytes.data()), reinterpret_cast<const char*>(bytes.data()) + bytes.size(),
+                                       nullptr, false);
+  if (!j.is_object() || !j.contains("devices") || !j["devices"].is_array())
+    return core::make_error(core::errc::bad_format, path.string() + ": not a list of revoked devices (\"devices\": [...])");
+  for (const auto& d : j["devices"]) {
+    if (!d.is_object() || !d.contains("id") || !d["id"].is_string())
+      return core::make_error(core::errc::bad_format, path.string() + ": an entry without an \"id\"");
+    operator_revoked_[d["id"].get<std::string>()] = {.serial = d.value("serial", std::string()),
+                                                     .by = d.value("by", std::string()),
+                                                     .unix_time = d.value("unix_time", std::int64_t{0})};
+  }
+  if (!operator_revoked_.empty())
+    log(log_level::info, std::to_string(operator_revoked_.size()) + " device(s) revoked by operators stay refused (" + path.string() + ")");
+  return {};
+}
+
+void hub_service::save_operator_revocations() {
+  if (config_.checkpoint_dir.empty()) {
+    log(log_level::warning, "no checkpoint_dir: the revocation holds until the hub restarts; put the serial on the CA's CRL to keep it");
+    return;
+  }
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [id, r] : operator_revoked_) list.push_back({{"id", id}, {"serial", r.serial}, {"by", r.by}, {"unix_time", r.unix_time}});
+  const std::string text = nlohmann::json{{"devices", list}}.dump(2) + "\n";
+  const auto path = std::filesystem::path(config_.checkpoint_dir) / k_revocations_file;
+  if (auto ok = core::write_file_atomic(path, std::as_bytes(std::span(text)), 0600, /*replace=*/true); !ok)
+    log(log_level::error, "cannot keep the revocation: " + ok.error().message);
+}
+
+}  // namespace tessera::hub

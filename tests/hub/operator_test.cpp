@@ -1,0 +1,450 @@
+// The hub's operator endpoint (tessera/hub/operator_endpoint.hpp, hub_operator.cpp): the Prometheus text
+// it writes, what /metrics, /api/status and /api/rounds say during a real run (in-process hub and agents,
+// the endpoint asked from another thread), who may connect over HTTPS, and the operator's actions.
+//
+// The access cases bind the endpoint to TESSERA_OPERATOR_TEST_ADDRESS when it is set (the netns ctest
+// entry sets a non-loopback address in a namespace of its own) and to 127.0.0.1 with http.tls on
+// otherwise: the same checks, the same code path.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
+
+#include "../core/test_files.hpp"
+#include "../crypto/test_pki.hpp"
+#include "federation_fixture.hpp"
+#include "http_client.hpp"
+#include "tessera/hub/operator_endpoint.hpp"
+#include "tessera/hub/prometheus.hpp"
+
+using namespace tessera;
+using namespace std::chrono_literals;
+
+namespace {
+
+using hub_testing::federation;
+using hub_testing::http_call;
+using hub_testing::http_fetch;
+using hub_testing::http_result;
+
+// What a test thread saw, checked on the main thread after the run (doctest's checks are not
+// thread-safe).
+struct observations {
+  std::vector<std::string> failures;
+  void expect(bool ok, const std::string& what) {
+    if (!ok) failures.push_back(what);
+  }
+};
+
+nlohmann::json json_of(const http_result& r) {
+  auto j = nlohmann::json::parse(r.body, nullptr, false);
+  return j.is_discarded() ? nlohmann::json() : j;
+}
+
+// Polls /api/status (at most `limit`) until `done` holds for it; returns the last status.
+nlohmann::json wait_status(http_call call, const std::function<bool(const nlohmann::json&)>& done,
+                           std::chrono::milliseconds limit = 30s) {
+  call.target = "/api/status";
+  call.method = "GET";
+  const auto until = std::chrono::steady_clock::now() + limit;
+  nlohmann::json last;
+  while (std::chrono::steady_clock::now() < until) {
+    const auto r = http_fetch(call);
+    if (r.status == 200) {
+      last = json_of(r);
+      if (!last.is_null() && done(last)) return last;
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  return last;
+}
+
+// The value of an unlabelled sample in a scrape, or NaN.
+double sample(const std::string& scrape, const std::string& name) {
+  const std::regex re("(^|\n)" + name + " ([^\n]+)");
+  std::smatch m;
+  if (!std::regex_search(scrape, m, re)) return std::nan("");
+  return std::strtod(m[2].str().c_str(), nullptr);
+}
+
+std::string test_address() {
+  const char* a = std::getenv("TESSERA_OPERATOR_TEST_ADDRESS");
+  return a != nullptr && *a != '\0' ? a : "127.0.0.1";
+}
+
+// Runs the federation while `client` asks the endpoint from another thread; the hub is stopped when the
+// client is done if `stop_after` (a hub waiting for devices would wait on).
+void run_with_client(federation& f, const std::function<void()>& client, bool stop_after, std::chrono::seconds limit = 60s) {
+  std::atomic<bool> done{false};
+  std::string thrown;
+  std::thread t([&] {
+    try {
+      client();
+    } catch (const std::exception& e) {
+      thrown = e.what();
+    }
+    done = true;
+    if (stop_after) boost::asio::post(f.io(), [&f] { f.hub().stop(); });
+  });
+  f.run(limit);
+  t.join();
+  CHECK(done.load());
+  CHECK_MESSAGE(thrown.empty(), "the client thread threw: " << thrown);
+}
+
+}  // namespace
+
+TEST_CASE("prometheus: families, samples, escaping and histograms in the text format") {
+  hub::prom::histogram h({0.5, 1, 5});
+  for (double v : {0.2, 0.5, 0.7, 3.0, 60.0}) h.observe(v);
+  h.observe(std::nan(""));  // ignored: it would poison the sum
+  CHECK(h.count() == 5);
+  CHECK(h.cumulative(0) == 2);  // 0.2 and 0.5 (le is inclusive)
+  CHECK(h.cumulative(1) == 3);
+  CHECK(h.cumulative(2) == 4);
+  CHECK(h.sum() == doctest::Approx(64.4));
+
+  hub::prom::labelled_counter c(2);
+  c.add("rounds.wrong_round");
+  c.add("rounds.wrong_round");
+  c.add("Bad Code\n\"x\"");
+  c.add("third");  // past the cap of 2 distinct values
+  c.add("fourth");
+  CHECK(c.values().size() == 3);
+  CHECK(c.values().at("rounds.wrong_round") == 2);
+  CHECK(c.values().at("bad_code__x_") == 1);
+  CHECK(c.values().at("other") == 2);
+  CHECK(c.total() == 5);
+
+  hub::prom::exposition out;
+  out.gauge("tessera_hub_round", "The round", 12);
+  out.counter("tessera_hub_updates_rejected_total", "Rejected, by reason", "reason", c);
+  out.gauges("tessera_hub_info", "Info", {{{{"version", "a\"b\\c\nd"}}, 1}});
+  out.histogram("tessera_hub_round_duration_seconds", "Round", h);
+  const std::string& t = out.text();
+  CHECK(t.find("# HELP tessera_hub_round The round\n# TYPE tessera_hub_round gauge\ntessera_hub_round 12\n") == 0);
+  CHECK(t.find("tessera_hub_updates_rejected_total{reason=\"rounds.wrong_round\"} 2\n") != std::string::npos);
+  CHECK(t.find("tessera_hub_info{version=\"a\\\"b\\\\c\\nd\"} 1\n") != std::string::npos);
+  CHECK(t.find("tessera_hub_round_duration_seconds_bucket{le=\"0.5\"} 2\n") != std::string::npos);
+  CHECK(t.find("tessera_hub_round_duration_seconds_bucket{le=\"+Inf\"} 5\n") != std::string::npos);
+  CHECK(t.find("tessera_hub_round_duration_seconds_sum 64.4\n") != std::string::npos);
+  CHECK(t.find("tessera_hub_round_duration_seconds_count 5\n") != std::string::npos);
+  CHECK(hub::prom::format_value(std::numeric_limits<double>::infinity()) == "+Inf");
+  CHECK(hub::prom::format_value(-std::numeric_limits<double>::infinity()) == "-Inf");
+  CHECK(hub::prom::format_value(std::nan("")) == "NaN");
+  CHECK(hub::prom::format_value(0.1) == "0.1");
+  CHECK(hub::prom::valid_metric_name("tessera_hub_x:y_1"));
+  CHECK_FALSE(hub::prom::valid_metric_name("1x"));
+  CHECK_FALSE(hub::prom::valid_metric_name("a-b"));
+}
+
+TEST_CASE("operator endpoint: loopback addresses") {
+  CHECK(hub::is_loopback_address("127.0.0.1"));
+  CHECK(hub::is_loopback_address("127.3.2.1"));
+  CHECK(hub::is_loopback_address("::1"));
+  CHECK(hub::is_loopback_address("localhost"));
+  CHECK_FALSE(hub::is_loopback_address("0.0.0.0"));
+  CHECK_FALSE(hub::is_loopback_address("10.0.0.1"));
+  CHECK_FALSE(hub::is_loopback_address("::"));
+  CHECK_FALSE(hub::is_loopback_address("hub.example.org"));
+}
+
+TEST_CASE("operator endpoint: /metrics, /api/status, /api/rounds and the page during a run") {
+  testing::temp_dir dir("operator-run");
+  federation f(dir);
+  // Rounds take milliseconds here: far more than the client needs, and it stops the hub when done.
+  f.start_hub(f.hub_config({{"rounds", 100'000}, {"eval_every", 1}, {"http", {{"listen", "127.0.0.1:0"}}}}));
+  const std::uint16_t port = f.hub().http_port();
+  REQUIRE(port != 0);
+  const auto& pki = test::test_pki::get();
+  f.start_agent(pki.dev_a, f.data_for("dev-a", 300));
+  f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
+
+  observations seen;
+  http_result metrics, status, rounds, page, missing, wrong_method, action, head;
+  nlohmann::json during;
+  run_with_client(f, [&] {
+    const http_call base{.port = port};
+    // Once two rounds are in, every figure has something to show while the run still goes on.
+    during = wait_status(base, [](const nlohmann::json& s) { return s["run"]["completed"].get<int>() >= 2; });
+    metrics = http_fetch({.port = port, .target = "/metrics"});
+    rounds = http_fetch({.port = port, .target = "/api/rounds"});
+    status = http_fetch({.port = port, .target = "/api/status"});
+    page = http_fetch({.port = port, .target = "/"});
+    head = http_fetch({.port = port, .method = "HEAD", .target = "/metrics"});
+    missing = http_fetch({.port = port, .target = "/api/nothing"});
+    wrong_method = http_fetch({.port = port, .method = "POST", .target = "/metrics", .body = "{}"});
+    action = http_fetch({.port = port, .method = "POST", .target = "/api/pause", .body = "{}"});
+  }, true);
+  INFO(f.logs());
+
+  REQUIRE(metrics.status == 200);
+  CHECK(metrics.content_type == "text/plain; version=0.0.4; charset=utf-8");
+  const std::string& m = metrics.body;
+  const double completed = sample(m, "tessera_hub_rounds_completed");
+  CHECK(completed >= 2);
+  CHECK(sample(m, "tessera_hub_rounds_planned") == 100'000);
+  CHECK(sample(m, "tessera_hub_devices_registered") == 2);
+  CHECK(sample(m, "tessera_hub_devices_connected") == 2);
+  CHECK(sample(m, "tessera_hub_updates_accepted_total") >= 4);
+  CHECK(sample(m, "tessera_hub_round_duration_seconds_count") == completed);
+  CHECK(sample(m, "tessera_hub_upload_duration_seconds_count") >= 4);
+  CHECK(sample(m, "tessera_hub_download_duration_seconds_count") >= 4);
+  CHECK(sample(m, "tessera_hub_sent_bytes_total") > 0);
+  CHECK(sample(m, "process_resident_memory_bytes") > 1e6);
+  CHECK(m.find("tessera_hub_state{state=\"") != std::string::npos);
+  // The last accuracy is the last evaluated round's, as recorded.
+  const auto evaluated = static_cast<std::size_t>(completed);
+  REQUIRE(f.recorded().size() >= evaluated);
+  CHECK(sample(m, "tessera_hub_test_accuracy_ratio") == doctest::Approx(*f.recorded()[evaluated - 1].test_accuracy));
+  // Never a device id as a label.
+  CHECK(m.find("dev-a") == std::string::npos);
+  CHECK(m.find("dev-b") == std::string::npos);
+
+  REQUIRE(rounds.status == 200);
+  const auto rj = json_of(rounds);
+  REQUIRE(rj["rounds"].is_array());
+  REQUIRE(rj["rounds"].size() >= 2);
+  for (const auto& r : rj["rounds"]) {
+    const auto i = r["round"].get<std::size_t>();
+    REQUIRE(i >= 1);
+    REQUIRE(i <= f.recorded().size());
+    CHECK(r["test_accuracy"].get<double>() == doctest::Approx(*f.recorded()[i - 1].test_accuracy));
+    CHECK(r["bytes_down"].get<std::uint64_t>() == f.recorded()[i - 1].bytes_down);
+  }
+
+  REQUIRE(status.status == 200);
+  const auto sj = json_of(status);
+  CHECK(sj["run"]["strategy"] == "ist");
+  CHECK(sj["run"]["model"] == "16-32-32-4");
+  CHECK(sj["run"]["rounds"] == 100'000);
+  CHECK(sj["fleet"]["registered"] == 2);
+  CHECK(sj["fleet"]["connected"] == 2);
+  REQUIRE(sj["fleet"]["devices"].size() == 2);
+  const auto& d0 = sj["fleet"]["devices"][0];
+  CHECK(d0["id"] == "dev-a");
+  CHECK(d0["connected"] == true);
+  CHECK(d0["budget_bytes"].get<std::uint64_t>() > 0);
+  CHECK(d0["budget_bytes"].get<std::uint64_t>() <= (16u << 20));
+  CHECK(d0["rounds_done"].get<int>() >= 2);
+  CHECK(d0["bytes_down"].get<std::uint64_t>() > 0);
+  CHECK(d0["bytes_up"].get<std::uint64_t>() > 0);
+  CHECK(d0["subnet_params"].get<std::uint64_t>() > 0);
+  CHECK(d0["codec"] == "f32");
+  CHECK(d0["down_bytes_per_s"].is_number());
+
+  REQUIRE(page.status == 200);
+  CHECK(page.content_type == "text/html; charset=utf-8");
+  CHECK(page.body.find("<html") != std::string::npos);
+  CHECK(page.headers["Content-Security-Policy"].find("default-src 'none'") != std::string::npos);
+  // Self-contained: nothing fetched from another origin (SVG's namespace name is a name, not a fetch).
+  const std::string fetched = std::regex_replace(page.body, std::regex("http://www\\.w3\\.org/2000/svg"), "");
+  CHECK(fetched.find("http://") == std::string::npos);
+  CHECK(fetched.find("https://") == std::string::npos);
+  CHECK(page.body.find("<script src") == std::string::npos);
+
+  CHECK(head.status == 200);
+  CHECK(head.body.empty());
+  CHECK(missing.status == 404);
+  CHECK(wrong_method.status == 405);
+  CHECK(wrong_method.headers["Allow"] == "GET");
+  // Plain HTTP on loopback reads; it never acts.
+  CHECK(action.status == 403);
+  CHECK(action.body.find("operator certificate") != std::string::npos);
+  CHECK(f.hub_lines_with("paused") == 0);
+}
+
+// ---- who may connect over HTTPS (DESIGN §5: operator certificates on the operator port only) ----------
+
+namespace {
+
+struct access_case {
+  std::optional<crypto::cert_files> cert;
+  std::filesystem::path trust;  // the CA the client trusts
+};
+
+http_result access_with(const access_case& c) {
+  testing::temp_dir dir("operator-access");
+  federation f(dir);
+  const std::string address = test_address();
+  f.start_hub(f.hub_config({{"http", {{"listen", address + ":0"}, {"tls", "on"}}}}));
+  http_result r;
+  run_with_client(f, [&] {
+    r = http_fetch({.host = address, .port = f.hub().http_port(), .target = "/api/status",
+                    .tls = hub_testing::client_tls{c.trust, c.cert}});
+  }, true);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("operator access: HTTPS refuses a client without a certificate") {
+  const auto& pki = test::test_pki::get();
+  const auto r = access_with({.cert = std::nullopt, .trust = pki.ca.cert});
+  CHECK(r.status == 0);
+  CHECK_FALSE(r.error.empty());
+}
+
+TEST_CASE("operator access: HTTPS refuses a device certificate, naming its role") {
+  const auto& pki = test::test_pki::get();
+  const auto r = access_with({.cert = pki.dev_a, .trust = pki.ca.cert});
+  CHECK(r.status == 403);
+  CHECK(r.body.find("device dev-a") != std::string::npos);
+}
+
+TEST_CASE("operator access: HTTPS refuses an operator certificate of another CA") {
+  const auto& pki = test::test_pki::get();
+  const auto r = access_with({.cert = pki.foreign_operator, .trust = pki.ca.cert});
+  CHECK(r.status == 0);
+  CHECK_FALSE(r.error.empty());
+}
+
+TEST_CASE("operator access: HTTPS accepts an operator certificate") {
+  const auto& pki = test::test_pki::get();
+  const auto r = access_with({.cert = pki.operator_cert, .trust = pki.ca.cert});
+  CHECK(r.status == 200);
+  CHECK(json_of(r)["run"]["state"] == "waiting");
+}
+
+TEST_CASE("operator access: a non-loopback address serves HTTPS even with http.tls auto") {
+  const std::string address = test_address();
+  if (hub::is_loopback_address(address)) return;  // only meaningful in the namespace run
+  const auto& pki = test::test_pki::get();
+  testing::temp_dir dir("operator-auto");
+  federation f(dir);
+  f.start_hub(f.hub_config({{"http", {{"listen", address + ":0"}}}}));
+  http_result plain, tls;
+  run_with_client(f, [&] {
+    plain = http_fetch({.host = address, .port = f.hub().http_port(), .target = "/api/status"});
+    tls = http_fetch({.host = address, .port = f.hub().http_port(), .target = "/api/status",
+                      .tls = hub_testing::client_tls{pki.ca.cert, pki.operator_cert}});
+  }, true);
+  CHECK(plain.status == 0);
+  CHECK(tls.status == 200);
+}
+
+// ---- actions ------------------------------------------------------------------------------------
+
+TEST_CASE("operator actions: pause holds rounds, resume continues, finish ends the run after the round and exports") {
+  testing::temp_dir dir("operator-actions");
+  federation f(dir);
+  f.start_hub(f.hub_config({{"rounds", 100'000}, {"http", {{"listen", "127.0.0.1:0"}, {"tls", "on"}}}}));
+  const auto& pki = test::test_pki::get();
+  f.start_agent(pki.dev_a, f.data_for("dev-a", 300));
+  f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
+  const hub_testing::client_tls op{pki.ca.cert, pki.operator_cert};
+  const http_call base{.port = f.hub().http_port(), .tls = op};
+
+  observations seen;
+  std::int64_t held_at = -1, after_hold = -1, finish_after = -1;
+  run_with_client(f, [&] {
+    wait_status(base, [](const nlohmann::json& s) { return s["run"]["completed"].get<int>() >= 1; });
+    auto call = base;
+    call.method = "POST";
+    call.body = "{}";
+    call.content_type = "text/plain";
+    call.target = "/api/pause";
+    seen.expect(http_fetch(call).status == 415, "an action without Content-Type: application/json is refused");
+    call.content_type = "application/json";
+    const auto paused = http_fetch(call);
+    seen.expect(paused.status == 200 && json_of(paused)["paused"] == true, "pause: " + paused.body + paused.error);
+    const auto p = wait_status(base, [](const nlohmann::json& s) { return s["run"]["state"] == "paused"; });
+    seen.expect(p["run"]["state"] == "paused", "the hub reaches 'paused' once the round in progress ends");
+    held_at = p["run"]["completed"].get<std::int64_t>();
+    std::this_thread::sleep_for(1500ms);  // rounds here take well under 100 ms each: 1.5 s would run many
+    after_hold = wait_status(base, [](const nlohmann::json&) { return true; })["run"]["completed"].get<std::int64_t>();
+    call.target = "/api/resume";
+    seen.expect(http_fetch(call).status == 200, "resume");
+    wait_status(base, [&](const nlohmann::json& s) { return s["run"]["completed"].get<std::int64_t>() >= held_at + 2; });
+    call.target = "/api/finish";
+    const auto fin = http_fetch(call);
+    seen.expect(fin.status == 200 && json_of(fin)["finish_requested"] == true, "finish: " + fin.body + fin.error);
+    finish_after = json_of(fin)["after_round"].get<std::int64_t>();
+  }, false);
+  INFO(f.logs());
+  for (const auto& s : seen.failures) FAIL_CHECK(s);
+  CHECK(held_at >= 1);
+  CHECK(after_hold == held_at);  // no round while paused
+  REQUIRE(f.hub().finished());   // a finished run, exit status 0 for the command
+  CHECK(f.hub().engine().completed() < 100'000);
+  CHECK(f.hub().engine().completed() == finish_after);
+  CHECK(std::filesystem::exists(dir.file("model.safetensors")));
+  CHECK(f.hub_lines_with("operator ops paused the run") == 1);
+  CHECK(f.hub_lines_with("operator ops resumed the run") == 1);
+  CHECK(f.hub_lines_with("operator ops asked the run to finish") == 1);
+}
+
+TEST_CASE("operator actions: revoking a device closes its session within 1 s; it is offered no round, even after a restart") {
+  testing::temp_dir dir("operator-revoke");
+  federation f(dir);
+  f.start_hub(f.hub_config({{"rounds", 100'000}, {"min_devices", 1}, {"device_wait_s", 0.2},
+                            {"http", {{"listen", "127.0.0.1:0"}, {"tls", "on"}}}}));
+  const auto& pki = test::test_pki::get();
+  f.start_agent(pki.dev_a, f.data_for("dev-a", 300));
+  f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
+  const hub_testing::client_tls op{pki.ca.cert, pki.operator_cert};
+  const http_call base{.port = f.hub().http_port(), .tls = op};
+
+  observations seen;
+  double closed_after_s = -1;
+  std::int64_t revoked_after = -1;
+  std::string serial;
+  run_with_client(f, [&] {
+    wait_status(base, [](const nlohmann::json& s) { return s["run"]["completed"].get<int>() >= 2 && s["fleet"]["connected"] == 2; });
+    auto call = base;
+    call.method = "POST";
+    call.body = "{}";
+    call.target = "/api/devices/nobody/revoke";
+    seen.expect(http_fetch(call).status == 404, "an unknown device is 404");
+    call.method = "GET";
+    call.target = "/api/devices/dev-b/revoke";
+    seen.expect(http_fetch(call).status == 405, "revoke by GET is 405");
+    call.method = "POST";
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = http_fetch(call);
+    seen.expect(r.status == 200, "revoke: " + r.body + r.error);
+    if (const auto j = json_of(r); j.is_object()) serial = j.value("serial", "");
+    const auto s = wait_status(base, [](const nlohmann::json& st) {
+      for (const auto& d : st["fleet"]["devices"])
+        if (d["id"] == "dev-b") return d["connected"] == false;
+      return false;
+    }, 5s);
+    closed_after_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    revoked_after = s["run"]["round"].get<std::int64_t>();
+    // Rounds go on with dev-a alone.
+    wait_status(base, [&](const nlohmann::json& st) { return st["run"]["completed"].get<std::int64_t>() >= revoked_after + 3; });
+    call.target = "/api/finish";
+    http_fetch(call);
+  }, false);
+  INFO(f.logs());
+  for (const auto& s : seen.failures) FAIL_CHECK(s);
+  CHECK(closed_after_s >= 0);
+  CHECK(closed_after_s < 1.0);
+  CHECK(serial == crypto::certificate_serial(pki.dev_b.cert).value());
+  REQUIRE(f.recorded().size() >= static_cast<std::size_t>(revoked_after + 3));
+  for (const auto& m : f.recorded())
+    if (m.round > revoked_after) CHECK(m.devices == 1);
+  CHECK(f.hub_lines_with("operator ops revoked device dev-b") == 1);
+  CHECK(std::filesystem::exists(dir.file("ckpt/revoked-devices.json")));
+
+  // A restarted hub keeps refusing it (checkpoint_dir/revoked-devices.json).
+  const std::int64_t before = f.hub().engine().completed();
+  f.clear();
+  f.start_hub(f.hub_config({{"rounds", before + 2}, {"min_devices", 1}, {"device_wait_s", 0.2}}));
+  f.start_agent(pki.dev_a, f.data_for("dev-a", 300));
+  f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
+  f.run();
+  REQUIRE(f.hub().finished());
+  CHECK(f.hub_lines_with("revoked by operators stay refused") == 1);
+  CHECK(f.hub_lines_with("device dev-b: HELLO with a revoked certificate") >= 1);
+  for (const auto& m : f.recorded()) CHECK(m.devices == 1);
+}
