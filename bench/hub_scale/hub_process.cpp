@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -71,7 +72,9 @@ std::string write_hub_config(const std::filesystem::path& dir, const options& o,
       {"max_handshakes", o.agents + 64},
       {"max_handshakes_per_source", o.agents + 64},
       {"checkpoint_dir", (dir / "checkpoints").string()},
-      {"metrics", (dir / "metrics.jsonl").string()}};
+      {"metrics", (dir / "metrics.jsonl").string()},
+      // The operator endpoint listens in every run, scraped or not, so runs differ only in the scraping.
+      {"http", {{"listen", "127.0.0.1:0"}}}};
   std::ofstream out(dir / "hub.json");
   out << config.dump(2) << '\n';
   return out ? std::string() : "cannot write " + (dir / "hub.json").string();
@@ -97,6 +100,11 @@ std::string hub_process::start(const std::string& exe, const std::filesystem::pa
   const unsigned long port = at == std::string::npos ? 0 : std::strtoul(first.c_str() + at + 14, nullptr, 10);
   if (port > 0 && port <= 65535) {
     port_ = static_cast<std::uint16_t>(port);
+    constexpr std::string_view endpoint = "operator endpoint http://127.0.0.1:";
+    if (const auto e = first.find(endpoint); e != std::string::npos) {
+      const unsigned long hp = std::strtoul(first.c_str() + e + endpoint.size(), nullptr, 10);
+      if (hp > 0 && hp <= 65535) http_port_ = static_cast<std::uint16_t>(hp);
+    }
     return {};
   }
   child_->terminate(std::chrono::seconds(2));

@@ -56,6 +56,8 @@ class hub_process {
   // success, else why not (the hub is stopped then).
   [[nodiscard]] std::string start(const std::string& exe, const std::filesystem::path& dir, std::chrono::milliseconds limit);
   [[nodiscard]] std::uint16_t port() const noexcept { return port_; }
+  // The operator endpoint's port, from the same line (0 if it has none).
+  [[nodiscard]] std::uint16_t http_port() const noexcept { return http_port_; }
   [[nodiscard]] std::int64_t started_ns() const noexcept { return started_ns_; }  // when it was spawned
   [[nodiscard]] pid_t pid() const noexcept { return pid_.load(); }
   [[nodiscard]] testing::child_process& process() { return *child_; }
@@ -67,7 +69,7 @@ class hub_process {
 
   std::unique_ptr<testing::child_process> child_;
   std::atomic<pid_t> pid_{0};  // set once start() has it; the first line may come before
-  std::uint16_t port_ = 0;
+  std::uint16_t port_ = 0, http_port_ = 0;
   std::int64_t started_ns_ = 0;
   std::filesystem::path log_;
   mutable std::mutex mutex_;

@@ -29,8 +29,12 @@
 // round (exact), the means and maxima of the columns above, and the agents' counts. Everything has a
 // deadline: past --timeout the hub is killed and the run fails.
 //
+// With --scrape-ms MS, a thread GETs /metrics from the hub's operator endpoint every MS during the rounds
+// (a monitoring system at that rate), and before the agents connect the benchmark measures the hub's CPU
+// per scrape from 1000 scrapes back to back; run it with and without to compare the hub's CPU per round.
+//
 //   bench_hub_scale [--hub PATH] [--agents 500] [--rounds 5] [--model 784-512-512-10] [--min-width 8]
-//                   [--steps 1] [--threads 1] [--timeout 600] [--keep]
+//                   [--steps 1] [--threads 1] [--timeout 600] [--scrape-ms 0] [--keep]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -47,6 +51,7 @@
 #include "hub_process.hpp"
 #include "options.hpp"
 #include "report.hpp"
+#include "scraper.hpp"
 #include "support/wait.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/model_spec.hpp"
@@ -117,6 +122,14 @@ int run(const options& o) {
     print_log_tail(dir / "hub.log", 20);
     return fail(e);
   }
+  scraper scrapes;
+  double idle_scrape_cpu_s = -1;
+  if (o.scrape_ms > 0) {
+    if (hub.http_port() == 0) return fail("the hub announced no operator endpoint to scrape");
+    idle_scrape_cpu_s = idle_cpu_per_scrape(hub.pid(), hub.http_port(), 1000);
+    if (idle_scrape_cpu_s < 0) return fail("a scrape of the idle hub failed");
+    scrapes.start(hub.http_port(), std::chrono::milliseconds(static_cast<std::int64_t>(o.scrape_ms)));
+  }
   fleet.start(hub.port(), hub.pid());
   // Until the hub exits after its last round, or the deadline.
   const bool timed_out = !testing::eventually([&] { return !hub.process().running(); }, until(deadline));
@@ -124,6 +137,7 @@ int run(const options& o) {
   const std::int64_t exited_ns = now_ns();
   (void)hub.process().wait_output_closed(5s);  // its last lines, before the table below
   const double bench_run_cpu_s = fleet.stop();
+  const scrape_totals scraped = scrapes.stop();
 
   const std::vector<round_row> rows = collect_rounds(dir / "metrics.jsonl", hub.lines(), fleet.stats());
   print_rounds(rows);
@@ -141,6 +155,15 @@ int run(const options& o) {
                                  .bench_run_cpu_s = bench_run_cpu_s,
                                  .setup_cpu_s = setup_cpu_s,
                                  .hub_log = hub.log()});
+  if (o.scrape_ms > 0) {
+    const double per_s = 1000.0 / o.scrape_ms;
+    std::printf("scrapes of /metrics: %llu during the run, every %.0f ms (%llu failed), %.0f bytes each, %.2f ms mean, %.2f ms slowest\n",
+                static_cast<unsigned long long>(scraped.done), o.scrape_ms, static_cast<unsigned long long>(scraped.failed),
+                scraped.done ? static_cast<double>(scraped.bytes) / static_cast<double>(scraped.done) : 0.0,
+                scraped.done ? 1e3 * scraped.seconds / static_cast<double>(scraped.done) : 0.0, 1e3 * scraped.max_seconds);
+    std::printf("hub CPU per scrape, idle hub, 1000 back to back: %.1f us; at this rate %.3f%% of one core\n",
+                idle_scrape_cpu_s * 1e6, 100.0 * idle_scrape_cpu_s * per_s);
+  }
   if (!ok) {
     print_log_tail(hub.log(), 20);
     return fail(timed_out ? "the hub did not finish within --timeout" : "not every round completed with every update");

@@ -21,6 +21,7 @@ struct options {
   std::size_t threads = 1;  // agent io_contexts, one thread each
   double timeout_s = 600;
   bool keep = false;  // keep the run's folder (certificates, hub config, logs, metrics)
+  double scrape_ms = 0;  // GET /metrics from the hub's operator endpoint this often during the rounds (0: never)
 };
 
 extern const char* const k_usage;
