@@ -71,6 +71,7 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
   nlohmann::json statistics;
   std::optional<core::rdp_accountant> privacy;
   double dp_clip = 0;
+  std::optional<core::server_optimizer_state> server_state;  // the server optimizer's moments, if it keeps any
   std::filesystem::path resumed_file;  // the checkpoint resumed from: hub.ckpt, or hub.ckpt.prev after a fallback
   if (!config.checkpoint_dir.empty()) {
     std::filesystem::create_directories(config.checkpoint_dir, ec);
@@ -99,6 +100,7 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
                                                          std::to_string(completed) + " rounds were not accounted for");
       privacy = std::move(ck->privacy);
       dp_clip = ck->dp_clip;
+      server_state = std::move(ck->server_optimizer);
       if (const auto& fb = loaded->fell_back_from)
         h->log(log_level::warning, "checkpoint " + fb->reason.message + "; resumed from the previous one (" +
                                        resumed_file.string() + "), after round " + std::to_string(completed));
@@ -107,6 +109,9 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
   if (completed == 0) core::initialize(config.model, params);
   h->engine_ = std::make_unique<rounds::engine>(config, std::move(params), completed, stopping);
   if (privacy) h->engine_->restore_privacy(std::move(*privacy), dp_clip);
+  // Always: on a fresh start a no-op; on a resume, state that does not fit the configuration is refused.
+  if (auto ok = h->engine_->restore_server_optimizer(std::move(server_state)); !ok)
+    return core::error{ok.error().code, resumed_file.string() + ": " + ok.error().message};
   if (!normalization.empty()) {
     if (auto ok = h->engine_->set_normalization(std::move(normalization), std::move(statistics)); !ok)
       return core::make_error(core::errc::bad_format, resumed_file.string() + ": " + ok.error().message);

@@ -1,5 +1,6 @@
 #include "tessera/rounds/checkpoint.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <span>
@@ -7,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/core/assert.hpp"
 #include "tessera/core/base64.hpp"
 #include "tessera/core/file_io.hpp"
 #include "tessera/core/mlp.hpp"
@@ -16,7 +18,10 @@
 namespace tessera::rounds {
 namespace {
 
-constexpr char k_magic[8] = {'T', 'S', 'C', 'K', 'P', 'T', '\x02', '\0'};  // version 2
+constexpr char k_magic[8] = {'T', 'S', 'C', 'K', 'P', 'T', '\x02', '\0'};  // version 2; byte 6 is the version
+constexpr std::size_t k_version_at = 6;
+constexpr unsigned k_version_moments = 3;                                    // version 2 and the server optimizer's moments
+constexpr std::size_t k_max_moments = 2;                                     // core::moments_of: m, v
 constexpr std::string_view k_magic_stem("TSCKPT", 6);                      // every version's first bytes
 constexpr std::string_view k_sealed_stem("TSEAL", 5);                      // crypto/seal.hpp's magic
 constexpr std::size_t k_prefix = 16;                                       // magic, header length
@@ -50,15 +55,29 @@ core::error header_field_error(const std::string& where, const nlohmann::json::e
 
 // The largest file a checkpoint of `spec` can be, sealed or not: the bound on reading one.
 std::size_t max_file_bytes(const core::model_spec& spec) {
-  return k_prefix + k_max_header + core::param_count(spec.full_arch()) * sizeof(float) + k_digest +
+  return k_prefix + k_max_header + (1 + k_max_moments) * core::param_count(spec.full_arch()) * sizeof(float) + k_digest +
          crypto::sealed_overhead_bytes;
+}
+
+// The moment vectors a version-3 header of `n` bytes declares, read leniently from bytes that failed
+// their digest: only a guess at the size the file should have (1 when the header does not say).
+std::uint64_t declared_moments(const std::vector<std::byte>& b, std::uint64_t n) {
+  if (n > k_max_header || n > b.size() - k_prefix) return 1;
+  const nlohmann::json h = nlohmann::json::parse(std::string_view(reinterpret_cast<const char*>(b.data() + k_prefix), n), nullptr, false);
+  if (!h.is_object()) return 1;
+  const auto so = h.find("server_optimizer");
+  if (so == h.end() || !so->is_object()) return 1;
+  const auto m = so->find("moments");
+  if (m == so->end() || !m->is_number_unsigned()) return 1;
+  return std::min<std::uint64_t>(m->get<std::uint64_t>(), k_max_moments);
 }
 
 // A checkpoint's bytes, unsealed, once they proved to be the ones written.
 struct verified {
   std::vector<std::byte> bytes;
   nlohmann::json header;
-  std::size_t params_at = 0, params_size = 0;  // where in `bytes` the parameters are
+  unsigned version = 0;
+  std::size_t params_at = 0, params_size = 0;  // where in `bytes` the parameters (and version 3's moments) are
 
   [[nodiscard]] std::span<const std::byte> params() const { return std::span(bytes).subspan(params_at, params_size); }
 };
@@ -93,19 +112,21 @@ core::result<verified> read_verified(const std::filesystem::path& path, const cr
   }
   if (b.size() < k_prefix) return truncated(where, b.size());
   if (!starts_with(k_magic_stem)) return corrupt(where, "not a hub checkpoint (its first bytes are not a checkpoint's)");
-  const auto version = static_cast<unsigned>(b[6]);
-  if ((version != 1 && version != 2) || b[7] != std::byte{0})
+  const auto version = static_cast<unsigned>(b[k_version_at]);
+  if (version < 1 || version > k_version_moments || b[7] != std::byte{0})
     return make_error(core::errc::unsupported, where + ": checkpoint format version " + std::to_string(version) +
-                                                   "; this build reads versions 1 and 2");
+                                                   "; this build reads versions 1, 2 and 3");
   const std::uint64_t n = get_u64(b.data() + 8);
+  v.version = version;
 
-  if (version == 2) {
+  if (version >= 2) {
     if (b.size() < k_prefix + k_digest) return truncated(where, b.size());
     const std::size_t covered = b.size() - k_digest;
     const crypto::sha256_digest digest = crypto::sha256_of(std::span<const std::byte>(b).first(covered));
     if (std::memcmp(digest.data(), b.data() + covered, k_digest) != 0) {
       // Cut short or altered: a guess from the length the header declares and the configured model.
-      const std::uint64_t expected_size = k_prefix + n + core::param_count(spec.full_arch()) * sizeof(float) + k_digest;
+      const std::uint64_t vectors = 1 + (version == k_version_moments ? declared_moments(b, n) : 0);
+      const std::uint64_t expected_size = k_prefix + n + vectors * core::param_count(spec.full_arch()) * sizeof(float) + k_digest;
       if (n <= k_max_header && b.size() < expected_size)
         return corrupt(where, "truncated (" + std::to_string(b.size()) + " of " + std::to_string(expected_size) + " bytes)");
       return corrupt(where, "corrupt (its SHA-256 does not match its contents)");
@@ -154,11 +175,38 @@ core::result<checkpoint> parse_state(const verified& v, const std::string& where
     if (core::to_json(c.spec) != core::to_json(expected))
       return make_error(core::errc::invalid_spec, where + ": holds model " + core::to_json(c.spec) + ", the configuration asks for " +
                                                       core::to_json(expected) + " (use another checkpoint_dir to start afresh)");
-    if (count != core::param_count(expected.full_arch()) || v.params_size != count * sizeof(float))
-      return make_error(core::errc::bad_format, where + ": " + std::to_string(v.params_size) + " parameter bytes for " +
-                                                    std::to_string(count) + " parameters");
+    // Version 3: the server optimizer's moments follow the parameters, as many as its kind keeps.
+    std::uint64_t moments = 0;
+    if (v.version == k_version_moments) {
+      const nlohmann::json& so = j.at("server_optimizer");
+      const auto name = so.at("kind").get<std::string>();
+      const auto kind = core::k_server_optimizer_names.find(name);
+      if (!kind)
+        return make_error(core::errc::bad_format, where + ": server_optimizer.kind '" + name + "' is not one of " +
+                                                      core::k_server_optimizer_names.list());
+      moments = so.at("moments").get<std::uint64_t>();
+      if (moments == 0 || moments != core::moments_of(*kind))
+        return make_error(core::errc::bad_format, where + ": server_optimizer: " + std::to_string(moments) + " moment vectors for kind " + name +
+                                                      ", which keeps " + std::to_string(core::moments_of(*kind)));
+      c.server_optimizer = core::server_optimizer_state{.kind = *kind, .steps = so.at("steps").get<std::int64_t>(), .m = {}, .v = {}};
+      if (c.server_optimizer->steps < 0) return make_error(core::errc::bad_format, where + ": server_optimizer: negative steps");
+    }
+    if (count != core::param_count(expected.full_arch()) || v.params_size != (1 + moments) * count * sizeof(float))
+      return make_error(core::errc::bad_format, where + ": " + std::to_string(v.params_size) + " bytes after the header for " +
+                                                    std::to_string(count) + " parameters" +
+                                                    (moments > 0 ? " and " + std::to_string(moments) + " moment vectors" : std::string()));
+    const std::size_t vector_bytes = count * sizeof(float);
+    const std::byte* body = v.bytes.data() + v.params_at;
     c.params.resize(count);
-    std::memcpy(c.params.data(), v.bytes.data() + v.params_at, v.params_size);
+    std::memcpy(c.params.data(), body, vector_bytes);
+    if (moments >= 1) {
+      c.server_optimizer->m.resize(count);
+      std::memcpy(c.server_optimizer->m.data(), body + vector_bytes, vector_bytes);
+    }
+    if (moments >= 2) {
+      c.server_optimizer->v.resize(count);
+      std::memcpy(c.server_optimizer->v.data(), body + 2 * vector_bytes, vector_bytes);
+    }
     for (const auto& d : j.at("registry")) {
       c.registry.push_back({.id = d.at("id").get<std::string>(),
                             .budget_bytes = d.at("budget_bytes").get<std::uint64_t>(),
@@ -228,13 +276,29 @@ core::result<void> save_checkpoint(const std::filesystem::path& path, const chec
                     {"steps", c.privacy->steps()},
                     {"clip", c.dp_clip}};
   }
+  // A server optimizer with moments makes the file version 3; without, it is version 2 as it always was.
+  const std::size_t moments = c.server_optimizer ? core::moments_of(c.server_optimizer->kind) : 0;
+  if (moments > 0) {
+    const core::server_optimizer_state& so = *c.server_optimizer;
+    TESSERA_ASSERT(so.m.size() == c.params.size() && so.v.size() == (moments >= 2 ? c.params.size() : 0));
+    j["server_optimizer"] = {{"kind", std::string(core::to_string(so.kind))}, {"steps", so.steps}, {"moments", moments}};
+  }
   const std::string header = j.dump();
   std::vector<std::byte> bytes;
-  bytes.reserve(k_prefix + header.size() + param_bytes.size() + k_digest);
+  bytes.reserve(k_prefix + header.size() + (1 + moments) * param_bytes.size() + k_digest);
   for (char ch : k_magic) bytes.push_back(static_cast<std::byte>(ch));
+  if (moments > 0) bytes[k_version_at] = static_cast<std::byte>(k_version_moments);
   put_u64(bytes, header.size());
   for (char ch : header) bytes.push_back(static_cast<std::byte>(ch));
   bytes.insert(bytes.end(), param_bytes.begin(), param_bytes.end());
+  if (moments >= 1) {
+    const auto m = std::as_bytes(std::span(c.server_optimizer->m));
+    bytes.insert(bytes.end(), m.begin(), m.end());
+  }
+  if (moments >= 2) {
+    const auto v = std::as_bytes(std::span(c.server_optimizer->v));
+    bytes.insert(bytes.end(), v.begin(), v.end());
+  }
   const crypto::sha256_digest digest = crypto::sha256_of(bytes);
   for (std::uint8_t x : digest) bytes.push_back(static_cast<std::byte>(x));
   if (key != nullptr) {

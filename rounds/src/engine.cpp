@@ -30,9 +30,34 @@ engine::engine(const run_config& config, std::vector<float> params, std::int64_t
       full_(config.model.full_arch()),
       params_(std::move(params)),
       completed_(completed),
+      server_opt_(config.server_optimizer, params_.size()),
+      server_state_pending_(completed > 0 && server_opt_.stateful()),
       aggregator_(full_, config.aggregate, config.trim_fraction),
       stopping_(stopping) {
   TESSERA_ASSERT(params_.size() == core::param_count(full_));
+}
+
+core::result<void> engine::restore_server_optimizer(std::optional<core::server_optimizer_state> s) {
+  TESSERA_ASSERT(!in_round_);
+  const std::string kind(core::to_string(config_.server_optimizer.kind));
+  if (!s) {
+    if (server_state_pending_)
+      return make_error(errc::server_state, "resumed after round " + std::to_string(completed_) + " with server_optimizer.kind " + kind +
+                                                ", but the checkpoint holds no server optimizer state (written by a run without one): "
+                                                "its moments cannot be rebuilt");
+    return {};
+  }
+  if (auto ok = server_opt_.restore(std::move(*s)); !ok) return make_error(errc::server_state, ok.error().message);
+  server_state_pending_ = false;
+  return {};
+}
+
+void engine::mark_trained(const core::subnet& sub, std::size_t leading) {
+  if (server_opt_.identity()) return;
+  std::vector<float> local(core::param_count(sub.arch));
+  core::gather(full_, sub, trained_, local);
+  std::fill_n(local.begin(), std::min(leading, local.size()), 1.0f);
+  core::scatter(full_, sub, local, trained_);
 }
 
 core::codec_kind engine::codec_for(const device_offer& offer) const noexcept {
@@ -85,6 +110,10 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
   TESSERA_ASSERT(!in_round_ && !finished());
   if (needs_statistics())
     return make_error(errc::stats_incomplete, "the model standardizes its inputs: the fleet's statistics come before round 1");
+  if (server_state_pending_)
+    return make_error(errc::server_state, "resumed after round " + std::to_string(completed_) + " with server_optimizer.kind " +
+                                              std::string(core::to_string(config_.server_optimizer.kind)) +
+                                              ", whose moments were not restored from the checkpoint");
   std::sort(offers.begin(), offers.end(), [](const auto& a, const auto& b) { return natural_less(a.id, b.id); });
   if (private_rounds()) {  // the privacy budget first, then the round's sample (engine_dp.cpp)
     TESSERA_TRY(check_privacy_budget());
@@ -177,6 +206,7 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
     dp_accepted_ = 0;
   }
   aggregator_.reset();
+  if (!server_opt_.identity()) trained_.assign(params_.size(), 0.0f);
   update_norm_max_ = 0;
   updates_bounded_ = 0;
   folded_ = 0;
@@ -363,7 +393,10 @@ void engine::fold_ready() {
     assignment& a = assignments_[folded_++];
     if (a.state != assignment_state::accepted) continue;
     if (private_rounds() && !secure()) fold_private(a);
-    else if (!secure()) aggregator_.add(a.sub, a.trained, static_cast<double>(a.examples));
+    else if (!secure()) {
+      aggregator_.add(a.sub, a.trained, static_cast<double>(a.examples));
+      mark_trained(a.sub);
+    }
     loss_weighted_ += a.loss * static_cast<double>(a.examples);
     examples_ += static_cast<std::int64_t>(a.examples);
     a.trained = {};
@@ -391,6 +424,9 @@ core::result<round_metrics> engine::close_round(core::example_table* validation)
   }
   fold_ready();
   TESSERA_ASSERT(folded_ == assignments_.size());
+  // The server optimizer steps from the model the round started from (assembly below replaces it).
+  std::vector<float> previous;
+  if (!server_opt_.identity()) previous.assign(params_.begin(), params_.end());
   if (secure_) {  // with differential privacy, the released sums go to dp_sum_
     TESSERA_TRY(apply_secure_sums());
     m.secagg_dropped = secure_outcome_.dropped;
@@ -403,6 +439,10 @@ core::result<round_metrics> engine::close_round(core::example_table* validation)
     dp_sum_ = {};
   } else if (!secure()) {
     aggregator_.finish(params_);
+  }
+  if (!server_opt_.identity()) {
+    (void)server_opt_.step(previous, params_, trained_);
+    trained_ = {};
   }
   if (!secure() && config_.strategy != strategy_kind::central) {
     m.update_norm_max = update_norm_max_;

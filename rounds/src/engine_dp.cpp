@@ -274,6 +274,9 @@ core::result<void> engine::apply_private_sums(round_metrics& m) {
     if (cover[i] == 0.0f) continue;  // trained by no group this round: no release, no noise
     const double noised = static_cast<double>(dp_sum_[i]) + (hub_noise ? deviation * noise.next() : 0.0);
     params_[i] = static_cast<float>(static_cast<double>(params_[i]) + noised / (contributors * static_cast<double>(cover[i])));
+    // The hub's noised release reaches every coordinate a group trains: the server optimizer steps on
+    // them all (under secure aggregation apply_secure_sums marked the released segments).
+    if (hub_noise && !trained_.empty()) trained_[i] = 1.0f;
   }
   if (d.adaptive_clip) {
     // The share of contributors whose change fitted, noised and over the expected count; the clip

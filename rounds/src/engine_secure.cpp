@@ -1,6 +1,7 @@
 // The engine's secure aggregation (DESIGN §6): the segments of a secure round, the simulator's plain
 // sums, and applying the released sums to the model.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "engine_secure.hpp"
@@ -123,38 +124,46 @@ core::result<void> engine::apply_secure_sums() {
     const std::string name = s.shared_segment && seg + 1 == sums.size() ? "the shared parameters" : "group " + std::to_string(seg);
     out.withheld += (out.withheld.empty() ? "" : "; ") + name + ": " + why;
   };
+  // Adds a segment's release to `values`; false when it is withheld (its values stay as they are).
   const auto mean_change = [&](std::size_t seg, std::span<float> values) {
     const crypto::secagg_segment_sum& sum = sums[seg];
     if (!sum.released) {
       withhold(seg, sum.withheld);
-      return;
+      return false;
     }
     if (private_sums) {
       ++out.released;
       // The count values (±fitted_value each) summed: the fitting changes minus half the contributors.
       if (seg + 1 == sums.size() && s.params.fitted_value > 0) out.fitted_centred = sum.sum.back() / (2.0 * s.params.fitted_value);
       for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(static_cast<double>(values[i]) + sum.sum[i]);
-      return;
+      return true;
     }
     const double weight = sum.sum.back() / clip;
     if (!(weight > 0)) {
       withhold(seg, "the contributors' weights sum to nothing");
-      return;
+      return false;
     }
     ++out.released;
     for (std::size_t i = 0; i < values.size(); ++i)
       values[i] = static_cast<float>(static_cast<double>(values[i]) + sum.sum[i] / weight);
+    return true;
   };
+  // A released segment's coordinates are what the server optimizer steps on (with differential
+  // privacy too: the noised release is the round's change there).
   for (std::size_t g = 0; g < s.group_subnets.size(); ++g) {
     const core::subnet& sub = s.group_subnets[g];
+    const std::size_t length = s.params.segments[g].length - 1;  // the segment's last value is the weights'
     std::vector<float> local(core::param_count(sub.arch));
     core::gather(full_, sub, target, local);
-    mean_change(g, std::span(local).first(s.params.segments[g].length - 1));
+    const bool released = mean_change(g, std::span(local).first(length));
     core::scatter(full_, sub, local, target);
+    if (released) mark_trained(sub, length);
   }
   if (s.shared_segment) {
     const std::size_t bias = core::param_slots(full_).back().bias;
-    mean_change(s.group_subnets.size(), std::span(target).subspan(bias, static_cast<std::size_t>(full_.widths.back())));
+    const auto outputs = static_cast<std::size_t>(full_.widths.back());
+    if (mean_change(s.group_subnets.size(), std::span(target).subspan(bias, outputs)) && !trained_.empty())
+      std::fill_n(trained_.begin() + static_cast<std::ptrdiff_t>(bias), outputs, 1.0f);
   }
   return {};
 }

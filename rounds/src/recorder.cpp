@@ -48,7 +48,10 @@ core::result<void> recorder::save_state(const engine& e, std::span<const device_
                        .normalization = e.normalization(),
                        .statistics = e.statistics(),
                        .privacy = e.private_rounds() ? std::optional<core::rdp_accountant>(e.privacy()) : std::nullopt,
-                       .dp_clip = e.private_rounds() && e.config().dp.adaptive_clip ? e.dp_clip() : 0.0};
+                       .dp_clip = e.private_rounds() && e.config().dp.adaptive_clip ? e.dp_clip() : 0.0,
+                       .server_optimizer = e.server_optimizer().stateful()
+                                               ? std::optional<core::server_optimizer_state>(e.server_optimizer().state())
+                                               : std::nullopt};
     if (auto saved = save_checkpoint(settings_.checkpoint, c, settings_.seal_key ? &*settings_.seal_key : nullptr,
                                      saved_here_ ? current_checkpoint::written_here : current_checkpoint::unchecked);
         !saved)

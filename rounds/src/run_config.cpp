@@ -103,6 +103,25 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
     else if (c.strategy == strategy_kind::central)
       r.fail("aggregate", "central training has no reports to combine");
   }
+  if (const auto* so = r.object("server_optimizer", "the hub's step after assembly: (assembled − previous) as a pseudo-gradient "
+                                                   "(FedAvgM, FedAdam, FedYogi; Reddi et al. 2021)")) {
+    core::config_reader sr = r.child("server_optimizer", *so);
+    core::server_optimizer_options& o = c.server_optimizer;
+    o.kind = sr.choice("kind", core::server_optimizer_kind::none, core::k_server_optimizer_names,
+                       "none (the assembled model, moved by lr), momentum (FedAvgM), adam (FedAdam) or yogi (FedYogi)");
+    // adam and yogi step by about lr on every coordinate trained (m / √v is near ±1 while the change is
+    // steady): a rate of 1 would throw the model far, so theirs starts lower.
+    const bool adaptive = o.kind == core::server_optimizer_kind::adam || o.kind == core::server_optimizer_kind::yogi;
+    o.lr = sr.number("lr", adaptive ? 0.01 : 1.0, 1e-6, 100.0,
+                     "the server learning rate η (default 1, the plain assembly with kind none; 0.01 for adam and yogi)");
+    o.beta1 = sr.number("beta1", 0.9, 0.0, 0.9999, "momentum, adam, yogi: the first moment's decay β1");
+    o.beta2 = sr.number("beta2", 0.99, 0.0, 0.99999, "adam, yogi: the second moment's decay β2");
+    o.epsilon = sr.number("epsilon", 1e-3, 1e-9, 10.0, "adam, yogi: τ, added to √v (v starts at τ²; no bias correction)");
+    if (c.strategy == strategy_kind::central && !o.identity())
+      sr.fail(o.kind != core::server_optimizer_kind::none ? "kind" : "lr",
+              "central training has no assembly to step from: only kind none with lr 1");
+    if (auto done = sr.finish(); !done) r.fail(std::move(done).error());
+  }
   c.metrics_path = r.string("metrics", "", "JSON-lines file, one line per round (empty: none)");
   c.output_path = r.string("output", "", "safetensors file of the model, written at the end (empty: none)");
   c.lr.total_rounds = c.rounds;

@@ -1,5 +1,6 @@
 // The network run equals the simulated one: tessera-hub with three tessera-edge agents holding the
-// simulator's shards ends with tessera-sim's model, parameter by parameter, for IST and for FedAvg.
+// simulator's shards ends with tessera-sim's model, parameter by parameter, for IST and for FedAvg, and
+// for IST with a server optimizer (FedAdam) stepping after assembly.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -13,20 +14,30 @@ namespace {
 constexpr int k_devices = 3;
 constexpr int k_rounds = 3;
 
+// One run of the test: its name (files, processes), strategy and further shared fields.
+struct variant {
+  std::string name;
+  std::string strategy;
+  nlohmann::json extra = nlohmann::json::object();
+};
+
 // The fields tessera-sim and tessera-hub share (rounds/run_config.hpp): same values, same run.
-nlohmann::json run_fields(const std::string& strategy) {
-  return {{"model", {{"inputs", 784}, {"hidden", {64, 64}}, {"outputs", 10}}},
-          {"strategy", strategy},
-          {"rounds", k_rounds},
-          {"local_steps", 20},
-          {"batch", 32},
-          {"lr", 0.05},
-          {"seed", 7}};
+nlohmann::json run_fields(const std::string& strategy, const nlohmann::json& extra = nlohmann::json::object()) {
+  nlohmann::json j = {{"model", {{"inputs", 784}, {"hidden", {64, 64}}, {"outputs", 10}}},
+                      {"strategy", strategy},
+                      {"rounds", k_rounds},
+                      {"local_steps", 20},
+                      {"batch", 32},
+                      {"lr", 0.05},
+                      {"seed", 7}};
+  j.update(extra);
+  return j;
 }
 
 // A small slice of Fashion-MNIST for training and for the simulator's evaluation.
-nlohmann::json sim_config(const std::string& strategy, const nlohmann::json& train, const nlohmann::json& test) {
-  nlohmann::json s = run_fields(strategy);
+nlohmann::json sim_config(const std::string& strategy, const nlohmann::json& train, const nlohmann::json& test,
+                          const nlohmann::json& extra = nlohmann::json::object()) {
+  nlohmann::json s = run_fields(strategy, extra);
   s["devices"] = k_devices;
   s["data"] = {{"train", train}, {"test", test}};
   return s;
@@ -51,7 +62,7 @@ difference compare(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist, fedavg)") {
+TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist, fedavg, ist with FedAdam)") {
   fleet f("fed_equal");
   INFO(f.diagnostics());
   std::vector<std::string> ids;
@@ -60,28 +71,34 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
   const nlohmann::json train = f.write_subset("train", 4000), test = f.write_subset("t10k", 1000);
   const std::vector<nlohmann::json> data = f.make_shards(sim_config("ist", train, test));  // the same for both strategies
 
-  for (const std::string strategy : {"ist", "fedavg"}) {
-    CAPTURE(strategy);
+  // FedAdam at the server: β1 0.9, β2 0.99, τ 1e-3 (the defaults) and η 0.01. Its moments are the
+  // engine's, so both drivers must carry them alike, IST-aware (untrained coordinates stand still).
+  const nlohmann::json fedadam = {{"server_optimizer", {{"kind", "adam"}, {"lr", 0.01}}}};
+  const variant variants[] = {{"ist", "ist"}, {"fedavg", "fedavg"}, {"ist-adam", "ist", fedadam}};
+  for (const variant& v : variants) {
+    const std::string& name = v.name;
+    const std::string& strategy = v.strategy;
+    CAPTURE(name);
     // The simulator's run.
-    nlohmann::json sim = sim_config(strategy, train, test);
-    sim["output"] = f.file("sim-" + strategy + ".safetensors");
-    sim["metrics"] = f.file("sim-" + strategy + ".jsonl");
-    f.run_tool("sim-" + strategy, {k_sim_binary, "--config", f.write_json("sim-" + strategy + ".json", sim)}, 120s);
+    nlohmann::json sim = sim_config(strategy, train, test, v.extra);
+    sim["output"] = f.file("sim-" + name + ".safetensors");
+    sim["metrics"] = f.file("sim-" + name + ".jsonl");
+    f.run_tool("sim-" + name, {k_sim_binary, "--config", f.write_json("sim-" + name + ".json", sim)}, 120s);
 
     // The same run over the network.
-    nlohmann::json hub_json = run_fields(strategy);
+    nlohmann::json hub_json = run_fields(strategy, v.extra);
     hub_json.update({{"min_devices", k_devices},
                      {"max_devices", k_devices},
                      {"device_wait_s", 60},
                      {"round_deadline_s", 60},
-                     {"output", f.file("hub-" + strategy + ".safetensors")},
-                     {"metrics", f.file("hub-" + strategy + ".jsonl")}});
-    hub_handle hub = f.start_hub("hub-" + strategy, hub_json);
+                     {"output", f.file("hub-" + name + ".safetensors")},
+                     {"metrics", f.file("hub-" + name + ".jsonl")}});
+    hub_handle hub = f.start_hub("hub-" + name, hub_json);
     std::vector<child_process*> agents;
     for (int d = 0; d < k_devices; ++d) {
       nlohmann::json a = f.agent_config(ids[static_cast<std::size_t>(d)], data[static_cast<std::size_t>(d)], hub.port);
       a["exit_after_rounds"] = k_rounds;
-      agents.push_back(&f.start_agent(ids[static_cast<std::size_t>(d)] + "-" + strategy, a));
+      agents.push_back(&f.start_agent(ids[static_cast<std::size_t>(d)] + "-" + name, a));
     }
     const auto hub_code = hub.process.wait_exit(120s);
     REQUIRE_MESSAGE(hub_code.has_value(), "the hub did not finish " << k_rounds << " rounds within 120 s");
@@ -96,8 +113,8 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
       CHECK(count_of(a->err(), "refusing") == 0);
     }
 
-    const auto hub_metrics = check_every_round(f.file("hub-" + strategy + ".jsonl"), k_rounds, k_devices, {});
-    const auto sim_metrics = read_metrics(f.file("sim-" + strategy + ".jsonl"));
+    const auto hub_metrics = check_every_round(f.file("hub-" + name + ".jsonl"), k_rounds, k_devices, {});
+    const auto sim_metrics = read_metrics(f.file("sim-" + name + ".jsonl"));
     REQUIRE(sim_metrics.size() == k_rounds);
     for (int r = 0; r < k_rounds; ++r) {
       const auto& h = hub_metrics[static_cast<std::size_t>(r)];
@@ -109,8 +126,8 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
       CHECK(h.at("train_loss").get<double>() == s.at("train_loss").get<double>());
     }
 
-    const core::stored_model from_hub = load_model_or_fail(f.file("hub-" + strategy + ".safetensors"));
-    const core::stored_model from_sim = load_model_or_fail(f.file("sim-" + strategy + ".safetensors"));
+    const core::stored_model from_hub = load_model_or_fail(f.file("hub-" + name + ".safetensors"));
+    const core::stored_model from_sim = load_model_or_fail(f.file("sim-" + name + ".safetensors"));
     REQUIRE(from_hub.params.size() == core::param_count(from_sim.spec.full_arch()));
     REQUIRE(from_hub.params.size() == from_sim.params.size());
     CHECK(from_hub.metadata.at("tessera.rounds") == std::to_string(k_rounds));
@@ -122,6 +139,13 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
     std::vector<float> initial(from_sim.params.size());
     core::initialize(from_sim.spec, initial);
     CHECK(compare(from_hub.params, initial).max_abs > 1e-3);
+    // With the server optimizer on, a model of its own: not the plain IST run's.
+    if (v.name == "ist-adam") {
+      const core::stored_model plain = load_model_or_fail(f.file("hub-ist.safetensors"));
+      const difference from_plain = compare(from_hub.params, plain.params);
+      INFO("largest difference from the plain IST run " << from_plain.max_abs);
+      CHECK(from_plain.max_abs > 1e-3);
+    }
   }
 }
 

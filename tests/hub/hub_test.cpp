@@ -150,6 +150,49 @@ TEST_CASE("hub service: a hub restarted on its checkpoint resumes after the last
   CHECK(f.hub_lines_with("resumed from checkpoint after round 2") == 1);
 }
 
+TEST_CASE("hub service: a restarted hub resumes its server optimizer's moments; a checkpoint without them is refused") {
+  testing::temp_dir dir("hub-service-resume-adam");
+  const auto& pki = test::test_pki::get();
+  const nlohmann::json adam = {{"kind", "adam"}, {"lr", 0.01}};
+  std::vector<float> after_two;
+  {
+    federation f(dir);
+    f.start_hub(f.hub_config({{"rounds", 2}, {"server_optimizer", adam}}));
+    f.start_agent(pki.dev_a, f.data_for("dev-a", 400));
+    f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
+    f.run();
+    REQUIRE(f.hub().finished());
+    REQUIRE(f.hub().engine().server_optimizer().state().steps == 2);
+  }
+  {
+    federation f(dir);
+    f.start_hub(f.hub_config({{"rounds", 3}, {"server_optimizer", adam}}));
+    CHECK(f.hub().resumed_from() == 2);
+    CHECK(f.hub().engine().server_optimizer().state().steps == 2);  // the moments came back with the model
+    f.start_agent(pki.dev_a, f.data_for("dev-a", 400));
+    f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
+    f.run();
+    REQUIRE(f.hub().finished());
+    CHECK(f.hub().engine().server_optimizer().state().steps == 3);
+  }
+  // A run that kept no moments cannot be continued by one that needs them: refused at start, naming why.
+  testing::temp_dir plain_dir("hub-service-resume-plain");
+  {
+    federation f(plain_dir);
+    f.start_hub(f.hub_config({{"rounds", 1}}));
+    f.start_agent(pki.dev_a, f.data_for("dev-a", 400));
+    f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
+    f.run();
+    REQUIRE(f.hub().finished());
+  }
+  federation f(plain_dir);
+  boost::asio::io_context io;
+  auto refused = hub::hub_service::create(io, f.hub_config({{"rounds", 3}, {"server_optimizer", adam}}), {});
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("hub.ckpt") != std::string::npos);
+  CHECK(refused.error().message.find("no server optimizer state") != std::string::npos);
+}
+
 TEST_CASE("hub service: a device whose labels the model cannot learn refuses once; the hub stops assigning to it") {
   testing::temp_dir dir("hub-service-unfit");
   federation f(dir);

@@ -167,12 +167,13 @@ TEST_CASE("checkpoint: a changed byte, the wrong key, another model or a missing
   // A version this build does not know is refused as such: it may be whole, from a newer hub.
   REQUIRE(rounds::save_checkpoint(plain, c, nullptr).ok());
   std::string newer = read_bytes(plain);
-  newer[6] = '\x03';
+  newer[6] = '\x04';
   write_bytes(plain, newer);
   auto unknown = rounds::load_checkpoint(plain, spec(), nullptr);
   REQUIRE_FALSE(unknown.ok());
   CHECK(unknown.error().code == core::errc::unsupported);
-  CHECK(contains(unknown.error().message, "version 3"));
+  CHECK(contains(unknown.error().message, "version 4"));
+  CHECK(contains(unknown.error().message, "reads versions 1, 2 and 3"));
 }
 
 TEST_CASE("checkpoint: saving keeps the previous one, and never a bad one in its place") {
@@ -497,4 +498,116 @@ TEST_CASE("checkpoint: a version-1 file still loads, is checked as before, and i
   CHECK(round_in(path) == 8);
   CHECK(read_bytes(path + ".prev") == v1);
   CHECK(round_in(path + ".prev") == 7);
+}
+
+namespace {
+
+// A server optimizer's state for sample(): moments that are not their starting values.
+core::server_optimizer_state optimizer_state(core::server_optimizer_kind kind, std::size_t params) {
+  core::server_optimizer_state s{.kind = kind, .steps = 11, .m = {}, .v = {}};
+  for (std::size_t i = 0; i < params; ++i) s.m.push_back(0.001f * static_cast<float>(i) - 0.25f);
+  if (core::moments_of(kind) == 2)
+    for (std::size_t i = 0; i < params; ++i) s.v.push_back(1e-6f + 1e-4f * static_cast<float>(i % 17));
+  return s;
+}
+
+// A version-2 or -3 file with `header` and `body` (parameters, moments) and a digest that fits: what a
+// writer that got the layout wrong would leave.
+std::string with_digest(char version, const nlohmann::json& header, const std::string& body) {
+  const std::string text = header.dump();
+  std::string bytes = std::string("TSCKPT", 6) + version + '\0' + tessera::testing::le_bytes(text.size(), 8) + text + body;
+  const auto digest = crypto::sha256_of(std::as_bytes(std::span(bytes.data(), bytes.size())));
+  for (std::uint8_t x : digest) bytes.push_back(static_cast<char>(x));
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: a server optimizer's moments and steps are kept to the bit in version 3; without them it is version 2") {
+  temp_dir d("ckpt-server-opt");
+  auto key = crypto::sealing_key::generate();
+  REQUIRE(key.ok());
+  const std::size_t params = core::param_count(spec().full_arch());
+  for (const auto kind : {core::server_optimizer_kind::momentum, core::server_optimizer_kind::adam, core::server_optimizer_kind::yogi}) {
+    CAPTURE(core::to_string(kind));
+    rounds::checkpoint c = sample();
+    c.server_optimizer = optimizer_state(kind, params);
+    const crypto::sealing_key* keys[] = {nullptr, &key.value()};
+    for (const crypto::sealing_key* k : keys) {
+      const std::string path = d.file(std::string(core::to_string(kind)) + (k ? ".sealed" : ".plain"));
+      REQUIRE(rounds::save_checkpoint(path, c, k).ok());
+      auto back = rounds::load_checkpoint(path, spec(), k);
+      REQUIRE_MESSAGE(back.ok(), (back.ok() ? "" : back.error().message));
+      REQUIRE(back.value()->server_optimizer.has_value());
+      CHECK(*back.value()->server_optimizer == *c.server_optimizer);
+      CHECK(back.value()->params == c.params);
+      CHECK(back.value()->round == 7);
+      if (k == nullptr) {
+        const std::string bytes = read_bytes(path);
+        CHECK(bytes[6] == '\x03');
+        const std::size_t vectors = 1 + core::moments_of(kind);
+        CHECK(bytes.size() == 16 + header_length(bytes) + vectors * params * 4 + 32);
+      }
+    }
+  }
+  // A run without one writes version 2, and a state without moments (kind none) is not written at all.
+  rounds::checkpoint plain = sample();
+  plain.server_optimizer = core::server_optimizer_state{.kind = core::server_optimizer_kind::none, .steps = 3, .m = {}, .v = {}};
+  REQUIRE(rounds::save_checkpoint(d.file("none.ckpt"), plain, nullptr).ok());
+  CHECK(read_bytes(d.file("none.ckpt"))[6] == '\x02');
+  auto back = rounds::load_checkpoint(d.file("none.ckpt"), spec(), nullptr);
+  REQUIRE(back.ok());
+  CHECK_FALSE(back.value()->server_optimizer.has_value());
+  CHECK(read_bytes(d.file("none.ckpt")).find("server_optimizer") == std::string::npos);
+}
+
+TEST_CASE("checkpoint: a version-3 file cut short, or whose moments do not fit its kind, is refused by name") {
+  temp_dir d("ckpt-v3");
+  const std::size_t params = core::param_count(spec().full_arch());
+  rounds::checkpoint c = sample();
+  c.server_optimizer = optimizer_state(core::server_optimizer_kind::adam, params);
+  const std::string path = d.file("hub.ckpt");
+  REQUIRE(rounds::save_checkpoint(path, c, nullptr).ok());
+  const std::string good = read_bytes(path);
+  const std::size_t n = header_length(good);
+
+  // Cut in its second moment: the size it should have counts both moment vectors.
+  write_bytes(d.file("cut.ckpt"), good.substr(0, good.size() - 100));
+  const core::error cut = tessera::testing::error_of(rounds::load_checkpoint(d.file("cut.ckpt"), spec(), nullptr));
+  CHECK(cut.code == rounds::errc::checkpoint_corrupt);
+  CHECK(contains(cut.message, "is truncated (" + std::to_string(good.size() - 100) + " of " + std::to_string(good.size()) + " bytes)"));
+
+  // Whole files (their digest fits) whose layout is wrong: the writer's fault, bad_format.
+  const nlohmann::json header = nlohmann::json::parse(good.substr(16, n));
+  const std::string body = good.substr(16 + n, good.size() - 16 - n - 32);
+  const std::string params_only = body.substr(0, params * 4), with_m = body.substr(0, 2 * params * 4);
+  struct bad_layout {
+    const char* name;
+    std::string file;
+    std::string words;
+  };
+  nlohmann::json one_moment = header, unknown_kind = header, no_state = header, negative = header;
+  one_moment["server_optimizer"]["moments"] = 1;
+  unknown_kind["server_optimizer"]["kind"] = "lamb";
+  no_state.erase("server_optimizer");
+  negative["server_optimizer"]["steps"] = -2;
+  const bad_layout cases[] = {
+      {"adam with one moment", with_digest('\x03', one_moment, with_m), "1 moment vectors for kind adam, which keeps 2"},
+      {"an unknown kind", with_digest('\x03', unknown_kind, body), "server_optimizer.kind 'lamb' is not one of none, momentum, adam, yogi"},
+      {"version 3 without the state", with_digest('\x03', no_state, body), "server_optimizer"},
+      {"negative steps", with_digest('\x03', negative, body), "negative steps"},
+      {"moments missing", with_digest('\x03', header, params_only), "bytes after the header for " + std::to_string(params) + " parameters and 2 moment vectors"},
+      {"version 2 with moments after the parameters", with_digest('\x02', no_state, body), "parameters"},
+  };
+  for (const auto& bc : cases) {
+    CAPTURE(bc.name);
+    write_bytes(d.file("bad.ckpt"), bc.file);
+    const core::error e = tessera::testing::error_of(rounds::load_checkpoint(d.file("bad.ckpt"), spec(), nullptr));
+    CHECK(e.code == core::errc::bad_format);
+    CHECK_MESSAGE(contains(e.message, bc.words), e.message);
+    CHECK(contains(e.message, d.file("bad.ckpt")));
+  }
+  // The same bytes rebuilt as they were load: the cases above fail for their layout only.
+  write_bytes(d.file("rebuilt.ckpt"), with_digest('\x03', header, body));
+  CHECK(read_bytes(d.file("rebuilt.ckpt")) == good);
 }

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <set>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -429,4 +430,52 @@ TEST_CASE("dp under secure aggregation: adaptive clipping counts the fitting cha
   MESSAGE("clip after 60 rounds: " << clip);
   CHECK(clip > 1.6);
   CHECK(clip < 2.6);
+}
+
+TEST_CASE("dp with a server optimizer: it steps on the noised release, every coordinate a group trains, and ε is unchanged") {
+  // The same seeded round twice (the same sample, groups and noise), without and with FedAdam (β1 0.5,
+  // β2 0.75, τ 0.1, η 0.05): where the plain run's noised change is Δ, the step is
+  // m = 0.5·Δ, v = 0.75·0.01 + 0.25·Δ², x = x0 + 0.05·m / (√v + 0.1). Post-processing of the release:
+  // the accountant composes the same mechanism. Weights between the two groups get no release, so no
+  // step, and their moments stay m = 0, v = τ² = 0.01.
+  const nlohmann::json dp = {{"sample_rate", 1.0}, {"clip", 0.5}, {"noise_multiplier", 0.5}};
+  const nlohmann::json shape = {{"groups", 2}, {"model", {{"inputs", 16}, {"hidden", {32, 32}}, {"outputs", 4}}}};
+  const auto run = [&](nlohmann::json extra) {
+    extra.update(shape);
+    auto e = engine_for(config(dp, extra));
+    REQUIRE(e.begin_round(fleet(4)).ok());
+    report_all(e, [](std::size_t i) { return 0.001f * static_cast<float>(i % 7); });
+    const auto m = e.close_round(nullptr);
+    REQUIRE(m.ok());
+    return std::tuple(m.value(), std::vector<float>(e.params().begin(), e.params().end()), e.server_optimizer().state());
+  };
+  auto initial = engine_for(config(dp, shape));
+  const std::vector<float> x0(initial.params().begin(), initial.params().end());
+  const auto [plain_m, plain, plain_state] = run(nlohmann::json::object());
+  const auto [opt_m, stepped, state] =
+      run({{"server_optimizer", {{"kind", "adam"}, {"lr", 0.05}, {"beta1", 0.5}, {"beta2", 0.75}, {"epsilon", 0.1}}}});
+  CHECK(plain_state.m.empty());
+  REQUIRE(state.m.size() == x0.size());
+  REQUIRE(state.v.size() == x0.size());
+  CHECK(*opt_m.epsilon == *plain_m.epsilon);
+  CHECK(opt_m.dp_sampled == plain_m.dp_sampled);
+  std::size_t between = 0, released = 0;
+  for (std::size_t i = 0; i < x0.size(); ++i) {
+    CAPTURE(i);
+    const double delta = static_cast<double>(plain[i]) - x0[i];
+    if (delta == 0) {  // no group trains it: no release
+      ++between;
+      REQUIRE(stepped[i] == x0[i]);
+      REQUIRE(state.m[i] == 0.0f);
+      REQUIRE(state.v[i] == static_cast<float>(0.1 * 0.1));
+      continue;
+    }
+    ++released;
+    const double m = 0.5 * delta, v = 0.75 * 0.01 + 0.25 * delta * delta;
+    REQUIRE(state.m[i] == doctest::Approx(m).epsilon(1e-5));
+    REQUIRE(state.v[i] == doctest::Approx(v).epsilon(1e-5));
+    REQUIRE(std::abs(static_cast<double>(stepped[i]) - x0[i] - 0.05 * m / (std::sqrt(v) + 0.1)) < 1e-6);
+  }
+  CHECK(between > 0);  // the weights joining group 0's neurons to group 1's
+  CHECK(released > between);
 }

@@ -7,15 +7,19 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
 
+#include "../core/test_files.hpp"
 #include "tessera/core/codec.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/seeds.hpp"
+#include "tessera/rounds/checkpoint.hpp"
 #include "tessera/rounds/engine.hpp"
 #include "tessera/rounds/error.hpp"
+#include "tessera/rounds/recorder.hpp"
 
 using namespace tessera;
 
@@ -762,4 +766,285 @@ TEST_CASE("engine robust aggregate: refused with secure aggregation, with differ
   CHECK(refused({{"dp", {{"enabled", true}, {"noise_multiplier", 1.0}}}}).find("differential privacy") != std::string::npos);
   CHECK(refused({{"strategy", "central"}}).find("central") != std::string::npos);
   CHECK(refused({{"aggregate", "trimmed_mean"}, {"trim_fraction", 0.5}}).find("trim_fraction") != std::string::npos);
+}
+
+namespace {
+
+// Which of `subs` hold each parameter of the full model: bit k of the result is subs[k].
+std::vector<unsigned> holders(const core::mlp_arch& full, const std::vector<core::subnet>& subs) {
+  std::vector<float> mask(core::param_count(full));
+  std::vector<unsigned> out(mask.size(), 0);
+  for (std::size_t k = 0; k < subs.size(); ++k) {
+    std::fill(mask.begin(), mask.end(), 0.0f);
+    const std::vector<float> ones(core::param_count(subs[k].arch), 1.0f);
+    core::scatter(full, subs[k], ones, mask);
+    for (std::size_t i = 0; i < mask.size(); ++i)
+      if (mask[i] != 0.0f) out[i] |= 1u << k;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("engine server optimizer: by default, and with kind none and lr 1, the model is the plain assembly to the bit") {
+  const auto run = [](nlohmann::json extra) {
+    extra["strategy"] = "ist";
+    auto e = engine_for(config(extra));
+    CHECK(e.server_optimizer().identity());
+    REQUIRE(e.begin_round({offer("a", 64u << 20), offer("b", 64u << 20), offer("c", 64u << 20)}).ok());
+    train_and_report(e, e.assignments()[0], 0.1f, 30);
+    train_and_report(e, e.assignments()[1], -0.2f, 70);
+    REQUIRE(e.sent(e.assignments()[2]).ok());  // a straggler
+    REQUIRE(e.close_round(nullptr).ok());
+    return std::vector<float>(e.params().begin(), e.params().end());
+  };
+  const auto plain = run(nlohmann::json::object());
+  CHECK(run({{"server_optimizer", nlohmann::json::object()}}) == plain);
+  CHECK(run({{"server_optimizer", {{"kind", "none"}, {"lr", 1.0}, {"beta1", 0.5}}}}) == plain);
+}
+
+TEST_CASE("engine server optimizer: FedAvg with momentum over two rounds, by hand") {
+  // Two devices, 20 and 60 examples. Round 1 changes every value by +0.25 and +0.75: Δ = (20·0.25 +
+  // 60·0.75) / 80 = 0.625, m = 0.625, x1 = x0 + 0.5·0.625 = x0 + 0.3125. Round 2 by −0.5 each:
+  // Δ = −0.5, m = 0.5·0.625 − 0.5 = −0.1875, x2 = x1 − 0.09375 = x0 + 0.21875.
+  const auto c = config({{"strategy", "fedavg"}, {"server_optimizer", {{"kind", "momentum"}, {"lr", 0.5}, {"beta1", 0.5}}}});
+  auto e = engine_for(c);
+  CHECK_FALSE(e.server_optimizer().identity());
+  const std::vector<float> x0(e.params().begin(), e.params().end());
+  REQUIRE(e.begin_round({offer("a", 64u << 20), offer("b", 64u << 20)}).ok());
+  train_and_report(e, e.assignments()[0], 0.25f, 20);
+  train_and_report(e, e.assignments()[1], 0.75f, 60);
+  REQUIRE(e.close_round(nullptr).ok());
+  for (std::size_t i = 0; i < x0.size(); ++i) REQUIRE(std::abs(static_cast<double>(e.params()[i]) - x0[i] - 0.3125) < 1e-6);
+  for (const float m : e.server_optimizer().state().m) REQUIRE(std::abs(m - 0.625f) < 1e-6f);
+  REQUIRE(e.begin_round({offer("a", 64u << 20), offer("b", 64u << 20)}).ok());
+  train_and_report(e, e.assignments()[0], -0.5f, 20);
+  train_and_report(e, e.assignments()[1], -0.5f, 60);
+  REQUIRE(e.close_round(nullptr).ok());
+  for (std::size_t i = 0; i < x0.size(); ++i) REQUIRE(std::abs(static_cast<double>(e.params()[i]) - x0[i] - 0.21875) < 1e-6);
+  for (const float m : e.server_optimizer().state().m) REQUIRE(std::abs(m + 0.1875f) < 1e-6f);
+  CHECK(e.server_optimizer().state().steps == 2);
+  CHECK(e.server_optimizer().state().v.empty());
+}
+
+TEST_CASE("engine server optimizer: IST with adam steps where devices trained; a straggler's blocks and the weights between groups stand still") {
+  // Three groups, one device each: a changes its subnet by +0.25, b by +0.5, c never reports. Adam with
+  // β1 0.5, β2 0.75, τ 0.5, η 0.1; v starts at τ² = 0.25:
+  //   a's blocks  Δ = 0.25: m = 0.125,  v = 0.1875 + 0.25·0.0625   = 0.203125,   step 0.1·m/(√v + τ) = 0.0131482908
+  //   b's blocks  Δ = 0.5:  m = 0.25,   v = 0.1875 + 0.25·0.25     = 0.25,       step 0.1·0.25/1       = 0.025
+  //   output bias Δ = 0.375 (a and b, 80 examples each): m = 0.1875, v = 0.22265625, step 0.0192928099
+  //   c's blocks and the weights joining two groups: no step, m = 0 and v = 0.25 still.
+  const auto c = config({{"groups", 3},
+                         {"server_optimizer", {{"kind", "adam"}, {"lr", 0.1}, {"beta1", 0.5}, {"beta2", 0.75}, {"epsilon", 0.5}}}});
+  auto e = engine_for(c);
+  const std::vector<float> x0(e.params().begin(), e.params().end());
+  REQUIRE(e.begin_round({offer("a", 64u << 20), offer("b", 64u << 20), offer("c", 64u << 20)}).ok());
+  auto as = e.assignments();
+  REQUIRE(as.size() == 3);
+  const std::vector<unsigned> held = holders(e.full(), {as[0].sub, as[1].sub, as[2].sub});
+  train_and_report(e, as[0], 0.25f, 80);
+  train_and_report(e, as[1], 0.5f, 80);
+  REQUIRE(e.sent(as[2]).ok());
+  REQUIRE(e.close_round(nullptr).ok());
+  CHECK(e.last_faults().stragglers == 1);
+
+  const auto& st = e.server_optimizer().state();
+  std::map<std::string, std::size_t> seen;
+  for (std::size_t i = 0; i < x0.size(); ++i) {
+    const double moved = static_cast<double>(e.params()[i]) - x0[i];
+    CAPTURE(i);
+    switch (held[i]) {
+      case 0b001:
+        ++seen["a"];
+        REQUIRE(std::abs(moved - 0.013148290817867024) < 1e-6);
+        REQUIRE(st.m[i] == doctest::Approx(0.125).epsilon(1e-5));
+        REQUIRE(st.v[i] == doctest::Approx(0.203125).epsilon(1e-5));
+        break;
+      case 0b010:
+        ++seen["b"];
+        REQUIRE(std::abs(moved - 0.025) < 1e-6);
+        REQUIRE(st.m[i] == doctest::Approx(0.25).epsilon(1e-5));
+        REQUIRE(st.v[i] == doctest::Approx(0.25).epsilon(1e-5));
+        break;
+      case 0b111:
+        ++seen["output bias"];
+        REQUIRE(std::abs(moved - 0.019292809916967874) < 1e-6);
+        REQUIRE(st.m[i] == doctest::Approx(0.1875).epsilon(1e-5));
+        REQUIRE(st.v[i] == doctest::Approx(0.22265625).epsilon(1e-5));
+        break;
+      default:  // c's blocks (0b100) and the weights between groups (0)
+        ++seen[held[i] == 0 ? "between groups" : "straggler"];
+        REQUIRE(held[i] != 0b011);
+        REQUIRE(e.params()[i] == x0[i]);
+        REQUIRE(st.m[i] == 0.0f);
+        REQUIRE(st.v[i] == 0.25f);
+    }
+  }
+  CHECK(seen["output bias"] == 10);
+  CHECK(seen["a"] > 0);
+  CHECK(seen["b"] > 0);
+  CHECK(seen["straggler"] > 0);
+  CHECK(seen["between groups"] > 0);
+}
+
+TEST_CASE("engine server optimizer: under secure aggregation a released group steps, a withheld one keeps its values and its moments") {
+  // Six devices, replication 3: group 0's three change every value by +0.01, +0.02, +0.03 (mean 0.02),
+  // of group 1 only two report (withheld). Adam with β1 0.5, β2 0.75, τ 0.02, η 0.04; v starts at
+  // τ² = 0.0004:
+  //   group 0      Δ = 0.02:  m = 0.01,  v = 0.0003 + 0.25·0.0004 = 0.0004, step 0.04·0.01 / 0.04 = 0.01
+  //   output bias  Δ = 0.212 (five devices): m = 0.106, v = 0.0003 + 0.25·0.044944 = 0.011536,
+  //                step 0.04·0.106 / (√0.011536 + 0.02) = 0.0332794968
+  //   group 1      withheld: no step, m = 0 and v = 0.0004 still (a step on Δ = 0 would decay v).
+  auto c = config({{"secure_aggregation", {{"replication", 3}}},
+                   {"server_optimizer", {{"kind", "adam"}, {"lr", 0.04}, {"beta1", 0.5}, {"beta2", 0.75}, {"epsilon", 0.02}}}});
+  auto e = engine_for(c);
+  const std::vector<float> before(e.params().begin(), e.params().end());
+  REQUIRE(e.begin_round(fleet(6)).ok());
+  auto as = e.assignments();
+  std::size_t in_group1 = 0;
+  float d0 = 0.01f;
+  for (auto& a : as) {
+    if (a.group == 1 && ++in_group1 == 3) {
+      e.refuse(a, "no longer on the network");
+      continue;
+    }
+    secure_report(e, a, a.group == 0 ? d0 : 0.5f);
+    if (a.group == 0) d0 += 0.01f;
+  }
+  auto m = e.close_round(nullptr);
+  REQUIRE(m.ok());
+  CHECK(m.value().secagg_withheld == 1u);
+  const auto& full = e.full();
+  const auto after = e.params();
+  const auto& st = e.server_optimizer().state();
+  const float v0 = static_cast<float>(0.02 * 0.02);
+  for (const auto& a : as) {
+    std::vector<float> was(core::param_count(a.sub.arch)), now(was.size()), m1(was.size()), v1(was.size());
+    core::gather(full, a.sub, before, was);
+    core::gather(full, a.sub, after, now);
+    core::gather(full, a.sub, st.m, m1);
+    core::gather(full, a.sub, st.v, v1);
+    for (std::size_t i = 0; i + 10 < was.size(); ++i) {
+      if (a.group == 0) {
+        REQUIRE(std::abs(now[i] - was[i] - 0.01f) < 1e-6f);
+        REQUIRE(std::abs(m1[i] - 0.01f) < 1e-7f);
+        REQUIRE(std::abs(v1[i] - 0.0004f) < 1e-8f);
+      } else {
+        REQUIRE(now[i] == was[i]);
+        REQUIRE(m1[i] == 0.0f);
+        REQUIRE(v1[i] == v0);
+      }
+    }
+  }
+  const std::size_t bias = core::param_slots(full).back().bias;
+  for (std::size_t i = 0; i < 10; ++i) {
+    CHECK(std::abs(static_cast<double>(after[bias + i]) - before[bias + i] - 0.033279496773055764) < 1e-6);
+    CHECK(st.v[bias + i] == doctest::Approx(0.011536).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("engine server optimizer: a resumed run hands over the checkpoint's state, or refuses to begin a round") {
+  const auto c = config({{"strategy", "fedavg"}, {"server_optimizer", {{"kind", "yogi"}, {"lr", 0.05}}}});
+  // A run of two rounds, checkpointed by the recorder, resumed into a fresh engine: round 3 gives the
+  // uninterrupted run's model and moments, to the bit.
+  const auto one_round = [](rounds::engine& e, float delta) {
+    REQUIRE(e.begin_round({offer("a", 64u << 20), offer("b", 64u << 20)}).ok());
+    train_and_report(e, e.assignments()[0], delta, 40);
+    train_and_report(e, e.assignments()[1], -0.5f * delta, 60);
+    REQUIRE(e.close_round(nullptr).ok());
+  };
+  testing::temp_dir d("server-opt-resume");
+  auto whole = engine_for(c);
+  one_round(whole, 0.01f);
+  one_round(whole, 0.02f);
+  auto rec = rounds::recorder::open(c, {.checkpoint = d.file("run.ckpt"), .seal_key = std::nullopt}, {});
+  REQUIRE(rec.ok());
+  REQUIRE(rec.value().save_state(whole, {}).ok());
+  one_round(whole, -0.03f);
+
+  auto loaded = rounds::load_checkpoint(d.file("run.ckpt"), c.model, nullptr);
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded.value().has_value());
+  rounds::checkpoint& ck = *loaded.value();
+  REQUIRE(ck.server_optimizer.has_value());
+  CHECK(ck.server_optimizer->steps == 2);
+  CHECK(testing::read_bytes(d.file("run.ckpt"))[6] == '\x03');
+
+  rounds::engine resumed(c, ck.params, ck.round);
+  // Without its state the run cannot go on: a kind with moments would restart them silently.
+  const auto refused = resumed.begin_round({offer("a", 64u << 20), offer("b", 64u << 20)});
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == rounds::errc::server_state);
+  CHECK(core::error_name(rounds::errc::server_state) == "rounds.server_state");
+  CHECK(testing::contains(refused.error().message, "resumed after round 2 with server_optimizer.kind yogi"));
+  const auto missing = resumed.restore_server_optimizer(std::nullopt);
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().code == rounds::errc::server_state);
+  CHECK(testing::contains(missing.error().message, "holds no server optimizer state"));
+  core::server_optimizer_state other = *ck.server_optimizer;
+  other.kind = core::server_optimizer_kind::adam;
+  const auto wrong = resumed.restore_server_optimizer(other);
+  REQUIRE_FALSE(wrong.ok());
+  CHECK(wrong.error().code == rounds::errc::server_state);
+  CHECK(testing::contains(wrong.error().message, "of kind adam, the configuration's is yogi"));
+
+  REQUIRE(resumed.restore_server_optimizer(std::move(ck.server_optimizer)).ok());
+  one_round(resumed, -0.03f);
+  CHECK(std::vector<float>(resumed.params().begin(), resumed.params().end()) ==
+        std::vector<float>(whole.params().begin(), whole.params().end()));
+  CHECK(resumed.server_optimizer().state() == whole.server_optimizer().state());
+  CHECK(resumed.server_optimizer().state().steps == 3);
+
+  // A fresh start, or a kind without moments, needs nothing restored.
+  auto fresh = engine_for(c);
+  CHECK(fresh.restore_server_optimizer(std::nullopt).ok());
+  const auto stateless = config({{"strategy", "fedavg"}, {"server_optimizer", {{"kind", "none"}, {"lr", 0.5}}}});
+  rounds::engine later(stateless, std::vector<float>(whole.params().begin(), whole.params().end()), 2);
+  CHECK(later.begin_round({offer("a", 64u << 20)}).ok());
+}
+
+TEST_CASE("engine server optimizer: its fields, their defaults, and central training refusing it by name") {
+  const auto c = config({{"server_optimizer", {{"kind", "adam"}}}});
+  CHECK(c.server_optimizer.kind == core::server_optimizer_kind::adam);
+  CHECK(c.server_optimizer.lr == 0.01);  // adam and yogi start lower: they step by about lr
+  CHECK(c.server_optimizer.beta1 == 0.9);
+  CHECK(c.server_optimizer.beta2 == 0.99);
+  CHECK(c.server_optimizer.epsilon == 1e-3);
+  CHECK(config({{"server_optimizer", {{"kind", "momentum"}}}}).server_optimizer.lr == 1.0);
+  CHECK(config().server_optimizer.identity());
+
+  const auto refused = [](nlohmann::json extra) {
+    nlohmann::json j = {{"model", {{"inputs", 64}, {"hidden", {256, 256}}, {"outputs", 10}}}};
+    j.update(extra);
+    core::config_reader r(j, "run.json");
+    rounds::run_config rc;
+    (void)rounds::read_run_fields(r, rc, /*allow_central=*/true);
+    auto done = r.finish();
+    REQUIRE_FALSE(done.ok());
+    return done.error().message;
+  };
+  CHECK(testing::contains(refused({{"strategy", "central"}, {"server_optimizer", {{"kind", "yogi"}}}}), "server_optimizer.kind"));
+  CHECK(testing::contains(refused({{"strategy", "central"}, {"server_optimizer", {{"lr", 0.5}}}}), "server_optimizer.lr"));
+  CHECK(testing::contains(refused({{"strategy", "central"}, {"server_optimizer", {{"lr", 0.5}}}}), "central training"));
+  CHECK(testing::contains(refused({{"server_optimizer", {{"kind", "lamb"}}}}), "server_optimizer.kind"));
+  CHECK(testing::contains(refused({{"server_optimizer", {{"beta1", 1.0}}}}), "server_optimizer.beta1"));
+  CHECK(testing::contains(refused({{"server_optimizer", {{"epsilon", 0.0}}}}), "server_optimizer.epsilon"));
+  CHECK(testing::contains(refused({{"server_optimizer", {{"momentum", 0.9}}}}), "momentum"));  // not a field of it
+  // It composes with the rest: secure aggregation, differential privacy and a robust aggregate.
+  CHECK(config({{"server_optimizer", {{"kind", "adam"}}}, {"secure_aggregation", {{"replication", 3}}}}).server_optimizer.kind ==
+        core::server_optimizer_kind::adam);
+  CHECK(config({{"server_optimizer", {{"kind", "yogi"}}}, {"dp", {{"noise_multiplier", 1.0}}}}).dp.enabled);
+  CHECK(config({{"server_optimizer", {{"kind", "momentum"}}}, {"aggregate", "median"}}).aggregate == core::aggregate_kind::median);
+
+  // --help lists them from the same parser.
+  core::field_table help;
+  core::describe_config(help, [](core::config_reader& r) {
+    rounds::run_config rc;
+    return rounds::read_run_fields(r, rc, true);
+  });
+  std::set<std::string> paths;
+  for (const auto& f : help.fields()) paths.insert(f.path);
+  for (const char* p : {"server_optimizer", "server_optimizer.kind", "server_optimizer.lr", "server_optimizer.beta1",
+                        "server_optimizer.beta2", "server_optimizer.epsilon"})
+    CHECK(paths.count(p) == 1);
 }

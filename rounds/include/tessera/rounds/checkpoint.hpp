@@ -1,7 +1,7 @@
 // tessera/rounds/checkpoint.hpp — a run's state after a completed round, durable across crashes.
 //
-// File layout, version 2 (little-endian):
-//   offset 0      8 bytes  magic "TSCKPT\x02\0"
+// File layout, version 2 or 3 (little-endian):
+//   offset 0      8 bytes  magic "TSCKPT\x02\0" or "TSCKPT\x03\0"
 //   offset 8      8 bytes  u64 n, length of the JSON header (≤ 16 MiB)
 //   offset 16     n bytes  JSON: {"round", "plan_seed", "strategy", "seed", "spec", "param_count",
 //                                 "registry": [{"id", "budget_bytes", "examples",
@@ -10,9 +10,14 @@
 //                                 "stopped"} (absent in files of older versions: a fresh start),
 //                                 "normalization": {"mean", "std"} (base64 float32, one per input) and
 //                                 "statistics" (the fleet's counts) when the model standardizes its inputs,
-//                                 "privacy": {"orders", "rdp", "steps", "clip"} with differential privacy}
+//                                 "privacy": {"orders", "rdp", "steps", "clip"} with differential privacy,
+//                                 version 3: "server_optimizer": {"kind", "steps", "moments"}}
 //   offset 16+n   4·param_count bytes of the full model's parameters (f32)
-//   then          32 bytes: SHA-256 of every byte before them (magic, n, header, parameters)
+//   version 3     moments × 4·param_count bytes: the server optimizer's first moment m, then (adam,
+//                 yogi) its second moment v (f32); "moments" is 1 for kind momentum, 2 for adam and yogi
+//   then          32 bytes: SHA-256 of every byte before them (magic, n, header, parameters, moments)
+// Version 3 is written only for a run whose server optimizer keeps moments; every other run writes
+// version 2, byte for byte what it wrote before version 3 existed (and builds of then still read it).
 // Version 1 (magic "TSCKPT\x01\0", still read) is the same without the trailing digest; its header
 // holds "params_sha256" instead (hex), which covers the parameters only.
 // With a sealing key the same bytes are sealed with AES-256-GCM (crypto/seal.hpp), which authenticates
@@ -45,6 +50,7 @@
 #include "tessera/core/error.hpp"
 #include "tessera/core/input_normalization.hpp"
 #include "tessera/core/model_spec.hpp"
+#include "tessera/core/server_optimizer.hpp"
 #include "tessera/crypto/seal.hpp"
 #include "tessera/rounds/engine.hpp"
 #include "tessera/rounds/error.hpp"
@@ -73,6 +79,8 @@ struct checkpoint {
   nlohmann::json statistics;                // the fleet's statistics' summary (stats_gathering::summary)
   std::optional<core::rdp_accountant> privacy;  // differential privacy: the accountant's state
   double dp_clip = 0;                           // and the clip adaptive clipping reached (0: none)
+  // The server optimizer's moments and steps (core/server_optimizer.hpp), for a kind that keeps moments.
+  std::optional<core::server_optimizer_state> server_optimizer;
 };
 
 // Why load_latest_checkpoint passed over the newest checkpoint.
@@ -94,7 +102,8 @@ struct loaded_checkpoint {
 // previous one), or that this process wrote it itself with save_checkpoint.
 enum class current_checkpoint { unchecked, written_here };
 
-// Writes version 2 (sealed when `key` is not null) and keeps the current file as previous_checkpoint(path).
+// Writes version 3 when `c` holds a server optimizer's moments, version 2 otherwise (sealed when `key` is
+// not null), and keeps the current file as previous_checkpoint(path).
 [[nodiscard]] core::result<void> save_checkpoint(const std::filesystem::path& path, const checkpoint& c,
                                                  const crypto::sealing_key* key,
                                                  current_checkpoint current = current_checkpoint::unchecked);
@@ -105,7 +114,7 @@ enum class current_checkpoint { unchecked, written_here };
 [[nodiscard]] core::result<std::optional<loaded_checkpoint>> load_latest_checkpoint(const std::filesystem::path& path,
                                                                                     const core::model_spec& expected,
                                                                                     const crypto::sealing_key* key);
-// The one file at `path`, version 1 or 2, with no fallback; std::nullopt when it does not exist.
+// The one file at `path`, version 1, 2 or 3, with no fallback; std::nullopt when it does not exist.
 [[nodiscard]] core::result<std::optional<checkpoint>> load_checkpoint(const std::filesystem::path& path,
                                                                       const core::model_spec& expected,
                                                                       const crypto::sealing_key* key);

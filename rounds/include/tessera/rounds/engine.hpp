@@ -31,6 +31,15 @@
 // Accepted uploads are added to the round's sums as soon as every device before them has ended, so a
 // driver that reports in device order (the simulator) holds one subnet at a time.
 //
+// Server optimizer (config.server_optimizer, core/server_optimizer.hpp): after assembly close_round
+// takes (assembled − the model the round started from) as a pseudo-gradient and steps from the round's
+// start with FedAvgM, FedAdam or FedYogi, on the coordinates the round reached: an accepted update's
+// subnet (plain rounds, robust aggregates included), a released segment (secure aggregation), every
+// coordinate a group trains (differential privacy with the hub's noise: the noised release). The
+// others keep their value and their moments. The default (kind none, lr 1) takes no step. A resumed
+// run hands the checkpoint's state to restore_server_optimizer before its first round; a kind with
+// moments refuses to begin a round after round 0 without it.
+//
 //   rounds::engine e(config, initial_params, /*completed=*/0);
 //   while (!e.finished()) {
 //     TESSERA_TRY(e.begin_round(offers));
@@ -52,6 +61,7 @@
 #include "tessera/core/ist.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/core/rdp.hpp"
+#include "tessera/core/server_optimizer.hpp"
 #include "tessera/crypto/secagg.hpp"
 #include "tessera/rounds/assignment.hpp"
 #include "tessera/rounds/metrics.hpp"
@@ -221,6 +231,13 @@ class engine {
   // Why the run stopped for its privacy budget (empty: it did not).
   [[nodiscard]] const std::string& privacy_stop() const noexcept { return privacy_stop_; }
 
+  // The server optimizer and its state (moments, steps): what a checkpoint keeps.
+  [[nodiscard]] const core::server_optimizer& server_optimizer() const noexcept { return server_opt_; }
+  // A resumed run's state from its checkpoint (std::nullopt: the checkpoint holds none), only while no
+  // round is open. Fails with errc::server_state when it does not fit the configuration: none for a
+  // kind with moments after round 0, another kind, another size, values that are not finite.
+  [[nodiscard]] core::result<void> restore_server_optimizer(std::optional<core::server_optimizer_state> s);
+
   // Writes the assignment's subnet, encoded in its codec, into `out` (exactly a.blob_bytes bytes).
   [[nodiscard]] core::result<void> encode_download(const assignment& a, std::span<std::byte> out) const;
 
@@ -276,11 +293,17 @@ class engine {
   [[nodiscard]] double change_noise_multiplier() const noexcept;
   void fold_ready();
   void note_score(double score);
+  // The server optimizer's mask: the first `leading` values of the subnet's layout (all by default)
+  // were reached this round. Nothing without a server optimizer.
+  void mark_trained(const core::subnet& sub, std::size_t leading = SIZE_MAX);
 
   run_config config_;
   core::mlp_arch full_;
   std::vector<float> params_;
   std::int64_t completed_ = 0;
+  core::server_optimizer server_opt_;
+  bool server_state_pending_ = false;  // resumed with a kind that keeps moments, and they are not restored yet
+  std::vector<float> trained_;         // the open round's coordinates some update reached (1) or not (0)
   bool in_round_ = false;
   std::uint64_t plan_seed_ = 0;
   std::size_t groups_ = 0;

@@ -34,6 +34,7 @@ enum class errc {
   privacy_budget,        // differential privacy: the next round would take ε past dp.target_epsilon
   update_out_of_bounds,  // an update's change passes max_update_norm or max_update_abs
   checkpoint_corrupt,    // a checkpoint cut short, failing its SHA-256, or failing authentication (or the key is wrong)
+  server_state,          // a server optimizer's state that does not fit the run: missing on resume, another kind or size
 };
 
 [[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.rounds"

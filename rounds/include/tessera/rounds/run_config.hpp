@@ -23,6 +23,7 @@
 #include "tessera/core/memory.hpp"
 #include "tessera/core/model_spec.hpp"
 #include "tessera/core/optimizer.hpp"
+#include "tessera/core/server_optimizer.hpp"
 
 namespace tessera::rounds {
 
@@ -114,6 +115,13 @@ struct run_config {
   // only sums, and differential privacy's sensitivity is the mean's).
   core::aggregate_kind aggregate = core::aggregate_kind::mean;
   double trim_fraction = 0.2;  // trimmed_mean: the share dropped at each end
+  // The hub's step after assembly (core/server_optimizer.hpp): (assembled − previous) as a pseudo-gradient
+  // for FedAvgM, FedAdam or FedYogi, on the coordinates some update reached. The default, kind none with
+  // lr 1, is the plain assembly (the engine then takes no step at all). It composes with everything that
+  // assembles: secure aggregation (the released mean change), differential privacy (post-processing of
+  // the noised release: ε is unchanged) and a robust aggregate; central training has no assembly and
+  // refuses anything but the default.
+  core::server_optimizer_options server_optimizer;
   secure_aggregation_config secure_aggregation;
   dp_config dp;
   std::string metrics_path;          // JSON lines; empty: none
