@@ -39,7 +39,11 @@ using clock_type = std::chrono::steady_clock;
 constexpr std::string_view k_revocations_file = "revoked-devices.json";
 
 http_response json_reply(unsigned status, const nlohmann::json& j) {
-  return {.status = status, .content_type = "application/json", .body = j.dump() + "\n"};
+  // Text that came from peers is valid UTF-8 once parsed; should anything else slip in, it is replaced
+  // (U+FFFD) rather than thrown out of a completion handler.
+  return {.status = status,
+          .content_type = "application/json",
+          .body = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"};
 }
 http_response error_reply(unsigned status, const std::string& what) { return json_reply(status, {{"error", what}}); }
 

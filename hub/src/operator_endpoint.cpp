@@ -146,7 +146,16 @@ class connection : public std::enable_shared_from_this<connection<Stream>> {
     r.peer = peer_;
     r.operator_name = operator_;
     ++state_->served;
-    write(state_->handle(r));
+    http_response out;
+    try {
+      out = state_->handle(r);
+    } catch (const std::exception& e) {
+      // A bug in a route must not take the hub's thread down with it: this request fails, the hub goes on.
+      state_->note(core::log_level::error, "operator endpoint: " + r.method + " " + r.path + " failed: " + e.what());
+      keep_alive_ = false;
+      out = http_response{.status = 500, .content_type = "text/plain; charset=utf-8", .body = "internal error\n"};
+    }
+    write(std::move(out));
   }
 
   void reply_error(unsigned status, const std::string& what) {
