@@ -7,7 +7,13 @@
 // otherwise: the same checks, the same code path.
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -449,4 +455,125 @@ TEST_CASE("operator actions: revoking a device closes its session within 1 s; it
   CHECK(f.hub_lines_with("revoked by operators stay refused") == 1);
   CHECK(f.hub_lines_with("device dev-b: HELLO with a revoked certificate") >= 1);
   for (const auto& m : f.recorded()) CHECK(m.devices == 1);
+}
+
+// ---- the endpoint's bounds, without a hub --------------------------------------------------------
+
+namespace {
+
+// A raw TCP client with a receive deadline: what it sends, and everything it reads until the server
+// closes (or the deadline).
+struct raw_reply {
+  std::string text;
+  bool closed = false;   // the server closed the connection (EOF or reset)
+  double seconds = 0;    // until then
+};
+raw_reply raw_exchange(std::uint16_t port, const std::string& send, std::chrono::milliseconds deadline = 3000ms) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  timeval tv{.tv_sec = deadline.count() / 1000, .tv_usec = static_cast<suseconds_t>((deadline.count() % 1000) * 1000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_port = htons(port);
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&at), sizeof at) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!send.empty()) (void)::send(fd, send.data(), send.size(), MSG_NOSIGNAL);
+  raw_reply r;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n > 0) {
+      r.text.append(buf, static_cast<std::size_t>(n));
+      continue;
+    }
+    r.closed = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+    break;
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::close(fd);
+  return r;
+}
+
+// An endpoint with a trivial handler on an io_context running in a thread of its own.
+struct bare_endpoint {
+  boost::asio::io_context io;
+  std::shared_ptr<hub::operator_endpoint> ep;
+  std::uint16_t port = 0;
+  std::thread runner;
+  explicit bare_endpoint(hub::endpoint_config c) {
+    ep = hub::operator_endpoint::create(io, c, std::nullopt, [](const hub::http_request& r) {
+      return hub::http_response{.status = 200, .content_type = "text/plain", .body = r.method + " " + r.path + " " + std::to_string(r.body.size())};
+    }, {});
+    auto p = ep->listen();
+    REQUIRE(p.ok());
+    port = p.value();
+    runner = std::thread([this] { io.run(); });
+  }
+  ~bare_endpoint() {
+    boost::asio::post(io, [this] { ep->stop(); });
+    runner.join();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("operator endpoint bounds: oversized headers 431, oversized body 413, each answered and closed") {
+  bare_endpoint b({.address = "127.0.0.1", .port = 0, .tls = false, .max_connections = 8, .timeout = 2000ms, .max_body_bytes = 1024});
+  const auto ok = raw_exchange(b.port, "GET /x HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
+  CHECK(ok.text.starts_with("HTTP/1.1 200"));
+  CHECK(ok.text.ends_with("GET /x 0"));
+  const auto big_header = raw_exchange(b.port, "GET /x HTTP/1.1\r\nHost: h\r\nX-Fill: " + std::string(9000, 'a') + "\r\n\r\n");
+  CHECK(big_header.text.starts_with("HTTP/1.1 431"));
+  CHECK(big_header.closed);
+  const auto big_body = raw_exchange(b.port, "POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 5000\r\n\r\n" + std::string(5000, 'b'));
+  CHECK(big_body.text.starts_with("HTTP/1.1 413"));
+  CHECK(big_body.closed);
+  const auto fits = raw_exchange(b.port, "POST /x HTTP/1.1\r\nHost: h\r\nConnection: close\r\nContent-Length: 1024\r\n\r\n" + std::string(1024, 'c'));
+  CHECK(fits.text.ends_with("POST /x 1024"));
+  const auto garbage = raw_exchange(b.port, "\x16\x03\x01 not http at all\r\n\r\n");
+  CHECK(garbage.closed);
+}
+
+TEST_CASE("operator endpoint bounds: a silent client and a stalled request are dropped at the deadline") {
+  bare_endpoint b({.address = "127.0.0.1", .port = 0, .tls = false, .max_connections = 8, .timeout = 300ms, .max_body_bytes = 1024});
+  const auto silent = raw_exchange(b.port, "");
+  CHECK(silent.closed);
+  CHECK(silent.seconds < 2.0);
+  const auto stalled = raw_exchange(b.port, "GET /x HTTP/1.1\r\nHost: h\r\n");  // the blank line never comes
+  CHECK(stalled.closed);
+  CHECK(stalled.seconds < 2.0);
+  CHECK(stalled.text.empty());
+}
+
+TEST_CASE("operator endpoint bounds: past max_connections a connection is closed at once; stop() closes the rest") {
+  bare_endpoint b({.address = "127.0.0.1", .port = 0, .tls = false, .max_connections = 2, .timeout = 5000ms, .max_body_bytes = 1024});
+  // Two idle connections hold both places (their deadline is 5 s).
+  std::vector<int> held;
+  for (int i = 0; i < 2; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in at{};
+    at.sin_family = AF_INET;
+    at.sin_port = htons(b.port);
+    at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&at), sizeof at) == 0);
+    held.push_back(fd);
+  }
+  std::this_thread::sleep_for(100ms);  // accepted by now
+  const auto third = raw_exchange(b.port, "GET /x HTTP/1.1\r\nHost: h\r\n\r\n", 3000ms);
+  CHECK(third.closed);
+  CHECK(third.text.empty());
+  CHECK(third.seconds < 1.0);
+  // stop(): both held connections end well before their 5 s deadline.
+  const auto t0 = std::chrono::steady_clock::now();
+  boost::asio::post(b.io, [&b] { b.ep->stop(); });
+  for (int fd : held) {
+    timeval tv{.tv_sec = 3, .tv_usec = 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char c;
+    CHECK(::recv(fd, &c, 1, 0) <= 0);
+    ::close(fd);
+  }
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 2.0);
 }
