@@ -10,6 +10,7 @@
 #include <numbers>
 #include <vector>
 
+#include "check_near.hpp"
 #include "test_files.hpp"
 
 namespace core = tessera::core;
@@ -17,14 +18,7 @@ using namespace tessera::testing;
 
 namespace {
 
-// Every entry within a few float roundings of its hand-computed value.
-void check_near(const std::vector<float>& got, const std::vector<double>& expected) {
-  REQUIRE(got.size() == expected.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    CAPTURE(i);
-    CHECK(got[i] == doctest::Approx(expected[i]).epsilon(1e-6));
-  }
-}
+using tessera::testing::check_near;
 
 }  // namespace
 

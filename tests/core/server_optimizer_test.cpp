@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "check_near.hpp"
 #include "test_files.hpp"
 
 namespace core = tessera::core;
@@ -28,13 +29,7 @@ std::vector<float> step(core::server_optimizer& opt, const std::vector<float>& p
   return model;
 }
 
-void check_near(const std::vector<float>& got, const std::vector<double>& expected) {
-  REQUIRE(got.size() == expected.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    CAPTURE(i);
-    CHECK(got[i] == doctest::Approx(expected[i]).epsilon(1e-6));
-  }
-}
+using tessera::testing::check_near;
 
 }  // namespace
 
