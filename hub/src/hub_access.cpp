@@ -111,7 +111,12 @@ void hub_service::on_refuse(const std::shared_ptr<net::session>& s, const net::m
 void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::error& why) {
   const std::string& id = s->peer_device_id();
   if (id.empty()) {  // never got past the handshake: a revoked or foreign certificate, a port scan, a flood
-    if (!stopping_) note_refused(why);
+    if (!stopping_) {
+      // Counted by the TLS failure's reason when there is one (unknown_ca, certificate_revoked, ...),
+      // else by the error (a handshake or HELLO deadline, eviction, a certificate without a device id).
+      obs_->connections_refused.add(s->tls_failure().empty() ? core::error_name(why.code) : "tls." + s->tls_failure());
+      note_refused(why);
+    }
     return;
   }
   auto it = devices_.find(id);
@@ -125,7 +130,6 @@ void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::
 // Refused connections are logged one by one up to 5 in 10 s, then as one summary line per window: a
 // flood of bad connections cannot fill a disk.
 void hub_service::note_refused(const core::error& why) {
-  obs_->connections_refused.add(core::error_name(why.code));
   const auto now = clock_type::now();
   if (now - refused_window_ >= std::chrono::seconds(10)) {
     if (refused_quiet_ > 0)

@@ -72,6 +72,7 @@ void session::on_handshake(const boost::system::error_code& ec) {
     std::string detail = "TLS handshake: " + ec.message();
     const long verify = SSL_get_verify_result(stream_.native_handle());
     if (verify != X509_V_OK) detail += std::string(" (peer certificate: ") + X509_verify_cert_error_string(verify) + ")";
+    tls_failure_ = detail::tls_failure_label(ec, verify);
     fail(make_error(errc::tls_handshake, detail), close_mode::hard);
     return;
   }

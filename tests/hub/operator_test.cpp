@@ -269,6 +269,30 @@ TEST_CASE("operator endpoint: /metrics, /api/status, /api/rounds and the page du
   CHECK(f.hub_lines_with("paused") == 0);
 }
 
+TEST_CASE("operator endpoint: connections refused at the device port are counted by their TLS reason") {
+  testing::temp_dir dir("operator-tls-reasons");
+  federation f(dir);
+  f.start_hub(f.hub_config({{"http", {{"listen", "127.0.0.1:0"}}}}));
+  const auto& pki = test::test_pki::get();
+  std::string scrape;
+  run_with_client(f, [&] {
+    const std::vector<std::optional<crypto::cert_files>> certs = {std::nullopt, pki.foreign, pki.revoked, pki.expired, pki.operator_cert};
+    for (const auto& c : certs)  // each fails: at the handshake, or (the operator's) for carrying no device id
+      (void)http_fetch({.port = f.port(), .target = "/", .tls = hub_testing::client_tls{pki.ca.cert, c}});
+    std::this_thread::sleep_for(200ms);  // the hub has seen the last one close
+    scrape = http_fetch({.port = f.hub().http_port(), .target = "/metrics"}).body;
+  }, true);
+  INFO(scrape);
+  const auto count = [&](const std::string& reason) {
+    return sample(scrape, "tessera_hub_connections_refused_total\\{reason=\"" + reason + "\"\\}");
+  };
+  CHECK(count("tls.no_certificate") == 1);
+  CHECK(count("tls.unknown_ca") == 1);
+  CHECK(count("tls.certificate_revoked") == 1);
+  CHECK(count("tls.certificate_expired") == 1);
+  CHECK(count("net.no_device_id") == 1);
+}
+
 // ---- who may connect over HTTPS (DESIGN §5: operator certificates on the operator port only) ----------
 
 namespace {

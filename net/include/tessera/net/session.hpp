@@ -105,6 +105,10 @@ class session : public std::enable_shared_from_this<session> {
   [[nodiscard]] const std::string& peer_device_id() const noexcept { return peer_id_; }
   // Hub role: the peer certificate's serial, lowercase hex (empty before on_ready).
   [[nodiscard]] const std::string& peer_serial() const noexcept { return peer_serial_; }
+  // Why the TLS handshake failed, as a short label for counting (certificate_revoked, unknown_ca,
+  // certificate_expired, no_certificate, wrong_purpose, protocol_version, closed, tls_error); empty
+  // when it did not fail.
+  [[nodiscard]] const std::string& tls_failure() const noexcept { return tls_failure_; }
   [[nodiscard]] std::uint64_t bytes_received() const noexcept { return bytes_rx_; }
   [[nodiscard]] std::uint64_t bytes_sent() const noexcept { return bytes_tx_; }
   [[nodiscard]] asio::strand<asio::any_io_executor> strand() const { return strand_; }
@@ -159,6 +163,7 @@ class session : public std::enable_shared_from_this<session> {
   bool send_paused_ = false;  // the send rate cap's timer is waiting
   std::string peer_id_;
   std::string peer_serial_;
+  std::string tls_failure_;
   std::string refuse_code_;  // the code a refuse() sends in its REFUSE
   session_activity activity_;
   std::uint64_t bytes_rx_ = 0, bytes_tx_ = 0, ping_seq_ = 0;
