@@ -20,7 +20,7 @@ client::client(asio::io_context& io, const crypto::tls_context& tls, const sessi
       tls_(detail::adopt_tls(tls)),
       session_cfg_(session_cfg),
       cfg_(cfg),
-      resolver_(strand_),
+      resolver_(strand_, cfg.dns),
       socket_(strand_),
       timer_(strand_),
       rng_(cfg.seed != 0 ? cfg.seed : std::random_device{}()) {}
@@ -58,25 +58,33 @@ void client::do_connect() {
   connecting_ = true;
   socket_ = tcp::socket(strand_);
   // One deadline for resolve + connect; the session then has its own for the handshake.
-  timer_.expires_after(session_cfg_.handshake_timeout);
+  const auto deadline = std::chrono::steady_clock::now() + session_cfg_.handshake_timeout;
+  resolver_.async_resolve(cfg_.host, cfg_.port, deadline,
+                          [self = shared_from_this(), deadline](core::result<resolver::endpoints> found) {
+                            self->on_resolved(std::move(found), deadline);
+                          });
+}
+
+void client::on_resolved(core::result<resolver::endpoints> found, std::chrono::steady_clock::time_point deadline) {
+  if (stopped_) {
+    connecting_ = false;
+    return;
+  }
+  if (!found) {
+    connecting_ = false;
+    schedule_retry(found.error());
+    return;
+  }
+  timer_.expires_at(deadline);
   timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
     if (ec || !self->connecting_) return;
     boost::system::error_code ignored;
-    self->resolver_.cancel();
     self->socket_.close(ignored);
   });
-  resolver_.async_resolve(
-      cfg_.host, std::to_string(cfg_.port),
-      [self = shared_from_this()](const boost::system::error_code& ec, const tcp::resolver::results_type& results) {
-        if (ec) {
-          self->on_connected(ec);
-          return;
-        }
-        asio::async_connect(self->socket_, results,
-                            [self](const boost::system::error_code& ec2, const tcp::endpoint&) {
-                              self->on_connected(ec2);
-                            });
-      });
+  asio::async_connect(socket_, std::move(found).value(),
+                      [self = shared_from_this()](const boost::system::error_code& ec, const tcp::endpoint&) {
+                        self->on_connected(ec);
+                      });
 }
 
 void client::on_connected(const boost::system::error_code& ec) {

@@ -1,10 +1,14 @@
 // tessera/net/client.hpp — the agent's side: dial the hub, and dial again after every break.
 //
-// The client resolves and connects with a deadline (session_config::handshake_timeout), runs an
+// The client resolves and connects with one deadline (session_config::handshake_timeout), runs an
 // agent-role session, and when that session closes for any reason but stop() schedules the next attempt
 // on a timer: capped exponential backoff (backoff_initial · 2^(failures-1), at most backoff_max) with
 // jitter (a random cut of up to `jitter` of the delay), so a fleet that lost its hub does not reconnect
 // in lockstep. A session that completed its handshake resets the backoff.
+//
+// The host name is resolved again before every attempt, with net::resolver (c-ares: the hosts file,
+// then DNS; no glibc NSS, so it works in a static agent): a hub that moved to another address keeps
+// its fleet. A name that does not resolve fails the attempt with errc::resolve_failed.
 //
 //   auto tls = crypto::make_agent_tls({.ca_cert = ..., .hub_name = "hub.example.org"}).value();
 //   auto c = net::client::create(io, tls, session_cfg, {.host = "hub.example.org", .port = 7443});
@@ -24,6 +28,7 @@
 #include <string>
 
 #include "tessera/crypto/tls.hpp"
+#include "tessera/net/resolver.hpp"
 #include "tessera/net/session.hpp"
 
 namespace tessera::net {
@@ -35,6 +40,7 @@ struct client_config {
   std::chrono::milliseconds backoff_max{30'000};
   double jitter = 0.5;           // 0: exact delays; 0.5: each delay is cut by a random 0..50 %
   std::uint64_t seed = 0;        // 0: seeded from std::random_device
+  resolver_config dns{};         // default: the name servers of /etc/resolv.conf
 };
 
 class client : public std::enable_shared_from_this<client> {
@@ -57,6 +63,7 @@ class client : public std::enable_shared_from_this<client> {
 
  private:
   void do_connect();
+  void on_resolved(core::result<resolver::endpoints> found, std::chrono::steady_clock::time_point deadline);
   void on_connected(const boost::system::error_code& ec);
   void schedule_retry(const core::error& why);
 
@@ -64,7 +71,7 @@ class client : public std::enable_shared_from_this<client> {
   std::shared_ptr<asio::ssl::context> tls_;
   session_config session_cfg_;
   client_config cfg_;
-  tcp::resolver resolver_;
+  resolver resolver_;
   tcp::socket socket_;
   asio::steady_timer timer_;       // connect deadline, then retry delay
   std::mt19937_64 rng_;

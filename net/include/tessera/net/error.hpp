@@ -46,11 +46,12 @@ enum class errc {
   closed_by_peer,      // orderly close at a frame boundary
   connection_lost,     // the transport failed (reset, truncated TLS stream)
   stopped,             // closed by our side (server stop, session close)
-  connect_failed,      // resolve or connect failed (client)
+  connect_failed,      // the TCP connect failed or timed out (client)
   revoked,             // the peer's certificate was revoked while it was connected
   replaced,            // a newer connection of the same device took this one's place
   evicted,             // a pending handshake pushed out to make room for newer connections
   server_full,         // verified, but the server holds max_sessions sessions already
+  resolve_failed,      // the host name did not resolve: not found, no answer by the deadline, bad resolver setup
 };
 
 [[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.net"
