@@ -132,12 +132,29 @@ int run(const options& o) {
   }
   fleet.start(hub.port(), hub.pid());
   // Until the hub exits after its last round, or the deadline.
-  const bool timed_out = !testing::eventually([&] { return !hub.process().running(); }, until(deadline));
+  // The scraping ends with the line of the hub's second-to-last round, so that every scrape meets a
+  // running hub (after its last round the hub closes its endpoint and exits at once: a scrape that met
+  // that would be no failure of the endpoint).
+  scrape_totals scraped;
+  bool scraping = o.scrape_ms > 0;
+  const bool timed_out = !testing::eventually(
+      [&] {
+        if (scraping) {
+          const auto lines = hub.lines();
+          const auto rounds = std::count_if(lines.begin(), lines.end(), [](const auto& l) { return l.text.starts_with("round "); });
+          if (rounds >= std::max<std::int64_t>(o.rounds - 1, 1)) {
+            scraped = scrapes.stop();
+            scraping = false;
+          }
+        }
+        return !hub.process().running();
+      },
+      until(deadline));
+  if (scraping) scraped = scrapes.stop();
   if (timed_out) hub.process().terminate(5s);
   const std::int64_t exited_ns = now_ns();
   (void)hub.process().wait_output_closed(5s);  // its last lines, before the table below
   const double bench_run_cpu_s = fleet.stop();
-  const scrape_totals scraped = scrapes.stop();
 
   const std::vector<round_row> rows = collect_rounds(dir / "metrics.jsonl", hub.lines(), fleet.stats());
   print_rounds(rows);

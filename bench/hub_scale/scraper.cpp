@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <string_view>
 
 #include "hub_process.hpp"
@@ -28,16 +29,16 @@ std::size_t scrape_once(std::uint16_t port) {
   constexpr std::string_view request = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
   ok = ok && ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size());
   char buf[16384];
-  bool status_ok = false;
+  std::string head;  // the status line's start, however the bytes arrive
   while (ok) {
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
     if (n < 0) ok = false;
     if (n <= 0) break;
-    if (got == 0) status_ok = std::string_view(buf, static_cast<std::size_t>(n)).starts_with("HTTP/1.1 200");
+    if (head.size() < 12) head.append(buf, std::min<std::size_t>(static_cast<std::size_t>(n), 12 - head.size()));
     got += static_cast<std::size_t>(n);
   }
   ::close(fd);
-  return ok && status_ok ? got : 0;
+  return ok && head == "HTTP/1.1 200" ? got : 0;
 }
 
 void scraper::start(std::uint16_t port, std::chrono::milliseconds interval) {
