@@ -17,7 +17,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,10 +75,14 @@ nlohmann::json wait_status(http_call call, const std::function<bool(const nlohma
 
 // The value of an unlabelled sample in a scrape, or NaN.
 double sample(const std::string& scrape, const std::string& name) {
-  const std::regex re("(^|\n)" + name + " ([^\n]+)");
-  std::smatch m;
-  if (!std::regex_search(scrape, m, re)) return std::nan("");
-  return std::strtod(m[2].str().c_str(), nullptr);
+  const std::string key = name + " ";
+  for (std::size_t at = 0; at < scrape.size();) {
+    const std::size_t end = std::min(scrape.find('\n', at), scrape.size());
+    if (scrape.compare(at, key.size(), key) == 0 && end > at + key.size())
+      return std::strtod(scrape.substr(at + key.size(), end - at - key.size()).c_str(), nullptr);
+    at = end + 1;
+  }
+  return std::nan("");
 }
 
 std::string test_address() {
@@ -253,7 +256,10 @@ TEST_CASE("operator endpoint: /metrics, /api/status, /api/rounds and the page du
   CHECK(page.body.find("<html") != std::string::npos);
   CHECK(page.headers["Content-Security-Policy"].find("default-src 'none'") != std::string::npos);
   // Self-contained: nothing fetched from another origin (SVG's namespace name is a name, not a fetch).
-  const std::string fetched = std::regex_replace(page.body, std::regex("http://www\\.w3\\.org/2000/svg"), "");
+  std::string fetched = page.body;
+  const std::string svg_ns = "http://www.w3.org/2000/svg";
+  for (std::size_t at = fetched.find(svg_ns); at != std::string::npos; at = fetched.find(svg_ns, at))
+    fetched.erase(at, svg_ns.size());
   CHECK(fetched.find("http://") == std::string::npos);
   CHECK(fetched.find("https://") == std::string::npos);
   CHECK(page.body.find("<script src") == std::string::npos);
