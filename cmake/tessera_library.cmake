@@ -53,13 +53,13 @@ function(tessera_add_library name)
   endif()
 endfunction()
 
-# tessera_add_test: one doctest executable (tests/main.cpp and the given sources) registered with CTest.
+# tessera_add_test: one doctest executable (doctest's runner, tessera_test_main in tests/CMakeLists.txt,
+# and the given sources) registered with CTest.
 #
 #   tessera_add_test(<name> SOURCES <file>... DEPS <target>...)
 function(tessera_add_test name)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "SOURCES;DEPS")
-  add_executable(${name} ${PROJECT_SOURCE_DIR}/tests/main.cpp ${arg_SOURCES})
-  target_compile_definitions(${name} PRIVATE DOCTEST_CONFIG_USE_STD_HEADERS)
-  target_link_libraries(${name} PRIVATE ${arg_DEPS} tessera::warnings doctest::doctest)
+  add_executable(${name} ${arg_SOURCES})
+  target_link_libraries(${name} PRIVATE tessera_test_main ${arg_DEPS} tessera::warnings)
   add_test(NAME ${name} COMMAND ${name})
 endfunction()
