@@ -290,7 +290,7 @@ TEST_CASE("operator endpoint: connections refused at the device port are counted
   }, true);
   INFO(scrape);
   const auto count = [&](const std::string& reason) {
-    return sample(scrape, "tessera_hub_connections_refused_total\\{reason=\"" + reason + "\"\\}");
+    return sample(scrape, "tessera_hub_connections_refused_total{reason=\"" + reason + "\"}");
   };
   CHECK(count("tls.no_certificate") == 1);
   CHECK(count("tls.unknown_ca") == 1);
