@@ -5,6 +5,7 @@
 #include <numeric>
 #include <string>
 
+#include "tessera/core/memory.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/rng.hpp"
 
@@ -19,7 +20,7 @@ std::vector<std::int64_t> group_sizes(std::int64_t n, std::span<const double> ca
   std::vector<std::int64_t> size(caps.size());
   if (total <= 1.0) {
     // The fleet cannot hold the whole layer: each group takes what it can, the rest sit out this round.
-    for (std::size_t s = 0; s < caps.size(); ++s) size[s] = static_cast<std::int64_t>(std::floor(caps[s] * static_cast<double>(n)));
+    for (std::size_t s = 0; s < caps.size(); ++s) size[s] = neurons_for(caps[s], n);
     return size;
   }
   // Proportional shares of all n neurons, rounded by largest remainder so that they add up to n.
@@ -37,7 +38,7 @@ std::vector<std::int64_t> group_sizes(std::int64_t n, std::span<const double> ca
   for (std::size_t i = 0; used < n && i < order.size(); ++i, ++used) ++size[order[i]];
   // A share never exceeds what the group can hold.
   for (std::size_t s = 0; s < caps.size(); ++s)
-    size[s] = std::min(size[s], static_cast<std::int64_t>(std::floor(caps[s] * static_cast<double>(n) + 1e-9)));
+    size[s] = std::min(size[s], neurons_for(caps[s], n));
   return size;
 }
 

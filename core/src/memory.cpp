@@ -73,6 +73,10 @@ std::size_t secure_bytes(const mlp_arch& arch, std::size_t segments) noexcept {
 
 std::size_t clip_bytes(const mlp_arch& arch) noexcept { return param_count(arch) * sizeof(float) + k_arena_alignment; }
 
+std::int64_t neurons_for(double fraction, std::int64_t n) noexcept {
+  return static_cast<std::int64_t>(std::floor(fraction * static_cast<double>(n) + 1e-9));
+}
+
 double capacity_for_budget(const mlp_arch& full, std::int64_t batch, bool momentum, codec_kind codec,
                            std::size_t budget_bytes, std::int64_t min_width, std::size_t secure_segments, bool clip) noexcept {
   const auto bytes_needed = [&](const mlp_arch& a, std::int64_t b, bool m, codec_kind c) {
@@ -81,8 +85,7 @@ double capacity_for_budget(const mlp_arch& full, std::int64_t batch, bool moment
   auto arch_at = [&](double f) {
     mlp_arch a = full;
     for (std::size_t h = 1; h + 1 < a.widths.size(); ++h)
-      a.widths[h] = std::max<std::int64_t>(std::min(min_width, full.widths[h]),
-                                           static_cast<std::int64_t>(std::floor(f * static_cast<double>(full.widths[h]))));
+      a.widths[h] = std::max<std::int64_t>(std::min(min_width, full.widths[h]), neurons_for(f, full.widths[h]));
     return a;
   };
   if (bytes_needed(arch_at(1.0), batch, momentum, codec) <= budget_bytes) return 1.0;

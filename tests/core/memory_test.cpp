@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include "tessera/core/ist.hpp"
 #include "tessera/core/memory.hpp"
 #include "tessera/core/mlp.hpp"
 #include "test_files.hpp"
@@ -75,6 +76,34 @@ TEST_CASE("capacity for a budget: the largest fraction whose subnet fits") {
   }
   CHECK(capacity_for_budget(full, 32, true, codec_kind::f32, 64 << 10, 8) == 0.0);  // 64 KiB: not even one batch
   CHECK(capacity_for_budget(full, 32, true, codec_kind::f32, std::size_t{1} << 30, 8) == 1.0);
+}
+
+TEST_CASE("capacity for budget: the planner gives every device a subnet its budget holds") {
+  // The bisection ends a hair below the capacity of one more neuron; a planner that rounded
+  // ⌊f·n + ε⌋ where the budget was sized with ⌊f·n⌋ gave such a device one neuron too many, and the
+  // agent would refuse every assignment. A fleet of 0.5, 1, 2 and 4 MiB devices on 784-1576-1576-10
+  // hit it; many budgets and widths are swept here.
+  for (const std::int64_t width : {440, 1576, 2048}) {
+    const auto full = arch_of({784, width, width, 10}, true);
+    std::vector<std::size_t> budgets;
+    for (const std::size_t kib : {512, 512, 1024, 1024, 2048, 2048, 4096, 4096}) budgets.push_back(kib << 10);
+    for (std::size_t kib = 300; kib <= 4096; kib += 37) budgets.push_back(kib << 10);
+    std::vector<double> caps;
+    for (const std::size_t b : budgets) caps.push_back(capacity_for_budget(full, 32, true, codec_kind::f32, b, 8));
+    for (std::size_t first = 0; first + 8 <= budgets.size(); first += 8) {
+      const std::span<const double> fleet(caps.data() + first, 8);
+      const auto plan = make_plan(full, fleet, 8, {.min_width = 8}, 7);
+      REQUIRE(plan);
+      for (std::size_t d = 0; d < 8; ++d) {
+        const subnet sub = make_subnet(full, compensation_kind::layer_norm, plan.value(), plan.value().device_group[d]);
+        INFO("width " << width << ", budget " << budgets[first + d] << " B, capacity " << fleet[d]);
+        CHECK(bytes_needed(sub.arch, 32, true, codec_kind::f32) <= budgets[first + d]);
+      }
+    }
+  }
+  CHECK(neurons_for(0.29, 100) == 29);
+  CHECK(neurons_for(0.125, 1576) == 197);
+  CHECK(neurons_for(196.999 / 1576.0, 1576) == 196);
 }
 
 TEST_CASE("codec names: one table for printing and parsing") {

@@ -69,8 +69,14 @@ struct training_memory {
   return (secure_segments > 0 ? secure_bytes(arch, secure_segments) : 0) + (clip ? clip_bytes(arch) : 0);
 }
 
-// The largest fraction f in (0, 1] of every hidden layer such that a subnet with ⌊f·n_l⌋ neurons per
-// hidden layer fits in budget_bytes; 0 if not even min_width neurons per layer fit. Used by the hub to
+// The neurons a fraction f of a hidden layer of n neurons gives: ⌊f·n⌋, forgiving a floating-point error
+// of 1e-9 (0.29·100 is 28.999…96). capacity_for_budget sizes subnets with it and the planner (ist.hpp)
+// cuts groups with it, so a device's group is never a neuron wider than the subnet its capacity was
+// computed for.
+[[nodiscard]] std::int64_t neurons_for(double fraction, std::int64_t n) noexcept;
+
+// The largest fraction f in (0, 1] of every hidden layer such that a subnet with neurons_for(f, n_l)
+// neurons per hidden layer fits in budget_bytes; 0 if not even min_width neurons per layer fit. Used by the hub to
 // turn a device's budget into its capacity for the planner.
 // What beside_arena(subnet, secure_segments, clip) gives counts too.
 [[nodiscard]] double capacity_for_budget(const mlp_arch& full, std::int64_t batch, bool momentum, codec_kind codec,
