@@ -18,24 +18,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/must.hpp"
 #include "tessera/core/error.hpp"
 #include "tessera/net/link_emulator.hpp"
 #include "tessera/rounds/metrics.hpp"
 
 namespace tessera::bench {
-
-[[noreturn]] inline void die(const std::string& m) {
-  std::fprintf(stderr, "bench: %s\n", m.c_str());
-  std::exit(1);
-}
-template <class T>
-T must(core::result<T> r) {
-  if (!r) die(r.error().message);
-  return std::move(r).value();
-}
-inline void must(core::result<void> r) {
-  if (!r) die(r.error().message);
-}
 
 // A new folder under the system's temporary directory, named after `tag` and this process.
 [[nodiscard]] std::filesystem::path fleet_dir(const std::string& tag);

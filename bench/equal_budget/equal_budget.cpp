@@ -52,6 +52,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/must.hpp"
 #include "tessera/core/assert.hpp"
 #include "tessera/core/ist.hpp"
 #include "tessera/core/memory.hpp"
@@ -73,15 +74,8 @@ constexpr std::int64_t k_min_width = 8;  // the run configuration's default min_
 constexpr std::uint64_t k_seed = 1;
 constexpr double k_mib = 1024.0 * 1024.0;
 
-[[noreturn]] void die(const std::string& m) {
-  std::fprintf(stderr, "bench_equal_budget: %s\n", m.c_str());
-  std::exit(1);
-}
-template <class T>
-T must(core::result<T> r) {
-  if (!r) die(r.error().message);
-  return std::move(r).value();
-}
+using bench::die;
+using bench::must;
 
 [[gnu::format(printf, 1, 2)]] std::string strf(const char* f, ...) {
   std::va_list a;
