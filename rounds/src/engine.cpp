@@ -91,6 +91,26 @@ core::result<double> engine::capacity(const device_offer& offer) const {
   return c;
 }
 
+bool engine::whole_model_round(std::vector<device_offer>& taking, std::vector<double>& capacities,
+                               std::vector<excluded_device>& excluded) const {
+  if (completed_ < config_.rounds - config_.whole_model_rounds) return false;
+  const auto holds = [](double c) { return c >= 1.0; };
+  if (std::none_of(capacities.begin(), capacities.end(), holds)) return false;  // nobody holds it: an IST round
+  std::vector<device_offer> whole;
+  for (std::size_t i = 0; i < taking.size(); ++i) {
+    if (holds(capacities[i])) {
+      whole.push_back(std::move(taking[i]));
+      continue;
+    }
+    excluded.push_back({taking[i].id, "round " + std::to_string(completed_ + 1) +
+                                          " trains the whole model (whole_model_rounds); the budget holds " +
+                                          std::to_string(static_cast<int>(capacities[i] * 100.0)) + "% of each hidden layer"});
+  }
+  taking = std::move(whole);
+  capacities.assign(taking.size(), 1.0);
+  return true;
+}
+
 core::result<void> engine::set_normalization(core::input_normalization n, nlohmann::json statistics) {
   TESSERA_ASSERT(!in_round_);
   const auto inputs = static_cast<std::size_t>(config_.model.inputs);
@@ -156,11 +176,13 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
   core::round_plan plan;
   if (private_rounds()) {
     TESSERA_ASSIGN_OR_RETURN(plan, plan_private(taking));
-  } else if (config_.strategy == strategy_kind::ist) {
+  } else if (config_.strategy == strategy_kind::ist && !whole_model_round(taking, capacities, excluded)) {
     const std::size_t groups = config_.groups > 0 ? std::min(config_.groups, group_devices)
                                                   : core::default_group_count(full_, group_devices, config_.min_width);
+    // A kept partition: every round of a span of repartition_every rounds cuts with the span's seed.
+    const auto span = static_cast<std::uint64_t>(completed_ / config_.repartition_every);
     TESSERA_ASSIGN_OR_RETURN(plan, core::make_plan(full_, capacities, groups, {.min_width = config_.min_width},
-                                                   core::plan_seed(config_.seed, static_cast<std::uint64_t>(completed_))));
+                                                   core::plan_seed(config_.seed, span)));
   } else {
     plan = core::make_full_plan(full_, taking.size());
   }

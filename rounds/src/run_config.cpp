@@ -22,6 +22,13 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
   c.groups = static_cast<std::size_t>(r.integer("groups", 0, 0, 4096, "IST groups per round (0: one per device, as min_width allows)"));
   c.min_width = r.integer("min_width", 8, 1, core::k_max_width, "no group gets fewer neurons of a hidden layer than this");
   c.rounds = r.integer("rounds", 50, 1, 10'000'000, "rounds to run");
+  c.repartition_every = r.integer("repartition_every", 1, 1, 10'000'000, "IST: rounds one partition is kept (1: a fresh cut every round)");
+  c.whole_model_rounds = r.integer("whole_model_rounds", 0, 0, 10'000'000,
+                                   "IST: the last rounds train the whole model on the devices whose budget holds it");
+  if (c.strategy != strategy_kind::ist) {
+    if (r.has("repartition_every")) r.fail("repartition_every", "only IST partitions the model");
+    if (r.has("whole_model_rounds")) r.fail("whole_model_rounds", "only IST trains subnets; every FedAvg round trains the whole model");
+  }
   c.local_steps = r.integer("local_steps", 50, 1, 100'000'000, "SGD steps each device takes per round");
   c.batch = r.integer("batch", 32, 1, 4096, "examples per step");
   c.momentum = static_cast<float>(r.number("momentum", 0.9, 0.0, 0.9999, "SGD momentum (0: plain SGD)"));
@@ -102,6 +109,12 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
       r.fail("aggregate", "differential privacy bounds the mean of clipped changes; a robust aggregate is not accounted for");
     else if (c.strategy == strategy_kind::central)
       r.fail("aggregate", "central training has no reports to combine");
+  }
+  if (c.whole_model_rounds > 0) {
+    if (c.secure_aggregation.enabled)
+      r.fail("whole_model_rounds", "secure aggregation plans its groups by replication; whole-model rounds are for plain rounds");
+    else if (c.dp.enabled)
+      r.fail("whole_model_rounds", "a private round trains the groups its sample was accounted for; whole-model rounds are for plain rounds");
   }
   if (const auto* so = r.object("server_optimizer", "the hub's step after assembly: (assembled − previous) as a pseudo-gradient "
                                                    "(FedAvgM, FedAdam, FedYogi; Reddi et al. 2021)")) {

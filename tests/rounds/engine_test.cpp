@@ -317,6 +317,83 @@ TEST_CASE("engine: the plan of round r is drawn from the run's seed and r") {
   CHECK(e.plan_seed() == core::plan_seed(11, 1));
 }
 
+TEST_CASE("engine: repartition_every keeps one cut for a span of rounds; the next span cuts anew") {
+  auto e = engine_for(config({{"seed", 11}, {"rounds", 5}, {"repartition_every", 2}}));
+  std::vector<std::uint64_t> seeds;
+  std::vector<std::vector<std::int32_t>> first_neurons;
+  for (int r = 0; r < 5; ++r) {
+    REQUIRE(e.begin_round({offer("d0", 64u << 20), offer("d1", 64u << 20)}).ok());
+    seeds.push_back(e.plan_seed());
+    first_neurons.push_back(e.assignments()[0].sub.neurons[0]);
+    for (auto& a : e.assignments()) e.refuse(a, "no");
+    REQUIRE(e.close_round(nullptr).ok());
+  }
+  CHECK(seeds[0] == core::plan_seed(11, 0));
+  CHECK(seeds[1] == seeds[0]);
+  CHECK(first_neurons[1] == first_neurons[0]);  // the same neurons to the same device
+  CHECK(seeds[2] == core::plan_seed(11, 1));
+  CHECK(seeds[3] == seeds[2]);
+  CHECK(first_neurons[2] != first_neurons[0]);
+  CHECK(seeds[4] == core::plan_seed(11, 2));
+}
+
+TEST_CASE("engine: whole_model_rounds end the run with the whole model on the devices whose budget holds it") {
+  const auto c = config({{"rounds", 3}, {"whole_model_rounds", 1}});
+  const std::size_t full = core::bytes_needed(c.model.full_arch(), c.batch, true, core::codec_kind::f32);
+  auto e = engine_for(c);
+  const auto fleet = [&] { return std::vector{offer("big", 64u << 20), offer("big2", 64u << 20), offer("small", full / 3)}; };
+  for (int r = 0; r < 2; ++r) {  // IST rounds: every device, in groups
+    auto excluded = e.begin_round(fleet());
+    REQUIRE(excluded.ok());
+    CHECK(excluded.value().empty());
+    CHECK(e.assignments().size() == 3);
+    CHECK(e.assignments()[0].sub.arch.widths[1] < 256);
+    for (auto& a : e.assignments()) e.refuse(a, "no");
+    REQUIRE(e.close_round(nullptr).ok());
+  }
+  auto excluded = e.begin_round(fleet());  // the last round: the whole model, on the two that hold it
+  REQUIRE(excluded.ok());
+  REQUIRE(excluded.value().size() == 1);
+  CHECK(excluded.value()[0].id == "small");
+  CHECK(testing::contains(excluded.value()[0].reason, "whole_model_rounds"));
+  REQUIRE(e.assignments().size() == 2);
+  std::vector<float> before(e.params().begin(), e.params().end());
+  for (auto& a : e.assignments()) {
+    CHECK(a.sub.arch.widths == c.model.full_arch().widths);
+    train_and_report(e, a, 1.0f, 80);
+  }
+  REQUIRE(e.close_round(nullptr).ok());
+  for (std::size_t i = 0; i < before.size(); i += 97) CHECK(e.params()[i] == doctest::Approx(before[i] + 1.0f));
+
+  // Nobody holds the whole model: the round stays an IST round.
+  auto e2 = engine_for(config({{"rounds", 1}, {"whole_model_rounds", 1}}));
+  auto ex2 = e2.begin_round({offer("a", full / 3), offer("b", full / 3)});
+  REQUIRE(ex2.ok());
+  CHECK(ex2.value().empty());
+  CHECK(e2.assignments().size() == 2);
+  CHECK(e2.assignments()[0].group != e2.assignments()[1].group);
+}
+
+TEST_CASE("engine: repartition_every and whole_model_rounds are IST's, for plain rounds, and refused elsewhere by name") {
+  const auto refused = [](nlohmann::json extra) {
+    nlohmann::json j = {{"model", {{"inputs", 64}, {"hidden", {256, 256}}, {"outputs", 10}}}};
+    j.update(extra);
+    core::config_reader r(j, "run.json");
+    rounds::run_config rc;
+    (void)rounds::read_run_fields(r, rc, /*allow_central=*/true);
+    auto done = r.finish();
+    REQUIRE_FALSE(done.ok());
+    return done.error().message;
+  };
+  CHECK(testing::contains(refused({{"strategy", "fedavg"}, {"whole_model_rounds", 5}}), "whole_model_rounds"));
+  CHECK(testing::contains(refused({{"strategy", "central"}, {"repartition_every", 2}}), "repartition_every"));
+  CHECK(testing::contains(refused({{"repartition_every", 0}}), "repartition_every"));
+  CHECK(testing::contains(refused({{"whole_model_rounds", 2}, {"secure_aggregation", {{"replication", 2}}}}), "whole_model_rounds"));
+  CHECK(testing::contains(refused({{"whole_model_rounds", 2}, {"dp", {{"noise_multiplier", 1.0}}}}), "whole_model_rounds"));
+  CHECK(config().repartition_every == 1);
+  CHECK(config().whole_model_rounds == 0);
+}
+
 TEST_CASE("engine: early stopping counts evaluations without a new best, for accuracy and for regression's loss") {
   // A validation set the model cannot improve on (nobody trains): the first evaluation sets the best,
   // the next `patience` ones do not beat it, and the run stops.

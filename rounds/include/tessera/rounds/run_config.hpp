@@ -90,6 +90,12 @@ struct run_config {
   strategy_kind strategy = strategy_kind::ist;
   std::size_t groups = 0;            // 0: one per device, as many as min_width allows
   std::int64_t min_width = 8;
+  // IST: rounds one random partition is kept before the next cut (1: a fresh cut every round). Kept
+  // partitions let a subnet adapt to its cut over several rounds at a small learning rate.
+  std::int64_t repartition_every = 1;
+  // IST: the last this-many rounds train the whole model (a FedAvg round) on the devices whose budget
+  // holds it; the others sit those rounds out. A round where no device holds it stays an IST round.
+  std::int64_t whole_model_rounds = 0;
   std::int64_t rounds = 50;
   std::int64_t local_steps = 50;
   std::int64_t batch = 32;
