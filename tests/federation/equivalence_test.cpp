@@ -62,7 +62,7 @@ difference compare(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist, fedavg, ist with FedAdam)") {
+TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist, fedavg, ist with FedAdam, a kept cut, a whole-model round)") {
   fleet f("fed_equal");
   INFO(f.diagnostics());
   std::vector<std::string> ids;
@@ -73,7 +73,9 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
 
   // FedAdam at the server: β1 0.9, β2 0.99, τ 1e-3 (the defaults) and η 0.01. Its moments are the
   // engine's, so both drivers must carry them alike, IST-aware (untrained coordinates stand still).
-  const nlohmann::json fedadam = {{"server_optimizer", {{"kind", "adam"}, {"lr", 0.01}}}};
+  // The same run keeps its first cut for rounds 1 and 2 (repartition_every) and ends with one round of
+  // the whole model on every device (whole_model_rounds: the agents' budgets hold it).
+  const nlohmann::json fedadam = {{"server_optimizer", {{"kind", "adam"}, {"lr", 0.01}}}, {"repartition_every", 2}, {"whole_model_rounds", 1}};
   const variant variants[] = {{"ist", "ist"}, {"fedavg", "fedavg"}, {"ist-adam", "ist", fedadam}};
   for (const variant& v : variants) {
     const std::string& name = v.name;
@@ -122,6 +124,11 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
       CAPTURE(h.dump());
       CHECK(h.at("plan_seed") == s.at("plan_seed"));
       CHECK(h.at("groups") == s.at("groups"));
+      if (name == "ist-adam") {
+        if (r == 1) CHECK(h.at("plan_seed") == hub_metrics[0].at("plan_seed"));  // rounds 1 and 2 cut alike
+        if (r == k_rounds - 1) CHECK(h.at("groups") == 1);             // the whole model
+        else CHECK(h.at("groups") == k_devices);
+      }
       // The agents' reported losses, summed as the engine sums them for the simulator's devices.
       CHECK(h.at("train_loss").get<double>() == s.at("train_loss").get<double>());
     }
