@@ -19,7 +19,9 @@
 //
 //   bench_slow_link [--model small|wide] [--rate-kbit 1000] [--latency-ms 100] [--budget-min M]
 //                   [--target 0.84] [--steps 50,200] [--max-rounds N] [--validate-rounds K] [--csv FILE]
-//                   [--methods ist,fedavg] [--codecs f32,q8] [--horizon 3]
+//                   [--methods ist,fedavg] [--codecs f32,q8] [--horizon 3] [--ist JSON]
+//   --ist '{"repartition_every": 20}': run-configuration fields merged into the IST runs' (the curves;
+//   the validation's real rounds keep the defaults, whose round time these fields do not change).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -64,6 +66,7 @@ struct options {
   std::vector<std::string> methods{"ist", "fedavg"};
   std::vector<std::string> codecs{"f32", "q8"};
   std::string csv;
+  nlohmann::json ist = nlohmann::json::object();  // merged into the IST runs' configuration
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -104,6 +107,7 @@ sim::sim_config sim_config_for(const options& o, const std::string& method, cons
                       // Every device trains on its whole shard (its agents too: the shards say so), as
                       // when the recorded figures were measured.
                       {"data", {{"validation_fraction", 0}}}};
+  if (method == "ist") j.update(o.ist);
   return must(sim::parse_sim_config(j, "bench_slow_link"));
 }
 
@@ -193,6 +197,10 @@ int main(int argc, char** argv) {
     else if (a == "--horizon") o.horizon = std::stod(value());
     else if (a == "--methods") o.methods = split(value());
     else if (a == "--codecs") o.codecs = split(value());
+    else if (a == "--ist") {
+      o.ist = nlohmann::json::parse(value(), nullptr, /*allow_exceptions=*/false);
+      if (!o.ist.is_object()) die("--ist needs a JSON object of run-configuration fields");
+    }
     else if (a == "--steps") {
       o.steps.clear();
       std::string s = value();
@@ -212,7 +220,7 @@ int main(int argc, char** argv) {
               "local steps {",
               o.model == "wide" ? "2048-2048" : "512-512", o.rate_kbit, o.latency_ms, 100 * o.target, o.budget_min);
   for (std::size_t i = 0; i < o.steps.size(); ++i) std::printf("%s%lld", i ? "," : "", static_cast<long long>(o.steps[i]));
-  std::printf("}\n");
+  std::printf("}%s%s\n", o.ist.empty() ? "" : "; IST with ", o.ist.empty() ? "" : o.ist.dump().c_str());
   std::fflush(stdout);
 
   auto loaded = must(sim::load_sim_data(must(sim::parse_sim_config(nlohmann::json::object(), "defaults"))));
