@@ -107,12 +107,13 @@ struct options {
   double rate_kbit = 1000;
   double latency_ms = 100;
   std::string out;
+  nlohmann::json ist = nlohmann::json::object();  // run-configuration fields merged into every IST run's
 };
 
 constexpr const char* k_usage =
     "usage: bench_equal_budget [--fleets 0.5,1,2,mixed] [--lrs 0.02,0.05,0.1] [--steps 50,100] [--rounds 100]\n"
     "                          [--eval-every 10] [--covers 1,2] [--methods fedavg,ist] [--rate-kbit 1000]\n"
-    "                          [--latency-ms 100] [--out DIR]\n"
+    "                          [--latency-ms 100] [--ist JSON] [--out DIR]\n"
     "  --fleets      fleets of 8 devices: a budget in MiB every device has (0.5, 1, 2, ...), or mixed\n"
     "                (two devices each with 0.5, 1, 2 and 4 MiB)\n"
     "  --lrs         learning rates of the grid (both methods)\n"
@@ -122,6 +123,7 @@ constexpr const char* k_usage =
     "  --covers      IST with equal budgets: 1 (8 groups) and/or 2 (4 groups of two devices)\n"
     "  --methods     fedavg and/or ist\n"
     "  --rate-kbit, --latency-ms   each device's link in the time model\n"
+    "  --ist         run-configuration fields merged into every IST run's, e.g. '{\"repartition_every\": 20}'\n"
     "  --out         folder for table.md, curves.csv and curves-<fleet>.svg\n";
 
 std::vector<std::string> split(const std::string& flag, const std::string& s) {
@@ -161,7 +163,7 @@ options parse_options(int argc, char** argv) {
       std::exit(0);
     }
     static const char* const known[] = {"--fleets", "--lrs",     "--steps",      "--rounds",     "--eval-every",
-                                        "--covers", "--methods", "--rate-kbit", "--latency-ms", "--out"};
+                                        "--covers", "--methods", "--rate-kbit", "--latency-ms", "--ist", "--out"};
     if (std::find(std::begin(known), std::end(known), a) == std::end(known)) die("unknown option \"" + a + "\" (see --help)");
     if (i + 1 >= argc) die(a + " needs a value");
     const std::string v = argv[++i];
@@ -188,6 +190,10 @@ options parse_options(int argc, char** argv) {
       o.rate_kbit = parse_number(a, v, 1, 1e9);
     } else if (a == "--latency-ms") {
       o.latency_ms = parse_number(a, v, 0, 1e6);
+    } else if (a == "--ist") {
+      o.ist = nlohmann::json::parse(v, nullptr, /*allow_exceptions=*/false);
+      if (!o.ist.is_object()) die("--ist: \"" + v + "\" is not a JSON object of run-configuration fields");
+      if (o.ist.contains("groups") || o.ist.contains("capacities")) die("--ist: groups and capacities come from the fleet (--covers)");
     } else {
       o.out = v;
     }
@@ -382,6 +388,7 @@ sim::sim_config config_for(const options& o, const arm& a, double lr, std::int64
   if (a.method == "ist") {
     j["groups"] = a.groups;
     j["capacities"] = a.capacities;  // the simulator takes them as given: the budgets were turned into them above
+    j.update(o.ist);
   }
   return must(sim::parse_sim_config(j, "bench_equal_budget"));
 }
@@ -741,7 +748,8 @@ int main(int argc, char** argv) {
   const std::string setup = strf("%lld rounds for every run; ", static_cast<long long>(o.rounds)) + grid +
                             "; batch 32, momentum 0.9, cosine learning rate, f32, seed 1; 8 devices, IID shards; test accuracy on "
                             "10,000 images every " + std::to_string(o.eval_every) + " rounds and after the last; links " +
-                            strf("%g kbit/s, %g ms", o.rate_kbit, o.latency_ms);
+                            strf("%g kbit/s, %g ms", o.rate_kbit, o.latency_ms) +
+                            (o.ist.empty() ? std::string() : "; IST with " + o.ist.dump());
   std::printf("bench_equal_budget: %s\n", setup.c_str());
   std::fflush(stdout);
 
