@@ -39,6 +39,18 @@ rounds::run_config config(nlohmann::json extra = nlohmann::json::object()) {
   return c;
 }
 
+// The error a run configuration (the tests' model plus `extra`) is refused with.
+std::string refused(nlohmann::json extra) {
+  nlohmann::json j = {{"model", {{"inputs", 64}, {"hidden", {256, 256}}, {"outputs", 10}}}};
+  j.update(extra);
+  core::config_reader r(j, "run.json");
+  rounds::run_config rc;
+  (void)rounds::read_run_fields(r, rc, /*allow_central=*/true);
+  auto done = r.finish();
+  REQUIRE_FALSE(done.ok());
+  return done.error().message;
+}
+
 rounds::engine engine_for(const rounds::run_config& c) {
   std::vector<float> params(core::param_count(c.model.full_arch()));
   core::initialize(c.model, params);
@@ -375,16 +387,6 @@ TEST_CASE("engine: whole_model_rounds end the run with the whole model on the de
 }
 
 TEST_CASE("engine: repartition_every and whole_model_rounds are IST's, for plain rounds, and refused elsewhere by name") {
-  const auto refused = [](nlohmann::json extra) {
-    nlohmann::json j = {{"model", {{"inputs", 64}, {"hidden", {256, 256}}, {"outputs", 10}}}};
-    j.update(extra);
-    core::config_reader r(j, "run.json");
-    rounds::run_config rc;
-    (void)rounds::read_run_fields(r, rc, /*allow_central=*/true);
-    auto done = r.finish();
-    REQUIRE_FALSE(done.ok());
-    return done.error().message;
-  };
   CHECK(testing::contains(refused({{"strategy", "fedavg"}, {"whole_model_rounds", 5}}), "whole_model_rounds"));
   CHECK(testing::contains(refused({{"strategy", "central"}, {"repartition_every", 2}}), "repartition_every"));
   CHECK(testing::contains(refused({{"repartition_every", 0}}), "repartition_every"));
@@ -1090,16 +1092,6 @@ TEST_CASE("engine server optimizer: its fields, their defaults, and central trai
   CHECK(config({{"server_optimizer", {{"kind", "momentum"}}}}).server_optimizer.lr == 1.0);
   CHECK(config().server_optimizer.identity());
 
-  const auto refused = [](nlohmann::json extra) {
-    nlohmann::json j = {{"model", {{"inputs", 64}, {"hidden", {256, 256}}, {"outputs", 10}}}};
-    j.update(extra);
-    core::config_reader r(j, "run.json");
-    rounds::run_config rc;
-    (void)rounds::read_run_fields(r, rc, /*allow_central=*/true);
-    auto done = r.finish();
-    REQUIRE_FALSE(done.ok());
-    return done.error().message;
-  };
   CHECK(testing::contains(refused({{"strategy", "central"}, {"server_optimizer", {{"kind", "yogi"}}}}), "server_optimizer.kind"));
   CHECK(testing::contains(refused({{"strategy", "central"}, {"server_optimizer", {{"lr", 0.5}}}}), "server_optimizer.lr"));
   CHECK(testing::contains(refused({{"strategy", "central"}, {"server_optimizer", {{"lr", 0.5}}}}), "central training"));
