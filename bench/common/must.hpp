@@ -8,6 +8,8 @@
 #include <string>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "tessera/core/error.hpp"
 
 namespace tessera::bench {
@@ -23,6 +25,12 @@ T must(core::result<T> r) {
 }
 inline void must(core::result<void> r) {
   if (!r) die(r.error().message);
+}
+// An option's value that must be a JSON object (run-configuration fields to merge, e.g. --ist).
+inline nlohmann::json json_object_option(const std::string& flag, const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) die(flag + ": \"" + text + "\" is not a JSON object of run-configuration fields");
+  return j;
 }
 
 }  // namespace tessera::bench

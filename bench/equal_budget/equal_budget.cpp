@@ -191,8 +191,7 @@ options parse_options(int argc, char** argv) {
     } else if (a == "--latency-ms") {
       o.latency_ms = parse_number(a, v, 0, 1e6);
     } else if (a == "--ist") {
-      o.ist = nlohmann::json::parse(v, nullptr, /*allow_exceptions=*/false);
-      if (!o.ist.is_object()) die("--ist: \"" + v + "\" is not a JSON object of run-configuration fields");
+      o.ist = bench::json_object_option(a, v);
       if (o.ist.contains("groups") || o.ist.contains("capacities")) die("--ist: groups and capacities come from the fleet (--covers)");
     } else {
       o.out = v;

@@ -198,8 +198,7 @@ int main(int argc, char** argv) {
     else if (a == "--methods") o.methods = split(value());
     else if (a == "--codecs") o.codecs = split(value());
     else if (a == "--ist") {
-      o.ist = nlohmann::json::parse(value(), nullptr, /*allow_exceptions=*/false);
-      if (!o.ist.is_object()) die("--ist needs a JSON object of run-configuration fields");
+      o.ist = bench::json_object_option(a, value());
     }
     else if (a == "--steps") {
       o.steps.clear();
