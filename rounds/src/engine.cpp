@@ -91,7 +91,7 @@ core::result<double> engine::capacity(const device_offer& offer) const {
   return c;
 }
 
-bool engine::whole_model_round(std::vector<device_offer>& taking, std::vector<double>& capacities,
+bool engine::whole_model_round(std::vector<device_offer>& taking, std::span<const double> capacities,
                                std::vector<excluded_device>& excluded) const {
   if (completed_ < config_.rounds - config_.whole_model_rounds) return false;
   const auto holds = [](double c) { return c >= 1.0; };
@@ -107,7 +107,6 @@ bool engine::whole_model_round(std::vector<device_offer>& taking, std::vector<do
                                           std::to_string(static_cast<int>(capacities[i] * 100.0)) + "% of each hidden layer"});
   }
   taking = std::move(whole);
-  capacities.assign(taking.size(), 1.0);
   return true;
 }
 

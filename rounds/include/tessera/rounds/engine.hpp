@@ -183,8 +183,9 @@ class engine {
   // The codec a device gets: the configured one if it speaks it, else f32.
   [[nodiscard]] core::codec_kind codec_for(const device_offer& offer) const noexcept;
   // One of the last whole_model_rounds rounds with a device whose budget holds the whole model: keeps
-  // those devices in `taking` (capacities all 1), moves the others to `excluded` and returns true.
-  [[nodiscard]] bool whole_model_round(std::vector<device_offer>& taking, std::vector<double>& capacities,
+  // those devices in `taking` (the full plan then needs no capacities), moves the others to `excluded`
+  // and returns true.
+  [[nodiscard]] bool whole_model_round(std::vector<device_offer>& taking, std::span<const double> capacities,
                                        std::vector<excluded_device>& excluded) const;
   // The share of every hidden layer a device can train, in (0, 1], or why it cannot take part.
   [[nodiscard]] core::result<double> capacity(const device_offer& offer) const;
