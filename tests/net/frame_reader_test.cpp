@@ -7,12 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "frame_bytes.hpp"
 #include "frame_replay.hpp"
 #include "tessera/net/frame.hpp"
 #include "tessera/net/frame_reader.hpp"
 #include "tessera/net/messages.hpp"
 
 namespace net = tessera::net;
+using tessera::test::chunk_frame;
+using tessera::test::concat;
 using tessera::test::reader_event;
 using tessera::test::replay_bytewise;
 using tessera::test::replay_split;
@@ -20,23 +23,10 @@ using tessera::test::replay_whole;
 
 namespace {
 
-std::vector<std::byte> concat(std::vector<std::vector<std::byte>> parts) {
-  std::vector<std::byte> out;
-  for (auto& p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
-}
-
 std::vector<std::byte> counting(std::size_t n, unsigned start) {
   std::vector<std::byte> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((start + i * 31) & 0xff);
   return v;
-}
-
-std::vector<std::byte> chunk_frame(std::uint64_t transfer, std::uint64_t offset, std::span<const std::byte> data) {
-  std::vector<std::byte> payload(net::chunk_header_bytes + data.size());
-  net::encode_chunk_header({transfer, offset}, std::span<std::byte, net::chunk_header_bytes>(payload.data(), 16));
-  if (!data.empty()) std::memcpy(payload.data() + net::chunk_header_bytes, data.data(), data.size());
-  return net::encode_frame(net::frame_type::chunk, payload);
 }
 
 std::vector<std::byte> header_only(net::frame_type t, std::uint16_t flags, std::uint32_t payload_bytes) {

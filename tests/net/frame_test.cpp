@@ -7,17 +7,14 @@
 #include <vector>
 
 #include "tessera/core/base64.hpp"
+#include "frame_bytes.hpp"
 #include "tessera/net/frame.hpp"
 #include "tessera/net/messages.hpp"
 
 namespace net = tessera::net;
+using tessera::test::bytes_of;
 
 namespace {
-
-std::vector<std::byte> bytes_of(const std::string& s) {
-  const auto* p = reinterpret_cast<const std::byte*>(s.data());
-  return {p, p + s.size()};
-}
 
 std::vector<std::byte> frame_with_json(net::frame_type t, const std::string& json) {
   return net::encode_frame(t, bytes_of(json));

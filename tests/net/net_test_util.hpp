@@ -18,6 +18,7 @@
 #include <openssl/ssl.h>
 
 #include "../crypto/test_pki.hpp"
+#include "frame_bytes.hpp"
 #include "tessera/net/client.hpp"
 #include "tessera/net/server.hpp"
 #include "tessera/net/session.hpp"
@@ -290,24 +291,6 @@ inline std::shared_ptr<raw_peer> start_raw(hub_fixture& hub, const crypto::cert_
   p->read_enabled = read;
   p->start(hub.port);
   return p;
-}
-
-inline std::vector<std::byte> bytes_of(const std::string& s) {
-  const auto* p = reinterpret_cast<const std::byte*>(s.data());
-  return {p, p + s.size()};
-}
-
-inline std::vector<std::byte> concat(std::vector<std::vector<std::byte>> parts) {
-  std::vector<std::byte> out;
-  for (auto& p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
-}
-
-inline std::vector<std::byte> chunk_frame(std::uint64_t transfer, std::uint64_t offset, std::span<const std::byte> data) {
-  std::vector<std::byte> payload(net::chunk_header_bytes + data.size());
-  net::encode_chunk_header({transfer, offset}, std::span<std::byte, net::chunk_header_bytes>(payload.data(), 16));
-  std::memcpy(payload.data() + net::chunk_header_bytes, data.data(), data.size());
-  return net::encode_frame(net::frame_type::chunk, payload);
 }
 
 }  // namespace tessera::test
