@@ -24,10 +24,6 @@ using rounds::assignment;
 using rounds::assignment_state;
 using rounds::is_open;
 
-std::chrono::milliseconds ms(double seconds) {
-  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
-}
-
 }  // namespace
 
 hub_service::hub_service(boost::asio::io_context& io, const hub_config& config, core::log_sink log)
@@ -207,7 +203,7 @@ void hub_service::maybe_start_round() {
   if (!waiting_ || stopping_ || paused_) return;
   std::size_t ready = 0;
   for (const auto& [id, d] : devices_) ready += d.session && d.unfit.empty() ? 1 : 0;
-  const bool waited = clock_type::now() - waiting_since_ >= ms(config_.device_wait_s);
+  const bool waited = clock_type::now() - waiting_since_ >= core::seconds_to_ms(config_.device_wait_s);
   if (ready >= config_.max_devices || (waited && ready >= config_.min_devices)) start_round();
 }
 
@@ -265,7 +261,7 @@ void hub_service::start_round() {
     send_assignment(d, a);
   }
   if (engine_->secure_round_open()) start_secure();
-  deadline_timer_.expires_after(ms(config_.round_deadline_s));
+  deadline_timer_.expires_after(core::seconds_to_ms(config_.round_deadline_s));
   deadline_timer_.async_wait([this, round = engine_->current_round()](const boost::system::error_code& ec) {
     if (ec || stopping_ || !engine_->in_round() || engine_->current_round() != round) return;
     end_collection();

@@ -19,8 +19,6 @@ using rounds::is_open;
 
 namespace {
 
-std::chrono::milliseconds ms(double seconds) { return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0)); }
-
 std::string_view step_name(int step) {
   static constexpr std::string_view names[] = {"keys", "shares", "uploads", "unmasking"};
   return names[step];
@@ -35,7 +33,7 @@ void hub_service::start_secure() {
 }
 
 void hub_service::arm_secure_timer() {
-  secure_timer_.expires_after(ms(config_.secure_step_s));
+  secure_timer_.expires_after(core::seconds_to_ms(config_.secure_step_s));
   secure_timer_.async_wait([this, round = engine_->current_round(), step = secure_->at](const boost::system::error_code& ec) {
     if (ec || stopping_ || !secure_ || !engine_->in_round() || engine_->current_round() != round || secure_->at != step) return;
     log(log_level::warning, "round " + std::to_string(round) + ": the secure aggregation's " + std::string(step_name(static_cast<int>(step))) +

@@ -1,13 +1,6 @@
 #include "tessera/net/link_config.hpp"
 
 namespace tessera::net {
-namespace {
-
-std::chrono::milliseconds ms(double seconds) {
-  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
-}
-
-}  // namespace
 
 void read_link_settings(core::config_reader& r, link_settings& s, bool rate_limits) {
   s.heartbeat_s = r.number("heartbeat_s", s.heartbeat_s, 0.05, 3600, "seconds of silence before a PING keeps the link alive");
@@ -34,9 +27,9 @@ void read_link_settings(core::config_reader& r, link_settings& s, bool rate_limi
 
 session_config to_session_config(const link_settings& s) {
   session_config c;
-  c.heartbeat_interval = ms(s.heartbeat_s);
-  c.idle_timeout = ms(s.idle_timeout_s);
-  c.write_timeout = ms(s.idle_timeout_s);
+  c.heartbeat_interval = core::seconds_to_ms(s.heartbeat_s);
+  c.idle_timeout = core::seconds_to_ms(s.idle_timeout_s);
+  c.write_timeout = core::seconds_to_ms(s.idle_timeout_s);
   c.chunk_bytes = s.chunk_kib << 10;
   c.transfer_window_bytes = std::uint64_t{s.window_kib} << 10;
   c.send_rate = s.upload_bytes_per_s;

@@ -17,6 +17,7 @@
 //   std::fputs(help.render().c_str(), stdout);
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -170,6 +171,11 @@ template <class Read>
 void describe_config(field_table& table, Read read) {
   config_reader r = config_reader::describing(table);
   (void)read(r);
+}
+
+// A duration read in seconds (config_reader::number, already bounded) as whole milliseconds, for timers.
+[[nodiscard]] inline std::chrono::milliseconds seconds_to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
 }
 
 }  // namespace tessera::core
