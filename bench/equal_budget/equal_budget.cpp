@@ -52,6 +52,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/link_time.hpp"
 #include "common/must.hpp"
 #include "tessera/core/assert.hpp"
 #include "tessera/core/ist.hpp"
@@ -405,8 +406,7 @@ run run_one(const options& o, const fleet& f, const std::vector<arm>& arms, std:
   const core::network net(cfg.model.full_arch());
   std::map<std::string, std::size_t, std::less<>> device_of;
   for (std::size_t d = 0; d < k_devices; ++d) device_of.emplace(sim::device_id(d), d);
-  const double rate = o.rate_kbit * 1000.0;
-  const double latency = o.latency_ms / 1000.0;
+  const bench::link_time link_of{.rate_kbit = o.rate_kbit, .latency_ms = o.latency_ms};
   std::uint64_t bytes = 0;
   double seconds = 0;
   const auto score = [&](std::int64_t after_round) {
@@ -430,7 +430,7 @@ run run_one(const options& o, const fleet& f, const std::vector<arm>& arms, std:
         die("round " + std::to_string(m.round) + ": " + as.device + "'s subnet " + widths_of(as.sub.arch) + " needs " + mib(need) +
             ", over its budget of " + mib(f.budget_bytes(it->second)));
       const double compute = m.seconds * static_cast<double>(core::param_count(as.sub.arch)) / static_cast<double>(params);
-      const double link = 2 * latency + static_cast<double>(as.bytes_down + as.bytes_up) * 8.0 / rate;
+      const double link = link_of.seconds(as.bytes_down, as.bytes_up);
       slowest = std::max(slowest, link + compute);
     }
     seconds += slowest;

@@ -40,6 +40,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "common/fleet_run.hpp"
+#include "common/link_time.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/crypto/pki.hpp"
 #include "tessera/edge/agent.hpp"
@@ -120,8 +121,7 @@ run_result curve(const options& o, const std::string& method, const std::string&
   const auto cfg = sim_config_for(o, method, codec, steps);
   auto sim = must(sim::simulation::create(cfg, train, nullptr));
   const core::mlp_arch full = cfg.model.full_arch();
-  const double rate = o.rate_kbit * 1000.0;
-  const double latency = o.latency_ms / 1000.0;
+  const bench::link_time link{.rate_kbit = o.rate_kbit, .latency_ms = o.latency_ms};
   double t = 0;
   std::uint64_t bytes = 0;
   std::vector<double> computes;
@@ -131,7 +131,7 @@ run_result curve(const options& o, const std::string& method, const std::string&
     computes.push_back(compute);
     const auto per_device = m.bytes_down / m.devices;
     r.device_bytes = per_device;
-    t += 2 * latency + 2.0 * static_cast<double>(per_device) * 8.0 / rate + compute;
+    t += link.seconds(per_device, per_device) + compute;
     bytes += m.bytes_down + m.bytes_up;
     if (t > budget_s && r.at_target) break;
     if (t > budget_s * o.horizon) break;  // far past the budget without reaching the target
@@ -285,7 +285,8 @@ int main(int argc, char** argv) {
           if (r.method == method && r.codec == codec && r.steps == o.steps.front()) model = &r;
         if (model == nullptr) continue;  // not among this run's --methods/--codecs
         const auto measured = validate(o, method, codec, o.steps.front(), work, shards);
-        const double predicted = 2 * o.latency_ms / 1000.0 + 2.0 * static_cast<double>(model->device_bytes) * 8.0 / (o.rate_kbit * 1000.0);
+        const double predicted =
+            bench::link_time{.rate_kbit = o.rate_kbit, .latency_ms = o.latency_ms}.seconds(model->device_bytes, model->device_bytes);
         double mean = 0;
         for (double s : measured) mean += s;
         mean /= static_cast<double>(std::max<std::size_t>(1, measured.size()));
