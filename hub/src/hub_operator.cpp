@@ -198,15 +198,22 @@ nlohmann::json hub_service::status_json() const {
   return {{"hub",
            {{"version", TESSERA_VERSION},
             {"uptime_s", std::chrono::duration<double>(now - obs_->started).count()},
+            {"started_unix", obs_->started_unix},
             {"now_unix", static_cast<std::int64_t>(std::time(nullptr))}}},
           {"run", std::move(run)},
           {"fleet",
            {{"registered", devices_.size()}, {"connected", connected}, {"training", training}, {"devices", std::move(devices)}}}};
 }
 
-nlohmann::json hub_service::rounds_json() const {
+nlohmann::json hub_service::rounds_json(std::int64_t since) const {
+  // The series is in round order (a restarted hub replays its metrics file's rounds first), so the
+  // rounds after `since` are its tail: a page polling with since= costs what is new, not the run.
+  const auto& rows = obs_->rounds;
+  const auto first = std::partition_point(rows.begin(), rows.end(), [&](const nlohmann::json& j) {
+    return j.value("round", std::int64_t{0}) <= since;
+  });
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& r : obs_->rounds) out.push_back(r);
+  for (auto it = first; it != rows.end(); ++it) out.push_back(*it);
   return {{"rounds", std::move(out)}};
 }
 
@@ -343,14 +350,7 @@ http_response hub_service::handle_http(const http_request& r) {
     if (r.path == "/api/status") return get ? json_reply(200, status_json()) : allow("GET");
     if (r.path == "/api/rounds") {
       if (!get) return allow("GET");
-      const std::int64_t since = since_of(r.query);
-      nlohmann::json all = rounds_json();
-      if (since > 0) {
-        auto& list = all["rounds"];
-        list.erase(std::remove_if(list.begin(), list.end(), [&](const nlohmann::json& j) { return j.value("round", 0) <= since; }),
-                   list.end());
-      }
-      return json_reply(200, all);
+      return json_reply(200, rounds_json(since_of(r.query)));
     }
     const bool action = r.path == "/api/pause" || r.path == "/api/resume" || r.path == "/api/finish" ||
                         (r.path.starts_with("/api/devices/") && r.path.ends_with("/revoke"));

@@ -179,7 +179,7 @@ TEST_CASE("operator endpoint: /metrics, /api/status, /api/rounds and the page du
   f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
 
   observations seen;
-  http_result metrics, status, rounds, page, missing, wrong_method, action, head;
+  http_result metrics, status, rounds, after_first, after_all, page, missing, wrong_method, action, head;
   nlohmann::json during;
   run_with_client(f, [&] {
     const http_call base{.port = port};
@@ -187,6 +187,8 @@ TEST_CASE("operator endpoint: /metrics, /api/status, /api/rounds and the page du
     during = wait_status(base, [](const nlohmann::json& s) { return s["run"]["completed"].get<int>() >= 2; });
     metrics = http_fetch({.port = port, .target = "/metrics"});
     rounds = http_fetch({.port = port, .target = "/api/rounds"});
+    after_first = http_fetch({.port = port, .target = "/api/rounds?since=1"});
+    after_all = http_fetch({.port = port, .target = "/api/rounds?since=1000000000"});
     status = http_fetch({.port = port, .target = "/api/status"});
     page = http_fetch({.port = port, .target = "/"});
     head = http_fetch({.port = port, .method = "HEAD", .target = "/metrics"});
@@ -230,10 +232,20 @@ TEST_CASE("operator endpoint: /metrics, /api/status, /api/rounds and the page du
     CHECK(r["test_accuracy"].get<double>() == doctest::Approx(*f.recorded()[i - 1].test_accuracy));
     CHECK(r["bytes_down"].get<std::uint64_t>() == f.recorded()[i - 1].bytes_down);
   }
+  CHECK(rj["rounds"][0]["round"] == 1);
+  // ?since=N, what the page asks for once it holds N rounds: the rounds after N and only those, in
+  // order, with those completed since the first fetch; none after the last.
+  REQUIRE(after_first.status == 200);
+  const auto tail = json_of(after_first)["rounds"];
+  REQUIRE(tail.size() >= rj["rounds"].size() - 1);
+  for (std::size_t k = 0; k < tail.size(); ++k) CHECK(tail[k]["round"].get<std::size_t>() == k + 2);
+  REQUIRE(after_all.status == 200);
+  CHECK(json_of(after_all)["rounds"] == nlohmann::json::array());
 
   REQUIRE(status.status == 200);
   const auto sj = json_of(status);
   CHECK(sj["run"]["strategy"] == "ist");
+  CHECK(sj["hub"]["started_unix"].get<std::int64_t>() > 0);  // the page starts its series over when it changes
   CHECK(sj["run"]["model"] == "16-32-32-4");
   CHECK(sj["run"]["rounds"] == 100'000);
   CHECK(sj["fleet"]["registered"] == 2);

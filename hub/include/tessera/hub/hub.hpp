@@ -112,7 +112,7 @@ class hub_service {
   // What the endpoint serves.
   [[nodiscard]] std::string metrics_text() const;
   [[nodiscard]] nlohmann::json status_json() const;
-  [[nodiscard]] nlohmann::json rounds_json() const;
+  [[nodiscard]] nlohmann::json rounds_json(std::int64_t since) const;  // the rounds after `since`
   [[nodiscard]] http_response handle_http(const http_request& r);
 
  private:
