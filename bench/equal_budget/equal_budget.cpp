@@ -8,8 +8,9 @@
 // FedAvg trains the widest 784-h-h-10 whose bytes_needed (batch 32, momentum, f32) fits the fleet's
 // smallest budget: every device trains the whole model. IST trains a global 784-H-H-10 whose subnets
 // fit: each device's capacity is core::capacity_for_budget of its own budget, as the hub computes it.
-// With equal budgets H = 8·w with 8 groups (the subnets cover each hidden layer once) or H = 4·w with
-// 4 groups of two devices (twice), w the widest width that fits B; the mixed fleet's H is the sum of
+// With equal budgets H = 8·w with 8 groups (the subnets cover each hidden layer once), H = 4·w with
+// 4 groups of two devices (twice) or, on request, H = 2·w with 2 groups of four devices (--covers 4),
+// w the widest width that fits B; the mixed fleet's H is the sum of
 // its devices' widths, 8 groups, so that the subnets, each sized to its device, cover the layer once.
 // Every subnet of every round is checked against its device's budget.
 //
@@ -121,7 +122,7 @@ constexpr const char* k_usage =
     "  --steps       local steps per round of the grid (both methods)\n"
     "  --rounds      rounds of every run (the cosine schedule spans them)\n"
     "  --eval-every  rounds between evaluations on the test set (and the last round)\n"
-    "  --covers      IST with equal budgets: 1 (8 groups) and/or 2 (4 groups of two devices)\n"
+    "  --covers      IST with equal budgets: 1 (8 groups), 2 (4 groups of two devices), 4 (2 groups of four)\n"
     "  --methods     fedavg and/or ist\n"
     "  --rate-kbit, --latency-ms   each device's link in the time model\n"
     "  --ist         run-configuration fields merged into every IST run's, e.g. '{\"repartition_every\": 20}'\n"
@@ -182,7 +183,10 @@ options parse_options(int argc, char** argv) {
       o.eval_every = parse_integer(a, v, 1, 1'000'000);
     } else if (a == "--covers") {
       o.covers.clear();
-      for (const auto& s : split(a, v)) o.covers.push_back(parse_integer(a, s, 1, 2));
+      for (const auto& s : split(a, v)) {
+        o.covers.push_back(parse_integer(a, s, 1, 4));
+        if (o.covers.back() == 3) die("--covers: 3 does not divide the 8 devices into equal groups (1, 2 or 4)");
+      }
     } else if (a == "--methods") {
       o.methods = split(a, v);
       for (const auto& m : o.methods)
