@@ -48,7 +48,7 @@ try:
     import mpmath
     from mpmath import mp, mpf
 except ImportError:
-    sys.exit("rdp_reference.py needs mpmath (Debian: python3-mpmath, which toolchains/install-deps installs)")
+    sys.exit("rdp_reference.py needs mpmath (Debian: python3-mpmath, which toolchains/install-deps --tests installs)")
 
 mp.dps = 50
 

@@ -14,10 +14,10 @@ set -eu
 part=$1 hub=$2 edge=$3 sim=$4 pki=$5
 case "$part" in
   prometheus) for p in prometheus promtool curl; do
-      command -v "$p" >/dev/null || { echo "SKIPPED: $p is not installed (toolchains/install-deps installs it)"; exit 77; }
+      command -v "$p" >/dev/null || { echo "SKIPPED: $p is not installed (toolchains/install-deps --tests installs it)"; exit 77; }
     done ;;
   chromium) for p in chromium curl; do
-      command -v "$p" >/dev/null || { echo "SKIPPED: $p is not installed (toolchains/install-deps installs it)"; exit 77; }
+      command -v "$p" >/dev/null || { echo "SKIPPED: $p is not installed (toolchains/install-deps --tests installs it)"; exit 77; }
     done ;;
   *) echo "usage: $0 prometheus|chromium HUB EDGE SIM PKI" >&2; exit 2 ;;
 esac
