@@ -5,17 +5,16 @@
 #include <memory>
 #include <vector>
 
+#include "fixed_clock.hpp"
 #include "tessera/net/session_lifecycle.hpp"
 #include "tessera/net/write_queue.hpp"
 
 namespace net = tessera::net;
 using namespace std::chrono_literals;
-using clock_type = net::session_lifecycle::clock;
+using tessera::test::t0;
 using state = net::session_state;
 
 namespace {
-
-const clock_type::time_point t0 = clock_type::time_point(std::chrono::hours(1));
 
 tessera::core::error why(net::errc e) { return net::make_error(e, "test"); }
 

@@ -3,15 +3,12 @@
 
 #include <chrono>
 
+#include "fixed_clock.hpp"
 #include "tessera/net/token_bucket.hpp"
 
 namespace net = tessera::net;
 using namespace std::chrono_literals;
-using clock_type = net::token_bucket::clock;
-
-namespace {
-const clock_type::time_point t0 = clock_type::time_point(std::chrono::hours(1));
-}
+using tessera::test::t0;
 
 TEST_CASE("token_bucket: a default or zero-rate bucket is unlimited") {
   for (const auto& b0 : {net::token_bucket(), net::token_bucket(0, t0)}) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,6 +15,9 @@
 #include <vector>
 
 namespace tessera::testing {
+
+// The bytes of a text, for the APIs that take bytes (a view: the text must outlive it).
+inline std::span<const std::byte> text_bytes(std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); }
 
 // The whole file; empty if it cannot be read.
 inline std::string read_text(const std::filesystem::path& path) {
