@@ -25,9 +25,12 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
   c.repartition_every = r.integer("repartition_every", 1, 1, 10'000'000, "IST: rounds one partition is kept (1: a fresh cut every round)");
   c.whole_model_rounds = r.integer("whole_model_rounds", 0, 0, 10'000'000,
                                    "IST: the last rounds train the whole model on the devices whose budget holds it");
+  // Refused only where they would change something, so that an IST file runs as FedAvg with
+  // strategy=fedavg repartition_every=1 whole_model_rounds=0.
   if (c.strategy != strategy_kind::ist) {
-    if (r.has("repartition_every")) r.fail("repartition_every", "only IST partitions the model");
-    if (r.has("whole_model_rounds")) r.fail("whole_model_rounds", "only IST trains subnets; every FedAvg round trains the whole model");
+    if (c.repartition_every != 1) r.fail("repartition_every", "only IST partitions the model (set it to 1 or leave it out)");
+    if (c.whole_model_rounds != 0)
+      r.fail("whole_model_rounds", "only IST trains subnets; every FedAvg round trains the whole model (set it to 0 or leave it out)");
   }
   c.local_steps = r.integer("local_steps", 50, 1, 100'000'000, "SGD steps each device takes per round");
   c.batch = r.integer("batch", 32, 1, 4096, "examples per step");
@@ -112,9 +115,11 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
   }
   if (c.whole_model_rounds > 0) {
     if (c.secure_aggregation.enabled)
-      r.fail("whole_model_rounds", "secure aggregation plans its groups by replication; whole-model rounds are for plain rounds");
+      r.fail("whole_model_rounds",
+             "secure aggregation plans its groups by replication; whole-model rounds are for plain rounds (set it to 0)");
     else if (c.dp.enabled)
-      r.fail("whole_model_rounds", "a private round trains the groups its sample was accounted for; whole-model rounds are for plain rounds");
+      r.fail("whole_model_rounds",
+             "a private round trains the groups its sample was accounted for; whole-model rounds are for plain rounds (set it to 0)");
   }
   if (const auto* so = r.object("server_optimizer", "the hub's step after assembly: (assembled − previous) as a pseudo-gradient "
                                                    "(FedAvgM, FedAdam, FedYogi; Reddi et al. 2021)")) {

@@ -63,3 +63,26 @@ TEST_CASE("hub error codes have stable names, the first and the last") {
   CHECK(core::error_name(hub::errc::round_closed) == "hub.round_closed");
   CHECK(core::error_name(hub::errc::checkpoint_mismatch) == "hub.checkpoint_mismatch");
 }
+
+TEST_CASE("hub config: examples/hub.json loads as shipped and with each change the README shows") {
+  const std::string file = std::string(TESSERA_EXAMPLES_DIR) + "/hub.json";
+  const std::vector<std::vector<std::string>> documented = {
+      {},
+      {"rounds=100", "listen=0.0.0.0:7443"},
+      {"validation=null"},
+      {R"(secure_aggregation={"replication": 3})", "whole_model_rounds=0"},
+      {R"(dp={"sample_rate": 0.05, "noise_multiplier": 1.0, "clip": 1.0, "target_epsilon": 4})", "whole_model_rounds=0"},
+      {"strategy=fedavg", "repartition_every=1", "whole_model_rounds=0"},
+  };
+  for (const auto& overrides : documented) {
+    const auto c = core::load_config(file, overrides, hub::read_hub_config);
+    const std::string what = (overrides.empty() ? std::string("as shipped") : overrides.front()) + ": " +
+                             (c.ok() ? std::string() : c.error().message);
+    CHECK_MESSAGE(c.ok(), what);
+  }
+  // Without the override the shipped IST settings are refused by name, with the value that fixes it.
+  const auto fedavg = core::load_config(file, {"strategy=fedavg"}, hub::read_hub_config);
+  REQUIRE_FALSE(fedavg.ok());
+  CHECK(testing::contains(fedavg.error().message, "repartition_every"));
+  CHECK(testing::contains(fedavg.error().message, "set it to 1"));
+}

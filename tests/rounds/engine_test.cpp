@@ -386,12 +386,18 @@ TEST_CASE("engine: whole_model_rounds end the run with the whole model on the de
   CHECK(e2.assignments()[0].group != e2.assignments()[1].group);
 }
 
-TEST_CASE("engine: repartition_every and whole_model_rounds are IST's, for plain rounds, and refused elsewhere by name") {
+TEST_CASE("engine: repartition_every and whole_model_rounds are IST's, for plain rounds, and refused elsewhere by name unless neutral") {
   CHECK(testing::contains(refused({{"strategy", "fedavg"}, {"whole_model_rounds", 5}}), "whole_model_rounds"));
   CHECK(testing::contains(refused({{"strategy", "central"}, {"repartition_every", 2}}), "repartition_every"));
   CHECK(testing::contains(refused({{"repartition_every", 0}}), "repartition_every"));
   CHECK(testing::contains(refused({{"whole_model_rounds", 2}, {"secure_aggregation", {{"replication", 2}}}}), "whole_model_rounds"));
   CHECK(testing::contains(refused({{"whole_model_rounds", 2}, {"dp", {{"noise_multiplier", 1.0}}}}), "whole_model_rounds"));
+  // Their neutral values change nothing and pass, so an IST file (examples/) runs as FedAvg, or with
+  // secure aggregation, by overriding them; the refusals say which value that is.
+  CHECK(config({{"strategy", "fedavg"}, {"repartition_every", 1}, {"whole_model_rounds", 0}}).strategy == rounds::strategy_kind::fedavg);
+  CHECK(config({{"whole_model_rounds", 0}, {"secure_aggregation", {{"replication", 2}}}}).secure_aggregation.enabled);
+  CHECK(testing::contains(refused({{"strategy", "fedavg"}, {"repartition_every", 20}}), "set it to 1 or leave it out"));
+  CHECK(testing::contains(refused({{"whole_model_rounds", 2}, {"dp", {{"noise_multiplier", 1.0}}}}), "set it to 0"));
   CHECK(config().repartition_every == 1);
   CHECK(config().whole_model_rounds == 0);
 }

@@ -360,3 +360,14 @@ TEST_CASE("simulation: secure aggregation with the same seed gives the same mode
   REQUIRE(!r.ok());
   CHECK(r.error().message.find("secure aggregation releases no sum from fewer than 2 devices") != std::string::npos);
 }
+
+TEST_CASE("sim config: examples/sim-fashion-ist.json loads as shipped and as the README's FedAvg run") {
+  const std::string file = std::string(TESSERA_EXAMPLES_DIR) + "/sim-fashion-ist.json";
+  for (const std::vector<std::string>& overrides : std::vector<std::vector<std::string>>{
+           {}, {"rounds=50", "strategy=fedavg", "repartition_every=1", "whole_model_rounds=0"}, {"groups=4"}}) {
+    const auto c = core::load_config(file, overrides, sim::read_sim_config);
+    const std::string what = (overrides.empty() ? std::string("as shipped") : overrides.front()) + ": " +
+                             (c.ok() ? std::string() : c.error().message);
+    CHECK_MESSAGE(c.ok(), what);
+  }
+}
