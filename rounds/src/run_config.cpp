@@ -113,6 +113,9 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
     else if (c.strategy == strategy_kind::central)
       r.fail("aggregate", "central training has no reports to combine");
   }
+  // A private round draws each device's group from its own key (plan_private), never from a shared cut.
+  if (c.dp.enabled && c.repartition_every != 1)
+    r.fail("repartition_every", "a private round draws each device's group from its own key, so there is no cut to keep (set it to 1)");
   if (c.whole_model_rounds > 0) {
     if (c.secure_aggregation.enabled)
       r.fail("whole_model_rounds",

@@ -71,7 +71,8 @@ TEST_CASE("hub config: examples/hub.json loads as shipped and with each change t
       {"rounds=100", "listen=0.0.0.0:7443"},
       {"validation=null"},
       {R"(secure_aggregation={"replication": 3})", "whole_model_rounds=0"},
-      {R"(dp={"sample_rate": 0.05, "noise_multiplier": 1.0, "clip": 1.0, "target_epsilon": 4})", "whole_model_rounds=0"},
+      {R"(dp={"sample_rate": 0.05, "noise_multiplier": 1.0, "clip": 1.0, "target_epsilon": 4})", "repartition_every=1",
+       "whole_model_rounds=0"},
       {"strategy=fedavg", "repartition_every=1", "whole_model_rounds=0"},
   };
   for (const auto& overrides : documented) {

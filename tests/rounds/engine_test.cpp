@@ -398,6 +398,11 @@ TEST_CASE("engine: repartition_every and whole_model_rounds are IST's, for plain
   CHECK(config({{"whole_model_rounds", 0}, {"secure_aggregation", {{"replication", 2}}}}).secure_aggregation.enabled);
   CHECK(testing::contains(refused({{"strategy", "fedavg"}, {"repartition_every", 20}}), "set it to 1 or leave it out"));
   CHECK(testing::contains(refused({{"whole_model_rounds", 2}, {"dp", {{"noise_multiplier", 1.0}}}}), "set it to 0"));
+  // Under DP a kept cut would have no effect (each device's group comes from its own key): refused too.
+  CHECK(testing::contains(refused({{"repartition_every", 20}, {"dp", {{"noise_multiplier", 1.0}}}}), "set it to 1"));
+  CHECK(config({{"repartition_every", 1}, {"dp", {{"noise_multiplier", 1.0}}}}).dp.enabled);
+  // Secure aggregation keeps the cut: its groups are cut as in plain rounds, then replicated.
+  CHECK(config({{"repartition_every", 20}, {"secure_aggregation", {{"replication", 2}}}}).repartition_every == 20);
   CHECK(config().repartition_every == 1);
   CHECK(config().whole_model_rounds == 0);
 }
