@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "tessera/core/mlp.hpp"
@@ -14,6 +15,12 @@ constexpr std::size_t align_up(std::size_t n) noexcept {
 }
 
 }  // namespace
+
+std::string mib_text(std::uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
 
 std::size_t encoded_bytes(const mlp_arch& arch, codec_kind codec) noexcept {
   const std::size_t n = param_count(arch);

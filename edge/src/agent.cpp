@@ -16,11 +16,6 @@ namespace {
 
 using core::log_level;
 
-std::string mib(std::uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buf;
-}
 
 }  // namespace
 
@@ -43,8 +38,8 @@ core::result<std::unique_ptr<agent>> agent::create(boost::asio::io_context& io, 
   TESSERA_ASSIGN_OR_RETURN(a->data_, device_data::open(config.data, seed));
   const std::size_t reader = a->data_->buffer_bytes();
   if (reader >= config.budget_bytes)
-    return make_error(errc::data_over_budget, "the data reader's buffers need " + mib(reader) + ", the memory budget is " +
-                                                  mib(config.budget_bytes) + " (lower data.shuffle_buffer or raise memory_budget_mib)");
+    return make_error(errc::data_over_budget, "the data reader's buffers need " + core::mib_text(reader) + ", the memory budget is " +
+                                                  core::mib_text(config.budget_bytes) + " (lower data.shuffle_buffer or raise memory_budget_mib)");
   a->arena_budget_ = config.budget_bytes - reader;
   if (config.secure_aggregation != secure_mode::off) {
     // The key that signs this device's secure aggregation keys is its certificate's; the CA checks the others'.
@@ -71,7 +66,7 @@ void agent::start() {
                                 why.message + "; next attempt in " + std::to_string(next.count()) + " ms");
   });
   log(log_level::info, "device " + id_ + ": " + std::to_string(data_->train_examples()) + " examples, offering " +
-                           mib(arena_budget_) + " for training (budget " + mib(config_.budget_bytes) + ")");
+                           core::mib_text(arena_budget_) + " for training (budget " + core::mib_text(config_.budget_bytes) + ")");
   client_->start();
 }
 
@@ -277,12 +272,12 @@ void agent::start_assignment(const net::msg::assign& a) {
   const core::training_task& t = job_->task();
   if (a.evaluate)
     log(log_level::info, "round " + std::to_string(a.round) + ": evaluating the model (" + std::to_string(core::param_count(t.arch)) +
-                             " parameters, " + mib(a.size) + " " + std::string(core::to_string(a.blob_codec)) + ") on " +
+                             " parameters, " + core::mib_text(a.size) + " " + std::string(core::to_string(a.blob_codec)) + ") on " +
                              std::to_string(data_->validation_examples()) + " validation examples, arena " +
-                             mib(job_->arena().size_bytes()));
+                             core::mib_text(job_->arena().size_bytes()));
   else log(log_level::info, "round " + std::to_string(a.round) + ": subnet of " + std::to_string(core::param_count(t.arch)) +
-                           " parameters (" + mib(a.size) + " " + std::string(core::to_string(a.blob_codec)) + "), arena " +
-                           mib(job_->arena().size_bytes()) + " of " + mib(arena_budget_) + ", " + std::to_string(t.steps) +
+                           " parameters (" + core::mib_text(a.size) + " " + std::string(core::to_string(a.blob_codec)) + "), arena " +
+                           core::mib_text(job_->arena().size_bytes()) + " of " + core::mib_text(arena_budget_) + ", " + std::to_string(t.steps) +
                            " steps of " + std::to_string(t.batch) + (job_->secure() ? ", secure aggregation" : ""));
   if (session_) {
     session_->expect_blob(job_->download());
@@ -355,7 +350,7 @@ void agent::send_masked() {
     return refuse_job(round, ok.error());
   }
   const double noise = job_->secure() != nullptr ? job_->secure()->noise() : 0.0;
-  log(log_level::info, "round " + std::to_string(job_->round()) + ": masked update of " + mib(job_->update().size) + " uploading" +
+  log(log_level::info, "round " + std::to_string(job_->round()) + ": masked update of " + core::mib_text(job_->update().size) + " uploading" +
                            (job_->update().clipped > 0 ? " (" + std::to_string(job_->update().clipped) + " values clipped)" : "") +
                            (noise > 0 ? "; it carries this device's share of the privacy noise (Skellam, deviation " +
                                             std::to_string(static_cast<long long>(std::sqrt(noise))) + " ring steps)"

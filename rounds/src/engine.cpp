@@ -12,18 +12,10 @@
 #include "tessera/core/seeds.hpp"
 #include "tessera/core/train.hpp"
 #include "tessera/rounds/error.hpp"
-#include "engine_secure.hpp"
+#include "private_aggregation.hpp"
+#include "secure_aggregation.hpp"
 
 namespace tessera::rounds {
-namespace {
-
-std::string mib(std::uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buf;
-}
-
-}  // namespace
 
 engine::engine(const run_config& config, std::vector<float> params, std::int64_t completed, early_stop stopping)
     : config_(config),
@@ -32,10 +24,17 @@ engine::engine(const run_config& config, std::vector<float> params, std::int64_t
       completed_(completed),
       server_opt_(config.server_optimizer, params_.size()),
       server_state_pending_(completed > 0 && server_opt_.stateful()),
-      aggregator_(full_, config.aggregate, config.trim_fraction),
+      aggregation_(make_aggregation(config_, params_.size())),
+      secure_(dynamic_cast<secure_aggregation*>(aggregation_.get())),
+      private_(dynamic_cast<private_aggregation*>(aggregation_.get())),
       stopping_(stopping) {
   TESSERA_ASSERT(params_.size() == core::param_count(full_));
+  if (private_ != nullptr) secure_ = private_->secure_part();
 }
+
+engine::~engine() = default;
+engine::engine(engine&&) noexcept = default;
+engine& engine::operator=(engine&&) noexcept = default;
 
 core::result<void> engine::restore_server_optimizer(std::optional<core::server_optimizer_state> s) {
   TESSERA_ASSERT(!in_round_);
@@ -52,14 +51,6 @@ core::result<void> engine::restore_server_optimizer(std::optional<core::server_o
   return {};
 }
 
-void engine::mark_trained(const core::subnet& sub, std::size_t leading) {
-  if (server_opt_.identity()) return;
-  std::vector<float> local(core::param_count(sub.arch));
-  core::gather(full_, sub, trained_, local);
-  std::fill_n(local.begin(), std::min(leading, local.size()), 1.0f);
-  core::scatter(full_, sub, local, trained_);
-}
-
 core::codec_kind engine::codec_for(const device_offer& offer) const noexcept {
   const bool speaks = std::find(offer.codecs.begin(), offer.codecs.end(), config_.codec) != offer.codecs.end();
   return speaks ? config_.codec : core::codec_kind::f32;
@@ -71,8 +62,8 @@ core::result<double> engine::capacity(const device_offer& offer) const {
     if (offer.capacity > 0) return 1.0;
     const std::size_t need = core::bytes_needed(full_, config_.batch, config_.momentum != 0.0f, codec_for(offer)) + beside_arena(full_);
     if (offer.budget_bytes < need)
-      return core::make_error(core::errc::over_budget, "FedAvg trains the whole model, which needs " + mib(need) +
-                                                           "; the budget is " + mib(offer.budget_bytes));
+      return core::make_error(core::errc::over_budget, "FedAvg trains the whole model, which needs " + core::mib_text(need) +
+                                                           "; the budget is " + core::mib_text(offer.budget_bytes));
     return 1.0;
   }
   if (offer.capacity > 0) return std::min(offer.capacity, 1.0);
@@ -80,13 +71,13 @@ core::result<double> engine::capacity(const device_offer& offer) const {
   const core::codec_kind codec = codec_for(offer);
   const double c = core::capacity_for_budget(full_, config_.batch, momentum, codec,
                                              static_cast<std::size_t>(offer.budget_bytes), config_.min_width,
-                                             secure() ? secure_segments() : 0, private_rounds());
+                                             aggregation_->masked_segments(), aggregation_->clips());
   if (c <= 0) {
     core::mlp_arch narrow = full_;
     for (std::size_t l = 1; l + 1 < narrow.widths.size(); ++l) narrow.widths[l] = std::min(narrow.widths[l], config_.min_width);
     return core::make_error(core::errc::over_budget, "the narrowest subnet (min_width " + std::to_string(config_.min_width) +
-                                                         ") needs " + mib(core::bytes_needed(narrow, config_.batch, momentum, codec) + beside_arena(narrow)) +
-                                                         "; the budget is " + mib(offer.budget_bytes));
+                                                         ") needs " + core::mib_text(core::bytes_needed(narrow, config_.batch, momentum, codec) + beside_arena(narrow)) +
+                                                         "; the budget is " + core::mib_text(offer.budget_bytes));
   }
   return c;
 }
@@ -134,11 +125,7 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
                                               std::string(core::to_string(config_.server_optimizer.kind)) +
                                               ", whose moments were not restored from the checkpoint");
   std::sort(offers.begin(), offers.end(), [](const auto& a, const auto& b) { return natural_less(a.id, b.id); });
-  if (private_rounds()) {  // the privacy budget first, then the round's sample (engine_dp.cpp)
-    TESSERA_TRY(check_privacy_budget());
-    if (secure()) TESSERA_TRY(private_ring_for(dp_population(offers.size())));  // a ring that cannot hold the noised sums: say so now
-    TESSERA_ASSIGN_OR_RETURN(offers, sample_private(std::move(offers)));
-  }
+  TESSERA_ASSIGN_OR_RETURN(offers, aggregation_->sample(view(), std::move(offers)));
   std::vector<excluded_device> excluded;
   std::vector<device_offer> taking;
   std::vector<double> capacities;
@@ -151,40 +138,9 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
     capacities.push_back(c.value());
     taking.push_back(std::move(o));
   }
-  // A private round runs with whoever was sampled, nobody included: its noise is released all the same
-  // (skipping it would make the sample depend on the devices).
-  if (taking.empty() && !private_rounds()) return make_error(errc::no_devices, "no device can take part in this round");
-
-  const auto& sa = config_.secure_aggregation;
-  // A private secure round with fewer devices sampled than a sum needs could release nothing: they are
-  // not asked to train (the round still counts for the accountant).
-  if (sa.enabled && private_rounds() && taking.size() < sa.min_aggregate()) {
-    for (const auto& o : taking)
-      excluded.push_back({o.id, std::to_string(taking.size()) + " device(s) sampled, below the " + std::to_string(sa.min_aggregate()) +
-                                    " a secure sum needs: nothing could be released"});
-    taking.clear();
-    capacities.clear();
-  }
-  // With secure aggregation every group has `replication` devices or more: fewer groups than devices.
-  const std::size_t group_devices = sa.enabled && config_.strategy == strategy_kind::ist ? taking.size() / sa.replication : taking.size();
-  if (sa.enabled && !private_rounds() && (group_devices == 0 || taking.size() < sa.min_aggregate()))
-    return make_error(errc::fleet_too_small,
-                      "secure aggregation releases no sum from fewer than " + std::to_string(sa.min_aggregate()) + " devices" +
-                          (config_.strategy == strategy_kind::ist ? " and trains every group on " + std::to_string(sa.replication) : std::string()) +
-                          ": " + std::to_string(taking.size()) + " device" + (taking.size() == 1 ? "" : "s") + " can take part");
-  core::round_plan plan;
-  if (private_rounds()) {
-    TESSERA_ASSIGN_OR_RETURN(plan, plan_private(taking));
-  } else if (config_.strategy == strategy_kind::ist && !whole_model_round(taking, capacities, excluded)) {
-    const std::size_t groups = config_.groups > 0 ? std::min(config_.groups, group_devices)
-                                                  : core::default_group_count(full_, group_devices, config_.min_width);
-    // A kept partition: every round of a span of repartition_every rounds cuts with the span's seed.
-    const auto span = static_cast<std::uint64_t>(completed_ / config_.repartition_every);
-    TESSERA_ASSIGN_OR_RETURN(plan, core::make_plan(full_, capacities, groups, {.min_width = config_.min_width},
-                                                   core::plan_seed(config_.seed, span)));
-  } else {
-    plan = core::make_full_plan(full_, taking.size());
-  }
+  TESSERA_ASSIGN_OR_RETURN(const std::size_t group_devices, aggregation_->admit(view(), taking, excluded));
+  capacities.resize(taking.size());
+  TESSERA_ASSIGN_OR_RETURN(const core::round_plan plan, this->plan(taking, capacities, group_devices, excluded));
   plan_seed_ = plan.seed;
   groups_ = plan.groups;
 
@@ -202,7 +158,7 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
     a.codec = codec_for(o);
     const std::size_t need = core::bytes_needed(a.sub.arch, config_.batch, momentum, a.codec) + beside_arena(a.sub.arch);
     if (o.capacity <= 0 && need > o.budget_bytes) {  // the planner rounds widths; never send what the device must refuse
-      excluded.push_back({o.id, "its subnet needs " + mib(need) + "; the budget is " + mib(o.budget_bytes)});
+      excluded.push_back({o.id, "its subnet needs " + core::mib_text(need) + "; the budget is " + core::mib_text(o.budget_bytes)});
       continue;
     }
     a.task = {.arch = a.sub.arch,
@@ -211,30 +167,34 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
               .sgd = {.learning_rate = lr, .momentum = config_.momentum, .weight_decay = config_.weight_decay,
                       .nesterov = config_.nesterov},
               .normalization = normalization_->empty() ? nullptr : normalization_,
-              .clip_norm = private_rounds() ? dp_clip() : 0.0};
+              .clip_norm = aggregation_->task_clip()};
     a.blob_bytes = core::encoded_bytes(a.sub.arch, a.codec);
     a.upload_bytes = a.blob_bytes;
     assignments_.push_back(std::move(a));
   }
-  if (assignments_.empty() && !private_rounds()) return make_error(errc::no_devices, "no device can take part in this round");
-  secure_.reset();
-  if (sa.enabled && !assignments_.empty()) TESSERA_TRY(plan_secure(plan));
-  if (private_rounds()) {
-    private_groups_.clear();
-    for (std::size_t g = 0; g < plan.groups; ++g) private_groups_.push_back(core::make_subnet(full_, config_.model.compensation, plan, g));
-    dp_sum_.assign(params_.size(), 0.0f);
-    dp_clipped_ = 0;
-    dp_accepted_ = 0;
-  }
-  aggregator_.reset();
-  if (!server_opt_.identity()) trained_.assign(params_.size(), 0.0f);
-  update_norm_max_ = 0;
-  updates_bounded_ = 0;
+  if (assignments_.empty() && !aggregation_->runs_empty()) return make_error(errc::no_devices, "no device can take part in this round");
+  TESSERA_TRY(aggregation_->begin(view(), plan, assignments_));
+  reached_ = reached_mask(full_, !server_opt_.identity());
   folded_ = 0;
   loss_weighted_ = 0;
   examples_ = 0;
   in_round_ = true;
   return excluded;
+}
+
+// The aggregation's own plan, or the cut of a plain or secure round: a whole-model round, a fresh or
+// kept IST cut for `group_devices`, or FedAvg's whole model.
+core::result<core::round_plan> engine::plan(std::vector<device_offer>& taking, std::span<const double> capacities,
+                                            std::size_t group_devices, std::vector<excluded_device>& excluded) {
+  TESSERA_ASSIGN_OR_RETURN(auto own, aggregation_->own_plan(view(), taking));
+  if (own) return std::move(*own);
+  if (config_.strategy != strategy_kind::ist) return core::make_full_plan(full_, taking.size());
+  if (whole_model_round(taking, capacities, excluded)) return core::make_full_plan(full_, taking.size());
+  const std::size_t groups = config_.groups > 0 ? std::min(config_.groups, group_devices)
+                                                : core::default_group_count(full_, group_devices, config_.min_width);
+  // A kept partition: every round of a span of repartition_every rounds cuts with the span's seed.
+  const auto span = static_cast<std::uint64_t>(completed_ / config_.repartition_every);
+  return core::make_plan(full_, capacities, groups, {.min_width = config_.min_width}, core::plan_seed(config_.seed, span));
 }
 
 const assignment* engine::find(std::string_view device) const noexcept {
@@ -280,11 +240,7 @@ void engine::fold_ready() {
   while (folded_ < assignments_.size() && !is_open(assignments_[folded_].state)) {
     assignment& a = assignments_[folded_++];
     if (a.state != assignment_state::accepted) continue;
-    if (private_rounds() && !secure()) fold_private(a);
-    else if (!secure()) {
-      aggregator_.add(a.sub, a.trained, static_cast<double>(a.examples));
-      mark_trained(a.sub);
-    }
+    aggregation_->fold(view(), a, reached_);
     loss_weighted_ += a.loss * static_cast<double>(a.examples);
     examples_ += static_cast<std::int64_t>(a.examples);
     a.trained = {};
@@ -315,26 +271,11 @@ core::result<round_metrics> engine::close_round(core::example_table* validation)
   // The server optimizer steps from the model the round started from (assembly below replaces it).
   std::vector<float> previous;
   if (!server_opt_.identity()) previous.assign(params_.begin(), params_.end());
-  if (secure_) {  // with differential privacy, the released sums go to dp_sum_
-    TESSERA_TRY(apply_secure_sums());
-    m.secagg_dropped = secure_outcome_.dropped;
-    m.secagg_clipped = secure_outcome_.clipped;
-    m.secagg_withheld = secure_outcome_.segments - secure_outcome_.released;
-    secure_.reset();
-  }
-  if (private_rounds()) {
-    TESSERA_TRY(apply_private_sums(m));
-    dp_sum_ = {};
-  } else if (!secure()) {
-    aggregator_.finish(params_);
-  }
+  TESSERA_TRY(aggregation_->finish(view(), assignments_, params_, reached_, m));
+  if (!aggregation_->stop_reason().empty()) stopping_.stopped = true;
   if (!server_opt_.identity()) {
-    (void)server_opt_.step(previous, params_, trained_);
-    trained_ = {};
-  }
-  if (!secure() && config_.strategy != strategy_kind::central) {
-    m.update_norm_max = update_norm_max_;
-    m.updates_bounded = updates_bounded_;
+    (void)server_opt_.step(previous, params_, reached_.flags());
+    reached_ = {};
   }
   m.examples = examples_;
   m.train_loss = examples_ > 0 ? loss_weighted_ / static_cast<double>(examples_) : 0.0;
@@ -349,59 +290,6 @@ core::result<round_metrics> engine::close_round(core::example_table* validation)
     if (config_.patience_on != patience_kind::federated) note_score(m.test_accuracy ? *m.test_accuracy : -ev.loss);
   }
   return m;
-}
-
-void engine::note_score(double score) {
-  if (!stopping_.have_best || score > stopping_.best_score) {
-    stopping_.have_best = true;
-    stopping_.best_score = score;
-    stopping_.evals_since_best = 0;
-  } else if (config_.patience > 0 && ++stopping_.evals_since_best >= config_.patience) {
-    stopping_.stopped = true;
-  }
-}
-
-bool engine::evaluation_due() const noexcept {
-  // The last round always evaluates, also when the run stops early (its privacy budget).
-  return !in_round_ && completed_ > 0 && (completed_ % config_.eval_every == 0 || completed_ == config_.rounds || !privacy_stop_.empty());
-}
-
-std::vector<evaluator> engine::plan_evaluation(std::vector<device_offer> offers, std::vector<excluded_device>& excluded) const {
-  std::sort(offers.begin(), offers.end(), [](const auto& a, const auto& b) { return natural_less(a.id, b.id); });
-  std::vector<evaluator> out;
-  for (const auto& o : offers) {
-    if (o.validation_examples == 0) continue;
-    const core::codec_kind codec = codec_for(o);
-    const std::size_t need = core::inference_bytes(full_, config_.batch, codec);
-    if (o.capacity <= 0 && need > o.budget_bytes) {
-      excluded.push_back({o.id, "scoring the whole model needs " + mib(need) + "; the budget is " + mib(o.budget_bytes)});
-      continue;
-    }
-    out.push_back({.id = o.id, .codec = codec, .blob_bytes = core::encoded_bytes(full_, codec)});
-  }
-  return out;
-}
-
-core::training_task engine::evaluation_task() const {
-  return {.arch = full_,
-          .steps = 1,
-          .batch = config_.batch,
-          .sgd = {},
-          .normalization = normalization_->empty() ? nullptr : normalization_};
-}
-
-core::result<void> engine::encode_model(core::codec_kind codec, std::span<std::byte> out) const {
-  TESSERA_ASSERT(out.size() == core::encoded_bytes(full_, codec));
-  return core::encode(full_, codec, params_, out);
-}
-
-void engine::note_federated(const federated_scores& scores, round_metrics& m) {
-  scores.fill(m, config_.model.task == core::task_kind::classification);
-  if (!m.fed_devices) return;
-  // auto: the hub's own figure when it evaluated this round (close_round filled test_loss), else these.
-  const bool watch = config_.patience_on == patience_kind::federated ||
-                     (config_.patience_on == patience_kind::automatic && !m.test_loss);
-  if (watch) note_score(m.fed_accuracy ? *m.fed_accuracy : -*m.fed_loss);
 }
 
 }  // namespace tessera::rounds

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "tessera/core/error.hpp"
@@ -32,6 +33,9 @@ inline constexpr auto k_codec_names = names_in_order<codec_kind>({"f32", "f16", 
 [[nodiscard]] std::size_t encoded_bytes(const mlp_arch& arch, codec_kind codec) noexcept;
 
 inline constexpr std::size_t k_arena_alignment = 64;
+
+// A byte count as a reader meets it in a refusal: "1.50 MiB" (two decimals).
+[[nodiscard]] std::string mib_text(std::uint64_t bytes);
 
 // Byte offsets of each region in the arena, and the total.
 struct training_memory {

@@ -14,19 +14,22 @@
 //                         what happened to an assignment; the engine moves its state (assignment.hpp)
 //                         and checks the claim and the values of an update before accepting it.
 //   close_round(v)        open assignments become stragglers (their neurons keep their values); the
-//                         accepted subnets are averaged, weighted by examples, in device order (so the
-//                         sums are reproducible whatever order uploads arrived in); the model is
-//                         evaluated on `v` when due and early stopping decided. Returns the figures.
+//                         accepted updates are combined in device order (so the sums are
+//                         reproducible whatever order uploads arrived in); the model is evaluated on
+//                         `v` when due and early stopping decided. Returns the figures.
 //   plan_evaluation(...)  after a round that evaluates: which devices score the whole model on their
 //   note_federated(s, m)  validation splits (their budget holds it for inference), and their scores
 //                         added in device order into the round's figures (and early stopping's).
 //
-// Secure aggregation (config.secure_aggregation): IST plans replicate every group; an upload is the
-// device's masked change (crypto/secagg.hpp) and the engine holds the round's protocol server, which
-// the hub drives through its steps (keys, boxes, masked inputs, unmasking) before close_round; the
-// simulator adds its devices' unmasked encodings instead (receive_encoded), the same sums by
-// construction. close_round applies each released segment's weighted mean change; a segment with too
-// few contributors is withheld and its parameters keep their values, as stragglers' do.
+// How updates are combined is the run's aggregation (aggregation.hpp), one kind per file: plain (the
+// mean weighted by examples, the median or the trimmed mean), secure (masked uploads; the hub learns
+// segment sums) and private (differential privacy around either). The engine is the loop around it and
+// never asks which kind it holds; the drivers reach the secure and private parts through the accessors
+// below. Secure aggregation: IST plans replicate every group; the engine holds the round's protocol
+// server, which the hub drives through its steps (keys, boxes, masked inputs, unmasking) before
+// close_round; the simulator adds its devices' unmasked encodings instead (receive_encoded), the same
+// sums by construction. A segment with too few contributors is withheld and its parameters keep their
+// values, as stragglers' do.
 //
 // Accepted uploads are added to the round's sums as soon as every device before them has ended, so a
 // driver that reports in device order (the simulator) holds one subnet at a time.
@@ -63,35 +66,17 @@
 #include "tessera/core/rdp.hpp"
 #include "tessera/core/server_optimizer.hpp"
 #include "tessera/crypto/secagg.hpp"
+#include "tessera/rounds/aggregation.hpp"
 #include "tessera/rounds/assignment.hpp"
 #include "tessera/rounds/metrics.hpp"
 #include "tessera/rounds/natural_order.hpp"
+#include "tessera/rounds/offer.hpp"
 #include "tessera/rounds/run_config.hpp"
 
 namespace tessera::rounds {
 
-struct device_offer {
-  std::string id;
-  std::uint64_t budget_bytes = 0;            // training memory the device offers
-  std::uint64_t examples = 0;
-  std::vector<core::codec_kind> codecs;      // f32 is always understood
-  double capacity = 0;                       // > 0: fixed by the driver (the simulator's capacities),
-                                             // and the budget is not consulted
-  std::uint64_t validation_examples = 0;     // held out on the device, for evaluation on the devices
-};
-
-// A device that scores the model of the round just closed (plan_evaluation): the codec its copy of
-// the model travels in and that copy's bytes.
-struct evaluator {
-  std::string id;
-  core::codec_kind codec = core::codec_kind::f32;
-  std::size_t blob_bytes = 0;
-};
-
-struct excluded_device {
-  std::string id;
-  std::string reason;
-};
+class secure_aggregation;
+class private_aggregation;
 
 // What an UPDATE says about the upload it announces.
 struct update_claim {
@@ -155,6 +140,9 @@ class engine {
  public:
   // `params`: the full model to start from; `completed`: rounds already done (from a checkpoint).
   engine(const run_config& config, std::vector<float> params, std::int64_t completed, early_stop stopping = {});
+  ~engine();
+  engine(engine&&) noexcept;
+  engine& operator=(engine&&) noexcept;
 
   [[nodiscard]] const run_config& config() const noexcept { return config_; }
   [[nodiscard]] const core::mlp_arch& full() const noexcept { return full_; }
@@ -204,9 +192,9 @@ class engine {
   [[nodiscard]] bool secure() const noexcept { return config_.secure_aggregation.enabled; }
   [[nodiscard]] const crypto::secagg_params& secagg_params() const;
   [[nodiscard]] crypto::secagg_server& secagg_server();
-  [[nodiscard]] const secure_outcome& last_secure() const noexcept { return secure_outcome_; }
+  [[nodiscard]] const secure_outcome& last_secure() const noexcept;
   // Whether the open round runs the protocol (a private round with too few devices sampled does not).
-  [[nodiscard]] bool secure_round_open() const noexcept { return secure_ != nullptr; }
+  [[nodiscard]] bool secure_round_open() const noexcept;
   // Segments a device's masked input covers: its group's and the shared parameters' (IST), or one.
   [[nodiscard]] std::size_t secure_segments() const noexcept { return config_.strategy == strategy_kind::ist ? 2 : 1; }
   // A device's weight in the sums: its examples over the most its task allows (steps × batch).
@@ -219,22 +207,19 @@ class engine {
   // devices the fixed denominators count (the hub's registry; dp.population overrides it). The hub
   // draws each round's sampling and noise from the CSPRNG; the simulator, seeded, from the run's seed.
   [[nodiscard]] bool private_rounds() const noexcept { return config_.dp.enabled; }
-  void set_population(std::size_t registered) noexcept { population_ = registered; }
-  void use_seeded_privacy() noexcept { seeded_privacy_ = true; }
-  [[nodiscard]] const core::rdp_accountant& privacy() const noexcept { return privacy_; }
+  void set_population(std::size_t registered) noexcept;
+  void use_seeded_privacy() noexcept;
+  [[nodiscard]] const core::rdp_accountant& privacy() const noexcept;
   // `clip`: the adaptive clip reached (0: dp.clip).
-  void restore_privacy(core::rdp_accountant a, double clip = 0) noexcept {
-    privacy_ = std::move(a);
-    if (clip > 0) dp_clip_ = clip;
-  }
+  void restore_privacy(core::rdp_accountant a, double clip = 0) noexcept;
   // The clip the next round's changes get (dp.clip, or where adaptive clipping has moved it).
-  [[nodiscard]] double dp_clip() const noexcept { return dp_clip_ > 0 ? dp_clip_ : config_.dp.clip; }
+  [[nodiscard]] double dp_clip() const noexcept;
   // The ring of a private secure round for `population` registered devices (make_private_ring).
   [[nodiscard]] core::result<private_ring> private_ring_for(std::size_t population) const;
   // ε spent so far at dp.delta (+infinity without noise).
   [[nodiscard]] double epsilon() const;
   // Why the run stopped for its privacy budget (empty: it did not).
-  [[nodiscard]] const std::string& privacy_stop() const noexcept { return privacy_stop_; }
+  [[nodiscard]] const std::string& privacy_stop() const noexcept;
 
   // The server optimizer and its state (moments, steps): what a checkpoint keeps.
   [[nodiscard]] const core::server_optimizer& server_optimizer() const noexcept { return server_opt_; }
@@ -282,25 +267,12 @@ class engine {
 
  private:
   [[nodiscard]] core::result<void> move(assignment& a, assignment_event e);
-  [[nodiscard]] update_bounds bounds_for(std::span<const float> sent, const core::sgd_options& sgd) const noexcept;
-  [[nodiscard]] core::result<void> bound_update(assignment& a);
-  [[nodiscard]] core::result<void> plan_secure(const core::round_plan& plan);
-  [[nodiscard]] core::result<void> apply_secure_sums();
-  [[nodiscard]] std::size_t dp_population(std::size_t offered) const noexcept;
-  [[nodiscard]] core::result<core::dp_epsilon> epsilon_after_round() const;
-  [[nodiscard]] core::result<void> check_privacy_budget() const;
-  [[nodiscard]] core::result<std::vector<device_offer>> sample_private(std::vector<device_offer> offers);
-  [[nodiscard]] core::result<core::round_plan> plan_private(std::span<const device_offer> taking);
-  void fold_private(assignment& a);
-  [[nodiscard]] core::result<void> apply_private_sums(round_metrics& m);
+  [[nodiscard]] round_view view() const noexcept { return {config_, full_, params_, completed_}; }
   [[nodiscard]] std::size_t beside_arena(const core::mlp_arch& arch) const noexcept;
-  [[nodiscard]] double count_noise() const noexcept;
-  [[nodiscard]] double change_noise_multiplier() const noexcept;
+  [[nodiscard]] core::result<core::round_plan> plan(std::vector<device_offer>& taking, std::span<const double> capacities,
+                                                    std::size_t group_devices, std::vector<excluded_device>& excluded);
   void fold_ready();
   void note_score(double score);
-  // The server optimizer's mask: the first `leading` values of the subnet's layout (all by default)
-  // were reached this round. Nothing without a server optimizer.
-  void mark_trained(const core::subnet& sub, std::size_t leading = SIZE_MAX);
 
   run_config config_;
   core::mlp_arch full_;
@@ -308,35 +280,23 @@ class engine {
   std::int64_t completed_ = 0;
   core::server_optimizer server_opt_;
   bool server_state_pending_ = false;  // resumed with a kind that keeps moments, and they are not restored yet
-  std::vector<float> trained_;         // the open round's coordinates some update reached (1) or not (0)
+  // How uploads become the model (aggregation.hpp), and its secure or private part for the drivers
+  // (null where the run has none).
+  std::unique_ptr<aggregation> aggregation_;
+  secure_aggregation* secure_ = nullptr;
+  private_aggregation* private_ = nullptr;
+  reached_mask reached_;             // the open round's coordinates some update reached
   bool in_round_ = false;
   std::uint64_t plan_seed_ = 0;
   std::size_t groups_ = 0;
   std::vector<assignment> assignments_;
-  core::aggregator aggregator_;
-  std::size_t folded_ = 0;          // assignments [0, folded_) are in the round's sums
-  double update_norm_max_ = 0;      // the largest accepted change's L2 norm this round
-  std::size_t updates_bounded_ = 0; // updates clipped into the bounds this round
+  std::size_t folded_ = 0;           // assignments [0, folded_) are in the round's sums
   double loss_weighted_ = 0;
   std::int64_t examples_ = 0;
   early_stop stopping_;
   round_faults faults_;
-  struct secure_round;
-  std::shared_ptr<secure_round> secure_;  // the open round's secure aggregation (shared_ptr: an incomplete type)
-  secure_outcome secure_outcome_;
   std::shared_ptr<const core::input_normalization> normalization_ = std::make_shared<const core::input_normalization>();
   nlohmann::json statistics_;
-  // Differential privacy: the accountant (checkpointed), the open round's key (sampling, groups and
-  // noise derive from it), the clipped changes summed over the full model, and the round's counts.
-  core::rdp_accountant privacy_;
-  std::size_t population_ = 0;
-  bool seeded_privacy_ = false;
-  crypto::key256 dp_key_{};
-  std::vector<float> dp_sum_;
-  std::vector<core::subnet> private_groups_;
-  std::size_t dp_sampled_ = 0, dp_clipped_ = 0, dp_accepted_ = 0;
-  double dp_clip_ = 0;  // adaptive clipping's current clip (0: dp.clip)
-  std::string privacy_stop_;
 };
 
 }  // namespace tessera::rounds

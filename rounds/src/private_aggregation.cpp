@@ -1,4 +1,4 @@
-// The engine's differential privacy (DESIGN §6), DP-FedAvg (McMahan, Ramage, Talwar, Zhang, ICLR 2018),
+// The private kind of aggregation (DESIGN §6), DP-FedAvg (McMahan, Ramage, Talwar, Zhang, ICLR 2018),
 // the noise added by the hub (trusted-hub mode) or, under secure aggregation, by the devices:
 //   sample   every registered device independently with probability q (Poisson sampling, which the
 //            accountant's amplification assumes); the offered devices drawn take part;
@@ -27,8 +27,10 @@
 #include "tessera/core/rdp.hpp"
 #include "tessera/core/seeds.hpp"
 #include "tessera/crypto/masking.hpp"
-#include "tessera/rounds/engine.hpp"
 #include "tessera/rounds/error.hpp"
+#include "plain_aggregation.hpp"
+#include "private_aggregation.hpp"
+#include "secure_aggregation.hpp"
 
 namespace tessera::rounds {
 namespace {
@@ -101,19 +103,6 @@ double change_sigma_of(const dp_config& d, std::size_t population) noexcept {
 
 }  // namespace
 
-std::size_t engine::beside_arena(const core::mlp_arch& arch) const noexcept {
-  return core::beside_arena(arch, secure() ? secure_segments() : 0, private_rounds());
-}
-
-std::size_t engine::dp_population(std::size_t offered) const noexcept {
-  return std::max(config_.dp.population > 0 ? config_.dp.population : population_, offered);
-}
-
-double engine::epsilon() const { return privacy_.epsilon(config_.dp.delta).epsilon; }
-
-double engine::count_noise() const noexcept { return count_noise_of(config_.dp, dp_population(0)); }
-double engine::change_noise_multiplier() const noexcept { return change_sigma_of(config_.dp, dp_population(0)); }
-
 // The ring of a private secure round. With C the clip, σ the noise multiplier, t the fewest
 // contributors a released sum has (secure_aggregation.threshold), d the model's parameters and N the
 // population:
@@ -173,17 +162,39 @@ core::result<private_ring> make_private_ring(const run_config& c, std::size_t pa
   return r;
 }
 
-core::result<private_ring> engine::private_ring_for(std::size_t population) const { return make_private_ring(config_, params_.size(), population); }
+
+private_aggregation::private_aggregation(const run_config& config, std::size_t params, std::unique_ptr<aggregation> inner)
+    : config_(config),
+      params_(params),
+      inner_(std::move(inner)),
+      plain_(dynamic_cast<plain_aggregation*>(inner_.get())),
+      secure_(dynamic_cast<secure_aggregation*>(inner_.get())) {
+  TESSERA_ASSERT((plain_ != nullptr) != (secure_ != nullptr));
+}
+
+private_aggregation::~private_aggregation() = default;
+
+void private_aggregation::restore(core::rdp_accountant a, double clip) noexcept {
+  privacy_ = std::move(a);
+  if (clip > 0) clip_ = clip;
+}
+
+std::size_t private_aggregation::population(std::size_t offered) const noexcept {
+  return std::max(config_.dp.population > 0 ? config_.dp.population : population_, offered);
+}
+
+double private_aggregation::count_noise() const noexcept { return count_noise_of(config_.dp, population(0)); }
+double private_aggregation::change_noise_multiplier() const noexcept { return change_sigma_of(config_.dp, population(0)); }
 
 // ε after one more round of the run's mechanism (the hub's Gaussian, or the devices' Skellam).
-core::result<core::dp_epsilon> engine::epsilon_after_round() const {
+core::result<core::dp_epsilon> private_aggregation::epsilon_after_round() const {
   const dp_config& d = config_.dp;
-  if (!secure()) return privacy_.epsilon_after(d.sample_rate, d.noise_multiplier, 1, d.delta);
-  TESSERA_ASSIGN_OR_RETURN(const private_ring ring, private_ring_for(dp_population(0)));
+  if (!secure_) return privacy_.epsilon_after(d.sample_rate, d.noise_multiplier, 1, d.delta);
+  TESSERA_ASSIGN_OR_RETURN(const private_ring ring, make_private_ring(config_, params_, population(0)));
   return privacy_.epsilon_after(d.sample_rate, ring.mechanism, 1, d.delta);
 }
 
-core::result<void> engine::check_privacy_budget() const {
+core::result<void> private_aggregation::check_budget(std::int64_t round) const {
   const dp_config& d = config_.dp;
   if (d.adaptive_clip && !std::isfinite(change_noise_multiplier())) {
     char buf[200];
@@ -196,116 +207,165 @@ core::result<void> engine::check_privacy_budget() const {
   const double next = after.epsilon;
   if (next <= d.target_epsilon) return {};
   char buf[160];
-  const std::int64_t round = in_round_ ? current_round() + 1 : current_round();  // asked while closing the round before it
   std::snprintf(buf, sizeof buf, "round %lld would take ε from %.4g to %.4g, past dp.target_epsilon %.4g (δ %.3g)",
                 static_cast<long long>(round), epsilon(), next, d.target_epsilon, d.delta);
   return make_error(errc::privacy_budget, buf);
 }
 
-core::result<std::vector<device_offer>> engine::sample_private(std::vector<device_offer> offers) {
-  if (seeded_privacy_) {
-    TESSERA_ASSIGN_OR_RETURN(dp_key_, crypto::derive_key(bytes_of(config_.seed, static_cast<std::uint64_t>(current_round())), "tessera dp round v1"));
+// The privacy budget first, then the round's sample.
+core::result<std::vector<device_offer>> private_aggregation::sample(const round_view& v, std::vector<device_offer> offers) {
+  TESSERA_TRY(check_budget(v.round()));
+  if (secure_) TESSERA_TRY(make_private_ring(config_, params_, population(offers.size())));  // a ring that cannot hold the noised sums: say so now
+  if (seeded_) {
+    TESSERA_ASSIGN_OR_RETURN(key_, crypto::derive_key(bytes_of(config_.seed, static_cast<std::uint64_t>(v.round())), "tessera dp round v1"));
   } else {
-    TESSERA_ASSIGN_OR_RETURN(dp_key_, crypto::random_key());
+    TESSERA_ASSIGN_OR_RETURN(key_, crypto::random_key());
   }
   std::vector<device_offer> sampled;
   for (auto& o : offers) {
-    TESSERA_ASSIGN_OR_RETURN(const device_draws d, draws_of(dp_key_, o.id));
+    TESSERA_ASSIGN_OR_RETURN(const device_draws d, draws_of(key_, o.id));
     if (d.sample < config_.dp.sample_rate) sampled.push_back(std::move(o));
   }
-  dp_sampled_ = sampled.size();
+  sampled_ = sampled.size();
   return sampled;
 }
 
-core::result<core::round_plan> engine::plan_private(std::span<const device_offer> taking) {
-  if (config_.strategy != strategy_kind::ist) return core::make_full_plan(full_, taking.size());
+// A private round runs with whoever was sampled, nobody included: its noise is released all the same
+// (skipping it would make the sample depend on the devices). Under secure aggregation, fewer devices
+// sampled than a sum needs could release nothing: they are not asked to train (the round still counts
+// for the accountant).
+core::result<std::size_t> private_aggregation::admit(const round_view&, std::vector<device_offer>& taking,
+                                                     std::vector<excluded_device>& excluded) const {
+  const std::size_t least = config_.secure_aggregation.min_aggregate();
+  if (secure_ && taking.size() < least) {
+    for (const auto& o : taking)
+      excluded.push_back({o.id, std::to_string(taking.size()) + " device(s) sampled, below the " + std::to_string(least) +
+                                    " a secure sum needs: nothing could be released"});
+    taking.clear();
+  }
+  return taking.size();
+}
+
+core::result<std::optional<core::round_plan>> private_aggregation::own_plan(const round_view& v, std::span<const device_offer> taking) {
+  if (config_.strategy != strategy_kind::ist) return std::optional(core::make_full_plan(v.full, taking.size()));
   // About ten expected contributors per group unless `groups` says otherwise: the noise is divided
   // by the group's expected contributors.
-  const auto expected = static_cast<std::size_t>(std::floor(config_.dp.sample_rate * static_cast<double>(dp_population(taking.size()))));
+  const auto expected = static_cast<std::size_t>(std::floor(config_.dp.sample_rate * static_cast<double>(population(taking.size()))));
   const std::size_t groups = config_.groups > 0 ? config_.groups
-                                                : std::max<std::size_t>(1, core::default_group_count(full_, std::max<std::size_t>(1, expected / 10),
+                                                : std::max<std::size_t>(1, core::default_group_count(v.full, std::max<std::size_t>(1, expected / 10),
                                                                                                      config_.min_width));
   const std::vector<double> equal(groups, 1.0);
-  TESSERA_ASSIGN_OR_RETURN(core::round_plan plan, core::make_plan(full_, equal, groups, {.min_width = config_.min_width},
-                                                                  core::plan_seed(config_.seed, static_cast<std::uint64_t>(completed_))));
+  TESSERA_ASSIGN_OR_RETURN(core::round_plan plan, core::make_plan(v.full, equal, groups, {.min_width = config_.min_width},
+                                                                  core::plan_seed(config_.seed, static_cast<std::uint64_t>(v.completed))));
   plan.device_group.clear();
   for (const auto& o : taking) {
-    TESSERA_ASSIGN_OR_RETURN(const device_draws d, draws_of(dp_key_, o.id));
+    TESSERA_ASSIGN_OR_RETURN(const device_draws d, draws_of(key_, o.id));
     plan.device_group.push_back(static_cast<std::size_t>(d.group % groups));
   }
-  return plan;
+  return std::optional(std::move(plan));
 }
 
-// An accepted update: its change against what the device was sent, clipped (again) to C, added to the
-// round's sum over the full model. The assignment's trained parameters are clipped in place.
-void engine::fold_private(assignment& a) {
+core::result<void> private_aggregation::begin(const round_view& v, const core::round_plan& plan, std::span<assignment> assignments) {
+  if (secure_) {
+    TESSERA_ASSIGN_OR_RETURN(const private_ring ring, make_private_ring(config_, params_, population(assignments.size())));
+    secure_->set_noise(secure_aggregation::noise_share{
+        .clip = clip(), .summands = ring.summands, .variance = ring.share, .fitted_value = ring.fitted_per_clip * clip()});
+  }
+  TESSERA_TRY(inner_->begin(v, plan, assignments));
+  groups_.clear();
+  for (std::size_t g = 0; g < plan.groups; ++g) groups_.push_back(core::make_subnet(v.full, config_.model.compensation, plan, g));
+  sum_.assign(params_, 0.0f);
+  clipped_ = 0;
+  accepted_ = 0;
+  return {};
+}
+
+std::uint64_t private_aggregation::most_clipped(const assignment& a) const noexcept { return secure_ ? secure_->most_clipped(a) : 1; }
+
+core::result<void> private_aggregation::receive(const round_view& v, assignment& a, std::span<const std::byte> blob) {
+  return inner_->receive(v, a, blob);
+}
+
+// An accepted update (the hub's noise): its change against what the device was sent, clipped (again)
+// to C, added to the round's sum over the full model. The assignment's trained parameters are clipped
+// in place. Under secure aggregation the protocol sums.
+void private_aggregation::fold(const round_view& v, assignment& a, reached_mask&) {
+  if (secure_) return;
   const std::size_t n = core::param_count(a.sub.arch);
   std::vector<float> received(n), sum(n);
-  core::gather(full_, a.sub, params_, received);
-  core::gather(full_, a.sub, dp_sum_, sum);
+  core::gather(v.full, a.sub, v.params, received);
+  core::gather(v.full, a.sub, sum_, sum);
   // The device's own clip, done again (core::clip_change, as on the device): the upload is not trusted.
-  const double clip = dp_clip();
-  if (core::clip_change(received, a.trained, clip) > clip || a.clipped > 0) ++dp_clipped_;
-  ++dp_accepted_;
+  const double c = clip();
+  if (core::clip_change(received, a.trained, c) > c || a.clipped > 0) ++clipped_;
+  ++accepted_;
   for (std::size_t i = 0; i < n; ++i) sum[i] += a.trained[i] - received[i];
-  core::scatter(full_, a.sub, sum, dp_sum_);
+  core::scatter(v.full, a.sub, sum, sum_);
 }
 
-core::result<void> engine::apply_private_sums(round_metrics& m) {
+core::result<void> private_aggregation::finish(const round_view& v, std::span<const assignment> assignments, std::span<float> params,
+                                               reached_mask& reached, round_metrics& m) {
+  std::optional<double> fitted_centred;  // under secure aggregation: the released count
+  if (secure_) {
+    if (secure_->open()) {
+      TESSERA_TRY(secure_->release(v, assignments, sum_, reached));
+      secure_->note_outcome(m);
+      fitted_centred = secure_->outcome().fitted_centred;
+    }
+  } else {
+    plain_->note_bounds(v, m);
+  }
   const dp_config& d = config_.dp;
   // How many of the round's groups train each coordinate (the output bias: all of them).
-  std::vector<float> cover(params_.size(), 0.0f);
-  const std::size_t groups = std::max<std::size_t>(1, groups_);
-  for (std::size_t g = 0; g < groups; ++g) {
-    const core::subnet& sub = private_groups_[g];
+  std::vector<float> cover(params.size(), 0.0f);
+  for (const core::subnet& sub : groups_) {
     std::vector<float> local(core::param_count(sub.arch));
-    core::gather(full_, sub, cover, local);
-    for (auto& v : local) v += 1.0f;
-    core::scatter(full_, sub, local, cover);
+    core::gather(v.full, sub, cover, local);
+    for (auto& x : local) x += 1.0f;
+    core::scatter(v.full, sub, local, cover);
   }
-  const double contributors = d.sample_rate * static_cast<double>(dp_population(assignments_.size())) / static_cast<double>(groups);
-  const double clip = dp_clip();
-  const double deviation = change_noise_multiplier() * clip;
-  TESSERA_ASSIGN_OR_RETURN(const crypto::key256 noise_key, crypto::derive_key(dp_key_, "tessera dp noise v1"));
+  const std::size_t groups = std::max<std::size_t>(1, groups_.size());
+  const double contributors = d.sample_rate * static_cast<double>(population(assignments.size())) / static_cast<double>(groups);
+  const double c = clip();
+  const double deviation = change_noise_multiplier() * c;
+  TESSERA_ASSIGN_OR_RETURN(const crypto::key256 noise_key, crypto::derive_key(key_, "tessera dp noise v1"));
   gaussian noise(noise_key);
   // Under secure aggregation the released sums carry the devices' noise already.
-  const bool hub_noise = !secure();
-  for (std::size_t i = 0; i < params_.size(); ++i) {
+  const bool hub_noise = !secure_;
+  for (std::size_t i = 0; i < params.size(); ++i) {
     if (cover[i] == 0.0f) continue;  // trained by no group this round: no release, no noise
-    const double noised = static_cast<double>(dp_sum_[i]) + (hub_noise ? deviation * noise.next() : 0.0);
-    params_[i] = static_cast<float>(static_cast<double>(params_[i]) + noised / (contributors * static_cast<double>(cover[i])));
+    const double noised = static_cast<double>(sum_[i]) + (hub_noise ? deviation * noise.next() : 0.0);
+    params[i] = static_cast<float>(static_cast<double>(params[i]) + noised / (contributors * static_cast<double>(cover[i])));
     // The hub's noised release reaches every coordinate a group trains: the server optimizer steps on
-    // them all (under secure aggregation apply_secure_sums marked the released segments).
-    if (hub_noise && !trained_.empty()) trained_[i] = 1.0f;
+    // them all (under secure aggregation the release marked the released segments).
+    if (hub_noise) reached.mark_range(i, 1);
   }
+  sum_ = {};
   if (d.adaptive_clip) {
     // The share of contributors whose change fitted, noised and over the expected count; the clip
     // moves geometrically toward the target quantile. Under secure aggregation the count is the
     // released sum of the devices' ±(k/2)·C values (noised by them); withheld, the clip stays.
-    const double expected = d.sample_rate * static_cast<double>(dp_population(assignments_.size()));
+    const double expected = d.sample_rate * static_cast<double>(population(assignments.size()));
     std::optional<double> fitted;
     if (hub_noise) {
-      fitted = static_cast<double>(dp_accepted_ - dp_clipped_) + count_noise() * noise.next();
-    } else if (secure_outcome_.fitted_centred) {
-      fitted = *secure_outcome_.fitted_centred + expected / 2.0;
+      fitted = static_cast<double>(accepted_ - clipped_) + count_noise() * noise.next();
+    } else if (fitted_centred) {
+      fitted = *fitted_centred + expected / 2.0;
     }
-    if (fitted) dp_clip_ = clip * std::exp(-d.clip_learning_rate * (*fitted / expected - d.target_quantile));
+    if (fitted) clip_ = c * std::exp(-d.clip_learning_rate * (*fitted / expected - d.target_quantile));
   }
   if (hub_noise) {
     privacy_.compose(d.sample_rate, d.noise_multiplier, 1);
   } else {
-    TESSERA_ASSIGN_OR_RETURN(const private_ring ring, private_ring_for(dp_population(assignments_.size())));
+    TESSERA_ASSIGN_OR_RETURN(const private_ring ring, make_private_ring(config_, params_, population(assignments.size())));
     privacy_.compose(d.sample_rate, ring.mechanism, 1);
   }
-  m.dp_clip = clip;
+  m.dp_clip = c;
   m.epsilon = epsilon();
   m.dp_noise = hub_noise ? "hub" : "devices";
-  m.dp_sampled = dp_sampled_;
-  m.dp_clipped = dp_clipped_;
-  if (auto next = check_privacy_budget(); !next) {
-    stopping_.stopped = true;
-    privacy_stop_ = next.error().message;
-  }
+  m.dp_sampled = sampled_;
+  m.dp_clipped = clipped_;
+  if (auto next = check_budget(v.round() + 1); !next) stop_ = next.error().message;
   return {};
 }
 

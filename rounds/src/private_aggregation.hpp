@@ -1,0 +1,85 @@
+// rounds/src/private_aggregation.hpp — internal: the private kind of aggregation (aggregation.hpp,
+// DESIGN §6): differential privacy wrapped around the plain kind (the hub adds the noise) or the secure
+// kind (the devices add it in the ring). It owns everything private: the accountant, the round's key,
+// the clip adaptive clipping moves, the clipped changes' sum, and why the run stops for its budget. The
+// wrapped kind checks each upload as it would in any round (decoded and bounded, or masked) and never
+// asks whether the round is private.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "tessera/core/rdp.hpp"
+#include "tessera/crypto/masking.hpp"
+#include "tessera/rounds/aggregation.hpp"
+#include "tessera/rounds/engine.hpp"
+
+namespace tessera::rounds {
+
+class plain_aggregation;
+class secure_aggregation;
+
+class private_aggregation final : public aggregation {
+ public:
+  // `inner`: a plain_aggregation or a secure_aggregation.
+  private_aggregation(const run_config& config, std::size_t params, std::unique_ptr<aggregation> inner);
+  ~private_aggregation() override;
+
+  [[nodiscard]] std::size_t masked_segments() const noexcept override { return inner_->masked_segments(); }
+  [[nodiscard]] bool clips() const noexcept override { return true; }
+  [[nodiscard]] double task_clip() const noexcept override { return clip(); }
+  [[nodiscard]] core::result<std::vector<device_offer>> sample(const round_view& v, std::vector<device_offer> offers) override;
+  [[nodiscard]] core::result<std::size_t> admit(const round_view& v, std::vector<device_offer>& taking,
+                                                std::vector<excluded_device>& excluded) const override;
+  [[nodiscard]] core::result<std::optional<core::round_plan>> own_plan(const round_view& v, std::span<const device_offer> taking) override;
+  [[nodiscard]] bool runs_empty() const noexcept override { return true; }
+  [[nodiscard]] core::result<void> begin(const round_view& v, const core::round_plan& plan, std::span<assignment> assignments) override;
+  [[nodiscard]] std::uint64_t most_clipped(const assignment& a) const noexcept override;
+  [[nodiscard]] core::result<void> receive(const round_view& v, assignment& a, std::span<const std::byte> blob) override;
+  void fold(const round_view& v, assignment& a, reached_mask& reached) override;
+  [[nodiscard]] core::result<void> finish(const round_view& v, std::span<const assignment> assignments, std::span<float> params,
+                                          reached_mask& reached, round_metrics& m) override;
+  [[nodiscard]] std::string_view stop_reason() const noexcept override { return stop_; }
+  [[nodiscard]] const std::string& stop_message() const noexcept { return stop_; }
+
+  // The wrapped secure kind, or null around the plain kind.
+  [[nodiscard]] secure_aggregation* secure_part() const noexcept { return secure_; }
+  // The registered devices the fixed denominators count (dp.population overrides it).
+  void set_population(std::size_t registered) noexcept { population_ = registered; }
+  // Sampling and noise from the run's seed (the simulator) instead of the CSPRNG (the hub).
+  void use_seeded() noexcept { seeded_ = true; }
+  [[nodiscard]] const core::rdp_accountant& accountant() const noexcept { return privacy_; }
+  // A resumed run's accountant and the clip adaptive clipping reached (0: dp.clip).
+  void restore(core::rdp_accountant a, double clip) noexcept;
+  // The clip the next round's changes get.
+  [[nodiscard]] double clip() const noexcept { return clip_ > 0 ? clip_ : config_.dp.clip; }
+  // ε spent so far at dp.delta.
+  [[nodiscard]] double epsilon() const { return privacy_.epsilon(config_.dp.delta).epsilon; }
+
+ private:
+  [[nodiscard]] std::size_t population(std::size_t offered) const noexcept;
+  [[nodiscard]] core::result<core::dp_epsilon> epsilon_after_round() const;
+  // Fails when round `round` would pass dp.target_epsilon.
+  [[nodiscard]] core::result<void> check_budget(std::int64_t round) const;
+  [[nodiscard]] double count_noise() const noexcept;
+  [[nodiscard]] double change_noise_multiplier() const noexcept;
+
+  run_config config_;
+  std::size_t params_ = 0;
+  std::unique_ptr<aggregation> inner_;
+  plain_aggregation* plain_ = nullptr;    // the inner kind, as the one it is
+  secure_aggregation* secure_ = nullptr;
+  core::rdp_accountant privacy_;          // checkpointed
+  std::size_t population_ = 0;
+  bool seeded_ = false;
+  double clip_ = 0;                       // adaptive clipping's current clip (0: dp.clip)
+  std::string stop_;                      // why the run stopped for its privacy budget
+  // The open round: its key (sampling, groups and noise derive from it), its groups, the clipped
+  // changes summed over the full model, and its counts.
+  crypto::key256 key_{};
+  std::vector<core::subnet> groups_;
+  std::vector<float> sum_;
+  std::size_t sampled_ = 0, clipped_ = 0, accepted_ = 0;
+};
+
+}  // namespace tessera::rounds
