@@ -48,6 +48,23 @@ TEST_CASE("TESSERA_ASSIGN_OR_RETURN yields the value or returns the first error"
   CHECK(bad.error().message == "not positive: -7");
 }
 
+TEST_CASE("result: * and -> reach the value as value() does, also on a const and a temporary result") {
+  struct pair {
+    int a = 0;
+    std::string b;
+  };
+  core::result<pair> r(pair{.a = 4, .b = "four"});
+  CHECK(r->a == 4);
+  CHECK((*r).b == "four");
+  r->a = 5;  // the value itself, not a copy
+  CHECK(r.value().a == 5);
+  const core::result<pair>& c = r;
+  CHECK(c->b == "four");
+  CHECK(&*c == &r.value());
+  const std::unique_ptr<int> moved = *boxed(9);  // a temporary's value moves out
+  CHECK(*moved == 9);
+}
+
 TEST_CASE("TESSERA_TRY returns the first error and passes success through") {
   CHECK(check_both(1, 1));
   auto bad = check_both(-1, -2);

@@ -121,6 +121,12 @@ class [[nodiscard]] result {
     TESSERA_ASSERT(ok());
     return std::get<0>(std::move(v_));
   }
+  // As std::optional and std::expected: *r and r->member, asserting like value().
+  [[nodiscard]] T& operator*() & { return value(); }
+  [[nodiscard]] const T& operator*() const& { return value(); }
+  [[nodiscard]] T&& operator*() && { return std::move(*this).value(); }
+  [[nodiscard]] T* operator->() { return &value(); }
+  [[nodiscard]] const T* operator->() const { return &value(); }
   [[nodiscard]] const core::error& error() const& {
     TESSERA_ASSERT(!ok());
     return std::get<1>(v_);
