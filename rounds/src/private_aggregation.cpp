@@ -348,7 +348,12 @@ core::result<void> private_aggregation::finish(const round_view& v, std::span<co
     const double expected = d.sample_rate * static_cast<double>(population(assignments.size()));
     std::optional<double> fitted;
     if (hub_noise) {
-      fitted = static_cast<double>(accepted_ - clipped_) + count_noise() * noise.next();
+      // Each contributor's count value is centred, b − ½ (b = 1 when its change fitted): one device
+      // moves the noised sum by ½, the sensitivity Theorem 1 of Andrew et al. assumes for σ_b (an
+      // uncentred count moves it by 1 and spends up to twice the ε accounted). The expected
+      // contributors' ½ each is added back, a public figure.
+      const double centred = static_cast<double>(accepted_ - clipped_) - static_cast<double>(accepted_) / 2.0;
+      fitted = centred + count_noise() * noise.next() + expected / 2.0;
     } else if (fitted_centred) {
       fitted = *fitted_centred + expected / 2.0;
     }

@@ -270,6 +270,37 @@ TEST_CASE("dp: a round nobody was sampled for still releases its noise and count
   CHECK(moved == before.size());
 }
 
+TEST_CASE("dp: one device more moves adaptive clipping's noised count by ½, fitting or clipped: the sensitivity ε is accounted for") {
+  // One seeded round (the same noise) over devices d0..d9, whose changes fit the clip, and over the
+  // same ten and d10, whose change fits or is clipped. The released count is read back from where it
+  // moved the clip: clip' = clip · exp(−η (count / expected − quantile)).
+  const double eta = 0.2, quantile = 0.5, expected = 20;
+  const auto c = config({{"sample_rate", 1.0}, {"noise_multiplier", 0.8}, {"clip", 1.0}, {"population", 20},
+                         {"adaptive_clip", {{"target_quantile", quantile}, {"learning_rate", eta}, {"count_noise", 2.0}}}},
+                        {{"strategy", "fedavg"}});
+  const auto released_count = [&](std::size_t devices, float last_change) {
+    auto e = engine_for(c);
+    REQUIRE(e.begin_round(fleet(devices)).ok());
+    for (auto& a : e.assignments()) {
+      std::vector<float> local(core::param_count(a.sub.arch));
+      core::gather(e.full(), a.sub, e.params(), local);
+      const float change = a.device == "d10" ? last_change : 0.01f;  // 0.01 per value: norm about 0.27, within the clip of 1
+      for (auto& v : local) v += change;
+      std::vector<std::byte> blob(a.blob_bytes);
+      REQUIRE(core::encode(a.sub.arch, a.codec, local, blob).ok());
+      REQUIRE(e.sent(a).ok());
+      REQUIRE(e.downloaded(a).ok());
+      REQUIRE(e.announce(a, {.round = 1, .clipped = 0, .examples = 8, .steps = 2, .loss = 0.5, .size = a.blob_bytes, .codec = a.codec}).ok());
+      REQUIRE(e.receive(a, blob).ok());
+    }
+    REQUIRE(e.close_round(nullptr).ok());
+    return expected * (quantile - std::log(e.dp_clip() / 1.0) / eta);
+  };
+  const double ten = released_count(10, 0);
+  CHECK(released_count(11, 0.01f) - ten == doctest::Approx(0.5).epsilon(1e-6));   // d10 fits
+  CHECK(released_count(11, 0.1f) - ten == doctest::Approx(-0.5).epsilon(1e-6));   // d10's change, norm about 2.7, is clipped
+}
+
 TEST_CASE("dp: adaptive clipping moves the clip to the target quantile of the change norms, from a noised count") {
   // 40 devices, all sampled; device i's change has norm 0.1 (i + 1): the median is about 2.05.
   const auto c = config({{"sample_rate", 1.0}, {"noise_multiplier", 0.5}, {"clip", 0.5}, {"population", 40},
