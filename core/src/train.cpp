@@ -66,6 +66,20 @@ void batch_sampler::next(std::span<std::uint32_t> out) noexcept {
     }
     v = at(pos_++);
   }
+  drawn_ += out.size();
+}
+
+void batch_sampler::skip(std::uint64_t count) noexcept {
+  drawn_ += count;
+  while (count > 0) {
+    if (pos_ == n_) {
+      ++epoch_;
+      start_epoch();
+    }
+    const std::uint64_t step = std::min(count, n_ - pos_);
+    pos_ += step;
+    count -= step;
+  }
 }
 
 // ---- table_batches

@@ -61,14 +61,8 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
   }
   // Resume from the latest checkpoint, or start from the seeded initial model.
   std::vector<float> params(core::param_count(config.model.full_arch()));
-  std::int64_t completed = 0;
-  rounds::early_stop stopping;
-  core::input_normalization normalization;
-  nlohmann::json statistics;
-  std::optional<core::rdp_accountant> privacy;
-  double dp_clip = 0;
-  std::optional<core::server_optimizer_state> server_state;  // the server optimizer's moments, if it keeps any
-  std::filesystem::path resumed_file;  // the checkpoint resumed from: hub.ckpt, or hub.ckpt.prev after a fallback
+  core::initialize(config.model, params);
+  h->engine_ = std::make_unique<rounds::engine>(config, std::move(params), 0);
   if (!config.checkpoint_dir.empty()) {
     std::filesystem::create_directories(config.checkpoint_dir, ec);
     if (ec) return core::make_error(core::errc::io, config.checkpoint_dir + ": cannot create the checkpoint folder: " + ec.message());
@@ -77,40 +71,14 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
     // was being replaced, a damaged disk). Another run's checkpoint is refused, never passed over.
     TESSERA_ASSIGN_OR_RETURN(auto loaded, rounds::load_latest_checkpoint(rs.checkpoint, config.model, rs.seal_key ? &*rs.seal_key : nullptr));
     if (loaded) {
-      rounds::checkpoint* ck = &loaded->state;
-      resumed_file = loaded->file;
-      if (ck->seed != config.seed || ck->strategy != rounds::to_string(config.strategy))
-        return make_error(errc::checkpoint_mismatch, resumed_file.string() + ": written by a run with seed " +
-                                                         std::to_string(ck->seed) + " and strategy " + ck->strategy +
-                                                         "; the configuration has seed " + std::to_string(config.seed) +
-                                                         " and strategy " + std::string(rounds::to_string(config.strategy)));
-      params = std::move(ck->params);
-      completed = ck->round;
-      stopping = ck->stopping;
-      for (const auto& d : ck->registry) h->devices_[d.id].record = d;
-      h->resumed_from_ = completed;
-      normalization = std::move(ck->normalization);
-      statistics = std::move(ck->statistics);
-      if (config.dp.enabled && completed > 0 && !ck->privacy)
-        return make_error(errc::checkpoint_mismatch, resumed_file.string() + ": written by a run without differential privacy: its " +
-                                                         std::to_string(completed) + " rounds were not accounted for");
-      privacy = std::move(ck->privacy);
-      dp_clip = ck->dp_clip;
-      server_state = std::move(ck->server_optimizer);
+      const std::string file = loaded->file.string();
+      for (const auto& d : loaded->state.registry) h->devices_[d.id].record = d;
+      h->resumed_from_ = loaded->state.round;
+      if (auto ok = h->engine_->restore(std::move(loaded->state)); !ok) return core::error{ok.error().code, file + ": " + ok.error().message};
       if (const auto& fb = loaded->fell_back_from)
-        h->log(log_level::warning, "checkpoint " + fb->reason.message + "; resumed from the previous one (" +
-                                       resumed_file.string() + "), after round " + std::to_string(completed));
+        h->log(log_level::warning, "checkpoint " + fb->reason.message + "; resumed from the previous one (" + file + "), after round " +
+                                       std::to_string(h->resumed_from_));
     }
-  }
-  if (completed == 0) core::initialize(config.model, params);
-  h->engine_ = std::make_unique<rounds::engine>(config, std::move(params), completed, stopping);
-  if (privacy) h->engine_->restore_privacy(std::move(*privacy), dp_clip);
-  // Always: on a fresh start a no-op; on a resume, state that does not fit the configuration is refused.
-  if (auto ok = h->engine_->restore_server_optimizer(std::move(server_state)); !ok)
-    return core::error{ok.error().code, resumed_file.string() + ": " + ok.error().message};
-  if (!normalization.empty()) {
-    if (auto ok = h->engine_->set_normalization(std::move(normalization), std::move(statistics)); !ok)
-      return core::make_error(core::errc::bad_format, resumed_file.string() + ": " + ok.error().message);
   }
   TESSERA_TRY(h->check_frame_room());
   TESSERA_ASSIGN_OR_RETURN(h->recorder_, rounds::recorder::open(config, std::move(rs), h->log_));

@@ -213,7 +213,8 @@ core::result<checkpoint> parse_state(const verified& v, const std::string& where
                             .examples = d.at("examples").get<std::uint64_t>(),
                             .rounds_done = d.at("rounds_done").get<std::int64_t>(),
                             .rounds_missed = d.at("rounds_missed").get<std::int64_t>(),
-                            .last_seen = d.at("last_seen").get<std::int64_t>()});
+                            .last_seen = d.at("last_seen").get<std::int64_t>(),
+                            .examples_drawn = d.value("examples_drawn", std::uint64_t{0})});
     }
     if (const auto es = j.find("early_stop"); es != j.end()) {
       c.stopping = {.have_best = es->at("have_best").get<bool>(),
@@ -260,9 +261,11 @@ core::result<void> save_checkpoint(const std::filesystem::path& path, const chec
   j["spec"] = nlohmann::json::parse(core::to_json(c.spec));
   j["param_count"] = c.params.size();
   nlohmann::json reg = nlohmann::json::array();
-  for (const auto& d : c.registry)
+  for (const auto& d : c.registry) {
     reg.push_back({{"id", d.id}, {"budget_bytes", d.budget_bytes}, {"examples", d.examples},
                    {"rounds_done", d.rounds_done}, {"rounds_missed", d.rounds_missed}, {"last_seen", d.last_seen}});
+    if (d.examples_drawn > 0) reg.back()["examples_drawn"] = d.examples_drawn;  // tessera-sim's only: the hub's files stay as they were
+  }
   j["registry"] = std::move(reg);
   j["early_stop"] = {{"have_best", c.stopping.have_best}, {"best_score", c.stopping.best_score},
                      {"evals_since_best", c.stopping.evals_since_best}, {"stopped", c.stopping.stopped}};

@@ -37,21 +37,7 @@ core::result<void> recorder::record(const engine& e, round_metrics& m, clock::ti
 
 core::result<void> recorder::save_state(const engine& e, std::span<const device_record> registry) {
   if (!settings_.checkpoint.empty()) {
-    const checkpoint c{.round = e.completed(),
-                       .plan_seed = e.plan_seed(),
-                       .seed = e.config().seed,
-                       .strategy = std::string(to_string(e.config().strategy)),
-                       .spec = e.config().model,
-                       .params = {e.params().begin(), e.params().end()},
-                       .registry = {registry.begin(), registry.end()},
-                       .stopping = e.stopping(),
-                       .normalization = e.normalization(),
-                       .statistics = e.statistics(),
-                       .privacy = e.private_rounds() ? std::optional<core::rdp_accountant>(e.privacy()) : std::nullopt,
-                       .dp_clip = e.private_rounds() && e.config().dp.adaptive_clip ? e.dp_clip() : 0.0,
-                       .server_optimizer = e.server_optimizer().stateful()
-                                               ? std::optional<core::server_optimizer_state>(e.server_optimizer().state())
-                                               : std::nullopt};
+    const checkpoint c = e.save(registry);
     if (auto saved = save_checkpoint(settings_.checkpoint, c, settings_.seal_key ? &*settings_.seal_key : nullptr,
                                      saved_here_ ? current_checkpoint::written_here : current_checkpoint::unchecked);
         !saved)

@@ -73,6 +73,26 @@ TEST_CASE("batch sampler: each epoch visits every example once, order is seeded"
   CHECK(next != ea);  // a new epoch is reshuffled
 }
 
+TEST_CASE("batch sampler: skip continues the order where next() would, across epochs, and counts") {
+  // 37 examples; batches of 5 straddle epoch ends. Skipping any count lands where drawing it would.
+  for (const std::uint64_t count : {0ull, 1ull, 5ull, 36ull, 37ull, 38ull, 200ull, 371ull}) {
+    INFO(count);
+    batch_sampler drawn(37, 9), skipped(37, 9);
+    std::vector<std::uint32_t> one(1);
+    for (std::uint64_t i = 0; i < count; ++i) drawn.next(one);
+    skipped.skip(count);
+    CHECK(skipped.drawn() == count);
+    CHECK(skipped.epoch() == drawn.epoch());
+    std::vector<std::uint32_t> a(5), b(5);
+    for (int batch = 0; batch < 20; ++batch) {
+      drawn.next(a);
+      skipped.next(b);
+      REQUIRE(a == b);
+    }
+    CHECK(skipped.drawn() == count + 100);
+  }
+}
+
 TEST_CASE("local training learns an easy problem") {
   auto data = blobs(600, 1);
   const model_spec spec = small_spec();

@@ -371,3 +371,92 @@ TEST_CASE("sim config: examples/sim-fashion-ist.json loads as shipped and as the
     CHECK_MESSAGE(c.ok(), what);
   }
 }
+
+// ---- resume
+
+namespace {
+
+// Runs `config` (with config.checkpoint set or not) to its end; the rounds it ran, in order.
+std::vector<std::int64_t> run_to_end(const sim::sim_config& config, const core::memory_table& train, std::vector<float>& params) {
+  auto sim = sim::simulation::create(config, train, nullptr);
+  REQUIRE(sim.ok());
+  std::vector<std::int64_t> ran;
+  while (!sim.value()->done()) {
+    auto m = sim.value()->run_round();
+    REQUIRE_MESSAGE(m.ok(), (m.ok() ? std::string() : m.error().message));
+    ran.push_back(m.value().round);
+  }
+  params.assign(sim.value()->params().begin(), sim.value()->params().end());
+  return ran;
+}
+
+}  // namespace
+
+TEST_CASE("simulation: a run resumed from its checkpoint ends with the model an uninterrupted run does, to the bit") {
+  auto train = prototypes(500, 7);
+  struct variant {
+    const char* name;
+    nlohmann::json fields;
+  };
+  const std::vector<variant> variants = {
+      // A kept cut spans the interruption: the resumed rounds must cut with the span's seed.
+      {"ist, kept cut", {{"strategy", "ist"}, {"repartition_every", 2}}},
+      // The server optimizer's moments and steps come back from the checkpoint.
+      {"fedavg, adam", {{"strategy", "fedavg"}, {"server_optimizer", {{"kind", "adam"}, {"lr", 0.01}}}}},
+      // The accountant and the clip adaptive clipping moved come back; sampling and noise follow the round.
+      {"ist, dp", {{"strategy", "ist"}, {"dp", {{"clip", 1.0}, {"noise_multiplier", 0.5}, {"sample_rate", 0.75}, {"adaptive_clip", {{"target_quantile", 0.5}, {"count_noise", 1.0}}}}}}},
+  };
+  for (const auto& v : variants) {
+    INFO(std::string(v.name));
+    nlohmann::json j = {{"model", {{"inputs", 12}, {"hidden", {32, 32}}, {"outputs", 3}}}, {"devices", 4}, {"rounds", 5},
+                        {"local_steps", 7}, {"batch", 8}, {"lr", 0.05}, {"min_width", 4}};
+    j.update(v.fields);
+    auto parsed = sim::parse_sim_config(j, "sim.json");
+    REQUIRE(parsed.ok());
+    sim::sim_config whole = parsed.value();
+    std::vector<float> uninterrupted, first, resumed;
+    REQUIRE(run_to_end(whole, train, uninterrupted).size() == 5);
+
+    testing::temp_dir dir("sim-resume");
+    sim::sim_config part = whole;
+    part.checkpoint = dir.file("sim.ckpt");
+    part.rounds = 2;
+    CHECK(run_to_end(part, train, first) == std::vector<std::int64_t>{1, 2});
+    part.rounds = 5;
+    CHECK(run_to_end(part, train, resumed) == std::vector<std::int64_t>{3, 4, 5});
+    CHECK(first != uninterrupted);
+    CHECK(resumed == uninterrupted);
+    if (whole.dp.enabled) {
+      // The second run's ε counts all five rounds, not the three it ran.
+      auto again = sim::simulation::create(part, train, nullptr);
+      REQUIRE(again.ok());
+      auto fresh = sim::simulation::create(whole, train, nullptr);
+      REQUIRE(fresh.ok());
+      while (!fresh.value()->done()) REQUIRE(fresh.value()->run_round().ok());
+      CHECK(again.value()->engine().epsilon() == doctest::Approx(fresh.value()->engine().epsilon()).epsilon(1e-12));
+      CHECK(again.value()->engine().epsilon() > 0);
+    }
+  }
+}
+
+TEST_CASE("simulation: a checkpoint of another run is refused, naming the file and what differs") {
+  auto train = prototypes(300, 8);
+  testing::temp_dir dir("sim-resume-other");
+  auto config = config_for("ist");
+  config.checkpoint = dir.file("sim.ckpt");
+  config.rounds = 1;
+  std::vector<float> params;
+  REQUIRE(run_to_end(config, train, params).size() == 1);
+  config.seed = 99;
+  const auto other_seed = sim::simulation::create(config, train, nullptr);
+  REQUIRE_FALSE(other_seed.ok());
+  CHECK(other_seed.error().code == rounds::errc::checkpoint_mismatch);
+  CHECK(other_seed.error().message.find(config.checkpoint) != std::string::npos);
+  CHECK(other_seed.error().message.find("seed 1") != std::string::npos);
+  config.seed = 1;
+  config.devices = 3;
+  config.rounds = 2;
+  const auto smaller_fleet = sim::simulation::create(config, train, nullptr);
+  REQUIRE_FALSE(smaller_fleet.ok());
+  CHECK(smaller_fleet.error().message.find("device-3") != std::string::npos);
+}

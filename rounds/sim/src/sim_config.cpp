@@ -55,6 +55,7 @@ core::result<sim_config> read_sim_config(core::config_reader& r) {
   c.devices = static_cast<std::size_t>(r.integer("devices", 8, 1, 4096, "virtual devices, each with its own shard"));
   c.partition = r.choice("partition", partition_kind::iid, k_partition_names, "how the training set is split among devices");
   c.alpha = r.number("alpha", 0.5, 1e-3, 1e6, "dirichlet: label skew (small: strong skew)");
+  c.checkpoint = r.string("checkpoint", "", "file saved after every round and resumed from when it exists (empty: none)");
   c.capacities = r.numbers("capacities", {}, 1e-6, 1.0, "per device, the share of every hidden layer it can train (empty: all 1)");
   if (!c.capacities.empty() && c.capacities.size() != c.devices)
     r.fail("capacities", std::to_string(c.capacities.size()) + " entries for " + std::to_string(c.devices) + " devices");

@@ -48,7 +48,7 @@ core::result<std::unique_ptr<simulation>> simulation::create(const sim_config& c
   TESSERA_ASSIGN_OR_RETURN(auto shards, make_shards(config, train));
   std::vector<float> params(core::param_count(config.model.full_arch()));
   core::initialize(config.model, params);
-  TESSERA_ASSIGN_OR_RETURN(auto recorder, rounds::recorder::open(config, {}, log));
+  TESSERA_ASSIGN_OR_RETURN(auto recorder, rounds::recorder::open(config, {.checkpoint = config.checkpoint, .seal_key = std::nullopt}, log));
   std::unique_ptr<simulation> sim(new simulation(config, test, std::move(params), std::move(recorder), std::move(log)));
 
   const std::size_t devices = device_count(config);
@@ -76,10 +76,39 @@ core::result<std::unique_ptr<simulation>> simulation::create(const sim_config& c
                .capacity = config.capacities.empty() ? 1.0 : config.capacities[d]};
     dev.batches = std::make_unique<core::table_batches>(*dev.training, order, config.batch);
     sim->by_id_.emplace(dev.id, d);
+    sim->registry_.push_back({.id = dev.id, .examples = static_cast<std::uint64_t>(dev.training->size())});
     sim->devices_.push_back(std::move(dev));
   }
+  if (!config.checkpoint.empty()) TESSERA_TRY(sim->resume());
   if (sim->engine_.needs_statistics()) TESSERA_TRY(sim->measure_statistics());
   return sim;
+}
+
+core::result<void> simulation::resume() {
+  TESSERA_ASSIGN_OR_RETURN(auto loaded, rounds::load_latest_checkpoint(config_.checkpoint, config_.model, nullptr));
+  if (!loaded) return {};
+  const std::string file = loaded->file.string();
+  std::vector<rounds::device_record> records = loaded->state.registry;
+  if (auto ok = engine_.restore(std::move(loaded->state)); !ok) return core::error{ok.error().code, file + ": " + ok.error().message};
+  for (const auto& r : records) {
+    const auto at = by_id_.find(r.id);
+    if (at == by_id_.end())
+      return make_error(errc::invalid_spec, file + ": written by a run with device " + r.id + ", which this fleet of " +
+                                                std::to_string(devices_.size()) + " does not have");
+    devices_[at->second].batches->skip(r.examples_drawn);
+    registry_[at->second] = r;
+  }
+  if (log_) log_(core::log_level::info, "resumed from " + file + " after round " + std::to_string(engine_.completed()));
+  return {};
+}
+
+void simulation::note_round() {
+  for (const auto& a : engine_.assignments()) {
+    const std::size_t d = by_id_.find(a.device)->second;
+    rounds::device_record& r = registry_[d];
+    ++(a.state == rounds::assignment_state::accepted ? r.rounds_done : r.rounds_missed);
+    r.examples_drawn = devices_[d].batches->drawn();
+  }
 }
 
 std::vector<rounds::device_offer> simulation::offers() const {
@@ -136,7 +165,8 @@ core::result<rounds::round_metrics> simulation::run_round() {
     m.rejected = f.rejected;
   }
   if (engine_.evaluation_due()) TESSERA_TRY(evaluate_on_devices(m));
-  TESSERA_TRY(recorder_.record(engine_, m, started, {}));
+  note_round();
+  TESSERA_TRY(recorder_.record(engine_, m, started, registry_));
   if (!engine_.privacy_stop().empty() && log_) log_(core::log_level::info, "stopping: " + engine_.privacy_stop());
   return m;
 }

@@ -32,6 +32,11 @@ class batch_sampler {
   batch_sampler(std::int64_t n, std::uint64_t seed);
   // Fills `out` with the next indices, starting a new epoch (a new permutation) when one runs out.
   void next(std::span<std::uint32_t> out) noexcept;
+  // Passes over `count` indices as next() would hand them out, in O(epochs crossed): a resumed run
+  // continues its order where it stopped.
+  void skip(std::uint64_t count) noexcept;
+  // Indices handed out or passed over since construction.
+  [[nodiscard]] std::uint64_t drawn() const noexcept { return drawn_; }
   // The example at position i of the current epoch's order (i < size()).
   [[nodiscard]] std::uint32_t at(std::uint64_t i) const noexcept;
   [[nodiscard]] std::int64_t epoch() const noexcept { return epoch_; }
@@ -42,6 +47,7 @@ class batch_sampler {
   std::uint64_t n_;
   std::uint64_t seed_;
   std::uint64_t pos_ = 0;
+  std::uint64_t drawn_ = 0;
   std::int64_t epoch_ = 0;
   unsigned half_bits_ = 1;          // the permuted domain is 2^(2·half_bits) >= n
   std::uint64_t round_keys_[4]{};   // this epoch's keys
@@ -72,6 +78,9 @@ class table_batches final : public batch_source {
   [[nodiscard]] std::string describe() const override { return table_.describe(); }
   [[nodiscard]] std::size_t buffer_bytes() const noexcept override { return indices_.size() * sizeof(std::uint32_t); }
   [[nodiscard]] const batch_sampler& order() const noexcept { return order_; }
+  // The order's place (batch_sampler::skip, drawn): examples handed out so far, and passing over some.
+  [[nodiscard]] std::uint64_t drawn() const noexcept { return order_.drawn(); }
+  void skip(std::uint64_t examples) noexcept { order_.skip(examples); }
 
  private:
   example_table& table_;

@@ -5,7 +5,8 @@
 //   offset 8      8 bytes  u64 n, length of the JSON header (≤ 16 MiB)
 //   offset 16     n bytes  JSON: {"round", "plan_seed", "strategy", "seed", "spec", "param_count",
 //                                 "registry": [{"id", "budget_bytes", "examples",
-//                                 "rounds_done", "rounds_missed", "last_seen"}],
+//                                 "rounds_done", "rounds_missed", "last_seen", and from tessera-sim
+//                                 "examples_drawn" (absent: 0)}],
 //                                 "early_stop": {"have_best", "best_score", "evals_since_best",
 //                                 "stopped"} (absent in files of older versions: a fresh start),
 //                                 "normalization": {"mean", "std"} (base64 float32, one per input) and
@@ -64,6 +65,9 @@ struct device_record {
   std::int64_t rounds_done = 0;    // updates accepted
   std::int64_t rounds_missed = 0;  // assignments that ended as stragglers, refusals or rejections
   std::int64_t last_seen = 0;      // unix seconds
+  // tessera-sim: the examples the device's batch order has handed out, so a resumed run continues it
+  // (0 on the hub, whose devices keep their own order).
+  std::uint64_t examples_drawn = 0;
 };
 
 struct checkpoint {

@@ -77,6 +77,8 @@ namespace tessera::rounds {
 
 class secure_aggregation;
 class private_aggregation;
+struct checkpoint;
+struct device_record;
 
 // What an UPDATE says about the upload it announces.
 struct update_claim {
@@ -220,6 +222,16 @@ class engine {
   [[nodiscard]] double epsilon() const;
   // Why the run stopped for its privacy budget (empty: it did not).
   [[nodiscard]] const std::string& privacy_stop() const noexcept;
+
+  // The run's state after the last closed round, as a checkpoint keeps it (checkpoint.hpp): the
+  // model, the rounds done, early stopping, the input normalization and its statistics, the privacy
+  // accountant and clip, the server optimizer's moments; `registry`: the driver's devices.
+  [[nodiscard]] checkpoint save(std::span<const device_record> registry) const;
+  // The inverse of save, on an engine that has run no round: the run continues where the checkpoint's
+  // ended. Fails (discard the engine then) with errc::checkpoint_mismatch for a checkpoint of another run (seed,
+  // strategy, a model of another size, private rounds with no accountant), errc::server_state or
+  // errc::bad_statistics for state that does not fit the configuration.
+  [[nodiscard]] core::result<void> restore(checkpoint c);
 
   // The server optimizer and its state (moments, steps): what a checkpoint keeps.
   [[nodiscard]] const core::server_optimizer& server_optimizer() const noexcept { return server_opt_; }

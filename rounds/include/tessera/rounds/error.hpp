@@ -35,6 +35,7 @@ enum class errc {
   update_out_of_bounds,  // an update's change passes max_update_norm or max_update_abs
   checkpoint_corrupt,    // a checkpoint cut short, failing its SHA-256, or failing authentication (or the key is wrong)
   server_state,          // a server optimizer's state that does not fit the run: missing on resume, another kind or size
+  checkpoint_mismatch,   // a checkpoint of another run: another seed or strategy, or rounds with no privacy accounted
 };
 
 [[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.rounds"

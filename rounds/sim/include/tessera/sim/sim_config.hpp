@@ -46,6 +46,9 @@ struct sim_config : rounds::run_config {
   partition_kind partition = partition_kind::iid;
   double alpha = 0.5;
   data_config data;
+  // A file the run saves after every round and resumes from when it exists (rounds/checkpoint.hpp;
+  // its ".prev" too): a resumed run ends with the model an uninterrupted one does. Empty: none.
+  std::string checkpoint;
 };
 
 // Reads the fields from `r` (a describing reader lists them; see core/json_config.hpp).

@@ -13,6 +13,10 @@
 //   s->on_round([](const rounds::round_metrics& m) { std::puts(m.to_line().c_str()); });
 //   while (!s->done()) TESSERA_TRY(s->run_round());
 //   TESSERA_TRY(s->finish());                                  // writes the model, if configured
+//
+// With `checkpoint` set, every round is saved, and a run that finds the file resumes after its round:
+// the engine's state (rounds/engine.hpp, restore) and each device's place in its batch order, so the
+// resumed run ends with the very model an uninterrupted one does.
 #pragma once
 
 #include <cstdint>
@@ -71,6 +75,10 @@ class simulation {
   // After a round that evaluates: every device with validation examples scores the model as an agent
   // does (the model through its codec into inference memory, core::evaluate_in).
   [[nodiscard]] core::result<void> evaluate_on_devices(rounds::round_metrics& m);
+  // config.checkpoint exists: the engine continues from it, each device's batch order where it was.
+  [[nodiscard]] core::result<void> resume();
+  // Each device's record after a round (rounds done or missed, examples drawn): what a checkpoint keeps.
+  void note_round();
 
   sim_config config_;
   core::memory_table* test_;
@@ -79,6 +87,7 @@ class simulation {
   core::log_sink log_;
   std::vector<core::memory_table> shards_;
   std::vector<device> devices_;
+  std::vector<rounds::device_record> registry_;  // one per device, in devices_' order
   std::map<std::string, std::size_t, std::less<>> by_id_;
 };
 
