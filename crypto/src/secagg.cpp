@@ -260,6 +260,15 @@ core::result<secagg_masked> secagg_client::mask(const std::vector<secagg_box>& b
     st.seed_shares[b.from] = std::move(seeds);
     st.shared.insert(b.from);
   }
+  // Bonawitz et al.'s U2 ≥ t, before anything leaves this device: its self mask's seed is shared with
+  // its neighbours, and t of them hand it to the hub at unmasking. Masked with fewer than t − 1
+  // neighbours' pairwise masks (a hub that delivers an empty or short inbox), the input would be
+  // hidden by the self mask alone, which the hub then recovers from the honest neighbours.
+  if (st.shared.size() < p.threshold)
+    return make_error(errc::invalid_argument, "shares from " + std::to_string(st.shared.size() - 1) + " of this device's " +
+                                                  std::to_string(st.neighbours.size()) + " neighbours arrived, below the " +
+                                                  std::to_string(p.threshold - 1) + " the threshold " + std::to_string(p.threshold) +
+                                                  " needs: masking with fewer would let the hub unmask this device's input alone; refused");
   std::optional<key256> noise_key;
   if (p.noise > 0) {  // this device's share of the noise, from its own CSPRNG: nobody else can remove it
     TESSERA_ASSIGN_OR_RETURN(noise_key, random_key());

@@ -511,3 +511,34 @@ TEST_CASE("secagg with noise: a roster beyond the ring's summands is refused by 
   REQUIRE_FALSE(more.ok());
   CHECK(more.error().message.find("the 4 the ring is sized for") != std::string::npos);
 }
+
+TEST_CASE("rogue hub: an empty or short share inbox is refused before anything is masked") {
+  // The attack: the hub hands sa-0 no boxes, so sa-0 would mask with its self mask alone; at unmasking
+  // the honest neighbours give the hub that mask's seed (sa-0 is a survivor), and the hub subtracts it.
+  const auto p = params();  // six devices, threshold 3
+  crypto::secagg_server server(p);
+  std::vector<crypto::secagg_client> clients;
+  for (std::size_t d = 0; d < 6; ++d) clients.push_back(client(d, p));
+  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_keys(clients[d].keys(), segments_of(d)).ok());
+  const auto roster = server.roster().value();
+  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_boxes(devices::get().ids[d], clients[d].share_keys(roster).value()).ok());
+  const auto full_inbox = server.inbox("sa-0");
+  REQUIRE(full_inbox.size() == 5);
+
+  // sa-0 refuses: nothing masked leaves it, so the hub has nothing to strip the self mask from.
+  const auto empty = clients[0].mask({}, input_of(0, p), crypto::random_key().value());
+  REQUIRE_FALSE(empty.ok());
+  CHECK(empty.error().message.find("shares from 0 of this device's 5 neighbours arrived, below the 2 the threshold 3 needs") == 0);
+  // One box: a self mask and one pairwise mask, which the hub removes by calling that neighbour dropped.
+  const auto one = std::vector<crypto::secagg_box>{full_inbox.front()};
+  const auto short_inbox = clients[0].mask(one, input_of(0, p), crypto::random_key().value());
+  REQUIRE_FALSE(short_inbox.ok());
+  CHECK(short_inbox.error().message.find("shares from 1 of") == 0);
+  // The refusals changed nothing: with its whole inbox sa-0 masks, and the round's sums come out.
+  REQUIRE(server.add_masked(clients[0].mask(full_inbox, input_of(0, p), crypto::random_key().value()).value()).ok());
+  for (std::size_t d = 1; d < 6; ++d)
+    REQUIRE(server.add_masked(clients[d].mask(server.inbox(devices::get().ids[d]), input_of(d, p), crypto::random_key().value()).value()).ok());
+  const auto request = server.unmask_request();
+  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_reply(clients[d].unmask(request).value()).ok());
+  CHECK(server.finish().ok());
+}

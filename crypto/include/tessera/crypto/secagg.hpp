@@ -186,7 +186,9 @@ class secagg_client {
   // least `threshold` members) and returns one box for every other member.
   [[nodiscard]] core::result<std::vector<secagg_box>> share_keys(const secagg_roster& roster);
   // The boxes addressed to this device (their senders are the devices that shared keys), and the
-  // update: one vector per covered segment. Rounding is stochastic, from `rounding_key`.
+  // update: one vector per covered segment. Rounding is stochastic, from `rounding_key`. Refused when
+  // fewer than threshold − 1 neighbours' boxes came (an empty or short inbox): the self mask alone
+  // would hide the input, and the hub recovers it from the neighbours at unmasking.
   [[nodiscard]] core::result<secagg_masked> mask(const std::vector<secagg_box>& boxes, const std::vector<std::vector<float>>& input,
                                                  const key256& rounding_key);
   // Refuses a request that asks for both kinds of share of one device, that names fewer than
