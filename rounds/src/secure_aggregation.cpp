@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "tessera/core/mlp.hpp"
+#include "tessera/crypto/secagg_graph.hpp"
 #include "tessera/rounds/error.hpp"
 
 namespace tessera::rounds {
@@ -53,8 +54,6 @@ core::result<void> secure_aggregation::begin(const round_view& v, const core::ro
   std::memcpy(&p.round, nonce.data(), sizeof p.round);
   p.bits = sa.bits;
   p.clip = sa.clip;
-  // A secret needs a majority of its holders: of the assigned devices while every device is every
-  // other's neighbour, of a device's ring neighbours and itself beyond that (crypto/secagg_graph.hpp).
   p.neighbors = sa.neighbors;
   if (noise_) {
     // Each device's clipped change, unweighted, with its share of the noise: the ring's clip is the
@@ -64,8 +63,16 @@ core::result<void> secure_aggregation::begin(const round_view& v, const core::ro
     p.noise = noise_->variance;
     p.fitted_value = noise_->fitted_value;
   }
-  const std::size_t holders = sa.neighbors == 0 || assignments.size() <= sa.neighbors + 1 ? assignments.size() : 2 * ((sa.neighbors + 1) / 2) + 1;
-  p.threshold = std::max<std::size_t>(2, holders / 2 + 1);
+  // A secret needs a majority of its holders (crypto/secagg_graph.hpp): every assigned device while
+  // each is every other's neighbour; beyond that a device's ring neighbours and, under IST, its
+  // group's devices, so the round's largest group counts. Every device's own holders are at most these,
+  // so each finds the threshold a majority of its own (as its privacy policy checks).
+  std::size_t largest_group = 0;
+  if (ist_) {
+    std::vector<std::size_t> sizes(plan.groups, 0);
+    for (const auto& a : assignments) largest_group = std::max(largest_group, ++sizes[a.group]);
+  }
+  p.threshold = crypto::secagg_majority(crypto::secagg_most_holders(sa.neighbors, assignments.size(), largest_group));
   std::vector<core::subnet> subnets;
   for (std::size_t g = 0; g < plan.groups; ++g) {
     subnets.push_back(core::make_subnet(v.full, v.config.model.compensation, plan, g));

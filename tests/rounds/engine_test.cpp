@@ -607,14 +607,18 @@ TEST_CASE("engine: secure aggregation replicates every IST group and cuts the up
   CHECK(f.secagg_params().segments[0].length == core::param_count(f.full()) + 1);
   CHECK(f.secagg_params().neighbors == 64);
 
-  // Beyond neighbors + 1 devices a secret needs a majority of a device's ring neighbours and itself.
+  // Beyond neighbors + 1 devices a secret needs a majority of its holders: a device's ring neighbours,
+  // its group's other devices (IST: 3 groups of 3 here) and itself.
   auto g = engine_for(config({{"secure_aggregation", {{"replication", 3}, {"neighbors", 4}}}}));
   REQUIRE(g.begin_round(fleet(9)).ok());
   CHECK(g.secagg_params().neighbors == 4);
-  CHECK(g.secagg_params().threshold == 3);  // of 5 holders
+  CHECK(g.secagg_params().threshold == 4);  // of up to 4 + 2 + 1 = 7 holders
   auto h = engine_for(config({{"secure_aggregation", {{"replication", 3}, {"neighbors", 5}}}}));
   REQUIRE(h.begin_round(fleet(9)).ok());
-  CHECK(h.secagg_params().threshold == 4);  // 5 rounds up to 6 neighbours: 7 holders
+  CHECK(h.secagg_params().threshold == 5);  // 5 rounds up to 6 ring neighbours: up to 6 + 2 + 1 = 9 holders
+  auto ring_only = engine_for(config({{"strategy", "fedavg"}, {"secure_aggregation", {{"replication", 3}, {"neighbors", 4}}}}));
+  REQUIRE(ring_only.begin_round(fleet(9)).ok());
+  CHECK(ring_only.secagg_params().threshold == 3);  // FedAvg: one segment, its ring only: 5 holders
   auto all = engine_for(config({{"secure_aggregation", {{"replication", 3}, {"neighbors", 8}}}}));
   REQUIRE(all.begin_round(fleet(9)).ok());
   CHECK(all.secagg_params().threshold == 5);  // 9 devices, every one every other's neighbour

@@ -62,4 +62,20 @@ class secagg_graph {
   std::vector<ring> rings_;
 };
 
+// The threshold a device's secrets need: a majority of their holders (its neighbours and itself), and at
+// least 2. The hub sets it from the most holders any device of the round has; a device holds the hub to
+// it with the holders its roster gives it (edge/privacy_policy.hpp).
+[[nodiscard]] constexpr std::size_t secagg_majority(std::size_t holders) noexcept { return holders / 2 + 1 > 2 ? holders / 2 + 1 : 2; }
+
+// The most holders one device's secrets can have in a round of `roster` devices under `neighbors`: every
+// other device and itself while the graph is complete; otherwise its ring neighbours on the wide
+// segment, plus (`largest_group` > 0, an IST group segment) the other devices of the largest group, or
+// that segment's own ring neighbours when the group is itself too wide to stay complete.
+[[nodiscard]] constexpr std::size_t secagg_most_holders(std::size_t neighbors, std::size_t roster, std::size_t largest_group) noexcept {
+  if (neighbors == 0 || roster <= neighbors + 1) return roster;
+  const std::size_t ring = 2 * ((neighbors + 1) / 2);
+  const std::size_t group = largest_group == 0 ? 0 : largest_group <= neighbors + 1 ? largest_group - 1 : ring;
+  return ring + group + 1 < roster ? ring + group + 1 : roster;
+}
+
 }  // namespace tessera::crypto
