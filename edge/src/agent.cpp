@@ -124,6 +124,7 @@ void agent::on_stats(const net::msg::stats& q) {
   cancel_job();  // the hub measures before round 1: anything in progress belongs to an earlier run
   waiting_.reset();
   const std::string what = "the statistics (pass " + std::to_string(q.pass) + ")";
+  if (auto ok = check_request_policy("statistics", config_.privacy, config_.secure_aggregation); !ok) return refuse(what, ok.error());
   if (static_cast<std::int64_t>(q.inputs) != data_->feature_count())
     return refuse(what, make_error(errc::inputs_mismatch, "the model takes " + std::to_string(q.inputs) + " inputs, this device's data (" +
                                                               data_->name() + ") has " + std::to_string(data_->feature_count()) +
@@ -262,7 +263,8 @@ void agent::start_assignment(const net::msg::assign& a) {
                                 .data_name = data_->name(),
                                 .requires_normalization = config_.requires_normalization,
                                 .secure = secure_.get(),
-                                .require_secure = config_.secure_aggregation == secure_mode::require});
+                                .require_secure = config_.secure_aggregation == secure_mode::require,
+                                .policy = config_.privacy});
   if (unmasking_ && unmasking_->round() != a.round) unmasking_.reset();
   if (!started) {
     if (a.evaluate) return refuse("the evaluation after round " + std::to_string(a.round), started.error());

@@ -61,7 +61,23 @@ core::result<agent_config> read_agent_config(core::config_reader& r) {
     TESSERA_TRY(rr.finish());
   }
   c.secure_aggregation = r.choice("secure_aggregation", secure_mode::allow, k_secure_mode_names,
-                                  "masked uploads: allow (when the hub asks), require (refuse rounds in the clear) or off");
+                                  "masked uploads: allow (when the hub asks), require (refuse rounds, statistics and "
+                                  "evaluations in the clear) or off");
+  if (const auto* pv = r.object("privacy", "what this device lets a hub do, checked by the device against every request")) {
+    core::config_reader pr = r.child("privacy", *pv);
+    privacy_policy& p = c.privacy;
+    p.min_threshold = static_cast<std::size_t>(pr.integer("min_threshold", 0, 0, 1 << 16,
+                                                          "fewest shares that may recover this device's secrets (0: a majority of "
+                                                          "its neighbours and itself, at least 2)"));
+    p.min_group = static_cast<std::size_t>(pr.integer("min_group", 2, 2, 1 << 16, "fewest devices a released sum holding this "
+                                                                                  "device's update may have"));
+    p.min_noise_multiplier = pr.number("min_noise_multiplier", 0.0, 0.0, 1e6,
+                                       "least DP noise multiplier the devices' noise must carry (0: none asked; above 0, rounds "
+                                       "in the clear are refused)");
+    p.statistics = pr.choice("statistics", answer_mode::allow, k_answer_mode_names, "answer the feature statistics request (in the clear)");
+    p.evaluation = pr.choice("evaluation", answer_mode::allow, k_answer_mode_names, "score models on the validation split (scores in the clear)");
+    TESSERA_TRY(pr.finish());
+  }
   net::read_link_settings(r, c.link, /*rate_limits=*/true);
   c.log_format = r.choice("log_format", core::log_format::text, core::k_log_format_names,
                           "events on standard error: text for people, json for journald and log shippers (one object "

@@ -35,6 +35,7 @@ core::result<core::training_task> check_assignment(const net::msg::assign& a, co
   if (!a.secure && !a.evaluate && limits.require_secure)
     return make_error(errc::secure_refused, "the assignment uploads in the clear; this device's secure_aggregation is 'require'");
   if (a.secure && !a.evaluate) TESSERA_TRY(secure_round::check(*a.secure, t.arch));
+  TESSERA_TRY(check_assignment_policy(a, t, limits.policy, limits.require_secure ? secure_mode::require : secure_mode::allow));
   const std::size_t expected = core::encoded_bytes(t.arch, a.blob_codec);
   if (a.size != expected)
     return make_error(errc::size_mismatch, "declared size " + std::to_string(a.size) + " bytes, the subnet in " +
@@ -61,7 +62,7 @@ core::result<std::shared_ptr<job>> job::start(const net::msg::assign& a, const d
                                                                             a.blob_codec, limits.arena_budget - extra));
   std::unique_ptr<secure_round> secure_part;
   if (secure) {
-    TESSERA_ASSIGN_OR_RETURN(secure_part, secure_round::start(*a.secure, a.round, task.arch, *limits.secure));
+    TESSERA_ASSIGN_OR_RETURN(secure_part, secure_round::start(*a.secure, a.round, task.arch, *limits.secure, limits.policy));
   }
   std::shared_ptr<job> j(new job());
   j->round_ = a.round;

@@ -10,8 +10,8 @@ core::error step_error(const std::string& what, const core::error& why) { return
 
 }  // namespace
 
-secure_round::secure_round(std::uint64_t round, net::msg::secure_assign s, crypto::secagg_client client)
-    : round_(round), s_(std::move(s)), client_(std::move(client)) {}
+secure_round::secure_round(std::uint64_t round, net::msg::secure_assign s, crypto::secagg_client client, const privacy_policy& policy)
+    : round_(round), policy_(policy), s_(std::move(s)), client_(std::move(client)) {}
 
 core::result<void> secure_round::check(const net::msg::secure_assign& s, const core::mlp_arch& arch) {
   const crypto::secagg_params& p = s.params;
@@ -34,11 +34,12 @@ core::result<void> secure_round::check(const net::msg::secure_assign& s, const c
 }
 
 core::result<std::unique_ptr<secure_round>> secure_round::start(const net::msg::secure_assign& s, std::uint64_t round,
-                                                                 const core::mlp_arch& arch, const secure_identity& me) {
+                                                                 const core::mlp_arch& arch, const secure_identity& me,
+                                                                 const privacy_policy& policy) {
   TESSERA_TRY(check(s, arch));
   auto client = crypto::secagg_client::create(me.id, me.certificate_pem, me.key, me.ca_pem, s.params);
   if (!client) return step_error("the secure aggregation's keys", client.error());
-  return std::unique_ptr<secure_round>(new secure_round(round, s, std::move(client).value()));
+  return std::unique_ptr<secure_round>(new secure_round(round, s, std::move(client).value(), policy));
 }
 
 net::msg::secagg_keys secure_round::keys_message() const { return {.round = round_, .keys = client_.keys()}; }
@@ -53,6 +54,8 @@ core::result<net::msg::secagg_shares> secure_round::on_roster(const net::msg::se
       return make_error(errc::secure_step, "the roster gives this device other segments than its assignment");
   auto boxes = client_.share_keys(r.roster);
   if (!boxes) return step_error("the roster", boxes.error());
+  // One box for each neighbour: with this device they hold its secrets.
+  TESSERA_TRY(check_roster_threshold(s_.params.threshold, boxes.value().size(), policy_));
   shares_ = net::msg::secagg_shares{.round = round_, .boxes = std::move(boxes).value()};
   at_ = stage::shared;
   return *shares_;

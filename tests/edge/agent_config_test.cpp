@@ -64,3 +64,34 @@ TEST_CASE("agent config: errors name the file and the field") {
   j["memory_budget"] = 3;
   CHECK(error_of(j).find("memory_budget") != std::string::npos);
 }
+
+TEST_CASE("agent config: the privacy policy, its defaults and its errors") {
+  auto c = edge::parse_agent_config(minimal(), "agent.json");
+  REQUIRE(c.ok());
+  const edge::privacy_policy& d = c.value().privacy;
+  CHECK(d.min_threshold == 0);  // a majority of the device's holders
+  CHECK(d.min_group == 2);
+  CHECK(d.min_noise_multiplier == 0);
+  CHECK(d.statistics == edge::answer_mode::allow);
+  CHECK(d.evaluation == edge::answer_mode::allow);
+
+  auto j = minimal();
+  j["privacy"] = {{"min_threshold", 4}, {"min_group", 3}, {"min_noise_multiplier", 0.9}, {"statistics", "off"}, {"evaluation", "off"}};
+  auto p = edge::parse_agent_config(j, "agent.json");
+  REQUIRE_MESSAGE(p.ok(), (p.ok() ? "" : p.error().message));
+  CHECK(p.value().privacy.min_threshold == 4);
+  CHECK(p.value().privacy.min_group == 3);
+  CHECK(p.value().privacy.min_noise_multiplier == 0.9);
+  CHECK(p.value().privacy.statistics == edge::answer_mode::off);
+  CHECK(p.value().privacy.evaluation == edge::answer_mode::off);
+
+  j = minimal();
+  j["privacy"] = {{"min_group", 1}};  // a sum of one device is that device's update
+  CHECK(error_of(j).find("'privacy.min_group'") != std::string::npos);
+  j = minimal();
+  j["privacy"] = {{"statistics", "sometimes"}};
+  CHECK(error_of(j).find("'privacy.statistics'") != std::string::npos);
+  j = minimal();
+  j["privacy"] = {{"min_noise", 1}};
+  CHECK(error_of(j).find("min_noise") != std::string::npos);
+}

@@ -392,9 +392,13 @@ TEST_CASE("secure aggregation: the device's configuration decides, and its buffe
   REQUIRE(!r.ok());
   CHECK(r.error().code == edge::errc::secure_refused);
   CHECK(r.error().message.find("'require'") != std::string::npos);
-  auto evaluation = plain;  // scoring the model uploads nothing: require does not refuse it
+  auto evaluation = plain;  // scoring the model sends its scores in the clear: require refuses it too
   evaluation.evaluate = true;
-  CHECK(edge::check_assignment(evaluation, require).ok());
+  r = edge::check_assignment(evaluation, require);
+  REQUIRE(!r.ok());
+  CHECK(r.error().code == edge::errc::privacy_policy);
+  CHECK(r.error().message.find("'require'") != std::string::npos);
+  CHECK(edge::check_assignment(evaluation, roomy()).ok());
 
   // A budget that holds the arena but not the secure buffers: refused before anything is reserved.
   const std::size_t arena = core::bytes_needed(t.arch, t.batch, true, core::codec_kind::f32);

@@ -30,7 +30,17 @@ using namespace std::chrono_literals;
 namespace {
 
 // What the scripted hub does wrong, if anything.
-enum class rogue { none, bad_signature, replayed_keys, both_shares };
+enum class rogue {
+  none, bad_signature, replayed_keys, both_shares,
+  empty_inbox,        // no boxes: the agent would mask with its self mask alone
+  wide_roster,        // four neighbours, threshold 2: two of five holders could recover its secrets
+  small_group,        // sums of two, for a device whose privacy.min_group is 3 (the wire refuses fewer than two)
+  noise_removed,      // a private round whose noise field the hub dropped
+  noise_lowered,      // a private round whose noise carries σ 0.5
+  clear_round,        // a round in the clear (only the hub could add noise)
+  statistics,         // the feature statistics, which travel in the clear
+  honest_private,     // not rogue: a private round whose noise carries σ 1
+};
 
 // Two more devices of the fleet's CA ("sa-1", "sa-2"), whose protocol clients the scripted hub runs.
 crypto::cert_files other_device(const std::string& id) {
@@ -63,6 +73,13 @@ class scripted_hub {
     p_.clip = 1.0;
     p_.threshold = 2;
     p_.segments = {{.length = core::param_count(arch_) + 1, .min_aggregate = 2}};
+    if (r == rogue::noise_removed || r == rogue::noise_lowered || r == rogue::honest_private) {
+      // A private round's ring, sized (as the hub sizes it) for its population: 1024 summands.
+      p_.summands = 1024;
+      const auto limit = static_cast<double>(crypto::fixed_point::create(p_.clip, p_.bits, p_.summands).value().limit());
+      const double sigma = r == rogue::noise_removed ? 0.0 : r == rogue::noise_lowered ? 0.5 : 1.0;
+      p_.noise = (sigma * limit) * (sigma * limit) / 2.0;  // each device's share over sums of 2
+    }
     server_ = net::server::create(io_, test::test_pki::get().hub_tls(), net::session_config{});
     server_->on_session([this](const std::shared_ptr<net::session>& s) { attach(s); });
     auto port = server_->listen("127.0.0.1", 0);
@@ -81,6 +98,8 @@ class scripted_hub {
     c.data.validation_fraction = 0;
     c.backoff_initial = 50ms;
     c.backoff_max = 200ms;
+    c.privacy = policy;
+    c.secure_aggregation = mode;
     auto a = edge::agent::create(io_, c, [this](core::log_level, const std::string& line) { agent_log += line + "\n"; });
     REQUIRE_MESSAGE(a.ok(), (a.ok() ? "" : a.error().message));
     agent_ = std::move(a).value();
@@ -88,6 +107,8 @@ class scripted_hub {
     io_.run_for(20s);
   }
 
+  edge::privacy_policy policy;                     // the agent's
+  edge::secure_mode mode = edge::secure_mode::allow;
   std::string agent_log;
   std::optional<net::msg::refuse> refused;
   std::optional<net::msg::secagg_unmask_reply> unmask_reply;
@@ -133,6 +154,7 @@ class scripted_hub {
   void on_message(net::session& s, const net::message& m) {
     if (std::holds_alternative<net::msg::hello>(m)) {
       s.send(net::msg::welcome{});
+      if (rogue_ == rogue::statistics) return s.send(net::msg::stats{.pass = 1, .inputs = 16, .outputs = 4});
       send_assign(s);
     } else if (const auto* k = std::get_if<net::msg::secagg_keys>(&m)) {
       // The roster: the agent, then sa-1 and sa-2 (sa-1's keys spoiled as the script says).
@@ -140,6 +162,10 @@ class scripted_hub {
       if (rogue_ == rogue::replayed_keys) sa1_params.round = p_.round - 1;  // keys signed for an earlier round
       others_.push_back(client_for("sa-1", sa1_params));
       others_.push_back(client_for("sa-2", p_));
+      if (rogue_ == rogue::wide_roster) {
+        others_.push_back(client_for("sa-3", p_));
+        others_.push_back(client_for("sa-4", p_));
+      }
       crypto::secagg_roster roster{{.keys = k->keys, .segments = {0}}};
       for (auto& o : others_) roster.push_back({.keys = o.keys(), .segments = {0}});
       if (rogue_ == rogue::bad_signature) roster[1].keys.signature[3] ^= std::byte{1};
@@ -155,6 +181,7 @@ class scripted_hub {
           if (b.to == "dev-a") inbox.push_back(b);
       }
       CHECK(sh->boxes.size() == 2);
+      if (rogue_ == rogue::empty_inbox) inbox.clear();
       s.send(net::msg::secagg_inbox{.round = 1, .boxes = inbox});
     } else if (const auto* u = std::get_if<net::msg::update>(&m)) {
       upload_.resize(u->size);
@@ -174,10 +201,12 @@ class scripted_hub {
     REQUIRE(core::encode(arch_, core::codec_kind::f32, params_, blob_).ok());
     const net::digest sha = crypto::sha256_of(blob_);
     core::training_task task{.arch = arch_, .steps = 2, .batch = 4, .sgd = {.learning_rate = 0.05f}, .normalization = nullptr};
+    if (p_.summands > 0) task.clip_norm = p_.clip;  // a private round clips the change
     net::msg::assign a{.round = 1, .widths = net::hidden_widths(arch_), .hyper_json = net::task_to_json(task), .transfer = 77,
                        .size = blob_.size(), .blob_codec = core::codec_kind::f32, .sha256 = sha};
-    a.secure = net::msg::secure_assign{.params = p_, .segments = {0}, .rounding_key = {},
-                                       .upload_size = p_.segments[0].length * 4};
+    if (rogue_ != rogue::clear_round)
+      a.secure = net::msg::secure_assign{.params = p_, .segments = {0}, .rounding_key = {},
+                                         .upload_size = p_.segments[0].length * 4};
     s.send(a);
     out_ = std::make_shared<net::outgoing_transfer>(77, std::span<const std::byte>(blob_), sha);
     s.send_blob(out_);
@@ -219,15 +248,18 @@ namespace {
 
 // Runs the agent against a hub that misbehaves as `r` says: the agent must refuse with edge.secure_step
 // and a reason holding `reason`, after uploading (the unmasking's refusal) or before (the roster's).
-void check_refusal(rogue r, const char* tag, bool uploaded, const std::string& reason) {
+void check_refusal(rogue r, const char* tag, bool uploaded, const std::string& reason, const edge::privacy_policy& policy = {},
+                   const std::string& code = "edge.secure_step", edge::secure_mode mode = edge::secure_mode::allow) {
   testing::temp_dir dir(tag);
   scripted_hub hub(r, dir);
+  hub.policy = policy;
+  hub.mode = mode;
   hub.run();
   INFO(hub.agent_log);
   CHECK(hub.uploaded == uploaded);
   CHECK(!hub.unmask_reply);
   REQUIRE(hub.refused.has_value());
-  CHECK(hub.refused->code == "edge.secure_step");
+  CHECK(hub.refused->code == code);
   CHECK_MESSAGE(hub.refused->reason.find(reason) != std::string::npos, hub.refused->reason);
 }
 
@@ -244,4 +276,66 @@ TEST_CASE("secure agent refusal: a roster whose key signature does not verify") 
 TEST_CASE("secure agent refusal: keys replayed from an earlier round") {
   // sa-1's signature is genuine, but over round 4241: for this round it does not verify.
   check_refusal(rogue::replayed_keys, "secure_agent_replay", false, "device sa-1's keys are not signed by its certificate for round 4242");
+}
+
+// ---- a hub that deviates: the device's own policy (edge/privacy_policy.hpp) refuses, naming why
+
+TEST_CASE("rogue hub: an empty share inbox, so the device would mask with its self mask alone") {
+  check_refusal(rogue::empty_inbox, "rogue_inbox", false, "shares from 0 of this device's 2 neighbours arrived, below the 1");
+}
+
+TEST_CASE("rogue hub: a threshold below a majority of the device's holders") {
+  // Five holders (four neighbours and itself): two shares would recover its secrets; a majority is three.
+  check_refusal(rogue::wide_roster, "rogue_threshold", false,
+                "the round's threshold 2 lets 2 of the 5 holders of this device's secrets (its 4 neighbours and itself) recover them; "
+                "its policy asks for 3 (a majority",
+                {}, "edge.privacy_policy");
+}
+
+TEST_CASE("rogue hub: a threshold below the device's privacy.min_threshold") {
+  check_refusal(rogue::none, "rogue_min_threshold", false, "the round's threshold 2 is below this device's privacy.min_threshold 3",
+                {.min_threshold = 3}, "edge.privacy_policy");
+}
+
+TEST_CASE("rogue hub: a sum released from fewer devices than the device's privacy.min_group") {
+  // Fewer than two is refused by the wire itself (net/secagg_messages); the policy raises the floor.
+  check_refusal(rogue::small_group, "rogue_group", false,
+                "segment 0's sum may be released from 2 device(s) (its min_aggregate), below this device's privacy.min_group 3",
+                {.min_group = 3}, "edge.privacy_policy");
+}
+
+TEST_CASE("rogue hub: the DP noise removed from a private round") {
+  check_refusal(rogue::noise_removed, "rogue_no_noise", false, "the round asks the devices for no noise",
+                {.min_noise_multiplier = 1.0}, "edge.privacy_policy");
+}
+
+TEST_CASE("rogue hub: the DP noise lowered below the device's minimum") {
+  check_refusal(rogue::noise_lowered, "rogue_low_noise", false, "carries a noise multiplier of 0.5 ",
+                {.min_noise_multiplier = 1.0}, "edge.privacy_policy");
+}
+
+TEST_CASE("rogue hub: a round in the clear for a device that asks for noise") {
+  check_refusal(rogue::clear_round, "rogue_clear", false, "the round uploads in the clear, so only the hub could add the noise",
+                {.min_noise_multiplier = 1.0}, "edge.privacy_policy");
+}
+
+TEST_CASE("rogue hub: feature statistics asked of a device whose secure_aggregation is 'require'") {
+  check_refusal(rogue::statistics, "rogue_stats", false, "the statistics would leave this device in the clear", {},
+                "edge.privacy_policy", edge::secure_mode::require);
+  check_refusal(rogue::statistics, "rogue_stats_off", false, "this device's privacy.statistics is off",
+                {.statistics = edge::answer_mode::off}, "edge.privacy_policy");
+}
+
+TEST_CASE("secure agent: an honest private round meets the device's noise minimum and completes") {
+  // The counterpart of the noise cases: σ 1 exactly, each device's share over sums of 2.
+  testing::temp_dir dir("secure_agent_noise_ok");
+  scripted_hub hub(rogue::honest_private, dir);
+  hub.policy = {.min_noise_multiplier = 1.0};
+  hub.mode = edge::secure_mode::require;
+  hub.run();
+  INFO(hub.agent_log);
+  CHECK(!hub.refused);
+  CHECK(hub.uploaded);
+  REQUIRE(hub.unmask_reply.has_value());
+  CHECK(hub.agent_log.find("share of the privacy noise") != std::string::npos);
 }

@@ -19,14 +19,10 @@
 #include "tessera/core/json_config.hpp"
 #include "tessera/core/log.hpp"
 #include "tessera/edge/device_data.hpp"
+#include "tessera/edge/privacy_policy.hpp"
 #include "tessera/net/link_config.hpp"
 
 namespace tessera::edge {
-
-// Secure aggregation (crypto/secagg.hpp): take part when a hub asks (allow), take only rounds that use
-// it (require), or refuse it (off).
-enum class secure_mode { allow, require, off };
-inline constexpr auto k_secure_mode_names = core::names_in_order<secure_mode>({"allow", "require", "off"});
 
 struct agent_config {
   core::host_port hub{"127.0.0.1", 7443};
@@ -43,6 +39,7 @@ struct agent_config {
   std::int64_t exit_after_rounds = 0;        // 0: serve forever; N: exit after N accepted updates
   core::log_format log_format = core::log_format::text;  // events on standard error: for people, or JSON lines
   secure_mode secure_aggregation = secure_mode::allow;
+  privacy_policy privacy;                    // what this device lets a hub do (privacy_policy.hpp)
 };
 
 // Reads the fields from `r` (a describing reader lists them; see core/json_config.hpp).

@@ -28,6 +28,7 @@ enum class errc {
   secure_refused,    // secure aggregation: this device's configuration refuses the assignment (required, or off)
   secure_step,       // secure aggregation: a step from the hub that this device does not take (a bad roster,
                      // a request for both shares of one device, a step out of order)
+  privacy_policy,    // the hub asks for less privacy than this device's policy allows (privacy_policy.hpp)
 };
 
 [[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.edge"

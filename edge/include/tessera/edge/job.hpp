@@ -57,6 +57,7 @@ struct device_limits {
   // it refuses assignments without it.
   const secure_identity* secure = nullptr;
   bool require_secure = false;
+  privacy_policy policy{};              // what this device lets the hub do (privacy_policy.hpp)
 };
 
 // The assignment's task, or why this device refuses it (edge::errc; core::errc::over_budget when the

@@ -25,6 +25,7 @@
 #include "tessera/crypto/secagg.hpp"
 #include "tessera/edge/error.hpp"
 #include "tessera/net/messages.hpp"
+#include "tessera/edge/privacy_policy.hpp"
 
 namespace tessera::edge {
 
@@ -45,9 +46,11 @@ class secure_round {
   // parameters and their weights, and its ring exists for every roster the protocol allows — at least
   // `threshold` devices and, when `summands` sizes the ring, at most that many (crypto::fixed_point).
   [[nodiscard]] static core::result<void> check(const net::msg::secure_assign& s, const core::mlp_arch& arch);
-  // Checks the secure part (check()) and makes this round's keys.
+  // Checks the secure part (check()) and makes this round's keys; `policy` is held against the
+  // roster's threshold (check_roster_threshold) before any share leaves.
   [[nodiscard]] static core::result<std::unique_ptr<secure_round>> start(const net::msg::secure_assign& s, std::uint64_t round,
-                                                                         const core::mlp_arch& arch, const secure_identity& me);
+                                                                         const core::mlp_arch& arch, const secure_identity& me,
+                                                                         const privacy_policy& policy = {});
 
   [[nodiscard]] stage at() const noexcept { return at_; }
   [[nodiscard]] std::uint64_t round() const noexcept { return round_; }
@@ -67,9 +70,10 @@ class secure_round {
   [[nodiscard]] core::result<net::msg::secagg_unmask_reply> on_unmask(const net::msg::secagg_unmask& u);
 
  private:
-  secure_round(std::uint64_t round, net::msg::secure_assign s, crypto::secagg_client client);
+  secure_round(std::uint64_t round, net::msg::secure_assign s, crypto::secagg_client client, const privacy_policy& policy);
 
   std::uint64_t round_ = 0;
+  privacy_policy policy_;
   net::msg::secure_assign s_;
   crypto::secagg_client client_;
   stage at_ = stage::keys;

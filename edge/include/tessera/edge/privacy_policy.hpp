@@ -1,0 +1,57 @@
+// tessera/edge/privacy_policy.hpp — what this device lets a hub do with its data, checked by the device
+// itself against every request (DESIGN §6: the hub may deviate from the protocol).
+//
+// The hub sends the round's privacy parameters (the sharing threshold, each sum's fewest contributors,
+// the devices' share of the DP noise, the clip); a hub that lowers one of them, or drops the noise, must
+// meet a refusal naming the field and this device's minimum, not a device that complies. Checked at the
+// ASSIGN (check_assignment_policy), at the roster (check_roster_threshold), and for statistics and
+// evaluation requests (check_request_policy).
+//
+//   edge::privacy_policy p{.min_group = 3, .min_noise_multiplier = 0.8};
+//   if (auto ok = edge::check_assignment_policy(assign, task, p, edge::secure_mode::require); !ok) refuse(ok.error());
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+#include "tessera/core/error.hpp"
+#include "tessera/core/names.hpp"
+#include "tessera/core/device_round.hpp"
+#include "tessera/net/messages.hpp"
+
+namespace tessera::edge {
+
+// Secure aggregation: use it when the hub asks (allow), refuse rounds without it (require), or refuse
+// it (off).
+enum class secure_mode { allow, require, off };
+inline constexpr auto k_secure_mode_names = core::names_in_order<secure_mode>({"allow", "require", "off"});
+
+// Whether this device answers a kind of request that leaves it in the clear.
+enum class answer_mode { allow, off };
+inline constexpr auto k_answer_mode_names = core::names_in_order<answer_mode>({"allow", "off"});
+
+struct privacy_policy {
+  // The fewest shares that may recover one of this device's secrets (the round's threshold t); 0: a
+  // majority of its holders (its neighbours in the roster and itself), and at least 2.
+  std::size_t min_threshold = 0;
+  // The fewest devices a released sum that holds this device's input may have (each segment's
+  // min_aggregate, which the device also counts itself at unmasking).
+  std::size_t min_group = 2;
+  // Differential privacy: the least noise multiplier σ the devices' noise must carry (from each
+  // device's Skellam share, the ring's scale and the sums' fewest contributors); a round in the clear
+  // or without noise is then refused, since the hub's own noise cannot be checked here. 0: none asked.
+  double min_noise_multiplier = 0;
+  answer_mode statistics = answer_mode::allow;  // the feature statistics before round 1 (sent in the clear)
+  answer_mode evaluation = answer_mode::allow;  // scoring a model on the validation split (scores in the clear)
+};
+
+// A training or evaluation ASSIGN (its task already parsed) against the policy and secure_aggregation.
+// Fails with edge::errc::privacy_policy naming the field, the round's value and this device's minimum.
+[[nodiscard]] core::result<void> check_assignment_policy(const net::msg::assign& a, const core::training_task& task,
+                                                         const privacy_policy& policy, secure_mode secure);
+// The round's threshold against this device's holders once the roster says who they are.
+[[nodiscard]] core::result<void> check_roster_threshold(std::size_t threshold, std::size_t neighbours, const privacy_policy& policy);
+// A request answered in the clear: `what` is "statistics" or "evaluation".
+[[nodiscard]] core::result<void> check_request_policy(std::string_view what, const privacy_policy& policy, secure_mode secure);
+
+}  // namespace tessera::edge

@@ -1,0 +1,91 @@
+// The device's privacy policy against what a hub asks (privacy_policy.hpp).
+#include "tessera/edge/privacy_policy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "tessera/crypto/masking.hpp"
+#include "tessera/crypto/secagg.hpp"
+#include "tessera/crypto/secagg_graph.hpp"
+#include "tessera/edge/error.hpp"
+
+namespace tessera::edge {
+namespace {
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+core::error refused(const std::string& why) { return make_error(errc::privacy_policy, why); }
+
+// The noise multiplier the devices' noise carries in a private secure round: each device adds Skellam
+// noise of variance p.noise (ring steps²); a released sum has at least `least` contributors, so it
+// carries least·p.noise; the ring holds `limit` steps per clip. σ = √(least·noise) / limit.
+core::result<double> devices_sigma(const crypto::secagg_params& p, std::size_t least) {
+  auto ring = crypto::fixed_point::create(p.clip, p.bits, crypto::secagg_summands(p, p.threshold));
+  if (!ring) return refused("the round's ring (clip, bits, summands) is not one this device can use: " + ring.error().message);
+  return std::sqrt(static_cast<double>(least) * p.noise) / static_cast<double>(ring.value().limit());
+}
+
+}  // namespace
+
+core::result<void> check_request_policy(std::string_view what, const privacy_policy& policy, secure_mode secure) {
+  const answer_mode mode = what == "statistics" ? policy.statistics : policy.evaluation;
+  if (mode == answer_mode::off) return refused(std::string("this device's privacy.") + std::string(what) + " is off");
+  if (secure == secure_mode::require)
+    return refused(std::string("the ") + std::string(what) + " would leave this device in the clear, and its secure_aggregation is 'require'");
+  return {};
+}
+
+core::result<void> check_assignment_policy(const net::msg::assign& a, const core::training_task& task, const privacy_policy& policy,
+                                           secure_mode secure) {
+  if (a.evaluate) return check_request_policy("evaluation", policy, secure);
+  if (!a.secure) {
+    if (policy.min_noise_multiplier > 0)
+      return refused("the round uploads in the clear, so only the hub could add the noise and this device cannot check it; its "
+                     "privacy.min_noise_multiplier is " + num(policy.min_noise_multiplier));
+    return {};
+  }
+  const crypto::secagg_params& p = a.secure->params;
+  if (policy.min_threshold > 0 && p.threshold < policy.min_threshold)
+    return refused("the round's threshold " + std::to_string(p.threshold) + " is below this device's privacy.min_threshold " +
+                   std::to_string(policy.min_threshold));
+  std::size_t least = SIZE_MAX;
+  for (const std::uint32_t seg : a.secure->segments) {
+    if (seg >= p.segments.size()) return refused("the assignment names segment " + std::to_string(seg) + ", which the round does not have");
+    least = std::min(least, p.segments[seg].min_aggregate);
+    if (p.segments[seg].min_aggregate < policy.min_group)
+      return refused("segment " + std::to_string(seg) + "'s sum may be released from " + std::to_string(p.segments[seg].min_aggregate) +
+                     " device(s) (its min_aggregate), below this device's privacy.min_group " + std::to_string(policy.min_group));
+  }
+  if (policy.min_noise_multiplier <= 0) return {};
+  if (!(p.noise > 0))
+    return refused("the round asks the devices for no noise (its noise is 0 or absent); this device's privacy.min_noise_multiplier is " +
+                   num(policy.min_noise_multiplier));
+  if (!(task.clip_norm > 0) || std::abs(task.clip_norm - p.clip) > 1e-9 * p.clip)
+    return refused("the round's clip of the change (" + num(task.clip_norm) + ") is not its ring's clip (" + num(p.clip) +
+                   "): the noise is sized for a change it does not bound");
+  TESSERA_ASSIGN_OR_RETURN(const double sigma, devices_sigma(p, least));
+  if (sigma < policy.min_noise_multiplier)
+    return refused("the devices' noise carries a noise multiplier of " + num(sigma) + " (each device's share " + num(p.noise) +
+                   " ring steps², sums of at least " + std::to_string(least) + " devices), below this device's "
+                   "privacy.min_noise_multiplier " + num(policy.min_noise_multiplier));
+  return {};
+}
+
+core::result<void> check_roster_threshold(std::size_t threshold, std::size_t neighbours, const privacy_policy& policy) {
+  const std::size_t holders = neighbours + 1;
+  const std::size_t least = policy.min_threshold > 0 ? policy.min_threshold : crypto::secagg_majority(holders);
+  if (threshold < least)
+    return refused("the round's threshold " + std::to_string(threshold) + " lets " + std::to_string(threshold) + " of the " +
+                   std::to_string(holders) + " holders of this device's secrets (its " + std::to_string(neighbours) +
+                   " neighbours and itself) recover them; its policy asks for " + std::to_string(least) +
+                   (policy.min_threshold > 0 ? " (privacy.min_threshold)" : " (a majority, privacy.min_threshold 0)"));
+  return {};
+}
+
+}  // namespace tessera::edge
