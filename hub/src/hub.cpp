@@ -108,7 +108,8 @@ core::result<std::uint16_t> hub_service::start() {
   if (resumed_from_ > 0)
     log(log_level::info, "resumed from checkpoint after round " + std::to_string(resumed_from_) + " (" +
                              std::to_string(devices_.size()) + " devices known" +
-                             (engine_->private_rounds() ? ", ε " + std::to_string(engine_->epsilon()) + " spent" : "") + ")");
+                             (engine_->private_rounds() ? ", ε " + std::to_string(engine_->epsilon()) + " spent" : "") +
+                             (engine_->epsilon_hub() ? " (against the hub " + std::to_string(*engine_->epsilon_hub()) + ")" : "") + ")");
   if (engine_->private_rounds()) {
     const auto& d = config_.dp;
     log(log_level::info, std::string(engine_->secure() ? "differential privacy: each device adds its share of the noise under secure aggregation "
@@ -118,7 +119,11 @@ core::result<std::uint16_t> hub_service::start() {
                              ": devices sampled with q " +
                              std::to_string(d.sample_rate) + ", changes clipped to " + std::to_string(d.clip) + ", noise σ " +
                              std::to_string(d.noise_multiplier) + " × clip, δ " + std::to_string(d.delta) +
-                             (d.target_epsilon > 0 ? ", stopping before ε passes " + std::to_string(d.target_epsilon) : "") +
+                             (d.target_epsilon > 0 ? ", stopping before ε" +
+                                                         std::string(engine_->secure() && d.target_observer == rounds::dp_observer::hub
+                                                                         ? " against the hub" : "") +
+                                                         " passes " + std::to_string(d.target_epsilon)
+                                                   : "") +
                              (d.adaptive_clip ? "; the clip adapts toward the " + std::to_string(d.target_quantile) + " quantile of the changes' norms" : ""));
   }
   if (engine_->finished()) {

@@ -33,6 +33,7 @@ struct hub_service::observability {
   double bytes_sent = 0, bytes_received = 0, bytes_resent = 0;  // blobs: subnets, uploads, models to evaluate
   double rounds_recorded = 0;
   std::optional<double> train_loss, test_accuracy, test_loss, fed_accuracy, fed_loss, epsilon;
+  std::optional<double> epsilon_hub;  // with the devices' noise: ε against the hub
   std::vector<nlohmann::json> rounds;  // round_metrics::to_json(), in round order
 };
 

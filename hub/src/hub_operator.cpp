@@ -158,6 +158,7 @@ nlohmann::json hub_service::status_json() const {
       {"secure_aggregation", config_.secure_aggregation.enabled},
       {"dp", config_.dp.enabled},
       {"epsilon", optional_number(obs_->epsilon)},
+      {"epsilon_hub", optional_number(obs_->epsilon_hub)},
       {"last_test_accuracy", optional_number(obs_->test_accuracy)},
       {"last_fed_accuracy", optional_number(obs_->fed_accuracy)},
       {"last_train_loss", optional_number(obs_->train_loss)},
@@ -253,7 +254,10 @@ std::string hub_service::metrics_text() const {
     out.gauge("tessera_hub_federated_accuracy_ratio", "Accuracy on the devices' validation splits at the last evaluation (0..1)",
               *obs_->fed_accuracy);
   if (obs_->fed_loss) out.gauge("tessera_hub_federated_loss", "Loss on the devices' validation splits at the last evaluation", *obs_->fed_loss);
-  if (obs_->epsilon) out.gauge("tessera_hub_dp_epsilon", "Differential privacy: epsilon spent so far at dp.delta", *obs_->epsilon);
+  if (obs_->epsilon) out.gauge("tessera_hub_dp_epsilon", "Differential privacy: epsilon spent so far at dp.delta, against the model's users", *obs_->epsilon);
+  if (obs_->epsilon_hub)
+    out.gauge("tessera_hub_dp_epsilon_hub", "Differential privacy with the devices' noise: epsilon spent so far at dp.delta, against the hub (no amplification by sampling)",
+              *obs_->epsilon_hub);
   out.counter("tessera_hub_rounds_recorded_total", "Rounds completed by this hub process", obs_->rounds_recorded);
   out.counter("tessera_hub_updates_accepted_total", "Updates applied", obs_->updates_accepted);
   out.counter("tessera_hub_updates_rejected_total", "Updates rejected, by reason", "reason", obs_->rejections);
@@ -293,6 +297,7 @@ void hub_service::observe_round(const rounds::round_metrics& m) {
   if (m.fed_accuracy) obs_->fed_accuracy = m.fed_accuracy;
   if (m.fed_loss) obs_->fed_loss = m.fed_loss;
   if (m.epsilon) obs_->epsilon = m.epsilon;
+  if (m.epsilon_hub) obs_->epsilon_hub = m.epsilon_hub;
   if (obs_->rounds.size() >= observability::k_max_rounds) obs_->rounds.erase(obs_->rounds.begin());
   obs_->rounds.push_back(m.to_json());
 }
@@ -317,6 +322,7 @@ void hub_service::load_round_series() {
     if (j.contains("fed_accuracy") && j["fed_accuracy"].is_number()) obs_->fed_accuracy = j["fed_accuracy"].get<double>();
     if (j.contains("fed_loss") && j["fed_loss"].is_number()) obs_->fed_loss = j["fed_loss"].get<double>();
     if (j.contains("epsilon") && j["epsilon"].is_number()) obs_->epsilon = j["epsilon"].get<double>();
+    if (j.contains("epsilon_hub") && j["epsilon_hub"].is_number()) obs_->epsilon_hub = j["epsilon_hub"].get<double>();
     if (j.contains("train_loss") && j["train_loss"].is_number()) obs_->train_loss = j["train_loss"].get<double>();
     obs_->rounds.push_back(std::move(j));
   }

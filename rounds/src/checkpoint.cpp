@@ -234,6 +234,11 @@ core::result<checkpoint> parse_state(const verified& v, const std::string& where
       auto restored = core::rdp_accountant::restore(orders, rdp, pv->at("steps").get<std::int64_t>());
       if (!restored) return make_error(core::errc::bad_format, where + ": privacy: " + restored.error().message);
       c.privacy = std::move(restored).value();
+      if (const auto hub = pv->find("rdp_hub"); hub != pv->end()) {
+        auto against_hub = core::rdp_accountant::restore(orders, hub->get<std::vector<double>>(), pv->at("steps_hub").get<std::int64_t>());
+        if (!against_hub) return make_error(core::errc::bad_format, where + ": privacy.rdp_hub: " + against_hub.error().message);
+        c.privacy_hub = std::move(against_hub).value();
+      }
       if (const auto clip = pv->find("clip"); clip != pv->end()) {
         c.dp_clip = clip->get<double>();
         if (!std::isfinite(c.dp_clip) || c.dp_clip < 0) return make_error(core::errc::bad_format, where + ": privacy.clip is not a finite clip");
@@ -278,6 +283,10 @@ core::result<void> save_checkpoint(const std::filesystem::path& path, const chec
                     {"rdp", std::vector<double>(c.privacy->rdp().begin(), c.privacy->rdp().end())},
                     {"steps", c.privacy->steps()},
                     {"clip", c.dp_clip}};
+    if (c.privacy_hub) {
+      j["privacy"]["rdp_hub"] = std::vector<double>(c.privacy_hub->rdp().begin(), c.privacy_hub->rdp().end());
+      j["privacy"]["steps_hub"] = c.privacy_hub->steps();
+    }
   }
   // A server optimizer with moments makes the file version 3; without, it is version 2 as it always was.
   const std::size_t moments = c.server_optimizer ? core::moments_of(c.server_optimizer->kind) : 0;

@@ -19,6 +19,7 @@ checkpoint engine::save(std::span<const device_record> registry) const {
           .normalization = *normalization_,
           .statistics = statistics_,
           .privacy = private_rounds() ? std::optional<core::rdp_accountant>(privacy()) : std::nullopt,
+          .privacy_hub = privacy_against_hub(),
           .dp_clip = private_rounds() && config_.dp.adaptive_clip ? dp_clip() : 0.0,
           .server_optimizer = server_opt_.stateful() ? std::optional<core::server_optimizer_state>(server_opt_.state()) : std::nullopt};
 }
@@ -36,11 +37,15 @@ core::result<void> engine::restore(checkpoint c) {
   if (private_rounds() && c.round > 0 && !c.privacy)
     return make_error(errc::checkpoint_mismatch, "written by a run without differential privacy: its " + std::to_string(c.round) +
                                                      " rounds were not accounted for");
+  if (privacy_against_hub() && c.round > 0 && !c.privacy_hub)
+    return make_error(errc::checkpoint_mismatch, "holds no accountant against the hub (written by a run without the devices' noise, "
+                                                 "or before it was kept): the ε its " + std::to_string(c.round) +
+                                                     " rounds spent against the hub is unknown");
   params_ = std::move(c.params);
   completed_ = c.round;
   stopping_ = c.stopping;
   plan_seed_ = c.plan_seed;
-  if (c.privacy) restore_privacy(std::move(*c.privacy), c.dp_clip);
+  if (c.privacy) restore_privacy(std::move(*c.privacy), c.dp_clip, std::move(c.privacy_hub));
   server_state_pending_ = completed_ > 0 && server_opt_.stateful();
   TESSERA_TRY(restore_server_optimizer(std::move(c.server_optimizer)));
   if (!c.normalization.empty()) TESSERA_TRY(set_normalization(std::move(c.normalization), std::move(c.statistics)));

@@ -47,9 +47,15 @@ const core::rdp_accountant& engine::privacy() const noexcept {
   return private_ != nullptr ? private_->accountant() : none;
 }
 
-void engine::restore_privacy(core::rdp_accountant a, double clip) noexcept {
-  if (private_ != nullptr) private_->restore(std::move(a), clip);
+void engine::restore_privacy(core::rdp_accountant a, double clip, std::optional<core::rdp_accountant> against_hub) noexcept {
+  if (private_ != nullptr) private_->restore(std::move(a), clip, std::move(against_hub));
 }
+
+std::optional<core::rdp_accountant> engine::privacy_against_hub() const {
+  return private_ != nullptr ? private_->hub_accountant() : std::nullopt;
+}
+
+std::optional<double> engine::epsilon_hub() const { return private_ != nullptr ? private_->epsilon_hub() : std::nullopt; }
 
 double engine::dp_clip() const noexcept { return private_ != nullptr ? private_->clip() : config_.dp.clip; }
 

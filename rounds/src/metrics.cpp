@@ -38,6 +38,7 @@ nlohmann::json round_metrics::to_json() const {
   }
   if (epsilon) {
     j["epsilon"] = std::isfinite(*epsilon) ? nlohmann::json(*epsilon) : nlohmann::json(nullptr);
+    if (epsilon_hub) j["epsilon_hub"] = std::isfinite(*epsilon_hub) ? nlohmann::json(*epsilon_hub) : nlohmann::json(nullptr);
     j["dp_noise"] = dp_noise;
     j["dp_sampled"] = dp_sampled.value_or(0);
     j["dp_clipped"] = dp_clipped.value_or(0);
@@ -77,7 +78,9 @@ std::string round_metrics::to_line() const {
     line += buf;
   }
   if (epsilon) {
-    std::snprintf(buf, sizeof buf, "  ε %.3f  sampled %zu clipped %zu", *epsilon, dp_sampled.value_or(0), dp_clipped.value_or(0));
+    if (epsilon_hub) std::snprintf(buf, sizeof buf, "  ε %.3f (hub %.3f)  sampled %zu clipped %zu", *epsilon, *epsilon_hub,
+                                   dp_sampled.value_or(0), dp_clipped.value_or(0));
+    else std::snprintf(buf, sizeof buf, "  ε %.3f  sampled %zu clipped %zu", *epsilon, dp_sampled.value_or(0), dp_clipped.value_or(0));
     line += buf;
   }
   if (stragglers || refused || rejected) {

@@ -174,9 +174,20 @@ private_aggregation::private_aggregation(const run_config& config, std::size_t p
 
 private_aggregation::~private_aggregation() = default;
 
-void private_aggregation::restore(core::rdp_accountant a, double clip) noexcept {
+void private_aggregation::restore(core::rdp_accountant a, double clip, std::optional<core::rdp_accountant> against_hub) noexcept {
   privacy_ = std::move(a);
+  if (against_hub) hub_privacy_ = std::move(*against_hub);
   if (clip > 0) clip_ = clip;
+}
+
+std::optional<core::rdp_accountant> private_aggregation::hub_accountant() const {
+  if (!secure_) return std::nullopt;
+  return hub_privacy_;
+}
+
+std::optional<double> private_aggregation::epsilon_hub() const {
+  if (!secure_) return std::nullopt;
+  return hub_privacy_.epsilon(config_.dp.delta).epsilon;
 }
 
 std::size_t private_aggregation::population(std::size_t offered) const noexcept {
@@ -186,11 +197,14 @@ std::size_t private_aggregation::population(std::size_t offered) const noexcept 
 double private_aggregation::count_noise() const noexcept { return count_noise_of(config_.dp, population(0)); }
 double private_aggregation::change_noise_multiplier() const noexcept { return change_sigma_of(config_.dp, population(0)); }
 
-// ε after one more round of the run's mechanism (the hub's Gaussian, or the devices' Skellam).
+// ε after one more round of the run's mechanism (the hub's Gaussian, or the devices' Skellam), for the
+// observer dp.target_epsilon bounds: with the devices' noise the hub (unamplified) unless
+// dp.target_observer says the model's users.
 core::result<core::dp_epsilon> private_aggregation::epsilon_after_round() const {
   const dp_config& d = config_.dp;
   if (!secure_) return privacy_.epsilon_after(d.sample_rate, d.noise_multiplier, 1, d.delta);
   TESSERA_ASSIGN_OR_RETURN(const private_ring ring, make_private_ring(config_, params_, population(0)));
+  if (d.target_observer == dp_observer::hub) return hub_privacy_.epsilon_after(1.0, ring.mechanism, 1, d.delta);
   return privacy_.epsilon_after(d.sample_rate, ring.mechanism, 1, d.delta);
 }
 
@@ -206,9 +220,11 @@ core::result<void> private_aggregation::check_budget(std::int64_t round) const {
   TESSERA_ASSIGN_OR_RETURN(const core::dp_epsilon after, epsilon_after_round());
   const double next = after.epsilon;
   if (next <= d.target_epsilon) return {};
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "round %lld would take ε from %.4g to %.4g, past dp.target_epsilon %.4g (δ %.3g)",
-                static_cast<long long>(round), epsilon(), next, d.target_epsilon, d.delta);
+  char buf[200];
+  const bool against_hub = secure_ && d.target_observer == dp_observer::hub;
+  std::snprintf(buf, sizeof buf, "round %lld would take ε%s from %.4g to %.4g, past dp.target_epsilon %.4g (δ %.3g)",
+                static_cast<long long>(round), against_hub ? " against the hub" : "", against_hub ? *epsilon_hub() : epsilon(), next,
+                d.target_epsilon, d.delta);
   return make_error(errc::privacy_budget, buf);
 }
 
@@ -364,9 +380,11 @@ core::result<void> private_aggregation::finish(const round_view& v, std::span<co
   } else {
     TESSERA_ASSIGN_OR_RETURN(const private_ring ring, make_private_ring(config_, params_, population(assignments.size())));
     privacy_.compose(d.sample_rate, ring.mechanism, 1);
+    hub_privacy_.compose(1.0, ring.mechanism, 1);  // the hub drew the sample: no amplification against it
   }
   m.dp_clip = c;
   m.epsilon = epsilon();
+  m.epsilon_hub = epsilon_hub();
   m.dp_noise = hub_noise ? "hub" : "devices";
   m.dp_sampled = sampled_;
   m.dp_clipped = clipped_;

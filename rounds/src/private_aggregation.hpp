@@ -49,12 +49,16 @@ class private_aggregation final : public aggregation {
   // Sampling and noise from the run's seed (the simulator) instead of the CSPRNG (the hub).
   void use_seeded() noexcept { seeded_ = true; }
   [[nodiscard]] const core::rdp_accountant& accountant() const noexcept { return privacy_; }
-  // A resumed run's accountant and the clip adaptive clipping reached (0: dp.clip).
-  void restore(core::rdp_accountant a, double clip) noexcept;
+  // With the devices' noise, the accountant against the hub: every round unamplified (the hub knows
+  // who was sampled); none with the hub's own noise, since the hub then holds the clear sum.
+  [[nodiscard]] std::optional<core::rdp_accountant> hub_accountant() const;
+  // A resumed run's accountants and the clip adaptive clipping reached (0: dp.clip).
+  void restore(core::rdp_accountant a, double clip, std::optional<core::rdp_accountant> against_hub) noexcept;
   // The clip the next round's changes get.
   [[nodiscard]] double clip() const noexcept { return clip_ > 0 ? clip_ : config_.dp.clip; }
-  // ε spent so far at dp.delta.
+  // ε spent so far at dp.delta, against the model's users and (the devices' noise) against the hub.
   [[nodiscard]] double epsilon() const { return privacy_.epsilon(config_.dp.delta).epsilon; }
+  [[nodiscard]] std::optional<double> epsilon_hub() const;
 
  private:
   [[nodiscard]] std::size_t population(std::size_t offered) const noexcept;
@@ -69,7 +73,8 @@ class private_aggregation final : public aggregation {
   std::unique_ptr<aggregation> inner_;
   plain_aggregation* plain_ = nullptr;    // the inner kind, as the one it is
   secure_aggregation* secure_ = nullptr;
-  core::rdp_accountant privacy_;          // checkpointed
+  core::rdp_accountant privacy_;          // checkpointed: against the model's users (amplified by sampling)
+  core::rdp_accountant hub_privacy_;      // checkpointed: against the hub (the devices' noise only)
   std::size_t population_ = 0;
   bool seeded_ = false;
   double clip_ = 0;                       // adaptive clipping's current clip (0: dp.clip)

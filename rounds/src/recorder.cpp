@@ -55,10 +55,21 @@ core::result<void> recorder::finish(const engine& e) {
     const dp_config& d = e.config().dp;
     metadata["tessera.dp.epsilon"] = std::to_string(e.epsilon());
     metadata["tessera.dp.delta"] = std::to_string(d.delta);
-    metadata["tessera.dp"] = nlohmann::json{{"epsilon", e.epsilon()}, {"delta", d.delta}, {"sample_rate", d.sample_rate},
-                                            {"noise_multiplier", d.noise_multiplier}, {"clip", d.clip}, {"rounds", e.completed()},
-                                            {"accountant", "RDP of the Poisson-sampled Gaussian mechanism (Mironov, Talwar, Zhang 2019)"}}
-                                 .dump();
+    nlohmann::json dp{{"epsilon", e.epsilon()}, {"delta", d.delta}, {"sample_rate", d.sample_rate},
+                      {"noise_multiplier", d.noise_multiplier}, {"clip", d.clip}, {"rounds", e.completed()}};
+    if (const auto against_hub = e.epsilon_hub()) {
+      // The devices added the noise: the hub drew the sample, so against it nothing is amplified.
+      dp["observer"] = "the model's users; epsilon_hub: the hub, which knew who was sampled";
+      dp["epsilon_hub"] = *against_hub;
+      dp["noise"] = "devices";
+      dp["accountant"] = "RDP of the Skellam mechanism (Agarwal, Kairouz, Liu 2021), Poisson-sampled by Zhu and Wang's bound; unsampled against the hub";
+    } else {
+      dp["observer"] = "the model's users (the hub added the noise and saw the sums without it)";
+      dp["noise"] = "hub";
+      dp["accountant"] = "RDP of the Poisson-sampled Gaussian mechanism (Mironov, Talwar, Zhang 2019)";
+    }
+    if (const auto against_hub = e.epsilon_hub()) metadata["tessera.dp.epsilon_hub"] = std::to_string(*against_hub);
+    metadata["tessera.dp"] = dp.dump();
   }
   TESSERA_TRY(core::save_model(output_path_, e.config().model, e.params(), metadata, e.normalization()));
   if (log_) log_(core::log_level::info, "model written to " + output_path_);

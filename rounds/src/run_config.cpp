@@ -88,6 +88,9 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
     d.clip = dr.number("clip", 1.0, 1e-9, 1e9, "a device's change (trained − received) is clipped to this L2 norm (C)");
     d.delta = dr.number("delta", 1e-5, 1e-300, 0.1, "the δ of the (ε, δ) guarantee");
     d.target_epsilon = dr.number("target_epsilon", 0.0, 0.0, 1e6, "stop before the round that would take ε past it (0: never)");
+    d.target_observer = dr.choice("target_observer", dp_observer::hub, k_dp_observer_names,
+                                  "with the devices' noise, whose ε target_epsilon bounds: the hub's (it knows who was sampled: no "
+                                  "amplification) or the model's users'");
     d.population = static_cast<std::size_t>(dr.integer("population", 0, 0, INT64_MAX,
                                                        "the registered devices (0: the hub's registry, the simulator's devices)"));
     if (const auto* ac = dr.object("adaptive_clip", "move the clip toward a quantile of the devices' change norms, privately")) {

@@ -14,8 +14,10 @@
 #include "tessera/core/rdp.hpp"
 #include "tessera/crypto/masking.hpp"
 #include "tessera/crypto/secagg.hpp"
+#include "tessera/rounds/checkpoint.hpp"
 #include "tessera/rounds/engine.hpp"
 #include "tessera/rounds/error.hpp"
+#include "../core/test_files.hpp"
 
 using namespace tessera;
 
@@ -509,4 +511,75 @@ TEST_CASE("dp with a server optimizer: it steps on the noised release, every coo
   }
   CHECK(between > 0);  // the weights joining group 0's neurons to group 1's
   CHECK(released > between);
+}
+
+TEST_CASE("dp with the devices' noise: ε against the model's users and against the hub, which drew the sample") {
+  // q = 0.5 of 8 devices: the users' ε is amplified by sampling, the hub's is not (it knows who took part).
+  const double delta = 1e-5;
+  const auto make = [](nlohmann::json extra) {
+    nlohmann::json dp = {{"sample_rate", 0.5}, {"clip", 1.0}, {"noise_multiplier", 1.0}, {"population", 8}};
+    if (extra.is_object()) dp.update(extra);
+    return config(dp, {{"strategy", "fedavg"}, {"secure_aggregation", {{"replication", 3}, {"bits", 40}}}});
+  };
+  auto e = engine_for(make({}));
+  const auto ring = e.private_ring_for(8).value();
+  for (int r = 0; r < 3; ++r) {
+    REQUIRE(e.begin_round(fleet(8)).ok());
+    if (e.secure_round_open()) report_all_secure(e, [](std::size_t) { return 0.01f; });
+    const auto m = e.close_round(nullptr);
+    REQUIRE(m.ok());
+    REQUIRE(m.value().epsilon_hub.has_value());
+    CHECK(m.value().to_line().find("(hub ") != std::string::npos);
+    CHECK(m.value().to_json().contains("epsilon_hub"));
+  }
+  const double users = core::rdp_accountant().epsilon_after(0.5, ring.mechanism, 3, delta).epsilon;
+  const double hub = core::rdp_accountant().epsilon_after(1.0, ring.mechanism, 3, delta).epsilon;
+  CHECK(e.epsilon() == doctest::Approx(users).epsilon(1e-12));
+  CHECK(*e.epsilon_hub() == doctest::Approx(hub).epsilon(1e-12));
+  CHECK(hub > users);
+  MESSAGE("3 rounds at q 0.5, σ 1: ε " << users << " against the model's users, " << hub << " against the hub");
+
+  // The checkpoint keeps both, through the file; one without the hub's accountant is refused.
+  testing::temp_dir dir("dp-observers");
+  REQUIRE(rounds::save_checkpoint(dir.file("c.ckpt"), e.save({}), nullptr).ok());
+  auto loaded = rounds::load_checkpoint(dir.file("c.ckpt"), e.config().model, nullptr);
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded.value().has_value());
+  auto resumed = engine_for(make({}));
+  REQUIRE(resumed.restore(*loaded.value()).ok());
+  CHECK(*resumed.epsilon_hub() == *e.epsilon_hub());
+  CHECK(resumed.epsilon() == e.epsilon());
+  auto without = e.save({});
+  without.privacy_hub.reset();
+  auto refused = engine_for(make({}));
+  const auto r = refused.restore(without);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == rounds::errc::checkpoint_mismatch);
+  CHECK(r.error().message.find("against the hub is unknown") != std::string::npos);
+
+  // target_epsilon bounds the hub's ε unless the operator names the users': a target between the two
+  // one-round figures stops the first before round 1 and lets the second run.
+  const double hub_one = core::rdp_accountant().epsilon_after(1.0, ring.mechanism, 1, delta).epsilon;
+  const double users_one = core::rdp_accountant().epsilon_after(0.5, ring.mechanism, 1, delta).epsilon;
+  REQUIRE(users_one < hub_one);
+  const double between = (users_one + hub_one) / 2;
+  auto strict = engine_for(make({{"target_epsilon", between}}));
+  const auto stopped = strict.begin_round(fleet(8));
+  REQUIRE_FALSE(stopped.ok());
+  CHECK(stopped.error().code == rounds::errc::privacy_budget);
+  CHECK(stopped.error().message.find("ε against the hub") != std::string::npos);
+  auto lenient = engine_for(make({{"target_epsilon", between}, {"target_observer", "users"}}));
+  CHECK(lenient.begin_round(fleet(8)).ok());
+}
+
+TEST_CASE("dp with the hub's noise: one ε, the users'; no figure against the hub, which sees the sums") {
+  auto e = engine_for(config({{"sample_rate", 1.0}, {"noise_multiplier", 1.0}, {"population", 4}}, {{"strategy", "fedavg"}}));
+  REQUIRE(e.begin_round(fleet(4)).ok());
+  report_all(e, [](std::size_t) { return 0.01f; });
+  const auto m = e.close_round(nullptr);
+  REQUIRE(m.ok());
+  CHECK(m.value().epsilon.has_value());
+  CHECK_FALSE(m.value().epsilon_hub.has_value());
+  CHECK_FALSE(e.epsilon_hub().has_value());
+  CHECK_FALSE(e.save({}).privacy_hub.has_value());
 }

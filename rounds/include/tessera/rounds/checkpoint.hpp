@@ -11,7 +11,8 @@
 //                                 "stopped"} (absent in files of older versions: a fresh start),
 //                                 "normalization": {"mean", "std"} (base64 float32, one per input) and
 //                                 "statistics" (the fleet's counts) when the model standardizes its inputs,
-//                                 "privacy": {"orders", "rdp", "steps", "clip"} with differential privacy,
+//                                 "privacy": {"orders", "rdp", "steps", "clip", and with the devices' noise
+//                                 "rdp_hub", "steps_hub": the accountant against the hub} with differential privacy,
 //                                 version 3: "server_optimizer": {"kind", "steps", "moments"}}
 //   offset 16+n   4·param_count bytes of the full model's parameters (f32)
 //   version 3     moments × 4·param_count bytes: the server optimizer's first moment m, then (adam,
@@ -81,7 +82,8 @@ struct checkpoint {
   early_stop stopping;
   core::input_normalization normalization;  // empty unless the model standardizes its inputs
   nlohmann::json statistics;                // the fleet's statistics' summary (stats_gathering::summary)
-  std::optional<core::rdp_accountant> privacy;  // differential privacy: the accountant's state
+  std::optional<core::rdp_accountant> privacy;  // differential privacy: the accountant's state (the model's users)
+  std::optional<core::rdp_accountant> privacy_hub;  // with the devices' noise: the accountant against the hub
   double dp_clip = 0;                           // and the clip adaptive clipping reached (0: none)
   // The server optimizer's moments and steps (core/server_optimizer.hpp), for a kind that keeps moments.
   std::optional<core::server_optimizer_state> server_optimizer;

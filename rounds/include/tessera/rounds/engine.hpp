@@ -212,14 +212,19 @@ class engine {
   void set_population(std::size_t registered) noexcept;
   void use_seeded_privacy() noexcept;
   [[nodiscard]] const core::rdp_accountant& privacy() const noexcept;
-  // `clip`: the adaptive clip reached (0: dp.clip).
-  void restore_privacy(core::rdp_accountant a, double clip = 0) noexcept;
+  // With the devices' noise, the accountant against the hub (which drew the sample, so nothing is
+  // amplified against it); std::nullopt otherwise.
+  [[nodiscard]] std::optional<core::rdp_accountant> privacy_against_hub() const;
+  // `clip`: the adaptive clip reached (0: dp.clip); `against_hub`: privacy_against_hub's state.
+  void restore_privacy(core::rdp_accountant a, double clip = 0, std::optional<core::rdp_accountant> against_hub = std::nullopt) noexcept;
   // The clip the next round's changes get (dp.clip, or where adaptive clipping has moved it).
   [[nodiscard]] double dp_clip() const noexcept;
   // The ring of a private secure round for `population` registered devices (make_private_ring).
   [[nodiscard]] core::result<private_ring> private_ring_for(std::size_t population) const;
-  // ε spent so far at dp.delta (+infinity without noise).
+  // ε spent so far at dp.delta (+infinity without noise), against the model's users; and with the
+  // devices' noise against the hub (std::nullopt otherwise).
   [[nodiscard]] double epsilon() const;
+  [[nodiscard]] std::optional<double> epsilon_hub() const;
   // Why the run stopped for its privacy budget (empty: it did not).
   [[nodiscard]] const std::string& privacy_stop() const noexcept;
 

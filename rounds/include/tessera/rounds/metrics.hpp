@@ -45,8 +45,11 @@ struct round_metrics {
   std::optional<std::size_t> secagg_dropped, secagg_withheld;
   std::optional<std::uint64_t> secagg_clipped;
   // Differential privacy (absent without it): ε spent so far at dp.delta (the accountant, after this
-  // round), where the noise was added ("hub"), devices sampled that took part, and updates clipped.
+  // round) against the model's users, and with the devices' noise against the hub too (which knows who
+  // was sampled: no amplification); where the noise was added ("hub" or "devices"), devices sampled that
+  // took part, and updates clipped.
   std::optional<double> epsilon;
+  std::optional<double> epsilon_hub;
   std::string dp_noise;
   std::optional<std::size_t> dp_sampled, dp_clipped;
   std::optional<double> dp_clip;  // the clip this round's changes got (adaptive clipping moves it)

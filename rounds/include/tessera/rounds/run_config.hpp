@@ -66,6 +66,11 @@ struct secure_aggregation_config {
 // before a round that would pass target_epsilon (0: no target). Under secure aggregation the devices
 // add the noise instead (discrete, in the ring: any secure_aggregation.threshold contributors carry
 // all of it), the ring's clip is `clip`, and the accountant composes the Skellam mechanism.
+// Whose ε dp.target_epsilon bounds when the devices add the noise: the hub's (it knows who was sampled,
+// so amplification by sampling does not hold against it) or the model's users' (it does).
+enum class dp_observer { hub, users };
+inline constexpr auto k_dp_observer_names = core::names_in_order<dp_observer>({"hub", "users"});
+
 struct dp_config {
   bool enabled = false;
   double sample_rate = 1.0;
@@ -73,6 +78,7 @@ struct dp_config {
   double clip = 1.0;
   double delta = 1e-5;
   double target_epsilon = 0;
+  dp_observer target_observer = dp_observer::hub;  // with the devices' noise; the hub's noise: the users' (the hub sees all)
   std::size_t population = 0;  // the registered devices the fixed denominators count (0: the hub's registry, the simulator's fleet)
   // Adaptive clipping (Andrew, Thakkar, McMahan, Ramaswamy, NeurIPS 2021): `clip` is where it starts;
   // each round moves it geometrically toward the target quantile of the devices' change norms, from
