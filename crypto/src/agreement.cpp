@@ -20,6 +20,7 @@ using detail::x509_ptr;
 using pkey_ctx_ptr = detail::ossl_ptr<EVP_PKEY_CTX, EVP_PKEY_CTX_free>;
 using store_ptr = detail::ossl_ptr<X509_STORE, X509_STORE_free>;
 using store_ctx_ptr = detail::ossl_ptr<X509_STORE_CTX, X509_STORE_CTX_free>;
+using crl_ptr = detail::ossl_ptr<X509_CRL, X509_CRL_free>;
 
 const unsigned char* uc(const std::byte* p) { return reinterpret_cast<const unsigned char*>(p); }
 unsigned char* uc(std::byte* p) { return reinterpret_cast<unsigned char*>(p); }
@@ -119,17 +120,27 @@ verifying_key::verifying_key(verifying_key&&) noexcept = default;
 verifying_key& verifying_key::operator=(verifying_key&&) noexcept = default;
 verifying_key::~verifying_key() = default;
 
-core::result<verifying_key> verifying_key::from_certificate_pem(std::string_view cert_pem, std::string_view ca_pem) {
+core::result<verifying_key> verifying_key::from_certificate_pem(std::string_view cert_pem, std::string_view ca_pem, std::string_view crl_pem) {
   TESSERA_ASSIGN_OR_RETURN(x509_ptr cert, parse_pem_cert(cert_pem, "device certificate"));
   TESSERA_ASSIGN_OR_RETURN(x509_ptr ca, parse_pem_cert(ca_pem, "CA certificate"));
   store_ptr store(X509_STORE_new());
   store_ctx_ptr ctx(X509_STORE_CTX_new());
-  if (!store || !ctx || X509_STORE_add_cert(store.get(), ca.get()) != 1 || X509_STORE_CTX_init(ctx.get(), store.get(), cert.get(), nullptr) != 1)
-    return openssl_error("certificate store");
+  if (!store || !ctx || X509_STORE_add_cert(store.get(), ca.get()) != 1) return openssl_error("certificate store");
+  if (!crl_pem.empty()) {
+    // The CA's list, checked like the certificate: OpenSSL verifies its signature against the CA.
+    detail::bio_ptr bio(BIO_new_mem_buf(crl_pem.data(), static_cast<int>(crl_pem.size())));
+    crl_ptr crl(bio ? PEM_read_bio_X509_CRL(bio.get(), nullptr, nullptr, nullptr) : nullptr);
+    if (!crl) return make_error(errc::bad_format, "revocation list: not a PEM CRL");
+    if (X509_STORE_add_crl(store.get(), crl.get()) != 1 || X509_STORE_set_flags(store.get(), X509_V_FLAG_CRL_CHECK) != 1)
+      return openssl_error("revocation list");
+  }
+  if (X509_STORE_CTX_init(ctx.get(), store.get(), cert.get(), nullptr) != 1) return openssl_error("certificate store");
   X509_STORE_CTX_set_purpose(ctx.get(), X509_PURPOSE_SSL_CLIENT);
-  if (X509_verify_cert(ctx.get()) != 1)
-    return make_error(errc::auth_failed, std::string("device certificate not issued by this CA: ") +
-                                             X509_verify_cert_error_string(X509_STORE_CTX_get_error(ctx.get())));
+  if (X509_verify_cert(ctx.get()) != 1) {
+    const int why = X509_STORE_CTX_get_error(ctx.get());
+    if (why == X509_V_ERR_CERT_REVOKED) return make_error(errc::auth_failed, "device certificate revoked by the CA's revocation list");
+    return make_error(errc::auth_failed, std::string("device certificate not issued by this CA: ") + X509_verify_cert_error_string(why));
+  }
   unsigned char* der = nullptr;
   const int n = i2d_X509(cert.get(), &der);
   if (n <= 0) return openssl_error("encode certificate");

@@ -99,6 +99,7 @@ struct secagg_client::state {
   enum class stage { keys, shared, masked, done };
   std::string id;
   std::string ca_pem;
+  std::string crl_pem;  // the CA's revocation list (empty: not checked)
   secagg_params params;
   x25519_keypair c, s;
   secagg_keys keys;
@@ -127,13 +128,14 @@ secagg_client::~secagg_client() = default;
 const secagg_keys& secagg_client::keys() const noexcept { return s_->keys; }
 
 core::result<secagg_client> secagg_client::create(std::string id, std::string certificate_pem, const signing_key& key, std::string ca_pem,
-                                                  secagg_params params) {
+                                                  secagg_params params, std::string crl_pem) {
   TESSERA_TRY(check_params(params));
   TESSERA_ASSIGN_OR_RETURN(auto c, x25519_keypair::generate());
   TESSERA_ASSIGN_OR_RETURN(auto s, x25519_keypair::generate());
   auto st = std::make_unique<state>(std::move(c), std::move(s));
   st->id = std::move(id);
   st->ca_pem = std::move(ca_pem);
+  st->crl_pem = std::move(crl_pem);
   st->params = std::move(params);
   st->keys.id = st->id;
   st->keys.certificate_pem = std::move(certificate_pem);
@@ -176,7 +178,9 @@ core::result<std::vector<secagg_box>> secagg_client::share_keys(const secagg_ros
   for (std::size_t v : neighbours) {
     const secagg_member& m = roster[v];
     const std::string& who = m.keys.id;
-    TESSERA_ASSIGN_OR_RETURN(auto peer, verifying_key::from_certificate_pem(m.keys.certificate_pem, st.ca_pem));
+    auto checked = verifying_key::from_certificate_pem(m.keys.certificate_pem, st.ca_pem, st.crl_pem);
+    if (!checked) return core::error{checked.error().code, "the roster's certificate for " + who + ": " + checked.error().message};
+    const verifying_key& peer = checked.value();
     if (peer.device_id() != who)
       return make_error(errc::auth_failed, "the roster's certificate for " + who + " is " + peer.device_id() + "'s");
     if (!peer.verify(secagg_signed_message(p.round, who, m.keys.c_pk, m.keys.s_pk), m.keys.signature))

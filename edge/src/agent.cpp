@@ -47,7 +47,8 @@ core::result<std::unique_ptr<agent>> agent::create(boost::asio::io_context& io, 
     TESSERA_ASSIGN_OR_RETURN(const auto cert, core::read_file_bounded(config.tls.cert, 1u << 16));
     TESSERA_ASSIGN_OR_RETURN(const auto ca, core::read_file_bounded(config.tls.ca_cert, 1u << 16));
     TESSERA_ASSIGN_OR_RETURN(auto key, crypto::signing_key::load(config.tls.key));
-    a->secure_.reset(new secure_identity{.id = a->id_, .certificate_pem = text(cert), .key = std::move(key), .ca_pem = text(ca)});
+    a->secure_.reset(new secure_identity{.id = a->id_, .certificate_pem = text(cert), .key = std::move(key), .ca_pem = text(ca),
+                                         .crl = config.tls.crl});
   }
   return a;
 }

@@ -15,7 +15,8 @@ core::result<agent_config> read_agent_config(core::config_reader& r) {
     c.tls.ca_cert = tr.string("ca", c.tls.ca_cert.string(), "the CA certificate (PEM)");
     c.tls.cert = tr.string("cert", c.tls.cert.string(), "this device's certificate (PEM): its id is the device's");
     c.tls.key = tr.string("key", c.tls.key.string(), "this device's private key (PEM)");
-    c.tls.crl = tr.string("crl", "", "the CA's revocation list (PEM): a revoked hub certificate is refused (empty: not checked)");
+    c.tls.crl = tr.string("crl", "", "the CA's revocation list (PEM): a revoked hub certificate is refused, and a revoked device's keys in a "
+                                       "secure aggregation roster (empty: not checked)");
     TESSERA_TRY(tr.finish());
   }
   if (const auto* d = r.object("data", "this device's examples (required)")) {

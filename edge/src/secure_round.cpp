@@ -1,5 +1,6 @@
 #include "tessera/edge/secure_round.hpp"
 
+#include "tessera/core/file_io.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/crypto/masking.hpp"
 
@@ -37,7 +38,13 @@ core::result<std::unique_ptr<secure_round>> secure_round::start(const net::msg::
                                                                  const core::mlp_arch& arch, const secure_identity& me,
                                                                  const privacy_policy& policy) {
   TESSERA_TRY(check(s, arch));
-  auto client = crypto::secagg_client::create(me.id, me.certificate_pem, me.key, me.ca_pem, s.params);
+  std::string crl;
+  if (!me.crl.empty()) {
+    auto bytes = core::read_file_bounded(me.crl, 1u << 24);
+    if (!bytes) return make_error(errc::secure_refused, "the revocation list (tls.crl) cannot be read: " + bytes.error().message);
+    crl.assign(reinterpret_cast<const char*>(bytes.value().data()), bytes.value().size());
+  }
+  auto client = crypto::secagg_client::create(me.id, me.certificate_pem, me.key, me.ca_pem, s.params, std::move(crl));
   if (!client) return step_error("the secure aggregation's keys", client.error());
   return std::unique_ptr<secure_round>(new secure_round(round, s, std::move(client).value(), policy));
 }

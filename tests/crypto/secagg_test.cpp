@@ -542,3 +542,33 @@ TEST_CASE("rogue hub: an empty or short share inbox is refused before anything i
   for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_reply(clients[d].unmask(request).value()).ok());
   CHECK(server.finish().ok());
 }
+
+TEST_CASE("rogue hub: a roster holding a revoked device's keys is refused by a device holding the CA's list") {
+  // dev-gone's certificate is genuine and its keys are signed, but the CA revoked it: a hub could use it
+  // (or a stolen key) to fill a group with devices it controls.
+  const auto& pki = test::test_pki::get();
+  const auto& dv = devices::get();
+  auto p = params();
+  const std::string crl = testing::read_text(pki.ca.crl);
+  auto gone_key = crypto::signing_key::load(pki.revoked.key).value();
+  auto gone = crypto::secagg_client::create("dev-gone", testing::read_text(pki.revoked.cert), gone_key, dv.ca, p).value();
+  std::vector<crypto::secagg_client> clients;
+  for (std::size_t d = 0; d < 3; ++d) {
+    auto key = crypto::signing_key::load(dv.files[d].key).value();
+    clients.push_back(crypto::secagg_client::create(dv.ids[d], testing::read_text(dv.files[d].cert), key, dv.ca, p, d == 0 ? crl : "").value());
+  }
+  crypto::secagg_roster roster;
+  for (std::size_t d = 0; d < 3; ++d) roster.push_back({.keys = clients[d].keys(), .segments = segments_of(d)});
+  roster.push_back({.keys = gone.keys(), .segments = segments_of(3)});
+  const auto refused = clients[0].share_keys(roster);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message == "the roster's certificate for dev-gone: device certificate revoked by the CA's revocation list");
+  CHECK(clients[1].share_keys(roster).ok());  // a device without the list cannot tell
+  // A list that is not the CA's PEM CRL is an error, not a silent pass.
+  auto key = crypto::signing_key::load(dv.files[2].key).value();
+  auto bad_list = crypto::secagg_client::create(dv.ids[2], testing::read_text(dv.files[2].cert), key, dv.ca, p, "not a list").value();
+  roster[2].keys = bad_list.keys();
+  const auto r = bad_list.share_keys(roster);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("not a PEM CRL") != std::string::npos);
+}

@@ -408,7 +408,7 @@ TEST_CASE("secure aggregation: the device's configuration decides, and its buffe
   auto key = crypto::signing_key::load(pki.dev_a.key);
   REQUIRE(key.ok());
   edge::secure_identity me{.id = "dev-a", .certificate_pem = testing::read_text(pki.dev_a.cert), .key = std::move(key).value(),
-                           .ca_pem = testing::read_text(pki.ca.cert)};
+                           .ca_pem = testing::read_text(pki.ca.cert), .crl = {}};
   edge::device_limits tight = roomy();
   tight.secure = &me;
   tight.arena_budget = arena + extra;
@@ -432,7 +432,7 @@ TEST_CASE("secure aggregation: an ASSIGN whose ring cannot exist is refused befo
   auto key = crypto::signing_key::load(pki.dev_a.key);
   REQUIRE(key.ok());
   edge::secure_identity me{.id = "dev-a", .certificate_pem = testing::read_text(pki.dev_a.cert), .key = std::move(key).value(),
-                           .ca_pem = testing::read_text(pki.ca.cert)};
+                           .ca_pem = testing::read_text(pki.ca.cert), .crl = {}};
 
   struct ring_case {
     const char* name;

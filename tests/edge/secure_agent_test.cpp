@@ -40,6 +40,7 @@ enum class rogue {
   clear_round,        // a round in the clear (only the hub could add noise)
   statistics,         // the feature statistics, which travel in the clear
   honest_private,     // not rogue: a private round whose noise carries σ 1
+  revoked_member,     // the roster holds the keys of a device whose certificate the CA revoked
 };
 
 // Two more devices of the fleet's CA ("sa-1", "sa-2"), whose protocol clients the scripted hub runs.
@@ -94,6 +95,7 @@ class scripted_hub {
     edge::agent_config c;
     c.hub = {"127.0.0.1", port_};
     c.tls = {.ca_cert = pki.ca.cert, .cert = pki.dev_a.cert, .key = pki.dev_a.key, .hub_name = "localhost"};
+    c.tls.crl = pki.ca.crl;  // the device holds the CA's list
     c.data.source = {.format = core::data_format::idx, .features = dir_.file("images"), .labels = dir_.file("labels")};
     c.data.validation_fraction = 0;
     c.backoff_initial = 50ms;
@@ -161,7 +163,15 @@ class scripted_hub {
       crypto::secagg_params sa1_params = p_;
       if (rogue_ == rogue::replayed_keys) sa1_params.round = p_.round - 1;  // keys signed for an earlier round
       others_.push_back(client_for("sa-1", sa1_params));
-      others_.push_back(client_for("sa-2", p_));
+      if (rogue_ == rogue::revoked_member) {
+        const auto& pki = test::test_pki::get();
+        auto key = crypto::signing_key::load(pki.revoked.key);
+        REQUIRE(key.ok());
+        others_.push_back(crypto::secagg_client::create("dev-gone", testing::read_text(pki.revoked.cert), key.value(),
+                                                        testing::read_text(pki.ca.cert), p_).value());
+      } else {
+        others_.push_back(client_for("sa-2", p_));
+      }
       if (rogue_ == rogue::wide_roster) {
         others_.push_back(client_for("sa-3", p_));
         others_.push_back(client_for("sa-4", p_));
@@ -282,6 +292,11 @@ TEST_CASE("secure agent refusal: keys replayed from an earlier round") {
 
 TEST_CASE("rogue hub: an empty share inbox, so the device would mask with its self mask alone") {
   check_refusal(rogue::empty_inbox, "rogue_inbox", false, "shares from 0 of this device's 2 neighbours arrived, below the 1");
+}
+
+TEST_CASE("rogue hub: a roster with a revoked device's keys") {
+  check_refusal(rogue::revoked_member, "rogue_revoked", false,
+                "the roster's certificate for dev-gone: device certificate revoked by the CA's revocation list");
 }
 
 TEST_CASE("rogue hub: a threshold below a majority of the device's holders") {

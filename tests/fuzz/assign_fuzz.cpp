@@ -116,7 +116,7 @@ struct device_files {
     auto key = crypto::signing_key::load(me.key);
     check(key.ok());
     identity.emplace(edge::secure_identity{.id = "fuzz-07", .certificate_pem = text_of(me.cert),
-                                           .key = std::move(key).value(), .ca_pem = text_of(ca.cert)});
+                                           .key = std::move(key).value(), .ca_pem = text_of(ca.cert), .crl = {}});
   }
   ~device_files() {
     std::error_code ignored;

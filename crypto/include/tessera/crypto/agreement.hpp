@@ -71,7 +71,9 @@ class signing_key {
 // relays certificates; it cannot make one). `device_id` is the id in the certificate.
 class verifying_key {
  public:
-  [[nodiscard]] static core::result<verifying_key> from_certificate_pem(std::string_view cert_pem, std::string_view ca_pem);
+  // With `crl_pem` (the CA's revocation list, PEM), a revoked certificate is refused too.
+  [[nodiscard]] static core::result<verifying_key> from_certificate_pem(std::string_view cert_pem, std::string_view ca_pem,
+                                                                        std::string_view crl_pem = {});
   verifying_key(verifying_key&&) noexcept;
   verifying_key& operator=(verifying_key&&) noexcept;
   ~verifying_key();

@@ -174,9 +174,10 @@ void secagg_pack(std::span<const std::uint64_t> y, int bits, std::span<std::byte
 
 class secagg_client {
  public:
-  // `id` is this device's id as in its certificate; `ca_pem` the fleet's CA certificate.
+  // `id` is this device's id as in its certificate; `ca_pem` the fleet's CA certificate; `crl_pem` its
+  // revocation list (empty: not checked), against which every roster member's certificate is checked.
   [[nodiscard]] static core::result<secagg_client> create(std::string id, std::string certificate_pem, const signing_key& key,
-                                                          std::string ca_pem, secagg_params params);
+                                                          std::string ca_pem, secagg_params params, std::string crl_pem = {});
   secagg_client(secagg_client&&) noexcept;
   secagg_client& operator=(secagg_client&&) noexcept;
   ~secagg_client();

@@ -13,6 +13,7 @@
 // Memory besides the arena: core::secure_bytes, which the hub planned with and check_assignment checks.
 #pragma once
 
+#include <filesystem>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -35,6 +36,10 @@ struct secure_identity {
   std::string certificate_pem;
   crypto::signing_key key;
   std::string ca_pem;
+  // The CA's revocation list this device holds (tls.crl; empty: none), read again at every round's
+  // start so a list replaced on the device counts from its next round: a revoked device's keys in a
+  // roster are refused.
+  std::filesystem::path crl;
 };
 
 class secure_round {
