@@ -12,11 +12,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +30,7 @@
 #include "../crypto/test_pki.hpp"
 #include "federation_fixture.hpp"
 #include "http_client.hpp"
+#include "support/wait.hpp"
 #include "tessera/hub/operator_endpoint.hpp"
 #include "tessera/hub/prometheus.hpp"
 
@@ -293,17 +296,23 @@ TEST_CASE("operator endpoint: connections refused at the device port are counted
   f.start_hub(f.hub_config({{"http", {{"listen", "127.0.0.1:0"}}}}));
   const auto& pki = test::test_pki::get();
   std::string scrape;
+  const auto count = [&](const std::string& reason) {
+    return sample(scrape, "tessera_hub_connections_refused_total{reason=\"" + reason + "\"}");
+  };
+  const std::vector<const char*> reasons = {"tls.no_certificate", "tls.unknown_ca", "tls.certificate_revoked",
+                                            "tls.certificate_expired", "net.no_device_id"};
   run_with_client(f, [&] {
     const std::vector<std::optional<crypto::cert_files>> certs = {std::nullopt, pki.foreign, pki.revoked, pki.expired, pki.operator_cert};
     for (const auto& c : certs)  // each fails: at the handshake, or (the operator's) for carrying no device id
       (void)http_fetch({.port = f.port(), .target = "/", .tls = hub_testing::client_tls{pki.ca.cert, c}});
-    std::this_thread::sleep_for(200ms);  // the hub has seen the last one close
+    // Until the hub has counted each (it may still be closing the last), then once more for the check.
+    (void)testing::eventually([&] {
+      scrape = http_fetch({.port = f.hub().http_port(), .target = "/metrics"}).body;
+      return std::ranges::all_of(reasons, [&](const char* r) { return count(r) >= 1; });
+    }, 5s);
     scrape = http_fetch({.port = f.hub().http_port(), .target = "/metrics"}).body;
   }, true);
   INFO(scrape);
-  const auto count = [&](const std::string& reason) {
-    return sample(scrape, "tessera_hub_connections_refused_total{reason=\"" + reason + "\"}");
-  };
   CHECK(count("tls.no_certificate") == 1);
   CHECK(count("tls.unknown_ca") == 1);
   CHECK(count("tls.certificate_revoked") == 1);
@@ -633,7 +642,13 @@ TEST_CASE("operator endpoint bounds: past max_connections a connection is closed
     REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&at), sizeof at) == 0);
     held.push_back(fd);
   }
-  std::this_thread::sleep_for(100ms);  // accepted by now
+  // Both accepted: the endpoint counts them live (asked on its own thread, which owns the count).
+  const auto live = [&b] {
+    std::promise<std::size_t> count;
+    boost::asio::post(b.io, [&] { count.set_value(b.ep->connection_count()); });
+    return count.get_future().get();
+  };
+  REQUIRE(testing::eventually([&] { return live() == 2; }, 2s));
   const auto third = raw_exchange(b.port, "GET /x HTTP/1.1\r\nHost: h\r\n\r\n", 3000ms);
   CHECK(third.closed);
   CHECK(third.text.empty());
