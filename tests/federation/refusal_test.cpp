@@ -1,6 +1,7 @@
 // Bad updates are refused with their reason, and training goes on: three in-process devices that spoil
 // their updates on purpose (a NaN, a wrong size, a stale round) take part in every round next to two
 // real agents, and a device whose certificate is revoked mid-run cannot get through the handshake.
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -201,13 +202,21 @@ TEST_CASE("federation: NaN, wrong-size and stale updates are refused with their 
   const std::string hub_log = hub.process.err();
   CHECK(count_of(hub_log, "device " + revoked) == 0);  // it never got as far as HELLO
 
-  // Every round went ahead with the whole fleet: two updates rejected, none missing.
+  // Every round went ahead with the whole fleet: two updates rejected, none missing. And the model
+  // learnt from the two real agents beside the three spoilers: measured 0.641, 0.325, 0.309, 0.446 (the
+  // subnets of the three stay untrained and their logits add to the output, hence the dip); chance on
+  // ten classes is 0.1, and a model nobody trains stays there (at lr 0: 0.06 every round).
+  double best = 0;
   for (const auto& m : check_every_round(f.file("metrics.jsonl"), rounds, devices, {.stragglers = 0, .refused = 0, .rejected = 2})) {
     CAPTURE(m.dump());
     CHECK(std::isfinite(m.at("train_loss").get<double>()));
     REQUIRE(m.at("test_accuracy").is_number());
-    CHECK(m.at("test_accuracy").get<double>() > 0.1);  // better than chance on ten classes
+    const double accuracy = m.at("test_accuracy").get<double>();
+    MESSAGE("round " << m.at("round") << ": test accuracy " << accuracy);
+    CHECK(accuracy >= 0.25);
+    best = std::max(best, accuracy);
   }
+  CHECK(best >= 0.5);
   CHECK(all_finite(load_model_or_fail(f.file("model.safetensors")).params));
   for (child_process* a : agents) {  // the real agents trained every round, undisturbed
     CAPTURE(a->name());

@@ -2,7 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <numbers>
+#include <vector>
 
 #include "tessera/core/fed_stats.hpp"
 #include "tessera/core/ist.hpp"
@@ -152,6 +155,95 @@ TEST_CASE("sim config: overrides reach dotted fields and parse JSON values") {
   auto bad = core::load_config("", {"rounds"}, sim::read_sim_config);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message.find("key=value") != std::string::npos);
+}
+
+namespace {
+
+// The rate of every round of a 7-round IST run of the toy problem at lr 0.1 with `schedule` (the
+// lr_* keys), and the model after each round.
+struct scheduled_run {
+  std::vector<double> rates;
+  std::vector<std::vector<float>> params;
+};
+
+scheduled_run run_schedule(const nlohmann::json& schedule) {
+  nlohmann::json j = {{"model", {{"inputs", 12}, {"hidden", {32, 32}}, {"outputs", 3}}},
+                      {"strategy", "ist"}, {"devices", 4}, {"rounds", 7}, {"local_steps", 10},
+                      {"batch", 8}, {"lr", 0.1}, {"min_width", 4}};
+  for (const auto& [key, value] : schedule.items()) j[key] = value;
+  auto c = sim::parse_sim_config(j, "test.json");
+  REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
+  auto train = prototypes(400, 9);
+  auto sim = sim::simulation::create(c.value(), train, nullptr);
+  REQUIRE(sim.ok());
+  scheduled_run out;
+  while (!sim.value()->done()) {
+    auto m = sim.value()->run_round();
+    REQUIRE(m.ok());
+    out.rates.push_back(m.value().learning_rate);
+    const auto p = sim.value()->params();
+    out.params.emplace_back(p.begin(), p.end());
+  }
+  REQUIRE(out.rates.size() == 7);
+  return out;
+}
+
+double largest_change(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("sim config: the lr schedule keys set each round's rate, written out by hand") {
+  SUBCASE("default: constant at lr") {
+    for (double r : run_schedule({}).rates) CHECK(r == doctest::Approx(0.1));
+  }
+  SUBCASE("lr_warmup_rounds: a linear climb to lr first") {
+    const auto rates = run_schedule({{"lr_warmup_rounds", 2}}).rates;
+    CHECK(rates[0] == doctest::Approx(0.1 / 3));
+    CHECK(rates[1] == doctest::Approx(0.2 / 3));
+    for (std::size_t r = 2; r < rates.size(); ++r) CHECK(rates[r] == doctest::Approx(0.1));
+  }
+  SUBCASE("step: lr_gamma every lr_step_rounds") {
+    const auto rates = run_schedule({{"lr_schedule", "step"}, {"lr_step_rounds", 2}, {"lr_gamma", 0.5}}).rates;
+    const double expected[] = {0.1, 0.1, 0.05, 0.05, 0.025, 0.025, 0.0125};
+    for (std::size_t r = 0; r < rates.size(); ++r) CHECK(rates[r] == doctest::Approx(expected[r]));
+  }
+  SUBCASE("cosine: after a warm-up round, from lr towards lr·lr_final_fraction over the rounds left") {
+    const auto rates = run_schedule({{"lr_schedule", "cosine"}, {"lr_warmup_rounds", 1}, {"lr_final_fraction", 0.2}}).rates;
+    CHECK(rates[0] == doctest::Approx(0.05));
+    // Rounds 2..7 are steps 0..5 of a 6-round decay from 0.1 to 0.02.
+    for (std::size_t r = 1; r < rates.size(); ++r) {
+      const double t = static_cast<double>(r - 1) / 6.0;
+      CAPTURE(r);
+      CHECK(rates[r] == doctest::Approx(0.02 + 0.08 * 0.5 * (1.0 + std::cos(std::numbers::pi * t))));
+    }
+    CHECK(rates[4] == doctest::Approx(0.06));  // halfway: the mean of 0.1 and 0.02
+  }
+}
+
+TEST_CASE("sim config: the scheduled rate is the one devices train with: at rate 0 the model stands still") {
+  // lr_gamma 0 every round: the first round trains at 0.1, every later one at 0.
+  const auto still = run_schedule({{"lr_schedule", "step"}, {"lr_step_rounds", 1}, {"lr_gamma", 0.0}});
+  const auto moving = run_schedule({});
+  CHECK(still.rates[1] == 0.0);
+  CHECK(largest_change(still.params[0], moving.params[0]) == 0.0);  // round 1 alike
+  for (std::size_t r = 1; r < still.params.size(); ++r) {
+    CAPTURE(r);
+    // The output bias every subnet shares is averaged back: equal values, to a rounding.
+    CHECK(largest_change(still.params[r], still.params[0]) <= 1e-6);
+    CHECK(largest_change(moving.params[r], moving.params[r - 1]) > 1e-3);
+  }
+}
+
+TEST_CASE("sim config: lr schedule keys out of range or unknown are refused, naming the key") {
+  CHECK(config_error({{"lr_schedule", "linear"}}).find("'lr_schedule'") != std::string::npos);
+  CHECK(config_error({{"lr_final_fraction", 1.5}}).find("'lr_final_fraction'") != std::string::npos);
+  CHECK(config_error({{"lr_gamma", -0.5}}).find("'lr_gamma'") != std::string::npos);
+  CHECK(config_error({{"lr_step_rounds", 0}}).find("'lr_step_rounds'") != std::string::npos);
+  CHECK(config_error({{"lr_warmup_rounds", -1}}).find("'lr_warmup_rounds'") != std::string::npos);
 }
 
 TEST_CASE("simulation: labels the model cannot learn are refused as the data loads, naming the data and the example") {
