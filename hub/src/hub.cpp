@@ -189,11 +189,11 @@ rounds::device_offer hub_service::offer_of(const std::string& id, const device_e
           .validation_examples = d.validation_examples};
 }
 
-std::vector<rounds::device_offer> hub_service::ready_offers() const {
+std::vector<rounds::device_offer> hub_service::ready_offers(bool uncapped) const {
   std::vector<rounds::device_offer> offers;
   for (const auto& [id, d] : devices_) {
     if (!d.session || !d.unfit.empty()) continue;
-    if (offers.size() >= config_.max_devices) break;
+    if (!uncapped && offers.size() >= config_.max_devices) break;
     offers.push_back(offer_of(id, d));
   }
   return offers;
@@ -211,7 +211,9 @@ void hub_service::start_round() {
   reload_revocations();
   if (engine_->needs_statistics()) return start_statistics(ready_offers());
   engine_->set_population(devices_.size());  // differential privacy: every registered device, connected or not
-  auto excluded = engine_->begin_round(ready_offers());
+  engine_->set_private_round_cap(config_.max_devices);
+  // A private round draws its sample from every ready device and caps it itself (at random, not by id).
+  auto excluded = engine_->begin_round(ready_offers(/*uncapped=*/engine_->private_rounds()));
   if (!excluded && excluded.error().code == rounds::errc::privacy_budget) {
     log(log_level::info, "stopping: " + excluded.error().message);
     finish("");

@@ -38,6 +38,10 @@ void engine::set_population(std::size_t registered) noexcept {
   if (private_ != nullptr) private_->set_population(registered);
 }
 
+void engine::set_private_round_cap(std::size_t most) noexcept {
+  if (private_ != nullptr) private_->set_cap(most);
+}
+
 void engine::use_seeded_privacy() noexcept {
   if (private_ != nullptr) private_->use_seeded();
 }

@@ -19,6 +19,12 @@ namespace tessera::rounds {
 class plain_aggregation;
 class secure_aggregation;
 
+// Adaptive clipping's count noise σ_b (0 without adaptive clipping), and the changes' noise multiplier
+// σ_Δ that spends with it what σ alone would (+infinity when the count would spend it all); both for a
+// population (private_ring.cpp).
+[[nodiscard]] double count_noise_of(const dp_config& d, std::size_t population) noexcept;
+[[nodiscard]] double change_sigma_of(const dp_config& d, std::size_t population) noexcept;
+
 class private_aggregation final : public aggregation {
  public:
   // `inner`: a plain_aggregation or a secure_aggregation.
@@ -48,6 +54,10 @@ class private_aggregation final : public aggregation {
   void set_population(std::size_t registered) noexcept { population_ = registered; }
   // Sampling and noise from the run's seed (the simulator) instead of the CSPRNG (the hub).
   void use_seeded() noexcept { seeded_ = true; }
+  // The most devices a round takes (the hub's max_devices; 0: no bound). The sample is drawn from every
+  // device offered; when more are drawn, a uniformly random subset of this size (from the round's key)
+  // takes part and the others are left out, named, so no device's chance of being drawn depends on its id.
+  void set_cap(std::size_t most) noexcept { cap_ = most; }
   [[nodiscard]] const core::rdp_accountant& accountant() const noexcept { return privacy_; }
   // With the devices' noise, the accountant against the hub: every round unamplified (the hub knows
   // who was sampled); none with the hub's own noise, since the hub then holds the clear sum.
@@ -76,6 +86,7 @@ class private_aggregation final : public aggregation {
   core::rdp_accountant privacy_;          // checkpointed: against the model's users (amplified by sampling)
   core::rdp_accountant hub_privacy_;      // checkpointed: against the hub (the devices' noise only)
   std::size_t population_ = 0;
+  std::size_t cap_ = 0;
   bool seeded_ = false;
   double clip_ = 0;                       // adaptive clipping's current clip (0: dp.clip)
   std::string stop_;                      // why the run stopped for its privacy budget
@@ -83,6 +94,7 @@ class private_aggregation final : public aggregation {
   // changes summed over the full model, and its counts.
   crypto::key256 key_{};
   std::vector<core::subnet> groups_;
+  std::vector<std::string> over_cap_;     // drawn, but beyond the cap: left out by admit
   std::vector<float> sum_;
   std::size_t sampled_ = 0, clipped_ = 0, accepted_ = 0;
 };

@@ -583,3 +583,26 @@ TEST_CASE("dp with the hub's noise: one ε, the users'; no figure against the hu
   CHECK_FALSE(e.epsilon_hub().has_value());
   CHECK_FALSE(e.save({}).privacy_hub.has_value());
 }
+
+TEST_CASE("dp: the sample is drawn from every device offered; past the cap a random subset takes part, not the first ids") {
+  // q = 1 of 10 devices with a cap of 3 (the hub's max_devices): each round 3 take part, the other 7 are
+  // named; over rounds every device gets its turn, where a cap by id order would always keep d0..d2.
+  auto e = engine_for(config({{"sample_rate", 1.0}, {"noise_multiplier", 1.0}, {"population", 10}}, {{"strategy", "fedavg"}}));
+  e.set_private_round_cap(3);
+  std::set<std::string> took_part;
+  for (int r = 0; r < 8; ++r) {
+    const auto excluded = e.begin_round(fleet(10));
+    REQUIRE(excluded.ok());
+    CHECK(e.assignments().size() == 3);
+    CHECK(excluded.value().size() == 7);
+    for (const auto& x : excluded.value()) CHECK(x.reason.find("max_devices") != std::string::npos);
+    for (const auto& a : e.assignments()) took_part.insert(a.device);
+    report_all(e, [](std::size_t) { return 0.01f; });
+    REQUIRE(e.close_round(nullptr).ok());
+  }
+  CHECK(took_part.size() >= 8);  // 24 draws of 3 from 10: all but a rare one or two appear
+  // Without a cap all ten take part.
+  auto all = engine_for(config({{"sample_rate", 1.0}, {"noise_multiplier", 1.0}, {"population", 10}}, {{"strategy", "fedavg"}}));
+  REQUIRE(all.begin_round(fleet(10)).ok());
+  CHECK(all.assignments().size() == 10);
+}

@@ -197,8 +197,9 @@ class hub_service {
   void reject(const std::shared_ptr<net::session>& s, const std::string& id, const core::error& why, std::uint64_t transfer);
   void arm_wait_timer();
   void maybe_start_round();
-  // The connected devices that may take part, at most max_devices.
-  [[nodiscard]] std::vector<rounds::device_offer> ready_offers() const;
+  // The connected devices fit for a round, at most max_devices of them unless `uncapped` (a private
+  // round, whose sample is drawn from all and capped at random by the engine).
+  [[nodiscard]] std::vector<rounds::device_offer> ready_offers(bool uncapped = false) const;
   [[nodiscard]] static rounds::device_offer offer_of(const std::string& id, const device_entry& d);
   void start_round();
   // The fleet's statistics before round 1 (hub_stats.cpp), when the model standardizes its inputs.

@@ -210,6 +210,9 @@ class engine {
   // draws each round's sampling and noise from the CSPRNG; the simulator, seeded, from the run's seed.
   [[nodiscard]] bool private_rounds() const noexcept { return config_.dp.enabled; }
   void set_population(std::size_t registered) noexcept;
+  // The most devices a private round takes (the hub's max_devices): the driver offers every ready
+  // device, the sample is drawn from all of them, and a random subset of this size takes part.
+  void set_private_round_cap(std::size_t most) noexcept;
   void use_seeded_privacy() noexcept;
   [[nodiscard]] const core::rdp_accountant& privacy() const noexcept;
   // With the devices' noise, the accountant against the hub (which drew the sample, so nothing is
