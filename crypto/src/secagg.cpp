@@ -273,6 +273,24 @@ core::result<secagg_masked> secagg_client::mask(const std::vector<secagg_box>& b
                                                   std::to_string(st.neighbours.size()) + " neighbours arrived, below the " +
                                                   std::to_string(p.threshold - 1) + " the threshold " + std::to_string(p.threshold) +
                                                   " needs: masking with fewer would let the hub unmask this device's input alone; refused");
+  // And per segment: each covered segment's input must carry pairwise masks from neighbours that shared,
+  // as many as its sum's other contributors need (min_aggregate − 1) where the graph gives that many,
+  // and never none. Otherwise a hub can pass the count above with boxes from devices of other groups
+  // (IST: they mask only the shared segment) and read the group segment from its self mask's seed.
+  for (const std::uint32_t seg : me.segments) {
+    std::size_t partners = 0, arrived = 0;
+    for (const std::size_t v : st.neighbours) {
+      if (!st.graph->masks(seg, st.index, v)) continue;
+      ++partners;
+      arrived += st.shared.contains(st.roster[v].keys.id) ? 1 : 0;
+    }
+    const std::size_t need = std::max<std::size_t>(1, std::min(p.segments[seg].min_aggregate - 1, partners));
+    if (arrived < need)
+      return make_error(errc::invalid_argument, "segment " + std::to_string(seg) + ": shares from " + std::to_string(arrived) + " of the " +
+                                                    std::to_string(partners) + " devices that mask it with this device arrived, below the " +
+                                                    std::to_string(need) + " its sum needs: the hub could unmask this segment of its input "
+                                                    "alone; refused");
+  }
   std::optional<key256> noise_key;
   if (p.noise > 0) {  // this device's share of the noise, from its own CSPRNG: nobody else can remove it
     TESSERA_ASSIGN_OR_RETURN(noise_key, random_key());

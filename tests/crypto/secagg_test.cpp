@@ -534,6 +534,15 @@ TEST_CASE("rogue hub: an empty or short share inbox is refused before anything i
   const auto short_inbox = clients[0].mask(one, input_of(0, p), crypto::random_key().value());
   REQUIRE_FALSE(short_inbox.ok());
   CHECK(short_inbox.error().message.find("shares from 1 of") == 0);
+  // Enough boxes, from the wrong devices: sa-3 and sa-4 are in the other group and mask only the shared
+  // segment 2 with sa-0, so its group segment 0 would carry its self mask alone.
+  std::vector<crypto::secagg_box> other_group;
+  for (const auto& b : full_inbox)
+    if (b.from == "sa-3" || b.from == "sa-4") other_group.push_back(b);
+  REQUIRE(other_group.size() == 2);
+  const auto wrong = clients[0].mask(other_group, input_of(0, p), crypto::random_key().value());
+  REQUIRE_FALSE(wrong.ok());
+  CHECK(wrong.error().message.find("segment 0: shares from 0 of the 2 devices that mask it with this device arrived") == 0);
   // The refusals changed nothing: with its whole inbox sa-0 masks, and the round's sums come out.
   REQUIRE(server.add_masked(clients[0].mask(full_inbox, input_of(0, p), crypto::random_key().value()).value()).ok());
   for (std::size_t d = 1; d < 6; ++d)
