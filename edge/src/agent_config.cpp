@@ -68,13 +68,13 @@ core::result<agent_config> read_agent_config(core::config_reader& r) {
     core::config_reader pr = r.child("privacy", *pv);
     privacy_policy& p = c.privacy;
     p.min_threshold = static_cast<std::size_t>(pr.integer("min_threshold", 0, 0, 1 << 16,
-                                                          "fewest shares that may recover this device's secrets (0: a majority of "
-                                                          "its neighbours and itself, at least 2)"));
+                                                          "fewest shares that may recover this device's secrets, over and above "
+                                                          "a majority of its neighbours and itself, always required (0: the majority)"));
     p.min_group = static_cast<std::size_t>(pr.integer("min_group", 2, 2, 1 << 16, "fewest devices a released sum holding this "
                                                                                   "device's update may have"));
     p.min_noise_multiplier = pr.number("min_noise_multiplier", 0.0, 0.0, 1e6,
-                                       "least DP noise multiplier the devices' noise must carry (0: none asked; above 0, rounds "
-                                       "in the clear are refused)");
+                                       "least DP noise multiplier the devices' noise must carry (0: none asked; above 0, rounds, "
+                                       "statistics and evaluations in the clear are refused)");
     p.statistics = pr.choice("statistics", answer_mode::allow, k_answer_mode_names, "answer the feature statistics request (in the clear)");
     p.evaluation = pr.choice("evaluation", answer_mode::allow, k_answer_mode_names, "score models on the validation split (scores in the clear)");
     TESSERA_TRY(pr.finish());

@@ -24,11 +24,14 @@ core::error refused(const std::string& why) { return make_error(errc::privacy_po
 
 // The noise multiplier the devices' noise carries in a private secure round: each device adds Skellam
 // noise of variance p.noise (ring steps²); a released sum has at least `least` contributors, so it
-// carries least·p.noise; the ring holds `limit` steps per clip. σ = √(least·noise) / limit.
+// carries least·p.noise; the ring holds `limit` steps per clip, and one device moves the sum by the
+// clipped change and, with adaptive clipping, its count value ±fitted_value as well: a sensitivity
+// of limit·√(1 + (fitted_value / clip)²). σ = √(least·noise) / that.
 core::result<double> devices_sigma(const crypto::secagg_params& p, std::size_t least) {
   auto ring = crypto::fixed_point::create(p.clip, p.bits, crypto::secagg_summands(p, p.threshold));
   if (!ring) return refused("the round's ring (clip, bits, summands) is not one this device can use: " + ring.error().message);
-  return std::sqrt(static_cast<double>(least) * p.noise) / static_cast<double>(ring.value().limit());
+  const double count = p.fitted_value / p.clip;
+  return std::sqrt(static_cast<double>(least) * p.noise) / (static_cast<double>(ring.value().limit()) * std::sqrt(1.0 + count * count));
 }
 
 }  // namespace
@@ -36,6 +39,9 @@ core::result<double> devices_sigma(const crypto::secagg_params& p, std::size_t l
 core::result<void> check_request_policy(std::string_view what, const privacy_policy& policy, secure_mode secure) {
   const answer_mode mode = what == "statistics" ? policy.statistics : policy.evaluation;
   if (mode == answer_mode::off) return refused(std::string("this device's privacy.") + std::string(what) + " is off");
+  if (policy.min_noise_multiplier > 0)
+    return refused(std::string("the ") + std::string(what) + " would leave this device in the clear, with no noise, and its "
+                   "privacy.min_noise_multiplier is " + num(policy.min_noise_multiplier));
   if (secure == secure_mode::require)
     return refused(std::string("the ") + std::string(what) + " would leave this device in the clear, and its secure_aggregation is 'require'");
   return {};
@@ -79,12 +85,12 @@ core::result<void> check_assignment_policy(const net::msg::assign& a, const core
 
 core::result<void> check_roster_threshold(std::size_t threshold, std::size_t neighbours, const privacy_policy& policy) {
   const std::size_t holders = neighbours + 1;
-  const std::size_t least = policy.min_threshold > 0 ? policy.min_threshold : crypto::secagg_majority(holders);
+  const std::size_t least = std::max(policy.min_threshold, crypto::secagg_majority(holders));
   if (threshold < least)
     return refused("the round's threshold " + std::to_string(threshold) + " lets " + std::to_string(threshold) + " of the " +
                    std::to_string(holders) + " holders of this device's secrets (its " + std::to_string(neighbours) +
                    " neighbours and itself) recover them; its policy asks for " + std::to_string(least) +
-                   (policy.min_threshold > 0 ? " (privacy.min_threshold)" : " (a majority, privacy.min_threshold 0)"));
+                   (least == policy.min_threshold ? " (privacy.min_threshold)" : " (a majority of them)"));
   return {};
 }
 

@@ -15,6 +15,7 @@
 #include "tessera/core/seeds.hpp"
 #include "tessera/core/train.hpp"
 #include "tessera/edge/device_data.hpp"
+#include "tessera/crypto/masking.hpp"
 #include "tessera/edge/job.hpp"
 #include "tessera/net/task.hpp"
 #include "../core/test_files.hpp"
@@ -479,4 +480,35 @@ TEST_CASE("secure aggregation: an ASSIGN whose ring cannot exist is refused befo
     evaluation.evaluate = true;
     CHECK(edge::check_assignment(evaluation, roomy()).ok());
   }
+}
+
+TEST_CASE("privacy policy: the noise multiplier a device finds in a private round counts adaptive clipping's count value") {
+  // A ring for 1024 summands; each device's share carries σ 1 over sums of 2 for the change alone. With
+  // the count value at the clip (fitted_value = clip) one device moves the sum by √2 clips: σ is 1/√2.
+  crypto::secagg_params p{.round = 1, .bits = 32, .clip = 1.0, .threshold = 2, .segments = {{.length = 11, .min_aggregate = 2}}};
+  p.summands = 1024;
+  const auto limit = static_cast<double>(crypto::fixed_point::create(p.clip, p.bits, p.summands).value().limit());
+  p.noise = limit * limit / 2.0;
+  net::msg::assign a{};
+  a.secure = net::msg::secure_assign{.params = p, .segments = {0}, .rounding_key = {}, .upload_size = 11 * 4};
+  core::training_task task{};
+  task.clip_norm = 1.0;
+  const edge::privacy_policy one{.min_noise_multiplier = 1.0};
+  CHECK(edge::check_assignment_policy(a, task, one, edge::secure_mode::allow).ok());
+  a.secure->params.fitted_value = 1.0;
+  const auto counted = edge::check_assignment_policy(a, task, one, edge::secure_mode::allow);
+  REQUIRE_FALSE(counted.ok());
+  CHECK(counted.error().message.find("a noise multiplier of 0.7071") != std::string::npos);
+  CHECK(edge::check_assignment_policy(a, task, {.min_noise_multiplier = 0.7}, edge::secure_mode::allow).ok());
+  // A clip of the change other than the ring's: the noise is sized for a change it does not bound.
+  task.clip_norm = 2.0;
+  CHECK(edge::check_assignment_policy(a, task, {.min_noise_multiplier = 0.7}, edge::secure_mode::allow).error().message.find("not its ring's clip") !=
+        std::string::npos);
+  // Asking for noise refuses what leaves in the clear: statistics and evaluations.
+  CHECK(edge::check_request_policy("statistics", one, edge::secure_mode::allow).error().message.find("with no noise") != std::string::npos);
+  CHECK(edge::check_request_policy("evaluation", one, edge::secure_mode::allow).error().code == edge::errc::privacy_policy);
+  // min_threshold raises the majority, never lowers it: 2 asked, 5 holders need 3.
+  CHECK_FALSE(edge::check_roster_threshold(2, 4, {.min_threshold = 2}).ok());
+  CHECK(edge::check_roster_threshold(3, 4, {.min_threshold = 2}).ok());
+  CHECK_FALSE(edge::check_roster_threshold(3, 4, {.min_threshold = 4}).ok());
 }

@@ -31,15 +31,17 @@ enum class answer_mode { allow, off };
 inline constexpr auto k_answer_mode_names = core::names_in_order<answer_mode>({"allow", "off"});
 
 struct privacy_policy {
-  // The fewest shares that may recover one of this device's secrets (the round's threshold t); 0: a
-  // majority of its holders (its neighbours in the roster and itself), and at least 2.
+  // The fewest shares that may recover one of this device's secrets (the round's threshold t), over
+  // and above a majority of its holders (its neighbours in the roster and itself), which is always
+  // required (and at least 2). 0: the majority alone.
   std::size_t min_threshold = 0;
   // The fewest devices a released sum that holds this device's input may have (each segment's
   // min_aggregate, which the device also counts itself at unmasking).
   std::size_t min_group = 2;
   // Differential privacy: the least noise multiplier σ the devices' noise must carry (from each
   // device's Skellam share, the ring's scale and the sums' fewest contributors); a round in the clear
-  // or without noise is then refused, since the hub's own noise cannot be checked here. 0: none asked.
+  // or without noise is then refused, since the hub's own noise cannot be checked here, and so are
+  // statistics and evaluations, which leave in the clear. 0: none asked.
   double min_noise_multiplier = 0;
   answer_mode statistics = answer_mode::allow;  // the feature statistics before round 1 (sent in the clear)
   answer_mode evaluation = answer_mode::allow;  // scoring a model on the validation split (scores in the clear)
