@@ -119,18 +119,33 @@ std::size_t private_aggregation::population(std::size_t offered) const noexcept 
 double private_aggregation::count_noise() const noexcept { return count_noise_of(config_.dp, population(0)); }
 double private_aggregation::change_noise_multiplier() const noexcept { return change_sigma_of(config_.dp, population(0)); }
 
-// ε after one more round of the run's mechanism (the hub's Gaussian, or the devices' Skellam), for the
-// observer dp.target_epsilon bounds: with the devices' noise the hub (unamplified) unless
-// dp.target_observer says the model's users.
-core::result<core::dp_epsilon> private_aggregation::epsilon_after_round() const {
-  const dp_config& d = config_.dp;
-  if (!secure_) return privacy_.epsilon_after(d.sample_rate, d.noise_multiplier, 1, d.delta);
-  TESSERA_ASSIGN_OR_RETURN(const private_ring ring, make_private_ring(config_, params_, population(0)));
-  if (d.target_observer == dp_observer::hub) return hub_privacy_.epsilon_after(1.0, ring.mechanism, 1, d.delta);
-  return privacy_.epsilon_after(d.sample_rate, ring.mechanism, 1, d.delta);
+namespace {
+
+// One device more can change two contributions when the cap binds (it may take the place of another
+// drawn device): the sensitivity doubles for that round.
+core::skellam_mechanism doubled_if(core::skellam_mechanism m, bool doubled) noexcept {
+  if (doubled) {
+    m.l1 *= 2;
+    m.l2 *= 2;
+  }
+  return m;
 }
 
-core::result<void> private_aggregation::check_budget(std::int64_t round) const {
+}  // namespace
+
+// ε after one more round of the run's mechanism (the hub's Gaussian, or the devices' Skellam; twice the
+// sensitivity when the cap binds), for the observer dp.target_epsilon bounds: with the devices' noise
+// the hub (unamplified) unless dp.target_observer says the model's users.
+core::result<core::dp_epsilon> private_aggregation::epsilon_after_round(bool capped) const {
+  const dp_config& d = config_.dp;
+  if (!secure_) return privacy_.epsilon_after(d.sample_rate, capped ? d.noise_multiplier / 2 : d.noise_multiplier, 1, d.delta);
+  TESSERA_ASSIGN_OR_RETURN(const private_ring ring, make_private_ring(config_, params_, population(0)));
+  const core::skellam_mechanism mech = doubled_if(ring.mechanism, capped);
+  if (d.target_observer == dp_observer::hub) return hub_privacy_.epsilon_after(1.0, mech, 1, d.delta);
+  return privacy_.epsilon_after(d.sample_rate, mech, 1, d.delta);
+}
+
+core::result<void> private_aggregation::check_budget(std::int64_t round, bool capped) const {
   const dp_config& d = config_.dp;
   if (d.adaptive_clip && !std::isfinite(change_noise_multiplier())) {
     char buf[200];
@@ -139,14 +154,14 @@ core::result<void> private_aggregation::check_budget(std::int64_t round) const {
     return make_error(errc::privacy_budget, buf);
   }
   if (d.target_epsilon <= 0) return {};
-  TESSERA_ASSIGN_OR_RETURN(const core::dp_epsilon after, epsilon_after_round());
+  TESSERA_ASSIGN_OR_RETURN(const core::dp_epsilon after, epsilon_after_round(capped));
   const double next = after.epsilon;
   if (next <= d.target_epsilon) return {};
   char buf[200];
   const bool against_hub = secure_ && d.target_observer == dp_observer::hub;
-  std::snprintf(buf, sizeof buf, "round %lld would take ε%s from %.4g to %.4g, past dp.target_epsilon %.4g (δ %.3g)",
+  std::snprintf(buf, sizeof buf, "round %lld would take ε%s from %.4g to %.4g, past dp.target_epsilon %.4g (δ %.3g)%s",
                 static_cast<long long>(round), against_hub ? " against the hub" : "", against_hub ? *epsilon_hub() : epsilon(), next,
-                d.target_epsilon, d.delta);
+                d.target_epsilon, d.delta, capped ? "; more devices were drawn than max_devices, which doubles the round's sensitivity" : "");
   return make_error(errc::privacy_budget, buf);
 }
 
@@ -181,6 +196,7 @@ core::result<std::vector<device_offer>> private_aggregation::sample(const round_
       else over_cap_.push_back(sampled[i].id);
     }
     sampled = std::move(taken);
+    TESSERA_TRY(check_budget(v.round(), /*capped=*/true));
   }
   sampled_ = sampled.size();
   return sampled;
@@ -317,12 +333,14 @@ core::result<void> private_aggregation::finish(const round_view& v, std::span<co
     }
     if (fitted) clip_ = c * std::exp(-d.clip_learning_rate * (*fitted / expected - d.target_quantile));
   }
+  const bool capped = !over_cap_.empty();
   if (hub_noise) {
-    privacy_.compose(d.sample_rate, d.noise_multiplier, 1);
+    privacy_.compose(d.sample_rate, capped ? d.noise_multiplier / 2 : d.noise_multiplier, 1);
   } else {
     TESSERA_ASSIGN_OR_RETURN(const private_ring ring, make_private_ring(config_, params_, population(assignments.size())));
-    privacy_.compose(d.sample_rate, ring.mechanism, 1);
-    hub_privacy_.compose(1.0, ring.mechanism, 1);  // the hub drew the sample: no amplification against it
+    const core::skellam_mechanism mech = doubled_if(ring.mechanism, capped);
+    privacy_.compose(d.sample_rate, mech, 1);
+    hub_privacy_.compose(1.0, mech, 1);  // the hub drew the sample: no amplification against it
   }
   m.dp_clip = c;
   m.epsilon = epsilon();

@@ -56,7 +56,8 @@ class private_aggregation final : public aggregation {
   void use_seeded() noexcept { seeded_ = true; }
   // The most devices a round takes (the hub's max_devices; 0: no bound). The sample is drawn from every
   // device offered; when more are drawn, a uniformly random subset of this size (from the round's key)
-  // takes part and the others are left out, named, so no device's chance of being drawn depends on its id.
+  // takes part and the others are left out, named, so no device's chance of being drawn depends on its
+  // id. Such a round is accounted at twice the sensitivity: one device more may take another's place.
   void set_cap(std::size_t most) noexcept { cap_ = most; }
   [[nodiscard]] const core::rdp_accountant& accountant() const noexcept { return privacy_; }
   // With the devices' noise, the accountant against the hub: every round unamplified (the hub knows
@@ -72,9 +73,10 @@ class private_aggregation final : public aggregation {
 
  private:
   [[nodiscard]] std::size_t population(std::size_t offered) const noexcept;
-  [[nodiscard]] core::result<core::dp_epsilon> epsilon_after_round() const;
+  // `capped`: more devices were drawn than the cap, which doubles the round's sensitivity.
+  [[nodiscard]] core::result<core::dp_epsilon> epsilon_after_round(bool capped = false) const;
   // Fails when round `round` would pass dp.target_epsilon.
-  [[nodiscard]] core::result<void> check_budget(std::int64_t round) const;
+  [[nodiscard]] core::result<void> check_budget(std::int64_t round, bool capped = false) const;
   [[nodiscard]] double count_noise() const noexcept;
   [[nodiscard]] double change_noise_multiplier() const noexcept;
 

@@ -601,8 +601,14 @@ TEST_CASE("dp: the sample is drawn from every device offered; past the cap a ran
     REQUIRE(e.close_round(nullptr).ok());
   }
   CHECK(took_part.size() >= 8);  // 24 draws of 3 from 10: all but a rare one or two appear
+  // Each capped round is accounted at twice the sensitivity (σ/2 for the hub's Gaussian): one device
+  // more may take another's place.
+  CHECK(e.epsilon() == doctest::Approx(core::rdp_accountant().epsilon_after(1.0, 0.5, 8, 1e-5).epsilon).epsilon(1e-12));
   // Without a cap all ten take part.
   auto all = engine_for(config({{"sample_rate", 1.0}, {"noise_multiplier", 1.0}, {"population", 10}}, {{"strategy", "fedavg"}}));
   REQUIRE(all.begin_round(fleet(10)).ok());
   CHECK(all.assignments().size() == 10);
+  report_all(all, [](std::size_t) { return 0.01f; });
+  REQUIRE(all.close_round(nullptr).ok());
+  CHECK(all.epsilon() == doctest::Approx(core::rdp_accountant().epsilon_after(1.0, 1.0, 1, 1e-5).epsilon).epsilon(1e-12));
 }
