@@ -5,19 +5,14 @@
 
 #include <boost/asio/post.hpp>
 
-#include "tessera/core/fed_stats.hpp"
 #include "tessera/core/file_io.hpp"
 #include "tessera/core/seeds.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/crypto/pki.hpp"
 
 namespace tessera::edge {
-namespace {
 
 using core::log_level;
-
-
-}  // namespace
 
 agent::agent(boost::asio::io_context& io, const agent_config& config, core::log_sink log)
     : io_(io), config_(config), log_(std::move(log)) {}
@@ -119,52 +114,6 @@ void agent::refuse_job(std::uint64_t round, const core::error& why) {
 void agent::refuse(const std::string& what, const core::error& why) {
   log(log_level::warning, "refusing " + what + ": " + why.message);
   if (session_) session_->refuse(net::errc::refused, what + ": " + why.message, core::error_name(why.code));
-}
-
-void agent::on_stats(const net::msg::stats& q) {
-  cancel_job();  // the hub measures before round 1: anything in progress belongs to an earlier run
-  waiting_.reset();
-  const std::string what = "the statistics (pass " + std::to_string(q.pass) + ")";
-  if (auto ok = check_request_policy("statistics", config_.privacy, config_.secure_aggregation); !ok) return refuse(what, ok.error());
-  if (static_cast<std::int64_t>(q.inputs) != data_->feature_count())
-    return refuse(what, make_error(errc::inputs_mismatch, "the model takes " + std::to_string(q.inputs) + " inputs, this device's data (" +
-                                                              data_->name() + ") has " + std::to_string(data_->feature_count()) +
-                                                              " features"));
-  if (auto ok = data_->check_targets(q.task, static_cast<std::int64_t>(q.outputs)); !ok)
-    return refuse(what, make_error(errc::labels_mismatch, ok.error().message));
-  const std::uint64_t generation = ++generation_;
-  // A pass reads every training example once: on the worker, so the link keeps its heartbeats.
-  worker_ = std::thread([this, generation, q] {
-    auto reply = [&]() -> core::result<net::msg::stats_reply> {
-      TESSERA_ASSIGN_OR_RETURN(auto stream, data_->training_examples());
-      net::msg::stats_reply r{.pass = q.pass, .features = q.inputs};
-      if (q.pass == 1) {
-        TESSERA_ASSIGN_OR_RETURN(auto s, core::measure_sums(*stream, q.task, static_cast<std::int64_t>(q.outputs)));
-        r.examples = static_cast<std::uint64_t>(s.examples);
-        r.sum = std::move(s.sum);
-        r.min = std::move(s.min);
-        r.max = std::move(s.max);
-        r.label_counts = std::move(s.label_counts);
-        r.target_sum = s.target_sum;
-      } else {
-        TESSERA_ASSIGN_OR_RETURN(auto s, core::measure_spread(*stream, q.mean, q.target_mean));
-        r.examples = static_cast<std::uint64_t>(s.examples);
-        r.sq_dev = std::move(s.sq_dev);
-        r.target_sq_dev = s.target_sq_dev;
-      }
-      return r;
-    }();
-    boost::asio::post(io_, [this, generation, reply = std::move(reply)]() mutable { on_measured(generation, std::move(reply)); });
-  });
-}
-
-void agent::on_measured(std::uint64_t generation, core::result<net::msg::stats_reply> reply) {
-  if (worker_.joinable()) worker_.join();
-  if (generation != generation_ || stopped_) return;  // superseded meanwhile
-  if (!reply) return refuse("the statistics", make_error(errc::training_failed, reply.error().message));
-  log(log_level::info, "statistics (pass " + std::to_string(reply.value().pass) + ") of " + std::to_string(reply.value().examples) +
-                           " examples sent");
-  if (session_) session_->send(reply.value());
 }
 
 void agent::attach(const std::shared_ptr<net::session>& s) {
@@ -343,52 +292,6 @@ void agent::on_trained(std::uint64_t generation, core::result<core::local_traini
   if (session_) {  // otherwise on_welcome sends it after the reconnect
     session_->send(job_->update());
     session_->send_blob(job_->upload());
-  }
-}
-
-void agent::send_masked() {
-  if (auto ok = job_->masked(); !ok) {
-    const auto round = job_->round();
-    job_.reset();
-    return refuse_job(round, ok.error());
-  }
-  const double noise = job_->secure() != nullptr ? job_->secure()->noise() : 0.0;
-  log(log_level::info, "round " + std::to_string(job_->round()) + ": masked update of " + core::mib_text(job_->update().size) + " uploading" +
-                           (job_->update().clipped > 0 ? " (" + std::to_string(job_->update().clipped) + " values clipped)" : "") +
-                           (noise > 0 ? "; it carries this device's share of the privacy noise (Skellam, deviation " +
-                                            std::to_string(static_cast<long long>(std::sqrt(noise))) + " ring steps)"
-                                      : ""));
-  if (session_) {
-    session_->send(job_->update());
-    session_->send_blob(job_->upload());
-  }
-}
-
-void agent::on_secure(const net::message& m) {
-  const std::uint64_t round = net::round_of(m);
-  secure_round* s = job_ && job_->secure() && job_->secure()->round() == round ? job_->secure()
-                    : unmasking_ && unmasking_->round() == round         ? unmasking_.get()
-                                                                          : nullptr;
-  const std::string what = "the secure aggregation of round " + std::to_string(round);
-  if (s == nullptr) return log(log_level::warning, what + ": no such round in progress here (ignored)");
-  if (const auto* r = std::get_if<net::msg::secagg_roster>(&m)) {
-    auto shares = s->on_roster(*r);
-    if (!shares) return refuse(what, shares.error());
-    log(log_level::info, "round " + std::to_string(round) + ": a roster of " + std::to_string(r->roster.size()) + " devices; keys of " +
-                             std::to_string(shares.value().boxes.size()) + " neighbours checked and shares sent to them");
-    if (session_) session_->send(shares.value());
-  } else if (const auto* in = std::get_if<net::msg::secagg_inbox>(&m)) {
-    if (auto ok = s->on_inbox(*in); !ok) return refuse(what, ok.error());
-    if (job_ && job_->secure() == s && job_->at() == job::stage::masking) send_masked();
-  } else if (const auto* u = std::get_if<net::msg::secagg_unmask>(&m)) {
-    auto reply = s->on_unmask(*u);
-    if (!reply) return refuse(what, reply.error());
-    std::string released;
-    for (auto seg : u->request.released) released += (released.empty() ? "" : ",") + std::to_string(seg);
-    log(log_level::info, "round " + std::to_string(round) + ": unmasking shares sent (" + std::to_string(u->request.survivors.size()) +
-                             " survivors, " + std::to_string(u->request.dropped.size()) + " dropped; sums released: segments " +
-                             (released.empty() ? "none" : released) + ")");
-    if (session_) session_->send(reply.value());
   }
 }
 

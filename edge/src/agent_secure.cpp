@@ -1,0 +1,59 @@
+// The agent's secure aggregation steps (edge/secure_round.hpp) as the hub drives them: the roster, the
+// inbox, the masked upload and the unmasking, each refused with its reason when it does not fit. The
+// rest of the agent is in agent.cpp.
+#include <cmath>
+#include <string>
+
+#include "tessera/edge/agent.hpp"
+
+namespace tessera::edge {
+
+using core::log_level;
+
+void agent::send_masked() {
+  if (auto ok = job_->masked(); !ok) {
+    const auto round = job_->round();
+    job_.reset();
+    return refuse_job(round, ok.error());
+  }
+  const double noise = job_->secure() != nullptr ? job_->secure()->noise() : 0.0;
+  log(log_level::info, "round " + std::to_string(job_->round()) + ": masked update of " + core::mib_text(job_->update().size) + " uploading" +
+                           (job_->update().clipped > 0 ? " (" + std::to_string(job_->update().clipped) + " values clipped)" : "") +
+                           (noise > 0 ? "; it carries this device's share of the privacy noise (Skellam, deviation " +
+                                            std::to_string(static_cast<long long>(std::sqrt(noise))) + " ring steps)"
+                                      : ""));
+  if (session_) {
+    session_->send(job_->update());
+    session_->send_blob(job_->upload());
+  }
+}
+
+void agent::on_secure(const net::message& m) {
+  const std::uint64_t round = net::round_of(m);
+  secure_round* s = job_ && job_->secure() && job_->secure()->round() == round ? job_->secure()
+                    : unmasking_ && unmasking_->round() == round         ? unmasking_.get()
+                                                                          : nullptr;
+  const std::string what = "the secure aggregation of round " + std::to_string(round);
+  if (s == nullptr) return log(log_level::warning, what + ": no such round in progress here (ignored)");
+  if (const auto* r = std::get_if<net::msg::secagg_roster>(&m)) {
+    auto shares = s->on_roster(*r);
+    if (!shares) return refuse(what, shares.error());
+    log(log_level::info, "round " + std::to_string(round) + ": a roster of " + std::to_string(r->roster.size()) + " devices; keys of " +
+                             std::to_string(shares.value().boxes.size()) + " neighbours checked and shares sent to them");
+    if (session_) session_->send(shares.value());
+  } else if (const auto* in = std::get_if<net::msg::secagg_inbox>(&m)) {
+    if (auto ok = s->on_inbox(*in); !ok) return refuse(what, ok.error());
+    if (job_ && job_->secure() == s && job_->at() == job::stage::masking) send_masked();
+  } else if (const auto* u = std::get_if<net::msg::secagg_unmask>(&m)) {
+    auto reply = s->on_unmask(*u);
+    if (!reply) return refuse(what, reply.error());
+    std::string released;
+    for (auto seg : u->request.released) released += (released.empty() ? "" : ",") + std::to_string(seg);
+    log(log_level::info, "round " + std::to_string(round) + ": unmasking shares sent (" + std::to_string(u->request.survivors.size()) +
+                             " survivors, " + std::to_string(u->request.dropped.size()) + " dropped; sums released: segments " +
+                             (released.empty() ? "none" : released) + ")");
+    if (session_) session_->send(reply.value());
+  }
+}
+
+}  // namespace tessera::edge
