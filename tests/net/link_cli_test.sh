@@ -90,18 +90,19 @@ pids="$pids $link_pid"
 port=$(wait_line "$work/link.out" '^tessera-link: ' | sed -n 's/^tessera-link: 127\.0\.0\.1:\([0-9]*\) -> .*/\1/p') ||
   fail "tessera-link did not start"
 [ -n "$port" ] && [ "$port" != 0 ] || fail "tessera-link printed no port"
-client "$port" 400 100 > "$work/client.out" || fail "the client failed"
-read -r seconds bytes integrity < "$work/client.out"
-echo "four 100-byte round trips through 150 ms each way: $seconds s ($bytes back, $integrity)"
-[ "$bytes" = 400 ] && [ "$integrity" = intact ] || fail "the echo came back as $bytes bytes, $integrity"
-python3 -c "import sys; sys.exit(0 if 1.2 <= float(sys.argv[1]) <= 15 else 1)" "$seconds" ||
-  fail "four round trips took $seconds s: at 150 ms each way, at least 1.2 s"
-client "$port" 40000 40000 > "$work/client.out" || fail "the client failed"
-read -r seconds bytes integrity < "$work/client.out"
-echo "40000 bytes echoed through 320 kbit/s each way: $seconds s ($bytes back, $integrity)"
-[ "$bytes" = 40000 ] && [ "$integrity" = intact ] || fail "the echo came back as $bytes bytes, $integrity"
-python3 -c "import sys; sys.exit(0 if 0.85 <= float(sys.argv[1]) <= 15 else 1)" "$seconds" ||
-  fail "40000 bytes took $seconds s: at 40 000 bytes/s each way, past a 4 KiB burst, at least 0.9 s"
+# Echoes TOTAL bytes in CHUNK-byte writes through the link; all must come back intact, taking between
+# LEAST and 15 s. Usage: echo_through TOTAL CHUNK LEAST WHAT WHY
+echo_through() {
+  client "$port" "$1" "$2" > "$work/client.out" || fail "the client failed"
+  read -r seconds bytes integrity < "$work/client.out"
+  echo "$4: $seconds s ($bytes back, $integrity)"
+  [ "$bytes" = "$1" ] && [ "$integrity" = intact ] || fail "the echo came back as $bytes bytes, $integrity"
+  python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) <= float(sys.argv[1]) <= 15 else 1)" "$seconds" "$3" ||
+    fail "$4 took $seconds s: $5"
+}
+echo_through 400 100 1.2 "four 100-byte round trips through 150 ms each way" "at 150 ms each way, at least 1.2 s"
+echo_through 40000 40000 0.85 "40000 bytes echoed through 320 kbit/s each way" \
+  "at 40 000 bytes/s each way, past a 4 KiB burst, at least 0.9 s"
 kill -TERM "$link_pid"
 wait "$link_pid" || fail "tessera-link did not exit 0 at SIGTERM"
 counters=$(tail -n 1 "$work/link.out")
