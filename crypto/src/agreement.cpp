@@ -130,7 +130,10 @@ core::result<verifying_key> verifying_key::from_certificate_pem(std::string_view
     // The CA's list, checked like the certificate: OpenSSL verifies its signature against the CA.
     detail::bio_ptr bio(BIO_new_mem_buf(crl_pem.data(), static_cast<int>(crl_pem.size())));
     crl_ptr crl(bio ? PEM_read_bio_X509_CRL(bio.get(), nullptr, nullptr, nullptr) : nullptr);
-    if (!crl) return make_error(errc::bad_format, "revocation list: not a PEM CRL");
+    if (!crl) {
+      ERR_clear_error();  // the parser's reasons are this answer, not an error to carry over
+      return make_error(errc::bad_format, "revocation list: not a PEM CRL");
+    }
     if (X509_STORE_add_crl(store.get(), crl.get()) != 1 || X509_STORE_set_flags(store.get(), X509_V_FLAG_CRL_CHECK) != 1)
       return openssl_error("revocation list");
   }
@@ -139,6 +142,10 @@ core::result<verifying_key> verifying_key::from_certificate_pem(std::string_view
   if (X509_verify_cert(ctx.get()) != 1) {
     const int why = X509_STORE_CTX_get_error(ctx.get());
     if (why == X509_V_ERR_CERT_REVOKED) return make_error(errc::auth_failed, "device certificate revoked by the CA's revocation list");
+    if (!crl_pem.empty() && (why == X509_V_ERR_UNABLE_TO_GET_CRL || why == X509_V_ERR_CRL_HAS_EXPIRED ||
+                             why == X509_V_ERR_CRL_SIGNATURE_FAILURE || why == X509_V_ERR_CRL_NOT_YET_VALID))
+      return make_error(errc::auth_failed, std::string("the revocation list cannot vouch for the device certificate: ") +
+                                               X509_verify_cert_error_string(why));
     return make_error(errc::auth_failed, std::string("device certificate not issued by this CA: ") + X509_verify_cert_error_string(why));
   }
   unsigned char* der = nullptr;
