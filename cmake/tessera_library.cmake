@@ -2,7 +2,8 @@
 #
 #   tessera_add_library(<name>
 #     [SOURCES <file>...]         # its .cpp files, relative to the calling folder; none: header-only
-#     [HEADERS <file>...]         # the public headers it owns, by name: include/tessera/<folder>/<file>
+#     [HEADERS <file>...]         # the public headers it owns, by name: include/tessera/<folder>/<file>,
+#                                 # <folder> being the calling folder's path in the tree (core/math)
 #     [DEPS <target>...]          # public: what its headers include, or its users must link with it
 #     [PRIVATE_DEPS <target>...]) # what only its sources use
 #
@@ -28,8 +29,9 @@ function(tessera_add_library name)
   endif()
   set(target tessera_${name})
   set(include_dir ${CMAKE_CURRENT_SOURCE_DIR}/include)
-  # Headers are named by file; they live in include/tessera/<this folder's name>/.
-  get_filename_component(folder ${CMAKE_CURRENT_SOURCE_DIR} NAME)
+  # Headers are named by file; they live in include/tessera/<this folder's path>/ (hub, core/math), so
+  # an include names the folder that holds the header.
+  file(RELATIVE_PATH folder ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
   list(TRANSFORM arg_HEADERS PREPEND ${include_dir}/tessera/${folder}/)
   if(arg_SOURCES)
     add_library(${target} ${arg_SOURCES})

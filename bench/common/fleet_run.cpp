@@ -4,7 +4,7 @@
 
 #include <boost/asio/io_context.hpp>
 
-#include "tessera/core/json_config.hpp"
+#include "tessera/core/config/json_config.hpp"
 #include "tessera/crypto/pki.hpp"
 #include "tessera/edge/agent.hpp"
 #include "tessera/hub/hub.hpp"

@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/must.hpp"
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 #include "tessera/net/link_emulator.hpp"
 #include "tessera/rounds/metrics.hpp"
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 
 namespace tessera::bench {
 

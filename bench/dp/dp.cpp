@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "common/fleet_run.hpp"
-#include "tessera/core/rdp.hpp"
-#include "tessera/sim/shards.hpp"
-#include "tessera/sim/simulation.hpp"
+#include "tessera/core/privacy/rdp.hpp"
+#include "tessera/rounds/sim/shards.hpp"
+#include "tessera/rounds/sim/simulation.hpp"
 
 namespace {
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/model_spec.hpp"
-#include "tessera/core/rng.hpp"
-#include "tessera/core/train.hpp"
+#include "tessera/core/math/model_spec.hpp"
+#include "tessera/core/base/rng.hpp"
+#include "tessera/core/train/train.hpp"
 #include "../common/timing.hpp"
 
 namespace {

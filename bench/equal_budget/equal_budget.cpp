@@ -55,13 +55,13 @@
 
 #include "common/link_time.hpp"
 #include "common/must.hpp"
-#include "tessera/core/assert.hpp"
-#include "tessera/core/ist.hpp"
-#include "tessera/core/memory.hpp"
-#include "tessera/core/mlp.hpp"
-#include "tessera/core/train.hpp"
-#include "tessera/sim/shards.hpp"
-#include "tessera/sim/simulation.hpp"
+#include "tessera/core/base/assert.hpp"
+#include "tessera/core/math/ist.hpp"
+#include "tessera/core/math/memory.hpp"
+#include "tessera/core/math/mlp.hpp"
+#include "tessera/core/train/train.hpp"
+#include "tessera/rounds/sim/shards.hpp"
+#include "tessera/rounds/sim/simulation.hpp"
 
 namespace {
 

@@ -22,7 +22,7 @@
 #include "options.hpp"
 #include "support/child_process.hpp"
 #include "support/test_pki.hpp"
-#include "tessera/core/model_spec.hpp"
+#include "tessera/core/math/model_spec.hpp"
 
 namespace tessera::bench::hub_scale {
 

@@ -53,8 +53,8 @@
 #include "report.hpp"
 #include "scraper.hpp"
 #include "support/wait.hpp"
-#include "tessera/core/mlp.hpp"
-#include "tessera/core/model_spec.hpp"
+#include "tessera/core/math/mlp.hpp"
+#include "tessera/core/math/model_spec.hpp"
 
 namespace tessera::bench::hub_scale {
 namespace {

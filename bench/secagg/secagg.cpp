@@ -24,13 +24,13 @@
 #include <vector>
 
 #include "common/fleet_run.hpp"
-#include "tessera/core/file_io.hpp"
-#include "tessera/core/rng.hpp"
+#include "tessera/core/io/file_io.hpp"
+#include "tessera/core/base/rng.hpp"
 #include "tessera/crypto/pki.hpp"
 #include "tessera/net/messages.hpp"
 #include "tessera/rounds/engine.hpp"
-#include "tessera/sim/shards.hpp"
-#include "tessera/sim/simulation.hpp"
+#include "tessera/rounds/sim/shards.hpp"
+#include "tessera/rounds/sim/simulation.hpp"
 
 namespace {
 

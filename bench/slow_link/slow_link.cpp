@@ -41,12 +41,12 @@
 
 #include "common/fleet_run.hpp"
 #include "common/link_time.hpp"
-#include "tessera/core/mlp.hpp"
+#include "tessera/core/math/mlp.hpp"
 #include "tessera/crypto/pki.hpp"
 #include "tessera/edge/agent.hpp"
 #include "tessera/hub/hub.hpp"
-#include "tessera/sim/shards.hpp"
-#include "tessera/sim/simulation.hpp"
+#include "tessera/rounds/sim/shards.hpp"
+#include "tessera/rounds/sim/simulation.hpp"
 #include "tessera/net/link_emulator.hpp"
 
 namespace {

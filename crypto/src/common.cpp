@@ -10,7 +10,7 @@
 #include <openssl/rand.h>
 
 #include "ossl.hpp"
-#include "tessera/core/file_io.hpp"
+#include "tessera/core/io/file_io.hpp"
 #include "tessera/crypto/error.hpp"
 
 namespace tessera::crypto {

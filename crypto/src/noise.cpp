@@ -3,7 +3,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "tessera/core/assert.hpp"
+#include "tessera/core/base/assert.hpp"
 
 namespace tessera::crypto {
 namespace {

@@ -18,7 +18,7 @@
 #include <string>
 #include <string_view>
 
-#include "tessera/core/command.hpp"
+#include "tessera/core/config/command.hpp"
 #include "tessera/crypto/pki.hpp"
 #include "tessera/crypto/seal.hpp"
 

@@ -3,7 +3,7 @@
 // agent is in agent.cpp.
 #include <thread>
 
-#include "tessera/core/fed_stats.hpp"
+#include "tessera/core/data/fed_stats.hpp"
 #include "tessera/edge/agent.hpp"
 
 namespace tessera::edge {

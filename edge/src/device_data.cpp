@@ -4,8 +4,8 @@
 #include <cmath>
 #include <vector>
 
-#include "tessera/core/mlp.hpp"
-#include "tessera/core/seeds.hpp"
+#include "tessera/core/math/mlp.hpp"
+#include "tessera/core/base/seeds.hpp"
 
 namespace tessera::edge {
 namespace {

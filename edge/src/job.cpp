@@ -4,8 +4,8 @@
 #include <cmath>
 #include <string>
 
-#include "tessera/core/codec.hpp"
-#include "tessera/core/mlp.hpp"
+#include "tessera/core/math/codec.hpp"
+#include "tessera/core/math/mlp.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/net/task.hpp"
 

@@ -8,7 +8,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 
-#include "tessera/core/command.hpp"
+#include "tessera/core/config/command.hpp"
 #include "tessera/edge/agent.hpp"
 #include "tessera/edge/process.hpp"
 #include "train_local.hpp"

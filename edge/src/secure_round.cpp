@@ -1,7 +1,7 @@
 #include "tessera/edge/secure_round.hpp"
 
-#include "tessera/core/file_io.hpp"
-#include "tessera/core/mlp.hpp"
+#include "tessera/core/io/file_io.hpp"
+#include "tessera/core/math/mlp.hpp"
 #include "tessera/crypto/masking.hpp"
 
 namespace tessera::edge {

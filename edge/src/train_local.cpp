@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/mlp.hpp"
-#include "tessera/core/model_spec.hpp"
+#include "tessera/core/math/mlp.hpp"
+#include "tessera/core/math/model_spec.hpp"
 #include "tessera/edge/arena.hpp"
 #include "tessera/edge/device_data.hpp"
 #include "tessera/edge/process.hpp"

@@ -2,7 +2,7 @@
 // budget, with no network, so the runtime can be tried on a board alone. Part of the executable only.
 #pragma once
 
-#include "tessera/core/command.hpp"
+#include "tessera/core/config/command.hpp"
 
 namespace tessera::edge {
 

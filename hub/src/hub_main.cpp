@@ -5,7 +5,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 
-#include "tessera/core/command.hpp"
+#include "tessera/core/config/command.hpp"
 #include "tessera/hub/hub.hpp"
 
 namespace {

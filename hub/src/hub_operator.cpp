@@ -18,8 +18,8 @@
 #include <boost/asio/post.hpp>
 
 #include "hub_observability.hpp"
-#include "tessera/core/file_io.hpp"
-#include "tessera/core/model_spec.hpp"
+#include "tessera/core/io/file_io.hpp"
+#include "tessera/core/math/model_spec.hpp"
 #include "tessera/hub/error.hpp"
 
 #ifndef TESSERA_VERSION

@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "tessera/core/file_io.hpp"
+#include "tessera/core/io/file_io.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/hub/error.hpp"
 #include "hub_observability.hpp"

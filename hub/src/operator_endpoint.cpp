@@ -18,7 +18,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
-#include "tessera/core/assert.hpp"
+#include "tessera/core/base/assert.hpp"
 #include "tessera/crypto/error.hpp"
 #include "tessera/crypto/pki.hpp"
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "tessera/core/assert.hpp"
+#include "tessera/core/base/assert.hpp"
 
 namespace tessera::hub::prom {
 

@@ -10,7 +10,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 
-#include "tessera/core/rng.hpp"
+#include "tessera/core/base/rng.hpp"
 #include "tessera/net/error.hpp"
 
 namespace tessera::net {

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/core/base64.hpp"
+#include "tessera/core/config/base64.hpp"
 #include "tessera/net/messages.hpp"
 
 namespace tessera::net::detail {

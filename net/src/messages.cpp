@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "message_reader.hpp"
-#include "tessera/core/base64.hpp"
+#include "tessera/core/config/base64.hpp"
 
 namespace tessera::net {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "tessera/core/names.hpp"
+#include "tessera/core/base/names.hpp"
 
 namespace tessera::net {
 namespace {

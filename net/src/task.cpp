@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/core/base64.hpp"
-#include "tessera/core/mlp.hpp"
+#include "tessera/core/config/base64.hpp"
+#include "tessera/core/math/mlp.hpp"
 #include "tessera/net/error.hpp"
 
 namespace tessera::net {

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "tessera/core/mlp.hpp"
+#include "tessera/core/math/mlp.hpp"
 #include "plain_aggregation.hpp"
 #include "private_aggregation.hpp"
 #include "secure_aggregation.hpp"

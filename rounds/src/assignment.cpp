@@ -1,6 +1,6 @@
 #include "tessera/rounds/assignment.hpp"
 
-#include "tessera/core/names.hpp"
+#include "tessera/core/base/names.hpp"
 
 namespace tessera::rounds {
 

@@ -8,10 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/core/assert.hpp"
-#include "tessera/core/base64.hpp"
-#include "tessera/core/file_io.hpp"
-#include "tessera/core/mlp.hpp"
+#include "tessera/core/base/assert.hpp"
+#include "tessera/core/config/base64.hpp"
+#include "tessera/core/io/file_io.hpp"
+#include "tessera/core/math/mlp.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/crypto/error.hpp"
 

@@ -7,10 +7,10 @@
 #include <limits>
 #include <utility>
 
-#include "tessera/core/codec.hpp"
-#include "tessera/core/mlp.hpp"
-#include "tessera/core/seeds.hpp"
-#include "tessera/core/train.hpp"
+#include "tessera/core/math/codec.hpp"
+#include "tessera/core/math/mlp.hpp"
+#include "tessera/core/base/seeds.hpp"
+#include "tessera/core/train/train.hpp"
 #include "tessera/rounds/error.hpp"
 #include "private_aggregation.hpp"
 #include "secure_aggregation.hpp"

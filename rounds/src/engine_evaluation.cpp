@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "tessera/core/codec.hpp"
-#include "tessera/core/memory.hpp"
+#include "tessera/core/math/codec.hpp"
+#include "tessera/core/math/memory.hpp"
 #include "tessera/rounds/engine.hpp"
 
 namespace tessera::rounds {

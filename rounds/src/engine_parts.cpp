@@ -3,7 +3,7 @@
 // its checkpoint and reports ε; the simulator seeds the privacy draws and adds plain encodings.
 #include "private_aggregation.hpp"
 #include "secure_aggregation.hpp"
-#include "tessera/core/memory.hpp"
+#include "tessera/core/math/memory.hpp"
 #include "tessera/rounds/engine.hpp"
 
 namespace tessera::rounds {

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <utility>
 
-#include "tessera/core/codec.hpp"
-#include "tessera/core/mlp.hpp"
-#include "tessera/core/train.hpp"
+#include "tessera/core/math/codec.hpp"
+#include "tessera/core/math/mlp.hpp"
+#include "tessera/core/train/train.hpp"
 #include "tessera/rounds/error.hpp"
 #include "secure_aggregation.hpp"
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "tessera/core/codec.hpp"
+#include "tessera/core/math/codec.hpp"
 #include "tessera/rounds/error.hpp"
 
 namespace tessera::rounds {

@@ -5,7 +5,7 @@
 // checks (receive) and sums the clipped changes itself.
 #pragma once
 
-#include "tessera/core/ist.hpp"
+#include "tessera/core/math/ist.hpp"
 #include "tessera/rounds/aggregation.hpp"
 #include "tessera/rounds/engine.hpp"
 

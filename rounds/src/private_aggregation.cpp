@@ -23,9 +23,9 @@
 #include <numbers>
 #include <optional>
 
-#include "tessera/core/mlp.hpp"
-#include "tessera/core/rdp.hpp"
-#include "tessera/core/seeds.hpp"
+#include "tessera/core/math/mlp.hpp"
+#include "tessera/core/privacy/rdp.hpp"
+#include "tessera/core/base/seeds.hpp"
 #include "tessera/crypto/masking.hpp"
 #include "tessera/rounds/error.hpp"
 #include "plain_aggregation.hpp"

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "tessera/core/rdp.hpp"
+#include "tessera/core/privacy/rdp.hpp"
 #include "tessera/crypto/masking.hpp"
 #include "tessera/rounds/aggregation.hpp"
 #include "tessera/rounds/engine.hpp"

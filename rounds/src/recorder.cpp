@@ -5,7 +5,7 @@
 #include <map>
 #include <optional>
 
-#include "tessera/core/model_io.hpp"
+#include "tessera/core/io/model_io.hpp"
 
 namespace tessera::rounds {
 

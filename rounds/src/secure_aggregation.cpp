@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "tessera/core/mlp.hpp"
+#include "tessera/core/math/mlp.hpp"
 #include "tessera/crypto/secagg_graph.hpp"
 #include "tessera/rounds/error.hpp"
 

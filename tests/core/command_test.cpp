@@ -1,5 +1,5 @@
-// Tests of tessera/core/command.hpp: the command-line layer of every command.
-#include "tessera/core/command.hpp"
+// Tests of tessera/core/config/command.hpp: the command-line layer of every command.
+#include "tessera/core/config/command.hpp"
 
 #include <doctest/doctest.h>
 

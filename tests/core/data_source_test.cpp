@@ -1,5 +1,5 @@
-// Tests of tessera/core/data_source.hpp: one configuration of a source, one opener by format.
-#include "tessera/core/data_source.hpp"
+// Tests of tessera/core/data/data_source.hpp: one configuration of a source, one opener by format.
+#include "tessera/core/data/data_source.hpp"
 
 #include <doctest/doctest.h>
 

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tessera/core/dataset.hpp"
+#include "tessera/core/data/dataset.hpp"
 #include "test_files.hpp"
 
 namespace core = tessera::core;

@@ -1,6 +1,6 @@
-// Tests of tessera/core/device_round.hpp: a device's part of a round, as the agent and the simulator
+// Tests of tessera/core/train/device_round.hpp: a device's part of a round, as the agent and the simulator
 // run it.
-#include "tessera/core/device_round.hpp"
+#include "tessera/core/train/device_round.hpp"
 
 #include <doctest/doctest.h>
 
@@ -9,8 +9,8 @@
 #include <limits>
 #include <vector>
 
-#include "tessera/core/codec.hpp"
-#include "tessera/core/mlp.hpp"
+#include "tessera/core/math/codec.hpp"
+#include "tessera/core/math/mlp.hpp"
 #include "test_files.hpp"
 
 namespace core = tessera::core;

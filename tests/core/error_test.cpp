@@ -1,11 +1,11 @@
-// Tests of tessera/core/error.hpp: the result type and the propagation macros.
+// Tests of tessera/core/base/error.hpp: the result type and the propagation macros.
 #include <doctest/doctest.h>
 
 #include <cerrno>
 #include <memory>
 #include <string>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 
 namespace core = tessera::core;
 

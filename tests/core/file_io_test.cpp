@@ -1,7 +1,7 @@
 // Whole-file reads and crash-safe writes (file_io.cpp): the bytes and mode written, replacing or
 // keeping an existing file, no temporary left behind, the old file intact when a write fails, and
 // reads bounded by size.
-#include "tessera/core/file_io.hpp"
+#include "tessera/core/io/file_io.hpp"
 
 #include <doctest/doctest.h>
 #include <sys/stat.h>

@@ -1,7 +1,7 @@
 // JSON configuration (json_config.cpp): parsing and loading with errors that name the source, KEY=VALUE
 // overrides with dotted keys, and the field reader: defaults, bounds, types, nested objects, and the
 // refusal of fields it does not know.
-#include "tessera/core/json_config.hpp"
+#include "tessera/core/config/json_config.hpp"
 
 #include <doctest/doctest.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/memory.hpp"
+#include "tessera/core/math/memory.hpp"
 #include "test_files.hpp"
 
 namespace core = tessera::core;

@@ -1,5 +1,5 @@
-// Tests of tessera/core/log.hpp: the standard sink's line format and its level.
-#include "tessera/core/log.hpp"
+// Tests of tessera/core/config/log.hpp: the standard sink's line format and its level.
+#include "tessera/core/config/log.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,8 +1,8 @@
 #include <doctest/doctest.h>
 
-#include "tessera/core/ist.hpp"
-#include "tessera/core/memory.hpp"
-#include "tessera/core/mlp.hpp"
+#include "tessera/core/math/ist.hpp"
+#include "tessera/core/math/memory.hpp"
+#include "tessera/core/math/mlp.hpp"
 #include "test_files.hpp"
 
 using namespace tessera::core;

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <vector>
 
-#include "tessera/core/mlp.hpp"
-#include "tessera/core/optimizer.hpp"
-#include "tessera/core/rng.hpp"
+#include "tessera/core/math/mlp.hpp"
+#include "tessera/core/math/optimizer.hpp"
+#include "tessera/core/base/rng.hpp"
 
 using namespace tessera::core;
 

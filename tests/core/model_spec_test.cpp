@@ -3,8 +3,8 @@
 #include <cmath>
 #include <string>
 
-#include "tessera/core/mlp.hpp"
-#include "tessera/core/model_spec.hpp"
+#include "tessera/core/math/mlp.hpp"
+#include "tessera/core/math/model_spec.hpp"
 
 using namespace tessera::core;
 

@@ -1,7 +1,7 @@
 // SGD and learning-rate schedules (optimizer.cpp): one update checked by hand for momentum, Nesterov and
 // plain SGD with weight decay, the prepared form the fused step uses, and every schedule at points
 // worked out by hand.
-#include "tessera/core/optimizer.hpp"
+#include "tessera/core/math/optimizer.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,6 @@
 // Dealing a dataset out to devices (partition.cpp): IID shards and Dirichlet label skew each cover every
 // example exactly once, are fixed by the seed, and refuse what they cannot do with a reason.
-#include "tessera/core/partition.hpp"
+#include "tessera/core/data/partition.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference values for the RDP accountant (core/src/rdp.cpp), computed independently at 50 digits.
+"""Reference values for the RDP accountant (core/privacy/src/rdp.cpp), computed independently at 50 digits.
 
 The accountant bounds the privacy loss of the Poisson-sampled Gaussian mechanism (each record joins a
 step with probability q; the step adds Gaussian noise of standard deviation sigma times the L2
@@ -52,7 +52,7 @@ except ImportError:
 
 mp.dps = 50
 
-# The orders the accountant tracks: keep identical to k_orders in core/src/rdp.cpp (tests/core/rdp_test.cpp
+# The orders the accountant tracks: keep identical to k_orders in core/privacy/src/rdp.cpp (tests/core/rdp_test.cpp
 # compares them with this table's "orders"). Fractional orders below 5 serve large budgets, where the
 # best order is small; 5..64 the usual range; 80..256 the smallest budgets.
 ORDERS = [1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 3.0, 3.5, 4.0, 4.5] + [float(a) for a in range(5, 65)] + \
@@ -215,7 +215,7 @@ def to_epsilon(orders, rdp, delta):
     best = None
     for alpha, r in zip(orders, rdp):
         a = mpf(alpha)
-        # RDP 0 at an order > 1 means equal distributions: epsilon 0 (as core/src/rdp.cpp).
+        # RDP 0 at an order > 1 means equal distributions: epsilon 0 (as core/privacy/src/rdp.cpp).
         bound = mpf(0) if r == 0 else r + mpmath.log((a - 1) / a) - (mpmath.log(delta) + mpmath.log(a)) / (a - 1)
         if best is None or bound < best[0]:
             best = (bound, alpha)

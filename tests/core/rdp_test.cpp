@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/rdp.hpp"
+#include "tessera/core/privacy/rdp.hpp"
 #include "test_files.hpp"
 
 using namespace tessera::core;

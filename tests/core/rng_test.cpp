@@ -2,7 +2,7 @@
 // rng.hpp specifies it, unbiased bounded draws, and a shuffle that is a permutation fixed by the seed.
 // Expected values come from an independent model of those algorithms, not from this implementation:
 // the hub, the simulator and every agent must draw the same numbers on every platform.
-#include "tessera/core/rng.hpp"
+#include "tessera/core/base/rng.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,6 @@
 // safetensors (safetensors.cpp): round trips, the byte layout Python expects, what the writer refuses,
 // and one table for every way the reader must refuse a file.
-#include "tessera/core/safetensors.hpp"
+#include "tessera/core/io/safetensors.hpp"
 
 #include <doctest/doctest.h>
 

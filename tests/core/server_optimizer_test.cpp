@@ -2,7 +2,7 @@
 // FedYogi as Reddi et al.'s Algorithm 2 writes them (no bias correction, v from τ²), the plain change
 // scaled by lr, coordinates nobody trained left standing with their moments, and a restored state that
 // continues to the bit.
-#include "tessera/core/server_optimizer.hpp"
+#include "tessera/core/math/server_optimizer.hpp"
 
 #include <doctest/doctest.h>
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/dataset.hpp"
-#include "tessera/core/train.hpp"
+#include "tessera/core/data/dataset.hpp"
+#include "tessera/core/train/train.hpp"
 #include "test_files.hpp"
 
 namespace core = tessera::core;

@@ -23,10 +23,10 @@
 #include <utility>
 #include <vector>
 
-#include "tessera/core/dataset.hpp"
-#include "tessera/core/error.hpp"
-#include "tessera/core/model_spec.hpp"
-#include "tessera/core/train.hpp"
+#include "tessera/core/data/dataset.hpp"
+#include "tessera/core/base/error.hpp"
+#include "tessera/core/math/model_spec.hpp"
+#include "tessera/core/train/train.hpp"
 
 namespace tessera::testing {
 

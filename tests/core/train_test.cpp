@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <vector>
 
-#include "tessera/core/dataset.hpp"
-#include "tessera/core/ist.hpp"
-#include "tessera/core/memory.hpp"
-#include "tessera/core/model_spec.hpp"
-#include "tessera/core/rng.hpp"
-#include "tessera/core/train.hpp"
-#include "tessera/core/training_block.hpp"
+#include "tessera/core/data/dataset.hpp"
+#include "tessera/core/math/ist.hpp"
+#include "tessera/core/math/memory.hpp"
+#include "tessera/core/math/model_spec.hpp"
+#include "tessera/core/base/rng.hpp"
+#include "tessera/core/train/train.hpp"
+#include "tessera/core/train/training_block.hpp"
 
 using namespace tessera::core;
 

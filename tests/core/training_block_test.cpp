@@ -1,6 +1,6 @@
 // The trainer's memory in one aligned block (training_block.cpp): every region where the layout says,
 // aligned and zeroed, a trainer working inside it, and a failed allocation as an error.
-#include "tessera/core/training_block.hpp"
+#include "tessera/core/train/training_block.hpp"
 
 #include <doctest/doctest.h>
 
@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/dataset.hpp"
-#include "tessera/core/memory.hpp"
-#include "tessera/core/model_spec.hpp"
-#include "tessera/core/rng.hpp"
+#include "tessera/core/data/dataset.hpp"
+#include "tessera/core/math/memory.hpp"
+#include "tessera/core/math/model_spec.hpp"
+#include "tessera/core/base/rng.hpp"
 #include "test_files.hpp"
 
 namespace core = tessera::core;

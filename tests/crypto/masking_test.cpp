@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/rng.hpp"
+#include "tessera/core/base/rng.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/crypto/masking.hpp"
 

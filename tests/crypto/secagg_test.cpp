@@ -9,7 +9,7 @@
 
 #include "../support/text.hpp"
 #include "test_pki.hpp"
-#include "tessera/core/rng.hpp"
+#include "tessera/core/base/rng.hpp"
 #include "tessera/crypto/secagg.hpp"
 #include "tessera/crypto/secagg_graph.hpp"
 

@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/core/json_config.hpp"
+#include "tessera/core/config/json_config.hpp"
 #include "tessera/edge/agent.hpp"
 #include "../core/test_files.hpp"
 

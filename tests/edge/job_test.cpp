@@ -7,13 +7,13 @@
 #include <cstring>
 #include <limits>
 
-#include "tessera/core/codec.hpp"
-#include "tessera/core/mlp.hpp"
-#include "tessera/core/rng.hpp"
+#include "tessera/core/math/codec.hpp"
+#include "tessera/core/math/mlp.hpp"
+#include "tessera/core/base/rng.hpp"
 #include "tessera/crypto/digest.hpp"
-#include "tessera/core/targets.hpp"
-#include "tessera/core/seeds.hpp"
-#include "tessera/core/train.hpp"
+#include "tessera/core/data/targets.hpp"
+#include "tessera/core/base/seeds.hpp"
+#include "tessera/core/train/train.hpp"
 #include "tessera/edge/device_data.hpp"
 #include "tessera/crypto/masking.hpp"
 #include "tessera/edge/job.hpp"

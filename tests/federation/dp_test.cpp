@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "fleet.hpp"
-#include "tessera/core/rdp.hpp"
+#include "tessera/core/privacy/rdp.hpp"
 
 namespace tessera::testing {
 namespace {

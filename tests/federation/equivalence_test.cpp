@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "fleet.hpp"
-#include "tessera/core/mlp.hpp"
+#include "tessera/core/math/mlp.hpp"
 
 namespace tessera::testing {
 namespace {

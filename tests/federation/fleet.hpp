@@ -39,8 +39,8 @@
 #include "support/child_process.hpp"
 #include "support/text.hpp"
 #include "support/wait.hpp"
-#include "tessera/core/dataset.hpp"
-#include "tessera/core/model_io.hpp"
+#include "tessera/core/data/dataset.hpp"
+#include "tessera/core/io/model_io.hpp"
 
 namespace tessera::testing {
 

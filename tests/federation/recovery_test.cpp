@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "fleet.hpp"
-#include "tessera/core/ist.hpp"
-#include "tessera/core/mlp.hpp"
+#include "tessera/core/math/ist.hpp"
+#include "tessera/core/math/mlp.hpp"
 #include "tessera/rounds/checkpoint.hpp"
 #include "tessera/hub/hub_config.hpp"
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "fleet.hpp"
-#include "tessera/core/file_io.hpp"
-#include "tessera/core/mlp.hpp"
+#include "tessera/core/io/file_io.hpp"
+#include "tessera/core/math/mlp.hpp"
 
 namespace tessera::testing {
 namespace {

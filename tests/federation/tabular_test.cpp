@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "fleet.hpp"
-#include "tessera/core/rng.hpp"
+#include "tessera/core/base/rng.hpp"
 
 namespace tessera::testing {
 namespace {

@@ -55,8 +55,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/core/dataset.hpp"
-#include "tessera/core/memory.hpp"
+#include "tessera/core/data/dataset.hpp"
+#include "tessera/core/math/memory.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/crypto/masking.hpp"
 #include "tessera/crypto/pki.hpp"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/base64.hpp"
+#include "tessera/core/config/base64.hpp"
 #include "frame_bytes.hpp"
 #include "tessera/net/frame.hpp"
 #include "tessera/net/messages.hpp"

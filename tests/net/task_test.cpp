@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/core/mlp.hpp"
+#include "tessera/core/math/mlp.hpp"
 #include "tessera/net/task.hpp"
 
 using namespace tessera;

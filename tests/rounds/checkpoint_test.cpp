@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "../core/test_files.hpp"
-#include "tessera/core/mlp.hpp"
+#include "tessera/core/math/mlp.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/rounds/checkpoint.hpp"
 

@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/core/codec.hpp"
-#include "tessera/core/mlp.hpp"
-#include "tessera/core/rdp.hpp"
+#include "tessera/core/math/codec.hpp"
+#include "tessera/core/math/mlp.hpp"
+#include "tessera/core/privacy/rdp.hpp"
 #include "tessera/crypto/masking.hpp"
 #include "tessera/crypto/secagg.hpp"
 #include "tessera/rounds/checkpoint.hpp"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "../core/test_files.hpp"
-#include "tessera/core/rng.hpp"
+#include "tessera/core/base/rng.hpp"
 #include "tessera/rounds/error.hpp"
 #include "tessera/rounds/statistics.hpp"
 

@@ -7,12 +7,12 @@
 #include <numbers>
 #include <vector>
 
-#include "tessera/core/fed_stats.hpp"
-#include "tessera/core/ist.hpp"
-#include "tessera/core/mlp.hpp"
-#include "tessera/core/rng.hpp"
-#include "tessera/sim/shards.hpp"
-#include "tessera/sim/simulation.hpp"
+#include "tessera/core/data/fed_stats.hpp"
+#include "tessera/core/math/ist.hpp"
+#include "tessera/core/math/mlp.hpp"
+#include "tessera/core/base/rng.hpp"
+#include "tessera/rounds/sim/shards.hpp"
+#include "tessera/rounds/sim/simulation.hpp"
 #include "../core/test_files.hpp"
 
 using namespace tessera;

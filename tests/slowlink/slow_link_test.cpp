@@ -10,10 +10,10 @@
 
 #include "../core/test_files.hpp"
 #include "support/test_pki.hpp"
-#include "tessera/core/memory.hpp"
+#include "tessera/core/math/memory.hpp"
 #include "tessera/edge/agent.hpp"
 #include "tessera/hub/hub.hpp"
-#include "tessera/sim/shards.hpp"
+#include "tessera/rounds/sim/shards.hpp"
 #include "tessera/net/link_emulator.hpp"
 
 using namespace tessera;

@@ -29,7 +29,7 @@
 #include <thread>
 #include <vector>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 
 namespace tessera::testing {
 

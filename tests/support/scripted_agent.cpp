@@ -4,7 +4,7 @@
 #include <span>
 #include <utility>
 
-#include "tessera/core/memory.hpp"
+#include "tessera/core/math/memory.hpp"
 #include "tessera/crypto/digest.hpp"
 
 namespace tessera::testing {

@@ -14,7 +14,7 @@
 #include <filesystem>
 #include <string>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 #include "tessera/crypto/pki.hpp"
 #include "tessera/crypto/tls.hpp"
 

@@ -1,12 +1,12 @@
-#include "tessera/sim/shards.hpp"
+#include "tessera/rounds/sim/shards.hpp"
 
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/core/seeds.hpp"
-#include "tessera/core/targets.hpp"
+#include "tessera/core/base/seeds.hpp"
+#include "tessera/core/data/targets.hpp"
 
 namespace tessera::sim {
 

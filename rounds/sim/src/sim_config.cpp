@@ -1,4 +1,4 @@
-#include "tessera/sim/sim_config.hpp"
+#include "tessera/rounds/sim/sim_config.hpp"
 
 namespace tessera::sim {
 

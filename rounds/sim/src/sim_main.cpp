@@ -3,9 +3,9 @@
 #include <cstring>
 #include <string>
 
-#include "tessera/core/command.hpp"
-#include "tessera/sim/shards.hpp"
-#include "tessera/sim/simulation.hpp"
+#include "tessera/core/config/command.hpp"
+#include "tessera/rounds/sim/shards.hpp"
+#include "tessera/rounds/sim/simulation.hpp"
 
 namespace {
 

@@ -1,17 +1,17 @@
-#include "tessera/sim/simulation.hpp"
+#include "tessera/rounds/sim/simulation.hpp"
 
 #include <optional>
 #include <chrono>
 #include <limits>
 
-#include "tessera/core/codec.hpp"
-#include "tessera/core/device_round.hpp"
-#include "tessera/core/mlp.hpp"
-#include "tessera/core/seeds.hpp"
-#include "tessera/core/targets.hpp"
-#include "tessera/core/training_block.hpp"
+#include "tessera/core/math/codec.hpp"
+#include "tessera/core/train/device_round.hpp"
+#include "tessera/core/math/mlp.hpp"
+#include "tessera/core/base/seeds.hpp"
+#include "tessera/core/data/targets.hpp"
+#include "tessera/core/train/training_block.hpp"
 #include "tessera/rounds/statistics.hpp"
-#include "tessera/sim/shards.hpp"
+#include "tessera/rounds/sim/shards.hpp"
 
 namespace tessera::sim {
 namespace {

@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 #include "tessera/crypto/error.hpp"
 #include "tessera/crypto/masking.hpp"
 

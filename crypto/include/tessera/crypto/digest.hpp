@@ -21,7 +21,7 @@
 #include <string>
 #include <string_view>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 
 namespace tessera::crypto {
 

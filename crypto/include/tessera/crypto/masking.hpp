@@ -25,7 +25,7 @@
 #include <span>
 #include <string_view>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 
 namespace tessera::crypto {
 

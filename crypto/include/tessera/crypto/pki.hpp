@@ -27,7 +27,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 
 namespace tessera::crypto {
 

@@ -20,7 +20,7 @@
 #include <span>
 #include <vector>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 
 namespace tessera::crypto {
 

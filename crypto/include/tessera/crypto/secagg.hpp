@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 #include "tessera/crypto/agreement.hpp"
 #include "tessera/crypto/masking.hpp"
 #include "tessera/crypto/shamir.hpp"

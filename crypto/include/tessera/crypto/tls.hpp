@@ -23,7 +23,7 @@
 #include <span>
 #include <string>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 
 namespace tessera::crypto {
 

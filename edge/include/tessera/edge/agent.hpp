@@ -44,7 +44,7 @@
 #include <boost/asio/io_context.hpp>
 #include <nlohmann/json.hpp>
 
-#include "tessera/core/log.hpp"
+#include "tessera/core/config/log.hpp"
 #include "tessera/crypto/tls.hpp"
 #include "tessera/edge/agent_config.hpp"
 #include "tessera/edge/device_data.hpp"

@@ -13,11 +13,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/core/error.hpp"
-#include "tessera/core/memory.hpp"
+#include "tessera/core/base/error.hpp"
+#include "tessera/core/math/memory.hpp"
 #include "tessera/crypto/tls.hpp"
-#include "tessera/core/json_config.hpp"
-#include "tessera/core/log.hpp"
+#include "tessera/core/config/json_config.hpp"
+#include "tessera/core/config/log.hpp"
 #include "tessera/edge/device_data.hpp"
 #include "tessera/edge/privacy_policy.hpp"
 #include "tessera/net/link_config.hpp"

@@ -15,10 +15,10 @@
 #include <memory>
 #include <span>
 
-#include "tessera/core/error.hpp"
-#include "tessera/core/memory.hpp"
-#include "tessera/core/train.hpp"
-#include "tessera/core/training_block.hpp"
+#include "tessera/core/base/error.hpp"
+#include "tessera/core/math/memory.hpp"
+#include "tessera/core/train/train.hpp"
+#include "tessera/core/train/training_block.hpp"
 
 namespace tessera::edge {
 

@@ -22,11 +22,11 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/data_source.hpp"
-#include "tessera/core/dataset.hpp"
-#include "tessera/core/error.hpp"
-#include "tessera/core/targets.hpp"
-#include "tessera/core/train.hpp"
+#include "tessera/core/data/data_source.hpp"
+#include "tessera/core/data/dataset.hpp"
+#include "tessera/core/base/error.hpp"
+#include "tessera/core/data/targets.hpp"
+#include "tessera/core/train/train.hpp"
 
 namespace tessera::edge {
 

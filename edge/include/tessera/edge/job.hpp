@@ -32,7 +32,7 @@
 #include <span>
 #include <vector>
 
-#include "tessera/core/device_round.hpp"
+#include "tessera/core/train/device_round.hpp"
 #include "tessera/edge/arena.hpp"
 #include "tessera/edge/device_data.hpp"
 #include "tessera/edge/error.hpp"

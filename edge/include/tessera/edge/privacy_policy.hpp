@@ -14,9 +14,9 @@
 #include <cstddef>
 #include <string_view>
 
-#include "tessera/core/error.hpp"
-#include "tessera/core/names.hpp"
-#include "tessera/core/device_round.hpp"
+#include "tessera/core/base/error.hpp"
+#include "tessera/core/base/names.hpp"
+#include "tessera/core/train/device_round.hpp"
 #include "tessera/net/messages.hpp"
 
 namespace tessera::edge {

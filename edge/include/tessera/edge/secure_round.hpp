@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/model_spec.hpp"
+#include "tessera/core/math/model_spec.hpp"
 #include "tessera/crypto/agreement.hpp"
 #include "tessera/crypto/secagg.hpp"
 #include "tessera/edge/error.hpp"

@@ -10,7 +10,7 @@
 #include <string>
 #include <system_error>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 
 namespace tessera::hub {
 

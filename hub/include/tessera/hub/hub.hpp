@@ -61,7 +61,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "tessera/core/log.hpp"
+#include "tessera/core/config/log.hpp"
 #include "tessera/hub/hub_config.hpp"
 #include "tessera/hub/operator_endpoint.hpp"
 #include "tessera/net/server.hpp"

@@ -15,9 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/core/data_source.hpp"
-#include "tessera/core/json_config.hpp"
-#include "tessera/core/log.hpp"
+#include "tessera/core/data/data_source.hpp"
+#include "tessera/core/config/json_config.hpp"
+#include "tessera/core/config/log.hpp"
 #include "tessera/crypto/tls.hpp"
 #include "tessera/net/link_config.hpp"
 #include "tessera/rounds/run_config.hpp"

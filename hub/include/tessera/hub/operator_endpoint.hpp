@@ -31,8 +31,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "tessera/core/error.hpp"
-#include "tessera/core/log.hpp"
+#include "tessera/core/base/error.hpp"
+#include "tessera/core/config/log.hpp"
 #include "tessera/crypto/tls.hpp"
 
 namespace tessera::hub {

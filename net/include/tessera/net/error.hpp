@@ -12,7 +12,7 @@
 #include <string>
 #include <system_error>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 
 namespace tessera::net {
 

@@ -36,7 +36,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 #include "tessera/net/error.hpp"
 
 namespace tessera::net {

@@ -34,7 +34,7 @@
 #include <memory>
 #include <span>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 #include "tessera/net/frame.hpp"
 
 namespace tessera::net {

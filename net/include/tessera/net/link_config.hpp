@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "tessera/core/json_config.hpp"
+#include "tessera/core/config/json_config.hpp"
 #include "tessera/net/session_config.hpp"
 
 namespace tessera::net {

@@ -23,9 +23,9 @@
 #include <variant>
 #include <vector>
 
-#include "tessera/core/error.hpp"
-#include "tessera/core/memory.hpp"
-#include "tessera/core/model_spec.hpp"
+#include "tessera/core/base/error.hpp"
+#include "tessera/core/math/memory.hpp"
+#include "tessera/core/math/model_spec.hpp"
 #include "tessera/crypto/secagg.hpp"
 #include "tessera/net/frame.hpp"
 

@@ -36,7 +36,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 #include "tessera/net/error.hpp"
 
 namespace tessera::net {

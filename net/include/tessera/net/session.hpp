@@ -50,7 +50,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 #include "tessera/net/frame_reader.hpp"
 #include "tessera/net/messages.hpp"
 #include "tessera/net/session_config.hpp"

@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "tessera/core/assert.hpp"
+#include "tessera/core/base/assert.hpp"
 #include "tessera/net/frame.hpp"
 
 namespace tessera::net {

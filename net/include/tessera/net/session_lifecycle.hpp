@@ -33,7 +33,7 @@
 #include <string>
 #include <string_view>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 #include "tessera/net/messages.hpp"
 #include "tessera/net/session_config.hpp"
 

@@ -20,11 +20,11 @@
 #include <cstdint>
 #include <string>
 
-#include "tessera/core/device_round.hpp"
-#include "tessera/core/error.hpp"
-#include "tessera/core/memory.hpp"
-#include "tessera/core/model_spec.hpp"
-#include "tessera/core/optimizer.hpp"
+#include "tessera/core/train/device_round.hpp"
+#include "tessera/core/base/error.hpp"
+#include "tessera/core/math/memory.hpp"
+#include "tessera/core/math/model_spec.hpp"
+#include "tessera/core/math/optimizer.hpp"
 #include "tessera/net/messages.hpp"
 
 namespace tessera::net {

@@ -28,7 +28,7 @@
 #include <memory>
 #include <span>
 
-#include "tessera/core/error.hpp"
+#include "tessera/core/base/error.hpp"
 #include "tessera/net/frame.hpp"
 #include "tessera/net/messages.hpp"
 #include "tessera/net/transfer.hpp"

@@ -30,8 +30,8 @@
 #include <string_view>
 #include <vector>
 
-#include "tessera/core/error.hpp"
-#include "tessera/core/ist.hpp"
+#include "tessera/core/base/error.hpp"
+#include "tessera/core/math/ist.hpp"
 #include "tessera/rounds/assignment.hpp"
 #include "tessera/rounds/metrics.hpp"
 #include "tessera/rounds/offer.hpp"

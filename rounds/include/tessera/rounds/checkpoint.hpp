@@ -49,10 +49,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/core/error.hpp"
-#include "tessera/core/input_normalization.hpp"
-#include "tessera/core/model_spec.hpp"
-#include "tessera/core/server_optimizer.hpp"
+#include "tessera/core/base/error.hpp"
+#include "tessera/core/data/input_normalization.hpp"
+#include "tessera/core/math/model_spec.hpp"
+#include "tessera/core/math/server_optimizer.hpp"
 #include "tessera/crypto/seal.hpp"
 #include "tessera/rounds/engine.hpp"
 #include "tessera/rounds/error.hpp"

@@ -59,12 +59,12 @@
 #include <string_view>
 #include <vector>
 
-#include "tessera/core/dataset.hpp"
-#include "tessera/core/input_normalization.hpp"
-#include "tessera/core/ist.hpp"
-#include "tessera/core/memory.hpp"
-#include "tessera/core/rdp.hpp"
-#include "tessera/core/server_optimizer.hpp"
+#include "tessera/core/data/dataset.hpp"
+#include "tessera/core/data/input_normalization.hpp"
+#include "tessera/core/math/ist.hpp"
+#include "tessera/core/math/memory.hpp"
+#include "tessera/core/privacy/rdp.hpp"
+#include "tessera/core/math/server_optimizer.hpp"
 #include "tessera/crypto/secagg.hpp"
 #include "tessera/rounds/aggregation.hpp"
 #include "tessera/rounds/assignment.hpp"

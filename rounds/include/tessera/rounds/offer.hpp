@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/codec.hpp"
+#include "tessera/core/math/codec.hpp"
 
 namespace tessera::rounds {
 

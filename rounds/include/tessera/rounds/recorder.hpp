@@ -23,7 +23,7 @@
 #include <optional>
 #include <span>
 
-#include "tessera/core/log.hpp"
+#include "tessera/core/config/log.hpp"
 #include "tessera/crypto/seal.hpp"
 #include "tessera/rounds/checkpoint.hpp"
 #include "tessera/rounds/engine.hpp"

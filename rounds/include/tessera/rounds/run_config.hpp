@@ -17,13 +17,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/core/data_source.hpp"
-#include "tessera/core/ist.hpp"
-#include "tessera/core/json_config.hpp"
-#include "tessera/core/memory.hpp"
-#include "tessera/core/model_spec.hpp"
-#include "tessera/core/optimizer.hpp"
-#include "tessera/core/server_optimizer.hpp"
+#include "tessera/core/data/data_source.hpp"
+#include "tessera/core/math/ist.hpp"
+#include "tessera/core/config/json_config.hpp"
+#include "tessera/core/math/memory.hpp"
+#include "tessera/core/math/model_spec.hpp"
+#include "tessera/core/math/optimizer.hpp"
+#include "tessera/core/math/server_optimizer.hpp"
 
 namespace tessera::rounds {
 

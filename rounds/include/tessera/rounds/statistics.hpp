@@ -32,8 +32,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/core/fed_stats.hpp"
-#include "tessera/core/model_spec.hpp"
+#include "tessera/core/data/fed_stats.hpp"
+#include "tessera/core/math/model_spec.hpp"
 #include "tessera/rounds/engine.hpp"
 
 namespace tessera::rounds {

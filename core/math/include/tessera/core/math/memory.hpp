@@ -1,0 +1,90 @@
+// tessera/core/math/memory.hpp — the memory-budget formula: exactly what training a subnet needs.
+//
+// A device trains inside one arena (DESIGN.md §4) holding, each region aligned to 64 bytes:
+//   parameters, the optimizer's state (with momentum a velocity that the backward pass accumulates
+//   gradients into; plain SGD a gradient buffer instead), the activations and their
+//   gradients for one mini-batch (network::workspace_floats), the input batch and its targets, and the
+//   codec's staging buffer (the encoded blob of the received subnet before it is decoded into the
+//   parameters; none for f32, which is received straight into them).
+// The hub sizes each device's subnet with this formula and the agent checks it again before it accepts
+// an assignment; the arena is carved by the same layout, so "needed" and "used" cannot drift apart.
+//
+//   core::training_memory m = core::plan_training_memory(sub.arch, 32, /*momentum=*/true, core::codec_kind::f32);
+// (Nesterov momentum needs the gradient and the velocity both: it is not offered on devices.)
+//   if (m.total > budget_bytes) refuse("needs " + std::to_string(m.total) + " bytes");
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "tessera/core/base/error.hpp"
+#include "tessera/core/base/names.hpp"
+#include "tessera/core/math/model_spec.hpp"
+
+namespace tessera::core {
+
+// How parameters travel (DESIGN.md §3): fp32, fp16, or int8 with one fp32 scale per row.
+enum class codec_kind { f32, f16, q8 };
+inline constexpr auto k_codec_names = names_in_order<codec_kind>({"f32", "f16", "q8"});
+[[nodiscard]] inline std::string_view to_string(codec_kind c) noexcept { return k_codec_names.name(c); }
+// Bytes of a subnet's parameters encoded with `codec`.
+[[nodiscard]] std::size_t encoded_bytes(const mlp_arch& arch, codec_kind codec) noexcept;
+
+inline constexpr std::size_t k_arena_alignment = 64;
+
+// A byte count as a reader meets it in a refusal: "1.50 MiB" (two decimals).
+[[nodiscard]] std::string mib_text(std::uint64_t bytes);
+
+// Byte offsets of each region in the arena, and the total.
+struct training_memory {
+  std::size_t params = 0, grads = 0, velocity = 0, workspace = 0, features = 0, targets = 0, staging = 0;
+  std::size_t params_bytes = 0, grads_bytes = 0, velocity_bytes = 0, workspace_bytes = 0, features_bytes = 0,
+              targets_bytes = 0, staging_bytes = 0;
+  std::size_t total = 0;  // bytes of the whole arena
+};
+
+[[nodiscard]] training_memory plan_training_memory(const mlp_arch& arch, std::int64_t batch, bool momentum,
+                                                   codec_kind codec) noexcept;
+[[nodiscard]] inline std::size_t bytes_needed(const mlp_arch& arch, std::int64_t batch, bool momentum,
+                                              codec_kind codec) noexcept {
+  return plan_training_memory(arch, batch, momentum, codec).total;
+}
+
+// What evaluating a model needs (a device scoring the full model on its validation split): the same
+// layout without the optimizer's state (no gradients, no velocity). The hub asks only devices whose
+// budget holds it; the agent checks it again and evaluates inside exactly this.
+[[nodiscard]] training_memory plan_inference_memory(const mlp_arch& arch, std::int64_t batch, codec_kind codec) noexcept;
+[[nodiscard]] inline std::size_t inference_bytes(const mlp_arch& arch, std::int64_t batch, codec_kind codec) noexcept {
+  return plan_inference_memory(arch, batch, codec).total;
+}
+
+// Secure aggregation's memory on a device besides the arena (crypto/secagg.hpp): the received
+// parameters kept to take the change against, the weighted change (one float per value), and its
+// encoded, masked values (8 bytes each; the upload is packed over them), for `values` = the subnet's
+// parameters plus one weight per segment it covers. The hub plans with it, the agent checks it.
+[[nodiscard]] std::size_t secure_bytes(const mlp_arch& arch, std::size_t segments) noexcept;
+// Clipping the change to an L2 norm (differential privacy) besides the arena: the received parameters.
+[[nodiscard]] std::size_t clip_bytes(const mlp_arch& arch) noexcept;
+// Everything a device holds besides its arena for a subnet: secure aggregation's buffers when
+// `secure_segments` > 0, the received parameters when `clip`.
+[[nodiscard]] inline std::size_t beside_arena(const mlp_arch& arch, std::size_t secure_segments, bool clip) noexcept {
+  return (secure_segments > 0 ? secure_bytes(arch, secure_segments) : 0) + (clip ? clip_bytes(arch) : 0);
+}
+
+// The neurons a fraction f of a hidden layer of n neurons gives: ⌊f·n⌋, forgiving a floating-point error
+// of 1e-9 (0.29·100 is 28.999…96). capacity_for_budget sizes subnets with it and the planner (ist.hpp)
+// cuts groups with it, so a device's group is never a neuron wider than the subnet its capacity was
+// computed for.
+[[nodiscard]] std::int64_t neurons_for(double fraction, std::int64_t n) noexcept;
+
+// The largest fraction f in (0, 1] of every hidden layer such that a subnet with neurons_for(f, n_l)
+// neurons per hidden layer fits in budget_bytes; 0 if not even min_width neurons per layer fit. Used by the hub to
+// turn a device's budget into its capacity for the planner.
+// What beside_arena(subnet, secure_segments, clip) gives counts too.
+[[nodiscard]] double capacity_for_budget(const mlp_arch& full, std::int64_t batch, bool momentum, codec_kind codec,
+                                         std::size_t budget_bytes, std::int64_t min_width, std::size_t secure_segments = 0,
+                                         bool clip = false) noexcept;
+
+}  // namespace tessera::core

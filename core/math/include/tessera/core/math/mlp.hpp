@@ -1,0 +1,106 @@
+// tessera/core/math/mlp.hpp — the network: parameter layout, forward and backward passes, the loss.
+//
+// A `network` is the arithmetic of one MLP architecture (the full model or a subnet). It owns no
+// parameters, gradients or activations: callers pass spans over memory they own (on the device, the
+// arena), and no method allocates.
+//
+// Flat parameter layout (the wire order and the file order), for each layer l = 1..L+1 in turn:
+//   W_l  n_l × n_{l-1} floats, row-major (row i = the input weights of neuron i, as nn.Linear.weight)
+//   b_l  n_l floats
+//   and, for hidden layers of an arch with layer_norm:  gain_l  n_l floats,  shift_l  n_l floats.
+//
+// Forward, for a batch X (rows × n0, row-major):
+//   Z_l = s_l · A_{l-1} W_lᵀ + b_l;  hidden: A_l = relu(Z_l) or relu(gain ⊙ LN(Z_l) + shift);
+//   output: Z_{L+1} are the logits (softmax cross-entropy) or predictions (MSE).
+//
+//   core::network net(spec.full_arch());
+//   std::vector<float> ws(net.workspace_floats(64)), grads(net.param_count());
+//   auto loss = net.forward_backward(params, grads, x, y, 64, ws);   // mean loss of the batch
+//   core::sgd_step(opt, params, grads, velocity);
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "tessera/core/base/error.hpp"
+#include "tessera/core/math/model_spec.hpp"
+#include "tessera/core/math/optimizer.hpp"
+
+namespace tessera::core {
+
+// Where one layer's tensors start in the flat parameter buffer (offsets in floats).
+struct layer_slots {
+  std::int64_t rows = 0;  // n_l
+  std::int64_t cols = 0;  // n_{l-1}
+  std::size_t weight = 0;
+  std::size_t bias = 0;
+  std::size_t gain = 0;   // only meaningful if has_norm
+  std::size_t shift = 0;  // only meaningful if has_norm
+  bool has_norm = false;
+};
+
+// Floats needed for all parameters of `arch`.
+[[nodiscard]] std::size_t param_count(const mlp_arch& arch) noexcept;
+// The slots of every layer (index 0 = layer 1).
+[[nodiscard]] std::vector<layer_slots> param_slots(const mlp_arch& arch);
+
+// Checks that an arch is well formed (widths > 0, input_scale sizes); `what` names it in messages.
+[[nodiscard]] result<void> validate(const mlp_arch& arch, std::string_view what);
+
+inline constexpr float k_layer_norm_epsilon = 1e-5f;
+
+class network {
+ public:
+  explicit network(mlp_arch arch);
+
+  [[nodiscard]] const mlp_arch& arch() const noexcept { return arch_; }
+  [[nodiscard]] std::span<const layer_slots> slots() const noexcept { return slots_; }
+  [[nodiscard]] std::size_t param_count() const noexcept { return param_count_; }
+  // Floats of workspace a batch of `rows` examples needs (activations and their gradients).
+  [[nodiscard]] std::size_t workspace_floats(std::int64_t rows) const noexcept;
+
+  // Forward pass only; outputs (rows × outputs) are then readable with outputs().
+  void forward(std::span<const float> params, const float* x, std::int64_t rows, std::span<float> workspace) const;
+  [[nodiscard]] std::span<const float> outputs(std::span<const float> workspace, std::int64_t rows) const noexcept;
+
+  // Mean loss of a batch whose forward pass is in `workspace`; targets are class indices or values.
+  // A class index outside [0, outputs) is an error naming the row.
+  [[nodiscard]] result<double> loss(std::span<const float> workspace, const float* y, std::int64_t rows) const;
+
+  // Forward and backward: writes d(mean loss)/d(params) into grads (param_count floats, overwritten)
+  // and returns the mean loss.
+  [[nodiscard]] result<double> forward_backward(std::span<const float> params, std::span<float> grads,
+                                                const float* x, const float* y, std::int64_t rows,
+                                                std::span<float> workspace) const;
+
+  // One training step: forward_backward and sgd_step fused, each layer updated as soon as its gradient
+  // is complete (and no longer needed below), while its tensors are still in cache. The result equals
+  // forward_backward followed by sgd_step over the whole buffer, bit for bit.
+  [[nodiscard]] result<double> train_step(std::span<float> params, std::span<float> grads, std::span<float> velocity,
+                                          const sgd_options& sgd, const float* x, const float* y, std::int64_t rows,
+                                          std::span<float> workspace) const;
+
+ private:
+  struct ws_slots {
+    std::size_t act = 0;   // A_l (or Z_l for the output layer), rows × n_l
+    std::size_t norm = 0;  // LN: normalised pre-activation x̂_l, rows × n_l
+    std::size_t rstd = 0;  // LN: 1/σ per row
+  };
+  // A fixed array, not a vector: computed on every pass, and passes must not allocate.
+  using ws_table = std::array<ws_slots, k_max_hidden_layers + 1>;
+  [[nodiscard]] ws_table workspace_slots(std::int64_t rows) const noexcept;
+  [[nodiscard]] result<double> backward(std::span<float> params, std::span<float> grads, std::span<float> velocity,
+                                        const sgd_options* sgd, const float* x, const float* y, std::int64_t rows,
+                                        std::span<float> workspace) const;
+  [[nodiscard]] result<void> output_gradient(std::span<const float> workspace, const float* y, std::int64_t rows,
+                                             float* d_out, double& loss_sum) const;
+
+  mlp_arch arch_;
+  std::vector<layer_slots> slots_;
+  std::size_t param_count_ = 0;
+  std::int64_t max_width_ = 0;  // widest of n_1..n_{L+1}: size of the two gradient buffers
+};
+
+}  // namespace tessera::core

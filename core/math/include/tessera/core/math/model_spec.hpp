@@ -1,0 +1,102 @@
+// tessera/core/math/model_spec.hpp — what network is trained: widths, task, initialisation, compensation.
+//
+// A model specification is a small JSON object. Every field but the widths has a default:
+//
+//   { "inputs": 784, "hidden": [512, 512], "outputs": 10,
+//     "task": "classification",            // or "regression" (MSE)
+//     "init": "he_uniform",                // or "he_normal", "xavier_uniform"
+//     "compensation": "layer_norm",        // how narrow subnets match the full model, see below
+//     "input_normalization": "none",       // or "standardize": inputs standardized with the fleet's
+//                                          // statistics (core/fed_stats.hpp), part of the model
+//     "seed": 1 }
+//
+//   auto spec = core::parse_model_spec(text, "hub.json:model");  // errors name the field and source
+//   std::vector<float> params(core::param_count(spec.value().full_arch()));
+//   core::initialize(spec.value(), params);
+//
+// `compensation` (DESIGN.md §2): a subnet holds |G| of a layer's n neurons, so its pre-activations are
+// smaller than the full model's. "none" leaves them; "scale" multiplies each layer's input by n/|G| in
+// the subnet (inverted dropout, the full model runs unscaled); "layer_norm" adds a LayerNorm after every
+// hidden layer whose gain and bias are partitioned with their neurons; "layer_norm_scale" does both.
+// bench/ist_quality measured them; the default is the winner recorded there.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/core/base/error.hpp"
+#include "tessera/core/base/names.hpp"
+
+namespace tessera::core {
+
+enum class task_kind { classification, regression };
+enum class init_kind { he_uniform, he_normal, xavier_uniform };
+enum class compensation_kind { none, scale, layer_norm, layer_norm_scale };
+enum class input_normalization_kind { none, standardize };
+
+inline constexpr auto k_task_names = names_in_order<task_kind>({"classification", "regression"});
+inline constexpr auto k_init_names = names_in_order<init_kind>({"he_uniform", "he_normal", "xavier_uniform"});
+inline constexpr auto k_compensation_names = names_in_order<compensation_kind>({"none", "scale", "layer_norm", "layer_norm_scale"});
+inline constexpr auto k_input_normalization_names = names_in_order<input_normalization_kind>({"none", "standardize"});
+[[nodiscard]] inline std::string_view to_string(task_kind v) noexcept { return k_task_names.name(v); }
+[[nodiscard]] inline std::string_view to_string(init_kind v) noexcept { return k_init_names.name(v); }
+[[nodiscard]] inline std::string_view to_string(compensation_kind v) noexcept { return k_compensation_names.name(v); }
+
+// The shape of one concrete MLP: the full model or a subnet cut out of it.
+// widths = {n0 (inputs), n1..nL (hidden), nL+1 (outputs)}; input_scale[l-1] multiplies the input of
+// layer l (1 for the full model; n/|G| for a scaled subnet).
+struct mlp_arch {
+  std::vector<std::int64_t> widths;
+  task_kind task = task_kind::classification;
+  bool layer_norm = false;
+  std::vector<float> input_scale;
+
+  [[nodiscard]] std::size_t layers() const noexcept { return widths.size() - 1; }  // L + 1
+  [[nodiscard]] std::size_t hidden_layers() const noexcept { return widths.size() - 2; }
+  [[nodiscard]] std::int64_t inputs() const noexcept { return widths.front(); }
+  [[nodiscard]] std::int64_t outputs() const noexcept { return widths.back(); }
+};
+
+struct model_spec {
+  std::int64_t inputs = 0;
+  std::vector<std::int64_t> hidden;
+  std::int64_t outputs = 0;
+  task_kind task = task_kind::classification;
+  init_kind init = init_kind::he_uniform;
+  compensation_kind compensation = compensation_kind::layer_norm;
+  // standardize: the model starts with x' = (x − mean) / std per input, mean and std measured over the
+  // fleet before round 1 (the values live beside the parameters: core/input_normalization.hpp).
+  input_normalization_kind input_normalization = input_normalization_kind::none;
+  std::uint64_t seed = 1;
+
+  // The full model's architecture (all input scales 1).
+  [[nodiscard]] mlp_arch full_arch() const;
+};
+
+// Limits that keep a hostile or mistaken spec from asking for absurd memory.
+inline constexpr std::int64_t k_max_width = 1 << 20;
+inline constexpr std::size_t k_max_hidden_layers = 64;
+inline constexpr std::int64_t k_max_params = std::int64_t{1} << 31;
+
+// Parses and validates a JSON model spec; `source` names where it came from in error messages.
+[[nodiscard]] result<model_spec> parse_model_spec(std::string_view json_text, std::string_view source);
+// Reads a spec's fields from a configuration object (a command's "model"), each field defaulting to
+// `defaults`'; the spec is validated. Errors are kept by the reader; the result is the spec read.
+class config_reader;
+[[nodiscard]] model_spec read_model_spec(config_reader& r, const model_spec& defaults);
+// Reads a JSON file holding a model spec.
+[[nodiscard]] result<model_spec> load_model_spec(const std::string& path);
+// The widths as people write them: "784-512-512-10".
+[[nodiscard]] std::string widths_text(const model_spec& spec);
+// The spec as JSON text (round-trips through parse_model_spec).
+[[nodiscard]] std::string to_json(const model_spec& spec);
+// Checks widths and limits; used by the parser and by anything that builds a spec in code.
+[[nodiscard]] result<void> validate(const model_spec& spec, std::string_view source);
+
+// Fills `params` (param_count(spec.full_arch()) floats) deterministically from spec.seed.
+void initialize(const model_spec& spec, std::span<float> params);
+
+}  // namespace tessera::core

@@ -1,0 +1,161 @@
+#include "tessera/core/math/codec.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "tessera/core/math/mlp.hpp"
+
+namespace tessera::core {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "the wire codecs write the host's bytes as little-endian");
+
+constexpr float k_half_max = 65504.0f;
+
+// Calls f(first, count) for every q8 row of the layout: weight rows, then each vector as one row.
+template <class F>
+void for_each_row(const mlp_arch& arch, F&& f) {
+  for (const layer_slots& s : param_slots(arch)) {
+    const auto rows = static_cast<std::size_t>(s.rows);
+    const auto cols = static_cast<std::size_t>(s.cols);
+    for (std::size_t r = 0; r < rows; ++r) f(s.weight + r * cols, cols);
+    f(s.bias, rows);
+    if (s.has_norm) {
+      f(s.gain, rows);
+      f(s.shift, rows);
+    }
+  }
+}
+
+error bad_value(std::size_t index, float v, const char* what) {
+  return make_error(errc::not_finite, "parameter " + std::to_string(index) + " is " + std::to_string(v) + ": " + what);
+}
+
+}  // namespace
+
+std::uint16_t float_to_half(float x) noexcept {
+  const std::uint32_t f = std::bit_cast<std::uint32_t>(x);
+  const std::uint32_t sign = (f >> 16) & 0x8000u;
+  const std::uint32_t abs = f & 0x7fffffffu;
+  if (abs >= 0x7f800000u) return static_cast<std::uint16_t>(sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds past 65504: infinity
+  if (abs < 0x38800000u) {
+    // Subnormal half (or zero): the value in units of 2^-24, rounded to nearest even.
+    if (abs < 0x33000000u) return static_cast<std::uint16_t>(sign);  // below half of the smallest subnormal
+    const std::uint32_t mant = (abs & 0x007fffffu) | 0x00800000u;
+    const int shift = 126 - static_cast<int>(abs >> 23);  // 14 .. 24 here
+    const std::uint32_t q = mant >> shift;
+    const std::uint32_t rest = mant & ((1u << shift) - 1u);
+    const std::uint32_t halfway = 1u << (shift - 1);
+    const std::uint32_t rounded = q + ((rest > halfway || (rest == halfway && (q & 1u))) ? 1u : 0u);
+    return static_cast<std::uint16_t>(sign | rounded);
+  }
+  // Normal: rebias the exponent (127 → 15) and round the 23-bit mantissa to 10 bits, nearest even.
+  const std::uint32_t base = abs - 0x38000000u;  // exponent rebiased, mantissa unchanged
+  const std::uint32_t q = base >> 13;
+  const std::uint32_t rest = base & 0x1fffu;
+  const std::uint32_t rounded = q + ((rest > 0x1000u || (rest == 0x1000u && (q & 1u))) ? 1u : 0u);
+  return static_cast<std::uint16_t>(sign | rounded);
+}
+
+float half_to_float(std::uint16_t h) noexcept {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1fu;
+  const std::uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1fu) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
+  if (exp == 0) {
+    const float v = static_cast<float>(mant) * 0x1p-24f;  // exact: subnormal halves are multiples of 2^-24
+    return sign != 0 ? -v : v;
+  }
+  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+result<void> encode(const mlp_arch& arch, codec_kind codec, std::span<const float> params, std::span<std::byte> out) {
+  TESSERA_ASSERT(params.size() == param_count(arch));
+  TESSERA_ASSERT(out.size() == encoded_bytes(arch, codec));
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!std::isfinite(params[i])) return bad_value(i, params[i], "only finite values are sent");
+    if (codec == codec_kind::f16 && std::fabs(params[i]) > k_half_max) return bad_value(i, params[i], "beyond the range of f16");
+  }
+  switch (codec) {
+    case codec_kind::f32:
+      std::memcpy(out.data(), params.data(), params.size_bytes());
+      return {};
+    case codec_kind::f16:
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        const std::uint16_t h = float_to_half(params[i]);
+        std::memcpy(out.data() + 2 * i, &h, 2);
+      }
+      return {};
+    case codec_kind::q8: {
+      std::size_t at = 0;
+      for_each_row(arch, [&](std::size_t first, std::size_t count) {
+        float max_abs = 0;
+        for (std::size_t i = 0; i < count; ++i) max_abs = std::max(max_abs, std::fabs(params[first + i]));
+        const float scale = max_abs / 127.0f;
+        std::memcpy(out.data() + at, &scale, 4);
+        at += 4;
+        // A row below ~3.7e-37 has a subnormal scale whose inverse overflows (0 · inf would be NaN):
+        // there the values are divided by the scale instead, which stays within ±127 and finite.
+        const bool normal = std::isnormal(scale);
+        const float inv = normal ? 1.0f / scale : 0.0f;
+        for (std::size_t i = 0; i < count; ++i) {
+          const float x = normal ? params[first + i] * inv : (scale > 0 ? params[first + i] / scale : 0.0f);
+          const float q = std::clamp(std::nearbyint(x), -127.0f, 127.0f);
+          out[at++] = static_cast<std::byte>(static_cast<std::int8_t>(q));
+        }
+      });
+      TESSERA_ASSERT(at == out.size());
+      return {};
+    }
+  }
+  return {};
+}
+
+result<void> decode(const mlp_arch& arch, codec_kind codec, std::span<const std::byte> blob, std::span<float> params) {
+  TESSERA_ASSERT(params.size() == param_count(arch));
+  const std::size_t expected = encoded_bytes(arch, codec);
+  if (blob.size() != expected)
+    return make_error(errc::bad_format, std::string(to_string(codec)) + " blob of " + std::to_string(blob.size()) +
+                                            " bytes, the subnet needs exactly " + std::to_string(expected));
+  switch (codec) {
+    case codec_kind::f32:
+      std::memcpy(params.data(), blob.data(), blob.size());
+      break;
+    case codec_kind::f16:
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        std::uint16_t h = 0;
+        std::memcpy(&h, blob.data() + 2 * i, 2);
+        params[i] = half_to_float(h);
+      }
+      break;
+    case codec_kind::q8: {
+      std::size_t at = 0;
+      std::optional<error> failed;
+      for_each_row(arch, [&](std::size_t first, std::size_t count) {
+        float scale = 0;
+        std::memcpy(&scale, blob.data() + at, 4);
+        if (!failed && !(std::isfinite(scale) && scale >= 0))
+          failed = make_error(errc::not_finite, "q8 blob: row scale at byte " + std::to_string(at) + " is " +
+                                                    std::to_string(scale) + ", must be finite and >= 0");
+        at += 4;
+        for (std::size_t i = 0; i < count; ++i)
+          params[first + i] = static_cast<float>(static_cast<std::int8_t>(blob[at + i])) * scale;
+        at += count;
+      });
+      if (failed) return *failed;
+      break;
+    }
+  }
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (!std::isfinite(params[i]))
+      return make_error(errc::not_finite, std::string(to_string(codec)) + " blob: parameter " + std::to_string(i) +
+                                              " decodes to " + std::to_string(params[i]) + ", not a finite value");
+  return {};
+}
+
+}  // namespace tessera::core

@@ -1,0 +1,109 @@
+#include "tessera/core/math/memory.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "tessera/core/math/mlp.hpp"
+
+namespace tessera::core {
+namespace {
+
+constexpr std::size_t align_up(std::size_t n) noexcept {
+  return (n + k_arena_alignment - 1) / k_arena_alignment * k_arena_alignment;
+}
+
+}  // namespace
+
+std::string mib_text(std::uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+std::size_t encoded_bytes(const mlp_arch& arch, codec_kind codec) noexcept {
+  const std::size_t n = param_count(arch);
+  switch (codec) {
+    case codec_kind::f32: return 4 * n;
+    case codec_kind::f16: return 2 * n;
+    case codec_kind::q8: {
+      // One byte per value plus one fp32 scale per row of every tensor (a vector is one row).
+      std::size_t rows = 0;
+      for (const auto& s : param_slots(arch)) rows += static_cast<std::size_t>(s.rows) + 1 + (s.has_norm ? 2 : 0);
+      return n + 4 * rows;
+    }
+  }
+  return 4 * n;
+}
+
+namespace {
+
+// The arena's regions in order; `optimizer` false leaves out gradients and velocity (inference).
+training_memory plan_memory(const mlp_arch& arch, std::int64_t batch, bool optimizer, bool momentum, codec_kind codec) noexcept {
+  const network net(arch);
+  const auto b = static_cast<std::size_t>(batch);
+  training_memory m;
+  std::size_t at = 0;
+  auto region = [&](std::size_t& offset, std::size_t& size, std::size_t bytes) {
+    offset = at;
+    size = bytes;
+    at += align_up(bytes);
+  };
+  const std::size_t p = net.param_count() * sizeof(float);
+  region(m.params, m.params_bytes, p);
+  region(m.grads, m.grads_bytes, optimizer && !momentum ? p : 0);
+  region(m.velocity, m.velocity_bytes, optimizer && momentum ? p : 0);
+  region(m.workspace, m.workspace_bytes, net.workspace_floats(batch) * sizeof(float));
+  region(m.features, m.features_bytes, b * static_cast<std::size_t>(arch.inputs()) * sizeof(float));
+  const std::size_t tw = arch.task == task_kind::classification ? 1 : static_cast<std::size_t>(arch.outputs());
+  region(m.targets, m.targets_bytes, b * tw * sizeof(float));
+  region(m.staging, m.staging_bytes, codec == codec_kind::f32 ? 0 : encoded_bytes(arch, codec));
+  m.total = at;
+  return m;
+}
+
+}  // namespace
+
+training_memory plan_training_memory(const mlp_arch& arch, std::int64_t batch, bool momentum, codec_kind codec) noexcept {
+  return plan_memory(arch, batch, /*optimizer=*/true, momentum, codec);
+}
+
+training_memory plan_inference_memory(const mlp_arch& arch, std::int64_t batch, codec_kind codec) noexcept {
+  return plan_memory(arch, batch, /*optimizer=*/false, false, codec);
+}
+
+std::size_t secure_bytes(const mlp_arch& arch, std::size_t segments) noexcept {
+  const std::size_t values = param_count(arch) + segments;
+  return values * (sizeof(float) + sizeof(float) + sizeof(std::uint64_t)) + 3 * k_arena_alignment;
+}
+
+std::size_t clip_bytes(const mlp_arch& arch) noexcept { return param_count(arch) * sizeof(float) + k_arena_alignment; }
+
+std::int64_t neurons_for(double fraction, std::int64_t n) noexcept {
+  return static_cast<std::int64_t>(std::floor(fraction * static_cast<double>(n) + 1e-9));
+}
+
+double capacity_for_budget(const mlp_arch& full, std::int64_t batch, bool momentum, codec_kind codec,
+                           std::size_t budget_bytes, std::int64_t min_width, std::size_t secure_segments, bool clip) noexcept {
+  const auto bytes_needed = [&](const mlp_arch& a, std::int64_t b, bool m, codec_kind c) {
+    return core::bytes_needed(a, b, m, c) + beside_arena(a, secure_segments, clip);
+  };
+  auto arch_at = [&](double f) {
+    mlp_arch a = full;
+    for (std::size_t h = 1; h + 1 < a.widths.size(); ++h)
+      a.widths[h] = std::max<std::int64_t>(std::min(min_width, full.widths[h]), neurons_for(f, full.widths[h]));
+    return a;
+  };
+  if (bytes_needed(arch_at(1.0), batch, momentum, codec) <= budget_bytes) return 1.0;
+  if (bytes_needed(arch_at(0.0), batch, momentum, codec) > budget_bytes) return 0.0;
+  // Memory grows monotonically with f: bisect to a resolution finer than one neuron of the widest layer.
+  double lo = 0.0, hi = 1.0;
+  for (int i = 0; i < 40; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (bytes_needed(arch_at(mid), batch, momentum, codec) <= budget_bytes ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+}  // namespace tessera::core

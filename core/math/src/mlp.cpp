@@ -1,0 +1,313 @@
+#include "tessera/core/math/mlp.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include <Eigen/Core>
+
+
+namespace tessera::core {
+namespace {
+
+using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using matrix_map = Eigen::Map<matrix>;
+using const_matrix_map = Eigen::Map<const matrix>;
+using row_vector_map = Eigen::Map<Eigen::RowVectorXf>;
+using const_row_vector_map = Eigen::Map<const Eigen::RowVectorXf>;
+using vector_map = Eigen::Map<Eigen::VectorXf>;
+
+// Workspace slots start on 64-byte boundaries (16 floats) so Eigen's packets never straddle them.
+constexpr std::size_t k_align_floats = 16;
+constexpr std::size_t align_up(std::size_t n) noexcept { return (n + k_align_floats - 1) / k_align_floats * k_align_floats; }
+
+std::size_t sz(std::int64_t v) noexcept { return static_cast<std::size_t>(v); }
+// Eigen::Index is std::ptrdiff_t, 32 bits on armhf; every size here indexes an allocated arena, so it fits.
+Eigen::Index ix(std::int64_t v) noexcept { return static_cast<Eigen::Index>(v); }
+
+}  // namespace
+
+std::size_t param_count(const mlp_arch& arch) noexcept {
+  std::size_t total = 0;
+  for (std::size_t l = 1; l < arch.widths.size(); ++l) {
+    const std::size_t rows = sz(arch.widths[l]);
+    total += rows * sz(arch.widths[l - 1]) + rows;
+    const bool hidden = l + 1 < arch.widths.size();
+    if (hidden && arch.layer_norm) total += 2 * rows;
+  }
+  return total;
+}
+
+std::vector<layer_slots> param_slots(const mlp_arch& arch) {
+  std::vector<layer_slots> slots;
+  slots.reserve(arch.layers());
+  std::size_t at = 0;
+  for (std::size_t l = 1; l < arch.widths.size(); ++l) {
+    layer_slots s;
+    s.rows = arch.widths[l];
+    s.cols = arch.widths[l - 1];
+    s.weight = at;
+    at += sz(s.rows) * sz(s.cols);
+    s.bias = at;
+    at += sz(s.rows);
+    s.has_norm = arch.layer_norm && l + 1 < arch.widths.size();
+    if (s.has_norm) {
+      s.gain = at;
+      at += sz(s.rows);
+      s.shift = at;
+      at += sz(s.rows);
+    }
+    slots.push_back(s);
+  }
+  TESSERA_ASSERT(at == param_count(arch));
+  return slots;
+}
+
+result<void> validate(const mlp_arch& arch, std::string_view what) {
+  const std::string name(what);
+  if (arch.widths.size() < 2)
+    return make_error(errc::invalid_spec, name + ": an MLP needs at least an input and an output width");
+  if (arch.widths.size() - 2 > k_max_hidden_layers)
+    return make_error(errc::invalid_spec, name + ": more than " + std::to_string(k_max_hidden_layers) + " hidden layers");
+  for (std::size_t i = 0; i < arch.widths.size(); ++i) {
+    if (arch.widths[i] < 1 || arch.widths[i] > k_max_width)
+      return make_error(errc::invalid_spec, name + ": width " + std::to_string(i) + " is " +
+                                                std::to_string(arch.widths[i]) + ", must be in [1, " +
+                                                std::to_string(k_max_width) + "]");
+  }
+  if (arch.input_scale.size() != arch.layers())
+    return make_error(errc::invalid_spec, name + ": input_scale has " + std::to_string(arch.input_scale.size()) +
+                                              " entries, expected one per layer (" + std::to_string(arch.layers()) + ")");
+  for (float s : arch.input_scale)
+    if (!std::isfinite(s) || s <= 0) return make_error(errc::invalid_spec, name + ": input_scale entries must be finite and > 0");
+  double total = 0;
+  for (std::size_t l = 1; l < arch.widths.size(); ++l)
+    total += static_cast<double>(arch.widths[l]) * static_cast<double>(arch.widths[l - 1] + 3);
+  if (total > static_cast<double>(k_max_params))
+    return make_error(errc::invalid_spec, name + ": more than " + std::to_string(k_max_params) + " parameters");
+  if (arch.task == task_kind::classification && arch.outputs() < 2)
+    return make_error(errc::invalid_spec, name + ": classification needs at least 2 outputs");
+  return {};
+}
+
+network::network(mlp_arch arch) : arch_(std::move(arch)) {
+  TESSERA_ASSERT(validate(arch_, "network").ok());
+  slots_ = param_slots(arch_);
+  param_count_ = core::param_count(arch_);
+  max_width_ = *std::max_element(arch_.widths.begin() + 1, arch_.widths.end());
+}
+
+network::ws_table network::workspace_slots(std::int64_t rows) const noexcept {
+  ws_table out{};
+  std::size_t at = 0;
+  for (std::size_t l = 0; l < slots_.size(); ++l) {
+    const std::size_t n = sz(rows) * sz(slots_[l].rows);
+    out[l].act = at;
+    at += align_up(n);
+    if (slots_[l].has_norm) {
+      out[l].norm = at;
+      at += align_up(n);
+      out[l].rstd = at;
+      at += align_up(sz(rows));
+    }
+  }
+  return out;
+}
+
+std::size_t network::workspace_floats(std::int64_t rows) const noexcept {
+  std::size_t at = 0;
+  for (const auto& s : slots_) {
+    at += align_up(sz(rows) * sz(s.rows));
+    if (s.has_norm) at += align_up(sz(rows) * sz(s.rows)) + align_up(sz(rows));
+  }
+  // Two ping-pong buffers for the gradient flowing backwards.
+  return at + 2 * align_up(sz(rows) * sz(max_width_));
+}
+
+void network::forward(std::span<const float> params, const float* x, std::int64_t rows,
+                      std::span<float> workspace) const {
+  TESSERA_ASSERT(params.size() == param_count_);
+  TESSERA_ASSERT(workspace.size() >= workspace_floats(rows));
+  TESSERA_ASSERT(rows > 0);
+  const auto ws = workspace_slots(rows);
+  const float* input = x;
+  for (std::size_t l = 0; l < slots_.size(); ++l) {
+    const layer_slots& s = slots_[l];
+    const const_matrix_map a_prev(input, ix(rows), ix(s.cols));
+    const const_matrix_map w(params.data() + s.weight, ix(s.rows), ix(s.cols));
+    const const_row_vector_map b(params.data() + s.bias, ix(s.rows));
+    float* z_ptr = workspace.data() + (s.has_norm ? ws[l].norm : ws[l].act);
+    matrix_map z(z_ptr, ix(rows), ix(s.rows));
+    z.rowwise() = b;
+    z.noalias() += (arch_.input_scale[l] * a_prev) * w.transpose();
+    const bool hidden = l + 1 < slots_.size();
+    if (hidden) {
+      matrix_map a(workspace.data() + ws[l].act, ix(rows), ix(s.rows));
+      if (s.has_norm) {
+        vector_map rstd(workspace.data() + ws[l].rstd, ix(rows));
+        const const_row_vector_map gain(params.data() + s.gain, ix(s.rows));
+        const const_row_vector_map shift(params.data() + s.shift, ix(s.rows));
+        const float inv_n = 1.0f / static_cast<float>(s.rows);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          auto zr = z.row(ix(r));
+          const float mean = zr.sum() * inv_n;
+          zr.array() -= mean;
+          const float var = zr.squaredNorm() * inv_n;
+          const float inv = 1.0f / std::sqrt(var + k_layer_norm_epsilon);
+          rstd(ix(r)) = inv;
+          zr *= inv;
+        }
+        a.array() = ((z.array().rowwise() * gain.array()).rowwise() + shift.array()).cwiseMax(0.0f);
+      } else {
+        a = a.cwiseMax(0.0f);
+      }
+    }
+    input = workspace.data() + ws[l].act;
+  }
+}
+
+std::span<const float> network::outputs(std::span<const float> workspace, std::int64_t rows) const noexcept {
+  const auto ws = workspace_slots(rows);
+  return workspace.subspan(ws[slots_.size() - 1].act, sz(rows) * sz(arch_.outputs()));
+}
+
+// Writes d(mean loss)/d(outputs) into d_out and adds the batch's summed loss to loss_sum.
+result<void> network::output_gradient(std::span<const float> workspace, const float* y, std::int64_t rows,
+                                      float* d_out, double& loss_sum) const {
+  const std::int64_t k = arch_.outputs();
+  const auto ws = workspace_slots(rows);
+  const const_matrix_map out(workspace.data() + ws[slots_.size() - 1].act, ix(rows), ix(k));
+  const float inv_rows = 1.0f / static_cast<float>(rows);
+  if (arch_.task == task_kind::classification) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float label = y[r];
+      if (!(label >= 0.0f && label < static_cast<float>(k)) || label != std::floor(label))
+        return make_error(errc::bad_format, "batch row " + std::to_string(r) + ": class label " + std::to_string(label) +
+                                                " is not an integer in [0, " + std::to_string(k) + ")");
+      const auto cls = static_cast<std::int64_t>(label);
+      const auto zr = out.row(ix(r));
+      const float m = zr.maxCoeff();
+      const float sum = (zr.array() - m).exp().sum();
+      loss_sum += static_cast<double>(m + std::log(sum) - zr(ix(cls)));
+      if (d_out != nullptr) {
+        matrix_map d(d_out, ix(rows), ix(k));
+        d.row(ix(r)).array() = (zr.array() - m).exp() * (inv_rows / sum);
+        d(ix(r), ix(cls)) -= inv_rows;
+      }
+    }
+  } else {
+    // MSE: mean over rows and outputs of (ŷ - y)².
+    const const_matrix_map target(y, ix(rows), ix(k));
+    const float inv_count = inv_rows / static_cast<float>(k);
+    loss_sum += static_cast<double>((out - target).squaredNorm()) / static_cast<double>(k);
+    if (d_out != nullptr) {
+      matrix_map d(d_out, ix(rows), ix(k));
+      d = (out - target) * (2.0f * inv_count);
+    }
+  }
+  return {};
+}
+
+result<double> network::loss(std::span<const float> workspace, const float* y, std::int64_t rows) const {
+  double sum = 0;
+  TESSERA_TRY(output_gradient(workspace, y, rows, nullptr, sum));
+  return sum / static_cast<double>(rows);
+}
+
+result<double> network::forward_backward(std::span<const float> params, std::span<float> grads, const float* x,
+                                         const float* y, std::int64_t rows, std::span<float> workspace) const {
+  forward(params, x, rows, workspace);
+  // Without an optimizer the parameters are only read.
+  return backward(std::span<float>(const_cast<float*>(params.data()), params.size()), grads, {}, nullptr, x, y, rows,
+                  workspace);
+}
+
+result<double> network::train_step(std::span<float> params, std::span<float> grads, std::span<float> velocity,
+                                   const sgd_options& sgd, const float* x, const float* y, std::int64_t rows,
+                                   std::span<float> workspace) const {
+  forward(params, x, rows, workspace);
+  return backward(params, grads, velocity, &sgd, x, y, rows, workspace);
+}
+
+result<double> network::backward(std::span<float> params, std::span<float> grads, std::span<float> velocity,
+                                 const sgd_options* sgd, const float* x, const float* y, std::int64_t rows,
+                                 std::span<float> workspace) const {
+  TESSERA_ASSERT(sgd != nullptr || velocity.empty());
+  // With momentum (and no Nesterov) the gradient is accumulated straight into the velocity, which the
+  // previous update left holding μ·v + λ·w: one GEMM with β = 1 instead of a zeroed gradient buffer, a
+  // read of it and a separate velocity pass. Otherwise gradients go to `grads`.
+  const bool into_velocity = sgd != nullptr && !velocity.empty() && !sgd->nesterov;
+  TESSERA_ASSERT(into_velocity || grads.size() == param_count_);
+  TESSERA_ASSERT(!into_velocity || velocity.size() == param_count_);
+  float* const gbase = into_velocity ? velocity.data() : grads.data();
+  // Updates params[first, first + count) from its finished gradient (only when training).
+  auto update = [&](std::size_t first, std::size_t count) {
+    if (sgd == nullptr) return;
+    if (into_velocity) {
+      sgd_apply_prepared(*sgd, params.subspan(first, count), velocity.subspan(first, count));
+    } else {
+      sgd_step(*sgd, params.subspan(first, count), grads.subspan(first, count),
+               velocity.empty() ? velocity : velocity.subspan(first, count));
+    }
+  };
+  const auto ws = workspace_slots(rows);
+  const std::size_t grad_buf = workspace_floats(rows) - 2 * align_up(sz(rows) * sz(max_width_));
+  float* g_cur = workspace.data() + grad_buf;
+  float* g_next = g_cur + align_up(sz(rows) * sz(max_width_));
+
+  double loss_sum = 0;
+  TESSERA_TRY(output_gradient(workspace, y, rows, g_cur, loss_sum));
+  // dst = value, or dst += value when accumulating into the velocity.
+  auto put = [into_velocity](auto&& dst, const auto& value) {
+    if (into_velocity) dst.noalias() += value;
+    else dst.noalias() = value;
+  };
+
+  for (std::size_t l = slots_.size(); l-- > 0;) {
+    const layer_slots& s = slots_[l];
+    const float scale = arch_.input_scale[l];
+    const const_matrix_map dz(g_cur, ix(rows), ix(s.rows));
+    const float* a_prev_ptr = l == 0 ? x : workspace.data() + ws[l - 1].act;
+    const const_matrix_map a_prev(a_prev_ptr, ix(rows), ix(s.cols));
+    matrix_map dw(gbase + s.weight, ix(s.rows), ix(s.cols));
+    row_vector_map db(gbase + s.bias, ix(s.rows));
+    put(dw, (scale * dz.transpose()) * a_prev);
+    put(db, dz.colwise().sum());
+    if (l == 0) {
+      update(s.weight, s.bias + sz(s.rows) - s.weight);
+      break;
+    }
+
+    // Gradient into the previous hidden layer's activations, then through its ReLU (and LayerNorm).
+    const layer_slots& p = slots_[l - 1];
+    const const_matrix_map w(params.data() + s.weight, ix(s.rows), ix(s.cols));
+    matrix_map da(g_next, ix(rows), ix(s.cols));
+    da.noalias() = (scale * dz) * w;
+    update(s.weight, s.bias + sz(s.rows) - s.weight);  // W_l was last needed just above
+    const const_matrix_map a(workspace.data() + ws[l - 1].act, ix(rows), ix(p.rows));
+    da.array() = (a.array() > 0.0f).select(da.array(), 0.0f);
+    if (p.has_norm) {
+      const const_matrix_map xhat(workspace.data() + ws[l - 1].norm, ix(rows), ix(p.rows));
+      const Eigen::Map<const Eigen::VectorXf> rstd(workspace.data() + ws[l - 1].rstd, ix(rows));
+      const const_row_vector_map gain(params.data() + p.gain, ix(p.rows));
+      row_vector_map dgain(gbase + p.gain, ix(p.rows));
+      row_vector_map dshift(gbase + p.shift, ix(p.rows));
+      put(dgain, (da.array() * xhat.array()).colwise().sum().matrix());
+      put(dshift, da.colwise().sum());
+      da.array().rowwise() *= gain.array();
+      update(p.gain, p.shift + sz(p.rows) - p.gain);  // gain was last needed just above
+      const float inv_n = 1.0f / static_cast<float>(p.rows);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        auto dr = da.row(ix(r));
+        const auto xr = xhat.row(ix(r));
+        const float mean_d = dr.sum() * inv_n;
+        const float mean_dx = dr.dot(xr) * inv_n;
+        dr = rstd(ix(r)) * (dr.array() - mean_d - xr.array() * mean_dx).matrix();
+      }
+    }
+    std::swap(g_cur, g_next);
+  }
+  return loss_sum / static_cast<double>(rows);
+}
+
+}  // namespace tessera::core
