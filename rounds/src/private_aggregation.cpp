@@ -6,12 +6,13 @@
 //            device's subnet depends on who else was drawn; FedAvg: the whole model;
 //   clip     a device's change (trained − received, all its coordinates as one vector) to L2 norm C —
 //            on the device, and again here, so a device that does not cannot weigh more;
-//   noise    the clipped changes summed over the full model, N(0, (σC)²) added to every coordinate some
+//   noise    the clipped changes summed over the full model in integer units, discrete Gaussian noise
+//            of deviation σ·C (in units, with rounding's margin) added to every coordinate some
 //            group trains, divided by its expected contributors q·N·(groups covering it)/G (a fixed
 //            denominator: the true count is not released); under secure aggregation every device adds
 //            Skellam noise in the ring instead, so that any t contributors carry the variance
 //            (private_ring_for), and the released sums are divided the same way;
-//   account  the sampled Gaussian mechanism's RDP, or the sampled Skellam mechanism's (core/rdp.hpp),
+//   account  the sampled Gaussian mechanism's RDP, or the sampled Skellam mechanism's (core/privacy/rdp.hpp),
 //            one step per round.
 // One device changes the released vector by its clipped change only (its group's coordinates and the
 // shared ones, norm ≤ C), whatever else the round holds: the sensitivity is C for the whole round.
@@ -20,12 +21,12 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
-#include <numbers>
 #include <optional>
 
+#include "tessera/core/base/seeds.hpp"
 #include "tessera/core/math/mlp.hpp"
 #include "tessera/core/privacy/rdp.hpp"
-#include "tessera/core/base/seeds.hpp"
+#include "tessera/crypto/discrete_gaussian.hpp"
 #include "tessera/crypto/masking.hpp"
 #include "tessera/rounds/error.hpp"
 #include "plain_aggregation.hpp"
@@ -61,27 +62,38 @@ core::result<device_draws> draws_of(const crypto::key256& round_key, const std::
   return d;
 }
 
-// Standard normal values from a ChaCha20 keystream (Box–Muller over 53-bit uniforms).
-class gaussian {
- public:
-  explicit gaussian(const crypto::key256& key) : ks_(key) {}
-  double next() {
-    if (spare_) {
-      const double z = *spare_;
-      spare_.reset();
-      return z;
-    }
-    const double u1 = 1.0 - ks_.next_unit();  // (0, 1]
-    const double u2 = ks_.next_unit();
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    spare_ = r * std::sin(2.0 * std::numbers::pi * u2);
-    return r * std::cos(2.0 * std::numbers::pi * u2);
-  }
+// The hub's noise is exact: each accepted change is quantized to units of C/κ and summed in integers,
+// and discrete Gaussian noise is added to the sums (crypto/discrete_gaussian.hpp: a floating-point
+// Gaussian leaks through its low bits). κ = 2^k units per clip, k ≤ 20 (a unit is a millionth of the
+// clip), lower for a large σ so that σ in units stays within the sampler's 2^25. Rounding moves each
+// of the n coordinates by at most half a unit, so one device moves the integer sums by at most
+// Δ = κ + √n/2 in L2, and noise of deviation σ·Δ keeps the accountant's σ (Canonne, Kamath, Steinke
+// 2020: the discrete Gaussian's Rényi DP is the continuous one's at the same σ/Δ).
+double units_per_clip(double sigma) {
+  const double k = std::floor(std::log2(0x1p24 / std::max(sigma, 1.0)));
+  return std::ldexp(1.0, static_cast<int>(std::clamp(k, 4.0, 20.0)));
+}
 
- private:
-  crypto::keystream ks_;
-  std::optional<double> spare_;
-};
+// A clipped change in units of C/κ, its L2 norm held to `bound`: float rounding in the clip can leave
+// the change a hair over C, and it is then scaled down until its quantization fits.
+void quantize_change(std::span<const float> received, std::span<const float> trained, double units_per_value, double bound,
+                     std::span<std::int64_t> out) {
+  for (double shrink = 1.0;; shrink *= 1.0 - 1e-6) {
+    double norm2 = 0;
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      out[i] = std::llround(shrink * units_per_value * (static_cast<double>(trained[i]) - static_cast<double>(received[i])));
+      norm2 += static_cast<double>(out[i]) * static_cast<double>(out[i]);
+    }
+    if (norm2 <= bound * bound) return;
+  }
+}
+
+// Exact N_Z(0, deviation²) draws from `key`; an error names what the noise was for.
+core::result<crypto::discrete_gaussian> hub_noise_of(const crypto::key256& key, double deviation, std::string_view what) {
+  auto variance = crypto::rational_variance(deviation * deviation);
+  if (!variance) return make_error(errc::privacy_budget, "dp: the hub's noise on " + std::string(what) + ": " + variance.error().message);
+  return crypto::discrete_gaussian(key, *variance);
+}
 
 }  // namespace
 
@@ -118,6 +130,9 @@ std::size_t private_aggregation::population(std::size_t offered) const noexcept 
 
 double private_aggregation::count_noise() const noexcept { return count_noise_of(config_.dp, population(0)); }
 double private_aggregation::change_noise_multiplier() const noexcept { return change_sigma_of(config_.dp, population(0)); }
+double private_aggregation::unit_sensitivity() const noexcept {
+  return units_per_clip(change_noise_multiplier()) + std::sqrt(static_cast<double>(params_)) / 2.0;
+}
 
 namespace {
 
@@ -248,7 +263,8 @@ core::result<void> private_aggregation::begin(const round_view& v, const core::r
   TESSERA_TRY(inner_->begin(v, plan, assignments));
   groups_.clear();
   for (std::size_t g = 0; g < plan.groups; ++g) groups_.push_back(core::make_subnet(v.full, config_.model.compensation, plan, g));
-  sum_.assign(params_, 0.0f);
+  if (secure_) sum_.assign(params_, 0.0f);
+  else units_.assign(params_, 0);
   clipped_ = 0;
   accepted_ = 0;
   return {};
@@ -261,20 +277,21 @@ core::result<void> private_aggregation::receive(const round_view& v, assignment&
 }
 
 // An accepted update (the hub's noise): its change against what the device was sent, clipped (again)
-// to C, added to the round's sum over the full model. The assignment's trained parameters are clipped
+// to C, quantized, added to the round's integer sums over the full model. The assignment's trained parameters are clipped
 // in place. Under secure aggregation the protocol sums.
 void private_aggregation::fold(const round_view& v, assignment& a, reached_mask&) {
   if (secure_) return;
   const std::size_t n = core::param_count(a.sub.arch);
-  std::vector<float> received(n), sum(n);
+  std::vector<float> received(n);
   core::gather(v.full, a.sub, v.params, received);
-  core::gather(v.full, a.sub, sum_, sum);
   // The device's own clip, done again (core::clip_change, as on the device): the upload is not trusted.
   const double c = clip();
   if (core::clip_change(received, a.trained, c) > c || a.clipped > 0) ++clipped_;
   ++accepted_;
-  for (std::size_t i = 0; i < n; ++i) sum[i] += a.trained[i] - received[i];
-  core::scatter(v.full, a.sub, sum, sum_);
+  const double kappa = units_per_clip(change_noise_multiplier());
+  std::vector<std::int64_t> units(n);
+  quantize_change(received, a.trained, kappa / c, unit_sensitivity(), units);
+  core::scatter_add(v.full, a.sub, units, units_);
 }
 
 core::result<void> private_aggregation::finish(const round_view& v, std::span<const assignment> assignments, std::span<float> params,
@@ -301,20 +318,24 @@ core::result<void> private_aggregation::finish(const round_view& v, std::span<co
   const std::size_t groups = std::max<std::size_t>(1, groups_.size());
   const double contributors = d.sample_rate * static_cast<double>(population(assignments.size())) / static_cast<double>(groups);
   const double c = clip();
-  const double deviation = change_noise_multiplier() * c;
-  TESSERA_ASSIGN_OR_RETURN(const crypto::key256 noise_key, crypto::derive_key(key_, "tessera dp noise v1"));
-  gaussian noise(noise_key);
   // Under secure aggregation the released sums carry the devices' noise already.
   const bool hub_noise = !secure_;
+  const double unit = c / units_per_clip(change_noise_multiplier());
+  TESSERA_ASSIGN_OR_RETURN(const crypto::key256 noise_key, crypto::derive_key(key_, "tessera dp noise v1"));
+  std::optional<crypto::discrete_gaussian> noise;
+  if (hub_noise) {
+    TESSERA_ASSIGN_OR_RETURN(noise, hub_noise_of(noise_key, change_noise_multiplier() * unit_sensitivity(), "the changes"));
+  }
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (cover[i] == 0.0f) continue;  // trained by no group this round: no release, no noise
-    const double noised = static_cast<double>(sum_[i]) + (hub_noise ? deviation * noise.next() : 0.0);
+    const double noised = hub_noise ? static_cast<double>(units_[i] + noise->next()) * unit : static_cast<double>(sum_[i]);
     params[i] = static_cast<float>(static_cast<double>(params[i]) + noised / (contributors * static_cast<double>(cover[i])));
     // The hub's noised release reaches every coordinate a group trains: the server optimizer steps on
     // them all (under secure aggregation the release marked the released segments).
     if (hub_noise) reached.mark_range(i, 1);
   }
   sum_ = {};
+  units_ = {};
   if (d.adaptive_clip) {
     // The share of contributors whose change fitted, noised and over the expected count; the clip
     // moves geometrically toward the target quantile. Under secure aggregation the count is the
@@ -326,8 +347,11 @@ core::result<void> private_aggregation::finish(const round_view& v, std::span<co
       // moves the noised sum by ½, the sensitivity Theorem 1 of Andrew et al. assumes for σ_b (an
       // uncentred count moves it by 1 and spends up to twice the ε accounted). The expected
       // contributors' ½ each is added back, a public figure.
-      const double centred = static_cast<double>(accepted_ - clipped_) - static_cast<double>(accepted_) / 2.0;
-      fitted = centred + count_noise() * noise.next() + expected / 2.0;
+      // Doubled, the centred values are ±1 and their sum an integer, noised exactly like the changes.
+      const auto doubled = 2 * static_cast<std::int64_t>(accepted_ - clipped_) - static_cast<std::int64_t>(accepted_);
+      TESSERA_ASSIGN_OR_RETURN(const crypto::key256 count_key, crypto::derive_key(key_, "tessera dp count noise v1"));
+      TESSERA_ASSIGN_OR_RETURN(crypto::discrete_gaussian count, hub_noise_of(count_key, 2.0 * count_noise(), "the fitting count"));
+      fitted = static_cast<double>(doubled + count.next()) / 2.0 + expected / 2.0;
     } else if (fitted_centred) {
       fitted = *fitted_centred + expected / 2.0;
     }

@@ -79,6 +79,8 @@ class private_aggregation final : public aggregation {
   [[nodiscard]] core::result<void> check_budget(std::int64_t round, bool capped = false) const;
   [[nodiscard]] double count_noise() const noexcept;
   [[nodiscard]] double change_noise_multiplier() const noexcept;
+  // The hub's noise: one device's L2 bound on the integer sums (κ + √n/2, see the .cpp).
+  [[nodiscard]] double unit_sensitivity() const noexcept;
 
   run_config config_;
   std::size_t params_ = 0;
@@ -97,7 +99,8 @@ class private_aggregation final : public aggregation {
   crypto::key256 key_{};
   std::vector<core::subnet> groups_;
   std::vector<std::string> over_cap_;     // drawn, but beyond the cap: left out by admit
-  std::vector<float> sum_;
+  std::vector<float> sum_;                // under secure aggregation: the released sums
+  std::vector<std::int64_t> units_;       // the hub's noise: the quantized clipped changes, summed exactly
   std::size_t sampled_ = 0, clipped_ = 0, accepted_ = 0;
 };
 

@@ -37,7 +37,7 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
   c.momentum = static_cast<float>(r.number("momentum", 0.9, 0.0, 0.9999, "SGD momentum (0: plain SGD)"));
   c.weight_decay = static_cast<float>(r.number("weight_decay", 0.0, 0.0, 1.0, "L2 weight decay"));
   c.nesterov = r.boolean("nesterov", false, "Nesterov momentum (not offered: devices keep no gradient buffer)");
-  // A device's arena holds the velocity and no separate gradient buffer (core/memory.hpp), which
+  // A device's arena holds the velocity and no separate gradient buffer (core/math/memory.hpp), which
   // Nesterov's update needs: devices do not offer it, so neither does a run.
   if (c.nesterov) r.fail("nesterov", "Nesterov momentum is not offered on devices (their arena has no gradient buffer)");
   c.lr.base = static_cast<float>(r.number("lr", 0.05, 0.0, 100.0, "learning rate of local SGD at the schedule's start"));
@@ -98,7 +98,8 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
       d.adaptive_clip = ar.boolean("enabled", true, "adapt the clip each round");
       d.target_quantile = ar.number("target_quantile", 0.5, 0.0, 1.0, "the share of devices whose change should fit within the clip");
       d.clip_learning_rate = ar.number("learning_rate", 0.2, 0.0, 10.0, "the clip moves by exp(−rate · (fitting share − target)) a round");
-      d.count_noise = ar.number("count_noise", 0.0, 0.0, 1e9, "the deviation of the noise on the count of fitting changes (0: expected devices / 20)");
+      d.count_noise = ar.number("count_noise", 0.0, 0.0, 1e7,
+                                  "the deviation of the noise on the count of fitting changes (0: expected devices / 20)");
       if (auto done = ar.finish(); !done) dr.fail(std::move(done).error());
     }
     if (d.enabled && c.strategy == strategy_kind::central) dr.fail("enabled", "central training has no devices to protect");

@@ -1,12 +1,17 @@
 // Tests of tessera/crypto/noise.hpp: Poisson draws fit their distribution (chi-square) from small means
-// to 2^46, Skellam draws have the variance asked for, and the same key gives the same noise.
+// to 2^46, Skellam draws have the variance asked for, and the same key gives the same noise. And of
+// tessera/crypto/discrete_gaussian.hpp: the draws fit N_Z(0, σ²) and the discrete Laplace proposal its
+// law (chi-square against the exact probabilities), large σ keep their variance, σ² is never rounded
+// down, and one key gives one stream.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
+#include "tessera/crypto/discrete_gaussian.hpp"
 #include "tessera/crypto/noise.hpp"
 
 using namespace tessera;
@@ -64,6 +69,41 @@ double poisson_chi_square(double mean, int n, std::uint8_t key, double& df) {
   return stat;
 }
 
+// Pearson's statistic of draws against a symmetric law on the integers given by its unnormalised
+// weights w(|x|): bins with at least 20 expected, the two tails pooled.
+struct fit {
+  double stat = 0, df = 0;
+};
+fit chi_square(const std::vector<std::int64_t>& draws, const std::function<double(std::int64_t)>& weight) {
+  double total = weight(0);
+  for (std::int64_t k = 1; weight(k) > 1e-300 * weight(0) && k < 100000; ++k) total += 2 * weight(k);
+  const auto n = static_cast<double>(draws.size());
+  const auto pmf = [&](std::int64_t k) { return weight(k < 0 ? -k : k) / total; };
+  std::int64_t hi = 0;
+  while (n * pmf(hi + 1) >= 20) ++hi;
+  std::map<std::int64_t, double> seen;
+  double tail = 0;
+  for (const std::int64_t x : draws) (x < -hi || x > hi ? tail : seen[x]) += 1;
+  fit f;
+  double within = 0;
+  for (std::int64_t k = -hi; k <= hi; ++k) {
+    const double expected = n * pmf(k);
+    within += pmf(k);
+    f.stat += (seen[k] - expected) * (seen[k] - expected) / expected;
+  }
+  const double tail_expected = n * (1.0 - within);
+  if (tail_expected > 0) f.stat += (tail - tail_expected) * (tail - tail_expected) / tail_expected;
+  f.df = static_cast<double>(2 * hi + 1);  // 2·hi + 2 bins − 1
+  return f;
+}
+
+std::vector<std::int64_t> draws_of(double variance, std::uint8_t key, int n) {
+  crypto::discrete_gaussian g(key_of(key), crypto::rational_variance(variance).value());
+  std::vector<std::int64_t> x(static_cast<std::size_t>(n));
+  for (auto& v : x) v = g.next();
+  return x;
+}
+
 }  // namespace
 
 TEST_CASE("noise: Poisson draws fit the distribution (chi-square, 10^5 draws)") {
@@ -110,4 +150,72 @@ TEST_CASE("noise: Skellam draws have the variance asked for, centred, from one k
   CHECK(differ > 95);
   crypto::skellam_sampler none(key_of(3), 0.0);
   for (int i = 0; i < 10; ++i) CHECK(none.next() == 0);
+}
+
+TEST_CASE("discrete gaussian: draws fit N_Z(0, σ²) (chi-square, 2·10^5 draws)") {
+  for (const double variance : {0.25, 1.0, 2.0, 7.3, 100.0, 2500.0}) {
+    CAPTURE(variance);
+    const auto x = draws_of(variance, static_cast<std::uint8_t>(variance), 200000);
+    const fit f = chi_square(x, [&](std::int64_t k) { return std::exp(-static_cast<double>(k * k) / (2.0 * variance)); });
+    CAPTURE(f.df);
+    CHECK(f.df >= 2);
+    CHECK(f.stat < chi_square_limit(f.df));
+  }
+}
+
+TEST_CASE("discrete gaussian: a law with the wrong σ fails the same check") {
+  // The check above can fail: draws at σ² = 100 against the law at σ² = 110.
+  const auto x = draws_of(100.0, 3, 200000);
+  const fit f = chi_square(x, [](std::int64_t k) { return std::exp(-static_cast<double>(k * k) / 220.0); });
+  CHECK(f.stat > chi_square_limit(f.df));
+}
+
+TEST_CASE("discrete gaussian: the discrete Laplace proposal fits exp(-|x|/t)") {
+  for (const std::uint64_t t : {1, 2, 5, 40}) {
+    CAPTURE(t);
+    crypto::discrete_gaussian g(key_of(11), crypto::rational_variance(1.0).value());
+    std::vector<std::int64_t> x(200000);
+    for (auto& v : x) v = g.next_laplace(t);
+    const fit f = chi_square(x, [&](std::int64_t k) { return std::exp(-static_cast<double>(k) / static_cast<double>(t)); });
+    CHECK(f.stat < chi_square_limit(f.df));
+  }
+}
+
+TEST_CASE("discrete gaussian: large σ keep mean 0 and variance σ², up to σ = 2^25") {
+  for (const double variance : {1e6, 0x1p40, 0x1p50}) {
+    CAPTURE(variance);
+    const auto x = draws_of(variance, 5, 100000);
+    double mean = 0, second = 0;
+    for (const std::int64_t v : x) mean += static_cast<double>(v);
+    mean /= static_cast<double>(x.size());
+    for (const std::int64_t v : x) second += (static_cast<double>(v) - mean) * (static_cast<double>(v) - mean);
+    second /= static_cast<double>(x.size() - 1);
+    CHECK(std::abs(mean) < 5.0 * std::sqrt(variance / static_cast<double>(x.size())));
+    CHECK(std::abs(second / variance - 1.0) < 0.02);
+  }
+}
+
+TEST_CASE("discrete gaussian: σ² becomes a fraction at or above it, and bad variances are refused") {
+  for (const double variance : {0.1, 1.0 / 3.0, 2.0, 12345.678, 0x1p39 + 0.5, 0x1p45 + 1.0, 0x1p50}) {
+    CAPTURE(variance);
+    const crypto::variance_fraction f = crypto::rational_variance(variance).value();
+    const double value = static_cast<double>(f.num) / static_cast<double>(f.den);
+    CHECK(value >= variance);
+    CHECK(value - variance <= 1.0 / static_cast<double>(f.den));
+    CHECK(value / variance - 1.0 < 1e-9);
+  }
+  for (const double bad : {0.0, -1.0, std::nan(""), 0x1p51, HUGE_VAL}) {
+    CAPTURE(bad);
+    const auto f = crypto::rational_variance(bad);
+    REQUIRE_FALSE(f);
+    CHECK(f.error().message.find("variance") != std::string::npos);
+  }
+}
+
+TEST_CASE("discrete gaussian: one key, one stream; another key, another") {
+  const auto a = draws_of(1e4, 1, 200), b = draws_of(1e4, 1, 200), c = draws_of(1e4, 2, 200);
+  CHECK(a == b);
+  int differ = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) differ += a[i] != c[i];
+  CHECK(differ > 190);
 }

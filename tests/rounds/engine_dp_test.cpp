@@ -221,6 +221,69 @@ TEST_CASE("dp: the noise's sample deviation is σC over the expected contributor
   CHECK(std::abs(mean) < 5 * expected / std::sqrt(n));
 }
 
+TEST_CASE("dp: the hub's noise is exact: sums in units of C/2^20 plus discrete Gaussian noise, no fractions of a unit") {
+  // One device of a population of one sends back what it received: every coordinate moves by the
+  // noise alone, a whole number of units (C / 2^20 at σ ≤ 1). A floating-point Gaussian would leave
+  // fractions spread over [0, 1).
+  const double clip = 1.0, unit = clip / 0x1p20;
+  const auto c = config({{"sample_rate", 1.0}, {"clip", clip}, {"noise_multiplier", 0.5}, {"population", 1}}, {{"strategy", "fedavg"}});
+  auto e = engine_for(c);
+  const std::vector<float> before(e.params().begin(), e.params().end());
+  REQUIRE(e.begin_round(fleet(1)).ok());
+  report_all(e, [](std::size_t) { return 0.0f; });
+  REQUIRE(e.close_round(nullptr).ok());
+  double worst = 0, sq = 0;
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    const double units = (static_cast<double>(e.params()[i]) - before[i]) / unit;
+    worst = std::max(worst, std::abs(units - std::round(units)));
+    sq += units * units;
+  }
+  const double n = static_cast<double>(before.size());
+  CHECK(worst < 0.1);  // what the float parameters keep of a unit
+  // Deviation σ·(κ + √n/2) units: the noise covers one device's quantized change, rounding included.
+  CHECK(std::sqrt(sq / n) / (0.5 * (0x1p20 + std::sqrt(n) / 2)) == doctest::Approx(1.0).epsilon(0.05));
+}
+
+TEST_CASE("dp: one device more moves the hub's integer sums by its quantized clipped change, within κ + √n/2") {
+  // The same seeded round (the same noise) over d0..d9, who send back what they received, and over
+  // the same ten and d10, whose change (norm about 27) is clipped to C = 1. The released sums differ by
+  // d10's quantized change: norm within rounding of κ = 2^20 units, pointing where d10's change did.
+  const auto c = config({{"sample_rate", 1.0}, {"clip", 1.0}, {"noise_multiplier", 0.8}, {"population", 20}}, {{"strategy", "fedavg"}});
+  const auto released = [&](std::size_t devices) {
+    auto e = engine_for(c);
+    REQUIRE(e.begin_round(fleet(devices)).ok());
+    for (auto& a : e.assignments()) {
+      std::vector<float> local(core::param_count(a.sub.arch));
+      core::gather(e.full(), a.sub, e.params(), local);
+      if (a.device == "d10") {
+        for (auto& v : local) v += 0.1f;
+      }
+      std::vector<std::byte> blob(a.blob_bytes);
+      REQUIRE(core::encode(a.sub.arch, a.codec, local, blob).ok());
+      REQUIRE(e.sent(a).ok());
+      REQUIRE(e.downloaded(a).ok());
+      REQUIRE(e.announce(a, {.round = 1, .clipped = 0, .examples = 8, .steps = 2, .loss = 0.5, .size = a.blob_bytes, .codec = a.codec}).ok());
+      REQUIRE(e.receive(a, blob).ok());
+    }
+    REQUIRE(e.close_round(nullptr).ok());
+    return std::vector<float>(e.params().begin(), e.params().end());
+  };
+  const auto ten = released(10), eleven = released(11);
+  const double unit = 1.0 / 0x1p20, contributors = 20;
+  double sq = 0, along = 0;
+  for (std::size_t i = 0; i < ten.size(); ++i) {
+    const double units = (static_cast<double>(eleven[i]) - ten[i]) * contributors / unit;
+    sq += units * units;
+    along += units;  // d10's change is the same on every coordinate: its clipped change is κ/√n each
+  }
+  const double n = static_cast<double>(ten.size());
+  // The float parameters hold a difference to about 0.15 units a coordinate (two roundings of values
+  // near 0.1, times 20·2^20): allow √n/2 more on each side of the quantized change's own bound.
+  CHECK(std::sqrt(sq) <= 0x1p20 + std::sqrt(n));
+  CHECK(std::sqrt(sq) >= 0x1p20 - std::sqrt(n));
+  CHECK(along / std::sqrt(n) == doctest::Approx(0x1p20).epsilon(1e-3));
+}
+
 TEST_CASE("dp: ε is the accountant's after each round, and the run stops before the round that would pass the target") {
   const double q = 0.2, sigma = 1.1;
   core::rdp_accountant reference;

@@ -5,9 +5,9 @@
 #include <numeric>
 #include <string>
 
+#include "tessera/core/base/rng.hpp"
 #include "tessera/core/math/memory.hpp"
 #include "tessera/core/math/mlp.hpp"
-#include "tessera/core/base/rng.hpp"
 
 namespace tessera::core {
 namespace {
@@ -177,6 +177,12 @@ void scatter(const mlp_arch& full, const subnet& sub, std::span<const float> sub
   TESSERA_ASSERT(full_params.size() == param_count(full));
   TESSERA_ASSERT(sub_params.size() == param_count(sub.arch));
   for_each_param(full, sub, [&](std::size_t s, std::size_t f) { full_params[f] = sub_params[s]; });
+}
+
+void scatter_add(const mlp_arch& full, const subnet& sub, std::span<const std::int64_t> sub_values, std::span<std::int64_t> full_values) {
+  TESSERA_ASSERT(full_values.size() == param_count(full));
+  TESSERA_ASSERT(sub_values.size() == param_count(sub.arch));
+  for_each_param(full, sub, [&](std::size_t s, std::size_t f) { full_values[f] += sub_values[s]; });
 }
 
 aggregator::aggregator(const mlp_arch& full, aggregate_kind kind, double trim)

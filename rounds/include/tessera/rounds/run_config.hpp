@@ -3,7 +3,7 @@
 // The simulator and the hub read the same field names with the same defaults, so a configuration tried
 // in the simulator means the same thing on a real fleet (and the two can be checked against each
 // other: same seed, same shards, same model). Each adds its own fields (sim_config, hub_config).
-// The seeds of a run's sub-streams (plan, shards, batch order) are in core/seeds.hpp.
+// The seeds of a run's sub-streams (plan, shards, batch order) are in core/base/seeds.hpp.
 //
 //   core::config_reader r(json, "hub.json");
 //   rounds::run_config c;
@@ -17,9 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/core/config/json_config.hpp"
 #include "tessera/core/data/data_source.hpp"
 #include "tessera/core/math/ist.hpp"
-#include "tessera/core/config/json_config.hpp"
 #include "tessera/core/math/memory.hpp"
 #include "tessera/core/math/model_spec.hpp"
 #include "tessera/core/math/optimizer.hpp"
@@ -61,8 +61,8 @@ struct secure_aggregation_config {
 
 // Client-level differential privacy (DP-FedAvg, McMahan et al., ICLR 2018): each round samples every
 // registered device with probability sample_rate; a device clips its change to L2 norm `clip`; the hub
-// adds Gaussian noise of deviation noise_multiplier · clip to every sum and divides by the expected
-// number of contributors; an RDP accountant (core/rdp.hpp) tracks ε at `delta` and the run stops
+// adds discrete Gaussian noise of deviation noise_multiplier · clip to every sum and divides by the expected
+// number of contributors; an RDP accountant (core/privacy/rdp.hpp) tracks ε at `delta` and the run stops
 // before a round that would pass target_epsilon (0: no target). Under secure aggregation the devices
 // add the noise instead (discrete, in the ring: any secure_aggregation.threshold contributors carry
 // all of it), the ring's clip is `clip`, and the accountant composes the Skellam mechanism.
@@ -127,7 +127,7 @@ struct run_config {
   // only sums, and differential privacy's sensitivity is the mean's).
   core::aggregate_kind aggregate = core::aggregate_kind::mean;
   double trim_fraction = 0.2;  // trimmed_mean: the share dropped at each end
-  // The hub's step after assembly (core/server_optimizer.hpp): (assembled − previous) as a pseudo-gradient
+  // The hub's step after assembly (core/math/server_optimizer.hpp): (assembled − previous) as a pseudo-gradient
   // for FedAvgM, FedAdam or FedYogi, on the coordinates some update reached. The default, kind none with
   // lr 1, is the plain assembly (the engine then takes no step at all). It composes with everything that
   // assembles: secure aggregation (the released mean change), differential privacy (post-processing of

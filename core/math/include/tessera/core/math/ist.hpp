@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "tessera/core/base/error.hpp"
-#include "tessera/core/math/model_spec.hpp"
 #include "tessera/core/base/names.hpp"
+#include "tessera/core/math/model_spec.hpp"
 
 namespace tessera::core {
 
@@ -66,6 +66,10 @@ struct subnet {
 void gather(const mlp_arch& full, const subnet& sub, std::span<const float> full_params, std::span<float> sub_params);
 // Writes the subnet's parameters back to where they came from.
 void scatter(const mlp_arch& full, const subnet& sub, std::span<const float> sub_params, std::span<float> full_params);
+// Adds integer values of the subnet's parameters to where they came from (exact sums of quantized
+// changes: the hub's DP release).
+void scatter_add(const mlp_arch& full, const subnet& sub, std::span<const std::int64_t> sub_values,
+                 std::span<std::int64_t> full_values);
 
 // How reports of one parameter combine. mean: weighted by examples. median and trimmed_mean are robust
 // aggregates for replicated groups (Yin, Chen, Ramchandran, Bartlett, ICML 2018: coordinate-wise median
