@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/math/model_spec.hpp"
 #include "tessera/core/base/rng.hpp"
+#include "tessera/core/math/model_spec.hpp"
 #include "tessera/core/train/train.hpp"
 #include "../common/timing.hpp"
 

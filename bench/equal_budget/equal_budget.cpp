@@ -70,7 +70,7 @@ using clock_type = std::chrono::steady_clock;
 
 constexpr std::size_t k_devices = 8;
 constexpr std::int64_t k_batch = 32;
-constexpr double k_momentum = 0.9;  // with momentum the arena holds a velocity (core/memory.hpp)
+constexpr double k_momentum = 0.9;  // with momentum the arena holds a velocity (core/math/memory.hpp)
 constexpr core::codec_kind k_codec = core::codec_kind::f32;
 constexpr std::int64_t k_min_width = 8;  // the run configuration's default min_width
 constexpr std::uint64_t k_seed = 1;

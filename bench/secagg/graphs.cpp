@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "common/fleet_run.hpp"
-#include "tessera/core/io/file_io.hpp"
 #include "tessera/core/base/rng.hpp"
+#include "tessera/core/io/file_io.hpp"
 #include "tessera/crypto/pki.hpp"
 #include "tessera/crypto/secagg.hpp"
 #include "tessera/crypto/secagg_graph.hpp"

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "common/fleet_run.hpp"
-#include "tessera/core/io/file_io.hpp"
 #include "tessera/core/base/rng.hpp"
+#include "tessera/core/io/file_io.hpp"
 #include "tessera/crypto/pki.hpp"
 #include "tessera/net/messages.hpp"
 #include "tessera/rounds/engine.hpp"

@@ -45,9 +45,9 @@
 #include "tessera/crypto/pki.hpp"
 #include "tessera/edge/agent.hpp"
 #include "tessera/hub/hub.hpp"
+#include "tessera/net/link_emulator.hpp"
 #include "tessera/rounds/sim/shards.hpp"
 #include "tessera/rounds/sim/simulation.hpp"
-#include "tessera/net/link_emulator.hpp"
 
 namespace {
 

@@ -12,10 +12,10 @@
 
 #include <Eigen/Core>
 
+#include "tessera/core/base/rng.hpp"
 #include "tessera/core/math/mlp.hpp"
 #include "tessera/core/math/model_spec.hpp"
 #include "tessera/core/math/optimizer.hpp"
-#include "tessera/core/base/rng.hpp"
 #include "../common/timing.hpp"
 
 int main(int argc, char** argv) {

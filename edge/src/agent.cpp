@@ -5,8 +5,8 @@
 
 #include <boost/asio/post.hpp>
 
-#include "tessera/core/io/file_io.hpp"
 #include "tessera/core/base/seeds.hpp"
+#include "tessera/core/io/file_io.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/crypto/pki.hpp"
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <vector>
 
-#include "tessera/core/math/mlp.hpp"
 #include "tessera/core/base/seeds.hpp"
+#include "tessera/core/math/mlp.hpp"
 
 namespace tessera::edge {
 namespace {

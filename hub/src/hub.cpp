@@ -6,8 +6,8 @@
 #include <fstream>
 #include <random>
 
-#include "tessera/core/io/file_io.hpp"
 #include "tessera/core/data/targets.hpp"
+#include "tessera/core/io/file_io.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/crypto/pki.hpp"
 #include "tessera/hub/error.hpp"

@@ -1,5 +1,5 @@
 // The hub's statistics phase: before round 1 of a model that standardizes its inputs, the fleet's
-// feature statistics in two passes (rounds/statistics.hpp holds the state, core/fed_stats.hpp the sums).
+// feature statistics in two passes (rounds/statistics.hpp holds the state, core/data/fed_stats.hpp the sums).
 #include <cstdio>
 
 #include "tessera/hub/error.hpp"

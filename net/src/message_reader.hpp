@@ -161,7 +161,7 @@ class reader {
     return v;
   }
 
-  // `count` float64 values as base64 (core/base64.hpp); the text's length is checked before decoding.
+  // `count` float64 values as base64 (core/config/base64.hpp); the text's length is checked before decoding.
   std::vector<double> doubles(const char* key, std::uint64_t count) {
     const std::string text = string(key, (count * 8 + 2) / 3 * 4);
     if (failed_) return {};

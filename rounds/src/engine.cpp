@@ -7,9 +7,9 @@
 #include <limits>
 #include <utility>
 
+#include "tessera/core/base/seeds.hpp"
 #include "tessera/core/math/codec.hpp"
 #include "tessera/core/math/mlp.hpp"
-#include "tessera/core/base/seeds.hpp"
 #include "tessera/core/train/train.hpp"
 #include "tessera/rounds/error.hpp"
 #include "private_aggregation.hpp"

@@ -40,7 +40,7 @@ double change_sigma_of(const dp_config& d, std::size_t population) noexcept {
 //             carry (σS)², the variance of N(0, (σC)²) in steps, and more contributors only more;
 //   release   one device moves the sum by its rounded change: L2 at most S + √d (each value's
 //             stochastic rounding moves it by less than a step), L1 at most min(√d, L2)·L2.
-// The accountant composes the Skellam mechanism of these (core/rdp.hpp); 2^10 √d keeps the rounding's
+// The accountant composes the Skellam mechanism of these (core/privacy/rdp.hpp); 2^10 √d keeps the rounding's
 // √d within 0.1% of S, and 2^24 / σ keeps a device's Poisson means below 2^47.
 core::result<private_ring> make_private_ring(const run_config& c, std::size_t params, std::size_t population) {
   const auto& sa = c.secure_aggregation;

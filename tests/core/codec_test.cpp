@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "tessera/core/base/rng.hpp"
 #include "tessera/core/math/codec.hpp"
 #include "tessera/core/math/mlp.hpp"
-#include "tessera/core/base/rng.hpp"
 
 using namespace tessera::core;
 

@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "test_files.hpp"
+#include "tessera/core/base/rng.hpp"
 #include "tessera/core/config/base64.hpp"
 #include "tessera/core/data/fed_stats.hpp"
-#include "tessera/core/base/rng.hpp"
 
 using namespace tessera;
 using tessera::testing::error_of;

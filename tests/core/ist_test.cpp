@@ -5,9 +5,9 @@
 #include <set>
 #include <vector>
 
+#include "tessera/core/base/rng.hpp"
 #include "tessera/core/math/ist.hpp"
 #include "tessera/core/math/mlp.hpp"
-#include "tessera/core/base/rng.hpp"
 #include "test_files.hpp"
 
 using namespace tessera::core;

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <vector>
 
+#include "tessera/core/base/rng.hpp"
 #include "tessera/core/math/mlp.hpp"
 #include "tessera/core/math/optimizer.hpp"
-#include "tessera/core/base/rng.hpp"
 
 using namespace tessera::core;
 

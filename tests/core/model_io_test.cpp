@@ -1,8 +1,8 @@
 #include <doctest/doctest.h>
 
-#include "tessera/core/math/mlp.hpp"
 #include "tessera/core/io/model_io.hpp"
 #include "tessera/core/io/safetensors.hpp"
+#include "tessera/core/math/mlp.hpp"
 #include "test_files.hpp"
 
 using namespace tessera::core;

@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "tessera/core/data/dataset.hpp"
 #include "tessera/core/base/error.hpp"
+#include "tessera/core/data/dataset.hpp"
 #include "tessera/core/math/model_spec.hpp"
 #include "tessera/core/train/train.hpp"
 

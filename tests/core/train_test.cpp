@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <vector>
 
+#include "tessera/core/base/rng.hpp"
 #include "tessera/core/data/dataset.hpp"
 #include "tessera/core/math/ist.hpp"
 #include "tessera/core/math/memory.hpp"
 #include "tessera/core/math/model_spec.hpp"
-#include "tessera/core/base/rng.hpp"
 #include "tessera/core/train/train.hpp"
 #include "tessera/core/train/training_block.hpp"
 

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "tessera/core/base/rng.hpp"
 #include "tessera/core/data/dataset.hpp"
 #include "tessera/core/math/memory.hpp"
 #include "tessera/core/math/model_spec.hpp"
-#include "tessera/core/base/rng.hpp"
 #include "test_files.hpp"
 
 namespace core = tessera::core;

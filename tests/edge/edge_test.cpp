@@ -6,9 +6,9 @@
 #include <numeric>
 #include <vector>
 
+#include "tessera/core/base/rng.hpp"
 #include "tessera/core/math/memory.hpp"
 #include "tessera/core/math/model_spec.hpp"
-#include "tessera/core/base/rng.hpp"
 #include "tessera/edge/arena.hpp"
 #include "tessera/edge/device_data.hpp"
 #include "../core/test_files.hpp"

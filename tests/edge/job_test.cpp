@@ -7,15 +7,15 @@
 #include <cstring>
 #include <limits>
 
+#include "tessera/core/base/rng.hpp"
+#include "tessera/core/base/seeds.hpp"
+#include "tessera/core/data/targets.hpp"
 #include "tessera/core/math/codec.hpp"
 #include "tessera/core/math/mlp.hpp"
-#include "tessera/core/base/rng.hpp"
-#include "tessera/crypto/digest.hpp"
-#include "tessera/core/data/targets.hpp"
-#include "tessera/core/base/seeds.hpp"
 #include "tessera/core/train/train.hpp"
-#include "tessera/edge/device_data.hpp"
+#include "tessera/crypto/digest.hpp"
 #include "tessera/crypto/masking.hpp"
+#include "tessera/edge/device_data.hpp"
 #include "tessera/edge/job.hpp"
 #include "tessera/net/task.hpp"
 #include "../core/test_files.hpp"

@@ -60,9 +60,9 @@ int posix_memalign(void** out, std::size_t a, std::size_t n) noexcept {
 
 #include <Eigen/Core>
 
+#include "tessera/core/base/rng.hpp"
 #include "tessera/core/math/memory.hpp"
 #include "tessera/core/math/model_spec.hpp"
-#include "tessera/core/base/rng.hpp"
 #include "tessera/core/train/train.hpp"
 #include "tessera/edge/arena.hpp"
 

@@ -15,11 +15,11 @@
 
 #include "fleet.hpp"
 #include "support/test_pki.hpp"
+#include "tessera/core/base/rng.hpp"
 #include "tessera/core/math/codec.hpp"
 #include "tessera/core/math/memory.hpp"
 #include "tessera/core/math/mlp.hpp"
 #include "tessera/core/math/model_spec.hpp"
-#include "tessera/core/base/rng.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/net/server.hpp"
 #include "tessera/net/task.hpp"

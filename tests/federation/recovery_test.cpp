@@ -11,8 +11,8 @@
 #include "fleet.hpp"
 #include "tessera/core/math/ist.hpp"
 #include "tessera/core/math/mlp.hpp"
-#include "tessera/rounds/checkpoint.hpp"
 #include "tessera/hub/hub_config.hpp"
+#include "tessera/rounds/checkpoint.hpp"
 
 namespace tessera::testing {
 namespace {

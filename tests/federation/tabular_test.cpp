@@ -1,5 +1,5 @@
 // Tabular data whose features are measured in very different units: the federation standardizes them
-// with statistics it measures itself (core/fed_stats.hpp), as tessera-sim does from its shards, and the
+// with statistics it measures itself (core/data/fed_stats.hpp), as tessera-sim does from its shards, and the
 // result is the simulator's, bit for bit. Without standardization the same run learns far less.
 #include <cmath>
 #include <cstdio>

@@ -25,8 +25,8 @@
 #include "../core/test_files.hpp"
 #include "../crypto/test_pki.hpp"
 #include "support/scripted_agent.hpp"
-#include "tessera/core/data/dataset.hpp"
 #include "tessera/core/base/rng.hpp"
+#include "tessera/core/data/dataset.hpp"
 #include "tessera/edge/agent.hpp"
 #include "tessera/hub/hub.hpp"
 

@@ -13,9 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "../core/test_files.hpp"
+#include "tessera/core/base/seeds.hpp"
 #include "tessera/core/math/codec.hpp"
 #include "tessera/core/math/mlp.hpp"
-#include "tessera/core/base/seeds.hpp"
 #include "tessera/rounds/checkpoint.hpp"
 #include "tessera/rounds/engine.hpp"
 #include "tessera/rounds/error.hpp"

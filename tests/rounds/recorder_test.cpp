@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "../core/test_files.hpp"
-#include "tessera/core/math/mlp.hpp"
 #include "tessera/core/io/safetensors.hpp"
+#include "tessera/core/math/mlp.hpp"
 #include "tessera/rounds/recorder.hpp"
 
 using namespace tessera;

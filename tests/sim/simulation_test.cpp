@@ -7,10 +7,10 @@
 #include <numbers>
 #include <vector>
 
+#include "tessera/core/base/rng.hpp"
 #include "tessera/core/data/fed_stats.hpp"
 #include "tessera/core/math/ist.hpp"
 #include "tessera/core/math/mlp.hpp"
-#include "tessera/core/base/rng.hpp"
 #include "tessera/rounds/sim/shards.hpp"
 #include "tessera/rounds/sim/simulation.hpp"
 #include "../core/test_files.hpp"

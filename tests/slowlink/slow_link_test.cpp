@@ -13,8 +13,8 @@
 #include "tessera/core/math/memory.hpp"
 #include "tessera/edge/agent.hpp"
 #include "tessera/hub/hub.hpp"
-#include "tessera/rounds/sim/shards.hpp"
 #include "tessera/net/link_emulator.hpp"
+#include "tessera/rounds/sim/shards.hpp"
 
 using namespace tessera;
 using namespace std::chrono_literals;

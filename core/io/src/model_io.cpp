@@ -3,8 +3,8 @@
 #include <cmath>
 #include <string_view>
 
-#include "tessera/core/math/mlp.hpp"
 #include "tessera/core/io/safetensors.hpp"
+#include "tessera/core/math/mlp.hpp"
 
 namespace tessera::core {
 namespace {

@@ -2,9 +2,9 @@
 
 #include <cmath>
 
+#include "tessera/core/base/rng.hpp"
 #include "tessera/core/config/json_config.hpp"
 #include "tessera/core/math/mlp.hpp"
-#include "tessera/core/base/rng.hpp"
 
 namespace tessera::core {
 

@@ -4,14 +4,14 @@
 #include <chrono>
 #include <limits>
 
-#include "tessera/core/math/codec.hpp"
-#include "tessera/core/train/device_round.hpp"
-#include "tessera/core/math/mlp.hpp"
 #include "tessera/core/base/seeds.hpp"
 #include "tessera/core/data/targets.hpp"
+#include "tessera/core/math/codec.hpp"
+#include "tessera/core/math/mlp.hpp"
+#include "tessera/core/train/device_round.hpp"
 #include "tessera/core/train/training_block.hpp"
-#include "tessera/rounds/statistics.hpp"
 #include "tessera/rounds/sim/shards.hpp"
+#include "tessera/rounds/statistics.hpp"
 
 namespace tessera::sim {
 namespace {

@@ -18,7 +18,7 @@
 //   RESULT ──▶ accepted or rejected (logged); the arena is released until the next assignment
 //
 // Before round 1 of a model that standardizes its inputs the hub asks for STATS, twice: the agent
-// measures its training examples on the worker thread (core/fed_stats.hpp: counts and sums, then
+// measures its training examples on the worker thread (core/data/fed_stats.hpp: counts and sums, then
 // squared deviations about the fleet's mean) and answers STATS_REPLY. Data that does not suit the
 // model (feature count, labels) is refused instead, once, with the reason.
 //

@@ -14,10 +14,10 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/base/error.hpp"
-#include "tessera/core/math/memory.hpp"
-#include "tessera/crypto/tls.hpp"
 #include "tessera/core/config/json_config.hpp"
 #include "tessera/core/config/log.hpp"
+#include "tessera/core/math/memory.hpp"
+#include "tessera/crypto/tls.hpp"
 #include "tessera/edge/device_data.hpp"
 #include "tessera/edge/privacy_policy.hpp"
 #include "tessera/net/link_config.hpp"
@@ -42,7 +42,7 @@ struct agent_config {
   privacy_policy privacy;                    // what this device lets a hub do (privacy_policy.hpp)
 };
 
-// Reads the fields from `r` (a describing reader lists them; see core/json_config.hpp).
+// Reads the fields from `r` (a describing reader lists them; see core/config/json_config.hpp).
 [[nodiscard]] core::result<agent_config> read_agent_config(core::config_reader& r);
 [[nodiscard]] core::result<agent_config> parse_agent_config(const nlohmann::json& json, const std::string& source);
 

@@ -44,7 +44,7 @@ class training_arena {
   [[nodiscard]] const core::training_memory& layout() const noexcept { return block_.layout(); }
   [[nodiscard]] std::size_t size_bytes() const noexcept { return block_.size_bytes(); }
   [[nodiscard]] std::span<std::byte> all() noexcept { return block_.all(); }
-  // The block itself, for the device's round step (core/device_round.hpp).
+  // The block itself, for the device's round step (core/train/device_round.hpp).
   [[nodiscard]] core::training_block& block() noexcept { return block_; }
 
  private:

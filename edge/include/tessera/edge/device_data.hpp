@@ -22,16 +22,16 @@
 #include <string>
 #include <vector>
 
+#include "tessera/core/base/error.hpp"
 #include "tessera/core/data/data_source.hpp"
 #include "tessera/core/data/dataset.hpp"
-#include "tessera/core/base/error.hpp"
 #include "tessera/core/data/targets.hpp"
 #include "tessera/core/train/train.hpp"
 
 namespace tessera::edge {
 
 struct data_config {
-  core::data_source source;        // the device's files (core/data_source.hpp)
+  core::data_source source;        // the device's files (core/data/data_source.hpp)
   std::int64_t shuffle_buffer = 1024;  // examples held for shuffling a stream (gzip IDX, CSV)
   double validation_fraction = 0;  // held out for validation, in [0, 0.5] (ignored with `validation`)
   std::optional<core::data_source> validation{};  // a validation set of its own instead

@@ -25,8 +25,8 @@
 #include "tessera/crypto/agreement.hpp"
 #include "tessera/crypto/secagg.hpp"
 #include "tessera/edge/error.hpp"
-#include "tessera/net/messages.hpp"
 #include "tessera/edge/privacy_policy.hpp"
+#include "tessera/net/messages.hpp"
 
 namespace tessera::edge {
 

@@ -15,9 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/core/data/data_source.hpp"
 #include "tessera/core/config/json_config.hpp"
 #include "tessera/core/config/log.hpp"
+#include "tessera/core/data/data_source.hpp"
 #include "tessera/crypto/tls.hpp"
 #include "tessera/net/link_config.hpp"
 #include "tessera/rounds/run_config.hpp"
@@ -55,7 +55,7 @@ struct hub_config : rounds::run_config {
   core::log_format log_format = core::log_format::text;  // events on standard error; json: the round lines on stdout too
 };
 
-// Reads the fields from `r` (a describing reader lists them; see core/json_config.hpp).
+// Reads the fields from `r` (a describing reader lists them; see core/config/json_config.hpp).
 [[nodiscard]] core::result<hub_config> read_hub_config(core::config_reader& r);
 [[nodiscard]] core::result<hub_config> parse_hub_config(const nlohmann::json& json, const std::string& source);
 

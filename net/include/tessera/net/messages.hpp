@@ -37,7 +37,7 @@ inline constexpr std::size_t max_resume_entries = 16;
 inline constexpr std::size_t max_widths = 64;
 
 // How a parameter blob is encoded on the wire: core::codec_kind, by its names "f32", "f16", "q8"
-// (core/codec.hpp documents the bytes).
+// (core/math/codec.hpp documents the bytes).
 using codec = core::codec_kind;
 inline constexpr std::size_t max_code_chars = 64;
 // Features and classes a STATS exchange may describe (the frame size bounds them further).
@@ -141,7 +141,7 @@ struct refuse {
   std::string code{};                  // why, as core::error_name ("edge.labels_mismatch"); optional
 };
 
-// One pass of the feature statistics (core/fed_stats.hpp). Pass 1 asks for counts and sums; pass 2 for
+// One pass of the feature statistics (core/data/fed_stats.hpp). Pass 1 asks for counts and sums; pass 2 for
 // squared deviations about the fleet's mean, which it carries. Arrays of numbers travel as base64 of
 // little-endian float64 (exact), their lengths fixed by `inputs` and `outputs`.
 struct stats {

@@ -6,7 +6,7 @@
 //    "input_scale": [1, 1, 1], "steps": 100, "batch": 32,
 //    "lr": 0.05, "momentum": 0.9, "weight_decay": 0, "nesterov": false,
 //    "input_mean": "<base64 f32 × inputs>", "input_std": "<base64 f32 × inputs>"}   // when the model
-//                                                       // standardizes its inputs (core/fed_stats.hpp)
+//                                                       // standardizes its inputs (core/data/fed_stats.hpp)
 //
 // The agent builds the subnet's architecture from these alone (it never sees the full model), checks
 // it against its data and its memory budget, and trains. Parsing bounds every number before anything
@@ -20,11 +20,11 @@
 #include <cstdint>
 #include <string>
 
-#include "tessera/core/train/device_round.hpp"
 #include "tessera/core/base/error.hpp"
 #include "tessera/core/math/memory.hpp"
 #include "tessera/core/math/model_spec.hpp"
 #include "tessera/core/math/optimizer.hpp"
+#include "tessera/core/train/device_round.hpp"
 #include "tessera/net/messages.hpp"
 
 namespace tessera::net {
@@ -32,7 +32,7 @@ namespace tessera::net {
 inline constexpr std::int64_t max_task_batch = 4096;
 inline constexpr std::int64_t max_task_steps = 100'000'000;
 
-using core::training_task;  // core/device_round.hpp: the subnet and how to train it
+using core::training_task;  // core/train/device_round.hpp: the subnet and how to train it
 
 // The hyper_json of an ASSIGN (the hidden widths travel in ASSIGN.widths).
 [[nodiscard]] std::string task_to_json(const training_task& t);

@@ -49,7 +49,7 @@ struct round_view {
   [[nodiscard]] std::int64_t round() const noexcept { return completed + 1; }
 };
 
-// The coordinates a round reached, for the server optimizer (core/server_optimizer.hpp): one flag per
+// The coordinates a round reached, for the server optimizer (core/math/server_optimizer.hpp): one flag per
 // parameter of the full model, or nothing at all when no server optimizer steps (every mark a no-op).
 class reached_mask {
  public:

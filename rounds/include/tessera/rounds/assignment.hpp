@@ -24,10 +24,10 @@
 #include <string_view>
 #include <vector>
 
-#include "tessera/core/train/device_round.hpp"
 #include "tessera/core/base/error.hpp"
 #include "tessera/core/math/ist.hpp"
 #include "tessera/core/math/memory.hpp"
+#include "tessera/core/train/device_round.hpp"
 #include "tessera/crypto/masking.hpp"
 
 namespace tessera::rounds {

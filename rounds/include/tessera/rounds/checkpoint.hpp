@@ -85,7 +85,7 @@ struct checkpoint {
   std::optional<core::rdp_accountant> privacy;  // differential privacy: the accountant's state (the model's users)
   std::optional<core::rdp_accountant> privacy_hub;  // with the devices' noise: the accountant against the hub
   double dp_clip = 0;                           // and the clip adaptive clipping reached (0: none)
-  // The server optimizer's moments and steps (core/server_optimizer.hpp), for a kind that keeps moments.
+  // The server optimizer's moments and steps (core/math/server_optimizer.hpp), for a kind that keeps moments.
   std::optional<core::server_optimizer_state> server_optimizer;
 };
 

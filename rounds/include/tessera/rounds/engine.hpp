@@ -8,7 +8,7 @@
 //                         each one's capacity is the largest subnet its reported budget holds
 //                         (core::capacity_for_budget, the core's bytes_needed formula) unless the
 //                         driver fixes it; a device that cannot hold min_width neurons per layer (or
-//                         the whole model, for FedAvg) is left out with its reason. Seeds: core/seeds.hpp.
+//                         the whole model, for FedAvg) is left out with its reason. Seeds: core/base/seeds.hpp.
 //   encode_download(a)    the subnet in the assignment's codec, into the driver's memory.
 //   sent / downloaded / announce / receive / refuse / reject
 //                         what happened to an assignment; the engine moves its state (assignment.hpp)
@@ -34,7 +34,7 @@
 // Accepted uploads are added to the round's sums as soon as every device before them has ended, so a
 // driver that reports in device order (the simulator) holds one subnet at a time.
 //
-// Server optimizer (config.server_optimizer, core/server_optimizer.hpp): after assembly close_round
+// Server optimizer (config.server_optimizer, core/math/server_optimizer.hpp): after assembly close_round
 // takes (assembled − the model the round started from) as a pseudo-gradient and steps from the round's
 // start with FedAvgM, FedAdam or FedYogi, on the coordinates the round reached: an accepted update's
 // subnet (plain rounds, robust aggregates included), a released segment (secure aggregation), every
@@ -63,8 +63,8 @@
 #include "tessera/core/data/input_normalization.hpp"
 #include "tessera/core/math/ist.hpp"
 #include "tessera/core/math/memory.hpp"
-#include "tessera/core/privacy/rdp.hpp"
 #include "tessera/core/math/server_optimizer.hpp"
+#include "tessera/core/privacy/rdp.hpp"
 #include "tessera/crypto/secagg.hpp"
 #include "tessera/rounds/aggregation.hpp"
 #include "tessera/rounds/assignment.hpp"

@@ -1,7 +1,7 @@
 // tessera/rounds/statistics.hpp — the fleet's feature statistics, gathered before round 1.
 //
 // A model with `input_normalization: standardize` needs each input's mean and deviation over all the
-// devices' training examples before it can be trained (core/fed_stats.hpp has the arithmetic). This is
+// devices' training examples before it can be trained (core/data/fed_stats.hpp has the arithmetic). This is
 // the gathering's state, apart from any socket: the hub drives it with STATS messages, tessera-sim with
 // its shards, so both ask the same devices, add their figures in the same order and get the same bits.
 //

@@ -24,10 +24,10 @@
 #include <memory>
 #include <string>
 
-#include "tessera/core/data/dataset.hpp"
 #include "tessera/core/base/error.hpp"
-#include "tessera/core/config/json_config.hpp"
 #include "tessera/core/base/names.hpp"
+#include "tessera/core/config/json_config.hpp"
+#include "tessera/core/data/dataset.hpp"
 
 namespace tessera::core {
 

@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "tessera/core/base/error.hpp"
-#include "tessera/core/data/input_normalization.hpp"
 #include "tessera/core/base/names.hpp"
+#include "tessera/core/data/input_normalization.hpp"
 
 namespace tessera::core {
 

@@ -33,8 +33,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/data/dataset.hpp"
 #include "tessera/core/base/error.hpp"
+#include "tessera/core/data/dataset.hpp"
 #include "tessera/core/data/input_normalization.hpp"
 #include "tessera/core/math/model_spec.hpp"
 

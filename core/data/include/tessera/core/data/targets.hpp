@@ -16,8 +16,8 @@
 #include <span>
 #include <string>
 
-#include "tessera/core/data/data_source.hpp"
 #include "tessera/core/base/error.hpp"
+#include "tessera/core/data/data_source.hpp"
 #include "tessera/core/math/model_spec.hpp"
 
 namespace tessera::core {

@@ -7,7 +7,7 @@
 //     "init": "he_uniform",                // or "he_normal", "xavier_uniform"
 //     "compensation": "layer_norm",        // how narrow subnets match the full model, see below
 //     "input_normalization": "none",       // or "standardize": inputs standardized with the fleet's
-//                                          // statistics (core/fed_stats.hpp), part of the model
+//                                          // statistics (core/data/fed_stats.hpp), part of the model
 //     "seed": 1 }
 //
 //   auto spec = core::parse_model_spec(text, "hub.json:model");  // errors name the field and source
@@ -68,7 +68,7 @@ struct model_spec {
   init_kind init = init_kind::he_uniform;
   compensation_kind compensation = compensation_kind::layer_norm;
   // standardize: the model starts with x' = (x − mean) / std per input, mean and std measured over the
-  // fleet before round 1 (the values live beside the parameters: core/input_normalization.hpp).
+  // fleet before round 1 (the values live beside the parameters: core/data/input_normalization.hpp).
   input_normalization_kind input_normalization = input_normalization_kind::none;
   std::uint64_t seed = 1;
 

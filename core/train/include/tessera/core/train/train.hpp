@@ -16,8 +16,8 @@
 #include <span>
 #include <vector>
 
-#include "tessera/core/data/dataset.hpp"
 #include "tessera/core/base/error.hpp"
+#include "tessera/core/data/dataset.hpp"
 #include "tessera/core/data/input_normalization.hpp"
 #include "tessera/core/math/mlp.hpp"
 #include "tessera/core/math/optimizer.hpp"
@@ -110,7 +110,7 @@ class shuffled_stream_batches final : public batch_source {
   bool stream_ended_ = false;
 };
 
-// Another source's batches with the model's input normalization applied (core/input_normalization.hpp):
+// Another source's batches with the model's input normalization applied (core/data/input_normalization.hpp):
 // the one place training data meets it, on a device and in the simulator alike. `base` and `n` must
 // outlive it; it holds no buffer of its own.
 class normalized_batches final : public batch_source {

@@ -1,7 +1,7 @@
 // tessera/rounds/sim/shards.hpp — the simulator's data: the tables it loads and the devices' shards of them.
 //
 // The training set is split among the virtual devices (IID, or Dirichlet label skew) from the run's
-// seed, and each device reads its shard in its own batch order (core/seeds.hpp). write_shards() puts
+// seed, and each device reads its shard in its own batch order (core/base/seeds.hpp). write_shards() puts
 // the same split on disk, one folder per device with the agent's "data" settings, so that a real fleet
 // (tessera-hub and tessera-edge) can run exactly the simulated federation.
 //

@@ -14,9 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/core/config/json_config.hpp"
 #include "tessera/core/data/data_source.hpp"
 #include "tessera/core/data/dataset.hpp"
-#include "tessera/core/config/json_config.hpp"
 #include "tessera/rounds/run_config.hpp"
 
 namespace tessera::sim {
@@ -51,7 +51,7 @@ struct sim_config : rounds::run_config {
   std::string checkpoint;
 };
 
-// Reads the fields from `r` (a describing reader lists them; see core/json_config.hpp).
+// Reads the fields from `r` (a describing reader lists them; see core/config/json_config.hpp).
 [[nodiscard]] core::result<sim_config> read_sim_config(core::config_reader& r);
 [[nodiscard]] core::result<sim_config> parse_sim_config(const nlohmann::json& json, const std::string& source);
 

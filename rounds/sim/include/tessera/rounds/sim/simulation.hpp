@@ -2,7 +2,7 @@
 //
 // `tessera-sim` runs N virtual devices, each owning a shard of the training set (IID or Dirichlet label
 // skew), through the round engine (tessera/rounds/engine.hpp) the hub runs over the network: the same
-// plan, checks and sums. Each device trains exactly as an agent does (core/device_round.hpp, in a
+// plan, checks and sums. Each device trains exactly as an agent does (core/train/device_round.hpp, in a
 // training_block laid out like the agent's arena), so the simulator computes the fleet's very floats.
 // Strategies: `ist`, `fedavg`, and `central` (one device with all the data: the reference). It is the
 // tool for research on the algorithm and the engine of the learning-quality benchmarks.
@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/data/dataset.hpp"
 #include "tessera/core/config/log.hpp"
+#include "tessera/core/data/dataset.hpp"
 #include "tessera/core/train/train.hpp"
 #include "tessera/rounds/engine.hpp"
 #include "tessera/rounds/recorder.hpp"
