@@ -14,6 +14,7 @@
 #include "tessera/core/math/mlp.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/crypto/error.hpp"
+#include "tessera/rounds/privacy_ledger.hpp"
 
 namespace tessera::rounds {
 namespace {
@@ -337,13 +338,14 @@ core::result<std::optional<checkpoint>> load_checkpoint(const std::filesystem::p
   return std::optional<checkpoint>(std::move(c));
 }
 
-core::result<std::optional<loaded_checkpoint>> load_latest_checkpoint(const std::filesystem::path& path,
-                                                                      const core::model_spec& expected,
-                                                                      const crypto::sealing_key* key) {
+namespace {
+
+core::result<std::optional<loaded_checkpoint>> load_newest_file(const std::filesystem::path& path, const core::model_spec& expected,
+                                                                 const crypto::sealing_key* key) {
   auto latest = load_checkpoint(path, expected, key);
   if (latest && latest.value())
     return std::optional<loaded_checkpoint>(
-        loaded_checkpoint{.state = std::move(*latest.value()), .file = path, .fell_back_from = std::nullopt});
+        loaded_checkpoint{.state = std::move(*latest.value()), .file = path, .fell_back_from = std::nullopt, .ledger_round = std::nullopt});
   // Only a file that is not what was written, or is missing, is passed over: another model, a file that
   // cannot be read or one of an unknown version is the configuration's or the operator's to settle.
   if (!latest && latest.error().code != errc::checkpoint_corrupt) return std::move(latest).error();
@@ -361,11 +363,30 @@ core::result<std::optional<loaded_checkpoint>> load_latest_checkpoint(const std:
     return std::optional<loaded_checkpoint>(
         loaded_checkpoint{.state = std::move(*prev.value()),
                           .file = previous,
-                          .fell_back_from = checkpoint_fallback{.file = path, .reason = std::move(why)}});
+                          .fell_back_from = checkpoint_fallback{.file = path, .reason = std::move(why)},
+                          .ledger_round = std::nullopt});
   const core::error prev_error = prev ? make_error(core::errc::io, previous.string() + " is missing") : std::move(prev).error();
   const bool both_corrupt = prev_error.code == errc::checkpoint_corrupt;
   return core::error{both_corrupt ? make_error_code(errc::checkpoint_corrupt) : prev_error.code,
                      "no checkpoint to resume from: " + why.message + "; " + prev_error.message + (both_corrupt ? key_hint : "")};
+}
+
+}  // namespace
+
+core::result<std::optional<loaded_checkpoint>> load_latest_checkpoint(const std::filesystem::path& path,
+                                                                      const core::model_spec& expected,
+                                                                      const crypto::sealing_key* key) {
+  TESSERA_ASSIGN_OR_RETURN(auto loaded, load_newest_file(path, expected, key));
+  const std::filesystem::path ledger_file = ledger_path(path);
+  TESSERA_ASSIGN_OR_RETURN(const auto ledger, load_ledger(ledger_file, key));
+  if (!ledger) return loaded;
+  if (!loaded)
+    return make_error(errc::checkpoint_mismatch, ledger_file.string() + " records privacy spent up to round " + std::to_string(ledger->round) +
+                                                     ", but there is no checkpoint beside it: starting afresh would forget that spending. "
+                                                     "Put the checkpoint back, or remove the ledger to begin a new run's accounting");
+  TESSERA_ASSIGN_OR_RETURN(const bool raised, apply_ledger(loaded->state, *ledger, ledger_file.string()));
+  if (raised) loaded->ledger_round = ledger->round;
+  return loaded;
 }
 
 }  // namespace tessera::rounds

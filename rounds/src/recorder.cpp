@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "tessera/core/io/model_io.hpp"
+#include "tessera/rounds/privacy_ledger.hpp"
 
 namespace tessera::rounds {
 
@@ -38,7 +39,16 @@ core::result<void> recorder::record(const engine& e, round_metrics& m, clock::ti
 core::result<void> recorder::save_state(const engine& e, std::span<const device_record> registry) {
   if (!settings_.checkpoint.empty()) {
     const checkpoint c = e.save(registry);
-    if (auto saved = save_checkpoint(settings_.checkpoint, c, settings_.seal_key ? &*settings_.seal_key : nullptr,
+    const crypto::sealing_key* key = settings_.seal_key ? &*settings_.seal_key : nullptr;
+    // The ledger first: a crash between the two leaves spending recorded that the checkpoint lacks,
+    // never the reverse.
+    if (c.privacy) {
+      if (auto kept = save_ledger(ledger_path(settings_.checkpoint),
+                                  {.seed = c.seed, .strategy = c.strategy, .round = c.round, .users = *c.privacy, .hub = c.privacy_hub}, key);
+          !kept)
+        return core::make_error(core::errc::io, "privacy ledger after round " + std::to_string(c.round) + ": " + kept.error().message);
+    }
+    if (auto saved = save_checkpoint(settings_.checkpoint, c, key,
                                      saved_here_ ? current_checkpoint::written_here : current_checkpoint::unchecked);
         !saved)
       return core::make_error(core::errc::io, "checkpoint after round " + std::to_string(c.round) + ": " + saved.error().message);

@@ -17,6 +17,8 @@
 #include "tessera/rounds/checkpoint.hpp"
 #include "tessera/rounds/engine.hpp"
 #include "tessera/rounds/error.hpp"
+#include "tessera/rounds/privacy_ledger.hpp"
+#include "tessera/rounds/recorder.hpp"
 #include "../core/test_files.hpp"
 
 using namespace tessera;
@@ -674,4 +676,60 @@ TEST_CASE("dp: the sample is drawn from every device offered; past the cap a ran
   report_all(all, [](std::size_t) { return 0.01f; });
   REQUIRE(all.close_round(nullptr).ok());
   CHECK(all.epsilon() == doctest::Approx(core::rdp_accountant().epsilon_after(1.0, 1.0, 1, 1e-5).epsilon).epsilon(1e-12));
+}
+
+TEST_CASE("dp: a rollback to an older checkpoint keeps ε: the privacy ledger raises what the old file says") {
+  const auto c = config({{"sample_rate", 1.0}, {"clip", 1.0}, {"noise_multiplier", 1.0}, {"population", 4}}, {{"strategy", "fedavg"}});
+  testing::temp_dir d("dp-ledger");
+  const std::string ckpt = d.file("hub.ckpt");
+  auto e = engine_for(c);
+  auto rec = rounds::recorder::open(c, {.checkpoint = ckpt, .seal_key = std::nullopt}, {});
+  REQUIRE(rec.ok());
+  std::string after_one;
+  for (int round = 1; round <= 3; ++round) {
+    REQUIRE(e.begin_round(fleet(4)).ok());
+    report_all(e, [](std::size_t) { return 0.001f; });
+    REQUIRE(e.close_round(nullptr).ok());
+    REQUIRE(rec.value().save_state(e, {}).ok());
+    if (round == 1) after_one = testing::read_bytes(ckpt);
+  }
+  const double spent = e.epsilon();
+  // A backup of round 1 put back, with no previous file beside it: the model and round are round 1's,
+  // the accounting the three rounds'.
+  testing::write_bytes(ckpt, after_one);
+  std::filesystem::remove(rounds::previous_checkpoint(ckpt));
+  auto loaded = rounds::load_latest_checkpoint(ckpt, c.model, nullptr);
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded.value().has_value());
+  CHECK(loaded.value()->state.round == 1);
+  REQUIRE(loaded.value()->ledger_round.has_value());
+  CHECK(*loaded.value()->ledger_round == 3);
+  auto resumed = engine_for(c);
+  REQUIRE(resumed.restore(std::move(loaded.value()->state)).ok());
+  CHECK(resumed.epsilon() == doctest::Approx(spent).epsilon(1e-12));
+  CHECK(resumed.completed() == 1);
+  // Without the ledger the same file would have reported round 1's ε: the check above can fail.
+  auto bare = rounds::load_checkpoint(ckpt, c.model, nullptr);
+  REQUIRE(bare.ok());
+  auto plain = engine_for(c);
+  REQUIRE(plain.restore(std::move(*bare.value())).ok());
+  CHECK(plain.epsilon() < spent * 0.8);
+
+  // The ledger without a checkpoint is refused, by name: starting afresh would forget the spending.
+  std::filesystem::remove(ckpt);
+  const auto orphan = rounds::load_latest_checkpoint(ckpt, c.model, nullptr);
+  REQUIRE_FALSE(orphan.ok());
+  CHECK(orphan.error().code == rounds::errc::checkpoint_mismatch);
+  CHECK(testing::contains(orphan.error().message, rounds::ledger_path(ckpt).string()));
+  CHECK(testing::contains(orphan.error().message, "up to round 3"));
+
+  // Another run's ledger (another seed) is refused, not merged or passed over.
+  testing::write_bytes(ckpt, after_one);
+  auto other = *rounds::load_ledger(rounds::ledger_path(ckpt), nullptr).value();
+  other.seed += 1;
+  REQUIRE(rounds::save_ledger(rounds::ledger_path(ckpt), other, nullptr).ok());
+  const auto foreign = rounds::load_latest_checkpoint(ckpt, c.model, nullptr);
+  REQUIRE_FALSE(foreign.ok());
+  CHECK(foreign.error().code == rounds::errc::checkpoint_mismatch);
+  CHECK(testing::contains(foreign.error().message, "the ledger of a run with seed"));
 }

@@ -89,6 +89,7 @@ core::result<void> simulation::resume() {
   if (!loaded) return {};
   const std::string file = loaded->file.string();
   std::vector<rounds::device_record> records = loaded->state.registry;
+  const std::optional<std::int64_t> ledger_round = loaded->ledger_round;
   if (auto ok = engine_.restore(std::move(loaded->state)); !ok) return core::error{ok.error().code, file + ": " + ok.error().message};
   for (const auto& r : records) {
     const auto at = by_id_.find(r.id);
@@ -99,6 +100,9 @@ core::result<void> simulation::resume() {
     registry_[at->second] = r;
   }
   if (log_) log_(core::log_level::info, "resumed from " + file + " after round " + std::to_string(engine_.completed()));
+  if (ledger_round && log_)
+    log_(core::log_level::warning, "the privacy ledger records rounds up to " + std::to_string(*ledger_round) + ", past " + file +
+                                       "'s: ε stays at what they spent, " + std::to_string(engine_.epsilon()));
   return {};
 }
 

@@ -99,6 +99,9 @@ struct loaded_checkpoint {
   checkpoint state;
   std::filesystem::path file;                         // the file it came from: the path asked for, or its ".prev"
   std::optional<checkpoint_fallback> fell_back_from;  // set when it came from ".prev"
+  // Set when the privacy ledger (privacy_ledger.hpp) held more spending than the file: the last private
+  // round it records. The state then carries the ledger's accounting.
+  std::optional<std::int64_t> ledger_round;
 };
 
 // "<path>.prev": where save_checkpoint keeps the checkpoint it replaces.
@@ -114,7 +117,9 @@ enum class current_checkpoint { unchecked, written_here };
                                                  const crypto::sealing_key* key,
                                                  current_checkpoint current = current_checkpoint::unchecked);
 // The checkpoint at `path`, or previous_checkpoint(path) when `path` is missing or corrupt and the
-// previous one loads; std::nullopt when neither file exists. Other failures (another model, a file that
+// previous one loads, its privacy accounting raised to the ledger's (ledger_path(path)) where that holds
+// more; std::nullopt when neither file exists (an error if a ledger does: its run's spending would be
+// forgotten). Other failures (another model, a file that
 // cannot be read, one of an unknown version) are errors with no fallback; so is a bad previous one, and
 // the error then names both files.
 [[nodiscard]] core::result<std::optional<loaded_checkpoint>> load_latest_checkpoint(const std::filesystem::path& path,
