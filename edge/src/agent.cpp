@@ -45,6 +45,12 @@ core::result<std::unique_ptr<agent>> agent::create(boost::asio::io_context& io, 
     a->secure_.reset(new secure_identity{.id = a->id_, .certificate_pem = text(cert), .key = std::move(key), .ca_pem = text(ca),
                                          .crl = config.tls.crl});
   }
+  if (config.privacy.max_epsilon > 0) {
+    TESSERA_ASSIGN_OR_RETURN(a->budget_, privacy_budget::open(config.privacy.ledger, config.privacy.max_epsilon, config.privacy.delta));
+    a->log(log_level::info, "privacy: " + std::to_string(a->budget_->rounds()) + " rounds spent ε " + std::to_string(a->budget_->epsilon()) +
+                                " against the hub so far, of privacy.max_epsilon " + std::to_string(config.privacy.max_epsilon) + " (" +
+                                config.privacy.ledger + ")");
+  }
   return a;
 }
 
@@ -214,7 +220,8 @@ void agent::start_assignment(const net::msg::assign& a) {
                                 .requires_normalization = config_.requires_normalization,
                                 .secure = secure_.get(),
                                 .require_secure = config_.secure_aggregation == secure_mode::require,
-                                .policy = config_.privacy});
+                                .policy = config_.privacy,
+                                .budget = budget_.get()});
   if (unmasking_ && unmasking_->round() != a.round) unmasking_.reset();
   if (!started) {
     if (a.evaluate) return refuse("the evaluation after round " + std::to_string(a.round), started.error());

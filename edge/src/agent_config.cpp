@@ -75,6 +75,12 @@ core::result<agent_config> read_agent_config(core::config_reader& r) {
     p.min_noise_multiplier = pr.number("min_noise_multiplier", 0.0, 0.0, 1e6,
                                        "least DP noise multiplier the devices' noise must carry (0: none asked; above 0, rounds, "
                                        "statistics and evaluations in the clear are refused)");
+    p.max_epsilon = pr.number("max_epsilon", 0.0, 0.0, 1e6,
+                              "most ε this device spends against the hub over the rounds it joins, counted here (0: no limit; "
+                              "above 0, rounds without the devices' noise are refused)");
+    p.delta = pr.number("delta", 1e-5, 1e-300, 0.1, "the δ of max_epsilon");
+    p.ledger = pr.string("ledger", "privacy-ledger.json", "the file where this device records the ε it has spent (with max_epsilon)");
+    if (p.max_epsilon > 0 && p.ledger.empty()) pr.fail("ledger", "is empty, and max_epsilon needs a file to count in");
     p.statistics = pr.choice("statistics", answer_mode::allow, k_answer_mode_names, "answer the feature statistics request (in the clear)");
     p.evaluation = pr.choice("evaluation", answer_mode::allow, k_answer_mode_names, "score models on the validation split (scores in the clear)");
     TESSERA_TRY(pr.finish());

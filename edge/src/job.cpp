@@ -36,6 +36,10 @@ core::result<core::training_task> check_assignment(const net::msg::assign& a, co
     return make_error(errc::secure_refused, "the assignment uploads in the clear; this device's secure_aggregation is 'require'");
   if (a.secure && !a.evaluate) TESSERA_TRY(secure_round::check(*a.secure, t.arch));
   TESSERA_TRY(check_assignment_policy(a, t, limits.policy, limits.require_secure ? secure_mode::require : secure_mode::allow));
+  if (limits.budget != nullptr && a.secure && !a.evaluate) {
+    TESSERA_ASSIGN_OR_RETURN(const auto release, round_mechanism(a.secure->params, fewest_contributors(*a.secure), core::param_count(t.arch)));
+    TESSERA_TRY(limits.budget->check(release));
+  }
   const std::size_t expected = core::encoded_bytes(t.arch, a.blob_codec);
   if (a.size != expected)
     return make_error(errc::size_mismatch, "declared size " + std::to_string(a.size) + " bytes, the subnet in " +
@@ -74,6 +78,10 @@ core::result<std::shared_ptr<job>> job::start(const net::msg::assign& a, const d
   j->blob_ = core::blob_region(j->arena_->block(), j->codec_, static_cast<std::size_t>(a.size));
   j->download_state_.emplace(a.transfer, j->blob_, a.sha256);
   j->secure_ = std::move(secure_part);
+  if (secure && limits.budget != nullptr) {
+    j->budget_ = limits.budget;
+    TESSERA_ASSIGN_OR_RETURN(j->release_, round_mechanism(a.secure->params, fewest_contributors(*a.secure), core::param_count(j->task_.arch)));
+  }
   if (clip) j->received_.resize(core::param_count(j->task_.arch));
   return j;
 }
@@ -154,6 +162,8 @@ core::result<void> job::masked() {
   const double most = static_cast<double>(task_.steps) * static_cast<double>(task_.batch);
   const double weight = most > 0 ? std::min(1.0, static_cast<double>(report_.examples) / most) : 0.0;
   TESSERA_TRY(secure_->mask(arena_->params(), weight, !report_.clipped));
+  // Counted before the masked input can leave: a round that fails after this is spent all the same.
+  if (budget_ != nullptr) TESSERA_TRY(budget_->spend(release_));
   const auto upload = secure_->upload();
   prepare_upload(report_, upload, crypto::sha256_of(upload), secure_->clipped());
   return {};

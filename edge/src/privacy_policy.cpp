@@ -54,6 +54,9 @@ core::result<void> check_assignment_policy(const net::msg::assign& a, const core
     if (policy.min_noise_multiplier > 0)
       return refused("the round uploads in the clear, so only the hub could add the noise and this device cannot check it; its "
                      "privacy.min_noise_multiplier is " + num(policy.min_noise_multiplier));
+    if (policy.max_epsilon > 0)
+      return refused("the round uploads in the clear: against the hub that spends all of this device's privacy.max_epsilon " +
+                     num(policy.max_epsilon));
     return {};
   }
   const crypto::secagg_params& p = a.secure->params;
@@ -68,19 +71,27 @@ core::result<void> check_assignment_policy(const net::msg::assign& a, const core
       return refused("segment " + std::to_string(seg) + "'s sum may be released from " + std::to_string(p.segments[seg].min_aggregate) +
                      " device(s) (its min_aggregate), below this device's privacy.min_group " + std::to_string(policy.min_group));
   }
-  if (policy.min_noise_multiplier <= 0) return {};
+  if (policy.min_noise_multiplier <= 0 && policy.max_epsilon <= 0) return {};
   if (!(p.noise > 0))
-    return refused("the round asks the devices for no noise (its noise is 0 or absent); this device's privacy.min_noise_multiplier is " +
-                   num(policy.min_noise_multiplier));
+    return refused("the round asks the devices for no noise (its noise is 0 or absent); this device's " +
+                   (policy.min_noise_multiplier > 0 ? "privacy.min_noise_multiplier is " + num(policy.min_noise_multiplier)
+                                                    : "privacy.max_epsilon is " + num(policy.max_epsilon)));
   if (!(task.clip_norm > 0) || std::abs(task.clip_norm - p.clip) > 1e-9 * p.clip)
     return refused("the round's clip of the change (" + num(task.clip_norm) + ") is not its ring's clip (" + num(p.clip) +
                    "): the noise is sized for a change it does not bound");
   TESSERA_ASSIGN_OR_RETURN(const double sigma, devices_sigma(p, least));
-  if (sigma < policy.min_noise_multiplier)
+  if (policy.min_noise_multiplier > 0 && sigma < policy.min_noise_multiplier)
     return refused("the devices' noise carries a noise multiplier of " + num(sigma) + " (each device's share " + num(p.noise) +
                    " ring steps², sums of at least " + std::to_string(least) + " devices), below this device's "
                    "privacy.min_noise_multiplier " + num(policy.min_noise_multiplier));
   return {};
+}
+
+std::size_t fewest_contributors(const net::msg::secure_assign& s) noexcept {
+  std::size_t least = SIZE_MAX;
+  for (const std::uint32_t seg : s.segments)
+    if (seg < s.params.segments.size()) least = std::min(least, s.params.segments[seg].min_aggregate);
+  return least;
 }
 
 core::result<void> check_roster_threshold(std::size_t threshold, std::size_t neighbours, const privacy_policy& policy) {

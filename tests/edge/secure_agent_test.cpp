@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -21,6 +22,7 @@
 #include "tessera/core/math/mlp.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/edge/agent.hpp"
+#include "tessera/edge/privacy_budget.hpp"
 #include "tessera/net/server.hpp"
 #include "tessera/net/task.hpp"
 
@@ -353,4 +355,88 @@ TEST_CASE("secure agent: an honest private round meets the device's noise minimu
   CHECK(hub.uploaded);
   REQUIRE(hub.unmask_reply.has_value());
   CHECK(hub.agent_log.find("share of the privacy noise") != std::string::npos);
+}
+
+TEST_CASE("rogue hub: rounds past the device's privacy.max_epsilon, counted by the device whatever the hub restarts") {
+  // One honest private round spends ε₁ against the hub, recorded in the device's own ledger. A hub
+  // that starts over (a new process, its own accounting reset) asks again: with privacy.max_epsilon at
+  // ε₁ the device's ledger refuses the second round by name. A fresh ledger under the same limit takes
+  // it: the refusal is the ledger's, not the limit's alone.
+  testing::temp_dir dir("secure_agent_budget");
+  const std::string ledger = dir.file("privacy-ledger.json");
+  double first = 0;
+  {
+    scripted_hub hub(rogue::honest_private, dir);
+    hub.policy = {.max_epsilon = 1e6, .ledger = ledger};
+    hub.run();
+    INFO(hub.agent_log);
+    CHECK(!hub.refused);
+    REQUIRE(hub.unmask_reply.has_value());
+    const auto j = nlohmann::json::parse(testing::read_text(ledger));
+    CHECK(j.at("rounds") == 1);
+    first = j.at("epsilon").get<double>();
+    CHECK(first > 0);
+    CHECK(std::isfinite(first));
+  }
+  {
+    testing::temp_dir again("secure_agent_budget_again");
+    scripted_hub hub(rogue::honest_private, again);
+    hub.policy = {.max_epsilon = first * (1 + 1e-9), .ledger = ledger};
+    hub.run();
+    INFO(hub.agent_log);
+    CHECK(!hub.uploaded);
+    REQUIRE(hub.refused.has_value());
+    CHECK(hub.refused->code == "edge.privacy_policy");
+    CHECK_MESSAGE(hub.refused->reason.find("past its privacy.max_epsilon") != std::string::npos, hub.refused->reason);
+    CHECK(nlohmann::json::parse(testing::read_text(ledger)).at("rounds") == 1);  // nothing more spent
+  }
+  {
+    testing::temp_dir fresh("secure_agent_budget_fresh");
+    scripted_hub hub(rogue::honest_private, fresh);
+    hub.policy = {.max_epsilon = first * (1 + 1e-9), .ledger = fresh.file("privacy-ledger.json")};
+    hub.run();
+    INFO(hub.agent_log);
+    CHECK(!hub.refused);
+    CHECK(hub.unmask_reply.has_value());
+  }
+}
+
+TEST_CASE("rogue hub: a round in the clear for a device with a privacy.max_epsilon") {
+  check_refusal(rogue::clear_round, "rogue_clear_budget", false, "spends all of this device's privacy.max_epsilon",
+                {.max_epsilon = 5.0}, "edge.privacy_policy");
+}
+
+TEST_CASE("privacy budget: the ledger survives a restart, refuses past the limit, and a file that is not one stops the device") {
+  testing::temp_dir dir("privacy_budget");
+  const std::string file = dir.file("ledger.json");
+  crypto::secagg_params p;
+  p.bits = 32;
+  p.clip = 1.0;
+  p.threshold = 2;
+  p.summands = 1024;
+  const auto limit = static_cast<double>(crypto::fixed_point::create(p.clip, p.bits, p.summands).value().limit());
+  p.noise = limit * limit / 2.0;  // σ 1 over sums of 2
+  const auto m = edge::round_mechanism(p, 2, 1000);
+  REQUIRE(m.ok());
+  core::rdp_accountant reference;
+  for (int i = 0; i < 3; ++i) reference.compose(1.0, m.value(), 1);
+  {
+    auto b = edge::privacy_budget::open(file, 1e6, 1e-5);
+    REQUIRE(b.ok());
+    for (int i = 0; i < 3; ++i) REQUIRE(b.value()->spend(m.value()).ok());
+  }
+  auto reopened = edge::privacy_budget::open(file, reference.epsilon(1e-5).epsilon * (1 + 1e-9), 1e-5);
+  REQUIRE(reopened.ok());
+  CHECK(reopened.value()->rounds() == 3);
+  CHECK(reopened.value()->epsilon() == doctest::Approx(reference.epsilon(1e-5).epsilon).epsilon(1e-12));
+  const auto past = reopened.value()->check(m.value());
+  REQUIRE_FALSE(past.ok());
+  CHECK(past.error().message.find("3 rounds so far), past its privacy.max_epsilon") != std::string::npos);
+  CHECK_FALSE(reopened.value()->spend(m.value()).ok());
+  CHECK(reopened.value()->rounds() == 3);
+
+  testing::write_bytes(file, "{\"rounds\": 0}");
+  const auto foreign = edge::privacy_budget::open(file, 10, 1e-5);
+  REQUIRE_FALSE(foreign.ok());
+  CHECK(foreign.error().message.find(file + " (privacy.ledger) is not this device's privacy ledger") != std::string::npos);
 }

@@ -120,6 +120,7 @@ class agent {
   std::optional<net::msg::assign> waiting_;
   std::shared_ptr<int> lifeline_ = std::make_shared<int>(0);  // release callbacks outliving the agent do nothing
   std::unique_ptr<secure_identity> secure_;        // null: secure_aggregation off
+  std::unique_ptr<privacy_budget> budget_;         // null: no privacy.max_epsilon
   std::unique_ptr<secure_round> unmasking_;        // a round's protocol after its RESULT, until SECAGG_UNMASK
   std::uint64_t generation_ = 0;
   std::thread worker_;

@@ -36,6 +36,7 @@
 #include "tessera/edge/arena.hpp"
 #include "tessera/edge/device_data.hpp"
 #include "tessera/edge/error.hpp"
+#include "tessera/edge/privacy_budget.hpp"
 #include "tessera/edge/secure_round.hpp"
 #include "tessera/net/messages.hpp"
 #include "tessera/net/transfer.hpp"
@@ -58,6 +59,7 @@ struct device_limits {
   const secure_identity* secure = nullptr;
   bool require_secure = false;
   privacy_policy policy{};              // what this device lets the hub do (privacy_policy.hpp)
+  privacy_budget* budget = nullptr;     // with privacy.max_epsilon: what this device has spent against the hub
 };
 
 // The assignment's task, or why this device refuses it (edge::errc; core::errc::over_budget when the
@@ -137,6 +139,8 @@ class job : public std::enable_shared_from_this<job> {
   stage at_ = stage::downloading;
   bool evaluate_ = false;
   std::unique_ptr<secure_round> secure_;
+  privacy_budget* budget_ = nullptr;      // with privacy.max_epsilon: spent into before the masked upload
+  core::skellam_mechanism release_{};     // the round's release as this device counts it
   core::local_training_report report_{};
   std::function<void()> released_;
 };

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 #include "tessera/core/base/error.hpp"
@@ -43,6 +44,12 @@ struct privacy_policy {
   // or without noise is then refused, since the hub's own noise cannot be checked here, and so are
   // statistics and evaluations, which leave in the clear. 0: none asked.
   double min_noise_multiplier = 0;
+  // The most ε this device spends against the hub over all the rounds it joins, at `delta`, counted by
+  // the device in its own file `ledger` (privacy_budget.hpp); above 0, rounds without the devices'
+  // noise are refused, as with min_noise_multiplier. 0: no limit, nothing counted.
+  double max_epsilon = 0;
+  double delta = 1e-5;
+  std::string ledger = "privacy-ledger.json";
   answer_mode statistics = answer_mode::allow;  // the feature statistics before round 1 (sent in the clear)
   answer_mode evaluation = answer_mode::allow;  // scoring a model on the validation split (scores in the clear)
 };
@@ -51,6 +58,9 @@ struct privacy_policy {
 // Fails with edge::errc::privacy_policy naming the field, the round's value and this device's minimum.
 [[nodiscard]] core::result<void> check_assignment_policy(const net::msg::assign& a, const core::training_task& task,
                                                          const privacy_policy& policy, secure_mode secure);
+// The fewest devices any sum holding this device's input may be released from (its segments' least
+// min_aggregate); the assignment's segments are checked by check_assignment_policy first.
+[[nodiscard]] std::size_t fewest_contributors(const net::msg::secure_assign& s) noexcept;
 // The round's threshold against this device's holders once the roster says who they are.
 [[nodiscard]] core::result<void> check_roster_threshold(std::size_t threshold, std::size_t neighbours, const privacy_policy& policy);
 // A request answered in the clear: `what` is "statistics" or "evaluation".
