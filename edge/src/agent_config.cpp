@@ -6,19 +6,10 @@
 
 namespace tessera::edge {
 
-core::result<agent_config> read_agent_config(core::config_reader& r) {
-  agent_config c;
-  c.hub = r.address("hub", "127.0.0.1:7443", /*allow_port_zero=*/false, "the hub's address");
-  c.tls.hub_name = r.string("hub_name", c.hub.host, "the name (or IP) the hub's certificate must carry (default: hub's host)");
-  if (const auto* t = r.object("tls", "this device's certificate and the CA the hub's must chain to")) {
-    core::config_reader tr = r.child("tls", *t);
-    c.tls.ca_cert = tr.string("ca", c.tls.ca_cert.string(), "the CA certificate (PEM)");
-    c.tls.cert = tr.string("cert", c.tls.cert.string(), "this device's certificate (PEM): its id is the device's");
-    c.tls.key = tr.string("key", c.tls.key.string(), "this device's private key (PEM)");
-    c.tls.crl = tr.string("crl", "", "the CA's revocation list (PEM): a revoked hub certificate is refused, and a revoked device's keys in a "
-                                       "secure aggregation roster (empty: not checked)");
-    TESSERA_TRY(tr.finish());
-  }
+namespace {
+
+// The device's examples: files, held-out share or a validation set, the stream's buffer, the batch cap.
+core::result<void> read_data(core::config_reader& r, agent_config& c) {
   if (const auto* d = r.object("data", "this device's examples (required)")) {
     core::config_reader dr = r.child("data", *d);
     data_config& data = c.data;
@@ -45,6 +36,49 @@ core::result<agent_config> read_agent_config(core::config_reader& r) {
   } else {
     r.fail("data", "required: this device's examples ({\"format\", \"features\", \"labels\"})");
   }
+  return {};
+}
+
+core::result<void> read_privacy(core::config_reader& r, privacy_policy& p) {
+  if (const auto* pv = r.object("privacy", "what this device lets a hub do, checked by the device against every request")) {
+    core::config_reader pr = r.child("privacy", *pv);
+    p.min_threshold = static_cast<std::size_t>(pr.integer("min_threshold", 0, 0, 1 << 16,
+                                                          "fewest shares that may recover this device's secrets, over and above "
+                                                          "a majority of its neighbours and itself, always required (0: the majority)"));
+    p.min_group = static_cast<std::size_t>(pr.integer("min_group", 2, 2, 1 << 16, "fewest devices a released sum holding this "
+                                                                                  "device's update may have"));
+    p.min_noise_multiplier = pr.number("min_noise_multiplier", 0.0, 0.0, 1e6,
+                                       "least DP noise multiplier the devices' noise must carry (0: none asked; above 0, rounds, "
+                                       "statistics and evaluations in the clear are refused)");
+    p.max_epsilon = pr.number("max_epsilon", 0.0, 0.0, 1e6,
+                              "most ε this device spends against the hub over the rounds it joins, counted here (0: no limit; "
+                              "above 0, rounds without the devices' noise are refused)");
+    p.delta = pr.number("delta", 1e-5, 1e-300, 0.1, "the δ of max_epsilon");
+    p.ledger = pr.string("ledger", "privacy-ledger.json", "the file where this device records the ε it has spent (with max_epsilon)");
+    if (p.max_epsilon > 0 && p.ledger.empty()) pr.fail("ledger", "is empty, and max_epsilon needs a file to count in");
+    p.statistics = pr.choice("statistics", answer_mode::allow, k_answer_mode_names, "answer the feature statistics request (in the clear)");
+    p.evaluation = pr.choice("evaluation", answer_mode::allow, k_answer_mode_names, "score models on the validation split (scores in the clear)");
+    TESSERA_TRY(pr.finish());
+  }
+  return {};
+}
+
+}  // namespace
+
+core::result<agent_config> read_agent_config(core::config_reader& r) {
+  agent_config c;
+  c.hub = r.address("hub", "127.0.0.1:7443", /*allow_port_zero=*/false, "the hub's address");
+  c.tls.hub_name = r.string("hub_name", c.hub.host, "the name (or IP) the hub's certificate must carry (default: hub's host)");
+  if (const auto* t = r.object("tls", "this device's certificate and the CA the hub's must chain to")) {
+    core::config_reader tr = r.child("tls", *t);
+    c.tls.ca_cert = tr.string("ca", c.tls.ca_cert.string(), "the CA certificate (PEM)");
+    c.tls.cert = tr.string("cert", c.tls.cert.string(), "this device's certificate (PEM): its id is the device's");
+    c.tls.key = tr.string("key", c.tls.key.string(), "this device's private key (PEM)");
+    c.tls.crl = tr.string("crl", "", "the CA's revocation list (PEM): a revoked hub certificate is refused, and a revoked device's keys in a "
+                                       "secure aggregation roster (empty: not checked)");
+    TESSERA_TRY(tr.finish());
+  }
+  TESSERA_TRY(read_data(r, c));
   c.budget_bytes = static_cast<std::size_t>(r.number("memory_budget_mib", 16, 0.25, 1 << 20,
                                                      "MiB for training: the arena and the data reader's buffers") *
                                             1024 * 1024);
@@ -64,27 +98,7 @@ core::result<agent_config> read_agent_config(core::config_reader& r) {
   c.secure_aggregation = r.choice("secure_aggregation", secure_mode::allow, k_secure_mode_names,
                                   "masked uploads: allow (when the hub asks), require (refuse rounds, statistics and "
                                   "evaluations in the clear) or off");
-  if (const auto* pv = r.object("privacy", "what this device lets a hub do, checked by the device against every request")) {
-    core::config_reader pr = r.child("privacy", *pv);
-    privacy_policy& p = c.privacy;
-    p.min_threshold = static_cast<std::size_t>(pr.integer("min_threshold", 0, 0, 1 << 16,
-                                                          "fewest shares that may recover this device's secrets, over and above "
-                                                          "a majority of its neighbours and itself, always required (0: the majority)"));
-    p.min_group = static_cast<std::size_t>(pr.integer("min_group", 2, 2, 1 << 16, "fewest devices a released sum holding this "
-                                                                                  "device's update may have"));
-    p.min_noise_multiplier = pr.number("min_noise_multiplier", 0.0, 0.0, 1e6,
-                                       "least DP noise multiplier the devices' noise must carry (0: none asked; above 0, rounds, "
-                                       "statistics and evaluations in the clear are refused)");
-    p.max_epsilon = pr.number("max_epsilon", 0.0, 0.0, 1e6,
-                              "most ε this device spends against the hub over the rounds it joins, counted here (0: no limit; "
-                              "above 0, rounds without the devices' noise are refused)");
-    p.delta = pr.number("delta", 1e-5, 1e-300, 0.1, "the δ of max_epsilon");
-    p.ledger = pr.string("ledger", "privacy-ledger.json", "the file where this device records the ε it has spent (with max_epsilon)");
-    if (p.max_epsilon > 0 && p.ledger.empty()) pr.fail("ledger", "is empty, and max_epsilon needs a file to count in");
-    p.statistics = pr.choice("statistics", answer_mode::allow, k_answer_mode_names, "answer the feature statistics request (in the clear)");
-    p.evaluation = pr.choice("evaluation", answer_mode::allow, k_answer_mode_names, "score models on the validation split (scores in the clear)");
-    TESSERA_TRY(pr.finish());
-  }
+  TESSERA_TRY(read_privacy(r, c.privacy));
   net::read_link_settings(r, c.link, /*rate_limits=*/true);
   c.log_format = r.choice("log_format", core::log_format::text, core::k_log_format_names,
                           "events on standard error: text for people, json for journald and log shippers (one object "

@@ -162,6 +162,46 @@ core::result<verified> read_verified(const std::filesystem::path& path, const cr
   return v;
 }
 
+// The devices' records and the early-stopping state (nlohmann's exceptions reach parse_state's catch,
+// which names the field).
+void parse_registry(const nlohmann::json& j, checkpoint& c) {
+  for (const auto& d : j.at("registry")) {
+    c.registry.push_back({.id = d.at("id").get<std::string>(),
+                          .budget_bytes = d.at("budget_bytes").get<std::uint64_t>(),
+                          .examples = d.at("examples").get<std::uint64_t>(),
+                          .rounds_done = d.at("rounds_done").get<std::int64_t>(),
+                          .rounds_missed = d.at("rounds_missed").get<std::int64_t>(),
+                          .last_seen = d.at("last_seen").get<std::int64_t>(),
+                          .examples_drawn = d.value("examples_drawn", std::uint64_t{0})});
+  }
+  if (const auto es = j.find("early_stop"); es != j.end()) {
+    c.stopping = {.have_best = es->at("have_best").get<bool>(),
+                  .best_score = es->at("best_score").get<double>(),
+                  .evals_since_best = es->at("evals_since_best").get<std::int64_t>(),
+                  .stopped = es->at("stopped").get<bool>()};
+  }
+}
+
+// The accountants (against the model's users; with the devices' noise, against the hub) and the clip
+// adaptive clipping reached.
+core::result<void> parse_privacy(const nlohmann::json& pv, const std::string& where, checkpoint& c) {
+  const auto orders = pv.at("orders").get<std::vector<double>>();
+  const auto rdp = pv.at("rdp").get<std::vector<double>>();
+  auto restored = core::rdp_accountant::restore(orders, rdp, pv.at("steps").get<std::int64_t>());
+  if (!restored) return make_error(core::errc::bad_format, where + ": privacy: " + restored.error().message);
+  c.privacy = std::move(restored).value();
+  if (const auto hub = pv.find("rdp_hub"); hub != pv.end()) {
+    auto against_hub = core::rdp_accountant::restore(orders, hub->get<std::vector<double>>(), pv.at("steps_hub").get<std::int64_t>());
+    if (!against_hub) return make_error(core::errc::bad_format, where + ": privacy.rdp_hub: " + against_hub.error().message);
+    c.privacy_hub = std::move(against_hub).value();
+  }
+  if (const auto clip = pv.find("clip"); clip != pv.end()) {
+    c.dp_clip = clip->get<double>();
+    if (!std::isfinite(c.dp_clip) || c.dp_clip < 0) return make_error(core::errc::bad_format, where + ": privacy.clip is not a finite clip");
+  }
+  return {};
+}
+
 // The run's state from a checked file's header and parameters.
 core::result<checkpoint> parse_state(const verified& v, const std::string& where, const core::model_spec& expected) {
   const nlohmann::json& j = v.header;
@@ -208,43 +248,14 @@ core::result<checkpoint> parse_state(const verified& v, const std::string& where
       c.server_optimizer->v.resize(count);
       std::memcpy(c.server_optimizer->v.data(), body + 2 * vector_bytes, vector_bytes);
     }
-    for (const auto& d : j.at("registry")) {
-      c.registry.push_back({.id = d.at("id").get<std::string>(),
-                            .budget_bytes = d.at("budget_bytes").get<std::uint64_t>(),
-                            .examples = d.at("examples").get<std::uint64_t>(),
-                            .rounds_done = d.at("rounds_done").get<std::int64_t>(),
-                            .rounds_missed = d.at("rounds_missed").get<std::int64_t>(),
-                            .last_seen = d.at("last_seen").get<std::int64_t>(),
-                            .examples_drawn = d.value("examples_drawn", std::uint64_t{0})});
-    }
-    if (const auto es = j.find("early_stop"); es != j.end()) {
-      c.stopping = {.have_best = es->at("have_best").get<bool>(),
-                    .best_score = es->at("best_score").get<double>(),
-                    .evals_since_best = es->at("evals_since_best").get<std::int64_t>(),
-                    .stopped = es->at("stopped").get<bool>()};
-    }
+    parse_registry(j, c);
     if (const auto nz = j.find("normalization"); nz != j.end()) {
       const auto inputs = static_cast<std::size_t>(expected.inputs);
       TESSERA_ASSIGN_OR_RETURN(c.normalization.mean, core::decode_floats(nz->at("mean").get<std::string>(), inputs, where + ": normalization.mean"));
       TESSERA_ASSIGN_OR_RETURN(c.normalization.std, core::decode_floats(nz->at("std").get<std::string>(), inputs, where + ": normalization.std"));
       if (const auto st = j.find("statistics"); st != j.end()) c.statistics = *st;
     }
-    if (const auto pv = j.find("privacy"); pv != j.end()) {
-      const auto orders = pv->at("orders").get<std::vector<double>>();
-      const auto rdp = pv->at("rdp").get<std::vector<double>>();
-      auto restored = core::rdp_accountant::restore(orders, rdp, pv->at("steps").get<std::int64_t>());
-      if (!restored) return make_error(core::errc::bad_format, where + ": privacy: " + restored.error().message);
-      c.privacy = std::move(restored).value();
-      if (const auto hub = pv->find("rdp_hub"); hub != pv->end()) {
-        auto against_hub = core::rdp_accountant::restore(orders, hub->get<std::vector<double>>(), pv->at("steps_hub").get<std::int64_t>());
-        if (!against_hub) return make_error(core::errc::bad_format, where + ": privacy.rdp_hub: " + against_hub.error().message);
-        c.privacy_hub = std::move(against_hub).value();
-      }
-      if (const auto clip = pv->find("clip"); clip != pv->end()) {
-        c.dp_clip = clip->get<double>();
-        if (!std::isfinite(c.dp_clip) || c.dp_clip < 0) return make_error(core::errc::bad_format, where + ": privacy.clip is not a finite clip");
-      }
-    }
+    if (const auto pv = j.find("privacy"); pv != j.end()) TESSERA_TRY(parse_privacy(*pv, where, c));
   } catch (const nlohmann::json::exception& e) {
     return header_field_error(where, e);
   }

@@ -287,7 +287,7 @@ core::result<round_metrics> engine::close_round(core::example_table* validation)
     TESSERA_ASSIGN_OR_RETURN(const auto ev, core::evaluate(net, params_, *validation, 256, normalization_.get()));
     m.test_loss = ev.loss;
     if (config_.model.task == core::task_kind::classification) m.test_accuracy = ev.accuracy;
-    if (config_.patience_on != patience_kind::federated) note_score(m.test_accuracy ? *m.test_accuracy : -ev.loss);
+    if (config_.evaluation.patience_on != patience_kind::federated) note_score(m.test_accuracy ? *m.test_accuracy : -ev.loss);
   }
   return m;
 }

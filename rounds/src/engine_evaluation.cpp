@@ -14,14 +14,14 @@ void engine::note_score(double score) {
     stopping_.have_best = true;
     stopping_.best_score = score;
     stopping_.evals_since_best = 0;
-  } else if (config_.patience > 0 && ++stopping_.evals_since_best >= config_.patience) {
+  } else if (config_.evaluation.patience > 0 && ++stopping_.evals_since_best >= config_.evaluation.patience) {
     stopping_.stopped = true;
   }
 }
 
 bool engine::evaluation_due() const noexcept {
   // The last round always evaluates, also when the run stops early (its privacy budget).
-  return !in_round_ && completed_ > 0 && (completed_ % config_.eval_every == 0 || completed_ == config_.rounds || !aggregation_->stop_reason().empty());
+  return !in_round_ && completed_ > 0 && (completed_ % config_.evaluation.every == 0 || completed_ == config_.rounds || !aggregation_->stop_reason().empty());
 }
 
 std::vector<evaluator> engine::plan_evaluation(std::vector<device_offer> offers, std::vector<excluded_device>& excluded) const {
@@ -57,8 +57,8 @@ void engine::note_federated(const federated_scores& scores, round_metrics& m) {
   scores.fill(m, config_.model.task == core::task_kind::classification);
   if (!m.fed_devices) return;
   // auto: the hub's own figure when it evaluated this round (close_round filled test_loss), else these.
-  const bool watch = config_.patience_on == patience_kind::federated ||
-                     (config_.patience_on == patience_kind::automatic && !m.test_loss);
+  const bool watch = config_.evaluation.patience_on == patience_kind::federated ||
+                     (config_.evaluation.patience_on == patience_kind::automatic && !m.test_loss);
   if (watch) note_score(m.fed_accuracy ? *m.fed_accuracy : -*m.fed_loss);
 }
 

@@ -63,8 +63,8 @@ update_bounds bounds_for(const run_config& config, std::span<const float> sent, 
   }
   const double effective = static_cast<double>(sgd.learning_rate) / (1.0 - static_cast<double>(sgd.momentum));
   const double k = 4.0 * std::max(1.0, effective / 0.5);
-  return {.norm = config.max_update_norm > 0 ? config.max_update_norm : k * std::max(4.0, std::sqrt(sq)),
-          .abs = config.max_update_abs > 0 ? config.max_update_abs : k * std::max(1.0, largest)};
+  return {.norm = config.update_bounds.max_norm > 0 ? config.update_bounds.max_norm : k * std::max(4.0, std::sqrt(sq)),
+          .abs = config.update_bounds.max_abs > 0 ? config.update_bounds.max_abs : k * std::max(1.0, largest)};
 }
 
 // A decoded update against what the device was sent: within the bounds, or rejected with the figures,
@@ -80,11 +80,11 @@ core::result<void> plain_aggregation::bound_update(const round_view& v, assignme
   }
   const double norm = std::sqrt(sq);
   const update_bounds b = bounds_for(v.config, sent, a.task.sgd);
-  if (v.config.update_bound == update_bound_kind::off || (norm <= b.norm && largest <= b.abs)) {
+  if (v.config.update_bounds.action == update_bound_kind::off || (norm <= b.norm && largest <= b.abs)) {
     update_norm_max_ = std::max(update_norm_max_, norm);
     return {};
   }
-  if (v.config.update_bound == update_bound_kind::reject) {
+  if (v.config.update_bounds.action == update_bound_kind::reject) {
     char buf[200];
     std::snprintf(buf, sizeof buf, "its change passes the bounds: L2 norm %.4g (max_update_norm %.4g), largest value %.4g (max_update_abs %.4g)",
                   norm, b.norm, largest, b.abs);

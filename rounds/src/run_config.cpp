@@ -2,7 +2,10 @@
 
 namespace tessera::rounds {
 
-core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool allow_central) {
+namespace {
+
+// The model and how it is cut: strategy, groups, rounds, IST's partition schedule.
+core::result<void> read_plan_fields(core::config_reader& r, run_config& c, bool allow_central) {
   // The model defaults to the Fashion-MNIST MLP of the benchmarks; given fields replace the defaults.
   core::model_spec model_defaults;
   model_defaults.inputs = 784;
@@ -32,6 +35,11 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
     if (c.whole_model_rounds != 0)
       r.fail("whole_model_rounds", "only IST trains subnets; every FedAvg round trains the whole model (set it to 0 or leave it out)");
   }
+  return {};
+}
+
+// Each device's training and what the hub holds its update to.
+void read_training_fields(core::config_reader& r, run_config& c) {
   c.local_steps = r.integer("local_steps", 50, 1, 100'000'000, "SGD steps each device takes per round");
   c.batch = r.integer("batch", 32, 1, 4096, "examples per step");
   c.momentum = static_cast<float>(r.number("momentum", 0.9, 0.0, 0.9999, "SGD momentum (0: plain SGD)"));
@@ -48,19 +56,22 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
   c.lr.final_fraction = static_cast<float>(r.number("lr_final_fraction", 0.0, 0.0, 1.0, "cosine: the last rate, as a fraction of lr"));
   c.codec = r.choice("codec", core::codec_kind::f32, core::k_codec_names, "how subnets travel: f32, f16 or q8 (int8, a scale per row)");
   c.seed = static_cast<std::uint64_t>(r.integer("seed", 1, 0, INT64_MAX, "the run's seed: plans, shards and batch orders derive from it"));
-  c.eval_every = r.integer("eval_every", 1, 1, 10'000'000, "rounds between evaluations (and the last round)");
-  c.patience = r.integer("patience", 0, 0, 10'000'000, "stop after this many evaluations without a new best (0: never)");
-  c.patience_on = r.choice("patience_on", patience_kind::automatic, k_patience_names,
+  c.evaluation.every = r.integer("eval_every", 1, 1, 10'000'000, "rounds between evaluations (and the last round)");
+  c.evaluation.patience = r.integer("patience", 0, 0, 10'000'000, "stop after this many evaluations without a new best (0: never)");
+  c.evaluation.patience_on = r.choice("patience_on", patience_kind::automatic, k_patience_names,
                            "the figure patience watches: the hub's validation set, the devices' evaluation, or auto (the "
                            "hub's when it has one)");
   c.min_stats_examples = r.integer("min_stats_examples", 10, 1, INT64_MAX,
                                    "model.input_normalization standardize: devices with fewer examples are not asked for statistics");
-  c.max_update_norm = r.number("max_update_norm", 0.0, 0.0, 1e12,
+  c.update_bounds.max_norm = r.number("max_update_norm", 0.0, 0.0, 1e12,
                                "an update's change may have at most this L2 norm (0: k·max(4, the sent subnet's norm), k = 4·max(1, lr / (1 − momentum) / 0.5))");
-  c.max_update_abs = r.number("max_update_abs", 0.0, 0.0, 1e12,
+  c.update_bounds.max_abs = r.number("max_update_abs", 0.0, 0.0, 1e12,
                               "no value of an update may change by more than this (0: k·max(1, the sent subnet's largest value))");
-  c.update_bound = r.choice("update_bound", update_bound_kind::reject, k_update_bound_names,
+  c.update_bounds.action = r.choice("update_bound", update_bound_kind::reject, k_update_bound_names,
                             "an update past the bounds: reject it, clip it into them, or off (no bounds)");
+}
+
+void read_secure_aggregation(core::config_reader& r, run_config& c) {
   if (const auto* sa = r.object("secure_aggregation", "masked uploads: the hub learns only sums over several devices")) {
     core::config_reader sr = r.child("secure_aggregation", *sa);
     secure_aggregation_config& s = c.secure_aggregation;
@@ -79,6 +90,9 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
     if (s.neighbors == 1) sr.fail("neighbors", "one neighbour cannot connect the devices: 0 (all) or at least 2");
     if (auto done = sr.finish(); !done) r.fail(std::move(done).error());
   }
+}
+
+void read_dp(core::config_reader& r, run_config& c) {
   if (const auto* dp = r.object("dp", "client-level differential privacy: sampled devices, clipped changes, noised sums, an accountant")) {
     core::config_reader dr = r.child("dp", *dp);
     dp_config& d = c.dp;
@@ -105,6 +119,10 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
     if (d.enabled && c.strategy == strategy_kind::central) dr.fail("enabled", "central training has no devices to protect");
     if (auto done = dr.finish(); !done) r.fail(std::move(done).error());
   }
+}
+
+// How reports combine, and the combinations of modes that cannot work, refused in one place.
+void read_aggregate_and_check(core::config_reader& r, run_config& c) {
   c.aggregate = r.choice("aggregate", core::aggregate_kind::mean, core::k_aggregate_names,
                          "how a parameter's reports combine: their example-weighted mean, or (replicated groups, 3 reports or "
                          "more) their median or trimmed mean");
@@ -128,6 +146,9 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
       r.fail("whole_model_rounds",
              "a private round trains the groups its sample was accounted for; whole-model rounds are for plain rounds (set it to 0)");
   }
+}
+
+void read_server_optimizer(core::config_reader& r, run_config& c) {
   if (const auto* so = r.object("server_optimizer", "the hub's step after assembly: (assembled − previous) as a pseudo-gradient "
                                                    "(FedAvgM, FedAdam, FedYogi; Reddi et al. 2021)")) {
     core::config_reader sr = r.child("server_optimizer", *so);
@@ -147,6 +168,17 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
               "central training has no assembly to step from: only kind none with lr 1");
     if (auto done = sr.finish(); !done) r.fail(std::move(done).error());
   }
+}
+
+}  // namespace
+
+core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool allow_central) {
+  TESSERA_TRY(read_plan_fields(r, c, allow_central));
+  read_training_fields(r, c);
+  read_secure_aggregation(r, c);
+  read_dp(r, c);
+  read_aggregate_and_check(r, c);
+  read_server_optimizer(r, c);
   c.metrics_path = r.string("metrics", "", "JSON-lines file, one line per round (empty: none)");
   c.output_path = r.string("output", "", "safetensors file of the model, written at the end (empty: none)");
   c.lr.total_rounds = c.rounds;

@@ -345,7 +345,7 @@ TEST_CASE("simulation: each device holds out data.validation_fraction of its sha
   auto train = prototypes(800, 1);
   auto test = prototypes(300, 2);
   auto cfg = config_for("ist");
-  cfg.eval_every = 4;  // after round 4, and after the last (6)
+  cfg.evaluation.every = 4;  // after round 4, and after the last (6)
   auto sim = sim::simulation::create(cfg, train, &test);
   REQUIRE(sim.ok());
   std::vector<rounds::round_metrics> rounds;

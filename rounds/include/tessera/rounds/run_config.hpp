@@ -91,6 +91,24 @@ struct dp_config {
   double count_noise = 0;
 };
 
+// When the devices score the model and when a run stops for want of progress (the fields eval_every,
+// patience, patience_on).
+struct evaluation_schedule {
+  std::int64_t every = 1;            // rounds between evaluations (and the last round)
+  std::int64_t patience = 0;         // stop after this many evaluations without a new best (0: never)
+  patience_kind patience_on = patience_kind::automatic;
+};
+
+// Bounds on an update's change against what the device was sent (plain rounds: a masked upload is
+// bounded per value by secure_aggregation.clip): its L2 norm and its largest value, 0: derived from the
+// sent subnet (engine::update_bounds); and what passing them does (the fields max_update_norm,
+// max_update_abs, update_bound).
+struct update_limits {
+  double max_norm = 0;
+  double max_abs = 0;
+  update_bound_kind action = update_bound_kind::reject;
+};
+
 struct run_config {
   core::model_spec model;
   strategy_kind strategy = strategy_kind::ist;
@@ -111,17 +129,10 @@ struct run_config {
   bool nesterov = false;
   core::codec_kind codec = core::codec_kind::f32;  // parameters pass through it both ways
   std::uint64_t seed = 1;
-  std::int64_t eval_every = 1;
-  std::int64_t patience = 0;         // stop after this many evaluations without a new best (0: never)
-  patience_kind patience_on = patience_kind::automatic;
+  evaluation_schedule evaluation;
   std::int64_t min_stats_examples = 10;  // devices with fewer are not asked for statistics
   bool input_normalization_given = false;  // model.input_normalization was in the configuration
-  // Bounds on an update's change against what the device was sent (plain rounds: a masked upload is
-  // bounded per value by secure_aggregation.clip): its L2 norm and its largest value. 0: derived from
-  // the sent subnet (engine::update_bounds).
-  double max_update_norm = 0;
-  double max_update_abs = 0;
-  update_bound_kind update_bound = update_bound_kind::reject;
+  update_limits update_bounds;
   // How the reports of one parameter combine (core::aggregate_kind): the example-weighted mean, or a
   // robust aggregate for replicated groups (plain rounds only: under secure aggregation the hub sees
   // only sums, and differential privacy's sensitivity is the mean's).
