@@ -11,7 +11,8 @@
 #include "tessera/crypto/digest.hpp"
 #include "tessera/crypto/pki.hpp"
 #include "tessera/hub/error.hpp"
-#include "hub_observability.hpp"
+#include "hub_figures.hpp"
+#include "refusal_log.hpp"
 #include "tessera/net/task.hpp"
 #include "tessera/rounds/error.hpp"
 
@@ -27,7 +28,8 @@ using rounds::is_open;
 }  // namespace
 
 hub_service::hub_service(boost::asio::io_context& io, const hub_config& config, core::log_sink log)
-    : io_(io), config_(config), log_(std::move(log)), obs_(std::make_unique<observability>()), crl_timer_(io), secure_timer_(io),
+    : io_(io), config_(config), log_(std::move(log)), obs_(std::make_unique<hub_figures>()),
+      refused_(std::make_unique<refusal_log>()), crl_timer_(io), secure_timer_(io),
       wait_timer_(io), deadline_timer_(io) {}
 
 hub_service::~hub_service() = default;
@@ -83,7 +85,7 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
   TESSERA_TRY(h->check_frame_room());
   TESSERA_ASSIGN_OR_RETURN(h->recorder_, rounds::recorder::open(config, std::move(rs), h->log_));
   TESSERA_TRY(h->load_operator_revocations());
-  h->load_round_series();
+  h->obs_->load_round_series(config.metrics_path, h->resumed_from_);
   std::random_device rd;
   h->next_transfer_ = ((static_cast<std::uint64_t>(rd()) << 32) ^ rd()) & ~net::upload_bit & ~std::uint64_t{0xffff};
   return h;
@@ -289,7 +291,7 @@ void hub_service::after_round(rounds::round_metrics& m) {
     finish(saved.error().message);
     return;
   }
-  observe_round(m);
+  obs_->observe_round(m);
   if (finish_requested_) {
     log(log_level::info, "finishing after round " + std::to_string(m.round) + " as the operator asked");
     finish("");

@@ -8,7 +8,8 @@
 
 #include "tessera/crypto/pki.hpp"
 #include "tessera/hub/hub.hpp"
-#include "hub_observability.hpp"
+#include "hub_figures.hpp"
+#include "refusal_log.hpp"
 
 namespace tessera::hub {
 namespace {
@@ -115,7 +116,7 @@ void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::
       // Counted by the TLS failure's reason when there is one (unknown_ca, certificate_revoked, ...),
       // else by the error (a handshake or HELLO deadline, eviction, a certificate without a device id).
       obs_->connections_refused.add(s->tls_failure().empty() ? core::error_name(why.code) : "tls." + s->tls_failure());
-      note_refused(why);
+      refused_->note(why, log_);
     }
     return;
   }
@@ -124,28 +125,6 @@ void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::
   it->second.session.reset();
   if (!stopping_) log(log_level::info, "device " + id + " disconnected: " + why.message);
   if (stats_ && !stopping_) drop_from_statistics(id, "it disconnected");
-}
-
-
-// Refused connections are logged one by one up to 5 in 10 s, then as one summary line per window: a
-// flood of bad connections cannot fill a disk.
-void hub_service::note_refused(const core::error& why) {
-  const auto now = clock_type::now();
-  if (now - refused_window_ >= std::chrono::seconds(10)) {
-    if (refused_quiet_ > 0)
-      log(log_level::warning, std::to_string(refused_quiet_) + " more connection(s) refused in the last 10 s, not logged one by one (last: " +
-                                  refused_last_ + ")");
-    refused_window_ = now;
-    refused_logged_ = 0;
-    refused_quiet_ = 0;
-  }
-  if (refused_logged_ < 5) {
-    ++refused_logged_;
-    log(log_level::warning, "connection refused: " + why.message);
-  } else {
-    ++refused_quiet_;
-    refused_last_ = why.message;
-  }
 }
 
 void hub_service::watch_revocations() {

@@ -6,21 +6,19 @@
 //   GET  /api/status                the run and its fleet
 //   GET  /api/rounds[?since=N]      the per-round series (rounds after N)
 //   POST /api/pause | /api/resume | /api/finish | /api/devices/<id>/revoke     operator certificate only
-#include <dirent.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
-#include <sstream>
+#include <ctime>
 
 #include <boost/asio/post.hpp>
 
-#include "hub_observability.hpp"
+#include "hub_figures.hpp"
+#include "process_figures.hpp"
 #include "tessera/core/file_io.hpp"
 #include "tessera/core/model_spec.hpp"
 #include "tessera/hub/error.hpp"
+#include "tessera/hub/hub.hpp"
 
 #ifndef TESSERA_VERSION
 #define TESSERA_VERSION "unknown"
@@ -49,42 +47,6 @@ http_response error_reply(unsigned status, const std::string& what) { return jso
 
 nlohmann::json optional_number(const std::optional<double>& v) {
   return v && std::isfinite(*v) ? nlohmann::json(*v) : nlohmann::json(nullptr);
-}
-
-// This process's CPU seconds, resident bytes and open descriptors, as the Prometheus client libraries
-// name them (process_*), from /proc; absent where /proc says nothing.
-struct process_figures {
-  std::optional<double> cpu_seconds, resident_bytes, open_fds;
-};
-process_figures read_process() {
-  process_figures p;
-  const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
-  if (std::ifstream stat("/proc/self/stat"); stat && tick > 0) {
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
-    const auto close = text.rfind(')');
-    if (close != std::string::npos) {
-      std::istringstream rest(text.substr(close + 2));
-      std::string field;
-      double utime = 0, stime = 0;
-      for (int i = 3; i <= 15 && rest >> field; ++i) {
-        if (i == 14) utime = std::strtod(field.c_str(), nullptr);
-        if (i == 15) stime = std::strtod(field.c_str(), nullptr);
-      }
-      p.cpu_seconds = (utime + stime) / tick;
-    }
-  }
-  if (std::ifstream statm("/proc/self/statm"); statm) {
-    double size = 0, resident = 0;
-    if (statm >> size >> resident) p.resident_bytes = resident * static_cast<double>(::sysconf(_SC_PAGESIZE));
-  }
-  if (DIR* d = ::opendir("/proc/self/fd"); d != nullptr) {
-    double n = 0;
-    while (const dirent* e = ::readdir(d)) n += e->d_name[0] == '.' ? 0 : 1;
-    ::closedir(d);
-    p.open_fds = n - 1;  // the directory being read is one of them
-  }
-  return p;
 }
 
 // "since=12" from a query string; 0 when absent or not a number.
@@ -276,56 +238,13 @@ std::string hub_service::metrics_text() const {
                 obs_->download_seconds);
   out.histogram("tessera_hub_upload_duration_seconds", "An update's upload, from its UPDATE to its last byte", obs_->upload_seconds);
   out.counter("tessera_hub_http_requests_total", "Requests to this endpoint, by status code", "code", obs_->http_requests);
-  const process_figures p = read_process();
+  const process_figures p = read_process_figures();
   if (p.cpu_seconds) out.counter("process_cpu_seconds_total", "User and system CPU time of the hub process", *p.cpu_seconds);
   if (p.resident_bytes) out.gauge("process_resident_memory_bytes", "Resident memory of the hub process", *p.resident_bytes);
   if (p.open_fds) out.gauge("process_open_fds", "Open file descriptors of the hub process", *p.open_fds);
   out.gauge("process_start_time_seconds", "When the hub process started, seconds since the Unix epoch",
             static_cast<double>(obs_->started_unix));
   return out.text();
-}
-
-void hub_service::observe_round(const rounds::round_metrics& m) {
-  obs_->rounds_recorded += 1;
-  obs_->round_seconds.observe(m.seconds);
-  obs_->bytes_sent += static_cast<double>(m.bytes_down + m.fed_bytes_down.value_or(0));
-  obs_->bytes_received += static_cast<double>(m.bytes_up);
-  obs_->bytes_resent += static_cast<double>(m.resent_bytes.value_or(0));
-  obs_->train_loss = m.train_loss;
-  if (m.test_accuracy) obs_->test_accuracy = m.test_accuracy;
-  if (m.test_loss) obs_->test_loss = m.test_loss;
-  if (m.fed_accuracy) obs_->fed_accuracy = m.fed_accuracy;
-  if (m.fed_loss) obs_->fed_loss = m.fed_loss;
-  if (m.epsilon) obs_->epsilon = m.epsilon;
-  if (m.epsilon_hub) obs_->epsilon_hub = m.epsilon_hub;
-  if (obs_->rounds.size() >= observability::k_max_rounds) obs_->rounds.erase(obs_->rounds.begin());
-  obs_->rounds.push_back(m.to_json());
-}
-
-// A resumed run shows its earlier rounds too: they are in the metrics file (rounds after the checkpoint,
-// written by a run that crashed before checkpointing them, are left out).
-void hub_service::load_round_series() {
-  if (resumed_from_ <= 0 || config_.metrics_path.empty()) return;
-  std::ifstream in(config_.metrics_path);
-  std::map<std::int64_t, nlohmann::json> by_round;
-  std::string line;
-  while (std::getline(in, line) && line.size() < (1 << 20)) {
-    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("round") || !j["round"].is_number_integer()) continue;
-    const auto round = j["round"].get<std::int64_t>();
-    if (round >= 1 && round <= resumed_from_) by_round[round] = std::move(j);
-  }
-  for (auto& [round, j] : by_round) {
-    if (obs_->rounds.size() >= observability::k_max_rounds) obs_->rounds.erase(obs_->rounds.begin());
-    if (j.contains("test_accuracy") && j["test_accuracy"].is_number()) obs_->test_accuracy = j["test_accuracy"].get<double>();
-    if (j.contains("test_loss") && j["test_loss"].is_number()) obs_->test_loss = j["test_loss"].get<double>();
-    if (j.contains("fed_accuracy") && j["fed_accuracy"].is_number()) obs_->fed_accuracy = j["fed_accuracy"].get<double>();
-    if (j.contains("fed_loss") && j["fed_loss"].is_number()) obs_->fed_loss = j["fed_loss"].get<double>();
-    if (j.contains("epsilon") && j["epsilon"].is_number()) obs_->epsilon = j["epsilon"].get<double>();
-    if (j.contains("epsilon_hub") && j["epsilon_hub"].is_number()) obs_->epsilon_hub = j["epsilon_hub"].get<double>();
-    if (j.contains("train_loss") && j["train_loss"].is_number()) obs_->train_loss = j["train_loss"].get<double>();
-    obs_->rounds.push_back(std::move(j));
-  }
 }
 
 // ---- routes ---------------------------------------------------------------------------------------

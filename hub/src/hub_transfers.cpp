@@ -7,7 +7,7 @@
 #include "tessera/core/file_io.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/hub/error.hpp"
-#include "hub_observability.hpp"
+#include "hub_figures.hpp"
 #include "tessera/net/task.hpp"
 #include "tessera/rounds/error.hpp"
 

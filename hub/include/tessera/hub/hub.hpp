@@ -72,6 +72,9 @@
 
 namespace tessera::hub {
 
+struct hub_figures;
+class refusal_log;
+
 class hub_service {
  public:
   [[nodiscard]] static core::result<std::unique_ptr<hub_service>> create(boost::asio::io_context& io, const hub_config& config,
@@ -190,7 +193,6 @@ class hub_service {
   void on_download_sent(const std::string& id, const std::shared_ptr<net::outgoing_transfer>& out);
   void note_downloaded(device_entry& d, rounds::assignment& a, const net::outgoing_transfer& out);
   void on_closed(const std::shared_ptr<net::session>& s, const core::error& why);
-  void note_refused(const core::error& why);
   void send_assignment(device_entry& d, rounds::assignment& a);
   // Logs and answers RESULT{rejected, code, reason}; `transfer` (if not 0) is the announced upload,
   // whose chunks are dropped.
@@ -235,13 +237,10 @@ class hub_service {
   void close_revoked();
   [[nodiscard]] bool is_revoked(const std::string& id, const std::string& serial) const;
   void finish(const std::string& failure);
-  // hub_operator.cpp: the endpoint, its figures, the operator's revocations.
-  struct observability;
+  // hub_operator.cpp: the endpoint, the operator's revocations.
   [[nodiscard]] core::result<void> start_endpoint();
   [[nodiscard]] core::result<void> load_operator_revocations();
   void save_operator_revocations();
-  void load_round_series();
-  void observe_round(const rounds::round_metrics& m);
   [[nodiscard]] std::string state_name() const;
 
   boost::asio::io_context& io_;
@@ -256,14 +255,12 @@ class hub_service {
     std::int64_t unix_time = 0;
   };
   std::map<std::string, operator_revocation> operator_revoked_;  // device id → revoked through the endpoint
-  std::unique_ptr<observability> obs_;
+  std::unique_ptr<hub_figures> obs_;
   std::shared_ptr<operator_endpoint> endpoint_;
   std::uint16_t http_port_ = 0;
   bool paused_ = false;
   bool finish_requested_ = false;
-  std::chrono::steady_clock::time_point refused_window_{};  // refused connections: the log's 10 s window
-  std::size_t refused_logged_ = 0, refused_quiet_ = 0;
-  std::string refused_last_;
+  std::unique_ptr<refusal_log> refused_;
   boost::asio::steady_timer crl_timer_;
   std::shared_ptr<net::server> server_;
   std::unique_ptr<rounds::engine> engine_;
