@@ -11,7 +11,10 @@
 #include "tessera/crypto/digest.hpp"
 #include "tessera/crypto/pki.hpp"
 #include "tessera/hub/error.hpp"
+#include "device_registry.hpp"
+#include "hub_context.hpp"
 #include "hub_figures.hpp"
+#include "revocations.hpp"
 #include "refusal_log.hpp"
 #include "tessera/net/task.hpp"
 #include "tessera/rounds/error.hpp"
@@ -28,19 +31,23 @@ using rounds::is_open;
 }  // namespace
 
 hub_service::hub_service(boost::asio::io_context& io, const hub_config& config, core::log_sink log)
-    : io_(io), config_(config), log_(std::move(log)), obs_(std::make_unique<hub_figures>()),
-      refused_(std::make_unique<refusal_log>()), crl_timer_(io), secure_timer_(io),
-      wait_timer_(io), deadline_timer_(io) {}
+    : io_(io), ctx_(std::make_unique<hub_context>(hub_context{.config = config, .log = std::move(log)})),
+      obs_(std::make_unique<hub_figures>()), refused_(std::make_unique<refusal_log>()), crl_timer_(io), secure_timer_(io),
+      wait_timer_(io), deadline_timer_(io) {
+  // Transfer ids start at random: a restarted hub never offers bytes of another run's download under an
+  // id an agent still holds.
+  std::random_device rd;
+  devices_ = std::make_unique<device_registry>(((static_cast<std::uint64_t>(rd()) << 32) ^ rd()) & ~net::upload_bit & ~std::uint64_t{0xffff});
+}
 
 hub_service::~hub_service() = default;
 
 core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_context& io, const hub_config& config,
                                                                core::log_sink log) {
   std::unique_ptr<hub_service> h(new hub_service(io, config, std::move(log)));
-  TESSERA_ASSIGN_OR_RETURN(h->tls_, crypto::make_hub_tls(config.tls));
+  TESSERA_ASSIGN_OR_RETURN(revocations revoked, revocations::load(*h->ctx_));
+  h->revoked_ = std::make_unique<revocations>(std::move(revoked));
   std::error_code ec;
-  h->crl_time_ = std::filesystem::last_write_time(config.tls.crl, ec);
-  TESSERA_ASSIGN_OR_RETURN(h->revoked_, crypto::revoked_serials(config.tls.crl, config.tls.ca_cert));
   rounds::recorder_settings rs;
   if (!config.seal_key.empty()) {
     TESSERA_ASSIGN_OR_RETURN(rs.seal_key, crypto::sealing_key::load(config.seal_key));
@@ -74,7 +81,7 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
     TESSERA_ASSIGN_OR_RETURN(auto loaded, rounds::load_latest_checkpoint(rs.checkpoint, config.model, rs.seal_key ? &*rs.seal_key : nullptr));
     if (loaded) {
       const std::string file = loaded->file.string();
-      for (const auto& d : loaded->state.registry) h->devices_[d.id].record = d;
+      h->devices_->restore(loaded->state.registry);
       h->resumed_from_ = loaded->state.round;
       if (auto ok = h->engine_->restore(std::move(loaded->state)); !ok) return core::error{ok.error().code, file + ": " + ok.error().message};
       if (const auto& fb = loaded->fell_back_from)
@@ -83,39 +90,35 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
     }
   }
   TESSERA_TRY(h->check_frame_room());
-  TESSERA_ASSIGN_OR_RETURN(h->recorder_, rounds::recorder::open(config, std::move(rs), h->log_));
-  TESSERA_TRY(h->load_operator_revocations());
+  TESSERA_ASSIGN_OR_RETURN(h->recorder_, rounds::recorder::open(config, std::move(rs), h->ctx_->log));
+  TESSERA_TRY(h->revoked_->load_operator_list());
   h->obs_->load_round_series(config.metrics_path, h->resumed_from_);
-  std::random_device rd;
-  h->next_transfer_ = ((static_cast<std::uint64_t>(rd()) << 32) ^ rd()) & ~net::upload_bit & ~std::uint64_t{0xffff};
   return h;
 }
 
-void hub_service::seen(device_entry& d) { d.record.last_seen = static_cast<std::int64_t>(std::time(nullptr)); }
-
 void hub_service::log(log_level level, const std::string& text) const {
-  if (log_) log_(level, text);
+  ctx_->say(level, text);
 }
 
 core::result<std::uint16_t> hub_service::start() {
-  net::session_config sc = net::to_session_config(config_.link);
-  sc.handshake_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config_.handshake_timeout_s * 1000.0));
-  server_ = net::server::create(io_, tls_, sc,
-                                {.max_sessions = config_.max_sessions,
-                                 .max_handshakes = config_.max_handshakes,
-                                 .max_handshakes_per_source = config_.max_handshakes_per_source});
+  net::session_config sc = net::to_session_config(ctx_->config.link);
+  sc.handshake_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(ctx_->config.handshake_timeout_s * 1000.0));
+  server_ = net::server::create(io_, revoked_->tls(), sc,
+                                {.max_sessions = ctx_->config.max_sessions,
+                                 .max_handshakes = ctx_->config.max_handshakes,
+                                 .max_handshakes_per_source = ctx_->config.max_handshakes_per_source});
   server_->on_session([this](const std::shared_ptr<net::session>& s) { attach(s); });
-  TESSERA_ASSIGN_OR_RETURN(const std::uint16_t port, server_->listen(config_.listen.host, config_.listen.port));
+  TESSERA_ASSIGN_OR_RETURN(const std::uint16_t port, server_->listen(ctx_->config.listen.host, ctx_->config.listen.port));
   TESSERA_TRY(start_endpoint());
   if (resumed_from_ > 0)
     log(log_level::info, "resumed from checkpoint after round " + std::to_string(resumed_from_) + " (" +
-                             std::to_string(devices_.size()) + " devices known" +
+                             std::to_string(devices_->size()) + " devices known" +
                              (engine_->private_rounds() ? ", ε " + std::to_string(engine_->epsilon()) + " spent" : "") +
                              (engine_->epsilon_hub() ? " (against the hub " + std::to_string(*engine_->epsilon_hub()) + ")" : "") + ")");
   if (engine_->private_rounds()) {
-    const auto& d = config_.dp;
+    const auto& d = ctx_->config.dp;
     log(log_level::info, std::string(engine_->secure() ? "differential privacy: each device adds its share of the noise under secure aggregation "
-                                                        "(Skellam in the ring; any " + std::to_string(config_.secure_aggregation.min_aggregate()) +
+                                                        "(Skellam in the ring; any " + std::to_string(ctx_->config.secure_aggregation.min_aggregate()) +
                                                         " contributors carry all of it)"
                                                       : "differential privacy: the hub adds the noise (no secure aggregation)") +
                              ": devices sampled with q " +
@@ -176,46 +179,21 @@ void hub_service::arm_wait_timer() {
 
 void hub_service::maybe_start_round() {
   if (!waiting_ || stopping_ || paused_) return;
-  std::size_t ready = 0;
-  for (const auto& [id, d] : devices_) ready += d.session && d.unfit.empty() ? 1 : 0;
-  const bool waited = clock_type::now() - waiting_since_ >= core::seconds_to_ms(config_.device_wait_s);
-  if (ready >= config_.max_devices || (waited && ready >= config_.min_devices)) start_round();
-}
-
-rounds::device_offer hub_service::offer_of(const std::string& id, const device_entry& d) {
-  return {.id = id,
-          .budget_bytes = d.record.budget_bytes,
-          .examples = d.record.examples,
-          .codecs = d.codecs,
-          .capacity = 0,
-          .validation_examples = d.validation_examples};
-}
-
-std::vector<rounds::device_offer> hub_service::ready_offers(bool uncapped) const {
-  std::vector<rounds::device_offer> offers;
-  for (const auto& [id, d] : devices_) {
-    if (!d.session || !d.unfit.empty()) continue;
-    if (!uncapped && offers.size() >= config_.max_devices) break;
-    offers.push_back(offer_of(id, d));
-  }
-  return offers;
-}
-
-std::vector<rounds::device_record> hub_service::registry() const {
-  std::vector<rounds::device_record> out;
-  for (const auto& [id, d] : devices_) out.push_back(d.record);
-  return out;
+  const std::size_t ready = devices_->ready_count();
+  const bool waited = clock_type::now() - waiting_since_ >= core::seconds_to_ms(ctx_->config.device_wait_s);
+  if (ready >= ctx_->config.max_devices || (waited && ready >= ctx_->config.min_devices)) start_round();
 }
 
 void hub_service::start_round() {
   const auto planning = clock_type::now();
   if (finish_requested_) return finish("");
   reload_revocations();
-  if (engine_->needs_statistics()) return start_statistics(ready_offers());
-  engine_->set_population(devices_.size());  // differential privacy: every registered device, connected or not
-  engine_->set_private_round_cap(config_.max_devices);
+  if (engine_->needs_statistics()) return start_statistics(devices_->ready_offers(ctx_->config.max_devices));
+  engine_->set_population(devices_->size());  // differential privacy: every registered device, connected or not
+  engine_->set_private_round_cap(ctx_->config.max_devices);
   // A private round draws its sample from every ready device and caps it itself (at random, not by id).
-  auto excluded = engine_->begin_round(ready_offers(/*uncapped=*/engine_->private_rounds()));
+  auto excluded = engine_->begin_round(
+      devices_->ready_offers(engine_->private_rounds() ? device_registry::k_no_cap : ctx_->config.max_devices));
   if (!excluded && excluded.error().code == rounds::errc::privacy_budget) {
     log(log_level::info, "stopping: " + excluded.error().message);
     finish("");
@@ -232,13 +210,13 @@ void hub_service::start_round() {
   wait_timer_.cancel();
   round_started_ = planning;  // a round's seconds cover planning to checkpoint
   for (auto& a : engine_->assignments()) {
-    device_entry& d = devices_[a.device];
+    device_entry& d = (*devices_)[a.device];
     d.upload.reset();
     d.download.reset();
     send_assignment(d, a);
   }
   if (engine_->secure_round_open()) start_secure();
-  deadline_timer_.expires_after(core::seconds_to_ms(config_.round_deadline_s));
+  deadline_timer_.expires_after(core::seconds_to_ms(ctx_->config.round_deadline_s));
   deadline_timer_.async_wait([this, round = engine_->current_round()](const boost::system::error_code& ec) {
     if (ec || stopping_ || !engine_->in_round() || engine_->current_round() != round) return;
     end_collection();
@@ -253,7 +231,7 @@ void hub_service::close_round() {
     if (is_open(a.state))
       log(log_level::warning, "device " + a.device + " missed the deadline of round " + std::to_string(engine_->current_round()) +
                                   ": its neurons keep their values");
-    devices_[a.device].upload.reset();  // a late upload still arriving is answered "round closed"
+    (*devices_)[a.device].upload.reset();  // a late upload still arriving is answered "round closed"
   }
   auto m = engine_->close_round(validation_.get());
   if (!m) {
@@ -278,7 +256,7 @@ void hub_service::close_round() {
   m.value().resent_bytes = f.resent_bytes;
   obs_->stragglers += static_cast<double>(f.stragglers);
   for (const auto& a : engine_->assignments()) {
-    device_entry& d = devices_[a.device];
+    device_entry& d = (*devices_)[a.device];
     if (a.state == assignment_state::accepted) ++d.record.rounds_done;
     else ++d.record.rounds_missed;
   }
@@ -287,7 +265,7 @@ void hub_service::close_round() {
 }
 
 void hub_service::after_round(rounds::round_metrics& m) {
-  if (auto saved = recorder_->record(*engine_, m, round_started_, registry()); !saved) {
+  if (auto saved = recorder_->record(*engine_, m, round_started_, devices_->records()); !saved) {
     finish(saved.error().message);
     return;
   }
@@ -326,7 +304,7 @@ void hub_service::stop() {
   deadline_timer_.cancel();
   secure_timer_.cancel();
   crl_timer_.cancel();
-  for (auto& [id, d] : devices_) d.session.reset();
+  devices_->release_sessions();
   if (server_) server_->stop();
   if (endpoint_) endpoint_->stop();
   if (on_stopped_) on_stopped_();

@@ -8,8 +8,11 @@
 
 #include "tessera/crypto/pki.hpp"
 #include "tessera/hub/hub.hpp"
+#include "device_registry.hpp"
+#include "hub_context.hpp"
 #include "hub_figures.hpp"
 #include "refusal_log.hpp"
+#include "revocations.hpp"
 
 namespace tessera::hub {
 namespace {
@@ -24,12 +27,12 @@ using rounds::is_open;
 
 void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::msg::hello& h) {
   const std::string& id = s->peer_device_id();
-  if (is_revoked(id, s->peer_serial())) {  // its handshake began under the list before, or an operator revoked it
+  if (revoked_->is_revoked(id, s->peer_serial())) {  // its handshake began under the list before, or an operator revoked it
     log(log_level::warning, "device " + id + ": HELLO with a revoked certificate (serial " + s->peer_serial() + "): refused");
     s->refuse(net::errc::revoked, "this device's certificate is revoked", "revoked");
     return;
   }
-  device_entry& d = devices_[id];
+  device_entry& d = (*devices_)[id];
   if (d.session && d.session != s) d.session->close();  // a dead link the hub had not noticed yet
   const bool known = d.record.id == id;
   d.session = s;
@@ -39,7 +42,7 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
     d.told_over_budget = false;  // it may hold the model for evaluation now: say so again if not
   d.record.budget_bytes = h.memory_budget_bytes;
   d.record.examples = h.examples;
-  seen(d);
+  d.seen();
   d.validation_examples = h.validation_examples;
   d.codecs = h.codecs;
   log(log_level::info, "device " + id + (known ? " reconnected" : " joined") + ": budget " +
@@ -51,7 +54,7 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
   d.data_digest = h.data_digest;
 
   assignment* a = stopping_ ? nullptr : engine_->find(id);
-  const net::msg::welcome welcome{.heartbeat_ms = static_cast<std::uint32_t>(config_.link.heartbeat_s * 1000.0)};
+  const net::msg::welcome welcome{.heartbeat_ms = static_cast<std::uint32_t>(ctx_->config.link.heartbeat_s * 1000.0)};
   if (eval_ && !stopping_ && evaluating(id)) {
     const auto held = std::find_if(h.resume.begin(), h.resume.end(),
                                    [&](const net::msg::resume_entry& r) { return r.transfer == d.download_id; });
@@ -98,7 +101,7 @@ void hub_service::on_refuse(const std::shared_ptr<net::session>& s, const net::m
   obs_->refusals.add(r.code);
   // Data that cannot train this model does not change by itself: no assignment until it does.
   if (r.code == "edge.inputs_mismatch" || r.code == "edge.labels_mismatch") {
-    devices_[id].unfit = r.reason;
+    (*devices_)[id].unfit = r.reason;
     log(log_level::warning, "device " + id + " gets no assignment until its data changes (it reconnects with other data)");
   }
   if (a != nullptr && is_open(a->state)) {
@@ -116,13 +119,13 @@ void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::
       // Counted by the TLS failure's reason when there is one (unknown_ca, certificate_revoked, ...),
       // else by the error (a handshake or HELLO deadline, eviction, a certificate without a device id).
       obs_->connections_refused.add(s->tls_failure().empty() ? core::error_name(why.code) : "tls." + s->tls_failure());
-      refused_->note(why, log_);
+      refused_->note(why, ctx_->log);
     }
     return;
   }
-  auto it = devices_.find(id);
-  if (it == devices_.end() || it->second.session != s) return;
-  it->second.session.reset();
+  device_entry* d = devices_->find(id);
+  if (d == nullptr || d->session != s) return;
+  d->session.reset();
   if (!stopping_) log(log_level::info, "device " + id + " disconnected: " + why.message);
   if (stats_ && !stopping_) drop_from_statistics(id, "it disconnected");
 }
@@ -137,34 +140,18 @@ void hub_service::watch_revocations() {
 }
 
 void hub_service::reload_revocations() {
-  std::error_code ec;
-  const auto t = std::filesystem::last_write_time(config_.tls.crl, ec);
-  if (ec || t == crl_time_) return;
-  auto tls = crypto::make_hub_tls(config_.tls);
-  auto serials = tls ? crypto::revoked_serials(config_.tls.crl, config_.tls.ca_cert) : core::result<std::set<std::string>>(tls.error());
-  if (!serials) {
-    log(log_level::error, "revocation list changed but cannot be loaded (keeping the old one): " + serials.error().message);
-    return;
-  }
-  crl_time_ = t;
-  tls_ = tls.value();
-  server_->set_tls(tls_);
-  if (endpoint_) endpoint_->set_tls(tls_);
-  revoked_ = std::move(serials).value();
-  log(log_level::info, "revocation list reloaded from " + config_.tls.crl.string() + " (" + std::to_string(revoked_.size()) + " revoked)");
+  if (!revoked_->reload()) return;
+  server_->set_tls(revoked_->tls());
+  if (endpoint_) endpoint_->set_tls(revoked_->tls());
   close_revoked();
-}
-
-bool hub_service::is_revoked(const std::string& id, const std::string& serial) const {
-  return revoked_.contains(serial) || operator_revoked_.contains(id);
 }
 
 // Sessions already open were verified against the old list: each whose certificate is revoked now
 // goes at once, and the round it was in stops waiting for it (its neurons keep their values).
 void hub_service::close_revoked() {
   std::vector<std::string> gone;
-  for (auto& [id, d] : devices_) {
-    if (!d.session || !is_revoked(id, d.session->peer_serial())) continue;
+  for (auto& [id, d] : devices_->entries()) {
+    if (!d.session || !revoked_->is_revoked(id, d.session->peer_serial())) continue;
     log(log_level::warning, "device " + id + ": its certificate (serial " + d.session->peer_serial() + ") is revoked: session closed");
     auto s = std::move(d.session);
     s->refuse(net::errc::revoked, "this device's certificate is revoked", "revoked");

@@ -4,6 +4,8 @@
 // answers EVALUATION. The federated figures join the round's metrics before they are recorded.
 #include "tessera/crypto/digest.hpp"
 #include "tessera/hub/hub.hpp"
+#include "device_registry.hpp"
+#include "hub_context.hpp"
 #include "tessera/net/task.hpp"
 
 namespace tessera::hub {
@@ -14,9 +16,9 @@ bool hub_service::evaluating(const std::string& id) const { return eval_ && eval
 
 void hub_service::start_evaluation(rounds::round_metrics m) {
   std::vector<rounds::excluded_device> excluded;
-  auto evaluators = engine_->plan_evaluation(ready_offers(), excluded);
+  auto evaluators = engine_->plan_evaluation(devices_->ready_offers(ctx_->config.max_devices), excluded);
   for (const auto& e : excluded) {
-    device_entry& d = devices_[e.id];
+    device_entry& d = (*devices_)[e.id];
     if (d.told_over_budget) continue;
     d.told_over_budget = true;  // once per device (until its HELLO changes)
     log(log_level::warning, "device " + e.id + " does not evaluate the model: " + e.reason);
@@ -44,11 +46,11 @@ void hub_service::start_evaluation(rounds::round_metrics m) {
   log(log_level::info, "round " + std::to_string(eval_->round) + ": " + std::to_string(eval_->waiting.size()) +
                            " device(s) evaluate the model on their validation examples");
   for (const auto& [id, e] : eval_->waiting) {
-    devices_[id].download.reset();
-    send_evaluation(devices_[id], id);
+    (*devices_)[id].download.reset();
+    send_evaluation((*devices_)[id], id);
   }
   if (eval_->waiting.empty()) return end_evaluation();
-  deadline_timer_.expires_after(std::chrono::milliseconds(static_cast<std::int64_t>(config_.round_deadline_s * 1000.0)));
+  deadline_timer_.expires_after(std::chrono::milliseconds(static_cast<std::int64_t>(ctx_->config.round_deadline_s * 1000.0)));
   deadline_timer_.async_wait([this, round = eval_->round](const boost::system::error_code& ec) {
     if (ec || stopping_ || !eval_ || eval_->round != round) return;
     for (const auto& [id, e] : eval_->waiting)
@@ -62,7 +64,7 @@ void hub_service::send_evaluation(device_entry& d, const std::string& id) {
   const rounds::evaluator& e = eval_->waiting.at(id);
   const auto& [bytes, sha] = eval_->model.at(e.codec);
   if (!d.session) return;  // it gets the model when it reconnects
-  d.download_id = next_transfer_++;  // fresh, so a restarted agent never resumes another download
+  d.download_id = devices_->next_transfer();  // fresh, so a restarted agent never resumes another download
   d.download = std::make_shared<download_slot>(d.download_id, bytes, sha);
   d.session->send(net::msg::assign{.round = eval_->round,
                                    .widths = eval_->widths,
@@ -77,8 +79,8 @@ void hub_service::send_evaluation(device_entry& d, const std::string& id) {
 
 void hub_service::on_evaluation(const std::shared_ptr<net::session>& s, const net::msg::evaluation& e) {
   const std::string& id = s->peer_device_id();
-  device_entry& d = devices_[id];
-  seen(d);
+  device_entry& d = (*devices_)[id];
+  d.seen();
   if (!evaluating(id) || e.round != eval_->round || e.transfer != d.download_id) {
     log(log_level::warning, "device " + id + " sent an evaluation (round " + std::to_string(e.round) + ") that was not asked for");
     return;
@@ -102,7 +104,7 @@ void hub_service::drop_from_evaluation(const std::string& id, const std::string&
   if (!evaluating(id)) return;
   log(log_level::warning, "device " + id + " left out of the evaluation after round " + std::to_string(eval_->round) + ": " + why);
   eval_->waiting.erase(id);
-  device_entry& d = devices_[id];
+  device_entry& d = (*devices_)[id];
   eval_->bytes_down += d.download ? d.download->out.bytes_sent_total() : 0;
   d.download.reset();
   if (eval_->waiting.empty()) end_evaluation();
@@ -112,7 +114,7 @@ void hub_service::end_evaluation() {
   deadline_timer_.cancel();
   auto phase = std::move(eval_);
   for (const auto& [id, e] : phase->waiting) {
-    device_entry& d = devices_[id];
+    device_entry& d = (*devices_)[id];
     phase->bytes_down += d.download ? d.download->out.bytes_sent_total() : 0;
     d.download.reset();
   }

@@ -13,9 +13,11 @@
 
 #include <boost/asio/post.hpp>
 
+#include "device_registry.hpp"
+#include "hub_context.hpp"
 #include "hub_figures.hpp"
 #include "process_figures.hpp"
-#include "tessera/core/file_io.hpp"
+#include "revocations.hpp"
 #include "tessera/core/model_spec.hpp"
 #include "tessera/hub/error.hpp"
 #include "tessera/hub/hub.hpp"
@@ -33,8 +35,6 @@ namespace {
 
 using core::log_level;
 using clock_type = std::chrono::steady_clock;
-
-constexpr std::string_view k_revocations_file = "revoked-devices.json";
 
 http_response json_reply(unsigned status, const nlohmann::json& j) {
   // Text that came from peers is valid UTF-8 once parsed; should anything else slip in, it is replaced
@@ -67,17 +67,17 @@ std::int64_t since_of(const std::string& query) {
 }  // namespace
 
 core::result<void> hub_service::start_endpoint() {
-  if (!config_.http.listen) return {};
-  const core::host_port& at = *config_.http.listen;
-  const bool tls = config_.http.tls == http_tls_kind::on || !is_loopback_address(at.host);
+  if (!ctx_->config.http.listen) return {};
+  const core::host_port& at = *ctx_->config.http.listen;
+  const bool tls = ctx_->config.http.tls == http_tls_kind::on || !is_loopback_address(at.host);
   endpoint_config ec{.address = at.host,
                      .port = at.port,
                      .tls = tls,
-                     .max_connections = config_.http.max_connections,
-                     .timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config_.http.timeout_s * 1000.0)),
+                     .max_connections = ctx_->config.http.max_connections,
+                     .timeout = std::chrono::milliseconds(static_cast<std::int64_t>(ctx_->config.http.timeout_s * 1000.0)),
                      .max_body_bytes = 16 * 1024};
-  endpoint_ = operator_endpoint::create(io_, ec, tls ? std::optional(tls_) : std::nullopt,
-                                        [this](const http_request& r) { return handle_http(r); }, log_);
+  endpoint_ = operator_endpoint::create(io_, ec, tls ? std::optional(revoked_->tls()) : std::nullopt,
+                                        [this](const http_request& r) { return handle_http(r); }, ctx_->log);
   TESSERA_ASSIGN_OR_RETURN(http_port_, endpoint_->listen());
   log(log_level::info, std::string("operator endpoint on ") + (tls ? "https://" : "http://") + at.host + ":" +
                            std::to_string(http_port_) + "/ (" +
@@ -102,10 +102,10 @@ std::string hub_service::state_name() const {
 nlohmann::json hub_service::status_json() const {
   const auto now = clock_type::now();
   nlohmann::json run{
-      {"strategy", std::string(rounds::to_string(config_.strategy))},
-      {"model", core::widths_text(config_.model)},
-      {"rounds", config_.rounds},
-      {"seed", config_.seed},
+      {"strategy", std::string(rounds::to_string(ctx_->config.strategy))},
+      {"model", core::widths_text(ctx_->config.model)},
+      {"rounds", ctx_->config.rounds},
+      {"seed", ctx_->config.seed},
       {"state", state_name()},
       {"round", engine_->in_round() ? engine_->current_round() : engine_->completed()},
       {"completed", engine_->completed()},
@@ -113,12 +113,12 @@ nlohmann::json hub_service::status_json() const {
       {"finish_requested", finish_requested_},
       {"resumed_from", resumed_from_},
       {"failure", failure_},
-      {"min_devices", config_.min_devices},
-      {"max_devices", config_.max_devices},
-      {"round_deadline_s", config_.round_deadline_s},
-      {"aggregate", std::string(core::k_aggregate_names.name(config_.aggregate))},
-      {"secure_aggregation", config_.secure_aggregation.enabled},
-      {"dp", config_.dp.enabled},
+      {"min_devices", ctx_->config.min_devices},
+      {"max_devices", ctx_->config.max_devices},
+      {"round_deadline_s", ctx_->config.round_deadline_s},
+      {"aggregate", std::string(core::k_aggregate_names.name(ctx_->config.aggregate))},
+      {"secure_aggregation", ctx_->config.secure_aggregation.enabled},
+      {"dp", ctx_->config.dp.enabled},
       {"epsilon", optional_number(obs_->epsilon)},
       {"epsilon_hub", optional_number(obs_->epsilon_hub)},
       {"last_test_accuracy", optional_number(obs_->test_accuracy)},
@@ -127,7 +127,7 @@ nlohmann::json hub_service::status_json() const {
   };
   nlohmann::json devices = nlohmann::json::array();
   std::size_t connected = 0, training = 0;
-  for (const auto& [id, d] : devices_) {
+  for (const auto& [id, d] : devices_->entries()) {
     std::string state = "idle";
     const rounds::assignment* a = engine_->in_round() ? engine_->find(id) : nullptr;
     if (a != nullptr) {
@@ -138,7 +138,7 @@ nlohmann::json hub_service::status_json() const {
     if (!d.unfit.empty()) state = "unfit";
     if (!d.session) state = "offline";
     connected += d.session ? 1 : 0;
-    if (operator_revoked_.contains(id)) state = "revoked";
+    if (revoked_->by_operator(id) != nullptr) state = "revoked";
     devices.push_back({
         {"id", id},
         {"connected", d.session != nullptr},
@@ -165,7 +165,7 @@ nlohmann::json hub_service::status_json() const {
             {"now_unix", static_cast<std::int64_t>(std::time(nullptr))}}},
           {"run", std::move(run)},
           {"fleet",
-           {{"registered", devices_.size()}, {"connected", connected}, {"training", training}, {"devices", std::move(devices)}}}};
+           {{"registered", devices_->size()}, {"connected", connected}, {"training", training}, {"devices", std::move(devices)}}}};
 }
 
 nlohmann::json hub_service::rounds_json(std::int64_t since) const {
@@ -184,7 +184,7 @@ std::string hub_service::metrics_text() const {
   prom::exposition out;
   const std::string state = state_name();
   out.gauges("tessera_hub_info", "The hub's version and the run's strategy (always 1)",
-             {{{{"version", TESSERA_VERSION}, {"strategy", std::string(rounds::to_string(config_.strategy))}}, 1}});
+             {{{{"version", TESSERA_VERSION}, {"strategy", std::string(rounds::to_string(ctx_->config.strategy))}}, 1}});
   std::vector<std::pair<prom::label_set, double>> states;
   for (const char* s : {"waiting", "paused", "statistics", "training", "secure_aggregation", "evaluating", "stopping", "finished", "failed"})
     states.push_back({{{"state", s}}, s == state ? 1.0 : 0.0});
@@ -194,12 +194,12 @@ std::string hub_service::metrics_text() const {
             static_cast<double>(engine_->in_round() ? engine_->current_round() : engine_->completed()));
   out.gauge("tessera_hub_rounds_completed", "Rounds completed by the run (checkpointed ones included after a restart)",
             static_cast<double>(engine_->completed()));
-  out.gauge("tessera_hub_rounds_planned", "The rounds the run is configured for", static_cast<double>(config_.rounds));
+  out.gauge("tessera_hub_rounds_planned", "The rounds the run is configured for", static_cast<double>(ctx_->config.rounds));
   std::size_t connected = 0, training = 0;
-  for (const auto& [id, d] : devices_) connected += d.session ? 1 : 0;
+  for (const auto& [id, d] : devices_->entries()) connected += d.session ? 1 : 0;
   if (engine_->in_round())
     for (const auto& a : engine_->assignments()) training += rounds::is_open(a.state) ? 1 : 0;
-  out.gauge("tessera_hub_devices_registered", "Devices the run knows", static_cast<double>(devices_.size()));
+  out.gauge("tessera_hub_devices_registered", "Devices the run knows", static_cast<double>(devices_->size()));
   out.gauge("tessera_hub_devices_connected", "Devices with an open session after their HELLO", static_cast<double>(connected));
   out.gauge("tessera_hub_devices_training", "Devices the round in progress still waits for", static_cast<double>(training));
   if (server_) {
@@ -300,7 +300,7 @@ http_response hub_service::handle_http(const http_request& r) {
       finish_after_round(r.operator_name);
       return json_reply(200, {{"finish_requested", true},
                               {"after_round", engine_->in_round() ? engine_->current_round() : engine_->completed()},
-                              {"output", config_.output_path}});
+                              {"output", ctx_->config.output_path}});
     }
     const std::string id = r.path.substr(std::string_view("/api/devices/").size(),
                                          r.path.size() - std::string_view("/api/devices/").size() - std::string_view("/revoke").size());
@@ -339,7 +339,7 @@ void hub_service::finish_after_round(const std::string& by) {
   const bool busy = engine_->in_round() || stats_ || eval_;
   log(log_level::info, "operator " + by + " asked the run to finish " +
                            (busy ? "after round " + std::to_string(engine_->current_round()) : std::string("now")) +
-                           (config_.output_path.empty() ? "" : " and write " + config_.output_path));
+                           (ctx_->config.output_path.empty() ? "" : " and write " + ctx_->config.output_path));
   if (!busy) {
     boost::asio::post(io_, [this] {
       if (!stopping_) finish("");
@@ -348,50 +348,14 @@ void hub_service::finish_after_round(const std::string& by) {
 }
 
 core::result<std::string> hub_service::revoke_device(const std::string& id, const std::string& by) {
-  const auto it = devices_.find(id);
-  if (it == devices_.end()) return make_error(errc::unknown_device, "no device '" + id.substr(0, 80) + "' is known to this run");
-  if (operator_revoked_.contains(id)) return operator_revoked_[id].serial;
-  const std::string serial = it->second.session ? it->second.session->peer_serial() : it->second.serial;
-  operator_revoked_[id] = {.serial = serial, .by = by, .unix_time = static_cast<std::int64_t>(std::time(nullptr))};
-  save_operator_revocations();
+  const device_entry* d = devices_->find(id);
+  if (d == nullptr) return make_error(errc::unknown_device, "no device '" + id.substr(0, 80) + "' is known to this run");
+  if (const operator_revocation* r = revoked_->by_operator(id)) return r->serial;
+  const std::string serial = d->session ? d->session->peer_serial() : d->serial;
+  revoked_->add_by_operator(id, {.serial = serial, .by = by, .unix_time = static_cast<std::int64_t>(std::time(nullptr))});
   log(log_level::warning, "operator " + by + " revoked device " + id + (serial.empty() ? "" : " (certificate serial " + serial + ")"));
   close_revoked();
   return serial;
-}
-
-core::result<void> hub_service::load_operator_revocations() {
-  if (config_.checkpoint_dir.empty()) return {};
-  const auto path = std::filesystem::path(config_.checkpoint_dir) / k_revocations_file;
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return {};
-  TESSERA_ASSIGN_OR_RETURN(const std::vector<std::byte> bytes, core::read_file_bounded(path, 16u << 20));
-  const auto j = nlohmann::json::parse(reinterpret_cast<const char*>(bytes.data()), reinterpret_cast<const char*>(bytes.data()) + bytes.size(),
-                                       nullptr, false);
-  if (!j.is_object() || !j.contains("devices") || !j["devices"].is_array())
-    return core::make_error(core::errc::bad_format, path.string() + ": not a list of revoked devices (\"devices\": [...])");
-  for (const auto& d : j["devices"]) {
-    if (!d.is_object() || !d.contains("id") || !d["id"].is_string())
-      return core::make_error(core::errc::bad_format, path.string() + ": an entry without an \"id\"");
-    operator_revoked_[d["id"].get<std::string>()] = {.serial = d.value("serial", std::string()),
-                                                     .by = d.value("by", std::string()),
-                                                     .unix_time = d.value("unix_time", std::int64_t{0})};
-  }
-  if (!operator_revoked_.empty())
-    log(log_level::info, std::to_string(operator_revoked_.size()) + " device(s) revoked by operators stay refused (" + path.string() + ")");
-  return {};
-}
-
-void hub_service::save_operator_revocations() {
-  if (config_.checkpoint_dir.empty()) {
-    log(log_level::warning, "no checkpoint_dir: the revocation holds until the hub restarts; put the serial on the CA's CRL to keep it");
-    return;
-  }
-  nlohmann::json list = nlohmann::json::array();
-  for (const auto& [id, r] : operator_revoked_) list.push_back({{"id", id}, {"serial", r.serial}, {"by", r.by}, {"unix_time", r.unix_time}});
-  const std::string text = nlohmann::json{{"devices", list}}.dump(2) + "\n";
-  const auto path = std::filesystem::path(config_.checkpoint_dir) / k_revocations_file;
-  if (auto ok = core::write_file_atomic(path, std::as_bytes(std::span(text)), 0600, /*replace=*/true); !ok)
-    log(log_level::error, "cannot keep the revocation: " + ok.error().message);
 }
 
 }  // namespace tessera::hub

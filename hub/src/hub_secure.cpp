@@ -11,6 +11,8 @@
 #include <utility>
 
 #include "tessera/hub/hub.hpp"
+#include "device_registry.hpp"
+#include "hub_context.hpp"
 
 namespace tessera::hub {
 
@@ -33,7 +35,7 @@ void hub_service::start_secure() {
 }
 
 void hub_service::arm_secure_timer() {
-  secure_timer_.expires_after(core::seconds_to_ms(config_.secure_step_s));
+  secure_timer_.expires_after(core::seconds_to_ms(ctx_->config.secure_step_s));
   secure_timer_.async_wait([this, round = engine_->current_round(), step = secure_->at](const boost::system::error_code& ec) {
     if (ec || stopping_ || !secure_ || !engine_->in_round() || engine_->current_round() != round || secure_->at != step) return;
     log(log_level::warning, "round " + std::to_string(round) + ": the secure aggregation's " + std::string(step_name(static_cast<int>(step))) +
@@ -104,7 +106,7 @@ void hub_service::end_secure_step() {
       }
       sp.roster = std::move(roster).value();
       sp.at = secure_phase::step::shares;
-      for (const auto& m : *sp.roster) send_secure_step(devices_[m.keys.id], m.keys.id);
+      for (const auto& m : *sp.roster) send_secure_step((*devices_)[m.keys.id], m.keys.id);
       arm_secure_timer();
       if (secure_step_done()) end_secure_step();
       return;
@@ -119,7 +121,7 @@ void hub_service::end_secure_step() {
       }
       sp.at = secure_phase::step::uploads;
       secure_timer_.cancel();
-      for (const auto& id : sp.shared) send_secure_step(devices_[id], id);
+      for (const auto& id : sp.shared) send_secure_step((*devices_)[id], id);
       if (engine_->all_reported()) end_collection();
       return;
     }
@@ -150,14 +152,14 @@ void hub_service::end_collection() {
                                 ": nothing is released");
     return close_round();
   }
-  for (const auto& id : sp.request->survivors) send_secure_step(devices_[id], id);
+  for (const auto& id : sp.request->survivors) send_secure_step((*devices_)[id], id);
   arm_secure_timer();
   if (secure_step_done()) end_secure_step();
 }
 
 void hub_service::on_secure(const std::shared_ptr<net::session>& s, const net::message& m) {
   const std::string& id = s->peer_device_id();
-  seen(devices_[id]);
+  (*devices_)[id].seen();
   const std::uint64_t round = net::round_of(m);
   const std::string what = std::string(net::to_string(net::type_of(m))) + " from " + id;
   if (!secure_ || !engine_->in_round() || round != static_cast<std::uint64_t>(engine_->current_round())) {

@@ -4,6 +4,8 @@
 
 #include "tessera/hub/error.hpp"
 #include "tessera/hub/hub.hpp"
+#include "device_registry.hpp"
+#include "hub_context.hpp"
 #include "tessera/rounds/error.hpp"
 
 namespace tessera::hub {
@@ -17,12 +19,12 @@ std::size_t base64_bytes(std::size_t n) { return (n * 8 + 2) / 3 * 4; }
 }  // namespace
 
 core::result<void> hub_service::check_frame_room() const {
-  if (config_.model.input_normalization != core::input_normalization_kind::standardize) return {};
+  if (ctx_->config.model.input_normalization != core::input_normalization_kind::standardize) return {};
   // The largest statistics message is pass 1's reply: three arrays of float64 per feature and a count
   // per class. It travels as one control frame, so it must fit in one.
-  const auto f = static_cast<std::size_t>(config_.model.inputs);
-  const std::size_t need = 3 * base64_bytes(f) + 21 * static_cast<std::size_t>(config_.model.outputs) + 512;
-  const std::uint32_t limit = net::to_session_config(config_.link).max_frame_payload;
+  const auto f = static_cast<std::size_t>(ctx_->config.model.inputs);
+  const std::size_t need = 3 * base64_bytes(f) + 21 * static_cast<std::size_t>(ctx_->config.model.outputs) + 512;
+  const std::uint32_t limit = net::to_session_config(ctx_->config.link).max_frame_payload;
   if (need > limit)
     return core::make_error(core::errc::invalid_spec, "model.inputs " + std::to_string(f) + " with input_normalization standardize: a device's " +
                                                           "statistics take " + std::to_string(need) + " bytes, more than a control frame holds (" +
@@ -31,7 +33,7 @@ core::result<void> hub_service::check_frame_room() const {
 }
 
 void hub_service::start_statistics(std::vector<rounds::device_offer> offers) {
-  if (!stats_) stats_ = std::make_unique<rounds::stats_gathering>(config_.model, config_.min_stats_examples);
+  if (!stats_) stats_ = std::make_unique<rounds::stats_gathering>(ctx_->config.model, ctx_->config.min_stats_examples);
   auto excluded = stats_->begin(std::move(offers));
   if (!excluded) {
     log(log_level::warning, "the fleet's statistics cannot start: " + excluded.error().message);
@@ -47,25 +49,25 @@ void hub_service::start_statistics(std::vector<rounds::device_offer> offers) {
 
 void hub_service::ask_statistics() {
   net::msg::stats m{.pass = static_cast<std::uint32_t>(stats_->pass()),
-                    .task = config_.model.task,
-                    .inputs = static_cast<std::uint64_t>(config_.model.inputs),
-                    .outputs = static_cast<std::uint64_t>(config_.model.outputs)};
+                    .task = ctx_->config.model.task,
+                    .inputs = static_cast<std::uint64_t>(ctx_->config.model.inputs),
+                    .outputs = static_cast<std::uint64_t>(ctx_->config.model.outputs)};
   if (m.pass == 2) {
     m.mean = stats_->mean();
     m.target_mean = stats_->target_mean();
   }
   for (const auto& id : stats_->asked()) {
-    auto it = devices_.find(id);
-    if (it == devices_.end() || !it->second.session) {
+    device_entry* d = devices_->find(id);
+    if (d == nullptr || !d->session) {
       log(log_level::warning, "device " + id + " left out of the statistics: it is not connected");
       stats_->drop(id, "it is not connected");
     } else {
-      it->second.session->send(m);
+      d->session->send(m);
     }
   }
   if (stats_->pass_complete()) return end_statistics_pass();
   const int pass = stats_->pass();
-  deadline_timer_.expires_after(std::chrono::milliseconds(static_cast<std::int64_t>(config_.round_deadline_s * 1000.0)));
+  deadline_timer_.expires_after(std::chrono::milliseconds(static_cast<std::int64_t>(ctx_->config.round_deadline_s * 1000.0)));
   deadline_timer_.async_wait([this, pass](const boost::system::error_code& ec) {
     if (ec || stopping_ || !stats_ || stats_->pass() != pass) return;
     for (const auto& id : stats_->waiting()) {
@@ -129,7 +131,7 @@ void hub_service::end_statistics_pass() {
   log(log_level::info, "the fleet's input statistics: " + summary.dump());
   stats_.reset();
   // Checkpointed before round 1: a restarted hub does not ask again.
-  if (auto saved = recorder_->save_state(*engine_, registry()); !saved) return finish(saved.error().message);
+  if (auto saved = recorder_->save_state(*engine_, devices_->records()); !saved) return finish(saved.error().message);
   waiting_ = true;
   waiting_since_ = std::chrono::steady_clock::now() - std::chrono::hours(1);  // the fleet has waited already
   maybe_start_round();

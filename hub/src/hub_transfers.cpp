@@ -7,6 +7,8 @@
 #include "tessera/core/file_io.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/hub/error.hpp"
+#include "device_registry.hpp"
+#include "hub_context.hpp"
 #include "hub_figures.hpp"
 #include "tessera/net/task.hpp"
 #include "tessera/rounds/error.hpp"
@@ -20,7 +22,7 @@ using rounds::assignment_state;
 
 void hub_service::send_assignment(device_entry& d, assignment& a) {
   // A fresh transfer id each time, so a restarted agent never resumes bytes of another download.
-  d.download_id = next_transfer_++;
+  d.download_id = devices_->next_transfer();
   std::shared_ptr<const std::vector<std::byte>> bytes;
   net::digest sha{};
   if (d.download) {  // a resend: the agent lost its copy; the model has not changed within the round
@@ -65,8 +67,8 @@ void hub_service::reject(const std::shared_ptr<net::session>& s, const std::stri
 
 void hub_service::on_update(const std::shared_ptr<net::session>& s, const net::msg::update& u) {
   const std::string& id = s->peer_device_id();
-  device_entry& d = devices_[id];
-  seen(d);
+  device_entry& d = (*devices_)[id];
+  d.seen();
   assignment* a = engine_->find(id);
   if (d.accepted_upload != 0 && u.transfer == d.accepted_upload) {  // accepted before the link broke and its RESULT was lost
     s->send(net::msg::result{.accepted = true, .code = {}, .reason = {}});
@@ -111,7 +113,7 @@ void hub_service::on_update(const std::shared_ptr<net::session>& s, const net::m
 
 void hub_service::on_upload(const std::shared_ptr<net::session>& s, const std::shared_ptr<net::incoming_transfer>& in) {
   const std::string& id = s->peer_device_id();
-  device_entry& d = devices_[id];
+  device_entry& d = (*devices_)[id];
   assignment* a = engine_->find(id);
   if (a == nullptr || !d.upload || &d.upload->in != in.get() || a->state != assignment_state::uploading ||
       (secure_ && secure_->at == secure_phase::step::unmask)) {
@@ -120,8 +122,8 @@ void hub_service::on_upload(const std::shared_ptr<net::session>& s, const std::s
   }
   a->bytes_up = in->bytes_received_total();
   a->resent_bytes += in->bytes_received_total() - in->size();
-  if (!config_.audit_uploads.empty()) {
-    const auto path = std::filesystem::path(config_.audit_uploads) /
+  if (!ctx_->config.audit_uploads.empty()) {
+    const auto path = std::filesystem::path(ctx_->config.audit_uploads) /
                       ("round-" + std::to_string(engine_->current_round()) + "-" + id + ".bin");
     if (auto ok = core::write_file_atomic(path, d.upload->bytes, 0600, /*replace=*/true); !ok)
       log(log_level::error, "audit_uploads: " + ok.error().message);
@@ -156,9 +158,9 @@ void hub_service::note_downloaded(device_entry& d, assignment& a, const net::out
 
 void hub_service::on_download_sent(const std::string& id, const std::shared_ptr<net::outgoing_transfer>& out) {
   assignment* a = engine_->find(id);
-  auto it = devices_.find(id);
-  if (a == nullptr || it == devices_.end() || !it->second.download || &it->second.download->out != out.get()) return;
-  note_downloaded(it->second, *a, *out);
+  device_entry* d = devices_->find(id);
+  if (a == nullptr || d == nullptr || !d->download || &d->download->out != out.get()) return;
+  note_downloaded(*d, *a, *out);
 }
 
 }  // namespace tessera::hub

@@ -72,6 +72,10 @@
 
 namespace tessera::hub {
 
+struct hub_context;
+struct device_entry;
+class device_registry;
+class revocations;
 struct hub_figures;
 class refusal_log;
 
@@ -119,44 +123,6 @@ class hub_service {
   [[nodiscard]] http_response handle_http(const http_request& r);
 
  private:
-  // The bytes of a blob and its transfer in one allocation: a session may still hold the transfer after
-  // the round closed, and the aliasing shared_ptr keeps the bytes alive exactly as long.
-  // The bytes are shared: the devices scoring the model get one copy of it per codec.
-  struct download_slot {
-    std::shared_ptr<const std::vector<std::byte>> bytes;
-    net::outgoing_transfer out;
-    download_slot(std::uint64_t id, std::shared_ptr<const std::vector<std::byte>> b, const net::digest& sha)
-        : bytes(std::move(b)), out(id, std::span<const std::byte>(*bytes), sha) {}
-  };
-  // An upload being received: its bytes and the transfer writing into them.
-  struct upload_slot {
-    std::vector<std::byte> bytes;
-    net::incoming_transfer in;
-    upload_slot(std::uint64_t id, std::size_t size, const net::digest& sha)
-        : bytes(size), in(id, std::span<std::byte>(bytes), sha) {}
-  };
-  struct device_entry {
-    rounds::device_record record;
-    std::shared_ptr<net::session> session;   // the current connection, after its HELLO
-    std::vector<core::codec_kind> codecs;
-    std::uint64_t download_id = 0;
-    std::shared_ptr<download_slot> download;
-    std::shared_ptr<upload_slot> upload;
-    net::msg::update update{};               // the announcement of the upload in flight
-    std::uint64_t accepted_upload = 0;       // the last upload accepted (a repeat gets its RESULT again)
-    std::string data_digest;                 // HELLO's: changes when the device's data does
-    std::string unfit;                       // why its data cannot train this model; no assignments meanwhile
-    std::uint64_t validation_examples = 0;   // HELLO's: held out for evaluation on the device
-    bool told_over_budget = false;           // logged once that its budget cannot hold the model to score it
-    // For the operator: the certificate serial of its last session, its last subnet, and its transfers
-    // (blob bytes since this hub started, resent ones included; rates of the last complete transfer).
-    std::string serial;
-    std::uint64_t subnet_params = 0;
-    std::optional<core::codec_kind> codec;
-    std::uint64_t bytes_down = 0, bytes_up = 0;
-    std::optional<double> down_rate, up_rate;  // bytes per second
-    std::chrono::steady_clock::time_point download_started{}, upload_started{};
-  };
   // While the devices score the model of the round just closed (hub_eval.cpp).
   struct evaluation_phase {
     rounds::round_metrics metrics;
@@ -184,7 +150,6 @@ class hub_service {
 
   hub_service(boost::asio::io_context& io, const hub_config& config, core::log_sink log);
   void log(core::log_level level, const std::string& text) const;
-  static void seen(device_entry& d);  // last_seen: now
   void attach(const std::shared_ptr<net::session>& s);
   void on_hello(const std::shared_ptr<net::session>& s, const net::msg::hello& h);
   void on_update(const std::shared_ptr<net::session>& s, const net::msg::update& u);
@@ -199,10 +164,6 @@ class hub_service {
   void reject(const std::shared_ptr<net::session>& s, const std::string& id, const core::error& why, std::uint64_t transfer);
   void arm_wait_timer();
   void maybe_start_round();
-  // The connected devices fit for a round, at most max_devices of them unless `uncapped` (a private
-  // round, whose sample is drawn from all and capped at random by the engine).
-  [[nodiscard]] std::vector<rounds::device_offer> ready_offers(bool uncapped = false) const;
-  [[nodiscard]] static rounds::device_offer offer_of(const std::string& id, const device_entry& d);
   void start_round();
   // The fleet's statistics before round 1 (hub_stats.cpp), when the model standardizes its inputs.
   void start_statistics(std::vector<rounds::device_offer> offers);
@@ -210,7 +171,6 @@ class hub_service {
   void on_stats_reply(const std::shared_ptr<net::session>& s, const net::msg::stats_reply& r);
   void drop_from_statistics(const std::string& id, const std::string& why);
   void end_statistics_pass();
-  [[nodiscard]] std::vector<rounds::device_record> registry() const;
   // A model whose statistics would not fit in one control frame is refused at start.
   [[nodiscard]] core::result<void> check_frame_room() const;
   void close_round();
@@ -235,26 +195,15 @@ class hub_service {
   void watch_revocations();
   void reload_revocations();
   void close_revoked();
-  [[nodiscard]] bool is_revoked(const std::string& id, const std::string& serial) const;
   void finish(const std::string& failure);
   // hub_operator.cpp: the endpoint, the operator's revocations.
   [[nodiscard]] core::result<void> start_endpoint();
-  [[nodiscard]] core::result<void> load_operator_revocations();
-  void save_operator_revocations();
   [[nodiscard]] std::string state_name() const;
 
   boost::asio::io_context& io_;
-  hub_config config_;
-  core::log_sink log_;
+  std::unique_ptr<const hub_context> ctx_;
   std::function<void()> on_stopped_;
-  crypto::tls_context tls_;
-  std::filesystem::file_time_type crl_time_{};
-  std::set<std::string> revoked_;  // the serials the CRL revokes (lowercase hex)
-  struct operator_revocation {
-    std::string serial, by;
-    std::int64_t unix_time = 0;
-  };
-  std::map<std::string, operator_revocation> operator_revoked_;  // device id → revoked through the endpoint
+  std::unique_ptr<revocations> revoked_;
   std::unique_ptr<hub_figures> obs_;
   std::shared_ptr<operator_endpoint> endpoint_;
   std::uint16_t http_port_ = 0;
@@ -270,11 +219,10 @@ class hub_service {
   std::unique_ptr<evaluation_phase> eval_;          // while the devices score the model
   std::unique_ptr<secure_phase> secure_;            // while a secure round runs its protocol
   boost::asio::steady_timer secure_timer_;
-  std::map<std::string, device_entry> devices_;
+  std::unique_ptr<device_registry> devices_;
   boost::asio::steady_timer wait_timer_;
   boost::asio::steady_timer deadline_timer_;
   std::chrono::steady_clock::time_point waiting_since_{}, round_started_{};
-  std::uint64_t next_transfer_ = 0;
   std::int64_t resumed_from_ = 0;
   bool waiting_ = false;
   bool finished_ = false;
