@@ -49,7 +49,6 @@ struct device_entry {
   std::uint64_t download_id = 0;
   std::shared_ptr<download_slot> download;
   std::shared_ptr<upload_slot> upload;
-  net::msg::update update{};               // the announcement of the upload in flight
   std::uint64_t accepted_upload = 0;       // the last upload accepted (a repeat gets its RESULT again)
   std::string data_digest;                 // HELLO's: changes when the device's data does
   std::string unfit;                       // why its data cannot train this model; no assignments meanwhile

@@ -18,6 +18,7 @@
 #include "hub_figures.hpp"
 #include "process_figures.hpp"
 #include "revocations.hpp"
+#include "round_driver.hpp"
 #include "tessera/core/model_spec.hpp"
 #include "tessera/hub/error.hpp"
 #include "tessera/hub/hub.hpp"
@@ -85,17 +86,7 @@ core::result<void> hub_service::start_endpoint() {
   return {};
 }
 
-std::string hub_service::state_name() const {
-  if (!failure_.empty()) return "failed";
-  if (finished_) return "finished";
-  if (stopping_) return "stopping";
-  if (stats_) return "statistics";
-  if (eval_) return "evaluating";
-  if (secure_) return "secure_aggregation";
-  if (engine_->in_round()) return "training";
-  if (paused_) return "paused";
-  return "waiting";
-}
+std::string hub_service::state_name() const { return std::string(name_of(rounds_->phase())); }
 
 // ---- what the endpoint serves ---------------------------------------------------------------------
 
@@ -107,12 +98,12 @@ nlohmann::json hub_service::status_json() const {
       {"rounds", ctx_->config.rounds},
       {"seed", ctx_->config.seed},
       {"state", state_name()},
-      {"round", engine_->in_round() ? engine_->current_round() : engine_->completed()},
-      {"completed", engine_->completed()},
-      {"paused", paused_},
-      {"finish_requested", finish_requested_},
-      {"resumed_from", resumed_from_},
-      {"failure", failure_},
+      {"round", rounds_->engine().in_round() ? rounds_->engine().current_round() : rounds_->engine().completed()},
+      {"completed", rounds_->engine().completed()},
+      {"paused", rounds_->holds().pause},
+      {"finish_requested", rounds_->holds().finish},
+      {"resumed_from", rounds_->resumed_from()},
+      {"failure", rounds_->failure()},
       {"min_devices", ctx_->config.min_devices},
       {"max_devices", ctx_->config.max_devices},
       {"round_deadline_s", ctx_->config.round_deadline_s},
@@ -129,12 +120,12 @@ nlohmann::json hub_service::status_json() const {
   std::size_t connected = 0, training = 0;
   for (const auto& [id, d] : devices_->entries()) {
     std::string state = "idle";
-    const rounds::assignment* a = engine_->in_round() ? engine_->find(id) : nullptr;
+    const rounds::assignment* a = rounds_->engine().in_round() ? rounds_->engine().find(id) : nullptr;
     if (a != nullptr) {
       state = std::string(rounds::to_string(a->state));
       training += rounds::is_open(a->state) ? 1 : 0;
     }
-    if (eval_ && evaluating(id)) state = "evaluating";
+    if (const auto* ep = std::get_if<evaluating_phase>(&rounds_->phase()); ep != nullptr && ep->eval.expects(id)) state = "evaluating";
     if (!d.unfit.empty()) state = "unfit";
     if (!d.session) state = "offline";
     connected += d.session ? 1 : 0;
@@ -186,19 +177,18 @@ std::string hub_service::metrics_text() const {
   out.gauges("tessera_hub_info", "The hub's version and the run's strategy (always 1)",
              {{{{"version", TESSERA_VERSION}, {"strategy", std::string(rounds::to_string(ctx_->config.strategy))}}, 1}});
   std::vector<std::pair<prom::label_set, double>> states;
-  for (const char* s : {"waiting", "paused", "statistics", "training", "secure_aggregation", "evaluating", "stopping", "finished", "failed"})
-    states.push_back({{{"state", s}}, s == state ? 1.0 : 0.0});
+  for (const std::string_view s : k_phase_names) states.push_back({{{"state", std::string(s)}}, s == state ? 1.0 : 0.0});
   out.gauges("tessera_hub_state", "What the hub is doing: 1 for the current state, 0 for the others", states);
-  out.gauge("tessera_hub_paused", "1 while an operator holds new rounds", paused_ ? 1 : 0);
+  out.gauge("tessera_hub_paused", "1 while an operator holds new rounds", rounds_->holds().pause ? 1 : 0);
   out.gauge("tessera_hub_round", "The round in progress, or the last completed one",
-            static_cast<double>(engine_->in_round() ? engine_->current_round() : engine_->completed()));
+            static_cast<double>(rounds_->engine().in_round() ? rounds_->engine().current_round() : rounds_->engine().completed()));
   out.gauge("tessera_hub_rounds_completed", "Rounds completed by the run (checkpointed ones included after a restart)",
-            static_cast<double>(engine_->completed()));
+            static_cast<double>(rounds_->engine().completed()));
   out.gauge("tessera_hub_rounds_planned", "The rounds the run is configured for", static_cast<double>(ctx_->config.rounds));
   std::size_t connected = 0, training = 0;
   for (const auto& [id, d] : devices_->entries()) connected += d.session ? 1 : 0;
-  if (engine_->in_round())
-    for (const auto& a : engine_->assignments()) training += rounds::is_open(a.state) ? 1 : 0;
+  if (rounds_->engine().in_round())
+    for (const auto& a : rounds_->engine().assignments()) training += rounds::is_open(a.state) ? 1 : 0;
   out.gauge("tessera_hub_devices_registered", "Devices the run knows", static_cast<double>(devices_->size()));
   out.gauge("tessera_hub_devices_connected", "Devices with an open session after their HELLO", static_cast<double>(connected));
   out.gauge("tessera_hub_devices_training", "Devices the round in progress still waits for", static_cast<double>(training));
@@ -299,7 +289,7 @@ http_response hub_service::handle_http(const http_request& r) {
     if (r.path == "/api/finish") {
       finish_after_round(r.operator_name);
       return json_reply(200, {{"finish_requested", true},
-                              {"after_round", engine_->in_round() ? engine_->current_round() : engine_->completed()},
+                              {"after_round", rounds_->engine().in_round() ? rounds_->engine().current_round() : rounds_->engine().completed()},
                               {"output", ctx_->config.output_path}});
     }
     const std::string id = r.path.substr(std::string_view("/api/devices/").size(),
@@ -318,34 +308,10 @@ http_response hub_service::handle_http(const http_request& r) {
 
 // ---- actions --------------------------------------------------------------------------------------
 
-void hub_service::pause(const std::string& by) {
-  if (paused_ || stopping_) return;
-  paused_ = true;
-  log(log_level::info, "operator " + by + " paused the run: no round starts until resumed" +
-                           (engine_->in_round() ? " (round " + std::to_string(engine_->current_round()) + " runs to its end)" : ""));
-}
-
-void hub_service::resume(const std::string& by) {
-  if (!paused_ || stopping_) return;
-  paused_ = false;
-  log(log_level::info, "operator " + by + " resumed the run");
-  // Deferred: the endpoint's reply goes out before a round starts sending subnets.
-  boost::asio::post(io_, [this] { maybe_start_round(); });
-}
-
-void hub_service::finish_after_round(const std::string& by) {
-  if (finish_requested_ || stopping_) return;
-  finish_requested_ = true;
-  const bool busy = engine_->in_round() || stats_ || eval_;
-  log(log_level::info, "operator " + by + " asked the run to finish " +
-                           (busy ? "after round " + std::to_string(engine_->current_round()) : std::string("now")) +
-                           (ctx_->config.output_path.empty() ? "" : " and write " + ctx_->config.output_path));
-  if (!busy) {
-    boost::asio::post(io_, [this] {
-      if (!stopping_) finish("");
-    });
-  }
-}
+void hub_service::pause(const std::string& by) { rounds_->pause(by); }
+void hub_service::resume(const std::string& by) { rounds_->resume(by); }
+bool hub_service::paused() const noexcept { return rounds_->holds().pause; }
+void hub_service::finish_after_round(const std::string& by) { rounds_->finish_after_round(by); }
 
 core::result<std::string> hub_service::revoke_device(const std::string& id, const std::string& by) {
   const device_entry* d = devices_->find(id);

@@ -72,12 +72,14 @@
 
 namespace tessera::hub {
 
+// The parts (hub/src): what they read, the devices, who is revoked, the refused connections' log, the
+// operator's figures, and the round engine's driver.
 struct hub_context;
-struct device_entry;
 class device_registry;
 class revocations;
-struct hub_figures;
 class refusal_log;
+struct hub_figures;
+class round_driver;
 
 class hub_service {
  public:
@@ -87,7 +89,7 @@ class hub_service {
   hub_service(const hub_service&) = delete;
   hub_service& operator=(const hub_service&) = delete;
 
-  void on_round(std::function<void(const rounds::round_metrics&)> f) { recorder_->on_round(std::move(f)); }
+  void on_round(std::function<void(const rounds::round_metrics&)> f);
   // Called once when the service stops (finished, failed, or stop()).
   void on_stopped(std::function<void()> f) { on_stopped_ = std::move(f); }
   // Binds the listening socket and starts; returns the bound port (listen port 0 picks one).
@@ -95,11 +97,11 @@ class hub_service {
   // Stops accepting, closes every session; io.run() then returns.
   void stop();
 
-  [[nodiscard]] bool finished() const noexcept { return finished_; }
+  [[nodiscard]] bool finished() const noexcept;
   // A fatal error that ended the run (empty if none).
-  [[nodiscard]] const std::string& failure() const noexcept { return failure_; }
-  [[nodiscard]] const rounds::engine& engine() const noexcept { return *engine_; }
-  [[nodiscard]] std::int64_t resumed_from() const noexcept { return resumed_from_; }
+  [[nodiscard]] const std::string& failure() const noexcept;
+  [[nodiscard]] const rounds::engine& engine() const noexcept;
+  [[nodiscard]] std::int64_t resumed_from() const noexcept;
   // The operator endpoint's bound port (0: none); set by start().
   [[nodiscard]] std::uint16_t http_port() const noexcept { return http_port_; }
 
@@ -107,7 +109,7 @@ class hub_service {
   // No round starts while paused; the round in progress runs to its end.
   void pause(const std::string& by);
   void resume(const std::string& by);
-  [[nodiscard]] bool paused() const noexcept { return paused_; }
+  [[nodiscard]] bool paused() const noexcept;
   // The run ends after the round in progress (at once between rounds) and writes the model, as after its
   // last round.
   void finish_after_round(const std::string& by);
@@ -123,111 +125,35 @@ class hub_service {
   [[nodiscard]] http_response handle_http(const http_request& r);
 
  private:
-  // While the devices score the model of the round just closed (hub_eval.cpp).
-  struct evaluation_phase {
-    rounds::round_metrics metrics;
-    std::uint64_t round = 0;
-    std::vector<std::uint32_t> widths;  // the ASSIGN every evaluating device gets: the whole model
-    std::string hyper_json;
-    std::map<std::string, rounds::evaluator> waiting;  // asked, no answer yet
-    // One encoded copy of the model per codec, shared by the devices' downloads.
-    std::map<core::codec_kind, std::pair<std::shared_ptr<const std::vector<std::byte>>, net::digest>> model;
-    rounds::federated_scores scores;
-    std::uint64_t bytes_down = 0;  // of the model, to the devices (resent bytes included)
-  };
-
-  // A round's secure aggregation (hub_secure.cpp): the engine holds the protocol's server; this is
-  // who answered which step, the step's deadline, and its timing for the log.
-  struct secure_phase {
-    enum class step { keys, shares, uploads, unmask };
-    step at = step::keys;
-    std::set<std::string> keyed, shared, replied;
-    std::optional<crypto::secagg_roster> roster;
-    std::optional<crypto::secagg_unmask_request> request;
-    std::chrono::steady_clock::time_point step_started{};
-    std::vector<std::pair<std::string, double>> timings;  // seconds each step took
-  };
-
   hub_service(boost::asio::io_context& io, const hub_config& config, core::log_sink log);
   void log(core::log_level level, const std::string& text) const;
+  // hub_doors.cpp: sessions arriving (HELLO) and leaving; who may stay connected.
   void attach(const std::shared_ptr<net::session>& s);
   void on_hello(const std::shared_ptr<net::session>& s, const net::msg::hello& h);
-  void on_update(const std::shared_ptr<net::session>& s, const net::msg::update& u);
-  void on_refuse(const std::shared_ptr<net::session>& s, const net::msg::refuse& r);
-  void on_upload(const std::shared_ptr<net::session>& s, const std::shared_ptr<net::incoming_transfer>& in);
-  void on_download_sent(const std::string& id, const std::shared_ptr<net::outgoing_transfer>& out);
-  void note_downloaded(device_entry& d, rounds::assignment& a, const net::outgoing_transfer& out);
   void on_closed(const std::shared_ptr<net::session>& s, const core::error& why);
-  void send_assignment(device_entry& d, rounds::assignment& a);
-  // Logs and answers RESULT{rejected, code, reason}; `transfer` (if not 0) is the announced upload,
-  // whose chunks are dropped.
-  void reject(const std::shared_ptr<net::session>& s, const std::string& id, const core::error& why, std::uint64_t transfer);
-  void arm_wait_timer();
-  void maybe_start_round();
-  void start_round();
-  // The fleet's statistics before round 1 (hub_stats.cpp), when the model standardizes its inputs.
-  void start_statistics(std::vector<rounds::device_offer> offers);
-  void ask_statistics();
-  void on_stats_reply(const std::shared_ptr<net::session>& s, const net::msg::stats_reply& r);
-  void drop_from_statistics(const std::string& id, const std::string& why);
-  void end_statistics_pass();
-  // A model whose statistics would not fit in one control frame is refused at start.
-  [[nodiscard]] core::result<void> check_frame_room() const;
-  void close_round();
-  // After the round's figures: the evaluation on the devices when due (hub_eval.cpp), then the record.
-  void start_evaluation(rounds::round_metrics m);
-  void send_evaluation(device_entry& d, const std::string& id);
-  void on_evaluation(const std::shared_ptr<net::session>& s, const net::msg::evaluation& e);
-  void drop_from_evaluation(const std::string& id, const std::string& why);
-  void end_evaluation();
-  [[nodiscard]] bool evaluating(const std::string& id) const;
-  void after_round(rounds::round_metrics& m);
-  // Every update in, or the deadline: with secure aggregation the unmasking step comes first.
-  void end_collection();
-  void start_secure();
-  void on_secure(const std::shared_ptr<net::session>& s, const net::message& m);
-  void arm_secure_timer();
-  void end_secure_step();
-  void send_secure_step(device_entry& d, const std::string& id);  // the current step's message, to one device
-  [[nodiscard]] bool secure_step_done() const;
   // The CRL is polled every 250 ms and at every round start: when it changed, new connections get it,
   // and every open session whose certificate it now revokes is closed, its assignment ended.
   void watch_revocations();
   void reload_revocations();
   void close_revoked();
-  void finish(const std::string& failure);
-  // hub_operator.cpp: the endpoint, the operator's revocations.
+  // The run is over, or stop(): the sessions, the listeners and the CRL's timer go.
+  void shut_down();
+  // hub_operator.cpp: the endpoint.
   [[nodiscard]] core::result<void> start_endpoint();
   [[nodiscard]] std::string state_name() const;
 
   boost::asio::io_context& io_;
   std::unique_ptr<const hub_context> ctx_;
   std::function<void()> on_stopped_;
+  std::unique_ptr<device_registry> devices_;
   std::unique_ptr<revocations> revoked_;
+  std::unique_ptr<refusal_log> refused_;
   std::unique_ptr<hub_figures> obs_;
+  std::unique_ptr<round_driver> rounds_;
+  std::shared_ptr<net::server> server_;
   std::shared_ptr<operator_endpoint> endpoint_;
   std::uint16_t http_port_ = 0;
-  bool paused_ = false;
-  bool finish_requested_ = false;
-  std::unique_ptr<refusal_log> refused_;
   boost::asio::steady_timer crl_timer_;
-  std::shared_ptr<net::server> server_;
-  std::unique_ptr<rounds::engine> engine_;
-  std::optional<rounds::recorder> recorder_;
-  std::unique_ptr<core::memory_table> validation_;
-  std::unique_ptr<rounds::stats_gathering> stats_;  // while the statistics are being gathered
-  std::unique_ptr<evaluation_phase> eval_;          // while the devices score the model
-  std::unique_ptr<secure_phase> secure_;            // while a secure round runs its protocol
-  boost::asio::steady_timer secure_timer_;
-  std::unique_ptr<device_registry> devices_;
-  boost::asio::steady_timer wait_timer_;
-  boost::asio::steady_timer deadline_timer_;
-  std::chrono::steady_clock::time_point waiting_since_{}, round_started_{};
-  std::int64_t resumed_from_ = 0;
-  bool waiting_ = false;
-  bool finished_ = false;
-  bool stopping_ = false;
-  std::string failure_;
 };
 
 }  // namespace tessera::hub
