@@ -7,6 +7,7 @@
 #include "device_registry.hpp"
 #include "hub_context.hpp"
 #include "hub_figures.hpp"
+#include "operator_desk.hpp"
 #include "refusal_log.hpp"
 #include "revocations.hpp"
 #include "round_driver.hpp"
@@ -44,6 +45,8 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
   h->obs_->load_round_series(config.metrics_path, h->rounds_->resumed_from());
   h->rounds_->before_round([hub = h.get()] { hub->reload_revocations(); });
   h->rounds_->on_stopped([hub = h.get()] { hub->shut_down(); });
+  h->desk_ = std::make_unique<operator_desk>(io, *h->ctx_, *h->rounds_, *h->devices_, *h->revoked_, *h->obs_,
+                                             [hub = h.get()] { hub->close_revoked(); });
   return h;
 }
 
@@ -54,6 +57,13 @@ bool hub_service::finished() const noexcept { return rounds_->finished(); }
 const std::string& hub_service::failure() const noexcept { return rounds_->failure(); }
 const rounds::engine& hub_service::engine() const noexcept { return rounds_->engine(); }
 std::int64_t hub_service::resumed_from() const noexcept { return rounds_->resumed_from(); }
+std::uint16_t hub_service::http_port() const noexcept { return desk_->port(); }
+
+void hub_service::pause(const std::string& by) { rounds_->pause(by); }
+void hub_service::resume(const std::string& by) { rounds_->resume(by); }
+bool hub_service::paused() const noexcept { return rounds_->holds().pause; }
+void hub_service::finish_after_round(const std::string& by) { rounds_->finish_after_round(by); }
+core::result<std::string> hub_service::revoke_device(const std::string& id, const std::string& by) { return desk_->revoke_device(id, by); }
 
 core::result<std::uint16_t> hub_service::start() {
   const hub_config& config = ctx_->config;
@@ -65,7 +75,7 @@ core::result<std::uint16_t> hub_service::start() {
                                  .max_handshakes_per_source = config.max_handshakes_per_source});
   server_->on_session([this](const std::shared_ptr<net::session>& s) { attach(s); });
   TESSERA_ASSIGN_OR_RETURN(const std::uint16_t port, server_->listen(config.listen.host, config.listen.port));
-  TESSERA_TRY(start_endpoint());
+  TESSERA_TRY(desk_->start(server_));
   if (rounds_->start()) watch_revocations();
   return port;
 }
@@ -78,7 +88,7 @@ void hub_service::shut_down() {
   crl_timer_.cancel();
   devices_->release_sessions();
   if (server_) server_->stop();
-  if (endpoint_) endpoint_->stop();
+  desk_->stop();
   if (on_stopped_) on_stopped_();
 }
 

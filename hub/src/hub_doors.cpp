@@ -10,6 +10,7 @@
 #include "device_registry.hpp"
 #include "hub_context.hpp"
 #include "hub_figures.hpp"
+#include "operator_desk.hpp"
 #include "refusal_log.hpp"
 #include "revocations.hpp"
 #include "round_driver.hpp"
@@ -105,7 +106,7 @@ void hub_service::watch_revocations() {
 void hub_service::reload_revocations() {
   if (!revoked_->reload()) return;
   server_->set_tls(revoked_->tls());
-  if (endpoint_) endpoint_->set_tls(revoked_->tls());
+  desk_->set_tls(revoked_->tls());
   close_revoked();
 }
 

@@ -37,8 +37,13 @@
 // device that lost its state gets its assignment again. Everything runs on one thread: call io.run()
 // from one thread only.
 //
-// With http.listen set, the operator endpoint (operator_endpoint.hpp, hub_operator.cpp) serves on the same
-// thread: Prometheus /metrics, /api/status (the run and every device), /api/rounds (the per-round
+// The service is a few parts (hub/src), each owned here: the device registry; the revocation lists;
+// the round driver, which holds the hub's phase (phase.hpp: the states above as one value) and the
+// timers that bound it; and the operator's desk, which serves the endpoint. hub_service itself keeps
+// the doors: sessions arriving and leaving, and who may stay connected.
+//
+// With http.listen set, the operator endpoint (operator_endpoint.hpp; routes and documents in
+// hub/src/operator_*.cpp) serves on the same thread: Prometheus /metrics, /api/status (the run and every device), /api/rounds (the per-round
 // series), the status page at /, and, for operator certificates, POST /api/pause, /api/resume,
 // /api/finish (after the current round, then export) and /api/devices/<id>/revoke.
 //
@@ -73,13 +78,14 @@
 namespace tessera::hub {
 
 // The parts (hub/src): what they read, the devices, who is revoked, the refused connections' log, the
-// operator's figures, and the round engine's driver.
+// operator's figures, the round engine's driver, and the operator's desk (the endpoint).
 struct hub_context;
 class device_registry;
 class revocations;
 class refusal_log;
 struct hub_figures;
 class round_driver;
+class operator_desk;
 
 class hub_service {
  public:
@@ -103,7 +109,7 @@ class hub_service {
   [[nodiscard]] const rounds::engine& engine() const noexcept;
   [[nodiscard]] std::int64_t resumed_from() const noexcept;
   // The operator endpoint's bound port (0: none); set by start().
-  [[nodiscard]] std::uint16_t http_port() const noexcept { return http_port_; }
+  [[nodiscard]] std::uint16_t http_port() const noexcept;
 
   // Operator actions (the endpoint's POSTs); `by` names the operator for the log.
   // No round starts while paused; the round in progress runs to its end.
@@ -117,12 +123,6 @@ class hub_service {
   // checkpoint_dir/revoked-devices.json across restarts. Returns the certificate serial it last used (for
   // the CA's CRL: `tessera-pki revoke --serial`), empty if it never connected here.
   [[nodiscard]] core::result<std::string> revoke_device(const std::string& id, const std::string& by);
-
-  // What the endpoint serves.
-  [[nodiscard]] std::string metrics_text() const;
-  [[nodiscard]] nlohmann::json status_json() const;
-  [[nodiscard]] nlohmann::json rounds_json(std::int64_t since) const;  // the rounds after `since`
-  [[nodiscard]] http_response handle_http(const http_request& r);
 
  private:
   hub_service(boost::asio::io_context& io, const hub_config& config, core::log_sink log);
@@ -138,9 +138,6 @@ class hub_service {
   void close_revoked();
   // The run is over, or stop(): the sessions, the listeners and the CRL's timer go.
   void shut_down();
-  // hub_operator.cpp: the endpoint.
-  [[nodiscard]] core::result<void> start_endpoint();
-  [[nodiscard]] std::string state_name() const;
 
   boost::asio::io_context& io_;
   std::unique_ptr<const hub_context> ctx_;
@@ -150,9 +147,8 @@ class hub_service {
   std::unique_ptr<refusal_log> refused_;
   std::unique_ptr<hub_figures> obs_;
   std::unique_ptr<round_driver> rounds_;
+  std::unique_ptr<operator_desk> desk_;
   std::shared_ptr<net::server> server_;
-  std::shared_ptr<operator_endpoint> endpoint_;
-  std::uint16_t http_port_ = 0;
   boost::asio::steady_timer crl_timer_;
 };
 
