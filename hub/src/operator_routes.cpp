@@ -7,7 +7,7 @@
 #include "tessera/hub/error.hpp"
 #include "tessera/hub/prometheus.hpp"
 
-// hub/src/status_page.html, embedded at build time (cmake/embed_text.cmake).
+// hub/src/status_page.html with its script (status_page.js), embedded at build time (cmake/embed_text.cmake).
 extern const char k_status_page_html[];
 extern const std::size_t k_status_page_html_size;
 
