@@ -30,7 +30,7 @@ hub_service::hub_service(boost::asio::io_context& io, const hub_config& config, 
       ctx_(std::make_unique<hub_context>(hub_context{.config = config, .log = std::move(log)})),
       devices_(std::make_unique<device_registry>(first_transfer_id())),
       refused_(std::make_unique<refusal_log>()),
-      obs_(std::make_unique<hub_figures>()),
+      figures_(std::make_unique<hub_figures>()),
       crl_timer_(io) {}
 
 hub_service::~hub_service() = default;
@@ -40,12 +40,12 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
   std::unique_ptr<hub_service> h(new hub_service(io, config, std::move(log)));
   TESSERA_ASSIGN_OR_RETURN(revocations revoked, revocations::load(*h->ctx_));
   h->revoked_ = std::make_unique<revocations>(std::move(revoked));
-  TESSERA_ASSIGN_OR_RETURN(h->rounds_, round_driver::create(io, *h->ctx_, *h->devices_, *h->obs_));
+  TESSERA_ASSIGN_OR_RETURN(h->rounds_, round_driver::create(io, *h->ctx_, *h->devices_, *h->figures_));
   TESSERA_TRY(h->revoked_->load_operator_list());
-  h->obs_->load_round_series(config.metrics_path, h->rounds_->resumed_from());
+  h->figures_->load_round_series(config.metrics_path, h->rounds_->resumed_from());
   h->rounds_->before_round([hub = h.get()] { hub->reload_revocations(); });
   h->rounds_->on_stopped([hub = h.get()] { hub->shut_down(); });
-  h->desk_ = std::make_unique<operator_desk>(io, *h->ctx_, *h->rounds_, *h->devices_, *h->revoked_, *h->obs_,
+  h->desk_ = std::make_unique<operator_desk>(io, *h->ctx_, *h->rounds_, *h->devices_, *h->revoked_, *h->figures_,
                                              [hub = h.get()] { hub->close_revoked(); });
   return h;
 }

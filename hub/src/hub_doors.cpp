@@ -81,7 +81,7 @@ void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::
     if (!stopping) {
       // Counted by the TLS failure's reason when there is one (unknown_ca, certificate_revoked, ...),
       // else by the error (a handshake or HELLO deadline, eviction, a certificate without a device id).
-      obs_->connections_refused.add(s->tls_failure().empty() ? core::error_name(why.code) : "tls." + s->tls_failure());
+      figures_->connections_refused.add(s->tls_failure().empty() ? core::error_name(why.code) : "tls." + s->tls_failure());
       refused_->note(why, ctx_->log);
     }
     return;

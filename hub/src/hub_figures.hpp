@@ -1,6 +1,6 @@
 // Internal: what the hub counts for its operator: counters since this process started, duration
 // histograms, the last figures, and the per-round series /api/rounds serves. The sessions and the
-// round driver add to it; the operator's documents (status_documents.hpp, hub_metrics.hpp) read it.
+// round driver add to it; the operator's documents (operator_documents.hpp, hub_metrics.hpp) read it.
 #pragma once
 
 #include <chrono>

@@ -43,9 +43,10 @@
 // the doors: sessions arriving and leaving, and who may stay connected.
 //
 // With http.listen set, the operator endpoint (operator_endpoint.hpp; routes and documents in
-// hub/src/operator_*.cpp) serves on the same thread: Prometheus /metrics, /api/status (the run and every device), /api/rounds (the per-round
-// series), the status page at /, and, for operator certificates, POST /api/pause, /api/resume,
-// /api/finish (after the current round, then export) and /api/devices/<id>/revoke.
+// hub/src/operator_*.cpp) serves on the same thread: Prometheus /metrics, /api/status (the run and
+// every device), /api/rounds (the per-round series), the status page at /, and, for operator
+// certificates, POST /api/pause, /api/resume, /api/finish (after the current round, then export) and
+// /api/devices/<id>/revoke.
 //
 //   asio::io_context io;
 //   auto hub = hub::hub_service::create(io, config, core::stderr_log("hub")).value();
@@ -59,8 +60,8 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 
 #include <boost/asio/io_context.hpp>
@@ -145,7 +146,7 @@ class hub_service {
   std::unique_ptr<device_registry> devices_;
   std::unique_ptr<revocations> revoked_;
   std::unique_ptr<refusal_log> refused_;
-  std::unique_ptr<hub_figures> obs_;
+  std::unique_ptr<hub_figures> figures_;
   std::unique_ptr<round_driver> rounds_;
   std::unique_ptr<operator_desk> desk_;
   std::shared_ptr<net::server> server_;
