@@ -1,4 +1,4 @@
-// The hub's operator endpoint (tessera/hub/operator_endpoint.hpp, hub_operator.cpp): the Prometheus text
+// The hub's operator endpoint (tessera/hub/operator_endpoint.hpp, operator_routes.cpp): the Prometheus text
 // it writes, what /metrics, /api/status and /api/rounds say during a real run (in-process hub and agents,
 // the endpoint asked from another thread), who may connect over HTTPS, and the operator's actions.
 //

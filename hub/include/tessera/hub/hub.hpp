@@ -37,10 +37,16 @@
 // device that lost its state gets its assignment again. Everything runs on one thread: call io.run()
 // from one thread only.
 //
-// With http.listen set, the operator endpoint (operator_endpoint.hpp, hub_operator.cpp) serves on the same
-// thread: Prometheus /metrics, /api/status (the run and every device), /api/rounds (the per-round
-// series), the status page at /, and, for operator certificates, POST /api/pause, /api/resume,
-// /api/finish (after the current round, then export) and /api/devices/<id>/revoke.
+// The service is a few parts (hub/src), each owned here: the device registry; the revocation lists;
+// the round driver, which holds the hub's phase (phase.hpp: the states above as one value) and the
+// timers that bound it; and the operator's desk, which serves the endpoint. hub_service itself keeps
+// the doors: sessions arriving and leaving, and who may stay connected.
+//
+// With http.listen set, the operator endpoint (operator_endpoint.hpp; routes and documents in
+// hub/src/operator_*.cpp) serves on the same thread: Prometheus /metrics, /api/status (the run and
+// every device), /api/rounds (the per-round series), the status page at /, and, for operator
+// certificates, POST /api/pause, /api/resume, /api/finish (after the current round, then export) and
+// /api/devices/<id>/revoke.
 //
 //   asio::io_context io;
 //   auto hub = hub::hub_service::create(io, config, core::stderr_log("hub")).value();
@@ -54,8 +60,8 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 
 #include <boost/asio/io_context.hpp>
@@ -72,6 +78,16 @@
 
 namespace tessera::hub {
 
+// The parts (hub/src): what they read, the devices, who is revoked, the refused connections' log, the
+// operator's figures, the round engine's driver, and the operator's desk (the endpoint).
+struct hub_context;
+class device_registry;
+class revocations;
+class refusal_log;
+struct hub_figures;
+class round_driver;
+class operator_desk;
+
 class hub_service {
  public:
   [[nodiscard]] static core::result<std::unique_ptr<hub_service>> create(boost::asio::io_context& io, const hub_config& config,
@@ -80,7 +96,7 @@ class hub_service {
   hub_service(const hub_service&) = delete;
   hub_service& operator=(const hub_service&) = delete;
 
-  void on_round(std::function<void(const rounds::round_metrics&)> f) { recorder_->on_round(std::move(f)); }
+  void on_round(std::function<void(const rounds::round_metrics&)> f);
   // Called once when the service stops (finished, failed, or stop()).
   void on_stopped(std::function<void()> f) { on_stopped_ = std::move(f); }
   // Binds the listening socket and starts; returns the bound port (listen port 0 picks one).
@@ -88,19 +104,19 @@ class hub_service {
   // Stops accepting, closes every session; io.run() then returns.
   void stop();
 
-  [[nodiscard]] bool finished() const noexcept { return finished_; }
+  [[nodiscard]] bool finished() const noexcept;
   // A fatal error that ended the run (empty if none).
-  [[nodiscard]] const std::string& failure() const noexcept { return failure_; }
-  [[nodiscard]] const rounds::engine& engine() const noexcept { return *engine_; }
-  [[nodiscard]] std::int64_t resumed_from() const noexcept { return resumed_from_; }
+  [[nodiscard]] const std::string& failure() const noexcept;
+  [[nodiscard]] const rounds::engine& engine() const noexcept;
+  [[nodiscard]] std::int64_t resumed_from() const noexcept;
   // The operator endpoint's bound port (0: none); set by start().
-  [[nodiscard]] std::uint16_t http_port() const noexcept { return http_port_; }
+  [[nodiscard]] std::uint16_t http_port() const noexcept;
 
   // Operator actions (the endpoint's POSTs); `by` names the operator for the log.
   // No round starts while paused; the round in progress runs to its end.
   void pause(const std::string& by);
   void resume(const std::string& by);
-  [[nodiscard]] bool paused() const noexcept { return paused_; }
+  [[nodiscard]] bool paused() const noexcept;
   // The run ends after the round in progress (at once between rounds) and writes the model, as after its
   // last round.
   void finish_after_round(const std::string& by);
@@ -109,180 +125,32 @@ class hub_service {
   // the CA's CRL: `tessera-pki revoke --serial`), empty if it never connected here.
   [[nodiscard]] core::result<std::string> revoke_device(const std::string& id, const std::string& by);
 
-  // What the endpoint serves.
-  [[nodiscard]] std::string metrics_text() const;
-  [[nodiscard]] nlohmann::json status_json() const;
-  [[nodiscard]] nlohmann::json rounds_json(std::int64_t since) const;  // the rounds after `since`
-  [[nodiscard]] http_response handle_http(const http_request& r);
-
  private:
-  // The bytes of a blob and its transfer in one allocation: a session may still hold the transfer after
-  // the round closed, and the aliasing shared_ptr keeps the bytes alive exactly as long.
-  // The bytes are shared: the devices scoring the model get one copy of it per codec.
-  struct download_slot {
-    std::shared_ptr<const std::vector<std::byte>> bytes;
-    net::outgoing_transfer out;
-    download_slot(std::uint64_t id, std::shared_ptr<const std::vector<std::byte>> b, const net::digest& sha)
-        : bytes(std::move(b)), out(id, std::span<const std::byte>(*bytes), sha) {}
-  };
-  // An upload being received: its bytes and the transfer writing into them.
-  struct upload_slot {
-    std::vector<std::byte> bytes;
-    net::incoming_transfer in;
-    upload_slot(std::uint64_t id, std::size_t size, const net::digest& sha)
-        : bytes(size), in(id, std::span<std::byte>(bytes), sha) {}
-  };
-  struct device_entry {
-    rounds::device_record record;
-    std::shared_ptr<net::session> session;   // the current connection, after its HELLO
-    std::vector<core::codec_kind> codecs;
-    std::uint64_t download_id = 0;
-    std::shared_ptr<download_slot> download;
-    std::shared_ptr<upload_slot> upload;
-    net::msg::update update{};               // the announcement of the upload in flight
-    std::uint64_t accepted_upload = 0;       // the last upload accepted (a repeat gets its RESULT again)
-    std::string data_digest;                 // HELLO's: changes when the device's data does
-    std::string unfit;                       // why its data cannot train this model; no assignments meanwhile
-    std::uint64_t validation_examples = 0;   // HELLO's: held out for evaluation on the device
-    bool told_over_budget = false;           // logged once that its budget cannot hold the model to score it
-    // For the operator: the certificate serial of its last session, its last subnet, and its transfers
-    // (blob bytes since this hub started, resent ones included; rates of the last complete transfer).
-    std::string serial;
-    std::uint64_t subnet_params = 0;
-    std::optional<core::codec_kind> codec;
-    std::uint64_t bytes_down = 0, bytes_up = 0;
-    std::optional<double> down_rate, up_rate;  // bytes per second
-    std::chrono::steady_clock::time_point download_started{}, upload_started{};
-  };
-  // While the devices score the model of the round just closed (hub_eval.cpp).
-  struct evaluation_phase {
-    rounds::round_metrics metrics;
-    std::uint64_t round = 0;
-    std::vector<std::uint32_t> widths;  // the ASSIGN every evaluating device gets: the whole model
-    std::string hyper_json;
-    std::map<std::string, rounds::evaluator> waiting;  // asked, no answer yet
-    // One encoded copy of the model per codec, shared by the devices' downloads.
-    std::map<core::codec_kind, std::pair<std::shared_ptr<const std::vector<std::byte>>, net::digest>> model;
-    rounds::federated_scores scores;
-    std::uint64_t bytes_down = 0;  // of the model, to the devices (resent bytes included)
-  };
-
-  // A round's secure aggregation (hub_secure.cpp): the engine holds the protocol's server; this is
-  // who answered which step, the step's deadline, and its timing for the log.
-  struct secure_phase {
-    enum class step { keys, shares, uploads, unmask };
-    step at = step::keys;
-    std::set<std::string> keyed, shared, replied;
-    std::optional<crypto::secagg_roster> roster;
-    std::optional<crypto::secagg_unmask_request> request;
-    std::chrono::steady_clock::time_point step_started{};
-    std::vector<std::pair<std::string, double>> timings;  // seconds each step took
-  };
-
   hub_service(boost::asio::io_context& io, const hub_config& config, core::log_sink log);
   void log(core::log_level level, const std::string& text) const;
-  static void seen(device_entry& d);  // last_seen: now
+  // hub_doors.cpp: sessions arriving (HELLO) and leaving; who may stay connected.
   void attach(const std::shared_ptr<net::session>& s);
   void on_hello(const std::shared_ptr<net::session>& s, const net::msg::hello& h);
-  void on_update(const std::shared_ptr<net::session>& s, const net::msg::update& u);
-  void on_refuse(const std::shared_ptr<net::session>& s, const net::msg::refuse& r);
-  void on_upload(const std::shared_ptr<net::session>& s, const std::shared_ptr<net::incoming_transfer>& in);
-  void on_download_sent(const std::string& id, const std::shared_ptr<net::outgoing_transfer>& out);
-  void note_downloaded(device_entry& d, rounds::assignment& a, const net::outgoing_transfer& out);
   void on_closed(const std::shared_ptr<net::session>& s, const core::error& why);
-  void note_refused(const core::error& why);
-  void send_assignment(device_entry& d, rounds::assignment& a);
-  // Logs and answers RESULT{rejected, code, reason}; `transfer` (if not 0) is the announced upload,
-  // whose chunks are dropped.
-  void reject(const std::shared_ptr<net::session>& s, const std::string& id, const core::error& why, std::uint64_t transfer);
-  void arm_wait_timer();
-  void maybe_start_round();
-  // The connected devices fit for a round, at most max_devices of them unless `uncapped` (a private
-  // round, whose sample is drawn from all and capped at random by the engine).
-  [[nodiscard]] std::vector<rounds::device_offer> ready_offers(bool uncapped = false) const;
-  [[nodiscard]] static rounds::device_offer offer_of(const std::string& id, const device_entry& d);
-  void start_round();
-  // The fleet's statistics before round 1 (hub_stats.cpp), when the model standardizes its inputs.
-  void start_statistics(std::vector<rounds::device_offer> offers);
-  void ask_statistics();
-  void on_stats_reply(const std::shared_ptr<net::session>& s, const net::msg::stats_reply& r);
-  void drop_from_statistics(const std::string& id, const std::string& why);
-  void end_statistics_pass();
-  [[nodiscard]] std::vector<rounds::device_record> registry() const;
-  // A model whose statistics would not fit in one control frame is refused at start.
-  [[nodiscard]] core::result<void> check_frame_room() const;
-  void close_round();
-  // After the round's figures: the evaluation on the devices when due (hub_eval.cpp), then the record.
-  void start_evaluation(rounds::round_metrics m);
-  void send_evaluation(device_entry& d, const std::string& id);
-  void on_evaluation(const std::shared_ptr<net::session>& s, const net::msg::evaluation& e);
-  void drop_from_evaluation(const std::string& id, const std::string& why);
-  void end_evaluation();
-  [[nodiscard]] bool evaluating(const std::string& id) const;
-  void after_round(rounds::round_metrics& m);
-  // Every update in, or the deadline: with secure aggregation the unmasking step comes first.
-  void end_collection();
-  void start_secure();
-  void on_secure(const std::shared_ptr<net::session>& s, const net::message& m);
-  void arm_secure_timer();
-  void end_secure_step();
-  void send_secure_step(device_entry& d, const std::string& id);  // the current step's message, to one device
-  [[nodiscard]] bool secure_step_done() const;
   // The CRL is polled every 250 ms and at every round start: when it changed, new connections get it,
   // and every open session whose certificate it now revokes is closed, its assignment ended.
   void watch_revocations();
   void reload_revocations();
   void close_revoked();
-  [[nodiscard]] bool is_revoked(const std::string& id, const std::string& serial) const;
-  void finish(const std::string& failure);
-  // hub_operator.cpp: the endpoint, its figures, the operator's revocations.
-  struct observability;
-  [[nodiscard]] core::result<void> start_endpoint();
-  [[nodiscard]] core::result<void> load_operator_revocations();
-  void save_operator_revocations();
-  void load_round_series();
-  void observe_round(const rounds::round_metrics& m);
-  [[nodiscard]] std::string state_name() const;
+  // The run is over, or stop(): the sessions, the listeners and the CRL's timer go.
+  void shut_down();
 
   boost::asio::io_context& io_;
-  hub_config config_;
-  core::log_sink log_;
+  std::unique_ptr<const hub_context> ctx_;
   std::function<void()> on_stopped_;
-  crypto::tls_context tls_;
-  std::filesystem::file_time_type crl_time_{};
-  std::set<std::string> revoked_;  // the serials the CRL revokes (lowercase hex)
-  struct operator_revocation {
-    std::string serial, by;
-    std::int64_t unix_time = 0;
-  };
-  std::map<std::string, operator_revocation> operator_revoked_;  // device id → revoked through the endpoint
-  std::unique_ptr<observability> obs_;
-  std::shared_ptr<operator_endpoint> endpoint_;
-  std::uint16_t http_port_ = 0;
-  bool paused_ = false;
-  bool finish_requested_ = false;
-  std::chrono::steady_clock::time_point refused_window_{};  // refused connections: the log's 10 s window
-  std::size_t refused_logged_ = 0, refused_quiet_ = 0;
-  std::string refused_last_;
-  boost::asio::steady_timer crl_timer_;
+  std::unique_ptr<device_registry> devices_;
+  std::unique_ptr<revocations> revoked_;
+  std::unique_ptr<refusal_log> refused_;
+  std::unique_ptr<hub_figures> figures_;
+  std::unique_ptr<round_driver> rounds_;
+  std::unique_ptr<operator_desk> desk_;
   std::shared_ptr<net::server> server_;
-  std::unique_ptr<rounds::engine> engine_;
-  std::optional<rounds::recorder> recorder_;
-  std::unique_ptr<core::memory_table> validation_;
-  std::unique_ptr<rounds::stats_gathering> stats_;  // while the statistics are being gathered
-  std::unique_ptr<evaluation_phase> eval_;          // while the devices score the model
-  std::unique_ptr<secure_phase> secure_;            // while a secure round runs its protocol
-  boost::asio::steady_timer secure_timer_;
-  std::map<std::string, device_entry> devices_;
-  boost::asio::steady_timer wait_timer_;
-  boost::asio::steady_timer deadline_timer_;
-  std::chrono::steady_clock::time_point waiting_since_{}, round_started_{};
-  std::uint64_t next_transfer_ = 0;
-  std::int64_t resumed_from_ = 0;
-  bool waiting_ = false;
-  bool finished_ = false;
-  bool stopping_ = false;
-  std::string failure_;
+  boost::asio::steady_timer crl_timer_;
 };
 
 }  // namespace tessera::hub

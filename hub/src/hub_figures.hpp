@@ -1,20 +1,23 @@
-// Internal: what the hub counts for its operator (hub.hpp's observability): counters since this process
-// started, duration histograms, the last figures, and the per-round series /api/rounds serves.
+// Internal: what the hub counts for its operator: counters since this process started, duration
+// histograms, the last figures, and the per-round series /api/rounds serves. The sessions and the
+// round driver add to it; the operator's documents (operator_documents.hpp, hub_metrics.hpp) read it.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <ctime>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/hub/hub.hpp"
 #include "tessera/hub/prometheus.hpp"
+#include "tessera/rounds/metrics.hpp"
 
 namespace tessera::hub {
 
-struct hub_service::observability {
+struct hub_figures {
   // The series kept for /api/rounds: one entry per round, at most this many (the oldest go first).
   static constexpr std::size_t k_max_rounds = 100'000;
 
@@ -35,6 +38,12 @@ struct hub_service::observability {
   std::optional<double> train_loss, test_accuracy, test_loss, fed_accuracy, fed_loss, epsilon;
   std::optional<double> epsilon_hub;  // with the devices' noise: ε against the hub
   std::vector<nlohmann::json> rounds;  // round_metrics::to_json(), in round order
+
+  // A recorded round: its figures join the counters and the series.
+  void observe_round(const rounds::round_metrics& m);
+  // A resumed run shows its earlier rounds too: rounds 1..resumed_from from the metrics file (rounds
+  // after the checkpoint, written by a run that crashed before checkpointing them, are left out).
+  void load_round_series(const std::string& metrics_path, std::int64_t resumed_from);
 };
 
 }  // namespace tessera::hub

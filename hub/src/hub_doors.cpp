@@ -1,0 +1,127 @@
+// The hub's doors (hub.hpp): devices arriving (HELLO: joined, reconnected) and leaving; who may stay
+// connected — the revocation lists watched and applied to open sessions —; and refused connections
+// logged without letting a flood fill the disk. What a device's messages mean for the round is the
+// round driver's.
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "tessera/hub/hub.hpp"
+#include "device_registry.hpp"
+#include "hub_context.hpp"
+#include "hub_figures.hpp"
+#include "operator_desk.hpp"
+#include "refusal_log.hpp"
+#include "revocations.hpp"
+#include "round_driver.hpp"
+
+namespace tessera::hub {
+
+using core::log_level;
+
+void hub_service::attach(const std::shared_ptr<net::session>& s) {
+  std::weak_ptr<net::session> weak = s;
+  s->on_message([this, weak](const net::message& m) {
+    auto self = weak.lock();
+    if (!self) return;
+    if (const auto* h = std::get_if<net::msg::hello>(&m)) on_hello(self, *h);
+    else if (const auto* u = std::get_if<net::msg::update>(&m)) rounds_->on_update(self, *u);
+    else if (const auto* r = std::get_if<net::msg::refuse>(&m)) rounds_->on_refuse(self, *r);
+    else if (const auto* st = std::get_if<net::msg::stats_reply>(&m)) rounds_->on_stats_reply(self, *st);
+    else if (const auto* ev = std::get_if<net::msg::evaluation>(&m)) rounds_->on_evaluation(self, *ev);
+    else if (std::holds_alternative<net::msg::secagg_keys>(m) || std::holds_alternative<net::msg::secagg_shares>(m) ||
+             std::holds_alternative<net::msg::secagg_unmask_reply>(m))
+      rounds_->on_secure(self, m);
+  });
+  s->on_blob_received([this, weak](const std::shared_ptr<net::incoming_transfer>& in) {
+    if (auto self = weak.lock()) rounds_->on_upload(self, in);
+  });
+  s->on_blob_sent([this, weak](const std::shared_ptr<net::outgoing_transfer>& out) {
+    if (auto self = weak.lock()) rounds_->on_download_sent(self->peer_device_id(), out);
+  });
+  s->on_closed([this, weak](const core::error& why) {
+    if (auto self = weak.lock()) on_closed(self, why);
+  });
+}
+
+void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::msg::hello& h) {
+  const std::string& id = s->peer_device_id();
+  if (revoked_->is_revoked(id, s->peer_serial())) {  // its handshake began under the list before, or an operator revoked it
+    log(log_level::warning, "device " + id + ": HELLO with a revoked certificate (serial " + s->peer_serial() + "): refused");
+    s->refuse(net::errc::revoked, "this device's certificate is revoked", "revoked");
+    return;
+  }
+  device_entry& d = (*devices_)[id];
+  if (d.session && d.session != s) d.session->close();  // a dead link the hub had not noticed yet
+  const bool known = d.record.id == id;
+  d.session = s;
+  d.record.id = id;
+  d.serial = s->peer_serial();
+  if (d.validation_examples != h.validation_examples || d.record.budget_bytes != h.memory_budget_bytes)
+    d.told_over_budget = false;  // it may hold the model for evaluation now: say so again if not
+  d.record.budget_bytes = h.memory_budget_bytes;
+  d.record.examples = h.examples;
+  d.seen();
+  d.validation_examples = h.validation_examples;
+  d.codecs = h.codecs;
+  log(log_level::info, "device " + id + (known ? " reconnected" : " joined") + ": budget " +
+                           std::to_string(h.memory_budget_bytes >> 20) + " MiB, " + std::to_string(h.examples) + " examples");
+  if (!d.unfit.empty() && h.data_digest != d.data_digest) {
+    d.unfit.clear();
+    log(log_level::info, "device " + id + " has other data now: it takes part again");
+  }
+  d.data_digest = h.data_digest;
+  rounds_->on_hello(s, d, h);  // WELCOME, and what it resumes
+}
+
+void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::error& why) {
+  const std::string& id = s->peer_device_id();
+  const bool stopping = stopped(rounds_->phase());
+  if (id.empty()) {  // never got past the handshake: a revoked or foreign certificate, a port scan, a flood
+    if (!stopping) {
+      // Counted by the TLS failure's reason when there is one (unknown_ca, certificate_revoked, ...),
+      // else by the error (a handshake or HELLO deadline, eviction, a certificate without a device id).
+      figures_->connections_refused.add(s->tls_failure().empty() ? core::error_name(why.code) : "tls." + s->tls_failure());
+      refused_->note(why, ctx_->log);
+    }
+    return;
+  }
+  device_entry* d = devices_->find(id);
+  if (d == nullptr || d->session != s) return;
+  d->session.reset();
+  if (stopping) return;
+  log(log_level::info, "device " + id + " disconnected: " + why.message);
+  rounds_->on_disconnected(id);
+}
+
+void hub_service::watch_revocations() {
+  crl_timer_.expires_after(std::chrono::milliseconds(250));
+  crl_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopped(rounds_->phase())) return;
+    reload_revocations();
+    if (!stopped(rounds_->phase())) watch_revocations();
+  });
+}
+
+void hub_service::reload_revocations() {
+  if (!revoked_->reload()) return;
+  server_->set_tls(revoked_->tls());
+  desk_->set_tls(revoked_->tls());
+  close_revoked();
+}
+
+// Sessions already open were verified against the old list: each whose certificate is revoked now goes
+// at once, and no phase waits for it any more.
+void hub_service::close_revoked() {
+  std::vector<std::string> gone;
+  for (auto& [id, d] : devices_->entries()) {
+    if (!d.session || !revoked_->is_revoked(id, d.session->peer_serial())) continue;
+    log(log_level::warning, "device " + id + ": its certificate (serial " + d.session->peer_serial() + ") is revoked: session closed");
+    auto s = std::move(d.session);
+    s->refuse(net::errc::revoked, "this device's certificate is revoked", "revoked");
+    gone.push_back(id);
+  }
+  rounds_->on_revoked(gone);
+}
+
+}  // namespace tessera::hub

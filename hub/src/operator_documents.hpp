@@ -1,0 +1,30 @@
+// Internal: the JSON the operator's API answers with (operator_routes.hpp serves them):
+//
+//   /api/status   {"hub": {version, uptime_s, ...}, "run": {state, round, paused, ε, ...},
+//                  "fleet": {registered, connected, training, "devices": [{id, state, budget_bytes, ...}]}}
+//   /api/rounds   {"rounds": [round_metrics::to_json(), ...]}   (the rounds after ?since=N)
+//   the actions   {"paused": true, "state": "paused"}, {"finish_requested": true, ...}, {"revoked": id, ...}
+//
+// Numbers that are not finite (no figure yet) are null.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "hub_view.hpp"
+
+namespace tessera::hub {
+
+[[nodiscard]] nlohmann::json status_document(const hub_view& v);
+// The series is in round order, so the rounds after `since` are its tail.
+[[nodiscard]] nlohmann::json rounds_document(const hub_figures& figures, std::int64_t since);
+
+// The actions' replies.
+[[nodiscard]] nlohmann::json hold_document(bool paused, std::string_view state);
+[[nodiscard]] nlohmann::json finish_document(const hub_view& v);
+[[nodiscard]] nlohmann::json revoke_document(const std::string& id, const std::string& serial);
+
+}  // namespace tessera::hub

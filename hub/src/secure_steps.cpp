@@ -1,0 +1,177 @@
+#include "secure_steps.hpp"
+
+#include <algorithm>
+
+namespace tessera::hub {
+
+using core::log_level;
+using rounds::is_open;
+
+secure_steps::secure_steps(const hub_context& ctx, rounds::engine& engine, device_registry& devices)
+    : ctx_(&ctx), engine_(&engine), devices_(&devices), step_started_(std::chrono::steady_clock::now()) {}
+
+std::string_view secure_steps::name(step s) {
+  static constexpr std::string_view names[] = {"keys", "shares", "uploads", "unmasking"};
+  return names[static_cast<int>(s)];
+}
+
+bool secure_steps::done() const {
+  const auto& assignments = std::as_const(*engine_).assignments();
+  switch (at_) {
+    case step::keys:
+      return std::all_of(assignments.begin(), assignments.end(),
+                         [&](const rounds::assignment& a) { return !is_open(a.state) || keyed_.contains(a.device); });
+    case step::shares:
+      return std::all_of(roster_->begin(), roster_->end(), [&](const crypto::secagg_member& m) {
+        const rounds::assignment* a = std::as_const(*engine_).find(m.keys.id);
+        return shared_.contains(m.keys.id) || a == nullptr || !is_open(a->state);
+      });
+    case step::uploads: return false;
+    case step::unmask:
+      return std::all_of(request_->survivors.begin(), request_->survivors.end(), [&](const std::string& id) { return replied_.contains(id); });
+  }
+  return false;
+}
+
+void secure_steps::send_step(device_entry& d, const std::string& id) {
+  if (!d.session) return;
+  const auto round = static_cast<std::uint64_t>(engine_->current_round());
+  switch (at_) {
+    case step::keys: break;  // the agent sends its keys with each ASSIGN and after a reconnect
+    case step::shares:
+      // Each member gets the roster with its neighbours' keys (all of them while the graph is complete).
+      if (!shared_.contains(id))
+        if (auto mine = engine_->secagg_server().roster_for(id); mine) d.session->send(net::msg::secagg_roster{.round = round, .roster = std::move(mine).value()});
+      break;
+    case step::uploads:
+      if (shared_.contains(id)) d.session->send(net::msg::secagg_inbox{.round = round, .boxes = engine_->secagg_server().inbox(id)});
+      break;
+    case step::unmask:
+      if (!replied_.contains(id) && std::find(request_->survivors.begin(), request_->survivors.end(), id) != request_->survivors.end())
+        d.session->send(net::msg::secagg_unmask{.round = round, .request = *request_});
+      break;
+  }
+}
+
+void secure_steps::mark_time(step s) {
+  const auto now = std::chrono::steady_clock::now();
+  timings_.emplace_back(name(s), std::chrono::duration<double>(now - step_started_).count());
+  step_started_ = now;
+}
+
+secure_steps::next secure_steps::end_step() {
+  mark_time(at_);
+  switch (at_) {
+    case step::keys: return end_keys();
+    case step::shares: return end_shares();
+    case step::uploads: return next::wait;  // ends by begin_unmask
+    case step::unmask: return next::close_round;
+  }
+  return next::wait;
+}
+
+secure_steps::next secure_steps::end_keys() {
+  const std::string round = std::to_string(engine_->current_round());
+  for (auto& a : engine_->assignments())
+    if (is_open(a.state) && !keyed_.contains(a.device)) {
+      ctx_->say(log_level::warning, "device " + a.device + " sent no secure aggregation keys in round " + round + ": left out");
+      engine_->refuse(a, "no secure aggregation keys within secure_step_s");
+    }
+  auto roster = engine_->secagg_server().roster();
+  if (!roster) {
+    ctx_->say(log_level::warning, "round " + round + ": secure aggregation cannot go on: " + roster.error().message);
+    for (auto& a : engine_->assignments()) engine_->refuse(a, "the round's secure aggregation stopped: " + roster.error().message);
+    return next::close_round;
+  }
+  roster_ = std::move(roster).value();
+  at_ = step::shares;
+  for (const auto& m : *roster_) send_step((*devices_)[m.keys.id], m.keys.id);
+  return next::timed_step;
+}
+
+secure_steps::next secure_steps::end_shares() {
+  const std::string round = std::to_string(engine_->current_round());
+  for (const auto& m : *roster_) {
+    rounds::assignment* a = engine_->find(m.keys.id);
+    if (a != nullptr && is_open(a->state) && !shared_.contains(m.keys.id)) {
+      ctx_->say(log_level::warning, "device " + m.keys.id + " sent no secure aggregation shares in round " + round + ": left out");
+      engine_->refuse(*a, "no secure aggregation shares within secure_step_s");
+    }
+  }
+  at_ = step::uploads;
+  for (const auto& id : shared_) send_step((*devices_)[id], id);
+  return next::uploads;
+}
+
+secure_steps::next secure_steps::begin_unmask() {
+  const std::string round = std::to_string(engine_->current_round());
+  if (!roster_ || at_ != step::uploads) {
+    if (at_ != step::uploads)
+      ctx_->say(log_level::warning, "round " + round + " ended before its secure aggregation's " + std::string(name(at_)) +
+                                        " step was over: nothing is released");
+    return next::close_round;
+  }
+  mark_time(step::uploads);
+  request_ = engine_->secagg_server().unmask_request();
+  at_ = step::unmask;
+  if (request_->survivors.size() < engine_->secagg_params().threshold) {
+    ctx_->say(log_level::warning, "round " + round + ": " + std::to_string(request_->survivors.size()) +
+                                      " masked updates, below the threshold " + std::to_string(engine_->secagg_params().threshold) +
+                                      ": nothing is released");
+    return next::close_round;
+  }
+  for (const auto& id : request_->survivors) send_step((*devices_)[id], id);
+  return next::timed_step;
+}
+
+bool secure_steps::on_message(const std::string& id, const net::message& m) {
+  const std::string what = describe(id, m);
+  rounds::assignment* a = engine_->find(id);
+  const auto drop = [&](const core::error& why) {
+    ctx_->say(log_level::warning, what + " refused: " + why.message);
+    if (a != nullptr) engine_->refuse(*a, why.message);
+    return false;
+  };
+  const auto ignore = [&](const char* when) {
+    ctx_->say(log_level::warning, what + when + ": ignored");
+    return false;
+  };
+  if (const auto* k = std::get_if<net::msg::secagg_keys>(&m)) {
+    if (keyed_.contains(id)) return false;  // sent again after a reconnect
+    if (at_ != step::keys || a == nullptr || !is_open(a->state)) return ignore(" after the keys step");
+    if (k->keys.id != id) return drop(core::make_error(core::errc::invalid_argument, "keys advertised for " + k->keys.id));
+    if (auto ok = engine_->secagg_server().add_keys(k->keys, a->segments); !ok) return drop(ok.error());
+    keyed_.insert(id);
+  } else if (const auto* sh = std::get_if<net::msg::secagg_shares>(&m)) {
+    if (shared_.contains(id)) return false;
+    if (at_ != step::shares || a == nullptr || !is_open(a->state)) return ignore(" outside the shares step");
+    if (auto ok = engine_->secagg_server().add_boxes(id, sh->boxes); !ok) return drop(ok.error());
+    shared_.insert(id);
+  } else if (const auto* r = std::get_if<net::msg::secagg_unmask_reply>(&m)) {
+    if (replied_.contains(id)) return false;
+    if (at_ != step::unmask || r->reply.id != id) return ignore(" outside the unmasking step");
+    if (auto ok = engine_->secagg_server().add_reply(r->reply); !ok) {
+      ctx_->say(log_level::warning, what + " refused: " + ok.error().message);
+      return false;
+    }
+    replied_.insert(id);
+  }
+  return true;
+}
+
+void secure_steps::log_outcome() const {
+  const rounds::secure_outcome& o = engine_->last_secure();
+  std::string steps;
+  for (const auto& [step_name, seconds] : timings_) steps += " " + step_name + " " + std::to_string(seconds).substr(0, 5) + " s,";
+  ctx_->say(o.withheld.empty() ? log_level::info : log_level::warning,
+            "round " + std::to_string(engine_->completed()) + ": secure aggregation released " + std::to_string(o.released) + " of " +
+                std::to_string(o.segments) + " sums (" + std::to_string(o.dropped) + " device(s) dropped, " + std::to_string(o.clipped) +
+                " values clipped); 3 extra round trips:" + steps.substr(0, steps.empty() ? 0 : steps.size() - 1) +
+                (o.withheld.empty() ? "" : "; withheld: " + o.withheld));
+}
+
+std::string secure_steps::describe(const std::string& id, const net::message& m) {
+  return std::string(net::to_string(net::type_of(m))) + " from " + id;
+}
+
+}  // namespace tessera::hub
