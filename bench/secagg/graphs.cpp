@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/fleet_run.hpp"
+#include "common/options.hpp"
 #include "tessera/core/io/file_io.hpp"
 #include "tessera/core/base/rng.hpp"
 #include "tessera/crypto/pki.hpp"
@@ -173,18 +174,11 @@ int main(int argc, char** argv) {
   std::vector<std::size_t> devices{100, 200, 400}, neighbors{0, 16, 64};
   std::size_t values = 10000;
   double dropout = 0.05;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) die(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--devices") devices = list_of(value());
-    else if (a == "--neighbors") neighbors = list_of(value());
-    else if (a == "--values") values = std::stoul(value());
-    else if (a == "--dropout") dropout = std::stod(value());
-    else die("unknown option " + a + " (see the header of bench/secagg/graphs.cpp)");
-  }
+  bench::parse_options(argc, argv, "bench/secagg/graphs.cpp",
+                       {{"--devices", [&](const std::string& v) { devices = list_of(v); }},
+                        {"--neighbors", [&](const std::string& v) { neighbors = list_of(v); }},
+                        {"--values", values},
+                        {"--dropout", dropout}});
   const std::size_t most = *std::max_element(devices.begin(), devices.end());
   std::printf("bench_secagg_graphs: one segment of %zu values, %.0f%% of the devices leave after sharing keys\n", values, 100 * dropout);
   const auto work = bench::fleet_dir("tessera-bench-secagg-graphs");

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/fleet_run.hpp"
+#include "common/options.hpp"
 #include "tessera/core/io/file_io.hpp"
 #include "tessera/core/base/rng.hpp"
 #include "tessera/crypto/pki.hpp"
@@ -232,20 +233,9 @@ real_result real_rounds(const options& o, bool secure, bool emulated, const std:
 
 int main(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) die(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--rounds") o.rounds = std::stoll(value());
-    else if (a == "--real-rounds") o.real_rounds = std::stoll(value());
-    else if (a == "--rate-kbit") o.rate_kbit = std::stod(value());
-    else if (a == "--latency-ms") o.latency_ms = std::stod(value());
-    else if (a == "--skip-accuracy") o.accuracy = false;
-    else if (a == "--skip-real") o.real = false;
-    else die("unknown option " + a + " (see the header of bench/secagg/secagg.cpp)");
-  }
+  bench::parse_options(argc, argv, "bench/secagg/secagg.cpp",
+                       {{"--rounds", o.rounds}, {"--real-rounds", o.real_rounds}, {"--rate-kbit", o.rate_kbit},
+                        {"--latency-ms", o.latency_ms}, {"--skip-accuracy", o.accuracy, false}, {"--skip-real", o.real, false}});
   std::printf("bench_secagg: Fashion-MNIST 784-512-512-10, %zu devices, IST, replication 3 (4 groups)\n", k_devices);
   const auto work = bench::fleet_dir("tessera-bench-secagg");
   bench::make_pki(work, k_devices);
