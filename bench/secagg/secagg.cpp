@@ -14,8 +14,6 @@
 //        secure: plain + the unmasking's round trip (2·latency + its bytes) + the masking's CPU; the
 //                keys and shares steps overlap the download (they add only what exceeds it)
 //   bench_secagg [--rounds 200] [--real-rounds 3] [--rate-kbit 1000] [--latency-ms 100] [--skip-accuracy] [--skip-real]
-#include <time.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cpu_time.hpp"
 #include "common/fleet_run.hpp"
 #include "common/options.hpp"
 #include "tessera/core/io/file_io.hpp"
@@ -36,6 +35,7 @@
 namespace {
 
 using namespace tessera;
+using bench::add_cpu_time;
 using bench::die;
 using bench::must;
 
@@ -48,12 +48,6 @@ struct options {
   double latency_ms = 100;
   bool accuracy = true, real = true;
 };
-
-double thread_cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
 
 // The run's fields, shared by the simulator and the hub.
 nlohmann::json run_fields(bool secure, std::int64_t rounds) {
@@ -132,23 +126,18 @@ protocol_costs protocol(const std::filesystem::path& work) {
   const auto frame_bytes = [](const net::message& m) { return static_cast<double>(net::encode_message(m).size()); };
   crypto::secagg_server server(p);
   std::vector<crypto::secagg_client> clients;
-  double t = 0;
   for (const auto& a : as) {
     const auto pki = work / "pki";
     auto key = must(crypto::signing_key::load(pki / (a.device + ".key")));
     const std::string cert = text_of(pki / (a.device + ".pem"));
-    t = thread_cpu_seconds();
-    clients.push_back(must(crypto::secagg_client::create(a.device, cert, key, ca, p)));
-    c.keys += thread_cpu_seconds() - t;
+    clients.push_back(must(add_cpu_time(c.keys, [&] { return crypto::secagg_client::create(a.device, cert, key, ca, p); })));
     c.keys_bytes += frame_bytes(net::msg::secagg_keys{.round = 1, .keys = clients.back().keys()});
     must(server.add_keys(clients.back().keys(), a.segments));
   }
   const auto roster = must(server.roster());
   c.roster_bytes = frame_bytes(net::msg::secagg_roster{.round = 1, .roster = roster});
   for (std::size_t d = 0; d < k_devices; ++d) {
-    t = thread_cpu_seconds();
-    auto boxes = must(clients[d].share_keys(roster));
-    c.shares += thread_cpu_seconds() - t;
+    auto boxes = must(add_cpu_time(c.shares, [&] { return clients[d].share_keys(roster); }));
     c.shares_bytes += frame_bytes(net::msg::secagg_shares{.round = 1, .boxes = boxes});
     must(server.add_boxes(as[d].device, std::move(boxes)));
   }
@@ -161,9 +150,7 @@ protocol_costs protocol(const std::filesystem::path& work) {
     const auto input = must(crypto::secagg_weighted_input(received, trained, 1.0, p, a.segments));
     const auto inbox = server.inbox(a.device);
     c.inbox_bytes += frame_bytes(net::msg::secagg_inbox{.round = 1, .boxes = inbox});
-    t = thread_cpu_seconds();
-    auto masked = must(clients[d].mask(inbox, input, a.rounding_key));
-    c.mask += thread_cpu_seconds() - t;
+    auto masked = must(add_cpu_time(c.mask, [&] { return clients[d].mask(inbox, input, a.rounding_key); }));
     c.masked_bytes += static_cast<double>(a.upload_bytes);
     c.subnet_bytes += static_cast<double>(a.blob_bytes);
     must(server.add_masked(std::move(masked)));
@@ -171,15 +158,11 @@ protocol_costs protocol(const std::filesystem::path& work) {
   const auto request = server.unmask_request();
   c.unmask_bytes = frame_bytes(net::msg::secagg_unmask{.round = 1, .request = request});
   for (std::size_t d = 0; d < k_devices; ++d) {
-    t = thread_cpu_seconds();
-    auto reply = must(clients[d].unmask(request));
-    c.unmask += thread_cpu_seconds() - t;
+    auto reply = must(add_cpu_time(c.unmask, [&] { return clients[d].unmask(request); }));
     c.reply_bytes += frame_bytes(net::msg::secagg_unmask_reply{.round = 1, .reply = reply});
     must(server.add_reply(std::move(reply)));
   }
-  t = thread_cpu_seconds();
-  const auto sums = must(server.finish());
-  c.hub_finish = thread_cpu_seconds() - t;
+  const auto sums = must(add_cpu_time(c.hub_finish, [&] { return server.finish(); }));
   for (const auto& s : sums)
     if (!s.released) die("a segment was not released");
   c.keys = per_device(c.keys);
