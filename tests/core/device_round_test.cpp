@@ -18,11 +18,8 @@ namespace core = tessera::core;
 namespace {
 
 core::training_task small_task() {
-  core::model_spec spec;
-  spec.inputs = 6;
-  spec.hidden = {8};
-  spec.outputs = 3;
-  return {.arch = spec.full_arch(), .steps = 5, .batch = 4, .sgd = {.learning_rate = 0.1f, .momentum = 0.9f}};
+  return {.arch = tessera::testing::spec_of(6, {8}, 3).full_arch(), .steps = 5, .batch = 4,
+          .sgd = {.learning_rate = 0.1f, .momentum = 0.9f}};
 }
 
 

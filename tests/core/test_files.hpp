@@ -1,6 +1,6 @@
 // Helpers the core tests share (other modules' tests use the folder and file ones too): a fresh folder
 // per test case, files written and read whole, integers as the bytes of a file format, the error of a
-// result that must have failed, every example of a stream or a table, and small architectures.
+// result that must have failed, every example of a stream or a table, and small models.
 //
 //   tessera::testing::temp_dir dir("npy");                  // removed at the end of the test case
 //   write_bytes(dir.file("x.npy"), bytes);
@@ -199,6 +199,15 @@ inline all_examples read_table(core::example_table& t) {
   auto all = gather_all(t);
   REQUIRE_MESSAGE(all.ok(), (all.ok() ? "" : all.error().message));
   return std::move(all).value();
+}
+
+// A model spec of the given widths, every other field at its default.
+inline core::model_spec spec_of(std::int64_t inputs, std::vector<std::int64_t> hidden, std::int64_t outputs) {
+  core::model_spec s;
+  s.inputs = inputs;
+  s.hidden = std::move(hidden);
+  s.outputs = outputs;
+  return s;
 }
 
 // A full-model architecture (every input scale 1) with the given widths.

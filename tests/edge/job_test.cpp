@@ -26,12 +26,11 @@ using namespace tessera;
 
 namespace {
 
+// The model of small_task().
+core::model_spec task_spec() { return testing::spec_of(12, {16, 8}, 3); }
+
 core::training_task small_task() {
-  core::model_spec spec;
-  spec.inputs = 12;
-  spec.hidden = {16, 8};
-  spec.outputs = 3;
-  return {.arch = spec.full_arch(), .steps = 4, .batch = 8, .sgd = {.learning_rate = 0.05f, .momentum = 0.9f}};
+  return {.arch = task_spec().full_arch(), .steps = 4, .batch = 8, .sgd = {.learning_rate = 0.05f, .momentum = 0.9f}};
 }
 
 // What a hub sends for `task`, with `params` as the blob.
@@ -178,11 +177,7 @@ TEST_CASE("job: an evaluating ASSIGN scores the whole model on the validation sp
   t.steps = 1;
   const auto blob = encoded_params(t, core::codec_kind::f32, 0.0f);
   std::vector<float> params(core::param_count(t.arch));
-  core::model_spec spec;
-  spec.inputs = 12;
-  spec.hidden = {16, 8};
-  spec.outputs = 3;
-  core::initialize(spec, params);
+  core::initialize(task_spec(), params);
   std::vector<std::byte> model(core::encoded_bytes(t.arch, core::codec_kind::f32));
   REQUIRE(core::encode(t.arch, core::codec_kind::f32, params, model).ok());
   auto a = assign_for(t, core::codec_kind::f32, model);
@@ -270,10 +265,7 @@ std::unique_ptr<edge::device_data> csv_device(const testing::temp_dir& d, const 
 
 // The ASSIGN of a 3-input model with `outputs` outputs for `task`, checked against the device's data.
 core::error refusal(const edge::device_data& data, core::task_kind task, std::int64_t outputs, std::int64_t inputs = 3) {
-  core::model_spec spec;
-  spec.inputs = inputs;
-  spec.hidden = {8};
-  spec.outputs = outputs;
+  core::model_spec spec = testing::spec_of(inputs, {8}, outputs);
   spec.task = task;
   const core::training_task t{.arch = spec.full_arch(), .steps = 2, .batch = 4, .sgd = {.learning_rate = 0.1f}};
   const auto blob = encoded_params(t, core::codec_kind::f32, 0.1f);
@@ -310,10 +302,7 @@ TEST_CASE("refusal: a fractional label, with the file and the row") {
   CHECK(e.code == edge::errc::labels_mismatch);
   CHECK(e.message == d.file("frac.csv") + ": line 4: label 2.5 is not a whole number (labels are class indices)");
   // The same data suits a regression model with one output.
-  core::model_spec spec;
-  spec.inputs = 3;
-  spec.hidden = {8};
-  spec.outputs = 1;
+  core::model_spec spec = testing::spec_of(3, {8}, 1);
   spec.task = core::task_kind::regression;
   const core::training_task t{.arch = spec.full_arch(), .steps = 2, .batch = 4, .sgd = {.learning_rate = 0.1f}};
   const auto blob = encoded_params(t, core::codec_kind::f32, 0.1f);
