@@ -296,6 +296,18 @@ inline void check_agent_left(child_process& a, int rounds) {
   return lines;
 }
 
+// A short run tessera-sim and tessera-hub both drive (the fields rounds/run_config.hpp shares), for the
+// tests that compare the two: 784-64-64-10 on Fashion-MNIST, 20 local steps of batch 32 at lr 0.05.
+[[nodiscard]] inline nlohmann::json short_run(const std::string& strategy, int rounds, int seed) {
+  return {{"model", {{"inputs", 784}, {"hidden", {64, 64}}, {"outputs", 10}}},
+          {"strategy", strategy},
+          {"rounds", rounds},
+          {"local_steps", 20},
+          {"batch", 32},
+          {"lr", 0.05},
+          {"seed", seed}};
+}
+
 // What every round's metrics line must say: numbered in order, the whole fleet assigned, and exactly
 // the faults expected. Returns the lines for the caller's own checks.
 struct round_faults {
@@ -313,6 +325,20 @@ inline std::vector<nlohmann::json> check_every_round(const std::string& metrics_
     CHECK(m.at("rejected") == faults.rejected);
   }
   return metrics;
+}
+
+// One round of a run, as the hub's metrics line and tessera-sim's for the same run give it.
+struct hub_and_sim {
+  nlohmann::json hub, sim;
+};
+// The hub's metrics lines (check_every_round's checks passed, no faults) beside tessera-sim's, round by
+// round: both files must hold all `rounds`.
+inline std::vector<hub_and_sim> rounds_beside_sim(const std::string& hub_path, const std::string& sim_path, int rounds, int devices) {
+  const auto hub = check_every_round(hub_path, rounds, devices, {});
+  const auto sim = read_rounds(sim_path, rounds);
+  std::vector<hub_and_sim> out;
+  for (std::size_t r = 0; r < hub.size(); ++r) out.push_back({hub[r], sim[r]});
+  return out;
 }
 
 [[nodiscard]] inline core::stored_model load_model_or_fail(const std::string& path) {
