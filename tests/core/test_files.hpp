@@ -109,6 +109,10 @@ core::error error_of(core::result<T> r) {
 
 inline bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
 
+// When a reader must refuse a malformed file of a rejection table: as it opens the file (what the
+// header or the file's size shows), or at the read or gather that reaches the bad record.
+enum class refused_by { open, read };
+
 // A reader's refusal as a rejection table states it: the error code, the file the message must name
 // and what else it must say (the field, offset or record the reader points at).
 inline void check_refusal(const core::error& e, core::errc code, const std::string& path,
