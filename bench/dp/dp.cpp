@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/fleet_run.hpp"
+#include "common/options.hpp"
 #include "tessera/core/privacy/rdp.hpp"
 #include "tessera/rounds/sim/shards.hpp"
 #include "tessera/rounds/sim/simulation.hpp"
@@ -112,20 +113,9 @@ result run(const options& o, const std::string& strategy, bool devices_noise, do
 
 int main(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) die(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--devices") o.devices = std::stoul(value());
-    else if (a == "--q") o.q = std::stod(value());
-    else if (a == "--noise") o.noise = value();
-    else if (a == "--clip") o.clip = std::stod(value());
-    else if (a == "--rounds") o.rounds = std::stoll(value());
-    else if (a == "--ist-groups") o.ist_groups = std::stoul(value());
-    else die("unknown option " + a + " (see the header of bench/dp/dp.cpp)");
-  }
+  bench::parse_options(argc, argv, "bench/dp/dp.cpp",
+                       {{"--devices", o.devices}, {"--q", o.q}, {"--noise", o.noise}, {"--clip", o.clip}, {"--rounds", o.rounds},
+                        {"--ist-groups", o.ist_groups}});
   std::printf("bench_dp: Fashion-MNIST 784-64-10, %zu devices, q %.3g (about %.0f per round), clip %.3g, δ 1e-5, %lld rounds of "
               "10 local steps, σ per target\n\n",
               o.devices, o.q, o.q * static_cast<double>(o.devices), o.clip, static_cast<long long>(o.rounds));

@@ -9,8 +9,6 @@
 //   the hub: CPU of its steps (the rosters it sends, routing, the request, the sums);
 // and checks that the released sum is the survivors' sum within the quantization bound.
 //   bench_secagg_graphs [--devices 100,200,400] [--neighbors 0,16,64] [--values 10000] [--dropout 0.05]
-#include <time.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -20,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "common/cpu_time.hpp"
 #include "common/fleet_run.hpp"
+#include "common/options.hpp"
 #include "tessera/core/base/rng.hpp"
 #include "tessera/core/io/file_io.hpp"
 #include "tessera/crypto/pki.hpp"
@@ -31,14 +31,9 @@
 namespace {
 
 using namespace tessera;
+using bench::add_cpu_time;
 using bench::die;
 using bench::must;
-
-double cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
 
 std::vector<std::size_t> list_of(const std::string& s) {
   std::vector<std::size_t> out;
@@ -88,9 +83,7 @@ row measure(const std::vector<device>& fleet, const std::string& ca, std::size_t
   std::vector<crypto::secagg_client> clients;
   for (std::size_t d = 0; d < n; ++d) {
     clients.push_back(must(crypto::secagg_client::create(fleet[d].id, fleet[d].cert, fleet[d].key, ca, p)));
-    const double t = cpu_seconds();
-    must(server.add_keys(clients.back().keys(), {0}));
-    hub += cpu_seconds() - t;
+    must(add_cpu_time(hub, [&] { return server.add_keys(clients.back().keys(), {0}); }));
   }
   // Who leaves after sharing keys: a seeded draw.
   core::rng r(n * 1000 + k);
@@ -100,24 +93,16 @@ row measure(const std::vector<device>& fleet, const std::string& ca, std::size_t
   double shares = 0, mask = 0, unmask = 0;
   std::size_t neighbours = 0;
   for (std::size_t d = 0; d < n; ++d) {
-    double t = cpu_seconds();
-    const auto roster = must(server.roster_for(fleet[d].id));
-    hub += cpu_seconds() - t;
+    const auto roster = must(add_cpu_time(hub, [&] { return server.roster_for(fleet[d].id); }));
     out.roster_kb += frame(net::msg::secagg_roster{.round = 1, .roster = roster});
-    t = cpu_seconds();
-    auto boxes = must(clients[d].share_keys(roster));
-    shares += cpu_seconds() - t;
+    auto boxes = must(add_cpu_time(shares, [&] { return clients[d].share_keys(roster); }));
     neighbours += boxes.size();
     out.boxes_out_kb += frame(net::msg::secagg_shares{.round = 1, .boxes = boxes});
-    t = cpu_seconds();
-    must(server.add_boxes(fleet[d].id, std::move(boxes)));
-    hub += cpu_seconds() - t;
+    must(add_cpu_time(hub, [&] { return server.add_boxes(fleet[d].id, std::move(boxes)); }));
   }
   std::vector<double> expected(values, 0.0);
   for (std::size_t d = 0; d < n; ++d) {
-    double t = cpu_seconds();
-    const auto inbox = server.inbox(fleet[d].id);
-    hub += cpu_seconds() - t;
+    const auto inbox = add_cpu_time(hub, [&] { return server.inbox(fleet[d].id); });
     out.boxes_in_kb += frame(net::msg::secagg_inbox{.round = 1, .boxes = inbox});
     if (leaving.contains(d)) continue;
     std::vector<float> input(values);
@@ -125,32 +110,22 @@ row measure(const std::vector<device>& fleet, const std::string& ca, std::size_t
       input[i] = static_cast<float>(0.2 * (r.uniform_double() - 0.5));
       expected[i] += input[i];
     }
-    t = cpu_seconds();
-    auto masked = must(clients[d].mask(inbox, {input}, must(crypto::random_key())));
-    mask += cpu_seconds() - t;
-    t = cpu_seconds();
-    must(server.add_masked(std::move(masked)));
-    hub += cpu_seconds() - t;
+    auto masked = must(add_cpu_time(mask, [&] { return clients[d].mask(inbox, {input}, must(crypto::random_key())); }));
+    must(add_cpu_time(hub, [&] { return server.add_masked(std::move(masked)); }));
   }
-  double t = cpu_seconds();
-  const auto request = server.unmask_request();
-  hub += cpu_seconds() - t;
+  const auto request = add_cpu_time(hub, [&] { return server.unmask_request(); });
   if (request.released.size() != 1) die("n=" + std::to_string(n) + " k=" + std::to_string(k) + ": the segment was not released");
   out.request_kb = frame(net::msg::secagg_unmask{.round = 1, .request = request});
   for (std::size_t d = 0; d < n; ++d) {
     if (leaving.contains(d)) continue;
-    t = cpu_seconds();
-    auto reply = must(clients[d].unmask(request));
-    unmask += cpu_seconds() - t;
+    auto reply = must(add_cpu_time(unmask, [&] { return clients[d].unmask(request); }));
     out.reply_kb += frame(net::msg::secagg_unmask_reply{.round = 1, .reply = reply});
-    t = cpu_seconds();
-    must(server.add_reply(std::move(reply)));
-    hub += cpu_seconds() - t;
+    must(add_cpu_time(hub, [&] { return server.add_reply(std::move(reply)); }));
   }
-  t = cpu_seconds();
-  const auto sums = must(server.finish());
-  out.finish_ms = 1e3 * (cpu_seconds() - t);
-  hub += cpu_seconds() - t;
+  double finish = 0;
+  const auto sums = must(add_cpu_time(finish, [&] { return server.finish(); }));
+  out.finish_ms = 1e3 * finish;
+  hub += finish;
   if (!sums[0].released) die("n=" + std::to_string(n) + " k=" + std::to_string(k) + ": " + sums[0].withheld);
   const double step = must(crypto::fixed_point::create(1.0, 32, n)).step();
   for (std::size_t i = 0; i < values; ++i) out.max_error_steps = std::max(out.max_error_steps, std::abs(sums[0].sum[i] - expected[i]) / step);
@@ -173,18 +148,11 @@ int main(int argc, char** argv) {
   std::vector<std::size_t> devices{100, 200, 400}, neighbors{0, 16, 64};
   std::size_t values = 10000;
   double dropout = 0.05;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) die(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--devices") devices = list_of(value());
-    else if (a == "--neighbors") neighbors = list_of(value());
-    else if (a == "--values") values = std::stoul(value());
-    else if (a == "--dropout") dropout = std::stod(value());
-    else die("unknown option " + a + " (see the header of bench/secagg/graphs.cpp)");
-  }
+  bench::parse_options(argc, argv, "bench/secagg/graphs.cpp",
+                       {{"--devices", [&](const std::string& v) { devices = list_of(v); }},
+                        {"--neighbors", [&](const std::string& v) { neighbors = list_of(v); }},
+                        {"--values", values},
+                        {"--dropout", dropout}});
   const std::size_t most = *std::max_element(devices.begin(), devices.end());
   std::printf("bench_secagg_graphs: one segment of %zu values, %.0f%% of the devices leave after sharing keys\n", values, 100 * dropout);
   const auto work = bench::fleet_dir("tessera-bench-secagg-graphs");

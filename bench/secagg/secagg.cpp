@@ -14,8 +14,6 @@
 //        secure: plain + the unmasking's round trip (2·latency + its bytes) + the masking's CPU; the
 //                keys and shares steps overlap the download (they add only what exceeds it)
 //   bench_secagg [--rounds 200] [--real-rounds 3] [--rate-kbit 1000] [--latency-ms 100] [--skip-accuracy] [--skip-real]
-#include <time.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,7 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "common/cpu_time.hpp"
 #include "common/fleet_run.hpp"
+#include "common/options.hpp"
 #include "tessera/core/base/rng.hpp"
 #include "tessera/core/io/file_io.hpp"
 #include "tessera/crypto/pki.hpp"
@@ -35,6 +35,7 @@
 namespace {
 
 using namespace tessera;
+using bench::add_cpu_time;
 using bench::die;
 using bench::must;
 
@@ -47,12 +48,6 @@ struct options {
   double latency_ms = 100;
   bool accuracy = true, real = true;
 };
-
-double thread_cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
 
 // The run's fields, shared by the simulator and the hub.
 nlohmann::json run_fields(bool secure, std::int64_t rounds) {
@@ -131,23 +126,18 @@ protocol_costs protocol(const std::filesystem::path& work) {
   const auto frame_bytes = [](const net::message& m) { return static_cast<double>(net::encode_message(m).size()); };
   crypto::secagg_server server(p);
   std::vector<crypto::secagg_client> clients;
-  double t = 0;
   for (const auto& a : as) {
     const auto pki = work / "pki";
     auto key = must(crypto::signing_key::load(pki / (a.device + ".key")));
     const std::string cert = text_of(pki / (a.device + ".pem"));
-    t = thread_cpu_seconds();
-    clients.push_back(must(crypto::secagg_client::create(a.device, cert, key, ca, p)));
-    c.keys += thread_cpu_seconds() - t;
+    clients.push_back(must(add_cpu_time(c.keys, [&] { return crypto::secagg_client::create(a.device, cert, key, ca, p); })));
     c.keys_bytes += frame_bytes(net::msg::secagg_keys{.round = 1, .keys = clients.back().keys()});
     must(server.add_keys(clients.back().keys(), a.segments));
   }
   const auto roster = must(server.roster());
   c.roster_bytes = frame_bytes(net::msg::secagg_roster{.round = 1, .roster = roster});
   for (std::size_t d = 0; d < k_devices; ++d) {
-    t = thread_cpu_seconds();
-    auto boxes = must(clients[d].share_keys(roster));
-    c.shares += thread_cpu_seconds() - t;
+    auto boxes = must(add_cpu_time(c.shares, [&] { return clients[d].share_keys(roster); }));
     c.shares_bytes += frame_bytes(net::msg::secagg_shares{.round = 1, .boxes = boxes});
     must(server.add_boxes(as[d].device, std::move(boxes)));
   }
@@ -160,9 +150,7 @@ protocol_costs protocol(const std::filesystem::path& work) {
     const auto input = must(crypto::secagg_weighted_input(received, trained, 1.0, p, a.segments));
     const auto inbox = server.inbox(a.device);
     c.inbox_bytes += frame_bytes(net::msg::secagg_inbox{.round = 1, .boxes = inbox});
-    t = thread_cpu_seconds();
-    auto masked = must(clients[d].mask(inbox, input, a.rounding_key));
-    c.mask += thread_cpu_seconds() - t;
+    auto masked = must(add_cpu_time(c.mask, [&] { return clients[d].mask(inbox, input, a.rounding_key); }));
     c.masked_bytes += static_cast<double>(a.upload_bytes);
     c.subnet_bytes += static_cast<double>(a.blob_bytes);
     must(server.add_masked(std::move(masked)));
@@ -170,15 +158,11 @@ protocol_costs protocol(const std::filesystem::path& work) {
   const auto request = server.unmask_request();
   c.unmask_bytes = frame_bytes(net::msg::secagg_unmask{.round = 1, .request = request});
   for (std::size_t d = 0; d < k_devices; ++d) {
-    t = thread_cpu_seconds();
-    auto reply = must(clients[d].unmask(request));
-    c.unmask += thread_cpu_seconds() - t;
+    auto reply = must(add_cpu_time(c.unmask, [&] { return clients[d].unmask(request); }));
     c.reply_bytes += frame_bytes(net::msg::secagg_unmask_reply{.round = 1, .reply = reply});
     must(server.add_reply(std::move(reply)));
   }
-  t = thread_cpu_seconds();
-  const auto sums = must(server.finish());
-  c.hub_finish = thread_cpu_seconds() - t;
+  const auto sums = must(add_cpu_time(c.hub_finish, [&] { return server.finish(); }));
   for (const auto& s : sums)
     if (!s.released) die("a segment was not released");
   c.keys = per_device(c.keys);
@@ -232,20 +216,9 @@ real_result real_rounds(const options& o, bool secure, bool emulated, const std:
 
 int main(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) die(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--rounds") o.rounds = std::stoll(value());
-    else if (a == "--real-rounds") o.real_rounds = std::stoll(value());
-    else if (a == "--rate-kbit") o.rate_kbit = std::stod(value());
-    else if (a == "--latency-ms") o.latency_ms = std::stod(value());
-    else if (a == "--skip-accuracy") o.accuracy = false;
-    else if (a == "--skip-real") o.real = false;
-    else die("unknown option " + a + " (see the header of bench/secagg/secagg.cpp)");
-  }
+  bench::parse_options(argc, argv, "bench/secagg/secagg.cpp",
+                       {{"--rounds", o.rounds}, {"--real-rounds", o.real_rounds}, {"--rate-kbit", o.rate_kbit},
+                        {"--latency-ms", o.latency_ms}, {"--skip-accuracy", o.accuracy, false}, {"--skip-real", o.real, false}});
   std::printf("bench_secagg: Fashion-MNIST 784-512-512-10, %zu devices, IST, replication 3 (4 groups)\n", k_devices);
   const auto work = bench::fleet_dir("tessera-bench-secagg");
   bench::make_pki(work, k_devices);

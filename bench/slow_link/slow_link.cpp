@@ -41,6 +41,7 @@
 
 #include "common/fleet_run.hpp"
 #include "common/link_time.hpp"
+#include "common/options.hpp"
 #include "tessera/core/math/mlp.hpp"
 #include "tessera/crypto/pki.hpp"
 #include "tessera/edge/agent.hpp"
@@ -180,36 +181,17 @@ std::vector<double> validate(const options& o, const std::string& method, const 
 
 int main(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) die(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--model") o.model = value();
-    else if (a == "--rate-kbit") o.rate_kbit = std::stod(value());
-    else if (a == "--latency-ms") o.latency_ms = std::stod(value());
-    else if (a == "--budget-min") o.budget_min = std::stod(value());
-    else if (a == "--target") o.target = std::stod(value());
-    else if (a == "--max-rounds") o.max_rounds = std::stoll(value());
-    else if (a == "--validate-rounds") o.validate_rounds = std::stoll(value());
-    else if (a == "--csv") o.csv = value();
-    else if (a == "--horizon") o.horizon = std::stod(value());
-    else if (a == "--methods") o.methods = split(value());
-    else if (a == "--codecs") o.codecs = split(value());
-    else if (a == "--ist") {
-      o.ist = bench::json_object_option(a, value());
-    }
-    else if (a == "--steps") {
-      o.steps.clear();
-      std::string s = value();
-      for (std::size_t p = 0; p <= s.size();) {
-        const auto q = std::min(s.find(',', p), s.size());
-        o.steps.push_back(std::stoll(s.substr(p, q - p)));
-        p = q + 1;
-      }
-    } else die("unknown option " + a);
-  }
+  bench::parse_options(argc, argv, "bench/slow_link/slow_link.cpp",
+                       {{"--model", o.model}, {"--rate-kbit", o.rate_kbit}, {"--latency-ms", o.latency_ms}, {"--budget-min", o.budget_min},
+                        {"--target", o.target}, {"--max-rounds", o.max_rounds}, {"--validate-rounds", o.validate_rounds},
+                        {"--csv", o.csv}, {"--horizon", o.horizon},
+                        {"--methods", [&](const std::string& v) { o.methods = split(v); }},
+                        {"--codecs", [&](const std::string& v) { o.codecs = split(v); }},
+                        {"--ist", [&](const std::string& v) { o.ist = bench::json_object_option("--ist", v); }},
+                        {"--steps", [&](const std::string& v) {
+                           o.steps.clear();
+                           for (const auto& s : split(v)) o.steps.push_back(bench::option::whole_number("--steps", s));
+                         }}});
   if (o.model != "small" && o.model != "wide") die("--model small|wide");
   if (o.target == 0) o.target = o.model == "wide" ? 0.86 : 0.84;
   if (o.budget_min == 0) o.budget_min = o.model == "wide" ? 60 : 20;

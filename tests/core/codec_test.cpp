@@ -35,6 +35,13 @@ std::vector<std::byte> encoded(const mlp_arch& a, codec_kind c, const std::vecto
   return blob;
 }
 
+// What a blob decodes to; decoding must succeed.
+std::vector<float> decoded(const mlp_arch& a, codec_kind c, const std::vector<std::byte>& blob) {
+  std::vector<float> back(param_count(a));
+  REQUIRE(decode(a, c, blob, back).ok());
+  return back;
+}
+
 }  // namespace
 
 TEST_CASE("codec f32: the round trip is exact") {
@@ -42,9 +49,7 @@ TEST_CASE("codec f32: the round trip is exact") {
   const auto p = random_params(a, 3.0f, 1);
   const auto blob = encoded(a, codec_kind::f32, p);
   CHECK(blob.size() == 4 * p.size());
-  std::vector<float> back(p.size());
-  REQUIRE(decode(a, codec_kind::f32, blob, back).ok());
-  CHECK(back == p);
+  CHECK(decoded(a, codec_kind::f32, blob) == p);
 }
 
 TEST_CASE("codec f16: relative error at most 2^-11 in the normal range, exact conversions at the edges") {
@@ -52,8 +57,7 @@ TEST_CASE("codec f16: relative error at most 2^-11 in the normal range, exact co
   const auto p = random_params(a, 100.0f, 2);
   const auto blob = encoded(a, codec_kind::f16, p);
   CHECK(blob.size() == 2 * p.size());
-  std::vector<float> back(p.size());
-  REQUIRE(decode(a, codec_kind::f16, blob, back).ok());
+  const auto back = decoded(a, codec_kind::f16, blob);
   for (std::size_t i = 0; i < p.size(); ++i)
     if (std::fabs(p[i]) >= 0x1p-14f) CHECK(std::fabs(back[i] - p[i]) <= std::fabs(p[i]) * 0x1p-11f);
   CHECK(float_to_half(1.0f) == 0x3c00);
@@ -70,8 +74,7 @@ TEST_CASE("codec q8: error at most half a step of each row's scale") {
   const auto a = small_arch();
   const auto p = random_params(a, 2.0f, 3);
   const auto blob = encoded(a, codec_kind::q8, p);
-  std::vector<float> back(p.size());
-  REQUIRE(decode(a, codec_kind::q8, blob, back).ok());
+  const auto back = decoded(a, codec_kind::q8, blob);
   // The first row of W1 (7 values) has its scale in the first 4 bytes.
   float scale = 0;
   std::memcpy(&scale, blob.data(), 4);
@@ -82,9 +85,8 @@ TEST_CASE("codec q8: error at most half a step of each row's scale") {
   // Every value, with its own row's scale bounded by the largest magnitude in the model.
   for (std::size_t i = 0; i < p.size(); ++i) CHECK(std::fabs(back[i] - p[i]) <= 0.5f * (2.0f / 127.0f) * 1.0001f);
   // A row of zeros encodes with scale 0 and decodes to zeros.
-  std::vector<float> zeros(p.size(), 0.0f);
-  REQUIRE(decode(a, codec_kind::q8, encoded(a, codec_kind::q8, zeros), back).ok());
-  CHECK(back == zeros);
+  const std::vector<float> zeros(p.size(), 0.0f);
+  CHECK(decoded(a, codec_kind::q8, encoded(a, codec_kind::q8, zeros)) == zeros);
 }
 
 TEST_CASE("codec q8: a row too small for a normal scale encodes finite steps and decodes within half of one") {
@@ -96,8 +98,7 @@ TEST_CASE("codec q8: a row too small for a normal scale encodes finite steps and
   p[1] = -4e-38f;
   p[3] = 1e-39f;
   const auto blob = encoded(a, codec_kind::q8, p);
-  std::vector<float> back(p.size());
-  REQUIRE(decode(a, codec_kind::q8, blob, back).ok());
+  const auto back = decoded(a, codec_kind::q8, blob);
   float scale = 0;
   std::memcpy(&scale, blob.data(), 4);
   REQUIRE(scale > 0);

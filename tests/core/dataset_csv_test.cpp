@@ -159,14 +159,12 @@ enum class bad_csv {
 };
 constexpr std::size_t k_bad_csv_kinds = static_cast<std::size_t>(bad_csv::missing_file) + 1;
 
-enum class refused_by { open, read };  // open_csv, or a read that reaches the line
-
 struct csv_rejection {
   bad_csv kind;
   std::string file;
   core::csv_options options;
   core::errc code;
-  refused_by when;
+  refused_by when;                // by open_csv, or by a read that reaches the line
   std::vector<std::string> says;  // what the message holds after the path: line, column, cell
 };
 
@@ -205,8 +203,7 @@ std::optional<std::string> bad_csv_text(bad_csv kind) {
 const std::vector<csv_rejection>& csv_rejections() {
   using core::errc;
   using enum bad_csv;
-  constexpr refused_by open = refused_by::open;
-  constexpr refused_by read = refused_by::read;
+  using enum refused_by;
   static const std::vector<csv_rejection> rows = {
       {not_a_number, "data.csv", header_line(), errc::bad_format, read, {"data.csv: line 3, column 4: 'abc' is not a number"}},
       {empty_cell, "empty-cell.csv", {}, errc::bad_format, read, {"empty-cell.csv: line 1, column 2: '' is not a number"}},

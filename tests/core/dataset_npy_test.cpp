@@ -356,14 +356,13 @@ enum class bad_npy {
 constexpr std::size_t k_bad_npy_kinds = static_cast<std::size_t>(bad_npy::missing_file) + 1;
 
 enum class npy_part { features, labels };  // which file of the pair is the malformed one
-enum class refused_by { open, read };      // open_npy, or the gather that reaches the record
 
 struct npy_rejection {
   bad_npy kind;
   std::string file;               // the malformed file's name
   npy_part part;
   core::errc code;
-  refused_by when;
+  refused_by when;                // by open_npy, or by the gather that reaches the record
   std::vector<std::string> says;  // what the message holds besides the path: field, offset, record
 };
 
@@ -444,8 +443,7 @@ const std::vector<npy_rejection>& npy_rejections() {
   using enum bad_npy;
   constexpr npy_part x = npy_part::features;
   constexpr npy_part y = npy_part::labels;
-  constexpr refused_by open = refused_by::open;
-  constexpr refused_by read = refused_by::read;
+  using enum refused_by;
   // Offsets in the header where the parser stops, as its messages give them.
   const auto at_byte = [](std::string_view dict, std::string_view at) {
     return "malformed .npy header at byte " + std::to_string(dict.find(at)) + ": ";

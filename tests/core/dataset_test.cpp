@@ -120,6 +120,15 @@ std::unique_ptr<core::example_stream> five_images_after_one_read(const idx_files
   return std::move(s).value();
 }
 
+// Three CSV rows, label first and one feature (0,1 / 1,2 / 2,3), as dir/rows.csv: a stream with no
+// count up front.
+std::unique_ptr<core::example_stream> three_csv_rows(const temp_dir& dir) {
+  write_bytes(dir.file("rows.csv"), "0,1\n1,2\n2,3\n");
+  auto c = core::open_csv(dir.file("rows.csv"), {});
+  REQUIRE(c.ok());
+  return std::move(c).value();
+}
+
 }  // namespace
 
 TEST_CASE("compute_stats: hand-computed mean and standard deviation") {
@@ -179,15 +188,12 @@ TEST_CASE("load_all: reads a whole stream and refuses more than max_examples") {
   CHECK(contains(over.error().message, "images.idx"));
 
   // CSV has no count up front: the bound is found while reading.
-  const std::string path = dir.file("rows.csv");
-  write_bytes(path, "0,1\n1,2\n2,3\n");
-  auto c = core::open_csv(path, {});
-  REQUIRE(c.ok());
-  auto csv_over = core::load_all(*c.value(), 2);
+  const auto csv = three_csv_rows(dir);
+  auto csv_over = core::load_all(*csv, 2);
   REQUIRE_FALSE(csv_over.ok());
   CHECK(csv_over.error().code == core::errc::over_budget);
   CHECK(contains(csv_over.error().message, "rows.csv: more than 2 examples"));
-  auto csv_all = core::load_all(*c.value(), 3);
+  auto csv_all = core::load_all(*csv, 3);
   REQUIRE(csv_all.ok());
   CHECK(csv_all.value().size() == 3);
 }
@@ -206,18 +212,15 @@ TEST_CASE("load_first: the first examples, all of them when there are fewer, fro
   CHECK(none.value().size() == 0);
 
   // Without a count up front (CSV) the stream is cut while it is read; fewer rows than asked is not an error.
-  const std::string path = dir.file("rows.csv");
-  write_bytes(path, "0,1\n1,2\n2,3\n");
-  auto c = core::open_csv(path, {});
-  REQUIRE(c.ok());
-  auto two = core::load_first(*c.value(), 2);
+  const auto csv = three_csv_rows(dir);
+  auto two = core::load_first(*csv, 2);
   REQUIRE(two.ok());
   CHECK(targets_of(two.value()) == std::vector<float>{0, 1});
   CHECK(std::vector<float>(two.value().features().begin(), two.value().features().end()) == std::vector<float>{1, 2});
-  auto all = core::load_first(*c.value(), 10);
+  auto all = core::load_first(*csv, 10);
   REQUIRE(all.ok());
   CHECK(targets_of(all.value()) == std::vector<float>{0, 1, 2});
-  CHECK(all.value().describe() == path);
+  CHECK(all.value().describe() == dir.file("rows.csv"));
 }
 
 TEST_CASE("load_examples: refuse_more chooses between load_all and load_first") {

@@ -18,13 +18,26 @@ namespace core = tessera::core;
 namespace {
 
 core::training_task small_task() {
-  core::model_spec spec;
-  spec.inputs = 6;
-  spec.hidden = {8};
-  spec.outputs = 3;
-  return {.arch = spec.full_arch(), .steps = 5, .batch = 4, .sgd = {.learning_rate = 0.1f, .momentum = 0.9f}};
+  return {.arch = tessera::testing::spec_of(6, {8}, 3).full_arch(), .steps = 5, .batch = 4,
+          .sgd = {.learning_rate = 0.1f, .momentum = 0.9f}};
 }
 
+// A device's block for `t` after its download: every parameter 0.05, sent with `codec` into the blob
+// region and taken from there into the parameters.
+struct downloaded {
+  core::training_block block;
+  std::span<std::byte> blob;  // in the block: its parameters for f32, its staging otherwise
+  std::vector<float> sent;
+};
+
+downloaded download(const core::training_task& t, core::codec_kind codec) {
+  auto block = core::training_block::allocate(core::plan_training_memory(t.arch, t.batch, true, codec)).value();
+  const auto blob = core::blob_region(block, codec, core::encoded_bytes(t.arch, codec));
+  std::vector<float> sent(core::param_count(t.arch), 0.05f);
+  REQUIRE(core::encode(t.arch, codec, sent, blob).ok());
+  REQUIRE(core::take_download(block, t.arch, codec, blob).ok());
+  return {std::move(block), blob, std::move(sent)};
+}
 
 }  // namespace
 
@@ -45,11 +58,7 @@ TEST_CASE("device round: take, train, encode — the upload decodes to the train
   const auto t = small_task();
   for (auto codec : {core::codec_kind::f32, core::codec_kind::q8}) {
     INFO(core::to_string(codec));
-    auto block = core::training_block::allocate(core::plan_training_memory(t.arch, t.batch, true, codec)).value();
-    const auto blob = core::blob_region(block, codec, core::encoded_bytes(t.arch, codec));
-    std::vector<float> sent(core::param_count(t.arch), 0.05f);
-    REQUIRE(core::encode(t.arch, codec, sent, blob).ok());
-    REQUIRE(core::take_download(block, t.arch, codec, blob).ok());
+    auto [block, blob, sent] = download(t, codec);
     CHECK(block.params()[0] == doctest::Approx(0.05f).epsilon(0.01));
     tessera::testing::constant_batches data(6, 0.25f, 2.0f);
     auto report = core::train_for_upload(block, t, codec, blob, data, nullptr);
@@ -84,11 +93,7 @@ TEST_CASE("device round: with clip_norm the change is clipped to it before the u
   for (const double clip : {1e-3, 1e3}) {
     CAPTURE(clip);
     t.clip_norm = clip;
-    auto block = core::training_block::allocate(core::plan_training_memory(t.arch, t.batch, true, codec)).value();
-    const auto blob = core::blob_region(block, codec, core::encoded_bytes(t.arch, codec));
-    std::vector<float> sent(core::param_count(t.arch), 0.05f);
-    REQUIRE(core::encode(t.arch, codec, sent, blob).ok());
-    REQUIRE(core::take_download(block, t.arch, codec, blob).ok());
+    auto [block, blob, sent] = download(t, codec);
     tessera::testing::constant_batches data(6, 0.25f, 2.0f);
     // Without the received parameters clipping cannot be done: an error, not a silent upload.
     tessera::testing::constant_batches again(6, 0.25f, 2.0f);
@@ -117,11 +122,7 @@ TEST_CASE("device round: training that diverges is an error, never a report with
   auto t = small_task();  // features too large for a float once multiplied: the loss overflows
   t.sgd.learning_rate = 1.0f;
   const auto codec = core::codec_kind::f32;
-  auto block = core::training_block::allocate(core::plan_training_memory(t.arch, t.batch, true, codec)).value();
-  const auto blob = core::blob_region(block, codec, core::encoded_bytes(t.arch, codec));
-  std::vector<float> sent(core::param_count(t.arch), 0.05f);
-  REQUIRE(core::encode(t.arch, codec, sent, blob).ok());
-  REQUIRE(core::take_download(block, t.arch, codec, blob).ok());
+  auto [block, blob, sent] = download(t, codec);
   tessera::testing::constant_batches data(6, 3e38f, 2.0f);
   auto report = core::train_for_upload(block, t, codec, blob, data, nullptr);
   REQUIRE_FALSE(report.ok());

@@ -1,6 +1,6 @@
 // Helpers the core tests share (other modules' tests use the folder and file ones too): a fresh folder
 // per test case, files written and read whole, integers as the bytes of a file format, the error of a
-// result that must have failed, every example of a stream or a table, and small architectures.
+// result that must have failed, every example of a stream or a table, and small models.
 //
 //   tessera::testing::temp_dir dir("npy");                  // removed at the end of the test case
 //   write_bytes(dir.file("x.npy"), bytes);
@@ -109,6 +109,10 @@ core::error error_of(core::result<T> r) {
 
 inline bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
 
+// When a reader must refuse a malformed file of a rejection table: as it opens the file (what the
+// header or the file's size shows), or at the read or gather that reaches the bad record.
+enum class refused_by { open, read };
+
 // A reader's refusal as a rejection table states it: the error code, the file the message must name
 // and what else it must say (the field, offset or record the reader points at).
 inline void check_refusal(const core::error& e, core::errc code, const std::string& path,
@@ -199,6 +203,15 @@ inline all_examples read_table(core::example_table& t) {
   auto all = gather_all(t);
   REQUIRE_MESSAGE(all.ok(), (all.ok() ? "" : all.error().message));
   return std::move(all).value();
+}
+
+// A model spec of the given widths, every other field at its default.
+inline core::model_spec spec_of(std::int64_t inputs, std::vector<std::int64_t> hidden, std::int64_t outputs) {
+  core::model_spec s;
+  s.inputs = inputs;
+  s.hidden = std::move(hidden);
+  s.outputs = outputs;
+  return s;
 }
 
 // A full-model architecture (every input scale 1) with the given widths.

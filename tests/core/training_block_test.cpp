@@ -72,10 +72,7 @@ TEST_CASE("training_block: a trainer runs inside the block, the same steps givin
     y.push_back(static_cast<float>(r.below(3)));
   }
   core::memory_table data(4, x, y, "random");
-  core::model_spec spec;
-  spec.inputs = 4;
-  spec.hidden = {8};
-  spec.outputs = 3;
+  const core::model_spec spec = spec_of(4, {8}, 3);
   std::vector<std::vector<float>> results;
   for (int run = 0; run < 2; ++run) {
     auto block = core::training_block::allocate(core::plan_training_memory(arch, 8, true, core::codec_kind::f32));

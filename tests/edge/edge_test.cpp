@@ -20,13 +20,7 @@ namespace {
 
 using tessera::testing::temp_dir;
 
-core::model_spec small_spec() {
-  core::model_spec s;
-  s.inputs = 16;
-  s.hidden = {24, 12};
-  s.outputs = 4;
-  return s;
-}
+core::model_spec small_spec() { return testing::spec_of(16, {24, 12}, 4); }
 
 // 4 classes, 4×4 "images" with a bright quadrant per class.
 void write_images(const temp_dir& d, std::int64_t n, const std::string& images, const std::string& labels) {

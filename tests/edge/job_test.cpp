@@ -26,12 +26,11 @@ using namespace tessera;
 
 namespace {
 
+// The model of small_task().
+core::model_spec task_spec() { return testing::spec_of(12, {16, 8}, 3); }
+
 core::training_task small_task() {
-  core::model_spec spec;
-  spec.inputs = 12;
-  spec.hidden = {16, 8};
-  spec.outputs = 3;
-  return {.arch = spec.full_arch(), .steps = 4, .batch = 8, .sgd = {.learning_rate = 0.05f, .momentum = 0.9f}};
+  return {.arch = task_spec().full_arch(), .steps = 4, .batch = 8, .sgd = {.learning_rate = 0.05f, .momentum = 0.9f}};
 }
 
 // What a hub sends for `task`, with `params` as the blob.
@@ -178,11 +177,7 @@ TEST_CASE("job: an evaluating ASSIGN scores the whole model on the validation sp
   t.steps = 1;
   const auto blob = encoded_params(t, core::codec_kind::f32, 0.0f);
   std::vector<float> params(core::param_count(t.arch));
-  core::model_spec spec;
-  spec.inputs = 12;
-  spec.hidden = {16, 8};
-  spec.outputs = 3;
-  core::initialize(spec, params);
+  core::initialize(task_spec(), params);
   std::vector<std::byte> model(core::encoded_bytes(t.arch, core::codec_kind::f32));
   REQUIRE(core::encode(t.arch, core::codec_kind::f32, params, model).ok());
   auto a = assign_for(t, core::codec_kind::f32, model);
@@ -256,72 +251,72 @@ TEST_CASE("job: cancelled training reports cancelled, not a failure") {
 
 namespace {
 
-// A CSV of `rows` (three features, label last) under a header line, opened as a device opens its data.
-std::unique_ptr<edge::device_data> csv_device(const testing::temp_dir& d, const std::string& name, const std::string& rows) {
-  testing::write_bytes(d.file(name), "width,height,depth,label\n" + rows);
-  auto data = edge::device_data::open(
-      {.source = {.format = core::data_format::csv, .features = d.file(name), .label_column = 3, .header = true,
-                  .norm = core::normalization::none},
-       .max_batch = 64},
-      1);
-  REQUIRE_MESSAGE(data.ok(), (data.ok() ? "" : data.error().message));
-  return std::move(data).value();
-}
+// A device whose data is a CSV of `rows` (three features, label last, under a header line) in a folder
+// of its own, opened as a device opens its data; and the ASSIGNs it checks against that data.
+class csv_device {
+ public:
+  csv_device(const std::string& name, const std::string& rows) : path_(dir_.file(name)) {
+    testing::write_bytes(path_, "width,height,depth,label\n" + rows);
+    auto data = edge::device_data::open(
+        {.source = {.format = core::data_format::csv, .features = path_, .label_column = 3, .header = true,
+                    .norm = core::normalization::none},
+         .max_batch = 64},
+        1);
+    REQUIRE_MESSAGE(data.ok(), (data.ok() ? "" : data.error().message));
+    data_ = std::move(data).value();
+  }
 
-// The ASSIGN of a 3-input model with `outputs` outputs for `task`, checked against the device's data.
-core::error refusal(const edge::device_data& data, core::task_kind task, std::int64_t outputs, std::int64_t inputs = 3) {
-  core::model_spec spec;
-  spec.inputs = inputs;
-  spec.hidden = {8};
-  spec.outputs = outputs;
-  spec.task = task;
-  const core::training_task t{.arch = spec.full_arch(), .steps = 2, .batch = 4, .sgd = {.learning_rate = 0.1f}};
-  const auto blob = encoded_params(t, core::codec_kind::f32, 0.1f);
-  const edge::device_limits limits{.feature_count = data.feature_count(), .max_batch = 64, .codecs = {core::codec_kind::f32},
-                                   .arena_budget = 64u << 20,
-                                   .check_targets = [&data](core::task_kind k, std::int64_t o) { return data.check_targets(k, o); },
-                                   .data_name = data.name()};
-  return testing::error_of(edge::check_assignment(assign_for(t, core::codec_kind::f32, blob), limits));
-}
+  // The CSV file, as the messages name it.
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+  // The ASSIGN of a model with `inputs` inputs and `outputs` outputs for `task`, checked against the data.
+  [[nodiscard]] core::result<core::training_task> check(core::task_kind task, std::int64_t outputs, std::int64_t inputs = 3) const {
+    core::model_spec spec = testing::spec_of(inputs, {8}, outputs);
+    spec.task = task;
+    const core::training_task t{.arch = spec.full_arch(), .steps = 2, .batch = 4, .sgd = {.learning_rate = 0.1f}};
+    const auto blob = encoded_params(t, core::codec_kind::f32, 0.1f);
+    const edge::device_data& data = *data_;
+    const edge::device_limits limits{.feature_count = data.feature_count(), .max_batch = 64, .codecs = {core::codec_kind::f32},
+                                     .arena_budget = 64u << 20,
+                                     .check_targets = [&data](core::task_kind k, std::int64_t o) { return data.check_targets(k, o); },
+                                     .data_name = data.name()};
+    return edge::check_assignment(assign_for(t, core::codec_kind::f32, blob), limits);
+  }
+  // The error check() must end in.
+  [[nodiscard]] core::error refusal(core::task_kind task, std::int64_t outputs, std::int64_t inputs = 3) const {
+    return testing::error_of(check(task, outputs, inputs));
+  }
+
+ private:
+  testing::temp_dir dir_{"refusal"};  // first: removed after the data is closed
+  std::string path_;
+  std::unique_ptr<edge::device_data> data_;
+};
 
 }  // namespace
 
 TEST_CASE("refusal: a label at or above the model's outputs, with the file and the row") {
-  testing::temp_dir d("labels-high");
-  const auto data = csv_device(d, "high.csv", "1,2,3,0\n1,2,3,1\n1,2,3,12\n1,2,3,2\n");
-  const auto e = refusal(*data, core::task_kind::classification, 10);
+  const csv_device device("high.csv", "1,2,3,0\n1,2,3,1\n1,2,3,12\n1,2,3,2\n");
+  const auto e = device.refusal(core::task_kind::classification, 10);
   CHECK(e.code == edge::errc::labels_mismatch);
-  CHECK(e.message == d.file("high.csv") + ": line 4: label 12, but the model has 10 classes (labels 0 to 9)");
+  CHECK(e.message == device.path() + ": line 4: label 12, but the model has 10 classes (labels 0 to 9)");
   CHECK(core::error_name(e.code) == "edge.labels_mismatch");  // what the hub reads to stop assigning
 }
 
 TEST_CASE("refusal: a negative label, with the file and the row") {
-  testing::temp_dir d("labels-negative");
-  const auto data = csv_device(d, "neg.csv", "1,2,3,0\n\n1,2,3,-1\n");  // a blank line: not an example, still a line
-  const auto e = refusal(*data, core::task_kind::classification, 10);
+  const csv_device device("neg.csv", "1,2,3,0\n\n1,2,3,-1\n");  // a blank line: not an example, still a line
+  const auto e = device.refusal(core::task_kind::classification, 10);
   CHECK(e.code == edge::errc::labels_mismatch);
-  CHECK(e.message == d.file("neg.csv") + ": line 4: label -1 is negative (labels are class indices from 0)");
+  CHECK(e.message == device.path() + ": line 4: label -1 is negative (labels are class indices from 0)");
 }
 
 TEST_CASE("refusal: a fractional label, with the file and the row") {
-  testing::temp_dir d("labels-fraction");
-  const auto data = csv_device(d, "frac.csv", "1,2,3,0\n1,2,3,1\n1,2,3,2.5\n");
-  const auto e = refusal(*data, core::task_kind::classification, 10);
+  const csv_device device("frac.csv", "1,2,3,0\n1,2,3,1\n1,2,3,2.5\n");
+  const auto e = device.refusal(core::task_kind::classification, 10);
   CHECK(e.code == edge::errc::labels_mismatch);
-  CHECK(e.message == d.file("frac.csv") + ": line 4: label 2.5 is not a whole number (labels are class indices)");
+  CHECK(e.message == device.path() + ": line 4: label 2.5 is not a whole number (labels are class indices)");
   // The same data suits a regression model with one output.
-  core::model_spec spec;
-  spec.inputs = 3;
-  spec.hidden = {8};
-  spec.outputs = 1;
-  spec.task = core::task_kind::regression;
-  const core::training_task t{.arch = spec.full_arch(), .steps = 2, .batch = 4, .sgd = {.learning_rate = 0.1f}};
-  const auto blob = encoded_params(t, core::codec_kind::f32, 0.1f);
-  CHECK(edge::check_assignment(assign_for(t, core::codec_kind::f32, blob),
-                               {.feature_count = 3, .max_batch = 64, .codecs = {core::codec_kind::f32}, .arena_budget = 64u << 20,
-                                .check_targets = [&data](core::task_kind k, std::int64_t o) { return data->check_targets(k, o); },
-                                .data_name = data->name()})
-            .ok());
+  CHECK(device.check(core::task_kind::regression, 1).ok());
 }
 
 TEST_CASE("refusal: a target that is not finite, with the file and the row") {
@@ -362,11 +357,10 @@ TEST_CASE("refusal: a target that is not finite, with the file and the row") {
 }
 
 TEST_CASE("refusal: a feature count other than the model's inputs, with the file") {
-  testing::temp_dir d("features");
-  const auto data = csv_device(d, "three.csv", "1,2,3,0\n4,5,6,1\n");
-  const auto e = refusal(*data, core::task_kind::classification, 10, /*inputs=*/4);
+  const csv_device device("three.csv", "1,2,3,0\n4,5,6,1\n");
+  const auto e = device.refusal(core::task_kind::classification, 10, /*inputs=*/4);
   CHECK(e.code == edge::errc::inputs_mismatch);
-  CHECK(e.message == "the subnet takes 4 inputs, this device's data (" + d.file("three.csv") + ") has 3 features");
+  CHECK(e.message == "the subnet takes 4 inputs, this device's data (" + device.path() + ") has 3 features");
 }
 
 TEST_CASE("secure aggregation: the device's configuration decides, and its buffers count against the budget") {

@@ -113,8 +113,7 @@ TEST_CASE("agent budget: ten ASSIGNs back to back from a scripted hub keep the a
   fleet f("assign_storm");
   INFO(f.diagnostics());
   f.make_pki({"device-0"});
-  const nlohmann::json train = f.write_subset("train", 600);
-  const auto data = f.make_shards({{"devices", 1}, {"seed", 5}, {"data", {{"train", train}}}});
+  const auto data = f.make_training_shards(600, 1, 5);
 
   asio::io_context io;
   scripted_hub hub(io, f);

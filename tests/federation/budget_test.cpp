@@ -34,15 +34,11 @@ assignment_line parse_assignment(const std::string& log) {
 }  // namespace
 
 TEST_CASE("federation: agents with 4, 8 and 16 MiB get subnets that fit their budgets") {
-  const std::vector<std::string> ids{"device-0", "device-1", "device-2"};
   const std::vector<int> budgets_mib{4, 8, 16};  // in id order, which is the hub's device order
   fleet f("fed_budget");
   INFO(f.diagnostics());
-  f.make_pki(ids);
-  const nlohmann::json train = f.write_subset("train", 3000);
-  const auto data = f.make_shards({{"devices", 3},
-                                   {"seed", 5},
-                                   {"data", {{"train", train}}}});
+  const auto ids = f.make_device_pki(3);
+  const auto data = f.make_training_shards(3000, 3, 5);
 
   // 784-2048-2048-10 with momentum needs about 46 MiB to train whole: every budget binds.
   const nlohmann::json model = {{"inputs", 784}, {"hidden", {2048, 2048}}, {"outputs", 10}};
@@ -65,9 +61,7 @@ TEST_CASE("federation: agents with 4, 8 and 16 MiB get subnets that fit their bu
     a["memory_budget_mib"] = budgets_mib[d];
     agents.push_back(&f.start_agent(ids[d], a));
   }
-  const auto code = hub.process.wait_exit(120s);
-  REQUIRE_MESSAGE(code.has_value(), "the hub did not finish within 120 s");
-  REQUIRE_MESSAGE(*code == 0, "the hub exited with " << *code);
+  require_exit_0(hub.process, 120s);
 
   const std::string hub_log = hub.process.err();
   CHECK(count_of(hub_log, "left out") == 0);

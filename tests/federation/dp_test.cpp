@@ -18,16 +18,32 @@ namespace {
 constexpr int k_devices = 6;
 constexpr double k_q = 0.5, k_sigma = 0.9, k_delta = 1e-5;
 
+// The devices' certificates, 3000 training and 500 test examples of Fashion-MNIST, and the training
+// examples dealt out to the devices with `seed`.
+struct prepared {
+  std::vector<std::string> ids;
+  std::vector<nlohmann::json> data;
+  nlohmann::json train, test;
+};
+prepared prepare(fleet& f, int seed) {
+  prepared p{f.make_device_pki(k_devices), {}, f.write_subset("train", 3000), f.write_subset("t10k", 500)};
+  p.data = f.make_shards({{"devices", k_devices}, {"seed", seed}, {"data", {{"train", p.train}}}});
+  return p;
+}
+
+// tessera-sim's run of `run` on the same devices' data and test set: its metrics, `rounds` lines.
+std::vector<nlohmann::json> simulate(fleet& f, nlohmann::json run, const prepared& p, int rounds) {
+  run.update({{"devices", k_devices}, {"data", {{"train", p.train}, {"test", p.test}}}, {"metrics", f.file("sim.jsonl")}});
+  f.run_sim("sim", run);
+  return read_rounds(f.file("sim.jsonl"), rounds);
+}
+
 }  // namespace
 
 TEST_CASE("federation: differential privacy — the hub's ε is tessera-sim's, survives a restart, and stops the run at its target") {
   fleet f("fed_dp");
   INFO(f.diagnostics());
-  std::vector<std::string> ids;
-  for (int d = 0; d < k_devices; ++d) ids.push_back("device-" + std::to_string(d));
-  f.make_pki(ids);
-  const nlohmann::json train = f.write_subset("train", 3000), test = f.write_subset("t10k", 500);
-  const std::vector<nlohmann::json> data = f.make_shards({{"devices", k_devices}, {"seed", 5}, {"data", {{"train", train}}}});
+  const prepared devices = prepare(f, 5);
 
   // Room for exactly four rounds.
   core::rdp_accountant a;
@@ -46,19 +62,13 @@ TEST_CASE("federation: differential privacy — the hub's ε is tessera-sim's, s
                               {"dp", {{"sample_rate", k_q}, {"noise_multiplier", k_sigma}, {"clip", 0.5}, {"delta", k_delta},
                                       {"target_epsilon", target}, {"adaptive_clip", {{"count_noise", 1.0}}}}}};
 
-  nlohmann::json sim = run;
-  sim.update({{"devices", k_devices}, {"data", {{"train", train}, {"test", test}}}, {"metrics", f.file("sim.jsonl")}});
-  f.run_tool("sim", {k_sim_binary, "--config", f.write_json("sim.json", sim)}, 120s);
-  const auto sim_metrics = read_metrics(f.file("sim.jsonl"));
-  REQUIRE(sim_metrics.size() == 4);
+  const auto sim_metrics = simulate(f, run, devices, 4);
 
   nlohmann::json hub_json = run;
   hub_json.update({{"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 60},
                    {"checkpoint_dir", f.file("checkpoints")}, {"metrics", f.file("hub.jsonl")}, {"output", f.file("hub.safetensors")}});
   hub_handle first = f.start_hub("hub-1", hub_json);
-  std::vector<child_process*> agents;
-  for (int d = 0; d < k_devices; ++d)
-    agents.push_back(&f.start_agent(ids[static_cast<std::size_t>(d)], data[static_cast<std::size_t>(d)], first.port));
+  f.start_agents(devices.ids, devices.data, first.port);
   CHECK(wait_for_log(first.process, "differential privacy: the hub adds the noise", 10s));
   REQUIRE_MESSAGE(eventually([&] { return read_metrics(f.file("hub.jsonl")).size() >= 2 || !first.process.running(); }, 90s),
                   "round 2 did not complete within 90 s");
@@ -112,11 +122,7 @@ namespace tessera::testing {
 TEST_CASE("federation: differential privacy under secure aggregation — the devices add the noise, the hub's ε is tessera-sim's") {
   fleet f("fed_dp_secure");
   INFO(f.diagnostics());
-  std::vector<std::string> ids;
-  for (int d = 0; d < k_devices; ++d) ids.push_back("device-" + std::to_string(d));
-  f.make_pki(ids);
-  const nlohmann::json train = f.write_subset("train", 3000), test = f.write_subset("t10k", 500);
-  const std::vector<nlohmann::json> data = f.make_shards({{"devices", k_devices}, {"seed", 7}, {"data", {{"train", train}}}});
+  const prepared devices = prepare(f, 7);
   const nlohmann::json run = {{"model", {{"inputs", 784}, {"hidden", {32}}, {"outputs", 10}}},
                               {"strategy", "ist"},
                               {"groups", 2},
@@ -129,19 +135,13 @@ TEST_CASE("federation: differential privacy under secure aggregation — the dev
                               {"dp", {{"sample_rate", 0.8}, {"noise_multiplier", k_sigma}, {"clip", 0.5}, {"delta", k_delta},
                                       {"adaptive_clip", {{"count_noise", 1.0}}}}}};
 
-  nlohmann::json sim = run;
-  sim.update({{"devices", k_devices}, {"data", {{"train", train}, {"test", test}}}, {"metrics", f.file("sim.jsonl")}});
-  f.run_tool("sim", {k_sim_binary, "--config", f.write_json("sim.json", sim)}, 120s);
-  const auto sim_metrics = read_metrics(f.file("sim.jsonl"));
-  REQUIRE(sim_metrics.size() == 3);
+  const auto sim_metrics = simulate(f, run, devices, 3);
 
   nlohmann::json hub_json = run;
   hub_json.update({{"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 60},
                    {"metrics", f.file("hub.jsonl")}, {"output", f.file("hub.safetensors")}});
   hub_handle hub = f.start_hub("hub", hub_json);
-  std::vector<child_process*> agents;
-  for (int d = 0; d < k_devices; ++d)
-    agents.push_back(&f.start_agent(ids[static_cast<std::size_t>(d)], data[static_cast<std::size_t>(d)], hub.port));
+  const auto agents = f.start_agents(devices.ids, devices.data, hub.port);
   CHECK(wait_for_log(hub.process, "differential privacy: each device adds its share of the noise under secure aggregation", 10s));
   const auto code = hub.process.wait_exit(180s);
   REQUIRE_MESSAGE(code.has_value(), "the hub did not finish within 180 s");

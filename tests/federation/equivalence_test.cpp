@@ -23,13 +23,7 @@ struct variant {
 
 // The fields tessera-sim and tessera-hub share (rounds/run_config.hpp): same values, same run.
 nlohmann::json run_fields(const std::string& strategy, const nlohmann::json& extra = nlohmann::json::object()) {
-  nlohmann::json j = {{"model", {{"inputs", 784}, {"hidden", {64, 64}}, {"outputs", 10}}},
-                      {"strategy", strategy},
-                      {"rounds", k_rounds},
-                      {"local_steps", 20},
-                      {"batch", 32},
-                      {"lr", 0.05},
-                      {"seed", 7}};
+  nlohmann::json j = short_run(strategy, k_rounds, 7);
   j.update(extra);
   return j;
 }
@@ -65,9 +59,7 @@ difference compare(const std::vector<float>& a, const std::vector<float>& b) {
 TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist, fedavg, ist with FedAdam, a kept cut, a whole-model round)") {
   fleet f("fed_equal");
   INFO(f.diagnostics());
-  std::vector<std::string> ids;
-  for (int d = 0; d < k_devices; ++d) ids.push_back("device-" + std::to_string(d));  // sorted as the sim's order
-  f.make_pki(ids);
+  const auto ids = f.make_device_pki(k_devices);
   const nlohmann::json train = f.write_subset("train", 4000), test = f.write_subset("t10k", 1000);
   const std::vector<nlohmann::json> data = f.make_shards(sim_config("ist", train, test));  // the same for both strategies
 
@@ -85,7 +77,7 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
     nlohmann::json sim = sim_config(strategy, train, test, v.extra);
     sim["output"] = f.file("sim-" + name + ".safetensors");
     sim["metrics"] = f.file("sim-" + name + ".jsonl");
-    f.run_tool("sim-" + name, {k_sim_binary, "--config", f.write_json("sim-" + name + ".json", sim)}, 120s);
+    f.run_sim("sim-" + name, sim);
 
     // The same run over the network.
     nlohmann::json hub_json = run_fields(strategy, v.extra);
@@ -96,37 +88,21 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
                      {"output", f.file("hub-" + name + ".safetensors")},
                      {"metrics", f.file("hub-" + name + ".jsonl")}});
     hub_handle hub = f.start_hub("hub-" + name, hub_json);
-    std::vector<child_process*> agents;
-    for (int d = 0; d < k_devices; ++d) {
-      nlohmann::json a = f.agent_config(ids[static_cast<std::size_t>(d)], data[static_cast<std::size_t>(d)], hub.port);
-      a["exit_after_rounds"] = k_rounds;
-      agents.push_back(&f.start_agent(ids[static_cast<std::size_t>(d)] + "-" + name, a));
-    }
-    const auto hub_code = hub.process.wait_exit(120s);
-    REQUIRE_MESSAGE(hub_code.has_value(), "the hub did not finish " << k_rounds << " rounds within 120 s");
-    REQUIRE_MESSAGE(*hub_code == 0, "the hub exited with " << *hub_code);
+    // exit_after_rounds: each agent leaves after its k_rounds-th accepted update.
+    const auto agents = f.start_agents(ids, data, hub.port, k_rounds, "-" + name);
+    require_exit_0(hub.process, 120s);
     CHECK(count_of(hub.process.out(), "tessera-hub: done after 3 rounds") == 1);
-    for (child_process* a : agents) {
-      // exit_after_rounds: each agent leaves after its k_rounds-th accepted update.
-      const auto code = a->wait_exit(30s);
-      REQUIRE_MESSAGE(code.has_value(), a->name() << " did not exit after " << k_rounds << " accepted updates");
-      CHECK(*code == 0);
-      CHECK(count_of(a->err(), "update accepted") == k_rounds);
-      CHECK(count_of(a->err(), "refusing") == 0);
-    }
+    for (child_process* a : agents) check_agent_left(*a, k_rounds);
 
-    const auto hub_metrics = check_every_round(f.file("hub-" + name + ".jsonl"), k_rounds, k_devices, {});
-    const auto sim_metrics = read_metrics(f.file("sim-" + name + ".jsonl"));
-    REQUIRE(sim_metrics.size() == k_rounds);
-    for (int r = 0; r < k_rounds; ++r) {
-      const auto& h = hub_metrics[static_cast<std::size_t>(r)];
-      const auto& s = sim_metrics[static_cast<std::size_t>(r)];
+    const auto rounds = rounds_beside_sim(f.file("hub-" + name + ".jsonl"), f.file("sim-" + name + ".jsonl"), k_rounds, k_devices);
+    for (std::size_t r = 0; r < rounds.size(); ++r) {
+      const auto& [h, s] = rounds[r];
       CAPTURE(h.dump());
       CHECK(h.at("plan_seed") == s.at("plan_seed"));
       CHECK(h.at("groups") == s.at("groups"));
       if (name == "ist-adam") {
-        if (r == 1) CHECK(h.at("plan_seed") == hub_metrics[0].at("plan_seed"));  // rounds 1 and 2 cut alike
-        if (r == k_rounds - 1) CHECK(h.at("groups") == 1);             // the whole model
+        if (r == 1) CHECK(h.at("plan_seed") == rounds[0].hub.at("plan_seed"));  // rounds 1 and 2 cut alike
+        if (r == k_rounds - 1) CHECK(h.at("groups") == 1);            // the whole model
         else CHECK(h.at("groups") == k_devices);
       }
       // The agents' reported losses, summed as the engine sums them for the simulator's devices.

@@ -9,11 +9,11 @@
 //
 //   testing::fleet f("resume");
 //   INFO(f.diagnostics());                              // printed if a check fails
-//   f.make_pki({"device-0", "device-1"});
+//   const auto ids = f.make_device_pki(2);              // "device-0", "device-1"
 //   auto data = f.make_shards(sim_json);                // each device's "data" object
 //   auto hub = f.start_hub("hub", hub_json);            // waits for the port
-//   auto& a = f.start_agent("device-0", data[0], hub.port);
-//   REQUIRE_MESSAGE(hub.process.wait_exit(60s) == 0, "the hub did not finish");
+//   auto agents = f.start_agents(ids, data, hub.port);
+//   require_exit_0(hub.process, 60s);
 #pragma once
 
 #include <doctest/doctest.h>
@@ -110,6 +110,13 @@ class fleet {
     run_tool("pki-hub", {k_pki_binary, "issue-hub", "--dir", pki, "--name", "127.0.0.1"});
     for (const auto& id : device_ids) run_tool("pki-" + id, {k_pki_binary, "issue-device", "--dir", pki, "--id", id});
   }
+  // make_pki for `n` devices named as tessera-sim numbers its devices, "device-0" to "device-<n-1>": their ids.
+  std::vector<std::string> make_device_pki(int n) {
+    std::vector<std::string> ids;
+    for (int d = 0; d < n; ++d) ids.push_back("device-" + std::to_string(d));
+    make_pki(ids);
+    return ids;
+  }
   void revoke(const std::string& device_id) {
     run_tool("pki-revoke-" + device_id, {k_pki_binary, "revoke", "--dir", file("pki"), "--cert", pki_file(device_id + ".pem")});
   }
@@ -126,6 +133,12 @@ class fleet {
       data.push_back(nlohmann::json::parse(text));
     }
     return data;
+  }
+
+  // The first `examples` of Fashion-MNIST's training set (write_subset), dealt out as tessera-sim deals
+  // them to `devices` devices with `seed`: each device's "data" object, in device order.
+  std::vector<nlohmann::json> make_training_shards(std::int64_t examples, int devices, int seed) {
+    return make_shards({{"devices", devices}, {"seed", seed}, {"data", {{"train", write_subset("train", examples)}}}});
   }
 
   // The first `n` examples of a packaged IDX set (e.g. "train" or "t10k" of Fashion-MNIST) as
@@ -153,6 +166,11 @@ class fleet {
     REQUIRE(core::write_idx_images(images, 1, features, pixels).ok());
     REQUIRE(core::write_idx_labels(labels_path, labels).ok());
     return {{"features", images}, {"labels", labels_path}};
+  }
+
+  // Runs tessera-sim with `config`, written as <name>.json, to completion (see run_tool).
+  void run_sim(const std::string& name, const nlohmann::json& config) {
+    run_tool(name, {k_sim_binary, "--config", write_json(name + ".json", config)}, 120s);
   }
 
   std::string write_json(const std::string& name, const nlohmann::json& j) const {
@@ -208,6 +226,21 @@ class fleet {
   child_process& start_agent(const std::string& id, const nlohmann::json& data, std::uint16_t port) {
     return start_agent(id, agent_config(id, data, port));
   }
+  // One agent per device, device d with data[d]. With `exit_after_rounds` each leaves by itself after
+  // that many accepted updates; `suffix` follows the id in each process's name, to tell apart the runs
+  // of one folder.
+  std::vector<child_process*> start_agents(const std::vector<std::string>& ids, const std::vector<nlohmann::json>& data,
+                                           std::uint16_t port, std::optional<int> exit_after_rounds = std::nullopt,
+                                           const std::string& suffix = "") {
+    REQUIRE(data.size() >= ids.size());
+    std::vector<child_process*> agents;
+    for (std::size_t d = 0; d < ids.size(); ++d) {
+      nlohmann::json config = agent_config(ids[d], data[d], port);
+      if (exit_after_rounds) config["exit_after_rounds"] = *exit_after_rounds;
+      agents.push_back(&start_agent(ids[d] + suffix, config));
+    }
+    return agents;
+  }
 
  private:
   temp_dir dir_;
@@ -228,6 +261,24 @@ class fleet {
   return found;
 }
 
+// Waits up to `limit` for a child that ends by itself (a hub after its last round, an agent told to
+// leave); fails the test unless it exited with 0.
+inline void require_exit_0(child_process& c, std::chrono::milliseconds limit) {
+  const auto code = c.wait_exit(limit);
+  REQUIRE_MESSAGE(code.has_value(), c.name() << " did not finish within " << std::chrono::duration<double>(limit).count() << " s");
+  REQUIRE_MESSAGE(*code == 0, c.name() << " exited with " << *code);
+}
+
+// An agent started with exit_after_rounds `rounds`, once the hub is done: it leaves within 30 s with
+// 0, after `rounds` accepted updates and no refusal.
+inline void check_agent_left(child_process& a, int rounds) {
+  const auto code = a.wait_exit(30s);
+  REQUIRE_MESSAGE(code.has_value(), a.name() << " did not exit after " << rounds << " accepted updates");
+  CHECK(*code == 0);
+  CHECK(count_of(a.err(), "update accepted") == static_cast<std::size_t>(rounds));
+  CHECK(count_of(a.err(), "refusing") == 0);
+}
+
 // The hub's metrics file: one JSON object per completed line.
 [[nodiscard]] inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
   std::vector<nlohmann::json> out;
@@ -238,14 +289,32 @@ class fleet {
   return out;
 }
 
+// The metrics file of a run of `rounds` rounds, which must all be there: one line each.
+[[nodiscard]] inline std::vector<nlohmann::json> read_rounds(const std::string& path, int rounds) {
+  auto lines = read_metrics(path);
+  REQUIRE(lines.size() == static_cast<std::size_t>(rounds));
+  return lines;
+}
+
+// A short run tessera-sim and tessera-hub both drive (the fields rounds/run_config.hpp shares), for the
+// tests that compare the two: 784-64-64-10 on Fashion-MNIST, 20 local steps of batch 32 at lr 0.05.
+[[nodiscard]] inline nlohmann::json short_run(const std::string& strategy, int rounds, int seed) {
+  return {{"model", {{"inputs", 784}, {"hidden", {64, 64}}, {"outputs", 10}}},
+          {"strategy", strategy},
+          {"rounds", rounds},
+          {"local_steps", 20},
+          {"batch", 32},
+          {"lr", 0.05},
+          {"seed", seed}};
+}
+
 // What every round's metrics line must say: numbered in order, the whole fleet assigned, and exactly
 // the faults expected. Returns the lines for the caller's own checks.
 struct round_faults {
   int stragglers = 0, refused = 0, rejected = 0;
 };
 inline std::vector<nlohmann::json> check_every_round(const std::string& metrics_path, int rounds, int devices, round_faults faults) {
-  const auto metrics = read_metrics(metrics_path);
-  REQUIRE(metrics.size() == static_cast<std::size_t>(rounds));
+  const auto metrics = read_rounds(metrics_path, rounds);
   for (int r = 0; r < rounds; ++r) {
     const auto& m = metrics[static_cast<std::size_t>(r)];
     CAPTURE(m.dump());
@@ -256,6 +325,20 @@ inline std::vector<nlohmann::json> check_every_round(const std::string& metrics_
     CHECK(m.at("rejected") == faults.rejected);
   }
   return metrics;
+}
+
+// One round of a run, as the hub's metrics line and tessera-sim's for the same run give it.
+struct hub_and_sim {
+  nlohmann::json hub, sim;
+};
+// The hub's metrics lines (check_every_round's checks passed, no faults) beside tessera-sim's, round by
+// round: both files must hold all `rounds`.
+inline std::vector<hub_and_sim> rounds_beside_sim(const std::string& hub_path, const std::string& sim_path, int rounds, int devices) {
+  const auto hub = check_every_round(hub_path, rounds, devices, {});
+  const auto sim = read_rounds(sim_path, rounds);
+  std::vector<hub_and_sim> out;
+  for (std::size_t r = 0; r < hub.size(); ++r) out.push_back({hub[r], sim[r]});
+  return out;
 }
 
 [[nodiscard]] inline core::stored_model load_model_or_fail(const std::string& path) {

@@ -80,12 +80,10 @@ struct flood_run {
 };
 
 flood_run run_with_flood(const std::string& tag, std::size_t connections, const nlohmann::json& extra) {
-  const std::vector<std::string> ids{"device-0", "device-1", "device-2", "device-3"};
   fleet f(tag);
   INFO(f.diagnostics());
-  f.make_pki(ids);
-  const nlohmann::json train = f.write_subset("train", 2000);
-  const auto data = f.make_shards({{"devices", 4}, {"seed", 6}, {"data", {{"train", train}}}});
+  const auto ids = f.make_device_pki(4);
+  const auto data = f.make_training_shards(2000, 4, 6);
   nlohmann::json config = {{"model", {{"inputs", 784}, {"hidden", {32}}, {"outputs", 10}}},
                            {"strategy", "ist"},
                            {"rounds", 5},
@@ -101,8 +99,7 @@ flood_run run_with_flood(const std::string& tag, std::size_t connections, const 
   hub_handle hub = f.start_hub("hub", config);
   silent_flood flood(hub.port, connections);  // before any agent dials
   const auto started = std::chrono::steady_clock::now();
-  std::vector<child_process*> agents;
-  for (std::size_t d = 0; d < ids.size(); ++d) agents.push_back(&f.start_agent(ids[d], data[d], hub.port));
+  const auto agents = f.start_agents(ids, data, hub.port);
   const bool finished = eventually([&] { return !hub.process.running(); }, 90s, [&] {
     (void)flood.reopen();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -33,33 +33,35 @@ nlohmann::json run_fields(int rounds) {
           {"seed", 11}};
 }
 
-nlohmann::json hub_config(fleet& f, const nlohmann::json& validation, int rounds) {
+// The hub's configuration: the run, its files in the folder, and rounds that wait for all the devices
+// (a minute to join, a minute to report). `local_steps` shortens the rounds of a case about restarts.
+nlohmann::json hub_config(fleet& f, const nlohmann::json& validation, int rounds, int local_steps = 1000) {
   nlohmann::json j = run_fields(rounds);
-  j.update({{"validation", validation},
+  j.update({{"local_steps", local_steps},
+            {"validation", validation},
             {"checkpoint_dir", f.file("checkpoints")},
             {"metrics", f.file("metrics.jsonl")},
-            {"output", f.file("model.safetensors")}});
+            {"output", f.file("model.safetensors")},
+            {"min_devices", k_devices},
+            {"max_devices", k_devices},
+            {"device_wait_s", 60},
+            {"round_deadline_s", 60}});
   return j;
 }
 
-std::vector<std::string> device_ids() {
-  std::vector<std::string> ids;
-  for (int d = 0; d < k_devices; ++d) ids.push_back("device-" + std::to_string(d));
-  return ids;
-}
-
 // Certificates for the devices, a training and a validation subset of Fashion-MNIST, and each device's
-// shard (the simulator's split, seed 11): the devices' "data" objects, the hub's validation set, and the
-// training subset.
+// shard (the simulator's split, seed 11): the device ids, their "data" objects, the hub's validation
+// set, and the training subset.
 struct prepared {
+  std::vector<std::string> ids;
   std::vector<nlohmann::json> data;
   nlohmann::json validation;
   nlohmann::json train;
 };
-prepared prepare(fleet& f, const std::vector<std::string>& ids) {
-  f.make_pki(ids);
+prepared prepare(fleet& f) {
+  auto ids = f.make_device_pki(k_devices);
   const nlohmann::json train = f.write_subset("train", 3000), validation = f.write_subset("t10k", 1000);
-  return {f.make_shards({{"devices", k_devices}, {"seed", 11}, {"data", {{"train", train}}}}), validation, train};
+  return {std::move(ids), f.make_shards({{"devices", k_devices}, {"seed", 11}, {"data", {{"train", train}}}}), validation, train};
 }
 
 // The L2 distance between two parameter vectors of one model (infinite if their sizes differ).
@@ -85,15 +87,11 @@ TEST_CASE("federation: a hub killed mid-round resumes from its checkpoint; the a
   constexpr int rounds = 5;
   fleet f("fed_hub_crash");
   INFO(f.diagnostics());
-  const auto ids = device_ids();
-  const auto [data, validation, train] = prepare(f, ids);
+  const auto [ids, data, validation, train] = prepare(f);
 
   nlohmann::json config = hub_config(f, validation, rounds);
-  config.update({{"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 60}});
   hub_handle first = f.start_hub("hub-1", config);
-  std::vector<child_process*> agents;
-  for (int d = 0; d < k_devices; ++d)
-    agents.push_back(&f.start_agent(ids[static_cast<std::size_t>(d)], data[static_cast<std::size_t>(d)], first.port));
+  const auto agents = f.start_agents(ids, data, first.port);
 
   // Round 2 done and checkpointed, round 3 dispatched: every agent holds its round-3 assignment.
   REQUIRE_MESSAGE(eventually([&] { return read_metrics(f.file("metrics.jsonl")).size() >= 2 || !first.process.running(); }, 90s),
@@ -110,9 +108,7 @@ TEST_CASE("federation: a hub killed mid-round resumes from its checkpoint; the a
   CHECK(second.port == first.port);
   CHECK(count_of(second.process.out(), "rounds 5 (from 2)") == 1);
   CHECK(wait_for_log(second.process, "resumed from checkpoint after round 2", 10s));
-  const auto code = second.process.wait_exit(120s);
-  REQUIRE_MESSAGE(code.has_value(), "the restarted hub did not finish within 120 s");
-  REQUIRE_MESSAGE(*code == 0, "the restarted hub exited with " << *code);
+  require_exit_0(second.process, 120s);
   CHECK(count_of(second.process.out(), "tessera-hub: done after 5 rounds") == 1);
 
   const std::string hub_log = second.process.err();
@@ -145,9 +141,8 @@ TEST_CASE("federation: a hub killed mid-round resumes from its checkpoint; the a
               {"data", {{"train", train}, {"test", validation}}},
               {"metrics", f.file("sim.jsonl")},
               {"output", f.file("sim.safetensors")}});
-  f.run_tool("sim", {k_sim_binary, "--config", f.write_json("sim.json", sim)}, 120s);
-  const auto uninterrupted = read_metrics(f.file("sim.jsonl"));
-  REQUIRE(uninterrupted.size() == rounds);
+  f.run_sim("sim", sim);
+  const auto uninterrupted = read_rounds(f.file("sim.jsonl"), rounds);
   for (int r = 0; r < rounds; ++r) {
     const auto& resumed = metrics[static_cast<std::size_t>(r)];
     const auto& replay = uninterrupted[static_cast<std::size_t>(r)];
@@ -169,18 +164,13 @@ TEST_CASE("federation: a hub whose newest checkpoint is cut short resumes from t
   constexpr int rounds = 3;
   fleet f("fed_ckpt_fallback");
   INFO(f.diagnostics());
-  const auto ids = device_ids();
-  const auto [data, validation, train] = prepare(f, ids);
+  const auto [ids, data, validation, train] = prepare(f);
 
-  nlohmann::json config = hub_config(f, validation, rounds);
   // Short rounds: this case is about the restart, not the training.
-  config.update({{"local_steps", 20}, {"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 60}});
+  nlohmann::json config = hub_config(f, validation, rounds, /*local_steps=*/20);
   hub_handle first = f.start_hub("hub-1", config);
-  for (int d = 0; d < k_devices; ++d)
-    f.start_agent(ids[static_cast<std::size_t>(d)], data[static_cast<std::size_t>(d)], first.port);
-  const auto first_code = first.process.wait_exit(60s);
-  REQUIRE_MESSAGE(first_code.has_value(), "the first hub did not finish within 60 s");
-  REQUIRE(*first_code == 0);
+  f.start_agents(ids, data, first.port);
+  require_exit_0(first.process, 60s);
   // The first run's model, after its round 3: what the resumed round 3 must give again.
   const core::stored_model first_model = load_model_or_fail(f.file("model.safetensors"));
 
@@ -201,9 +191,7 @@ TEST_CASE("federation: a hub whose newest checkpoint is cut short resumes from t
   CHECK(count_of(second.process.out(), "rounds 3 (from 2)") == 1);
   CHECK(wait_for_log(second.process, "checkpoint " + checkpoint + " is truncated (", 10s));
   CHECK(count_of(second.process.err(), "; resumed from the previous one (" + checkpoint + ".prev), after round 2") == 1);
-  const auto code = second.process.wait_exit(60s);
-  REQUIRE_MESSAGE(code.has_value(), "the restarted hub did not finish within 60 s");
-  REQUIRE_MESSAGE(*code == 0, "the restarted hub exited with " << *code);
+  require_exit_0(second.process, 60s);
   CHECK(count_of(second.process.out(), "tessera-hub: done after 3 rounds") == 1);
 
   // Round 3 twice in the metrics: once before the damage, once after the resume.
@@ -248,16 +236,13 @@ TEST_CASE("federation: an agent killed mid-round is a straggler, its neurons kee
   constexpr double deadline_s = 6;  // ample for the two healthy agents even under a sanitizer
   fleet f("fed_agent_crash");
   INFO(f.diagnostics());
-  const auto ids = device_ids();
-  const auto [data, validation, train] = prepare(f, ids);
+  const auto [ids, data, validation, train] = prepare(f);
 
   nlohmann::json config = hub_config(f, validation, rounds);
   // A round goes ahead with two devices once the third has been missing for device_wait_s.
   config.update({{"min_devices", 2}, {"max_devices", k_devices}, {"device_wait_s", 1}, {"round_deadline_s", deadline_s}});
   hub_handle hub = f.start_hub("hub", config);
-  std::vector<child_process*> agents;
-  for (int d = 0; d < k_devices; ++d)
-    agents.push_back(&f.start_agent(ids[static_cast<std::size_t>(d)], data[static_cast<std::size_t>(d)], hub.port));
+  const auto agents = f.start_agents(ids, data, hub.port);
   const std::size_t victim = 1;
   child_process& doomed = *agents[victim];
 
@@ -331,15 +316,12 @@ TEST_CASE("federation: an agent killed mid-round is a straggler, its neurons kee
 
   // Back after its round closed, with no state from its previous life: accepted in a later round.
   child_process& back = f.start_agent(ids[victim] + "-restarted", f.agent_config(ids[victim], data[victim], hub.port));
-  const auto code = hub.process.wait_exit(90s);
-  REQUIRE_MESSAGE(code.has_value(), "the hub did not finish within 90 s");
-  REQUIRE_MESSAGE(*code == 0, "the hub exited with " << *code);
+  require_exit_0(hub.process, 90s);
   CHECK(count_of(hub.process.err(), "device " + ids[victim] + " reconnected") >= 1);
   CHECK(count_of(back.err(), "update accepted") >= 1);
   CHECK(count_of(back.err(), "refusing") == 0);
 
-  const auto metrics = read_metrics(f.file("metrics.jsonl"));
-  REQUIRE(metrics.size() == rounds);
+  const auto metrics = read_rounds(f.file("metrics.jsonl"), rounds);
   bool whole_fleet_again = false;
   for (std::size_t r = 2; r < metrics.size(); ++r) {
     const auto& m = metrics[r];

@@ -143,10 +143,8 @@ TEST_CASE("federation: NaN, wrong-size and stale updates are refused with their 
   fleet f("fed_refusals");
   INFO(f.diagnostics());
   f.make_pki({real[0], real[1], "crafted-nan", "crafted-size", "crafted-stale", revoked});
-  const nlohmann::json train = f.write_subset("train", 3000), validation = f.write_subset("t10k", 1000);
-  const auto data = f.make_shards({{"devices", 2},
-                                   {"seed", 3},
-                                   {"data", {{"train", train}}}});
+  const auto data = f.make_training_shards(3000, 2, 3);
+  const nlohmann::json validation = f.write_subset("t10k", 1000);
 
   hub_handle hub = f.start_hub(
       "hub", {{"model", {{"inputs", 784}, {"hidden", {64, 64}}, {"outputs", 10}}},
@@ -283,8 +281,8 @@ TEST_CASE("federation: a rogue device uploading 1e30 and an output bias of 3e38 
   fleet f("fed_rogue");
   INFO(f.diagnostics());
   f.make_pki({real[0], real[1], "rogue"});
-  const nlohmann::json train = f.write_subset("train", 3000), validation = f.write_subset("t10k", 1000);
-  const auto data = f.make_shards({{"devices", 2}, {"seed", 5}, {"data", {{"train", train}}}});
+  const auto data = f.make_training_shards(3000, 2, 5);
+  const nlohmann::json validation = f.write_subset("t10k", 1000);
   const auto hub_config = [&](int devices, const std::string& tag) -> nlohmann::json {
     return {{"model", {{"inputs", 784}, {"hidden", {64}}, {"outputs", 10}}},
             {"strategy", "fedavg"},

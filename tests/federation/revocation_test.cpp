@@ -11,12 +11,10 @@ namespace tessera::testing {
 
 TEST_CASE("federation: revoking a connected device closes its session within 1 s; it is offered no round after") {
   constexpr int rounds = 4;
-  const std::vector<std::string> ids{"device-0", "device-1", "device-2"};
   fleet f("fed_revocation");
   INFO(f.diagnostics());
-  f.make_pki(ids);
-  const nlohmann::json train = f.write_subset("train", 3000);
-  const auto data = f.make_shards({{"devices", 3}, {"seed", 4}, {"data", {{"train", train}}}});
+  const auto ids = f.make_device_pki(3);
+  const auto data = f.make_training_shards(3000, 3, 4);
   hub_handle hub = f.start_hub("hub", {{"model", {{"inputs", 784}, {"hidden", {32}}, {"outputs", 10}}},
                                        {"strategy", "ist"},
                                        {"rounds", rounds},
@@ -29,8 +27,7 @@ TEST_CASE("federation: revoking a connected device closes its session within 1 s
                                        {"device_wait_s", 3},  // a round after the revocation waits this long for a third device
                                        {"round_deadline_s", 60},
                                        {"metrics", f.file("metrics.jsonl")}});
-  std::vector<child_process*> agents;
-  for (std::size_t d = 0; d < ids.size(); ++d) agents.push_back(&f.start_agent(ids[d], data[d], hub.port));
+  const auto agents = f.start_agents(ids, data, hub.port);
   REQUIRE_MESSAGE(wait_for_log(hub.process, "device device-2 joined", 30s), "device-2 did not join");
 
   // Revoked while connected. Timed from before tessera-pki starts (its own run included): an upper
@@ -66,8 +63,7 @@ TEST_CASE("federation: an agent with the CA's revocation list refuses a revoked 
   fleet f("fed_revoked_hub");
   INFO(f.diagnostics());
   f.make_pki({"device-0"});
-  const nlohmann::json train = f.write_subset("train", 500);
-  const auto data = f.make_shards({{"devices", 1}, {"seed", 4}, {"data", {{"train", train}}}});
+  const auto data = f.make_training_shards(500, 1, 4);
   hub_handle hub = f.start_hub("hub", {{"model", {{"inputs", 784}, {"hidden", {16}}, {"outputs", 10}}},
                                        {"rounds", 1},
                                        {"min_devices", 1},

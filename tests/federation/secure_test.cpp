@@ -18,13 +18,7 @@ constexpr int k_devices = 6;
 constexpr int k_rounds = 3;
 
 nlohmann::json run_fields(bool secure, const std::string& strategy = "ist", int neighbors = 64) {
-  nlohmann::json j = {{"model", {{"inputs", 784}, {"hidden", {64, 64}}, {"outputs", 10}}},
-                      {"strategy", strategy},
-                      {"rounds", k_rounds},
-                      {"local_steps", 20},
-                      {"batch", 32},
-                      {"lr", 0.05},
-                      {"seed", 11}};
+  nlohmann::json j = short_run(strategy, k_rounds, 11);
   if (secure) j["secure_aggregation"] = {{"replication", 3}, {"clip", 2.0}, {"neighbors", neighbors}};
   else if (strategy == "ist") j["groups"] = 2;  // the plan secure aggregation makes: two groups of three
   return j;
@@ -43,6 +37,22 @@ double chi_square_of_bytes(const std::vector<std::byte>& blob) {
 // exceeds it once in a billion.
 constexpr double k_chi_square_limit = 415.0;
 
+// The devices' certificates, 6000 training and `test_examples` test examples of Fashion-MNIST, and the
+// training examples dealt out to the devices as the secure runs' simulator deals them.
+struct prepared {
+  std::vector<std::string> ids;
+  std::vector<nlohmann::json> data;
+  nlohmann::json train, test;
+};
+prepared prepare(fleet& f, std::int64_t test_examples) {
+  prepared p{f.make_device_pki(k_devices), {}, f.write_subset("train", 6000), f.write_subset("t10k", test_examples)};
+  nlohmann::json shards_config = run_fields(true);
+  shards_config["devices"] = k_devices;
+  shards_config["data"] = {{"train", p.train}, {"test", p.test}};
+  p.data = f.make_shards(shards_config);
+  return p;
+}
+
 std::vector<std::vector<std::byte>> audited_uploads(const std::string& dir) {
   std::vector<std::vector<std::byte>> out;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
@@ -58,14 +68,7 @@ std::vector<std::vector<std::byte>> audited_uploads(const std::string& dir) {
 TEST_CASE("federation: secure aggregation — the hub holds only masked uploads and ends with tessera-sim's model (ist, fedavg)") {
   fleet f("fed_secure");
   INFO(f.diagnostics());
-  std::vector<std::string> ids;
-  for (int d = 0; d < k_devices; ++d) ids.push_back("device-" + std::to_string(d));
-  f.make_pki(ids);
-  const nlohmann::json train = f.write_subset("train", 6000), test = f.write_subset("t10k", 1000);
-  nlohmann::json shards_config = run_fields(true);
-  shards_config["devices"] = k_devices;
-  shards_config["data"] = {{"train", train}, {"test", test}};
-  const std::vector<nlohmann::json> data = f.make_shards(shards_config);
+  const auto [ids, data, train, test] = prepare(f, 1000);
 
   // secure-sparse: each device masks the output bias with 2 ring neighbours only (Bell et al.'s graphs).
   for (const std::string tag : {"clear", "secure", "secure-fedavg", "secure-sparse"}) {
@@ -77,28 +80,17 @@ TEST_CASE("federation: secure aggregation — the hub holds only masked uploads 
     nlohmann::json sim = run_fields(secure, strategy, neighbors);
     sim.update({{"devices", k_devices}, {"data", {{"train", train}, {"test", test}}}, {"output", f.file("sim-" + tag + ".safetensors")},
                 {"metrics", f.file("sim-" + tag + ".jsonl")}});
-    f.run_tool("sim-" + tag, {k_sim_binary, "--config", f.write_json("sim-" + tag + ".json", sim)}, 120s);
+    f.run_sim("sim-" + tag, sim);
 
     nlohmann::json hub_json = run_fields(secure, strategy, neighbors);
     hub_json.update({{"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 60},
                      {"output", f.file("hub-" + tag + ".safetensors")}, {"metrics", f.file("hub-" + tag + ".jsonl")},
                      {"audit_uploads", f.file("audit-" + tag)}});
     hub_handle hub = f.start_hub("hub-" + tag, hub_json);
-    std::vector<child_process*> agents;
-    for (int d = 0; d < k_devices; ++d) {
-      nlohmann::json a = f.agent_config(ids[static_cast<std::size_t>(d)], data[static_cast<std::size_t>(d)], hub.port);
-      a["exit_after_rounds"] = k_rounds;
-      agents.push_back(&f.start_agent(ids[static_cast<std::size_t>(d)] + "-" + tag, a));
-    }
-    const auto hub_code = hub.process.wait_exit(180s);
-    REQUIRE_MESSAGE(hub_code.has_value(), "the hub did not finish " << k_rounds << " rounds within 180 s");
-    REQUIRE_MESSAGE(*hub_code == 0, "the hub exited with " << *hub_code);
+    const auto agents = f.start_agents(ids, data, hub.port, k_rounds, "-" + tag);
+    require_exit_0(hub.process, 180s);
     for (child_process* a : agents) {
-      const auto code = a->wait_exit(30s);
-      REQUIRE_MESSAGE(code.has_value(), a->name() << " did not exit");
-      CHECK(*code == 0);
-      CHECK(count_of(a->err(), "update accepted") == k_rounds);
-      CHECK(count_of(a->err(), "refusing") == 0);
+      check_agent_left(*a, k_rounds);
       if (secure) CHECK(count_of(a->err(), "unmasking shares sent") == k_rounds);
       // Everyone is everyone's neighbour, or (sparse) the 2 on the ring and the group's other 2 at most.
       if (tag == "secure" || tag == "secure-fedavg") CHECK(count_of(a->err(), "a roster of 6 devices; keys of 5 neighbours") == k_rounds);
@@ -123,12 +115,7 @@ TEST_CASE("federation: secure aggregation — the hub holds only masked uploads 
     if (secure) CHECK(worst < k_chi_square_limit);
     else CHECK(best > 10 * k_chi_square_limit);
 
-    const auto hub_metrics = check_every_round(f.file("hub-" + tag + ".jsonl"), k_rounds, k_devices, {});
-    const auto sim_metrics = read_metrics(f.file("sim-" + tag + ".jsonl"));
-    REQUIRE(sim_metrics.size() == k_rounds);
-    for (int r = 0; r < k_rounds; ++r) {
-      const auto& h = hub_metrics[static_cast<std::size_t>(r)];
-      const auto& s = sim_metrics[static_cast<std::size_t>(r)];
+    for (const auto& [h, s] : rounds_beside_sim(f.file("hub-" + tag + ".jsonl"), f.file("sim-" + tag + ".jsonl"), k_rounds, k_devices)) {
       CAPTURE(h.dump());
       CHECK(h.at("groups") == groups);
       CHECK(h.at("secure_aggregation") == secure);
@@ -169,16 +156,25 @@ namespace {
 struct dropout_run {
   hub_handle hub;
   std::vector<child_process*> agents;
+  std::string metrics;  // the hub's metrics file
+
+  // Waits for the hub to close the round and exit 0: the round's metrics line.
+  nlohmann::json finish() const {
+    require_exit_0(hub.process, 90s);
+    return read_rounds(metrics, 1)[0];
+  }
 };
 
-dropout_run start_dropout_run(fleet& f, const std::string& tag, const std::vector<std::string>& ids, const std::vector<nlohmann::json>& data,
-                              const std::vector<std::size_t>& slow) {
+dropout_run start_dropout_run(fleet& f, const std::string& tag, const prepared& devices, const std::vector<std::size_t>& slow) {
+  const auto& ids = devices.ids;
+  const auto& data = devices.data;
+  const std::string metrics = f.file("hub-" + tag + ".jsonl");
   nlohmann::json hub_json = run_fields(true);
   hub_json["rounds"] = 1;
   hub_json["secure_aggregation"]["threshold"] = 2;
   hub_json.update({{"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 12},
-                   {"secure_step_s", 4}, {"output", f.file("hub-" + tag + ".safetensors")}, {"metrics", f.file("hub-" + tag + ".jsonl")}});
-  dropout_run run{f.start_hub("hub-" + tag, hub_json), {}};
+                   {"secure_step_s", 4}, {"output", f.file("hub-" + tag + ".safetensors")}, {"metrics", metrics}});
+  dropout_run run{f.start_hub("hub-" + tag, hub_json), {}, metrics};
   for (std::size_t d = 0; d < ids.size(); ++d) {
     nlohmann::json a = f.agent_config(ids[d], data[d], run.hub.port);
     a["exit_after_rounds"] = 1;
@@ -210,34 +206,23 @@ std::size_t unchanged(const core::stored_model& m) {
 TEST_CASE("federation: secure aggregation with dropouts — after sharing keys, after the upload; a group below its threshold is withheld") {
   fleet f("fed_secure_drop");
   INFO(f.diagnostics());
-  std::vector<std::string> ids;
-  for (int d = 0; d < k_devices; ++d) ids.push_back("device-" + std::to_string(d));
-  f.make_pki(ids);
-  const nlohmann::json train = f.write_subset("train", 6000), test = f.write_subset("t10k", 500);
-  nlohmann::json shards_config = run_fields(true);
-  shards_config["devices"] = k_devices;
-  shards_config["data"] = {{"train", train}, {"test", test}};
-  const std::vector<nlohmann::json> data = f.make_shards(shards_config);
+  const prepared devices = prepare(f, 500);
   // Groups by natural order: device d trains group d mod 2. A group's own parameters (hidden 64: 32
   // neurons a layer): 784·32 + 32 + 32·32 + 32 + 32·10 (its layer norms add 4·32).
   constexpr std::size_t group_params = 784 * 32 + 32 + 32 * 32 + 32 + 32 * 10;
 
   SUBCASE("device-1 dies after sharing its keys, device-2 after its upload: every sum is released from the survivors") {
-    dropout_run run = start_dropout_run(f, "drop", ids, data, {1});
+    dropout_run run = start_dropout_run(f, "drop", devices, {1});
     kill_while_uploading(*run.agents[1]);
     child_process& late = *run.agents[2];
     REQUIRE_MESSAGE(wait_for_log(late, "round 1: update accepted", 60s), "device-2's update was not accepted");
     late.kill();  // the unmasking waits for device-1's deadline: device-2 is gone before it
-    const auto code = run.hub.process.wait_exit(90s);
-    REQUIRE_MESSAGE(code.has_value(), "the hub did not finish");
-    REQUIRE(*code == 0);
+    const nlohmann::json m = run.finish();
     CHECK(count_of(late.err(), "unmasking shares sent") == 0);
-    const auto m = read_metrics(f.file("hub-drop.jsonl"));
-    REQUIRE(m.size() == 1);
-    CAPTURE(m[0].dump());
-    CHECK(m[0].at("stragglers") == 1);
-    CHECK(m[0].at("secagg_dropped") == 1);
-    CHECK(m[0].at("secagg_withheld") == 0);
+    CAPTURE(m.dump());
+    CHECK(m.at("stragglers") == 1);
+    CHECK(m.at("secagg_dropped") == 1);
+    CHECK(m.at("secagg_withheld") == 0);
     CHECK(count_of(run.hub.process.err(), "secure aggregation released 3 of 3 sums (1 device(s) dropped") == 1);
     for (std::size_t d : {0u, 3u, 4u, 5u})
       CHECK(count_of(run.agents[d]->err(), "unmasking shares sent (5 survivors, 1 dropped; sums released: segments 0,1,2)") == 1);
@@ -247,18 +232,14 @@ TEST_CASE("federation: secure aggregation with dropouts — after sharing keys, 
   }
 
   SUBCASE("two of group 1 die before their upload: its sum (one device's) is withheld, the others are released") {
-    dropout_run run = start_dropout_run(f, "withheld", ids, data, {1, 3});
+    dropout_run run = start_dropout_run(f, "withheld", devices, {1, 3});
     kill_while_uploading(*run.agents[1]);
     kill_while_uploading(*run.agents[3]);
-    const auto code = run.hub.process.wait_exit(90s);
-    REQUIRE_MESSAGE(code.has_value(), "the hub did not finish");
-    REQUIRE(*code == 0);
-    const auto m = read_metrics(f.file("hub-withheld.jsonl"));
-    REQUIRE(m.size() == 1);
-    CAPTURE(m[0].dump());
-    CHECK(m[0].at("stragglers") == 2);
-    CHECK(m[0].at("secagg_dropped") == 2);
-    CHECK(m[0].at("secagg_withheld") == 1);
+    const nlohmann::json m = run.finish();
+    CAPTURE(m.dump());
+    CHECK(m.at("stragglers") == 2);
+    CHECK(m.at("secagg_dropped") == 2);
+    CHECK(m.at("secagg_withheld") == 1);
     CHECK(count_of(run.hub.process.err(), "withheld: group 1: 1 contributor, below the threshold 2") == 1);
     // device-5, group 1's survivor: the unmasking never releases its group, so its self-mask seed for
     // that segment is never revealed and its input stays masked.

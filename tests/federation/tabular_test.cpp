@@ -55,16 +55,12 @@ nlohmann::json csv_source(const std::string& path, const std::string& normalizat
 }
 
 double final_accuracy(const std::string& metrics_path) {
-  const auto m = read_metrics(metrics_path);
-  REQUIRE(m.size() == static_cast<std::size_t>(k_rounds));
-  return m.back().at("test_accuracy").get<double>();
+  return read_rounds(metrics_path, k_rounds).back().at("test_accuracy").get<double>();
 }
 
 // The devices' certificates, 3200 training examples and 800 test examples; returns the device ids.
 std::vector<std::string> set_up(fleet& f, const std::string& train, const std::string& test) {
-  std::vector<std::string> ids;
-  for (int d = 0; d < k_devices; ++d) ids.push_back("device-" + std::to_string(d));
-  f.make_pki(ids);
+  auto ids = f.make_device_pki(k_devices);
   write_tabular(train, 3200, 1);
   write_tabular(test, 800, 2);
   return ids;
@@ -87,8 +83,8 @@ TEST_CASE("federation: tabular data in mixed units, standardized with the fleet'
     s["metrics"] = f.file(name + ".jsonl");
     return s;
   };
-  f.run_tool("sim-standardize", {k_sim_binary, "--config", f.write_json("sim-standardize.json", sim("sim-standardize", "standardize"))}, 120s);
-  f.run_tool("sim-none", {k_sim_binary, "--config", f.write_json("sim-none.json", sim("sim-none", "none"))}, 120s);
+  f.run_sim("sim-standardize", sim("sim-standardize", "standardize"));
+  f.run_sim("sim-none", sim("sim-none", "none"));
   const double sim_std = final_accuracy(f.file("sim-standardize.jsonl"));
   const double sim_none = final_accuracy(f.file("sim-none.jsonl"));
   MESSAGE("tessera-sim: standardize " << 100 * sim_std << "%, none " << 100 * sim_none << "%");
@@ -107,15 +103,8 @@ TEST_CASE("federation: tabular data in mixed units, standardized with the fleet'
                    {"output", f.file("hub.safetensors")},
                    {"metrics", f.file("hub.jsonl")}});
   hub_handle hub = f.start_hub("hub", hub_json);
-  std::vector<child_process*> agents;
-  for (int d = 0; d < k_devices; ++d) {
-    nlohmann::json a = f.agent_config(ids[static_cast<std::size_t>(d)], data[static_cast<std::size_t>(d)], hub.port);
-    a["exit_after_rounds"] = k_rounds;
-    agents.push_back(&f.start_agent(ids[static_cast<std::size_t>(d)], a));
-  }
-  const auto hub_code = hub.process.wait_exit(120s);
-  REQUIRE_MESSAGE(hub_code.has_value(), "the hub did not finish within 120 s");
-  REQUIRE(*hub_code == 0);
+  const auto agents = f.start_agents(ids, data, hub.port, k_rounds);
+  require_exit_0(hub.process, 120s);
   CHECK(count_of(hub.process.err(), "measuring the fleet's input statistics on 4 device(s)") == 1);
   for (child_process* a : agents) {
     REQUIRE(a->wait_exit(30s).has_value());
@@ -205,9 +194,7 @@ TEST_CASE("federation: the devices' evaluation equals the hub's when their valid
       a["exit_after_rounds"] = rounds;
       agents.push_back(&f.start_agent(name + "-" + ids[static_cast<std::size_t>(d)], a));
     }
-    const auto code = hub.process.wait_exit(120s);
-    REQUIRE_MESSAGE(code.has_value(), "the hub did not finish within 120 s");
-    REQUIRE(*code == 0);
+    require_exit_0(hub.process, 120s);
     for (child_process* a : agents) {
       REQUIRE(a->wait_exit(30s).has_value());
       CHECK(count_of(a->err(), "validation examples") >= 1);

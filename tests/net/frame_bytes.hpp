@@ -1,5 +1,6 @@
-// Byte strings and frames the net suites build by hand: a string's bytes, several pieces joined, a
-// CHUNK frame. No sockets, so the codec-only suites (frame, frame_reader) share them with the rest.
+// Byte strings and frames the net suites build by hand: test data, a string's bytes, several pieces
+// joined, a CHUNK frame. No sockets, so the codec-only suites (frame, frame_reader, transfer_table,
+// write_queue) share them with the rest.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,20 @@
 #include "tessera/net/frame.hpp"
 
 namespace tessera::test {
+
+// `n` bytes of test data that look random (xorshift32's low bytes), a different sequence for each
+// `seed`: a byte lost, doubled or moved shows.
+inline std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::byte> v(n);
+  std::uint32_t x = seed * 2654435761u + 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    v[i] = static_cast<std::byte>(x & 0xff);
+  }
+  return v;
+}
 
 inline std::vector<std::byte> bytes_of(const std::string& s) {
   const auto* p = reinterpret_cast<const std::byte*>(s.data());

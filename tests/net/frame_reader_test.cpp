@@ -16,18 +16,13 @@
 namespace net = tessera::net;
 using tessera::test::chunk_frame;
 using tessera::test::concat;
+using tessera::test::pattern;
 using tessera::test::reader_event;
 using tessera::test::replay_bytewise;
 using tessera::test::replay_split;
 using tessera::test::replay_whole;
 
 namespace {
-
-std::vector<std::byte> counting(std::size_t n, unsigned start) {
-  std::vector<std::byte> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((start + i * 31) & 0xff);
-  return v;
-}
 
 std::vector<std::byte> header_only(net::frame_type t, std::uint16_t flags, std::uint32_t payload_bytes) {
   std::vector<std::byte> h(net::header_bytes);
@@ -64,16 +59,16 @@ std::vector<valid_sequence> valid_sequences() {
   v.push_back({"control frames with empty payloads",
                concat({net::encode_frame(net::frame_type::ping, {}), net::encode_frame(net::frame_type::refuse, {})})});
   v.push_back({"chunks kept whole, partly skipped, wholly skipped, and discarded",
-               concat({chunk_frame(2, 0, counting(40, 1)), chunk_frame(2, 40, counting(5, 2)),
-                       chunk_frame(4, 3, counting(1, 3)), chunk_frame(1, 0, counting(33, 4)),
-                       chunk_frame(6, 13, counting(9, 5))})});
+               concat({chunk_frame(2, 0, pattern(40, 1)), chunk_frame(2, 40, pattern(5, 2)),
+                       chunk_frame(4, 3, pattern(1, 3)), chunk_frame(1, 0, pattern(33, 4)),
+                       chunk_frame(6, 13, pattern(9, 5))})});
   v.push_back({"control and chunk frames interleaved",
-               concat({net::encode_message(net::msg::ack{8, 0}), chunk_frame(8, 0, counting(17, 6)),
-                       net::encode_message(net::msg::ping{2}), chunk_frame(9, 0, counting(3, 7)),
+               concat({net::encode_message(net::msg::ack{8, 0}), chunk_frame(8, 0, pattern(17, 6)),
+                       net::encode_message(net::msg::ping{2}), chunk_frame(9, 0, pattern(3, 7)),
                        net::encode_message(net::msg::pong{2})})});
   v.push_back({"payloads exactly at the limit",
-               concat({net::encode_frame(net::frame_type::ping, counting(64, 8)),
-                       chunk_frame(10, 0, counting(64 - net::chunk_header_bytes, 9))}),
+               concat({net::encode_frame(net::frame_type::ping, pattern(64, 8)),
+                       chunk_frame(10, 0, pattern(64 - net::chunk_header_bytes, 9))}),
                64});
   return v;
 }
@@ -95,7 +90,7 @@ TEST_CASE("frame_reader: every valid sequence gives the same events whole, byte 
 }
 
 TEST_CASE("frame_reader: chunk routing as the replays do it — kept data arrive intact, skipped bytes never land") {
-  const auto data = counting(40, 1);
+  const auto data = pattern(40, 1);
   const auto events = replay_whole(concat({chunk_frame(2, 3, data), chunk_frame(1, 0, data)}), net::default_max_payload);
   REQUIRE(events.size() == 4);
   CHECK(events[0].kind == net::frame_event::chunk_begin);
@@ -194,17 +189,17 @@ malformed_case make_malformed(malformed m) {
       return {"CHUNK shorter than its sub-header", net::encode_frame(net::frame_type::chunk, std::vector<std::byte>(8)),
               net::errc::bad_chunk, true};
     case malformed::truncated_chunk_sub_header: {
-      auto f = chunk_frame(2, 0, counting(8, 1));
+      auto f = chunk_frame(2, 0, pattern(8, 1));
       f.resize(net::header_bytes + 10);
       return {"truncated CHUNK sub-header", f, net::errc::truncated_payload};
     }
     case malformed::truncated_chunk_data: {
-      auto f = chunk_frame(2, 0, counting(8, 1));
+      auto f = chunk_frame(2, 0, pattern(8, 1));
       f.pop_back();
       return {"truncated CHUNK data", f, net::errc::truncated_payload};
     }
     case malformed::chunk_offset_overflow:
-      return {"CHUNK offset + length overflows", chunk_frame(2, UINT64_MAX - 3, counting(8, 1)),
+      return {"CHUNK offset + length overflows", chunk_frame(2, UINT64_MAX - 3, pattern(8, 1)),
               net::errc::chunk_out_of_range};
     case malformed::bad_frame_after_good_one:
       return {"a bad frame after a good one", concat({ping, patched(4, 7)}), net::errc::bad_version};
@@ -272,15 +267,15 @@ TEST_CASE("frame_reader: a control payload's store holds what arrived, not what 
   };
   CHECK(r.capacity_bytes() == 0);
   // Small payloads: exactly their size, the store reused.
-  CHECK(feed(net::encode_frame(net::frame_type::ping, counting(100, 1))) == net::frame_event::control);
+  CHECK(feed(net::encode_frame(net::frame_type::ping, pattern(100, 1))) == net::frame_event::control);
   CHECK(r.capacity_bytes() == 100);
   CHECK(r.payload().size() == 100);
-  CHECK(feed(net::encode_frame(net::frame_type::ping, counting(50, 2))) == net::frame_event::control);
+  CHECK(feed(net::encode_frame(net::frame_type::ping, pattern(50, 2))) == net::frame_event::control);
   CHECK(r.capacity_bytes() == 100);
-  CHECK(std::vector<std::byte>(r.payload().begin(), r.payload().end()) == counting(50, 2));
+  CHECK(std::vector<std::byte>(r.payload().begin(), r.payload().end()) == pattern(50, 2));
 
   // A header announcing 1 MiB, then a trickle: the store follows the bytes that came, at most doubled.
-  const auto big = counting(1u << 20, 3);
+  const auto big = pattern(1u << 20, 3);
   const auto frame = net::encode_frame(net::frame_type::hello, big);
   const std::span<const std::byte> all(frame);
   CHECK(feed(all.first(net::header_bytes + 1)) == net::frame_event::need_more);
@@ -298,14 +293,14 @@ TEST_CASE("frame_reader: a control payload's store holds what arrived, not what 
   CHECK(r.capacity_bytes() == big.size());
 
   // The next frame lets the large store go.
-  CHECK(feed(net::encode_frame(net::frame_type::ping, counting(300, 4))) == net::frame_event::control);
+  CHECK(feed(net::encode_frame(net::frame_type::ping, pattern(300, 4))) == net::frame_event::control);
   CHECK(r.capacity_bytes() == 300);
-  CHECK(std::vector<std::byte>(r.payload().begin(), r.payload().end()) == counting(300, 4));
+  CHECK(std::vector<std::byte>(r.payload().begin(), r.payload().end()) == pattern(300, 4));
 }
 
 TEST_CASE("frame_reader: chunk data are read straight into the destination, after the skipped bytes") {
   net::frame_reader r(net::default_max_payload);
-  const auto data = counting(24, 5);
+  const auto data = pattern(24, 5);
   const auto f = chunk_frame(4, 10, data);
   std::size_t at = 0;
   auto commit_some = [&](std::size_t most) {
@@ -339,7 +334,7 @@ TEST_CASE("frame_reader: chunk data are read straight into the destination, afte
 }
 
 TEST_CASE("frame_reader: dropping a large chunk goes through a bounded scratch area") {
-  const auto big = counting(40u << 10, 7);
+  const auto big = pattern(40u << 10, 7);
   const auto seq = concat({chunk_frame(3, 0, big), chunk_frame(2, 20000, big)});  // discarded; skip 20000 % 7
   const auto whole = replay_whole(seq, net::default_max_payload);
   REQUIRE(whole.size() == 4);

@@ -63,18 +63,6 @@ inline std::shared_ptr<asio::ssl::context> asio_tls(const crypto::tls_context& t
   return std::make_shared<asio::ssl::context>(static_cast<SSL_CTX*>(tls.native_handle_add_ref()));
 }
 
-inline std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
-  std::vector<std::byte> v(n);
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (std::size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    v[i] = static_cast<std::byte>(x & 0xff);
-  }
-  return v;
-}
-
 inline net::digest digest_of(std::span<const std::byte> bytes) { return crypto::sha256_of(bytes); }
 
 inline net::msg::hello hello_for(const std::string& id) {

@@ -5,19 +5,15 @@
 #include <memory>
 #include <vector>
 
+#include "frame_bytes.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/net/transfer_table.hpp"
 #include "tessera/net/write_queue.hpp"
 
 namespace net = tessera::net;
+using tessera::test::pattern;
 
 namespace {
-
-std::vector<std::byte> blob(std::size_t n, unsigned seed) {
-  std::vector<std::byte> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 31 + seed * 7) & 0xff);
-  return v;
-}
 
 struct cut {
   std::uint64_t id, offset, bytes;
@@ -47,12 +43,12 @@ tessera::core::result<net::transfer_table::chunk_outcome> deliver(net::transfer_
 }  // namespace
 
 TEST_CASE("transfer_table: chunks are cut within the window, and ACKs move it") {
-  const auto data = blob(1000, 1);
+  const auto data = pattern(1000, 1);
   auto out = std::make_shared<net::outgoing_transfer>(5, data);
   net::transfer_table table(100, 300);
   // A short last chunk.
   {
-    const auto odd = blob(250, 2);
+    const auto odd = pattern(250, 2);
     auto t = std::make_shared<net::outgoing_transfer>(4, odd);
     net::transfer_table small(100, 1000);
     REQUIRE(small.attach(t, 0) == net::transfer_table::attach_result::attached);
@@ -84,7 +80,7 @@ TEST_CASE("transfer_table: chunks are cut within the window, and ACKs move it") 
 }
 
 TEST_CASE("transfer_table: ACKs beyond the size are refused; late or unknown ones are harmless") {
-  const auto data = blob(100, 2);
+  const auto data = pattern(100, 2);
   auto out = std::make_shared<net::outgoing_transfer>(1, data);
   net::transfer_table table(50, 100);
   REQUIRE(table.attach(out, 0) == net::transfer_table::attach_result::attached);
@@ -98,7 +94,7 @@ TEST_CASE("transfer_table: ACKs beyond the size are refused; late or unknown one
 }
 
 TEST_CASE("transfer_table: a send resumes from the largest of its ACK, the peer's offset and an early ACK") {
-  const auto data = blob(1000, 3);
+  const auto data = pattern(1000, 3);
   SUBCASE("peer offset from HELLO") {
     auto out = std::make_shared<net::outgoing_transfer>(2, data);
     net::transfer_table table(100, 200);
@@ -138,7 +134,7 @@ TEST_CASE("transfer_table: a send resumes from the largest of its ACK, the peer'
 }
 
 TEST_CASE("transfer_table: attaching to a newer table takes a transfer over; the old one lets go") {
-  const auto data = blob(1000, 4);
+  const auto data = pattern(1000, 4);
   auto out = std::make_shared<net::outgoing_transfer>(3, data);
   std::vector<std::byte> dest(1000);
   auto in = std::make_shared<net::incoming_transfer>(4, dest, tessera::crypto::sha256_of(data));
@@ -162,7 +158,7 @@ TEST_CASE("transfer_table: attaching to a newer table takes a transfer over; the
 }
 
 TEST_CASE("transfer_table: arriving chunks land in place, resends are skipped, gaps and overruns refused") {
-  const auto data = blob(500, 5);
+  const auto data = pattern(500, 5);
   std::vector<std::byte> dest(500, std::byte{0});
   auto in = std::make_shared<net::incoming_transfer>(8, dest, tessera::crypto::sha256_of(data));
   net::transfer_table table(100, 200);
@@ -210,9 +206,9 @@ TEST_CASE("transfer_table: arriving chunks land in place, resends are skipped, g
 }
 
 TEST_CASE("transfer_table: a blob whose digest differs is refused and starts over") {
-  const auto data = blob(64, 6);
+  const auto data = pattern(64, 6);
   std::vector<std::byte> dest(64);
-  auto in = std::make_shared<net::incoming_transfer>(2, dest, tessera::crypto::sha256_of(blob(64, 7)));
+  auto in = std::make_shared<net::incoming_transfer>(2, dest, tessera::crypto::sha256_of(pattern(64, 7)));
   net::transfer_table table(32, 64);
   (void)table.attach(in);
   REQUIRE(deliver(table, 2, 0, std::span(data).first(32)));
@@ -239,10 +235,10 @@ TEST_CASE("transfer_table: chunks of discarded transfers are dropped, and the di
 
 TEST_CASE("transfer_table: a forgotten transfer is let go in both directions; a chunk arriving into it finishes quietly") {
   net::transfer_table table(32, 64);
-  const auto data = blob(100, 3);
+  const auto data = pattern(100, 3);
   std::vector<std::byte> here(100);
   auto in = std::make_shared<net::incoming_transfer>(5, std::span<std::byte>(here), tessera::crypto::sha256_of(data));
-  const auto out_bytes = blob(80, 4);
+  const auto out_bytes = pattern(80, 4);
   auto out = std::make_shared<net::outgoing_transfer>(6, std::span<const std::byte>(out_bytes));
   (void)table.attach(in);
   REQUIRE(table.attach(out, 0) == net::transfer_table::attach_result::attached);
@@ -276,10 +272,10 @@ TEST_CASE("transfer_table: a forgotten transfer is let go in both directions; a 
 }
 
 TEST_CASE("transfer_table: on close, transfers are detached and resume from their last ACK") {
-  const auto data = blob(1000, 8);
+  const auto data = pattern(1000, 8);
   auto out = std::make_shared<net::outgoing_transfer>(6, data);
   std::vector<std::byte> dest(10);
-  auto in = std::make_shared<net::incoming_transfer>(7, dest, tessera::crypto::sha256_of(blob(10, 9)));
+  auto in = std::make_shared<net::incoming_transfer>(7, dest, tessera::crypto::sha256_of(pattern(10, 9)));
   net::write_queue queue(8);
   {
     net::transfer_table table(100, 400);

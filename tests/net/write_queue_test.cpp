@@ -5,19 +5,15 @@
 #include <memory>
 #include <vector>
 
+#include "frame_bytes.hpp"
 #include "tessera/net/frame_reader.hpp"
 #include "tessera/net/messages.hpp"
 #include "tessera/net/write_queue.hpp"
 
 namespace net = tessera::net;
+using tessera::test::pattern;
 
 namespace {
-
-std::vector<std::byte> blob(std::size_t n) {
-  std::vector<std::byte> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>(i * 13 + 5);
-  return v;
-}
 
 // Writes everything queued, `step` bytes per call, into one byte string.
 std::vector<std::byte> drain(net::write_queue& q, std::size_t step) {
@@ -43,7 +39,7 @@ TEST_CASE("write_queue: control frames are bounded; the final REFUSE goes past t
   q.push_final(net::encode_message(net::msg::refuse{"bye"}));
   CHECK(q.control_frames() == 3);
   // Chunks do not count against the control bound.
-  const auto data = blob(100);
+  const auto data = pattern(100, 1);
   auto t = std::make_shared<net::outgoing_transfer>(9, data);
   q.push_chunk(t, 0, data);
   CHECK(q.control_frames() == 3);
@@ -51,7 +47,7 @@ TEST_CASE("write_queue: control frames are bounded; the final REFUSE goes past t
 }
 
 TEST_CASE("write_queue: a CHUNK is its two headers and the sender's own bytes; written bytes are counted") {
-  const auto data = blob(1000);
+  const auto data = pattern(1000, 1);
   auto t = std::make_shared<net::outgoing_transfer>(7, data);
   net::write_queue q(8);
   q.push_chunk(t, 200, std::span(data).subspan(200, 300));
@@ -78,7 +74,7 @@ TEST_CASE("write_queue: a CHUNK is its two headers and the sender's own bytes; w
 }
 
 TEST_CASE("write_queue: a graceful close drops queued chunks but the one being written, and keeps control frames") {
-  const auto data = blob(300);
+  const auto data = pattern(300, 1);
   auto t = std::make_shared<net::outgoing_transfer>(3, data);
   auto fill = [&](net::write_queue& q) {
     q.push_chunk(t, 0, std::span(data).first(100));
@@ -115,7 +111,7 @@ TEST_CASE("write_queue: a graceful close drops queued chunks but the one being w
 }
 
 TEST_CASE("write_queue: dropping one transfer's chunks keeps the others', control frames and a front chunk being written") {
-  const auto data = blob(300);
+  const auto data = pattern(300, 1);
   auto mine = std::make_shared<net::outgoing_transfer>(3, data);
   auto other = std::make_shared<net::outgoing_transfer>(4, data);
   net::write_queue q(8);

@@ -20,13 +20,7 @@ using tessera::testing::write_bytes;
 
 namespace {
 
-core::model_spec spec(std::int64_t hidden = 16) {
-  core::model_spec s;
-  s.inputs = 8;
-  s.hidden = {hidden, hidden};
-  s.outputs = 3;
-  return s;
-}
+core::model_spec spec(std::int64_t hidden = 16) { return testing::spec_of(8, {hidden, hidden}, 3); }
 
 rounds::checkpoint sample() {
   rounds::checkpoint c;

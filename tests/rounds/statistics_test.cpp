@@ -16,10 +16,7 @@ using tessera::testing::error_of;
 namespace {
 
 core::model_spec spec() {
-  core::model_spec s;
-  s.inputs = 3;
-  s.hidden = {8};
-  s.outputs = 2;
+  core::model_spec s = testing::spec_of(3, {8}, 2);
   s.input_normalization = core::input_normalization_kind::standardize;
   return s;
 }

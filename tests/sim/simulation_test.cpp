@@ -102,10 +102,7 @@ TEST_CASE("simulation: IST bytes per device are at most 20% of FedAvg's with 8 d
   CHECK(mi.value().bytes_up == mi.value().bytes_down);
 
   // And on the benchmark model, 784-512-512-10, from the plan alone.
-  core::model_spec big;
-  big.inputs = 784;
-  big.hidden = {512, 512};
-  big.outputs = 10;
+  const core::model_spec big = testing::spec_of(784, {512, 512}, 10);
   const std::vector<double> caps(8, 1.0);
   auto plan = core::make_plan(big.full_arch(), caps, 8, {}, 1);
   REQUIRE(plan.ok());
