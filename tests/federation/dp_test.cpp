@@ -91,6 +91,7 @@ TEST_CASE("federation: differential privacy — the hub's ε is tessera-sim's, s
   const auto hub_metrics = read_metrics(f.file("hub.jsonl"));
   REQUIRE(hub_metrics.size() >= 3);
   REQUIRE(hub_metrics.back().at("round") == 4);
+  int moved = 0;
   for (std::size_t i = 0; i < hub_metrics.size(); ++i) {
     const auto& h = hub_metrics[i];
     CAPTURE(h.dump());
@@ -101,11 +102,16 @@ TEST_CASE("federation: differential privacy — the hub's ε is tessera-sim's, s
     CHECK(h.at("dp_noise") == "hub");
     CHECK(h.at("dp_sampled").get<std::size_t>() <= k_devices);
     CHECK(h.at("dp_clipped").get<std::size_t>() <= h.at("dp_sampled").get<std::size_t>());
-    // Adaptive clipping: it starts at dp.clip and moves every round, across the restart too.
+    // Adaptive clipping: it starts at dp.clip and moves from round to round, across the restart too. The
+    // noised count is a whole number of halves (the hub's noise is discrete), so a round may land on
+    // the target share exactly and leave the clip where it was: one round's standing still is no fault,
+    // never moving is.
     if (r == 1) CHECK(h.at("dp_clip").get<double>() == 0.5);
-    else if (i > 0 && hub_metrics[i - 1].at("round") == r - 1) CHECK(h.at("dp_clip").get<double>() != hub_metrics[i - 1].at("dp_clip").get<double>());
+    else if (i > 0 && hub_metrics[i - 1].at("round") == r - 1)
+      moved += h.at("dp_clip").get<double>() != hub_metrics[i - 1].at("dp_clip").get<double>() ? 1 : 0;
     CHECK(h.at("dp_clip").get<double>() > 0);
   }
+  CHECK(moved >= 1);
   CHECK(hub_metrics.back().at("epsilon").get<double>() <= target);
   const core::stored_model model = load_model_or_fail(f.file("hub.safetensors"));
   CHECK(model.metadata.at("tessera.rounds") == "4");

@@ -123,19 +123,28 @@ TEST_CASE("hub service: a device whose budget holds no subnet is left out with t
   CHECK(tiny.stats().assignments == 0);
 }
 
+namespace {
+
+// A whole run of dev-a (400 examples) and dev-b (300) on a hub of `overrides`, its checkpoint in `dir`:
+// the model it ends with.
+std::vector<float> run_to_the_end(const testing::temp_dir& dir, const nlohmann::json& overrides) {
+  const auto& pki = test::test_pki::get();
+  federation f(dir);
+  f.start_hub(f.hub_config(overrides));
+  f.start_agent(pki.dev_a, f.data_for("dev-a", 400));
+  f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
+  f.run();
+  REQUIRE(f.hub().finished());
+  return {f.hub().engine().params().begin(), f.hub().engine().params().end()};
+}
+
+}  // namespace
+
 TEST_CASE("hub service: a hub restarted on its checkpoint resumes after the last completed round") {
   testing::temp_dir dir("hub-service-resume");
   const auto& pki = test::test_pki::get();
   std::vector<float> after_two;
-  {
-    federation f(dir);
-    f.start_hub(f.hub_config({{"rounds", 2}}));
-    f.start_agent(pki.dev_a, f.data_for("dev-a", 400));
-    f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
-    f.run();
-    REQUIRE(f.hub().finished());
-    after_two.assign(f.hub().engine().params().begin(), f.hub().engine().params().end());
-  }
+  after_two = run_to_the_end(dir, {{"rounds", 2}});
   federation f(dir);
   f.start_hub(f.hub_config({{"rounds", 4}}));
   CHECK(f.hub().resumed_from() == 2);
@@ -177,14 +186,7 @@ TEST_CASE("hub service: a restarted hub resumes its server optimizer's moments; 
   }
   // A run that kept no moments cannot be continued by one that needs them: refused at start, naming why.
   testing::temp_dir plain_dir("hub-service-resume-plain");
-  {
-    federation f(plain_dir);
-    f.start_hub(f.hub_config({{"rounds", 1}}));
-    f.start_agent(pki.dev_a, f.data_for("dev-a", 400));
-    f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
-    f.run();
-    REQUIRE(f.hub().finished());
-  }
+  run_to_the_end(plain_dir, {{"rounds", 1}});
   federation f(plain_dir);
   boost::asio::io_context io;
   auto refused = hub::hub_service::create(io, f.hub_config({{"rounds", 3}, {"server_optimizer", adam}}), {});

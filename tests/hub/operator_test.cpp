@@ -422,15 +422,23 @@ TEST_CASE("operator access: a non-loopback address serves HTTPS even with http.t
 
 // ---- actions ------------------------------------------------------------------------------------
 
+namespace {
+
+// dev-a and dev-b with 300 examples each, and the operator's HTTPS call to the hub's endpoint.
+http_call start_agents_and_operator(federation& f) {
+  const auto& pki = test::test_pki::get();
+  f.start_agent(pki.dev_a, f.data_for("dev-a", 300));
+  f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
+  return {.port = f.hub().http_port(), .tls = hub_testing::client_tls{pki.ca.cert, pki.operator_cert}};
+}
+
+}  // namespace
+
 TEST_CASE("operator actions: pause holds rounds, resume continues, finish ends the run after the round and exports") {
   testing::temp_dir dir("operator-actions");
   federation f(dir);
   f.start_hub(f.hub_config({{"rounds", 100'000}, {"http", {{"listen", "127.0.0.1:0"}, {"tls", "on"}}}}));
-  const auto& pki = test::test_pki::get();
-  f.start_agent(pki.dev_a, f.data_for("dev-a", 300));
-  f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
-  const hub_testing::client_tls op{pki.ca.cert, pki.operator_cert};
-  const http_call base{.port = f.hub().http_port(), .tls = op};
+  const http_call base = start_agents_and_operator(f);
 
   observations seen;
   std::int64_t held_at = -1, after_hold = -1, finish_after = -1;
@@ -476,11 +484,7 @@ TEST_CASE("operator actions: revoking a device closes its session within 1 s; it
   federation f(dir);
   f.start_hub(f.hub_config({{"rounds", 100'000}, {"min_devices", 1}, {"device_wait_s", 0.2},
                             {"http", {{"listen", "127.0.0.1:0"}, {"tls", "on"}}}}));
-  const auto& pki = test::test_pki::get();
-  f.start_agent(pki.dev_a, f.data_for("dev-a", 300));
-  f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
-  const hub_testing::client_tls op{pki.ca.cert, pki.operator_cert};
-  const http_call base{.port = f.hub().http_port(), .tls = op};
+  const http_call base = start_agents_and_operator(f);
 
   observations seen;
   double closed_after_s = -1;
@@ -519,6 +523,7 @@ TEST_CASE("operator actions: revoking a device closes its session within 1 s; it
           << " s after the request was sent (reply and the status poll that saw it included)");
   CHECK(closed_after_s >= 0);
   CHECK(closed_after_s < 1.0);
+  const auto& pki = test::test_pki::get();
   CHECK(serial == crypto::certificate_serial(pki.dev_b.cert).value());
   REQUIRE(f.recorded().size() >= static_cast<std::size_t>(revoked_after + 3));
   for (const auto& m : f.recorded())

@@ -75,6 +75,21 @@ void report_all(rounds::engine& e, const std::function<float(std::size_t)>& chan
   }
 }
 
+// Every assignment uploads received + change(device) on every value, in round 1.
+void report_by_device(rounds::engine& e, const std::function<float(const std::string&)>& change) {
+  for (auto& a : e.assignments()) {
+    std::vector<float> local(core::param_count(a.sub.arch));
+    core::gather(e.full(), a.sub, e.params(), local);
+    for (auto& v : local) v += change(a.device);
+    std::vector<std::byte> blob(a.blob_bytes);
+    REQUIRE(core::encode(a.sub.arch, a.codec, local, blob).ok());
+    REQUIRE(e.sent(a).ok());
+    REQUIRE(e.downloaded(a).ok());
+    REQUIRE(e.announce(a, {.round = 1, .clipped = 0, .examples = 8, .steps = 2, .loss = 0.5, .size = a.blob_bytes, .codec = a.codec}).ok());
+    REQUIRE(e.receive(a, blob).ok());
+  }
+}
+
 // Secure aggregation: every assignment's change(i), unweighted, encoded with its share of the noise as
 // an agent would (its noise key here from its rounding key), handed over unmasked (the masks cancel).
 // `fitted(d)` (adaptive clipping): whether device d's change fitted within the clip (default: yes).
@@ -254,19 +269,7 @@ TEST_CASE("dp: one device more moves the hub's integer sums by its quantized cli
   const auto released = [&](std::size_t devices) {
     auto e = engine_for(c);
     REQUIRE(e.begin_round(fleet(devices)).ok());
-    for (auto& a : e.assignments()) {
-      std::vector<float> local(core::param_count(a.sub.arch));
-      core::gather(e.full(), a.sub, e.params(), local);
-      if (a.device == "d10") {
-        for (auto& v : local) v += 0.1f;
-      }
-      std::vector<std::byte> blob(a.blob_bytes);
-      REQUIRE(core::encode(a.sub.arch, a.codec, local, blob).ok());
-      REQUIRE(e.sent(a).ok());
-      REQUIRE(e.downloaded(a).ok());
-      REQUIRE(e.announce(a, {.round = 1, .clipped = 0, .examples = 8, .steps = 2, .loss = 0.5, .size = a.blob_bytes, .codec = a.codec}).ok());
-      REQUIRE(e.receive(a, blob).ok());
-    }
+    report_by_device(e, [](const std::string& device) { return device == "d10" ? 0.1f : 0.0f; });
     REQUIRE(e.close_round(nullptr).ok());
     return std::vector<float>(e.params().begin(), e.params().end());
   };
@@ -348,18 +351,8 @@ TEST_CASE("dp: one device more moves adaptive clipping's noised count by ½, fit
   const auto released_count = [&](std::size_t devices, float last_change) {
     auto e = engine_for(c);
     REQUIRE(e.begin_round(fleet(devices)).ok());
-    for (auto& a : e.assignments()) {
-      std::vector<float> local(core::param_count(a.sub.arch));
-      core::gather(e.full(), a.sub, e.params(), local);
-      const float change = a.device == "d10" ? last_change : 0.01f;  // 0.01 per value: norm about 0.27, within the clip of 1
-      for (auto& v : local) v += change;
-      std::vector<std::byte> blob(a.blob_bytes);
-      REQUIRE(core::encode(a.sub.arch, a.codec, local, blob).ok());
-      REQUIRE(e.sent(a).ok());
-      REQUIRE(e.downloaded(a).ok());
-      REQUIRE(e.announce(a, {.round = 1, .clipped = 0, .examples = 8, .steps = 2, .loss = 0.5, .size = a.blob_bytes, .codec = a.codec}).ok());
-      REQUIRE(e.receive(a, blob).ok());
-    }
+    // 0.01 per value: norm about 0.27, within the clip of 1.
+    report_by_device(e, [&](const std::string& device) { return device == "d10" ? last_change : 0.01f; });
     REQUIRE(e.close_round(nullptr).ok());
     return expected * (quantile - std::log(e.dp_clip() / 1.0) / eta);
   };
