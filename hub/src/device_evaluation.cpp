@@ -106,8 +106,8 @@ void device_evaluation::time_out() const {
 rounds::round_metrics device_evaluation::finish() {
   for (const auto& [id, e] : waiting_) count_download((*devices_)[id]);
   engine_->note_federated(scores_, metrics_);
-  metrics_.fed_bytes_down = bytes_down_;
-  if (!metrics_.fed_devices) ctx_->say(log_level::warning, "round " + std::to_string(round_) + ": no device evaluated the model");
+  metrics_.fed.bytes_down = bytes_down_;
+  if (!metrics_.fed.devices) ctx_->say(log_level::warning, "round " + std::to_string(round_) + ": no device evaluated the model");
   return std::move(metrics_);
 }
 

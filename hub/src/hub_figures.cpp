@@ -8,14 +8,14 @@ namespace tessera::hub {
 void hub_figures::observe_round(const rounds::round_metrics& m) {
   rounds_recorded += 1;
   round_seconds.observe(m.seconds);
-  bytes_sent += static_cast<double>(m.bytes_down + m.fed_bytes_down.value_or(0));
+  bytes_sent += static_cast<double>(m.bytes_down + m.fed.bytes_down.value_or(0));
   bytes_received += static_cast<double>(m.bytes_up);
   bytes_resent += static_cast<double>(m.resent_bytes.value_or(0));
   train_loss = m.train_loss;
   if (m.test_accuracy) test_accuracy = m.test_accuracy;
   if (m.test_loss) test_loss = m.test_loss;
-  if (m.fed_accuracy) fed_accuracy = m.fed_accuracy;
-  if (m.fed_loss) fed_loss = m.fed_loss;
+  if (m.fed.accuracy) fed_accuracy = m.fed.accuracy;
+  if (m.fed.loss) fed_loss = m.fed.loss;
   if (m.epsilon) epsilon = m.epsilon;
   if (m.epsilon_hub) epsilon_hub = m.epsilon_hub;
   if (rounds.size() >= k_max_rounds) rounds.erase(rounds.begin());

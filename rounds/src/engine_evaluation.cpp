@@ -55,11 +55,11 @@ core::result<void> engine::encode_model(core::codec_kind codec, std::span<std::b
 
 void engine::note_federated(const federated_scores& scores, round_metrics& m) {
   scores.fill(m, config_.model.task == core::task_kind::classification);
-  if (!m.fed_devices) return;
+  if (!m.fed.devices) return;
   // auto: the hub's own figure when it evaluated this round (close_round filled test_loss), else these.
   const bool watch = config_.evaluation.patience_on == patience_kind::federated ||
                      (config_.evaluation.patience_on == patience_kind::automatic && !m.test_loss);
-  if (watch) note_score(m.fed_accuracy ? *m.fed_accuracy : -*m.fed_loss);
+  if (watch) note_score(m.fed.accuracy ? *m.fed.accuracy : -*m.fed.loss);
 }
 
 }  // namespace tessera::rounds

@@ -30,11 +30,11 @@ nlohmann::json round_metrics::to_json() const {
   if (resent_bytes) j["resent_bytes"] = *resent_bytes;
   if (update_norm_max) j["update_norm_max"] = *update_norm_max;
   if (updates_bounded) j["updates_bounded"] = *updates_bounded;
-  j["secure_aggregation"] = secagg_dropped.has_value();
-  if (secagg_dropped) {
-    j["secagg_dropped"] = *secagg_dropped;
-    j["secagg_clipped"] = secagg_clipped.value_or(0);
-    j["secagg_withheld"] = secagg_withheld.value_or(0);
+  j["secure_aggregation"] = secagg.dropped.has_value();
+  if (secagg.dropped) {
+    j["secagg_dropped"] = *secagg.dropped;
+    j["secagg_clipped"] = secagg.clipped.value_or(0);
+    j["secagg_withheld"] = secagg.withheld.value_or(0);
   }
   if (epsilon) {
     j["epsilon"] = std::isfinite(*epsilon) ? nlohmann::json(*epsilon) : nlohmann::json(nullptr);
@@ -44,15 +44,15 @@ nlohmann::json round_metrics::to_json() const {
     j["dp_clipped"] = dp_clipped.value_or(0);
     j["dp_clip"] = dp_clip.value_or(0);
   }
-  if (fed_devices) {
-    j["fed_devices"] = *fed_devices;
-    j["fed_examples"] = fed_examples.value_or(0);
-    j["fed_loss"] = fed_loss ? nlohmann::json(*fed_loss) : nlohmann::json(nullptr);
-    j["fed_accuracy"] = fed_accuracy ? nlohmann::json(*fed_accuracy) : nlohmann::json(nullptr);
-    j["fed_accuracy_min"] = fed_accuracy_min ? nlohmann::json(*fed_accuracy_min) : nlohmann::json(nullptr);
-    j["fed_accuracy_median"] = fed_accuracy_median ? nlohmann::json(*fed_accuracy_median) : nlohmann::json(nullptr);
-    j["fed_accuracy_max"] = fed_accuracy_max ? nlohmann::json(*fed_accuracy_max) : nlohmann::json(nullptr);
-    j["fed_bytes_down"] = fed_bytes_down.value_or(0);
+  if (fed.devices) {
+    j["fed_devices"] = *fed.devices;
+    j["fed_examples"] = fed.examples.value_or(0);
+    j["fed_loss"] = fed.loss ? nlohmann::json(*fed.loss) : nlohmann::json(nullptr);
+    j["fed_accuracy"] = fed.accuracy ? nlohmann::json(*fed.accuracy) : nlohmann::json(nullptr);
+    j["fed_accuracy_min"] = fed.accuracy_min ? nlohmann::json(*fed.accuracy_min) : nlohmann::json(nullptr);
+    j["fed_accuracy_median"] = fed.accuracy_median ? nlohmann::json(*fed.accuracy_median) : nlohmann::json(nullptr);
+    j["fed_accuracy_max"] = fed.accuracy_max ? nlohmann::json(*fed.accuracy_max) : nlohmann::json(nullptr);
+    j["fed_bytes_down"] = fed.bytes_down.value_or(0);
   }
   return j;
 }
@@ -64,17 +64,17 @@ std::string round_metrics::to_line() const {
                 static_cast<long long>(round), strategy.c_str(), devices, static_cast<double>(bytes_down) / 1e6,
                 static_cast<double>(bytes_up) / 1e6, train_loss, acc.c_str(), learning_rate, seconds);
   std::string line = buf;
-  if (fed_devices && fed_accuracy) {
-    std::snprintf(buf, sizeof buf, "  fed %.2f%% on %zu device%s (%.1f-%.1f%%)", *fed_accuracy * 100.0, *fed_devices,
-                  *fed_devices == 1 ? "" : "s", fed_accuracy_min.value_or(0) * 100.0, fed_accuracy_max.value_or(0) * 100.0);
+  if (fed.devices && fed.accuracy) {
+    std::snprintf(buf, sizeof buf, "  fed %.2f%% on %zu device%s (%.1f-%.1f%%)", *fed.accuracy * 100.0, *fed.devices,
+                  *fed.devices == 1 ? "" : "s", fed.accuracy_min.value_or(0) * 100.0, fed.accuracy_max.value_or(0) * 100.0);
     line += buf;
-  } else if (fed_devices && fed_loss) {
-    std::snprintf(buf, sizeof buf, "  fed loss %.4f on %zu device%s", *fed_loss, *fed_devices, *fed_devices == 1 ? "" : "s");
+  } else if (fed.devices && fed.loss) {
+    std::snprintf(buf, sizeof buf, "  fed loss %.4f on %zu device%s", *fed.loss, *fed.devices, *fed.devices == 1 ? "" : "s");
     line += buf;
   }
-  if (secagg_dropped && (*secagg_dropped > 0 || secagg_clipped.value_or(0) > 0 || secagg_withheld.value_or(0) > 0)) {
-    std::snprintf(buf, sizeof buf, "  secagg dropped %zu clipped %llu withheld %zu", *secagg_dropped,
-                  static_cast<unsigned long long>(secagg_clipped.value_or(0)), secagg_withheld.value_or(0));
+  if (secagg.dropped && (*secagg.dropped > 0 || secagg.clipped.value_or(0) > 0 || secagg.withheld.value_or(0) > 0)) {
+    std::snprintf(buf, sizeof buf, "  secagg dropped %zu clipped %llu withheld %zu", *secagg.dropped,
+                  static_cast<unsigned long long>(secagg.clipped.value_or(0)), secagg.withheld.value_or(0));
     line += buf;
   }
   if (epsilon) {
@@ -110,16 +110,16 @@ void federated_scores::fill(round_metrics& m, bool classification) const {
     loss += s->loss_sum;
     accuracies.push_back(static_cast<double>(s->correct) / static_cast<double>(s->examples));
   }
-  m.fed_devices = order.size();
-  m.fed_examples = examples;
-  m.fed_loss = loss / static_cast<double>(examples);
+  m.fed.devices = order.size();
+  m.fed.examples = examples;
+  m.fed.loss = loss / static_cast<double>(examples);
   if (!classification) return;
-  m.fed_accuracy = static_cast<double>(correct) / static_cast<double>(examples);
+  m.fed.accuracy = static_cast<double>(correct) / static_cast<double>(examples);
   std::sort(accuracies.begin(), accuracies.end());
   const std::size_t n = accuracies.size();
-  m.fed_accuracy_min = accuracies.front();
-  m.fed_accuracy_max = accuracies.back();
-  m.fed_accuracy_median = n % 2 == 1 ? accuracies[n / 2] : 0.5 * (accuracies[n / 2 - 1] + accuracies[n / 2]);
+  m.fed.accuracy_min = accuracies.front();
+  m.fed.accuracy_max = accuracies.back();
+  m.fed.accuracy_median = n % 2 == 1 ? accuracies[n / 2] : 0.5 * (accuracies[n / 2 - 1] + accuracies[n / 2]);
 }
 
 }  // namespace tessera::rounds

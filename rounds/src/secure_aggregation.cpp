@@ -142,9 +142,9 @@ core::result<void> secure_aggregation::finish(const round_view& v, std::span<con
 }
 
 void secure_aggregation::note_outcome(round_metrics& m) const {
-  m.secagg_dropped = outcome_.dropped;
-  m.secagg_clipped = outcome_.clipped;
-  m.secagg_withheld = outcome_.segments - outcome_.released;
+  m.secagg.dropped = outcome_.dropped;
+  m.secagg.clipped = outcome_.clipped;
+  m.secagg.withheld = outcome_.segments - outcome_.released;
 }
 
 // Adds each released segment to `target`: a group's to its subnet's parameters, the shared segment's

@@ -90,8 +90,8 @@ TEST_CASE("hub service: a secure round — three agents mask their updates, the 
   REQUIRE(f.recorded().size() == 2);
   for (const auto& m : f.recorded()) {
     CHECK(m.groups == 1);  // three devices, replication 3: one group
-    CHECK(m.secagg_dropped == 0u);
-    CHECK(m.secagg_withheld == 0u);
+    CHECK(m.secagg.dropped == 0u);
+    CHECK(m.secagg.withheld == 0u);
     CHECK(m.stragglers == 0u);
   }
   CHECK(*f.recorded().back().test_accuracy > 0.5);
@@ -283,18 +283,18 @@ TEST_CASE("hub service: devices score the model after evaluating rounds; an infl
   REQUIRE(f.hub().finished());
   REQUIRE(f.recorded().size() == 3);
   const auto& r1 = f.recorded()[0];
-  REQUIRE(r1.fed_devices.has_value());
-  CHECK(*r1.fed_devices == 1);     // dev-a alone: dev-b's 500 are not the 50 it holds out
-  CHECK(*r1.fed_examples == 80);   // 20% of dev-a's 400
+  REQUIRE(r1.fed.devices.has_value());
+  CHECK(*r1.fed.devices == 1);     // dev-a alone: dev-b's 500 are not the 50 it holds out
+  CHECK(*r1.fed.examples == 80);   // 20% of dev-a's 400
   CHECK(f.hub_lines_with("device dev-b left out of the evaluation after round 1: it scored 500 examples but holds out 50") == 1);
   for (std::size_t r = 1; r < 3; ++r) {
     CAPTURE(r);
     const auto& m = f.recorded()[r];
-    REQUIRE(m.fed_devices.has_value());
-    CHECK(*m.fed_devices == 2);
-    CHECK(*m.fed_examples == 130);
+    REQUIRE(m.fed.devices.has_value());
+    CHECK(*m.fed.devices == 2);
+    CHECK(*m.fed.examples == 130);
     CHECK(m.test_accuracy.has_value());  // the hub's own figure beside the devices'
-    CHECK(*m.fed_bytes_down >= 2 * core::encoded_bytes(f.hub().engine().full_arch(), core::codec_kind::f32));
+    CHECK(*m.fed.bytes_down >= 2 * core::encoded_bytes(f.hub().engine().full_arch(), core::codec_kind::f32));
   }
   CHECK(restarted);
   CHECK(evaluating == 4);  // rounds 1, 2 (twice: the model came again after the restart), 3

@@ -427,7 +427,7 @@ TEST_CASE("dp under secure aggregation: the devices' noise, the ring from the po
   const auto m = e.close_round(nullptr);
   REQUIRE(m.ok());
   CHECK(m.value().dp_noise == "devices");
-  CHECK(m.value().secagg_withheld == 0);
+  CHECK(m.value().secagg.withheld == 0);
   // Each coordinate moved by (8·0.01 + noise) / 8: noise deviation σC √(8/3) / 8.
   double sum = 0, sq = 0;
   for (std::size_t i = 0; i < before.size(); ++i) {

@@ -480,14 +480,14 @@ TEST_CASE("federated scores: example-weighted, summed in natural order of the id
   s.add({.id = "device-1", .examples = 50, .loss_sum = 10.0, .correct = 40});
   rounds::round_metrics m;
   s.fill(m, /*classification=*/true);
-  REQUIRE(m.fed_devices.has_value());
-  CHECK(*m.fed_devices == 3);
-  CHECK(*m.fed_examples == 200);
-  CHECK(*m.fed_accuracy == doctest::Approx(155.0 / 200.0));
-  CHECK(*m.fed_loss == doctest::Approx(100.0 / 200.0));
-  CHECK(*m.fed_accuracy_min == doctest::Approx(0.5));
-  CHECK(*m.fed_accuracy_median == doctest::Approx(0.8));
-  CHECK(*m.fed_accuracy_max == doctest::Approx(0.9));
+  REQUIRE(m.fed.devices.has_value());
+  CHECK(*m.fed.devices == 3);
+  CHECK(*m.fed.examples == 200);
+  CHECK(*m.fed.accuracy == doctest::Approx(155.0 / 200.0));
+  CHECK(*m.fed.loss == doctest::Approx(100.0 / 200.0));
+  CHECK(*m.fed.accuracy_min == doctest::Approx(0.5));
+  CHECK(*m.fed.accuracy_median == doctest::Approx(0.8));
+  CHECK(*m.fed.accuracy_max == doctest::Approx(0.9));
   const auto j = m.to_json();
   CHECK(j.at("fed_devices") == 3);
   CHECK(j.at("fed_accuracy").get<double>() == doctest::Approx(0.775));
@@ -499,16 +499,16 @@ TEST_CASE("federated scores: example-weighted, summed in natural order of the id
   t.add({.id = "device-10", .examples = 100, .loss_sum = 50.0, .correct = 90});
   rounds::round_metrics n;
   t.fill(n, true);
-  CHECK(*n.fed_loss == *m.fed_loss);
+  CHECK(*n.fed.loss == *m.fed.loss);
   // Regression: a loss, no accuracies; no scores at all: no figures.
   rounds::round_metrics r;
   t.fill(r, false);
-  CHECK(r.fed_loss.has_value());
-  CHECK_FALSE(r.fed_accuracy.has_value());
+  CHECK(r.fed.loss.has_value());
+  CHECK_FALSE(r.fed.accuracy.has_value());
   CHECK(r.to_line().find("fed loss") != std::string::npos);
   rounds::round_metrics none;
   rounds::federated_scores().fill(none, true);
-  CHECK_FALSE(none.fed_devices.has_value());
+  CHECK_FALSE(none.fed.devices.has_value());
   CHECK_FALSE(none.to_json().contains("fed_accuracy"));
 }
 
@@ -527,7 +527,7 @@ TEST_CASE("engine: patience can watch the devices' evaluation, with or without a
       rounds::federated_scores s;
       s.add({.id = "a", .examples = 10, .loss_sum = 5.0, .correct = 5});
       e.note_federated(s, m.value());
-      CHECK(m.value().fed_accuracy.has_value());
+      CHECK(m.value().fed.accuracy.has_value());
     }
     // Three evaluations of a model nobody trains: no new best after the first, whichever figure counts.
     CHECK(e.stopping().evals_since_best == 2);
@@ -675,9 +675,9 @@ TEST_CASE("engine: a secure round applies the mean change of every released grou
   auto e = engine_for(c);
   const std::vector<float> before(e.params().begin(), e.params().end());
   const auto [as, m] = secure_round_with_group1_short(e);
-  CHECK(m.secagg_dropped == 1u);
-  CHECK(m.secagg_withheld == 1u);
-  CHECK(m.secagg_clipped == 0u);
+  CHECK(m.secagg.dropped == 1u);
+  CHECK(m.secagg.withheld == 1u);
+  CHECK(m.secagg.clipped == 0u);
   CHECK(e.last_secure().withheld.find("group 1: 2 contributors, below the threshold 3") != std::string::npos);
 
   const auto& full = e.full();
@@ -718,8 +718,8 @@ TEST_CASE("engine: a change beyond the clip is clipped, counted, and applied at 
   const std::uint64_t values = core::param_count(as[0].sub.arch);  // every value but the two weights
   auto m = e.close_round(nullptr);
   REQUIRE(m.ok());
-  CHECK(m.value().secagg_clipped == 2 * values);
-  CHECK(m.value().secagg_withheld == 0u);
+  CHECK(m.value().secagg.clipped == 2 * values);
+  CHECK(m.value().secagg.withheld == 0u);
   CHECK(m.value().to_json()["secagg_clipped"] == 2 * values);
   CHECK(m.value().to_line().find("clipped " + std::to_string(2 * values)) != std::string::npos);
   const auto after = e.params();
@@ -985,7 +985,7 @@ TEST_CASE("engine server optimizer: under secure aggregation a released group st
   auto e = engine_for(c);
   const std::vector<float> before(e.params().begin(), e.params().end());
   const auto [as, m] = secure_round_with_group1_short(e);
-  CHECK(m.secagg_withheld == 1u);
+  CHECK(m.secagg.withheld == 1u);
   const auto& full = e.full();
   const auto after = e.params();
   const auto& st = e.server_optimizer().state();

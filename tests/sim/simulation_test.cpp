@@ -351,17 +351,17 @@ TEST_CASE("simulation: each device holds out data.validation_fraction of its sha
   for (std::size_t r = 0; r < rounds.size(); ++r) {
     CAPTURE(r);
     const bool due = r == 3 || r == 5;
-    CHECK(rounds[r].fed_accuracy.has_value() == due);
+    CHECK(rounds[r].fed.accuracy.has_value() == due);
     if (!due) continue;
-    CHECK(*rounds[r].fed_devices == 4);
-    CHECK(*rounds[r].fed_examples == 80);  // 20 of each device's 200: never trained on
-    CHECK(*rounds[r].fed_bytes_down == 4 * core::encoded_bytes(cfg.model.full_arch(), cfg.codec));
-    CHECK(*rounds[r].fed_accuracy_min <= *rounds[r].fed_accuracy_median);
-    CHECK(*rounds[r].fed_accuracy_median <= *rounds[r].fed_accuracy_max);
+    CHECK(*rounds[r].fed.devices == 4);
+    CHECK(*rounds[r].fed.examples == 80);  // 20 of each device's 200: never trained on
+    CHECK(*rounds[r].fed.bytes_down == 4 * core::encoded_bytes(cfg.model.full_arch(), cfg.codec));
+    CHECK(*rounds[r].fed.accuracy_min <= *rounds[r].fed.accuracy_median);
+    CHECK(*rounds[r].fed.accuracy_median <= *rounds[r].fed.accuracy_max);
   }
   // The held-out examples come from the same distribution: the devices agree with the test set.
-  CHECK(*rounds.back().fed_accuracy > 0.85);
-  CHECK(std::abs(*rounds.back().fed_accuracy - *rounds.back().test_accuracy) < 0.1);
+  CHECK(*rounds.back().fed.accuracy > 0.85);
+  CHECK(std::abs(*rounds.back().fed.accuracy - *rounds.back().test_accuracy) < 0.1);
 
   // validation_fraction 0: every example trains, and no device scores.
   cfg.data.validation_fraction = 0;
@@ -369,7 +369,7 @@ TEST_CASE("simulation: each device holds out data.validation_fraction of its sha
   REQUIRE(all.ok());
   auto m = all.value()->run_round();
   REQUIRE(m.ok());
-  CHECK_FALSE(m.value().fed_devices.has_value());
+  CHECK_FALSE(m.value().fed.devices.has_value());
   CHECK(config_error({{"data", {{"validation_fraction", 0.6}}}}).find("validation_fraction") != std::string::npos);
 }
 
@@ -398,9 +398,9 @@ TEST_CASE("simulation: secure aggregation learns with replicated groups, and one
     auto ms = secure.value()->run_round();
     REQUIRE((mp.ok() && ms.ok()));
     CHECK(ms.value().groups == (std::string(strategy) == "ist" ? 2u : 1u));
-    CHECK(ms.value().secagg_dropped == 0u);
-    CHECK(ms.value().secagg_withheld == 0u);
-    CHECK(ms.value().secagg_clipped == 0u);
+    CHECK(ms.value().secagg.dropped == 0u);
+    CHECK(ms.value().secagg.withheld == 0u);
+    CHECK(ms.value().secagg.clipped == 0u);
     CHECK(ms.value().to_json()["secure_aggregation"] == true);
     CHECK(mp.value().to_json()["secure_aggregation"] == false);
     // Every device trained the same floats in both runs; the secure model is the received one plus the

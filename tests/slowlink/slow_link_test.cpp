@@ -116,7 +116,7 @@ TEST_CASE("slow link: at 256 kbit/s with 2 s stalls and a cut every 30 s, rounds
   CHECK(resent <= cuts * 2 * (std::uint64_t{k_window_kib} << 10));
   for (auto& a : agents) CHECK(a->stats().accepted >= 4);
   // After the last round every agent scored the whole model (~470 kB each over the same links).
-  CHECK(rounds.back().fed_devices == std::optional<std::size_t>(k_agents));
-  CHECK(rounds.back().fed_bytes_down >= std::optional<std::uint64_t>(k_agents * core::encoded_bytes(cfg.value().model.full_arch(), core::codec_kind::f32)));
-  for (std::size_t r = 0; r + 1 < rounds.size(); ++r) CHECK_FALSE(rounds[r].fed_devices.has_value());
+  CHECK(rounds.back().fed.devices == std::optional<std::size_t>(k_agents));
+  CHECK(rounds.back().fed.bytes_down >= std::optional<std::uint64_t>(k_agents * core::encoded_bytes(cfg.value().model.full_arch(), core::codec_kind::f32)));
+  for (std::size_t r = 0; r + 1 < rounds.size(); ++r) CHECK_FALSE(rounds[r].fed.devices.has_value());
 }

@@ -196,7 +196,7 @@ core::result<void> simulation::evaluate_on_devices(rounds::round_metrics& m) {
     scores.add({.id = e.id, .examples = ev.examples, .loss_sum = ev.loss_sum, .correct = ev.correct});
   }
   engine_.note_federated(scores, m);
-  m.fed_bytes_down = bytes;
+  m.fed.bytes_down = bytes;
   return {};
 }
 

@@ -39,11 +39,13 @@ struct round_metrics {
   std::optional<double> update_norm_max;
   std::optional<std::size_t> updates_bounded;
   std::uint64_t plan_seed = 0;
-  // Secure aggregation (absent without it): assigned devices whose masked input is not in the sums,
-  // values the devices' clip saturated, and segments (groups, shared parameters) withheld for having
-  // too few contributors.
-  std::optional<std::size_t> secagg_dropped, secagg_withheld;
-  std::optional<std::uint64_t> secagg_clipped;
+  // Secure aggregation (absent without it; secagg_dropped, ... in the metrics): assigned devices whose
+  // masked input is not in the sums, values the devices' clip saturated, and segments (groups, shared
+  // parameters) withheld for having too few contributors.
+  struct secure_figures {
+    std::optional<std::size_t> dropped, withheld;
+    std::optional<std::uint64_t> clipped;
+  } secagg;
   // Differential privacy (absent without it): ε spent so far at dp.delta (the accountant, after this
   // round) against the model's users, and with the devices' noise against the hub too (which knows who
   // was sampled: no amplification); where the noise was added ("hub" or "devices"), devices sampled that
@@ -55,11 +57,14 @@ struct round_metrics {
   std::optional<double> dp_clip;  // the clip this round's changes got (adaptive clipping moves it)
   // Evaluation on the devices (federated_scores): the model scored on the devices' validation splits,
   // example-weighted, and the spread of the devices' accuracies. Absent on rounds that do not evaluate.
-  std::optional<double> fed_accuracy, fed_loss;
-  std::optional<std::size_t> fed_devices;
-  std::optional<std::int64_t> fed_examples;
-  std::optional<double> fed_accuracy_min, fed_accuracy_median, fed_accuracy_max;
-  std::optional<std::uint64_t> fed_bytes_down;  // the model's bytes sent to the devices for it
+  // In the metrics line and JSON as fed_accuracy, fed_loss, ...
+  struct federated_figures {
+    std::optional<double> accuracy, loss;
+    std::optional<std::size_t> devices;
+    std::optional<std::int64_t> examples;
+    std::optional<double> accuracy_min, accuracy_median, accuracy_max;
+    std::optional<std::uint64_t> bytes_down;  // the model's bytes sent to the devices for it
+  } fed;
 
   [[nodiscard]] nlohmann::json to_json() const;
   [[nodiscard]] std::string to_line() const;
