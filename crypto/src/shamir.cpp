@@ -7,11 +7,15 @@
 #include <openssl/rand.h>
 
 #include "ossl.hpp"
+#include "tessera/core/endian.hpp"
 
 namespace tessera::crypto {
 namespace {
 
 constexpr std::size_t k_chunk_bytes = 7;
+// Bytes of the secret in chunk c: 7, and the last 4.
+constexpr std::size_t chunk_bytes(std::size_t c) noexcept { return c + 1 < shamir_chunks ? k_chunk_bytes : 32 - c * k_chunk_bytes; }
+static_assert(k_chunk_bytes * (shamir_chunks - 1) + chunk_bytes(shamir_chunks - 1) == std::tuple_size_v<secret32>);
 
 // A uniform element of GF(p) from the CSPRNG: 61 random bits, rejected when >= p (probability 2^-61).
 core::result<std::uint64_t> random_element() {
@@ -34,19 +38,23 @@ core::result<void> check_counts(std::size_t t, std::size_t n) {
 
 std::array<std::uint64_t, shamir_chunks> secret_to_elements(const secret32& s) noexcept {
   std::array<std::uint64_t, shamir_chunks> e{};
-  for (std::size_t i = 0; i < s.size(); ++i)
-    e[i / k_chunk_bytes] |= static_cast<std::uint64_t>(s[i]) << (8 * (i % k_chunk_bytes));
+  core::le_reader r{std::span(s)};
+  for (std::size_t c = 0; c < shamir_chunks; ++c) {
+    const bool read = r.uint(e[c], chunk_bytes(c));
+    TESSERA_ASSERT(read);  // the chunks cover the 32 bytes exactly
+  }
   return e;
 }
 
 core::result<secret32> elements_to_secret(const std::array<std::uint64_t, shamir_chunks>& e) {
   secret32 s{};
+  core::le_writer w(s);
   for (std::size_t c = 0; c < shamir_chunks; ++c) {
-    const std::size_t bytes = c + 1 < shamir_chunks ? k_chunk_bytes : s.size() - c * k_chunk_bytes;
+    const std::size_t bytes = chunk_bytes(c);
     if (e[c] >> (8 * bytes) != 0)
       return make_error(errc::invalid_argument, "recovered value " + std::to_string(c) + " does not fit its " + std::to_string(bytes) +
                                                     " bytes: the shares are not of one secret");
-    for (std::size_t b = 0; b < bytes; ++b) s[c * k_chunk_bytes + b] = static_cast<std::byte>(e[c] >> (8 * b));
+    w.uint(e[c], bytes);
   }
   return s;
 }
