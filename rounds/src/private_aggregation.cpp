@@ -23,6 +23,7 @@
 #include <numbers>
 #include <optional>
 
+#include "tessera/core/endian.hpp"
 #include "tessera/core/mlp.hpp"
 #include "tessera/core/rdp.hpp"
 #include "tessera/core/seeds.hpp"
@@ -36,12 +37,8 @@ namespace tessera::rounds {
 namespace {
 
 std::vector<std::byte> bytes_of(std::uint64_t a, std::uint64_t b, std::string_view text = {}) {
-  std::vector<std::byte> out(16);
-  for (std::size_t i = 0; i < 8; ++i) {
-    out[i] = static_cast<std::byte>(a >> (8 * i));
-    out[8 + i] = static_cast<std::byte>(b >> (8 * i));
-  }
-  for (char c : text) out.push_back(static_cast<std::byte>(c));
+  std::vector<std::byte> out;
+  core::le_writer(out).u64(a).u64(b).bytes(std::span(text.data(), text.size()));
   return out;
 }
 

@@ -68,10 +68,11 @@ class le_writer {
     return *this;
   }
   // Bytes as they are (a magic, a key, a string's characters).
-  template <byte_like B, std::size_t E>
-  le_writer& bytes(std::span<const B, E> b) {
+  template <class B, std::size_t E>
+    requires byte_like<std::remove_const_t<B>>
+  le_writer& bytes(std::span<B, E> b) {
     reserve(b.size());
-    for (const B c : b) put(static_cast<byte_type>(static_cast<unsigned char>(c)));
+    for (const auto c : b) put(static_cast<byte_type>(static_cast<unsigned char>(c)));
     return *this;
   }
 
