@@ -7,10 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
-
-#include <openssl/crypto.h>
 
 namespace tessera::crypto {
 namespace {
@@ -90,10 +87,8 @@ struct secagg_client::state {
   std::map<std::string, std::map<std::uint32_t, shamir_share>> seed_shares;
   std::set<std::string> shared;                          // U2 as this device saw it (itself included)
 
+  // Keys, seeds and shares are secrets: each wipes itself when the state goes, on any path.
   state(x25519_keypair c_, x25519_keypair s_) : c(std::move(c_)), s(std::move(s_)) {}
-  ~state() {
-    for (auto& [seg, k] : seeds) OPENSSL_cleanse(k.data(), k.size());
-  }
 };
 
 secagg_client::secagg_client(std::unique_ptr<state> s) : s_(std::move(s)) {}
@@ -170,9 +165,8 @@ core::result<std::vector<secagg_box>> secagg_client::share_keys(const secagg_ros
 
   // The secrets: the mask key s_sk and one self-mask seed per covered segment, each split t-of-n with
   // x = roster position + 1; the neighbours get theirs.
-  TESSERA_ASSIGN_OR_RETURN(key256 s_sk, st.s.private_bytes());
+  TESSERA_ASSIGN_OR_RETURN(const key256 s_sk, st.s.private_bytes());
   auto key_split = shamir_split(s_sk, p.threshold, roster.size());
-  OPENSSL_cleanse(s_sk.data(), s_sk.size());
   TESSERA_TRY(key_split);
   std::map<std::uint32_t, std::vector<shamir_share>> seed_split;
   for (std::uint32_t seg : mine) {
@@ -180,12 +174,12 @@ core::result<std::vector<secagg_box>> secagg_client::share_keys(const secagg_ros
     TESSERA_ASSIGN_OR_RETURN(seed_split[seg], shamir_split(st.seeds[seg], p.threshold, roster.size()));
   }
   // My own shares stay here.
-  st.key_shares[st.id] = key_split.value()[st.index];
-  for (std::uint32_t seg : mine) st.seed_shares[st.id][seg] = seed_split[seg][st.index];
+  st.key_shares.insert_or_assign(st.id, shamir_share(key_split.value()[st.index]));
+  for (std::uint32_t seg : mine) st.seed_shares[st.id].insert_or_assign(seg, shamir_share(seed_split[seg][st.index]));
   std::vector<secagg_box> out;
   for (const std::size_t v : st.neighbours) {
     const std::string& to = roster[v].keys.id;
-    std::vector<std::byte> plain;
+    secret_bytes plain;  // shares: a secret until sealed
     core::le_writer w(plain);
     put_share(w, key_split.value()[v]);
     w.u32(static_cast<std::uint32_t>(mine.size()));
@@ -194,20 +188,15 @@ core::result<std::vector<secagg_box>> secagg_client::share_keys(const secagg_ros
       put_share(w, seed_split[seg][v]);
     }
     TESSERA_ASSIGN_OR_RETURN(const key256 k, st.c.agree(roster[v].keys.c_pk, round_info("boxes", p.round)));
-    auto box = aead_seal(k, box_associated(p.round, st.id, to), plain);
-    OPENSSL_cleanse(plain.data(), plain.size());
-    TESSERA_TRY(box);
-    out.push_back({.from = st.id, .to = to, .box = std::move(box).value()});
+    TESSERA_ASSIGN_OR_RETURN(auto box, aead_seal(k, box_associated(p.round, st.id, to), plain));
+    out.push_back({.from = st.id, .to = to, .box = std::move(box)});
   }
-  for (auto& [seg, shares] : seed_split)
-    for (auto& sh : shares) OPENSSL_cleanse(sh.y.data(), sizeof sh.y);
-  for (auto& sh : key_split.value()) OPENSSL_cleanse(sh.y.data(), sizeof sh.y);
   st.at = state::stage::shared;
   return out;
 }
 
 core::result<secagg_masked> secagg_client::mask(const std::vector<secagg_box>& boxes, const std::vector<std::vector<float>>& input,
-                                                const key256& rounding_key) {
+                                                key256_view rounding_key) {
   state& st = *s_;
   if (st.at != state::stage::shared) return make_error(errc::invalid_argument, "masking before the keys are shared, or twice");
   const secagg_params& p = st.params;
@@ -232,13 +221,12 @@ core::result<secagg_masked> secagg_client::mask(const std::vector<secagg_box>& b
     for (std::uint32_t i = 0; ok && i < n; ++i) {
       std::uint32_t seg = 0;
       shamir_share sh;
-      ok = r.u32(seg) && get_share(r, sh) && covers(*from, seg) && sh.x == st.index + 1 && seeds.emplace(seg, sh).second;
+      ok = r.u32(seg) && get_share(r, sh) && covers(*from, seg) && sh.x == st.index + 1 && seeds.emplace(seg, std::move(sh)).second;
     }
     ok = ok && r.done() && key_share.x == st.index + 1;
-    OPENSSL_cleanse(plain.data(), plain.size());
     if (!ok) return make_error(errc::bad_format, "the box from " + b.from + " does not hold this device's shares");
-    st.key_shares[b.from] = key_share;
-    st.seed_shares[b.from] = std::move(seeds);
+    st.key_shares.insert_or_assign(b.from, std::move(key_share));
+    st.seed_shares.insert_or_assign(b.from, std::move(seeds));
     st.shared.insert(b.from);
   }
   // Bonawitz et al.'s U2 ≥ t, before anything leaves this device: its self mask's seed is shared with
@@ -273,7 +261,6 @@ core::result<secagg_masked> secagg_client::mask(const std::vector<secagg_box>& b
     TESSERA_ASSIGN_OR_RETURN(noise_key, random_key());
   }
   TESSERA_ASSIGN_OR_RETURN(auto encoded, secagg_encode(p, st.roster.size(), me.segments, input, rounding_key, noise_key ? &*noise_key : nullptr));
-  if (noise_key) OPENSSL_cleanse(noise_key->data(), noise_key->size());
   secagg_masked out{.id = st.id, .y = std::move(encoded.y), .clipped = encoded.clipped};
   std::size_t offset = 0;
   for (const std::uint32_t seg : me.segments) {

@@ -90,7 +90,7 @@ core::result<std::vector<std::vector<float>>> secagg_change_input(std::span<cons
 }
 
 core::result<secagg_encoded> secagg_encode(const secagg_params& p, std::size_t summands, std::span<const std::uint32_t> segments,
-                                           const std::vector<std::vector<float>>& input, const key256& rounding_key,
+                                           const std::vector<std::vector<float>>& input, key256_view rounding_key,
                                            const key256* noise_key) {
   if (input.size() != segments.size())
     return make_error(errc::invalid_argument, std::to_string(input.size()) + " input vectors for " + std::to_string(segments.size()) + " segments");

@@ -48,8 +48,8 @@ struct device_draws {
   std::uint64_t group = 0;
 };
 core::result<device_draws> draws_of(const crypto::key256& round_key, const std::string& device) {
-  std::vector<std::byte> ikm(round_key.begin(), round_key.end());
-  for (char c : device) ikm.push_back(static_cast<std::byte>(c));
+  crypto::secret_bytes ikm{std::span<const std::byte>(round_key)};  // the round's key: a secret
+  core::le_writer(ikm).bytes(std::span(device.data(), device.size()));
   TESSERA_ASSIGN_OR_RETURN(const crypto::key256 k, crypto::derive_key(ikm, "tessera dp device v1"));
   crypto::keystream ks(k);
   device_draws d;
@@ -61,7 +61,7 @@ core::result<device_draws> draws_of(const crypto::key256& round_key, const std::
 // Standard normal values from a ChaCha20 keystream (Box–Muller over 53-bit uniforms).
 class gaussian {
  public:
-  explicit gaussian(const crypto::key256& key) : ks_(key) {}
+  explicit gaussian(crypto::key256_view key) : ks_(key) {}
   double next() {
     if (spare_) {
       const double z = *spare_;

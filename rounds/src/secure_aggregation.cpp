@@ -91,7 +91,8 @@ core::result<void> secure_aggregation::begin(const round_view& v, const core::ro
     // simulator, its noise) must not repeat from round to round.
     std::vector<std::byte> ikm;
     core::le_writer(ikm).u64(plan.seed).u64(static_cast<std::uint64_t>(v.round())).bytes(std::span(a.device.data(), a.device.size()));
-    TESSERA_ASSIGN_OR_RETURN(a.rounding_key, crypto::derive_key(ikm, "tessera secagg rounding v1"));
+    TESSERA_ASSIGN_OR_RETURN(const crypto::key256 rounding, crypto::derive_key(ikm, "tessera secagg rounding v1"));
+    std::copy(rounding.begin(), rounding.end(), a.rounding_key.begin());  // no secret (assignment.hpp)
   }
   round_ = std::make_unique<open_round>(std::move(p));
   round_->group_subnets = std::move(subnets);
