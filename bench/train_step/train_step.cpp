@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
       rng r(1);
       for (auto& v : x) v = r.uniform();
       for (auto& v : y) v = static_cast<float>(r.below(10));
-      const sgd_options opt{.learning_rate = 0.001f, .momentum = 0.9f, .weight_decay = 0.0f, .nesterov = false};
+      const sgd_options opt{.learning_rate = 0.001f, .momentum = 0.9f, .weight_decay = 0.0f};
       const double s = best_seconds(
           [&] {
             auto loss = net.train_step(params, grads, velocity, opt, x.data(), y.data(), batch, ws);

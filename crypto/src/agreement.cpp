@@ -56,7 +56,7 @@ core::result<x25519_keypair> x25519_keypair::generate() {
   return x25519_keypair(std::make_unique<handle>(handle{std::move(key)}), pub);
 }
 
-core::result<x25519_keypair> x25519_keypair::from_private(const key256& private_key) {
+core::result<x25519_keypair> x25519_keypair::from_private(key256_view private_key) {
   pkey_ptr key(EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, nullptr, uc(private_key.data()), private_key.size()));
   if (!key) return openssl_error("X25519 private key");
   public_key pub{};
@@ -66,7 +66,7 @@ core::result<x25519_keypair> x25519_keypair::from_private(const key256& private_
 }
 
 core::result<key256> x25519_keypair::private_bytes() const {
-  key256 k{};
+  key256 k;
   std::size_t len = k.size();
   if (EVP_PKEY_get_raw_private_key(h_->key.get(), uc(k.data()), &len) != 1 || len != k.size()) return openssl_error("X25519 private key");
   return k;
@@ -78,13 +78,11 @@ core::result<key256> x25519_keypair::agree(const public_key& peer, std::string_v
   pkey_ctx_ptr ctx(EVP_PKEY_CTX_new(h_->key.get(), nullptr));
   if (!ctx || EVP_PKEY_derive_init(ctx.get()) != 1 || EVP_PKEY_derive_set_peer(ctx.get(), other.get()) != 1)
     return openssl_error("X25519 agreement");
-  key256 secret{};
-  std::size_t len = secret.size();
+  key256 shared;
+  std::size_t len = shared.size();
   // OpenSSL refuses an all-zero result (a peer key of small order): RFC 7748 §6.1's check.
-  if (EVP_PKEY_derive(ctx.get(), uc(secret.data()), &len) != 1 || len != secret.size()) return openssl_error("X25519 agreement");
-  auto key = derive_key(secret, info);
-  OPENSSL_cleanse(secret.data(), secret.size());
-  return key;
+  if (EVP_PKEY_derive(ctx.get(), uc(shared.data()), &len) != 1 || len != shared.size()) return openssl_error("X25519 agreement");
+  return derive_key(shared, info);
 }
 
 struct signing_key::handle {
@@ -167,7 +165,7 @@ bool verifying_key::verify(std::span<const std::byte> message, std::span<const s
   return ok;
 }
 
-core::result<std::vector<std::byte>> aead_seal(const key256& key, std::span<const std::byte> associated, std::span<const std::byte> plaintext) {
+core::result<std::vector<std::byte>> aead_seal(key256_view key, std::span<const std::byte> associated, std::span<const std::byte> plaintext) {
   if (plaintext.size() > k_max_aead || associated.size() > k_max_aead) return make_error(errc::invalid_argument, "AEAD input too large");
   std::vector<std::byte> box(k_nonce + plaintext.size() + k_tag);
   if (RAND_bytes(uc(box.data()), static_cast<int>(k_nonce)) != 1) return openssl_error("RAND_bytes");
@@ -182,10 +180,10 @@ core::result<std::vector<std::byte>> aead_seal(const key256& key, std::span<cons
   return box;
 }
 
-core::result<std::vector<std::byte>> aead_open(const key256& key, std::span<const std::byte> associated, std::span<const std::byte> box) {
+core::result<secret_bytes> aead_open(key256_view key, std::span<const std::byte> associated, std::span<const std::byte> box) {
   if (box.size() < k_nonce + k_tag || box.size() > k_max_aead) return make_error(errc::bad_format, "a sealed box of " + std::to_string(box.size()) + " bytes");
   const std::size_t n = box.size() - k_nonce - k_tag;
-  std::vector<std::byte> plain(n);
+  secret_bytes plain(n);
   detail::cipher_ctx_ptr ctx(EVP_CIPHER_CTX_new());
   int len = 0;
   std::array<unsigned char, k_tag> tag{};
@@ -196,8 +194,7 @@ core::result<std::vector<std::byte>> aead_open(const key256& key, std::span<cons
       EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG, static_cast<int>(k_tag), tag.data()) != 1)
     return openssl_error("AES-256-GCM open");
   if (EVP_DecryptFinal_ex(ctx.get(), uc(plain.data()) + len, &len) != 1) {
-    ERR_clear_error();
-    OPENSSL_cleanse(plain.data(), plain.size());
+    ERR_clear_error();  // `plain` wipes what was decrypted as it goes
     return make_error(errc::auth_failed, "a sealed box that does not authenticate: wrong key, or altered");
   }
   return plain;

@@ -1,6 +1,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -69,11 +70,25 @@ core::result<std::vector<std::byte>> read_file(const std::filesystem::path& path
   return make_error(bytes.error().code == core::errc::bad_format ? errc::bad_format : errc::io, bytes.error().message);
 }
 
+core::result<secret_bytes> read_secret_file(const std::filesystem::path& path, std::size_t max_bytes) {
+  // Sized first, then read into the secret; a file that changed meanwhile fails the read. Without a
+  // size (no such file) the read reports why.
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  secret_bytes out(ec ? 0 : static_cast<std::size_t>(std::min<std::uintmax_t>(size, max_bytes)));
+  auto read = core::read_file_into(path, std::span(out.data(), out.size()));
+  if (!read) return make_error(read.error().code == core::errc::bad_format ? errc::bad_format : errc::io, read.error().message);
+  out.resize(read.value());
+  return out;
+}
+
 namespace {
 constexpr std::size_t k_pem_limit = 1 << 20;  // PEM files we read are a few KiB; a CRL grows ~40 B/serial
 
+// Through a secret: one of the PEM files read here is a private key. (The BIO's own buffer is
+// OpenSSL's, which clears it when it frees it.)
 core::result<bio_ptr> read_bio(const std::filesystem::path& path) {
-  auto bytes = read_file(path, k_pem_limit);
+  auto bytes = read_secret_file(path, k_pem_limit);
   TESSERA_TRY(bytes);
   BIO* mem = BIO_new(BIO_s_mem());
   if (!mem) return openssl_error("BIO_new");
@@ -110,13 +125,21 @@ core::result<x509_crl_ptr> read_crl(const std::filesystem::path& path) {
   return read_pem<x509_crl_ptr>(path, PEM_read_bio_X509_CRL, "CRL");
 }
 
-std::vector<std::byte> bio_contents(BIO* bio) {
+namespace {
+std::span<const std::byte> bio_bytes(BIO* bio) {
   char* data = nullptr;
   const long n = BIO_get_mem_data(bio, &data);
   if (n <= 0 || data == nullptr) return {};
-  const auto* first = reinterpret_cast<const std::byte*>(data);
-  return {first, first + n};
+  return {reinterpret_cast<const std::byte*>(data), static_cast<std::size_t>(n)};
 }
+}  // namespace
+
+std::vector<std::byte> bio_contents(BIO* bio) {
+  const auto b = bio_bytes(bio);
+  return {b.begin(), b.end()};
+}
+
+secret_bytes bio_secret_contents(BIO* bio) { return secret_bytes(bio_bytes(bio)); }
 
 }  // namespace detail
 }  // namespace tessera::crypto

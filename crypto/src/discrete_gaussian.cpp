@@ -64,7 +64,7 @@ core::result<variance_fraction> rational_variance(double variance) {
   return variance_fraction{.num = num, .den = std::uint64_t{1} << e};
 }
 
-discrete_gaussian::discrete_gaussian(const key256& key, variance_fraction variance) : ks_(key), v_(variance) {
+discrete_gaussian::discrete_gaussian(key256_view key, variance_fraction variance) : ks_(key), v_(variance) {
   TESSERA_ASSERT(v_.num > 0 && v_.den > 0 && v_.den <= (std::uint64_t{1} << 40) && v_.num <= (std::uint64_t{1} << 51));
   t_ = isqrt(v_.num / v_.den) + 1;  // floor(sqrt(n/d)) = floor(sqrt(floor(n/d)))
   // |Y|·d·t below 2^63 keeps (|Y|·d·t − n)² below 2^127 (n < 2^52).

@@ -5,7 +5,6 @@
 #include <string>
 
 #include <openssl/core_names.h>
-#include <openssl/crypto.h>
 #include <openssl/kdf.h>
 #include <openssl/rand.h>
 
@@ -61,13 +60,14 @@ core::result<key256> random_key() {
   return k;
 }
 
+// The cipher context holds the key (EVP_CIPHER_CTX_free cleanses it); the block, output not yet read.
 struct keystream::state {
   detail::cipher_ctx_ptr ctx{EVP_CIPHER_CTX_new()};
-  std::array<std::uint64_t, k_block_values> block{};
+  secret<std::uint64_t, k_block_values> block;
   std::size_t used = k_block_values;
 };
 
-keystream::keystream(const key256& key) : s_(std::make_unique<state>()) {
+keystream::keystream(key256_view key) : s_(std::make_unique<state>()) {
   static constexpr unsigned char iv[16] = {};  // counter 0, nonce 0: the key is used for this stream only
   // Failures here are not input errors: an OpenSSL without ChaCha20 or out of memory.
   TESSERA_ASSERT(s_->ctx != nullptr);
@@ -75,9 +75,7 @@ keystream::keystream(const key256& key) : s_(std::make_unique<state>()) {
   TESSERA_ASSERT(ok == 1);
 }
 
-keystream::~keystream() {
-  if (s_) OPENSSL_cleanse(s_->block.data(), sizeof s_->block);
-}
+keystream::~keystream() = default;
 keystream::keystream(keystream&&) noexcept = default;
 keystream& keystream::operator=(keystream&&) noexcept = default;
 
@@ -87,6 +85,7 @@ void keystream::fill(std::span<std::uint64_t> out) {
     if (s_->used == k_block_values) {
       int len = 0;
       const int ok = EVP_EncryptUpdate(s_->ctx.get(), reinterpret_cast<unsigned char*>(s_->block.data()), &len, zeros, sizeof zeros);
+      static_assert(sizeof zeros == sizeof(std::uint64_t) * k_block_values);
       TESSERA_ASSERT(ok == 1 && len == static_cast<int>(sizeof zeros));
       s_->used = 0;
     }
@@ -100,16 +99,15 @@ std::uint64_t keystream::next() {
   return v;
 }
 
-void apply_mask(std::span<std::uint64_t> x, int bits, const key256& key, mask_sign sign) {
+void apply_mask(std::span<std::uint64_t> x, int bits, key256_view key, mask_sign sign) {
   keystream ks(key);
   const std::uint64_t m = low_bits(bits);
-  std::array<std::uint64_t, k_block_values> r{};
+  secret<std::uint64_t, k_block_values> r;  // the mask itself: as secret as the key
   for (std::size_t i = 0; i < x.size(); i += r.size()) {
     const std::size_t n = std::min(r.size(), x.size() - i);
-    ks.fill(std::span(r).first(n));
+    ks.fill(std::span(r.data(), n));
     for (std::size_t j = 0; j < n; ++j) x[i + j] = (sign == mask_sign::add ? x[i + j] + r[j] : x[i + j] - r[j]) & m;
   }
-  OPENSSL_cleanse(r.data(), sizeof r);
 }
 
 void add_into(std::span<std::uint64_t> a, std::span<const std::uint64_t> b, int bits) noexcept {

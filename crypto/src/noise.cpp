@@ -72,7 +72,7 @@ std::int64_t poisson_draw(keystream& ks, double mean) {
   }
 }
 
-skellam_sampler::skellam_sampler(const key256& key, double variance) : ks_(key), half_(variance / 2.0) {
+skellam_sampler::skellam_sampler(key256_view key, double variance) : ks_(key), half_(variance / 2.0) {
   TESSERA_ASSERT(variance >= 0.0 && variance <= k_max_skellam_variance);
 }
 

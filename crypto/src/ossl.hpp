@@ -15,6 +15,7 @@
 #include <openssl/x509v3.h>
 
 #include "tessera/crypto/error.hpp"
+#include "tessera/crypto/secret.hpp"
 
 namespace tessera::crypto::detail {
 
@@ -50,11 +51,14 @@ using bignum_ptr = ossl_ptr<BIGNUM, BN_free>;
                                             unsigned mode, bool force);
 [[nodiscard]] core::result<std::vector<std::byte>> read_file(const std::filesystem::path& path,
                                                              std::size_t max_bytes);
+// The same, read straight into a secret (a private key's PEM): no copy of the bytes is left behind.
+[[nodiscard]] core::result<secret_bytes> read_secret_file(const std::filesystem::path& path, std::size_t max_bytes);
 
 // PEM I/O through memory BIOs, so that file writing keeps one careful path.
 [[nodiscard]] core::result<x509_ptr> read_cert(const std::filesystem::path& path);
 [[nodiscard]] core::result<pkey_ptr> read_key(const std::filesystem::path& path);
 [[nodiscard]] core::result<x509_crl_ptr> read_crl(const std::filesystem::path& path);
 [[nodiscard]] std::vector<std::byte> bio_contents(BIO* bio);
+[[nodiscard]] secret_bytes bio_secret_contents(BIO* bio);  // a private key's PEM
 
 }  // namespace tessera::crypto::detail

@@ -25,11 +25,11 @@ core::result<pkey_ptr> new_p256_key() {
   return key;
 }
 
-core::result<std::vector<std::byte>> key_pem(EVP_PKEY* key) {
+core::result<secret_bytes> key_pem(EVP_PKEY* key) {
   bio_ptr bio(BIO_new(BIO_s_mem()));
   if (!bio || PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0, nullptr, nullptr) != 1)
     return openssl_error("encode private key");
-  return bio_contents(bio.get());
+  return bio_secret_contents(bio.get());
 }
 
 core::result<std::vector<std::byte>> cert_pem(X509* cert) {

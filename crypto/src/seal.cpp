@@ -2,10 +2,10 @@
 
 #include <cstring>
 
-#include <openssl/crypto.h>
 #include <openssl/rand.h>
 
 #include "ossl.hpp"
+#include "tessera/core/io/file_io.hpp"
 
 namespace tessera::crypto {
 namespace {
@@ -22,8 +22,6 @@ const unsigned char* uc(const std::byte* p) { return reinterpret_cast<const unsi
 
 }  // namespace
 
-sealing_key::~sealing_key() { OPENSSL_cleanse(bytes_.data(), bytes_.size()); }
-
 core::result<sealing_key> sealing_key::generate() {
   sealing_key k;
   if (RAND_bytes(k.bytes_.data(), static_cast<int>(k.bytes_.size())) != 1) return detail::openssl_error("RAND_bytes");
@@ -31,13 +29,12 @@ core::result<sealing_key> sealing_key::generate() {
 }
 
 core::result<sealing_key> sealing_key::load(const std::filesystem::path& path) {
-  auto bytes = detail::read_file(path, 64);
-  TESSERA_TRY(bytes);
   sealing_key k;
-  if (bytes.value().size() != k.bytes_.size())
+  const auto read = core::read_file_into(path, std::as_writable_bytes(std::span(k.bytes_.data(), k.bytes_.size())));
+  // A larger file does not fit the key: the same answer as a shorter one.
+  if (!read && read.error().code != core::errc::bad_format) return make_error(errc::io, read.error().message);
+  if (!read || read.value() != k.bytes_.size())
     return make_error(errc::bad_format, path.string() + ": a sealing key file holds exactly 32 bytes");
-  std::memcpy(k.bytes_.data(), bytes.value().data(), k.bytes_.size());
-  OPENSSL_cleanse(bytes.value().data(), bytes.value().size());
   return k;
 }
 
@@ -87,8 +84,11 @@ core::result<std::vector<std::byte>> unseal(const sealing_key& key, std::span<co
       EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG, static_cast<int>(k_tag), tag.data()) != 1)
     return detail::openssl_error("AES-256-GCM open");
   if (EVP_DecryptFinal_ex(ctx.get(), uc(out.data()) + body_size, &n) != 1) {
-    // Do not hand back unauthenticated plaintext, not even partially.
-    OPENSSL_cleanse(out.data(), out.size());
+    // Do not hand back unauthenticated plaintext, not even partially, nor leave it in freed memory.
+    // A checkpoint is no key, and this buffer no secret: a secret_bytes would cost every load a copy
+    // of the checkpoint to hand back a plain vector. So it is wiped here, the one wipe outside
+    // secret.hpp.
+    detail::cleanse(out.data(), out.size());
     return make_error(errc::auth_failed, "sealed blob failed authentication (wrong key or modified data)");
   }
   return out;

@@ -2,14 +2,12 @@
 
 #include "secagg_checks.hpp"
 #include "secagg_parts.hpp"
+#include "tessera/core/base/endian.hpp"
 #include "tessera/crypto/secagg_graph.hpp"
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
-
-#include <openssl/crypto.h>
 
 namespace tessera::crypto {
 namespace {
@@ -27,56 +25,31 @@ using detail::segment_info;
 constexpr std::string_view k_sign_context = "tessera secagg keys v1";
 
 
-void put_u32(std::vector<std::byte>& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
+// A string and its terminating zero, so that no two lists of strings have the same bytes.
+template <class Out>
+void put_text(core::le_writer<Out>& w, std::string_view s) {
+  w.bytes(std::span(s.data(), s.size())).u8(0);
 }
-void put_u64(std::vector<std::byte>& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
+template <class Out>
+void put_share(core::le_writer<Out>& w, const shamir_share& s) {
+  w.u32(s.x);
+  for (auto y : s.y) w.u64(y);
 }
-void put_text(std::vector<std::byte>& out, std::string_view s) {
-  for (char c : s) out.push_back(static_cast<std::byte>(c));
-  out.push_back(std::byte{0});
+// Reads what put_share wrote; false if the bytes end first or a value lies outside the field.
+bool get_share(core::le_reader& r, shamir_share& s) {
+  if (!r.u32(s.x)) return false;
+  for (auto& y : s.y)
+    if (!r.u64(y) || y >= gf61_prime) return false;
+  return true;
 }
-void put_share(std::vector<std::byte>& out, const shamir_share& s) {
-  put_u32(out, s.x);
-  for (auto y : s.y) put_u64(out, y);
-}
-
-// Reads what put_* wrote; every length is checked before use.
-class reader {
- public:
-  explicit reader(std::span<const std::byte> b) : b_(b) {}
-  bool u32(std::uint32_t& v) {
-    if (b_.size() - at_ < 4) return false;
-    v = 0;
-    for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(b_[at_++]) << (8 * i);
-    return true;
-  }
-  bool u64(std::uint64_t& v) {
-    if (b_.size() - at_ < 8) return false;
-    v = 0;
-    for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(b_[at_++]) << (8 * i);
-    return true;
-  }
-  bool share(shamir_share& s) {
-    if (!u32(s.x)) return false;
-    for (auto& y : s.y)
-      if (!u64(y) || y >= gf61_prime) return false;
-    return true;
-  }
-  [[nodiscard]] bool done() const { return at_ == b_.size(); }
-
- private:
-  std::span<const std::byte> b_;
-  std::size_t at_ = 0;
-};
 
 std::vector<std::byte> box_associated(std::uint64_t round, const std::string& from, const std::string& to) {
   std::vector<std::byte> a;
-  put_text(a, "tessera secagg box v1");
-  put_u64(a, round);
-  put_text(a, from);
-  put_text(a, to);
+  core::le_writer w(a);
+  put_text(w, "tessera secagg box v1");
+  w.u64(round);
+  put_text(w, from);
+  put_text(w, to);
   return a;
 }
 
@@ -85,11 +58,11 @@ std::vector<std::byte> box_associated(std::uint64_t round, const std::string& fr
 
 std::vector<std::byte> secagg_signed_message(std::uint64_t round, const std::string& id, const public_key& c_pk, const public_key& s_pk) {
   std::vector<std::byte> m;
-  put_text(m, k_sign_context);
-  put_u64(m, round);
-  put_text(m, id);
-  m.insert(m.end(), c_pk.begin(), c_pk.end());
-  m.insert(m.end(), s_pk.begin(), s_pk.end());
+  core::le_writer w(m);
+  put_text(w, k_sign_context);
+  w.u64(round);
+  put_text(w, id);
+  w.bytes(std::span(c_pk)).bytes(std::span(s_pk));
   return m;
 }
 
@@ -114,10 +87,8 @@ struct secagg_client::state {
   std::map<std::string, std::map<std::uint32_t, shamir_share>> seed_shares;
   std::set<std::string> shared;                          // U2 as this device saw it (itself included)
 
+  // Keys, seeds and shares are secrets: each wipes itself when the state goes, on any path.
   state(x25519_keypair c_, x25519_keypair s_) : c(std::move(c_)), s(std::move(s_)) {}
-  ~state() {
-    for (auto& [seg, k] : seeds) OPENSSL_cleanse(k.data(), k.size());
-  }
 };
 
 secagg_client::secagg_client(std::unique_ptr<state> s) : s_(std::move(s)) {}
@@ -194,9 +165,8 @@ core::result<std::vector<secagg_box>> secagg_client::share_keys(const secagg_ros
 
   // The secrets: the mask key s_sk and one self-mask seed per covered segment, each split t-of-n with
   // x = roster position + 1; the neighbours get theirs.
-  TESSERA_ASSIGN_OR_RETURN(key256 s_sk, st.s.private_bytes());
+  TESSERA_ASSIGN_OR_RETURN(const key256 s_sk, st.s.private_bytes());
   auto key_split = shamir_split(s_sk, p.threshold, roster.size());
-  OPENSSL_cleanse(s_sk.data(), s_sk.size());
   TESSERA_TRY(key_split);
   std::map<std::uint32_t, std::vector<shamir_share>> seed_split;
   for (std::uint32_t seg : mine) {
@@ -204,33 +174,29 @@ core::result<std::vector<secagg_box>> secagg_client::share_keys(const secagg_ros
     TESSERA_ASSIGN_OR_RETURN(seed_split[seg], shamir_split(st.seeds[seg], p.threshold, roster.size()));
   }
   // My own shares stay here.
-  st.key_shares[st.id] = key_split.value()[st.index];
-  for (std::uint32_t seg : mine) st.seed_shares[st.id][seg] = seed_split[seg][st.index];
+  st.key_shares.insert_or_assign(st.id, shamir_share(key_split.value()[st.index]));
+  for (std::uint32_t seg : mine) st.seed_shares[st.id].insert_or_assign(seg, shamir_share(seed_split[seg][st.index]));
   std::vector<secagg_box> out;
   for (const std::size_t v : st.neighbours) {
     const std::string& to = roster[v].keys.id;
-    std::vector<std::byte> plain;
-    put_share(plain, key_split.value()[v]);
-    put_u32(plain, static_cast<std::uint32_t>(mine.size()));
+    secret_bytes plain;  // shares: a secret until sealed
+    core::le_writer w(plain);
+    put_share(w, key_split.value()[v]);
+    w.u32(static_cast<std::uint32_t>(mine.size()));
     for (std::uint32_t seg : mine) {
-      put_u32(plain, seg);
-      put_share(plain, seed_split[seg][v]);
+      w.u32(seg);
+      put_share(w, seed_split[seg][v]);
     }
     TESSERA_ASSIGN_OR_RETURN(const key256 k, st.c.agree(roster[v].keys.c_pk, round_info("boxes", p.round)));
-    auto box = aead_seal(k, box_associated(p.round, st.id, to), plain);
-    OPENSSL_cleanse(plain.data(), plain.size());
-    TESSERA_TRY(box);
-    out.push_back({.from = st.id, .to = to, .box = std::move(box).value()});
+    TESSERA_ASSIGN_OR_RETURN(auto box, aead_seal(k, box_associated(p.round, st.id, to), plain));
+    out.push_back({.from = st.id, .to = to, .box = std::move(box)});
   }
-  for (auto& [seg, shares] : seed_split)
-    for (auto& sh : shares) OPENSSL_cleanse(sh.y.data(), sizeof sh.y);
-  for (auto& sh : key_split.value()) OPENSSL_cleanse(sh.y.data(), sizeof sh.y);
   st.at = state::stage::shared;
   return out;
 }
 
 core::result<secagg_masked> secagg_client::mask(const std::vector<secagg_box>& boxes, const std::vector<std::vector<float>>& input,
-                                                const key256& rounding_key) {
+                                                key256_view rounding_key) {
   state& st = *s_;
   if (st.at != state::stage::shared) return make_error(errc::invalid_argument, "masking before the keys are shared, or twice");
   const secagg_params& p = st.params;
@@ -247,21 +213,20 @@ core::result<secagg_masked> secagg_client::mask(const std::vector<secagg_box>& b
     const secagg_member* from = &st.roster[from_at];
     TESSERA_ASSIGN_OR_RETURN(const key256 k, st.c.agree(from->keys.c_pk, round_info("boxes", p.round)));
     TESSERA_ASSIGN_OR_RETURN(auto plain, aead_open(k, box_associated(p.round, b.from, st.id), b.box));
-    reader r(plain);
+    core::le_reader r(plain);
     shamir_share key_share;
     std::uint32_t n = 0;
-    bool ok = r.share(key_share) && r.u32(n) && n == from->segments.size();
+    bool ok = get_share(r, key_share) && r.u32(n) && n == from->segments.size();
     std::map<std::uint32_t, shamir_share> seeds;
     for (std::uint32_t i = 0; ok && i < n; ++i) {
       std::uint32_t seg = 0;
       shamir_share sh;
-      ok = r.u32(seg) && r.share(sh) && covers(*from, seg) && sh.x == st.index + 1 && seeds.emplace(seg, sh).second;
+      ok = r.u32(seg) && get_share(r, sh) && covers(*from, seg) && sh.x == st.index + 1 && seeds.emplace(seg, std::move(sh)).second;
     }
     ok = ok && r.done() && key_share.x == st.index + 1;
-    OPENSSL_cleanse(plain.data(), plain.size());
     if (!ok) return make_error(errc::bad_format, "the box from " + b.from + " does not hold this device's shares");
-    st.key_shares[b.from] = key_share;
-    st.seed_shares[b.from] = std::move(seeds);
+    st.key_shares.insert_or_assign(b.from, std::move(key_share));
+    st.seed_shares.insert_or_assign(b.from, std::move(seeds));
     st.shared.insert(b.from);
   }
   // Bonawitz et al.'s U2 ≥ t, before anything leaves this device: its self mask's seed is shared with
@@ -296,7 +261,6 @@ core::result<secagg_masked> secagg_client::mask(const std::vector<secagg_box>& b
     TESSERA_ASSIGN_OR_RETURN(noise_key, random_key());
   }
   TESSERA_ASSIGN_OR_RETURN(auto encoded, secagg_encode(p, st.roster.size(), me.segments, input, rounding_key, noise_key ? &*noise_key : nullptr));
-  if (noise_key) OPENSSL_cleanse(noise_key->data(), noise_key->size());
   secagg_masked out{.id = st.id, .y = std::move(encoded.y), .clipped = encoded.clipped};
   std::size_t offset = 0;
   for (const std::uint32_t seg : me.segments) {

@@ -1,9 +1,11 @@
 // Secure aggregation's inputs: a device's weighted change, its encoding in the ring, the values on the
 // wire, and the sums computed from unmasked encodings (tessera-sim).
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "secagg_checks.hpp"
+#include "tessera/core/base/endian.hpp"
 #include "tessera/crypto/noise.hpp"
 #include "tessera/crypto/secagg.hpp"
 
@@ -14,8 +16,9 @@ using detail::check_segments;
 
 void secagg_pack(std::span<const std::uint64_t> y, int bits, std::span<std::byte> out) {
   const std::size_t w = secagg_value_bytes(bits);
-  for (std::size_t i = 0; i < y.size() && (i + 1) * w <= out.size(); ++i)
-    for (std::size_t b = 0; b < w; ++b) out[i * w + b] = static_cast<std::byte>(y[i] >> (8 * b));
+  const std::size_t n = std::min(y.size(), out.size() / w);  // as many whole values as fit
+  core::le_writer writer(out);
+  for (std::size_t i = 0; i < n; ++i) writer.uint(y[i], w);
 }
 
 core::result<std::vector<std::uint64_t>> secagg_unpack(std::span<const std::byte> in, int bits) {
@@ -24,9 +27,11 @@ core::result<std::vector<std::uint64_t>> secagg_unpack(std::span<const std::byte
     return make_error(errc::bad_format, std::to_string(in.size()) + " bytes of masked values, not a multiple of " + std::to_string(w));
   const std::uint64_t high = bits >= 64 ? 0 : ~((std::uint64_t{1} << bits) - 1);
   std::vector<std::uint64_t> y(in.size() / w);
+  core::le_reader r(in);
   for (std::size_t i = 0; i < y.size(); ++i) {
     std::uint64_t v = 0;
-    for (std::size_t b = 0; b < w; ++b) v |= static_cast<std::uint64_t>(in[i * w + b]) << (8 * b);
+    const bool read = r.uint(v, w);
+    TESSERA_ASSERT(read);  // the size is a multiple of w
     if ((v & high) != 0) return make_error(errc::bad_format, "masked value " + std::to_string(i) + " lies outside the ring");
     y[i] = v;
   }
@@ -85,7 +90,7 @@ core::result<std::vector<std::vector<float>>> secagg_change_input(std::span<cons
 }
 
 core::result<secagg_encoded> secagg_encode(const secagg_params& p, std::size_t summands, std::span<const std::uint32_t> segments,
-                                           const std::vector<std::vector<float>>& input, const key256& rounding_key,
+                                           const std::vector<std::vector<float>>& input, key256_view rounding_key,
                                            const key256* noise_key) {
   if (input.size() != segments.size())
     return make_error(errc::invalid_argument, std::to_string(input.size()) + " input vectors for " + std::to_string(segments.size()) + " segments");

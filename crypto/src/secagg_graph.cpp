@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 
+#include "tessera/core/base/endian.hpp"
 #include "tessera/crypto/digest.hpp"
 
 namespace tessera::crypto {
@@ -11,12 +12,9 @@ namespace {
 // A member's place on a segment's ring: SHA-256 over the protocol round, the segment and its id, so
 // that neither the hub nor a device picks its neighbours.
 sha256_digest ring_key(std::uint64_t round, std::uint32_t segment, const std::string& id) {
+  static constexpr std::string_view k_context("tessera secagg graph v1\0", 24);  // with its terminating zero
   std::vector<std::byte> m;
-  for (char c : std::string_view("tessera secagg graph v1")) m.push_back(static_cast<std::byte>(c));
-  m.push_back(std::byte{0});
-  for (int i = 0; i < 8; ++i) m.push_back(static_cast<std::byte>(round >> (8 * i)));
-  for (int i = 0; i < 4; ++i) m.push_back(static_cast<std::byte>(segment >> (8 * i)));
-  for (char c : id) m.push_back(static_cast<std::byte>(c));
+  core::le_writer(m).bytes(std::span(k_context)).u64(round).u32(segment).bytes(std::span(id.data(), id.size()));
   return sha256_of(m);
 }
 

@@ -14,7 +14,7 @@
 namespace tessera::crypto::detail {
 
 // The mask of one segment, added (sign true) or subtracted, on `y` (that segment's values).
-inline void mask_segment(std::span<std::uint64_t> y, int bits, const key256& key, bool add) {
+inline void mask_segment(std::span<std::uint64_t> y, int bits, key256_view key, bool add) {
   apply_mask(y, bits, key, add ? mask_sign::add : mask_sign::subtract);
 }
 

@@ -5,10 +5,7 @@
 #include "tessera/crypto/secagg_graph.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
-
-#include <openssl/crypto.h>
 
 namespace tessera::crypto {
 
@@ -170,11 +167,8 @@ core::result<std::vector<secagg_segment_sum>> secagg_server::finish() const {
   for (const auto& v : req.dropped) {
     const auto& shares = key_shares[v];
     if (shares.size() < p.threshold) continue;  // the segments that need it are withheld below
-    TESSERA_ASSIGN_OR_RETURN(const secret32 sk, shamir_recover(shares, p.threshold));
-    key256 k;
-    std::memcpy(k.data(), sk.data(), k.size());
-    TESSERA_ASSIGN_OR_RETURN(auto pair, x25519_keypair::from_private(k));
-    OPENSSL_cleanse(k.data(), k.size());
+    TESSERA_ASSIGN_OR_RETURN(const key256 sk, shamir_recover(shares, p.threshold));
+    TESSERA_ASSIGN_OR_RETURN(auto pair, x25519_keypair::from_private(sk));
     if (pair.public_bytes() != member(v)->keys.s_pk)
       return make_error(errc::auth_failed, "the key recovered for " + v + " is not the one it advertised");
     dropped_keys.emplace(v, std::move(pair));
@@ -208,11 +202,8 @@ core::result<std::vector<secagg_segment_sum>> secagg_server::finish() const {
         missing = "too few replies hold " + u + "'s seed";
         break;
       }
-      TESSERA_ASSIGN_OR_RETURN(const secret32 seed, shamir_recover(shares, p.threshold));
-      key256 b;
-      std::memcpy(b.data(), seed.data(), b.size());
-      TESSERA_ASSIGN_OR_RETURN(const key256 self, derive_key(b, segment_info("self", p.round, seg)));
-      OPENSSL_cleanse(b.data(), b.size());
+      TESSERA_ASSIGN_OR_RETURN(const key256 seed, shamir_recover(shares, p.threshold));
+      TESSERA_ASSIGN_OR_RETURN(const key256 self, derive_key(seed, segment_info("self", p.round, seg)));
       mask_segment(acc, p.bits, self, false);
       // Masks u drew with devices that dropped after sharing keys do not cancel: remove them.
       for (std::size_t i = 0; i < req.dropped.size() && missing.empty(); ++i) {

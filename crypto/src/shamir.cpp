@@ -3,15 +3,18 @@
 #include <algorithm>
 #include <string>
 
-#include <openssl/crypto.h>
 #include <openssl/rand.h>
 
 #include "ossl.hpp"
+#include "tessera/core/base/endian.hpp"
 
 namespace tessera::crypto {
 namespace {
 
 constexpr std::size_t k_chunk_bytes = 7;
+// Bytes of the secret in chunk c: 7, and the last 4.
+constexpr std::size_t chunk_bytes(std::size_t c) noexcept { return c + 1 < shamir_chunks ? k_chunk_bytes : 32 - c * k_chunk_bytes; }
+static_assert(k_chunk_bytes * (shamir_chunks - 1) + chunk_bytes(shamir_chunks - 1) == secret32::size());
 
 // A uniform element of GF(p) from the CSPRNG: 61 random bits, rejected when >= p (probability 2^-61).
 core::result<std::uint64_t> random_element() {
@@ -32,21 +35,25 @@ core::result<void> check_counts(std::size_t t, std::size_t n) {
 
 }  // namespace
 
-std::array<std::uint64_t, shamir_chunks> secret_to_elements(const secret32& s) noexcept {
-  std::array<std::uint64_t, shamir_chunks> e{};
-  for (std::size_t i = 0; i < s.size(); ++i)
-    e[i / k_chunk_bytes] |= static_cast<std::uint64_t>(s[i]) << (8 * (i % k_chunk_bytes));
+shamir_values secret_to_elements(std::span<const std::byte, 32> s) noexcept {
+  shamir_values e;
+  core::le_reader r(s);
+  for (std::size_t c = 0; c < shamir_chunks; ++c) {
+    const bool read = r.uint(e[c], chunk_bytes(c));
+    TESSERA_ASSERT(read);  // the chunks cover the 32 bytes exactly
+  }
   return e;
 }
 
-core::result<secret32> elements_to_secret(const std::array<std::uint64_t, shamir_chunks>& e) {
-  secret32 s{};
+core::result<secret32> elements_to_secret(std::span<const std::uint64_t, shamir_chunks> e) {
+  secret32 s;
+  core::le_writer w{std::span<std::byte>(s.data(), s.size())};
   for (std::size_t c = 0; c < shamir_chunks; ++c) {
-    const std::size_t bytes = c + 1 < shamir_chunks ? k_chunk_bytes : s.size() - c * k_chunk_bytes;
+    const std::size_t bytes = chunk_bytes(c);
     if (e[c] >> (8 * bytes) != 0)
       return make_error(errc::invalid_argument, "recovered value " + std::to_string(c) + " does not fit its " + std::to_string(bytes) +
                                                     " bytes: the shares are not of one secret");
-    for (std::size_t b = 0; b < bytes; ++b) s[c * k_chunk_bytes + b] = static_cast<std::byte>(e[c] >> (8 * b));
+    w.uint(e[c], bytes);
   }
   return s;
 }
@@ -78,12 +85,16 @@ core::result<std::uint64_t> lagrange_at(std::span<const std::uint32_t> xs, std::
   return sum;
 }
 
-core::result<std::vector<shamir_share>> shamir_split_with(const secret32& secret, std::size_t t, std::size_t n,
-                                                         const std::array<std::vector<std::uint64_t>, shamir_chunks>& coeffs) {
+namespace {
+
+// Shares of `s` whose polynomial for chunk c has the chunk as its constant and coeffs[c] (t − 1 values
+// < p) after it. `Coefficients` is an array of vectors (given by a test) or of secrets (drawn).
+template <class Coefficients>
+core::result<std::vector<shamir_share>> split(std::span<const std::byte, 32> s, std::size_t t, std::size_t n, const Coefficients& coeffs) {
   TESSERA_TRY(check_counts(t, n));
-  const auto constants = secret_to_elements(secret);
+  const shamir_values constants = secret_to_elements(s);
   std::vector<shamir_share> shares(n);
-  std::vector<std::uint64_t> poly(t);
+  secret<std::uint64_t> poly(t);
   for (std::size_t c = 0; c < shamir_chunks; ++c) {
     if (coeffs[c].size() != t - 1)
       return make_error(errc::invalid_argument, "chunk " + std::to_string(c) + ": " + std::to_string(coeffs[c].size()) +
@@ -98,22 +109,26 @@ core::result<std::vector<shamir_share>> shamir_split_with(const secret32& secret
       shares[i].y[c] = shamir_eval(poly, i + 1);
     }
   }
-  OPENSSL_cleanse(poly.data(), poly.size() * sizeof(std::uint64_t));
   return shares;
 }
 
-core::result<std::vector<shamir_share>> shamir_split(const secret32& secret, std::size_t t, std::size_t n) {
+}  // namespace
+
+core::result<std::vector<shamir_share>> shamir_split_with(std::span<const std::byte, 32> s, std::size_t t, std::size_t n,
+                                                         const std::array<std::vector<std::uint64_t>, shamir_chunks>& coeffs) {
+  return split(s, t, n, coeffs);
+}
+
+core::result<std::vector<shamir_share>> shamir_split(std::span<const std::byte, 32> s, std::size_t t, std::size_t n) {
   TESSERA_TRY(check_counts(t, n));
-  std::array<std::vector<std::uint64_t>, shamir_chunks> coeffs;
+  std::array<secret<std::uint64_t>, shamir_chunks> coeffs;
   for (auto& c : coeffs) {
-    c.resize(t - 1);
+    c = secret<std::uint64_t>(t - 1);
     for (auto& v : c) {
       TESSERA_ASSIGN_OR_RETURN(v, random_element());
     }
   }
-  auto shares = shamir_split_with(secret, t, n, coeffs);
-  for (auto& c : coeffs) OPENSSL_cleanse(c.data(), c.size() * sizeof(std::uint64_t));
-  return shares;
+  return split(s, t, n, coeffs);
 }
 
 namespace {
@@ -169,20 +184,16 @@ core::result<secret32> shamir_recover(std::span<const shamir_share> shares, std:
     for (std::size_t i = 0; i < t; ++i) sum = gf61::add(sum, gf61::mul(shares[i].y[c], basis[i]));
     return sum;
   };
-  std::array<std::uint64_t, shamir_chunks> elements{};
+  shamir_values elements;
   basis_at(xs, weights, 0, basis);
   for (std::size_t c = 0; c < shamir_chunks; ++c) elements[c] = value_at(c);
   for (std::size_t k = t; k < shares.size(); ++k) {  // the extras must agree
     basis_at(xs, weights, shares[k].x, basis);
     for (std::size_t c = 0; c < shamir_chunks; ++c)
-      if (value_at(c) != shares[k].y[c]) {
-        OPENSSL_cleanse(elements.data(), sizeof elements);
+      if (value_at(c) != shares[k].y[c])
         return make_error(errc::invalid_argument, "the share at x = " + std::to_string(shares[k].x) + " does not lie on the others' polynomial");
-      }
   }
-  auto secret = elements_to_secret(elements);
-  OPENSSL_cleanse(elements.data(), sizeof elements);
-  return secret;
+  return elements_to_secret(elements);
 }
 
 }  // namespace tessera::crypto

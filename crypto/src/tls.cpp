@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <openssl/err.h>
+
 #include "ossl.hpp"
 #include "tessera/crypto/pki.hpp"
 
@@ -46,10 +48,10 @@ tls_context wrap(ssl_ctx_ptr ctx) {
 
 }  // namespace
 
-void* tls_context::native_handle_add_ref() const noexcept {
+ssl_ctx_st* tls_context::native_handle_add_ref() const noexcept {
   if (!handle_) return nullptr;
-  SSL_CTX_up_ref(static_cast<SSL_CTX*>(handle_.get()));
-  return handle_.get();
+  SSL_CTX_up_ref(native_handle());
+  return native_handle();
 }
 
 // CRL_CHECK: the peer's serial is looked up in the CA's CRL, whose signature and dates are verified;
@@ -150,6 +152,78 @@ core::result<std::string> operator_name_from_der(std::span<const std::uint8_t> d
   if (roles.common_name != roles.operators[0])
     return make_error(errc::not_operator, "peer certificate's common name differs from its operator name");
   return roles.operators[0];
+}
+
+namespace {
+
+// The certificate the peer presented in the handshake, DER-encoded; `code` and `none` if there is none.
+core::result<std::vector<std::uint8_t>> peer_certificate_der(ssl_st* ssl, errc code, const char* none) {
+  const X509* cert = SSL_get0_peer_certificate(ssl);
+  const int n = cert != nullptr ? i2d_X509(cert, nullptr) : 0;
+  if (n <= 0) return make_error(code, none);
+  std::vector<std::uint8_t> der(static_cast<std::size_t>(n));
+  unsigned char* p = der.data();
+  if (i2d_X509(cert, &p) != n) return make_error(code, none);
+  return der;
+}
+
+std::string_view verify_label(long verify) noexcept {
+  switch (verify) {
+    case X509_V_OK: return {};
+    case X509_V_ERR_CERT_REVOKED: return "certificate_revoked";
+    case X509_V_ERR_CERT_HAS_EXPIRED: return "certificate_expired";
+    case X509_V_ERR_CERT_NOT_YET_VALID: return "certificate_not_yet_valid";
+    case X509_V_ERR_INVALID_PURPOSE: return "wrong_purpose";
+    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
+    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
+    case X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
+    case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
+    case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
+    case X509_V_ERR_CERT_SIGNATURE_FAILURE: return "unknown_ca";
+    case X509_V_ERR_UNABLE_TO_GET_CRL:
+    case X509_V_ERR_CRL_HAS_EXPIRED:
+    case X509_V_ERR_CRL_NOT_YET_VALID: return "crl_unusable";
+    default: return "certificate_invalid";
+  }
+}
+
+std::string_view error_label(unsigned long openssl_error) noexcept {
+  switch (ERR_GET_REASON(openssl_error)) {
+    case SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE: return "no_certificate";
+    case SSL_R_UNSUPPORTED_PROTOCOL:
+    case SSL_R_WRONG_VERSION_NUMBER:
+    case SSL_R_NO_PROTOCOLS_AVAILABLE:
+    case SSL_R_VERSION_TOO_LOW: return "protocol_version";
+    case SSL_R_HTTP_REQUEST:
+    case SSL_R_HTTPS_PROXY_REQUEST: return "not_tls";
+    default: return {};
+  }
+}
+
+}  // namespace
+
+core::result<tls_device_peer> peer_device(ssl_st* ssl) {
+  TESSERA_ASSIGN_OR_RETURN(const auto der, peer_certificate_der(ssl, errc::no_device_id, "no peer certificate"));
+  tls_device_peer out;
+  TESSERA_ASSIGN_OR_RETURN(out.id, device_id_from_der(der));
+  auto serial = certificate_serial_der(der);
+  if (!serial) return make_error(errc::no_device_id, serial.error().message);
+  out.serial = std::move(serial).value();
+  return out;
+}
+
+core::result<std::string> peer_operator(ssl_st* ssl) {
+  TESSERA_ASSIGN_OR_RETURN(const auto der, peer_certificate_der(ssl, errc::not_operator, "no client certificate"));
+  return operator_name_from_der(der);
+}
+
+tls_handshake_failure describe_handshake_failure(ssl_st* ssl, unsigned long openssl_error) {
+  tls_handshake_failure out;
+  const long verify = SSL_get_verify_result(ssl);
+  if (verify != X509_V_OK) out.verify_error = X509_verify_cert_error_string(verify);
+  out.verify_label = verify_label(verify);
+  out.error_label = error_label(openssl_error);
+  return out;
 }
 
 }  // namespace tessera::crypto

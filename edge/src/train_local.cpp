@@ -28,7 +28,7 @@ struct options {
   std::int64_t steps = 0;
   double epochs = 1;
   std::int64_t batch = 32;
-  core::sgd_options sgd{.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 0.0f, .nesterov = false};
+  core::sgd_options sgd{.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 0.0f};
   std::uint64_t seed = 1;
   std::int64_t progress_every = 100;
 };
@@ -110,7 +110,7 @@ core::result<options> options_of(const core::command_line& line) {
   TESSERA_ASSIGN_OR_RETURN(const double momentum, number(line, "--momentum", 0.9, 0, 0.9999));
   TESSERA_ASSIGN_OR_RETURN(const double decay, number(line, "--weight-decay", 0, 0, 1));
   o.sgd = {.learning_rate = static_cast<float>(lr), .momentum = static_cast<float>(momentum),
-           .weight_decay = static_cast<float>(decay), .nesterov = false};
+           .weight_decay = static_cast<float>(decay)};
   TESSERA_ASSIGN_OR_RETURN(const auto seed, integer(line, "--seed", 1, 0, std::int64_t{1} << 53));
   o.seed = static_cast<std::uint64_t>(seed);
   TESSERA_ASSIGN_OR_RETURN(o.progress_every, integer(line, "--progress-every", 100, 1, std::int64_t{1} << 40));

@@ -8,8 +8,6 @@
 #include "tessera/hub/operator_endpoint.hpp"
 
 #include <arpa/inet.h>
-#include <openssl/ssl.h>
-#include <openssl/x509.h>
 
 #include <list>
 
@@ -21,6 +19,8 @@
 #include "tessera/core/base/assert.hpp"
 #include "tessera/crypto/error.hpp"
 #include "tessera/crypto/pki.hpp"
+#include "tessera/crypto/tls.hpp"
+#include "tessera/net/tls_adopt.hpp"
 
 namespace tessera::hub {
 
@@ -48,23 +48,6 @@ struct operator_endpoint::shared_state {
 namespace {
 
 constexpr std::uint32_t k_header_limit = 8 * 1024;
-
-std::shared_ptr<asio::ssl::context> adopt(const crypto::tls_context& tls) {
-  TESSERA_ASSERT(tls.valid());
-  // Asio's context takes ownership of the handle it is given, so it gets its own reference.
-  return std::make_shared<asio::ssl::context>(static_cast<SSL_CTX*>(tls.native_handle_add_ref()));
-}
-
-// The operator's name in the TLS peer's certificate, or why there is none.
-core::result<std::string> operator_of(SSL* ssl) {
-  const X509* cert = SSL_get0_peer_certificate(ssl);
-  const int n = cert != nullptr ? i2d_X509(cert, nullptr) : 0;
-  if (n <= 0) return core::make_error(crypto::errc::not_operator, "no client certificate");
-  std::vector<std::uint8_t> der(static_cast<std::size_t>(n));
-  unsigned char* p = der.data();
-  if (i2d_X509(cert, &p) != n) return core::make_error(crypto::errc::not_operator, "no client certificate");
-  return crypto::operator_name_from_der(der);
-}
 
 template <class Stream>
 class connection : public std::enable_shared_from_this<connection<Stream>> {
@@ -105,7 +88,8 @@ class connection : public std::enable_shared_from_this<connection<Stream>> {
       return close_now();
     }
     if constexpr (tls) {
-      auto who = operator_of(stream_.native_handle());
+      // The operator's name in the TLS peer's certificate, or why there is none.
+      auto who = crypto::peer_operator(stream_.native_handle());
       if (who) operator_ = std::move(who).value();
       else refusal_ = who.error().message;
     }
@@ -240,7 +224,7 @@ operator_endpoint::operator_endpoint(asio::io_context& io, endpoint_config confi
   TESSERA_ASSERT(!config_.tls || (tls && tls->valid()));
   state_->handle = std::move(h);
   state_->log = std::move(log);
-  if (config_.tls) state_->tls = adopt(*tls);
+  if (config_.tls) state_->tls = net::adopt_tls(*tls);
   state_->timeout = config_.timeout;
   state_->max_body = config_.max_body_bytes;
 }
@@ -251,7 +235,7 @@ std::size_t operator_endpoint::connection_count() const noexcept { return state_
 std::uint64_t operator_endpoint::requests_served() const noexcept { return state_->served; }
 
 void operator_endpoint::set_tls(const crypto::tls_context& tls) {
-  if (config_.tls) state_->tls = adopt(tls);
+  if (config_.tls) state_->tls = net::adopt_tls(tls);
 }
 
 core::result<std::uint16_t> operator_endpoint::listen() {

@@ -5,7 +5,7 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 
-#include "tls_adopt.hpp"
+#include "tessera/net/tls_adopt.hpp"
 
 namespace tessera::net {
 
@@ -17,7 +17,7 @@ std::shared_ptr<client> client::create(asio::io_context& io, const crypto::tls_c
 client::client(asio::io_context& io, const crypto::tls_context& tls, const session_config& session_cfg,
                const client_config& cfg)
     : strand_(asio::make_strand(io.get_executor())),
-      tls_(detail::adopt_tls(tls)),
+      tls_(adopt_tls(tls)),
       session_cfg_(session_cfg),
       cfg_(cfg),
       resolver_(strand_, cfg.dns),

@@ -3,34 +3,9 @@
 #include <cstring>
 #include <string>
 
+#include "tessera/core/base/endian.hpp"
+
 namespace tessera::net {
-namespace {
-
-void put_u16(std::byte* p, std::uint16_t v) noexcept {
-  p[0] = static_cast<std::byte>(v & 0xff);
-  p[1] = static_cast<std::byte>(v >> 8);
-}
-void put_u32(std::byte* p, std::uint32_t v) noexcept {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
-}
-void put_u64(std::byte* p, std::uint64_t v) noexcept {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
-}
-std::uint16_t get_u16(const std::byte* p) noexcept {
-  return static_cast<std::uint16_t>(std::to_integer<unsigned>(p[0]) | (std::to_integer<unsigned>(p[1]) << 8));
-}
-std::uint32_t get_u32(const std::byte* p) noexcept {
-  std::uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | std::to_integer<std::uint32_t>(p[i]);
-  return v;
-}
-std::uint64_t get_u64(const std::byte* p) noexcept {
-  std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | std::to_integer<std::uint64_t>(p[i]);
-  return v;
-}
-
-}  // namespace
 
 std::string_view to_string(frame_type t) noexcept {
   switch (t) {
@@ -58,27 +33,22 @@ std::string_view to_string(frame_type t) noexcept {
 }
 
 void encode_header(const frame_header& h, std::span<std::byte, header_bytes> out) noexcept {
-  put_u32(out.data(), frame_magic);
-  out[4] = static_cast<std::byte>(protocol_version);
-  out[5] = static_cast<std::byte>(h.type);
-  put_u16(out.data() + 6, h.flags);
-  put_u32(out.data() + 8, h.payload_bytes);
+  core::le_writer(out).u32(frame_magic).u8(protocol_version).u8(static_cast<std::uint8_t>(h.type)).u16(h.flags).u32(h.payload_bytes);
 }
 
 core::result<frame_header> decode_header(std::span<const std::byte> bytes, std::uint32_t max_payload) {
-  if (bytes.size() < header_bytes)
+  core::le_reader r(bytes);
+  std::uint32_t magic = 0;
+  std::uint8_t version = 0, type = 0;
+  frame_header h;
+  if (!r.u32(magic) || !r.u8(version) || !r.u8(type) || !r.u16(h.flags) || !r.u32(h.payload_bytes))
     return make_error(errc::truncated_header, "frame header needs 12 bytes, got " + std::to_string(bytes.size()));
-  if (get_u32(bytes.data()) != frame_magic) return make_error(errc::bad_magic, "frame magic is not 'TSRA'");
-  const auto version = std::to_integer<unsigned>(bytes[4]);
+  if (magic != frame_magic) return make_error(errc::bad_magic, "frame magic is not 'TSRA'");
   if (version != protocol_version)
     return make_error(errc::bad_version, "protocol version " + std::to_string(version) + ", expected 1");
-  const auto type = std::to_integer<unsigned>(bytes[5]);
   if (type == 0 || type > max_frame_type) return make_error(errc::unknown_type, "frame type " + std::to_string(type));
-  frame_header h;
   h.type = static_cast<frame_type>(type);
-  h.flags = get_u16(bytes.data() + 6);
   if (h.flags != 0) return make_error(errc::bad_flags, "frame flags " + std::to_string(h.flags) + " in version 1");
-  h.payload_bytes = get_u32(bytes.data() + 8);
   const std::uint32_t limit = max_payload < hard_max_payload ? max_payload : hard_max_payload;
   if (h.payload_bytes > limit)
     return make_error(errc::frame_too_large, std::string(to_string(h.type)) + " payload of " +
@@ -91,16 +61,14 @@ core::result<frame_header> decode_header(std::span<const std::byte> bytes, std::
 }
 
 void encode_chunk_header(const chunk_header& h, std::span<std::byte, chunk_header_bytes> out) noexcept {
-  put_u64(out.data(), h.transfer);
-  put_u64(out.data() + 8, h.offset);
+  core::le_writer(out).u64(h.transfer).u64(h.offset);
 }
 
 core::result<chunk_header> decode_chunk_header(std::span<const std::byte> bytes, std::uint32_t payload_bytes) {
-  if (payload_bytes <= chunk_header_bytes || bytes.size() < chunk_header_bytes)
-    return make_error(errc::bad_chunk, "CHUNK too short for its sub-header and data");
+  core::le_reader r(bytes);
   chunk_header h;
-  h.transfer = get_u64(bytes.data());
-  h.offset = get_u64(bytes.data() + 8);
+  if (payload_bytes <= chunk_header_bytes || !r.u64(h.transfer) || !r.u64(h.offset))
+    return make_error(errc::bad_chunk, "CHUNK too short for its sub-header and data");
   const std::uint64_t n = payload_bytes - chunk_header_bytes;
   if (h.offset > UINT64_MAX - n) return make_error(errc::chunk_out_of_range, "CHUNK offset + length overflows");
   return h;

@@ -128,8 +128,11 @@ std::vector<crypto::secagg_box> read_boxes(reader& r) {
 
 json shares_array(const std::vector<crypto::secagg_share>& shares) {
   json a = json::array();
-  for (const auto& s : shares)
-    a.push_back({{"owner", s.owner}, {"segment", s.segment}, {"x", s.share.x}, {"y", s.share.y}});
+  for (const auto& s : shares) {
+    json y = json::array();
+    for (const std::uint64_t v : s.share.y) y.push_back(v);
+    a.push_back({{"owner", s.owner}, {"segment", s.segment}, {"x", s.share.x}, {"y", std::move(y)}});
+  }
   return a;
 }
 std::vector<crypto::secagg_share> read_shares(reader& r, const char* key, std::size_t max_items) {

@@ -4,7 +4,7 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 
-#include "tls_adopt.hpp"
+#include "tessera/net/tls_adopt.hpp"
 
 namespace tessera::net {
 
@@ -17,7 +17,7 @@ server::server(asio::io_context& io, const crypto::tls_context& tls, const sessi
                const server_config& cfg)
     : io_(io),
       strand_(asio::make_strand(io.get_executor())),
-      tls_(detail::adopt_tls(tls)),
+      tls_(adopt_tls(tls)),
       acceptor_(strand_),
       retry_timer_(strand_),
       session_cfg_(session_cfg),
@@ -171,7 +171,7 @@ void server::stop(std::function<void()> on_drained) {
 }
 
 void server::set_tls(const crypto::tls_context& tls) {
-  asio::dispatch(strand_, [self = shared_from_this(), ctx = detail::adopt_tls(tls)]() mutable { self->tls_ = std::move(ctx); });
+  asio::dispatch(strand_, [self = shared_from_this(), ctx = adopt_tls(tls)]() mutable { self->tls_ = std::move(ctx); });
 }
 
 void server::check_drained() {

@@ -6,10 +6,8 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/ssl/error.hpp>
-#include <openssl/ssl.h>
-#include <openssl/x509.h>
 
-#include "tls_adopt.hpp"
+#include "tessera/crypto/tls.hpp"
 
 namespace tessera::net {
 namespace {
@@ -24,6 +22,15 @@ core::error from_read_error(const boost::system::error_code& ec, const frame_rea
     if (eof) return make_error(errc::closed_by_peer, "peer closed the connection");
   }
   return make_error(errc::connection_lost, "read: " + ec.message());
+}
+
+// A TLS handshake's failure as a short, bounded label (the hub counts them by reason): the peer
+// certificate's verification result when there is one, a peer that hung up, else what OpenSSL's error says.
+std::string tls_failure_label(const boost::system::error_code& ec, const crypto::tls_handshake_failure& why) {
+  if (!why.verify_label.empty()) return std::string(why.verify_label);
+  if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated || ec == asio::error::connection_reset) return "closed";
+  if (!why.error_label.empty()) return std::string(why.error_label);
+  return "tls_error";
 }
 
 // A transfer taken over by a newer session (errc::stopped) is no fault of this peer: no REFUSE.
@@ -69,15 +76,16 @@ void session::on_handshake(const boost::system::error_code& ec) {
     return;
   }
   if (ec) {
+    const bool from_openssl = ec.category() == asio::error::get_ssl_category();
+    const auto why = crypto::describe_handshake_failure(stream_.native_handle(), from_openssl ? static_cast<unsigned long>(ec.value()) : 0);
     std::string detail = "TLS handshake: " + ec.message();
-    const long verify = SSL_get_verify_result(stream_.native_handle());
-    if (verify != X509_V_OK) detail += std::string(" (peer certificate: ") + X509_verify_cert_error_string(verify) + ")";
-    tls_failure_ = detail::tls_failure_label(ec, verify);
+    if (!why.verify_error.empty()) detail += " (peer certificate: " + why.verify_error + ")";
+    tls_failure_ = tls_failure_label(ec, why);
     fail(make_error(errc::tls_handshake, detail), close_mode::hard);
     return;
   }
   if (role_ == role::hub) {
-    auto peer = detail::peer_of(stream_.native_handle());
+    auto peer = crypto::peer_device(stream_.native_handle());
     if (!peer) {
       fail(make_error(errc::no_device_id, peer.error().message), close_mode::refuse);
       return;

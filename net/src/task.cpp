@@ -55,7 +55,8 @@ std::string task_to_json(const training_task& t) {
   j["lr"] = t.sgd.learning_rate;
   j["momentum"] = t.sgd.momentum;
   j["weight_decay"] = t.sgd.weight_decay;
-  j["nesterov"] = t.sgd.nesterov;
+  // Agents before Nesterov's removal require the field: written as false for them, read as nothing.
+  j["nesterov"] = false;
   if (t.clip_norm > 0) j["clip_norm"] = t.clip_norm;
   if (t.normalization && !t.normalization->empty()) {
     j["input_mean"] = core::encode_floats(t.normalization->mean);
@@ -106,11 +107,11 @@ core::result<training_task> task_from_assign(const msg::assign& a) {
   TESSERA_ASSIGN_OR_RETURN(const double lr, number(j, "lr", 0.0, 100.0));
   TESSERA_ASSIGN_OR_RETURN(const double momentum, number(j, "momentum", 0.0, 0.9999));
   TESSERA_ASSIGN_OR_RETURN(const double decay, number(j, "weight_decay", 0.0, 1.0));
-  auto nesterov = j.find("nesterov");
-  if (nesterov == j.end() || !nesterov->is_boolean()) return bad("nesterov", "expected true or false");
-  t.sgd = {.learning_rate = static_cast<float>(lr), .momentum = static_cast<float>(momentum),
-           .weight_decay = static_cast<float>(decay), .nesterov = nesterov->get<bool>()};
-  if (t.sgd.nesterov) return bad("nesterov", "Nesterov momentum is not offered on devices");
+  // Earlier hubs sent "nesterov": false with every task (a field no device ever honoured): read as
+  // nothing. Anything else asks for what no device trains, and is refused by name.
+  if (auto nesterov = j.find("nesterov"); nesterov != j.end() && *nesterov != false)
+    return bad("nesterov", "Nesterov momentum is not offered on devices (a device keeps no gradient apart from its velocity)");
+  t.sgd = {.learning_rate = static_cast<float>(lr), .momentum = static_cast<float>(momentum), .weight_decay = static_cast<float>(decay)};
   if (j.contains("clip_norm")) {  // differential privacy: the change's L2 norm is clipped to it
     TESSERA_ASSIGN_OR_RETURN(t.clip_norm, number(j, "clip_norm", 1e-9, 1e9));
   }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/base/assert.hpp"
+#include "tessera/core/base/endian.hpp"
 #include "tessera/core/config/base64.hpp"
 #include "tessera/core/io/file_io.hpp"
 #include "tessera/core/math/mlp.hpp"
@@ -29,16 +30,6 @@ constexpr std::size_t k_prefix = 16;                                       // ma
 constexpr std::size_t k_digest = 32;                                       // version 2's trailing SHA-256
 static_assert(k_digest == std::tuple_size_v<crypto::sha256_digest>);
 constexpr std::uint64_t k_max_header = 16u << 20;
-
-void put_u64(std::vector<std::byte>& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
-}
-
-std::uint64_t get_u64(const std::byte* p) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 
 // A file whose bytes are not the ones written: "<file> is <reason>", the line the hub logs when it
 // falls back to the previous checkpoint.
@@ -117,7 +108,9 @@ core::result<verified> read_verified(const std::filesystem::path& path, const cr
   if (version < 1 || version > k_version_moments || b[7] != std::byte{0})
     return make_error(core::errc::unsupported, where + ": checkpoint format version " + std::to_string(version) +
                                                    "; this build reads versions 1, 2 and 3");
-  const std::uint64_t n = get_u64(b.data() + 8);
+  std::uint64_t n = 0;  // the header's length, after the 8 bytes of magic (b holds k_prefix bytes)
+  const bool read = core::le_reader(std::span<const std::byte>(b).subspan(8)).u64(n);
+  TESSERA_ASSERT(read);
   v.version = version;
 
   if (version >= 2) {
@@ -312,7 +305,7 @@ core::result<void> save_checkpoint(const std::filesystem::path& path, const chec
   bytes.reserve(k_prefix + header.size() + (1 + moments) * param_bytes.size() + k_digest);
   for (char ch : k_magic) bytes.push_back(static_cast<std::byte>(ch));
   if (moments > 0) bytes[k_version_at] = static_cast<std::byte>(k_version_moments);
-  put_u64(bytes, header.size());
+  core::le_writer(bytes).u64(header.size());
   for (char ch : header) bytes.push_back(static_cast<std::byte>(ch));
   bytes.insert(bytes.end(), param_bytes.begin(), param_bytes.end());
   if (moments >= 1) {

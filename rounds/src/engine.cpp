@@ -164,8 +164,7 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
     a.task = {.arch = a.sub.arch,
               .steps = config_.local_steps,
               .batch = config_.batch,
-              .sgd = {.learning_rate = lr, .momentum = config_.momentum, .weight_decay = config_.weight_decay,
-                      .nesterov = config_.nesterov},
+              .sgd = {.learning_rate = lr, .momentum = config_.momentum, .weight_decay = config_.weight_decay},
               .normalization = normalization_->empty() ? nullptr : normalization_,
               .clip_norm = aggregation_->task_clip()};
     a.blob_bytes = core::encoded_bytes(a.sub.arch, a.codec);

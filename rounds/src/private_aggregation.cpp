@@ -23,6 +23,7 @@
 #include <limits>
 #include <optional>
 
+#include "tessera/core/base/endian.hpp"
 #include "tessera/core/base/seeds.hpp"
 #include "tessera/core/math/mlp.hpp"
 #include "tessera/core/privacy/rdp.hpp"
@@ -37,12 +38,8 @@ namespace tessera::rounds {
 namespace {
 
 std::vector<std::byte> bytes_of(std::uint64_t a, std::uint64_t b, std::string_view text = {}) {
-  std::vector<std::byte> out(16);
-  for (std::size_t i = 0; i < 8; ++i) {
-    out[i] = static_cast<std::byte>(a >> (8 * i));
-    out[8 + i] = static_cast<std::byte>(b >> (8 * i));
-  }
-  for (char c : text) out.push_back(static_cast<std::byte>(c));
+  std::vector<std::byte> out;
+  core::le_writer(out).u64(a).u64(b).bytes(std::span(text.data(), text.size()));
   return out;
 }
 
@@ -52,8 +49,8 @@ struct device_draws {
   std::uint64_t group = 0;
 };
 core::result<device_draws> draws_of(const crypto::key256& round_key, const std::string& device) {
-  std::vector<std::byte> ikm(round_key.begin(), round_key.end());
-  for (char c : device) ikm.push_back(static_cast<std::byte>(c));
+  crypto::secret_bytes ikm{std::span<const std::byte>(round_key)};  // the round's key: a secret
+  core::le_writer(ikm).bytes(std::span(device.data(), device.size()));
   TESSERA_ASSIGN_OR_RETURN(const crypto::key256 k, crypto::derive_key(ikm, "tessera dp device v1"));
   crypto::keystream ks(k);
   device_draws d;
@@ -89,7 +86,7 @@ void quantize_change(std::span<const float> received, std::span<const float> tra
 }
 
 // Exact N_Z(0, deviation²) draws from `key`; an error names what the noise was for.
-core::result<crypto::discrete_gaussian> hub_noise_of(const crypto::key256& key, double deviation, std::string_view what) {
+core::result<crypto::discrete_gaussian> hub_noise_of(crypto::key256_view key, double deviation, std::string_view what) {
   auto variance = crypto::rational_variance(deviation * deviation);
   if (!variance) return make_error(errc::privacy_budget, "dp: the hub's noise on " + std::string(what) + ": " + variance.error().message);
   return crypto::discrete_gaussian(key, *variance);

@@ -44,10 +44,6 @@ void read_training_fields(core::config_reader& r, run_config& c) {
   c.batch = r.integer("batch", 32, 1, 4096, "examples per step");
   c.momentum = static_cast<float>(r.number("momentum", 0.9, 0.0, 0.9999, "SGD momentum (0: plain SGD)"));
   c.weight_decay = static_cast<float>(r.number("weight_decay", 0.0, 0.0, 1.0, "L2 weight decay"));
-  c.nesterov = r.boolean("nesterov", false, "Nesterov momentum (not offered: devices keep no gradient buffer)");
-  // A device's arena holds the velocity and no separate gradient buffer (core/math/memory.hpp), which
-  // Nesterov's update needs: devices do not offer it, so neither does a run.
-  if (c.nesterov) r.fail("nesterov", "Nesterov momentum is not offered on devices (their arena has no gradient buffer)");
   c.lr.base = static_cast<float>(r.number("lr", 0.05, 0.0, 100.0, "learning rate of local SGD at the schedule's start"));
   c.lr.kind = r.choice("lr_schedule", core::schedule_kind::constant, core::k_schedule_names, "how the learning rate changes over rounds");
   c.lr.warmup_rounds = r.integer("lr_warmup_rounds", 0, 0, 10'000'000, "rounds of linear warm-up");

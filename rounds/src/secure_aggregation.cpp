@@ -2,8 +2,8 @@
 #include "secure_aggregation.hpp"
 
 #include <algorithm>
-#include <cstring>
 
+#include "tessera/core/base/endian.hpp"
 #include "tessera/core/math/mlp.hpp"
 #include "tessera/crypto/secagg_graph.hpp"
 #include "tessera/rounds/error.hpp"
@@ -51,7 +51,8 @@ core::result<void> secure_aggregation::begin(const round_view& v, const core::ro
   // A fresh number per round attempt: keys signed for another round, or an earlier attempt of this one,
   // do not verify.
   TESSERA_ASSIGN_OR_RETURN(const crypto::key256 nonce, crypto::random_key());
-  std::memcpy(&p.round, nonce.data(), sizeof p.round);
+  const bool read = core::le_reader(std::span(nonce).first(sizeof p.round)).u64(p.round);
+  TESSERA_ASSERT(read);
   p.bits = sa.bits;
   p.clip = sa.clip;
   p.neighbors = sa.neighbors;
@@ -88,14 +89,10 @@ core::result<void> secure_aggregation::begin(const round_view& v, const core::ro
     a.upload_bytes = values * value_bytes;
     // The plan's seed and the round: a FedAvg plan's seed is 0, and a device's rounding (and, in the
     // simulator, its noise) must not repeat from round to round.
-    std::vector<std::byte> ikm(16);
-    const auto round = static_cast<std::uint64_t>(v.round());
-    for (std::size_t i = 0; i < 8; ++i) {
-      ikm[i] = static_cast<std::byte>(plan.seed >> (8 * i));
-      ikm[8 + i] = static_cast<std::byte>(round >> (8 * i));
-    }
-    for (char c : a.device) ikm.push_back(static_cast<std::byte>(c));
-    TESSERA_ASSIGN_OR_RETURN(a.rounding_key, crypto::derive_key(ikm, "tessera secagg rounding v1"));
+    std::vector<std::byte> ikm;
+    core::le_writer(ikm).u64(plan.seed).u64(static_cast<std::uint64_t>(v.round())).bytes(std::span(a.device.data(), a.device.size()));
+    TESSERA_ASSIGN_OR_RETURN(const crypto::key256 rounding, crypto::derive_key(ikm, "tessera secagg rounding v1"));
+    std::copy(rounding.begin(), rounding.end(), a.rounding_key.begin());  // no secret (assignment.hpp)
   }
   round_ = std::make_unique<open_round>(std::move(p));
   round_->group_subnets = std::move(subnets);

@@ -109,3 +109,18 @@ TEST_CASE("read_file_bounded: the whole file up to the bound, refused above it, 
   CHECK(missing.code == core::errc::io);
   CHECK(contains(missing.message, "cannot open " + dir.file("missing") + ": No such file"));
 }
+
+TEST_CASE("read_file_into: the whole file into the caller's buffer, refused if it does not fit") {
+  temp_dir dir;
+  const std::string path = dir.file("key");
+  write_bytes(path, std::string_view("0123456789"));
+  std::vector<std::byte> buffer(16, std::byte{0xff});
+  CHECK(core::read_file_into(path, buffer).value() == 10);
+  CHECK(std::vector<std::byte>(buffer.begin(), buffer.begin() + 10) == bytes_of("0123456789"));
+  CHECK(buffer[10] == std::byte{0xff});  // nothing past the file's bytes is touched
+  std::vector<std::byte> small(9);
+  const auto big = error_of(core::read_file_into(path, small));
+  CHECK(big.code == core::errc::bad_format);
+  CHECK(big.message == path + ": larger than 9 bytes");
+  CHECK(error_of(core::read_file_into(dir.file("missing"), buffer)).code == core::errc::io);
+}

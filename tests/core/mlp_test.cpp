@@ -173,7 +173,7 @@ TEST_CASE("train_step equals forward_backward followed by sgd_step") {
     const std::vector<float> x = {0.1f, 0.5f, -0.3f, 0.2f, 0.9f, -1.0f, 0.4f, 0.3f, 0.2f, 0.1f, 0.0f, -0.1f,
                                   1.0f, 0.0f, 0.5f, 0.5f, -0.5f, 0.25f, 0.3f, 0.3f, 0.3f, -0.3f, -0.3f, 0.7f};
     const std::vector<float> y = {0, 2, 1, 2};
-    const sgd_options opt{.learning_rate = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = false};
+    const sgd_options opt{.learning_rate = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
     // The fused step accumulates into a prepared velocity (mu*v + wd*w): same update, other rounding.
     sgd_prepare_start(opt, b, vb);
     std::fill(va.begin(), va.end(), 0.0f);
@@ -184,7 +184,7 @@ TEST_CASE("train_step equals forward_backward followed by sgd_step") {
     }
     for (std::size_t i = 0; i < a.size(); ++i) CHECK(b[i] == doctest::Approx(a[i]).epsilon(1e-5));
     // Plain SGD goes through the gradient buffer and matches exactly.
-    const sgd_options plain{.learning_rate = 0.1f, .momentum = 0.0f, .weight_decay = 0.01f, .nesterov = false};
+    const sgd_options plain{.learning_rate = 0.1f, .momentum = 0.0f, .weight_decay = 0.01f};
     REQUIRE(net.forward_backward(a, ga, x.data(), y.data(), 4, ws).ok());
     sgd_step(plain, a, ga, {});
     b = std::vector<float>(a);

@@ -1,4 +1,4 @@
-// SGD and learning-rate schedules (optimizer.cpp): one update checked by hand for momentum, Nesterov and
+// SGD and learning-rate schedules (optimizer.cpp): one update checked by hand for momentum and
 // plain SGD with weight decay, the prepared form the fused step uses, and every schedule at points
 // worked out by hand.
 #include "tessera/core/math/optimizer.hpp"
@@ -23,7 +23,7 @@ using tessera::testing::check_near;
 }  // namespace
 
 TEST_CASE("sgd_step with momentum and weight decay: v = mu*v + g + wd*w, then w -= lr*v") {
-  const core::sgd_options o{.learning_rate = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = false};
+  const core::sgd_options o{.learning_rate = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
   std::vector<float> w = {1.0f, -2.0f, 0.5f};
   const std::vector<float> g = {0.5f, 0.25f, -1.0f};
   std::vector<float> v = {0.2f, 0.0f, -0.4f};
@@ -35,24 +35,15 @@ TEST_CASE("sgd_step with momentum and weight decay: v = mu*v + g + wd*w, then w 
   check_near(v, {0.9 * 0.69 + 0.5 + 0.01 * 0.931, 0.9 * 0.23 + 0.25 + 0.01 * -2.023, 0.9 * -1.355 - 1.0 + 0.01 * 0.6355});
 }
 
-TEST_CASE("sgd_step with Nesterov momentum steps along g + wd*w + mu*v") {
-  const core::sgd_options o{.learning_rate = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = true};
-  std::vector<float> w = {1.0f};
-  std::vector<float> v = {0.2f};
-  core::sgd_step(o, w, std::vector<float>{0.5f}, v);
-  check_near(v, {0.69});
-  check_near(w, {1.0 - 0.1 * (0.5 + 0.01 + 0.9 * 0.69)});
-}
-
 TEST_CASE("sgd_step without momentum keeps no state") {
-  const core::sgd_options o{.learning_rate = 0.5f, .momentum = 0.0f, .weight_decay = 0.1f, .nesterov = false};
+  const core::sgd_options o{.learning_rate = 0.5f, .momentum = 0.0f, .weight_decay = 0.1f};
   std::vector<float> w = {2.0f, -4.0f};
   core::sgd_step(o, w, std::vector<float>{1.0f, 0.0f}, {});
   check_near(w, {2.0 - 0.5 * (1.0 + 0.2), -4.0 - 0.5 * -0.4});
 }
 
 TEST_CASE("the prepared form gives sgd_step's updates: gradients accumulated into the velocity") {
-  const core::sgd_options o{.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 0.001f, .nesterov = false};
+  const core::sgd_options o{.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 0.001f};
   std::vector<float> w_ref = {0.3f, -0.7f, 1.1f, 0.0f};
   std::vector<float> v_ref(4, 0.0f);
   std::vector<float> w = w_ref;

@@ -163,7 +163,7 @@ TEST_CASE("a run split in pieces with keep_velocity equals one run; without it t
   const model_spec spec = small_spec();
   std::vector<float> start(param_count(spec.full_arch()));
   initialize(spec, start);
-  const sgd_options sgd{.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 0.001f, .nesterov = false};
+  const sgd_options sgd{.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 0.001f};
   const mlp_arch arch = spec.full_arch();
   // Each run trains in its own training block, aligned as on a device: Eigen's sums follow the buffers'
   // alignment, so only equally aligned runs can be compared bit for bit.

@@ -1,6 +1,14 @@
+// Tests of tessera/crypto/tls.hpp: contexts from the PKI's files, and what a finished (or failed)
+// handshake tells about its peer.
 #include <doctest/doctest.h>
 
+#include <memory>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include "tessera/crypto/error.hpp"
+#include "tessera/crypto/pki.hpp"
 #include "tessera/crypto/tls.hpp"
 #include "test_pki.hpp"
 
@@ -33,4 +41,107 @@ TEST_CASE("tls: a hub without its revocation list does not start") {
   CHECK(bad.error().code == crypto::errc::io);
   CHECK(crypto::make_agent_tls({pki.ca.cert, pki.dev_a.cert, pki.dev_a.key, ""}).error().code ==
         crypto::errc::invalid_argument);
+}
+
+namespace {
+
+// One TLS 1.3 handshake between a hub and an agent context, in memory (a BIO pair, no sockets). The
+// test drives OpenSSL itself; what it checks is what net/ and hub/ ask of a finished handshake.
+class handshake {
+ public:
+  handshake(const crypto::tls_context& hub, const crypto::tls_context& agent)
+      : hub_(SSL_new(hub.native_handle())), agent_(SSL_new(agent.native_handle())) {
+    BIO* hub_side = nullptr;
+    BIO* agent_side = nullptr;
+    REQUIRE(BIO_new_bio_pair(&hub_side, 0, &agent_side, 0) == 1);
+    SSL_set_bio(hub_.get(), hub_side, hub_side);
+    SSL_set_bio(agent_.get(), agent_side, agent_side);
+    SSL_set_accept_state(hub_.get());
+    SSL_set_connect_state(agent_.get());
+    // Each side steps until both are done or one fails; the last one to fail names the error.
+    for (int i = 0; i < 20 && !(hub_done_ && agent_done_) && error_ == 0; ++i) {
+      step(hub_.get(), hub_done_);
+      step(agent_.get(), agent_done_);
+    }
+  }
+  [[nodiscard]] bool done() const { return hub_done_ && agent_done_; }
+  [[nodiscard]] ssl_st* hub_side() const { return hub_.get(); }
+  [[nodiscard]] unsigned long error() const { return error_; }
+
+ private:
+  void step(SSL* ssl, bool& done) {
+    if (done) return;
+    const int r = SSL_do_handshake(ssl);
+    if (r == 1) {
+      done = true;
+      return;
+    }
+    const int why = SSL_get_error(ssl, r);
+    if (why != SSL_ERROR_WANT_READ && why != SSL_ERROR_WANT_WRITE && error_ == 0) error_ = ERR_peek_last_error();
+  }
+
+  struct ssl_free {
+    void operator()(SSL* s) const noexcept { SSL_free(s); }
+  };
+  std::unique_ptr<SSL, ssl_free> hub_, agent_;
+  bool hub_done_ = false, agent_done_ = false;
+  unsigned long error_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("tls: after a handshake the hub reads the device and its serial from the certificate, never an operator") {
+  const auto& pki = test_pki::get();
+  handshake h(pki.hub_tls(), pki.agent_tls(pki.dev_a));
+  REQUIRE(h.done());
+  auto peer = crypto::peer_device(h.hub_side());
+  REQUIRE(peer);
+  CHECK(peer.value().id == "dev-a");
+  CHECK(peer.value().serial == crypto::certificate_serial(pki.dev_a.cert).value());
+  auto as_operator = crypto::peer_operator(h.hub_side());
+  REQUIRE_FALSE(as_operator);
+  CHECK(as_operator.error().code == crypto::errc::not_operator);
+  const auto fine = crypto::describe_handshake_failure(h.hub_side(), 0);
+  CHECK(fine.verify_error.empty());
+  CHECK(fine.verify_label.empty());
+  CHECK(fine.error_label.empty());
+  ERR_clear_error();
+}
+
+TEST_CASE("tls: an operator's certificate names its operator and no device") {
+  const auto& pki = test_pki::get();
+  handshake h(pki.hub_tls(), pki.agent_tls(pki.operator_cert));
+  REQUIRE(h.done());
+  CHECK(crypto::peer_operator(h.hub_side()).value() == "ops");
+  auto as_device = crypto::peer_device(h.hub_side());
+  REQUIRE_FALSE(as_device);
+  CHECK(as_device.error().code == crypto::errc::no_device_id);
+  ERR_clear_error();
+}
+
+TEST_CASE("tls: a revoked device's handshake fails, and why reads as text and as a label") {
+  const auto& pki = test_pki::get();
+  handshake h(pki.hub_tls(), pki.agent_tls(pki.revoked));
+  REQUIRE_FALSE(h.done());
+  const auto why = crypto::describe_handshake_failure(h.hub_side(), h.error());
+  CHECK(why.verify_label == "certificate_revoked");
+  CHECK(why.verify_error.find("revoked") != std::string::npos);
+  ERR_clear_error();
+}
+
+TEST_CASE("tls: a handshake without a client certificate is labelled so") {
+  const auto& pki = test_pki::get();
+  // An agent context without a certificate: a bare TLS 1.3 client trusting the CA.
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> bare(SSL_CTX_new(TLS_client_method()), &SSL_CTX_free);
+  REQUIRE(SSL_CTX_load_verify_locations(bare.get(), pki.ca.cert.c_str(), nullptr) == 1);
+  SSL_CTX_up_ref(bare.get());
+  const crypto::tls_context agent(std::shared_ptr<void>(bare.get(), [](void* p) { SSL_CTX_free(static_cast<SSL_CTX*>(p)); }));
+  handshake h(pki.hub_tls(), agent);
+  REQUIRE_FALSE(h.done());
+  CHECK(crypto::peer_device(h.hub_side()).error().code == crypto::errc::no_device_id);
+  CHECK(crypto::peer_operator(h.hub_side()).error().message == "no client certificate");
+  const auto why = crypto::describe_handshake_failure(h.hub_side(), h.error());
+  CHECK(why.verify_label.empty());
+  CHECK(why.error_label == "no_certificate");
+  ERR_clear_error();
 }

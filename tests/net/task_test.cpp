@@ -16,7 +16,7 @@ net::training_task sample() {
   t.arch.input_scale = {1.0f, 4.0f, 5.0f};
   t.steps = 100;
   t.batch = 32;
-  t.sgd = {.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = false};
+  t.sgd = {.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f};
   return t;
 }
 
@@ -59,6 +59,19 @@ TEST_CASE("task: what the hub sends is what the agent rebuilds") {
   CHECK((net::upload_transfer_id(9) & ~net::upload_bit) == 9);
 }
 
+TEST_CASE("task: \"nesterov\": false is still sent for earlier agents, and a task without the field reads too") {
+  auto a = assign_of(sample());
+  auto j = nlohmann::json::parse(a.hyper_json);
+  CHECK(j.at("nesterov") == false);  // agents before its removal require it
+  j.erase("nesterov");
+  a.hyper_json = j.dump();
+  auto old = net::task_from_assign(a);
+  REQUIRE_MESSAGE(old.ok(), (old.ok() ? "" : old.error().message));
+  CHECK(old.value().sgd.momentum == doctest::Approx(0.9));
+  CHECK(old.value().sgd.weight_decay == doctest::Approx(1e-4));
+  CHECK(net::task_from_assign(assign_of(sample())).ok());
+}
+
 TEST_CASE("task: every field is bounded before anything is sized from it, and the error names it") {
   CHECK(error_with("inputs", nullptr).find("'inputs': missing") != std::string::npos);
   CHECK(error_with("inputs", 0).find("'inputs'") != std::string::npos);
@@ -71,6 +84,7 @@ TEST_CASE("task: every field is bounded before anything is sized from it, and th
   CHECK(error_with("input_scale", nlohmann::json::array({1, -2, 1})).find("'input_scale'") != std::string::npos);
   CHECK(error_with("task", "poetry").find("'task'") != std::string::npos);
   CHECK(error_with("nesterov", true).find("'nesterov'") != std::string::npos);
+  CHECK(error_with("nesterov", "yes").find("'nesterov'") != std::string::npos);
 
   auto a = assign_of(sample());
   a.widths = {};

@@ -50,6 +50,9 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 "$sim" shards --out "$work/shards" devices=2 data.examples=1200 >/dev/null
 
 if [ "$part" = prometheus ]; then tls=on; else tls=auto; fi
+# The file exists before the hub starts: the background shell creates it only when it gets to run, and
+# the first sed below must find it (set -e ends the script on its error).
+: >"$work/hub.out"
 "$hub" listen=127.0.0.1:0 tls.ca="$work/pki/ca.pem" tls.cert="$work/pki/hub.pem" tls.key="$work/pki/hub.key" \
   tls.crl="$work/pki/ca.crl" model.hidden='[64,64]' rounds=100000 min_devices=2 max_devices=2 device_wait_s=0 \
   local_steps=20 batch=32 eval_every=1 round_deadline_s=600 heartbeat_s=1 idle_timeout_s=600 \

@@ -447,7 +447,7 @@ TEST_CASE("dp under secure aggregation: the devices' noise, the ring from the po
   // Each round draws fresh rounding (and, in the simulator, noise) keys: a FedAvg plan's seed is 0,
   // so the round must go into them, or a device's noise would repeat and add up round after round.
   REQUIRE(e.begin_round(fleet(8)).ok());
-  const crypto::key256 round2 = e.assignments()[0].rounding_key;
+  const auto round2 = e.assignments()[0].rounding_key;
   report_all_secure(e, [](std::size_t) { return 0.0f; });
   REQUIRE(e.close_round(nullptr).ok());
   REQUIRE(e.begin_round(fleet(8)).ok());

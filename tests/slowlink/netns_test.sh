@@ -41,6 +41,9 @@ ip netns exec "$tag" tc qdisc add dev "${tag}d" root tbf rate 1mbit burst 16kb l
 "$sim" shards --out "$work/shards" devices=1 data.examples=1000 >/dev/null
 data=$(tr -d '\n' < "$work/shards/device-0/data.json")
 
+# The file exists before the hub starts: the background shell creates it only when it gets to run, and
+# the first sed below must find it (set -e ends the script on its error).
+: >"$work/hub.out"
 "$hub" listen="$net.1:0" tls.ca="$work/pki/ca.pem" tls.cert="$work/pki/hub.pem" tls.key="$work/pki/hub.key" \
   tls.crl="$work/pki/ca.crl" model.hidden='[64,64]' rounds=2 min_devices=1 max_devices=1 device_wait_s=0 \
   local_steps=10 batch=16 round_deadline_s=120 metrics="$work/metrics.jsonl" >"$work/hub.out" 2>"$work/hub.err" &

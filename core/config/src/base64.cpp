@@ -1,8 +1,9 @@
 #include "tessera/core/config/base64.hpp"
 
-#include <bit>
 #include <cstdint>
 #include <cstring>
+
+#include "tessera/core/base/endian.hpp"
 
 namespace tessera::core {
 namespace {
@@ -19,24 +20,28 @@ int sextet(char c) noexcept {
 }
 
 // Values as little-endian bytes whatever the host.
-template <class T, class U>
+template <class T>
 std::string encode_values(std::span<const T> values) {
-  std::vector<std::byte> bytes(values.size() * sizeof(T));
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const auto bits = std::bit_cast<U>(values[i]);
-    for (std::size_t b = 0; b < sizeof(T); ++b) bytes[i * sizeof(T) + b] = static_cast<std::byte>((bits >> (8 * b)) & 0xff);
+  std::vector<std::byte> bytes;
+  bytes.reserve(values.size() * sizeof(T));
+  le_writer w(bytes);
+  for (const T v : values) {
+    if constexpr (sizeof(T) == 4) w.f32(v);
+    else w.f64(v);
   }
   return base64_encode(bytes);
 }
 
-template <class T, class U>
+template <class T>
 result<std::vector<T>> decode_values(std::string_view text, std::size_t count, const std::string& what) {
   TESSERA_ASSIGN_OR_RETURN(const std::vector<std::byte> bytes, base64_decode(text, count * sizeof(T), what));
   std::vector<T> out(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    U bits = 0;
-    for (std::size_t b = 0; b < sizeof(T); ++b) bits |= static_cast<U>(std::to_integer<unsigned>(bytes[i * sizeof(T) + b])) << (8 * b);
-    out[i] = std::bit_cast<T>(bits);
+  le_reader r(bytes);
+  for (T& v : out) {
+    bool ok = false;
+    if constexpr (sizeof(T) == 4) ok = r.f32(v);
+    else ok = r.f64(v);
+    TESSERA_ASSERT(ok);  // base64_decode returned exactly count values' bytes
   }
   return out;
 }
@@ -83,13 +88,13 @@ result<std::vector<std::byte>> base64_decode(std::string_view text, std::size_t 
   return out;
 }
 
-std::string encode_doubles(std::span<const double> values) { return encode_values<double, std::uint64_t>(values); }
+std::string encode_doubles(std::span<const double> values) { return encode_values<double>(values); }
 result<std::vector<double>> decode_doubles(std::string_view text, std::size_t count, const std::string& what) {
-  return decode_values<double, std::uint64_t>(text, count, what);
+  return decode_values<double>(text, count, what);
 }
-std::string encode_floats(std::span<const float> values) { return encode_values<float, std::uint32_t>(values); }
+std::string encode_floats(std::span<const float> values) { return encode_values<float>(values); }
 result<std::vector<float>> decode_floats(std::string_view text, std::size_t count, const std::string& what) {
-  return decode_values<float, std::uint32_t>(text, count, what);
+  return decode_values<float>(text, count, what);
 }
 
 }  // namespace tessera::core

@@ -9,11 +9,13 @@
 #include <cstring>
 #include <limits>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "tessera/core/data/dataset.hpp"
 #include "dataset_internal.hpp"
 #include "npy_header.hpp"
+#include "tessera/core/base/endian.hpp"
 
 namespace tessera::core {
 
@@ -201,10 +203,7 @@ std::string npy_preamble(std::string_view descr, const std::string& shape) {
   const std::size_t header_length = dict.size();
   TESSERA_ASSERT(header_length <= 0xffff);  // a two-dimensional shape is far below the u16 limit
   std::string out(k_npy_magic.begin(), k_npy_magic.end());
-  out.push_back('\x01');
-  out.push_back('\x00');
-  out.push_back(static_cast<char>(header_length & 0xff));
-  out.push_back(static_cast<char>(header_length >> 8));
+  le_writer(out).u8(1).u8(0).u16(static_cast<std::uint16_t>(header_length));
   return out + dict;
 }
 
@@ -222,9 +221,10 @@ result<void> write_npy_32(const std::string& path, std::string_view descr, const
   std::array<std::uint8_t, 4 * k_chunk_values> buf{};
   for (std::size_t done = 0; !failed && done < values.size();) {
     const std::size_t k = std::min(k_chunk_values, values.size() - done);
+    le_writer w(buf);
     for (std::size_t j = 0; j < k; ++j) {
-      const auto bits = std::bit_cast<std::uint32_t>(values[done + j]);
-      for (unsigned b = 0; b < 4; ++b) buf[4 * j + b] = static_cast<std::uint8_t>((bits >> (8 * b)) & 0xff);
+      if constexpr (std::is_floating_point_v<T>) w.f32(values[done + j]);
+      else w.u32(static_cast<std::uint32_t>(values[done + j]));
     }
     if (std::fwrite(buf.data(), 1, 4 * k, f) != 4 * k) {
       failed = true;

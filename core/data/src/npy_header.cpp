@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/core/base/endian.hpp"
+
 namespace tessera::core::detail {
 
 namespace {
@@ -282,7 +284,8 @@ result<npy_file> open_npy_file(const std::string& path, npy_role role) {
     return make_error(errc::truncated, path + ": truncated in the preamble (the header length needs " +
                                            std::to_string(length_bytes) + " bytes at offset 8)");
   std::uint64_t header_length = 0;
-  for (std::size_t b = 0; b < length_bytes; ++b) header_length |= std::uint64_t{pre[8 + b]} << (8 * b);
+  const bool read = le_reader(std::span(pre).subspan(8, length_bytes)).uint(header_length, length_bytes);
+  TESSERA_ASSERT(read);  // have >= preamble: the bytes are there
   if (header_length > k_npy_max_header)
     return make_error(errc::bad_format, path + ": header length " + std::to_string(header_length) +
                                             " bytes is over the limit of " + std::to_string(k_npy_max_header));

@@ -110,7 +110,14 @@ result<void> write_file_keeping_previous(const std::filesystem::path& path, std:
   return {};
 }
 
-result<std::vector<std::byte>> read_file_bounded(const std::filesystem::path& path, std::size_t max_bytes) {
+namespace {
+
+// The file open for reading and its size; errc::bad_format naming the path if it is over max_bytes.
+struct sized_file {
+  int fd = -1;
+  std::size_t bytes = 0;
+};
+result<sized_file> open_sized(const std::filesystem::path& path, std::size_t max_bytes) {
   // POSIX calls rather than iostreams: the static agent then carries no locale machinery.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return io_error("cannot open", path, errno);
@@ -124,10 +131,14 @@ result<std::vector<std::byte>> read_file_bounded(const std::filesystem::path& pa
     ::close(fd);
     return make_error(errc::bad_format, path.string() + ": larger than " + std::to_string(max_bytes) + " bytes");
   }
-  std::vector<std::byte> bytes(static_cast<std::size_t>(st.st_size));
+  return sized_file{.fd = fd, .bytes = static_cast<std::size_t>(st.st_size)};
+}
+
+// Fills `out` from the file and closes it.
+result<void> read_and_close(int fd, const std::filesystem::path& path, std::span<std::byte> out) {
   std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+  while (done < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const int err = n < 0 ? errno : EIO;
@@ -137,7 +148,22 @@ result<std::vector<std::byte>> read_file_bounded(const std::filesystem::path& pa
     done += static_cast<std::size_t>(n);
   }
   ::close(fd);
+  return {};
+}
+
+}  // namespace
+
+result<std::vector<std::byte>> read_file_bounded(const std::filesystem::path& path, std::size_t max_bytes) {
+  TESSERA_ASSIGN_OR_RETURN(const sized_file f, open_sized(path, max_bytes));
+  std::vector<std::byte> bytes(f.bytes);
+  TESSERA_TRY(read_and_close(f.fd, path, bytes));
   return bytes;
+}
+
+result<std::size_t> read_file_into(const std::filesystem::path& path, std::span<std::byte> out) {
+  TESSERA_ASSIGN_OR_RETURN(const sized_file f, open_sized(path, out.size()));
+  TESSERA_TRY(read_and_close(f.fd, path, out.first(f.bytes)));
+  return f.bytes;
 }
 
 }  // namespace tessera::core

@@ -22,6 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/core/base/endian.hpp"
+
 namespace tessera::core {
 namespace {
 
@@ -49,17 +51,6 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string out = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) out += (i == 0 ? "" : ", ") + std::to_string(shape[i]);
   return out + "]";
-}
-
-// Little-endian by shifts rather than memcpy, so the file is the same on any host.
-void put_f32_le(float v, std::uint8_t* out) {
-  const auto bits = std::bit_cast<std::uint32_t>(v);
-  for (unsigned i = 0; i < 4; ++i) out[i] = static_cast<std::uint8_t>((bits >> (8 * i)) & 0xffu);
-}
-float get_f32_le(const std::uint8_t* in) {
-  std::uint32_t bits = 0;
-  for (unsigned i = 0; i < 4; ++i) bits |= std::uint32_t{in[i]} << (8 * i);
-  return std::bit_cast<float>(bits);
 }
 
 struct file_closer {
@@ -154,15 +145,15 @@ result<void> write_contents(std::FILE* f, const std::string& tmp, const std::str
                             std::span<const tensor_f32> tensors) {
   const auto failed = [&] { return make_error(errc::io, tmp + ": write failed: " + errno_text(errno)); };
   std::array<std::uint8_t, k_length_bytes> length{};
-  const std::uint64_t n = header.size();
-  for (std::size_t i = 0; i < k_length_bytes; ++i) length[i] = static_cast<std::uint8_t>((n >> (8 * i)) & 0xffu);
+  le_writer(length).u64(header.size());
   if (std::fwrite(length.data(), 1, length.size(), f) != length.size()) return failed();
   if (std::fwrite(header.data(), 1, header.size(), f) != header.size()) return failed();
   std::vector<std::uint8_t> staging(k_staging_bytes);
   for (const tensor_f32& t : tensors) {
     for (std::size_t i = 0; i < t.data.size();) {
       const std::size_t k = std::min(t.data.size() - i, staging.size() / sizeof(float));
-      for (std::size_t j = 0; j < k; ++j) put_f32_le(t.data[i + j], staging.data() + j * sizeof(float));
+      le_writer w{std::span(staging).first(k * sizeof(float))};
+      for (std::size_t j = 0; j < k; ++j) w.f32(t.data[i + j]);
       if (std::fwrite(staging.data(), 1, k * sizeof(float), f) != k * sizeof(float)) return failed();
       i += k;
     }
@@ -293,7 +284,8 @@ result<safetensors_file> read_safetensors(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(std::size_t got, pread_full(fd.get(), length, 0, path));
   if (got < length.size()) return make_error(errc::truncated, path + ": the file shrank while being read");
   std::uint64_t header_bytes = 0;
-  for (std::size_t i = 0; i < k_length_bytes; ++i) header_bytes |= std::uint64_t{length[i]} << (8 * i);
+  const bool whole = le_reader(length).u64(header_bytes);
+  TESSERA_ASSERT(whole);  // the array holds exactly the 8 bytes
   // Both bounds are checked before the header is read: the length is the file's word, not ours.
   if (header_bytes > k_safetensors_max_header)
     return make_error(errc::over_budget, path + ": header length " + std::to_string(header_bytes) +
@@ -365,7 +357,11 @@ result<safetensors_file> read_safetensors(const std::string& path) {
       TESSERA_ASSIGN_OR_RETURN(got, pread_full(fd.get(), chunk, data_offset + e.begin + i * sizeof(float), path));
       if (got < chunk.size())
         return make_error(errc::truncated, path + ": tensor " + quote_name(t.name) + ": the file shrank while being read");
-      for (std::size_t j = 0; j < k; ++j) t.data[i + j] = get_f32_le(staging.data() + j * sizeof(float));
+      le_reader r(chunk);
+      for (std::size_t j = 0; j < k; ++j) {
+        const bool read = r.f32(t.data[i + j]);
+        TESSERA_ASSERT(read);  // the chunk holds exactly k values
+      }
       i += k;
     }
     out.tensors.push_back(std::move(t));

@@ -7,12 +7,14 @@
 #include <optional>
 #include <string>
 
+#include "tessera/core/base/endian.hpp"
 #include "tessera/core/math/mlp.hpp"
 
 namespace tessera::core {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "the wire codecs write the host's bytes as little-endian");
+// f32 blobs are the parameters' bytes copied whole; the other codecs pack value by value (endian.hpp).
+static_assert(std::endian::native == std::endian::little, "f32 blobs copy the host's floats as little-endian bytes");
 
 constexpr float k_half_max = 65504.0f;
 
@@ -85,20 +87,18 @@ result<void> encode(const mlp_arch& arch, codec_kind codec, std::span<const floa
     case codec_kind::f32:
       std::memcpy(out.data(), params.data(), params.size_bytes());
       return {};
-    case codec_kind::f16:
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        const std::uint16_t h = float_to_half(params[i]);
-        std::memcpy(out.data() + 2 * i, &h, 2);
-      }
+    case codec_kind::f16: {
+      le_writer w(out);
+      for (const float p : params) w.u16(float_to_half(p));
       return {};
+    }
     case codec_kind::q8: {
-      std::size_t at = 0;
+      le_writer w(out);
       for_each_row(arch, [&](std::size_t first, std::size_t count) {
         float max_abs = 0;
         for (std::size_t i = 0; i < count; ++i) max_abs = std::max(max_abs, std::fabs(params[first + i]));
         const float scale = max_abs / 127.0f;
-        std::memcpy(out.data() + at, &scale, 4);
-        at += 4;
+        w.f32(scale);
         // A row below ~3.7e-37 has a subnormal scale whose inverse overflows (0 · inf would be NaN):
         // there the values are divided by the scale instead, which stays within ±127 and finite.
         const bool normal = std::isnormal(scale);
@@ -106,10 +106,10 @@ result<void> encode(const mlp_arch& arch, codec_kind codec, std::span<const floa
         for (std::size_t i = 0; i < count; ++i) {
           const float x = normal ? params[first + i] * inv : (scale > 0 ? params[first + i] / scale : 0.0f);
           const float q = std::clamp(std::nearbyint(x), -127.0f, 127.0f);
-          out[at++] = static_cast<std::byte>(static_cast<std::int8_t>(q));
+          w.u8(static_cast<std::uint8_t>(static_cast<std::int8_t>(q)));
         }
       });
-      TESSERA_ASSERT(at == out.size());
+      TESSERA_ASSERT(w.written() == out.size());
       return {};
     }
   }
@@ -126,26 +126,33 @@ result<void> decode(const mlp_arch& arch, codec_kind codec, std::span<const std:
     case codec_kind::f32:
       std::memcpy(params.data(), blob.data(), blob.size());
       break;
-    case codec_kind::f16:
-      for (std::size_t i = 0; i < params.size(); ++i) {
+    case codec_kind::f16: {
+      // The size was checked above: every read fits.
+      le_reader r(blob);
+      for (float& p : params) {
         std::uint16_t h = 0;
-        std::memcpy(&h, blob.data() + 2 * i, 2);
-        params[i] = half_to_float(h);
+        const bool read = r.u16(h);
+        TESSERA_ASSERT(read);
+        p = half_to_float(h);
       }
       break;
+    }
     case codec_kind::q8: {
-      std::size_t at = 0;
+      le_reader r(blob);
       std::optional<error> failed;
       for_each_row(arch, [&](std::size_t first, std::size_t count) {
+        const std::size_t at = r.position();
         float scale = 0;
-        std::memcpy(&scale, blob.data() + at, 4);
+        bool read = r.f32(scale);
         if (!failed && !(std::isfinite(scale) && scale >= 0))
           failed = make_error(errc::not_finite, "q8 blob: row scale at byte " + std::to_string(at) + " is " +
                                                     std::to_string(scale) + ", must be finite and >= 0");
-        at += 4;
-        for (std::size_t i = 0; i < count; ++i)
-          params[first + i] = static_cast<float>(static_cast<std::int8_t>(blob[at + i])) * scale;
-        at += count;
+        for (std::size_t i = 0; i < count; ++i) {
+          std::uint8_t q = 0;
+          read = r.u8(q) && read;
+          params[first + i] = static_cast<float>(static_cast<std::int8_t>(q)) * scale;
+        }
+        TESSERA_ASSERT(read);
       });
       if (failed) return *failed;
       break;

@@ -233,10 +233,10 @@ result<double> network::backward(std::span<float> params, std::span<float> grads
                                  const sgd_options* sgd, const float* x, const float* y, std::int64_t rows,
                                  std::span<float> workspace) const {
   TESSERA_ASSERT(sgd != nullptr || velocity.empty());
-  // With momentum (and no Nesterov) the gradient is accumulated straight into the velocity, which the
+  // With momentum the gradient is accumulated straight into the velocity, which the
   // previous update left holding μ·v + λ·w: one GEMM with β = 1 instead of a zeroed gradient buffer, a
   // read of it and a separate velocity pass. Otherwise gradients go to `grads`.
-  const bool into_velocity = sgd != nullptr && !velocity.empty() && !sgd->nesterov;
+  const bool into_velocity = sgd != nullptr && !velocity.empty();
   TESSERA_ASSERT(into_velocity || grads.size() == param_count_);
   TESSERA_ASSERT(!into_velocity || velocity.size() == param_count_);
   float* const gbase = into_velocity ? velocity.data() : grads.data();

@@ -22,13 +22,8 @@ void sgd_step(const sgd_options& o, std::span<float> params, std::span<const flo
   TESSERA_ASSERT(params.size() == velocity.size());
   Eigen::Map<Eigen::ArrayXf> v(velocity.data(), n);
   // One fused pass over the three arrays: this is memory-bound, so each array is read once.
-  if (o.nesterov) {
-    v = o.momentum * v + g + o.weight_decay * w;
-    w -= o.learning_rate * (g + o.weight_decay * w + o.momentum * v);
-  } else {
-    v = o.momentum * v + g + o.weight_decay * w;
-    w -= o.learning_rate * v;
-  }
+  v = o.momentum * v + g + o.weight_decay * w;
+  w -= o.learning_rate * v;
 }
 
 void sgd_apply_prepared(const sgd_options& o, std::span<float> params, std::span<float> velocity) noexcept {

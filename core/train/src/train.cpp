@@ -153,13 +153,12 @@ result<local_training_report> local_trainer::run(std::span<float> params, batch_
   if (momentum && buf_.velocity.empty())
     return make_error(errc::invalid_argument, "momentum " + std::to_string(options.sgd.momentum) +
                                                   " needs a velocity buffer, and this trainer was sized without one");
-  if ((!momentum || options.sgd.nesterov) && buf_.grads.empty())
-    return make_error(errc::invalid_argument, "plain SGD and Nesterov momentum need a gradient buffer, and this "
-                                              "trainer was sized without one");
+  if (!momentum && buf_.grads.empty())
+    return make_error(errc::invalid_argument, "plain SGD needs a gradient buffer, and this trainer was sized without one");
   const auto start = std::chrono::steady_clock::now();
   // A fresh velocity each round (the subnet is new), in the prepared form train_step accumulates into.
   if (!options.keep_velocity) {
-    if (momentum && !options.sgd.nesterov) sgd_prepare_start(options.sgd, params, buf_.velocity);
+    if (momentum) sgd_prepare_start(options.sgd, params, buf_.velocity);
     else std::fill(buf_.velocity.begin(), buf_.velocity.end(), 0.0f);
   }
   local_training_report report;

@@ -34,7 +34,7 @@ class x25519_keypair {
  public:
   [[nodiscard]] static core::result<x25519_keypair> generate();  // from OpenSSL's CSPRNG
   // Rebuilds a pair from its private key (a dropped device's key, recovered from shares).
-  [[nodiscard]] static core::result<x25519_keypair> from_private(const key256& private_key);
+  [[nodiscard]] static core::result<x25519_keypair> from_private(key256_view private_key);
   x25519_keypair(x25519_keypair&&) noexcept;
   x25519_keypair& operator=(x25519_keypair&&) noexcept;
   ~x25519_keypair();
@@ -90,10 +90,11 @@ class verifying_key {
 inline constexpr std::size_t aead_overhead = 12 + 16;  // nonce and tag
 
 // AES-256-GCM with a random 96-bit nonce: nonce || ciphertext || tag. `associated` is authenticated,
-// not encrypted (who sends to whom, which round).
-[[nodiscard]] core::result<std::vector<std::byte>> aead_seal(const key256& key, std::span<const std::byte> associated,
+// not encrypted (who sends to whom, which round). What a box holds is secret (shares): it opens into a
+// secret_bytes, and one that does not authenticate leaves nothing behind.
+[[nodiscard]] core::result<std::vector<std::byte>> aead_seal(key256_view key, std::span<const std::byte> associated,
                                                              std::span<const std::byte> plaintext);
-[[nodiscard]] core::result<std::vector<std::byte>> aead_open(const key256& key, std::span<const std::byte> associated,
-                                                             std::span<const std::byte> box);
+[[nodiscard]] core::result<secret_bytes> aead_open(key256_view key, std::span<const std::byte> associated,
+                                                   std::span<const std::byte> box);
 
 }  // namespace tessera::crypto

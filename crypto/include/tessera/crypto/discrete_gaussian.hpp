@@ -43,7 +43,7 @@ inline constexpr double k_max_discrete_variance = 0x1p50;
 // Draws from N_Z(0, num/den) from the keystream of `key`.
 class discrete_gaussian {
  public:
-  discrete_gaussian(const key256& key, variance_fraction variance);
+  discrete_gaussian(key256_view key, variance_fraction variance);
   [[nodiscard]] std::int64_t next();
   // The draws of discrete Laplace with scale t (P(x) ∝ exp(−|x|/t)), Algorithm 2 with s = 1; public so
   // that a test can check the proposal's distribution on its own.

@@ -26,10 +26,15 @@
 #include <string_view>
 
 #include "tessera/core/base/error.hpp"
+#include "tessera/crypto/secret.hpp"
 
 namespace tessera::crypto {
 
-using key256 = std::array<std::byte, 32>;
+// A 256-bit key made here (drawn, derived, agreed): a secret, wiped when it goes.
+using key256 = secret<std::byte, 32>;
+// How a function takes a 256-bit key: a view of its bytes, whether they are a key256's or those of a
+// key that is no secret by design (a device's rounding key, which the hub derives and sends).
+using key256_view = std::span<const std::byte, 32>;
 
 // HKDF-SHA256 (RFC 5869): `out.size()` bytes (at most 255·32) from the input keying material, a salt
 // and a context string.
@@ -41,10 +46,10 @@ using key256 = std::array<std::byte, 32>;
 [[nodiscard]] core::result<key256> random_key();
 
 // The ChaCha20 keystream of a 256-bit key (nonce and counter 0: every key serves one stream), read
-// 8 bytes at a time. The key is wiped when the stream goes.
+// 8 bytes at a time. The key and the stream's buffered output are wiped when the stream goes.
 class keystream {
  public:
-  explicit keystream(const key256& key);
+  explicit keystream(key256_view key);
   ~keystream();
   keystream(const keystream&) = delete;
   keystream& operator=(const keystream&) = delete;
@@ -62,7 +67,7 @@ class keystream {
 
 enum class mask_sign { add, subtract };
 // x[i] ← x[i] ± r_i mod 2^bits, r the keystream of `key` (8 bytes per value, low `bits` kept).
-void apply_mask(std::span<std::uint64_t> x, int bits, const key256& key, mask_sign sign);
+void apply_mask(std::span<std::uint64_t> x, int bits, key256_view key, mask_sign sign);
 // a[i] ← a[i] + b[i] mod 2^bits (a sum of masked inputs).
 void add_into(std::span<std::uint64_t> a, std::span<const std::uint64_t> b, int bits) noexcept;
 

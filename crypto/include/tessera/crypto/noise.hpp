@@ -31,7 +31,7 @@ inline constexpr double k_max_skellam_variance = 0x1p50;
 // Symmetric Skellam draws of variance `variance` in [0, k_max_skellam_variance] (0: always 0).
 class skellam_sampler {
  public:
-  skellam_sampler(const key256& key, double variance);
+  skellam_sampler(key256_view key, double variance);
   [[nodiscard]] std::int64_t next() { return poisson_draw(ks_, half_) - poisson_draw(ks_, half_); }
 
  private:

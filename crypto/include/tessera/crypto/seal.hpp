@@ -21,28 +21,33 @@
 #include <vector>
 
 #include "tessera/core/base/error.hpp"
+#include "tessera/crypto/secret.hpp"
 
 namespace tessera::crypto {
 
 inline constexpr std::size_t sealed_overhead_bytes = 8 + 12 + 16;  // magic + nonce + tag
 
-// A 256-bit key. The bytes never appear in logs; the destructor wipes them.
+// A 256-bit key. The bytes never appear in logs; they live in a secret, which wipes them (a copy of the
+// key is a second secret, wiped in its turn).
 class sealing_key {
  public:
   [[nodiscard]] static core::result<sealing_key> generate();
+  // The file is read straight into the key (no copy is left on the heap).
   [[nodiscard]] static core::result<sealing_key> load(const std::filesystem::path& path);
   // Writes the 32 key bytes owner-read-only; an existing file is kept unless `force`.
   [[nodiscard]] core::result<void> save(const std::filesystem::path& path, bool force) const;
 
   sealing_key(const sealing_key&) = default;
   sealing_key& operator=(const sealing_key&) = default;
-  ~sealing_key();
+  sealing_key(sealing_key&&) noexcept = default;
+  sealing_key& operator=(sealing_key&&) noexcept = default;
+  ~sealing_key() = default;
 
-  [[nodiscard]] const std::array<std::uint8_t, 32>& bytes() const noexcept { return bytes_; }
+  [[nodiscard]] const secret<std::uint8_t, 32>& bytes() const noexcept { return bytes_; }
 
  private:
   sealing_key() = default;
-  std::array<std::uint8_t, 32> bytes_{};
+  secret<std::uint8_t, 32> bytes_;
 };
 
 [[nodiscard]] core::result<std::vector<std::byte>> seal(const sealing_key& key, std::span<const std::byte> plaintext);

@@ -159,7 +159,7 @@ struct secagg_encoded {
 };
 [[nodiscard]] core::result<secagg_encoded> secagg_encode(const secagg_params& p, std::size_t summands,
                                                          std::span<const std::uint32_t> segments,
-                                                         const std::vector<std::vector<float>>& input, const key256& rounding_key,
+                                                         const std::vector<std::vector<float>>& input, key256_view rounding_key,
                                                          const key256* noise_key = nullptr);
 
 // Ring values on the wire: 4 bytes each for bits ≤ 32, else 8, little-endian. Unpacking checks the
@@ -191,7 +191,7 @@ class secagg_client {
   // fewer than threshold − 1 neighbours' boxes came (an empty or short inbox): the self mask alone
   // would hide the input, and the hub recovers it from the neighbours at unmasking.
   [[nodiscard]] core::result<secagg_masked> mask(const std::vector<secagg_box>& boxes, const std::vector<std::vector<float>>& input,
-                                                 const key256& rounding_key);
+                                                 key256_view rounding_key);
   // Refuses a request that asks for both kinds of share of one device, that names fewer than
   // `threshold` survivors, or devices this device never heard of.
   [[nodiscard]] core::result<secagg_unmask_reply> unmask(const secagg_unmask_request& request);

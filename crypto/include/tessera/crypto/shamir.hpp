@@ -7,6 +7,7 @@
 // each shared by its own random polynomial of degree t − 1 whose coefficients come from OpenSSL's
 // CSPRNG. A share is the point x (1..n) and the five values f_c(x): any t shares give the secret back
 // by Lagrange interpolation at 0; t − 1 or fewer are uniformly distributed whatever the secret.
+// Secrets, coefficients and share values are held in crypto::secret (secret.hpp): wiped when they go.
 //
 //   auto shares = crypto::shamir_split(seed, /*t=*/3, /*n=*/5);          // result<vector<shamir_share>>
 //   auto back = crypto::shamir_recover(std::span(shares.value()).first(3), /*t=*/3);
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "tessera/core/base/error.hpp"
+#include "tessera/crypto/secret.hpp"
 
 namespace tessera::crypto {
 
@@ -27,7 +29,8 @@ inline constexpr std::uint64_t gf61_prime = (std::uint64_t{1} << 61) - 1;
 inline constexpr std::size_t shamir_chunks = 5;
 inline constexpr std::size_t shamir_max_shares = 65535;
 
-using secret32 = std::array<std::byte, 32>;
+using secret32 = secret<std::byte, 32>;                   // the same type as masking.hpp's key256
+using shamir_values = secret<std::uint64_t, shamir_chunks>;  // one value per chunk
 
 // Arithmetic in GF(2^61 − 1) on canonical values (< p). Portable 64×64 → 128-bit products (no
 // __int128: 32-bit ARM boards have none).
@@ -63,16 +66,16 @@ namespace gf61 {
 }  // namespace gf61
 
 struct shamir_share {
-  std::uint32_t x = 0;                                // 1..n, never 0 (f(0) is the secret)
-  std::array<std::uint64_t, shamir_chunks> y{};       // f_c(x) for each chunk c, < p
+  std::uint32_t x = 0;   // 1..n, never 0 (f(0) is the secret)
+  shamir_values y{};     // f_c(x) for each chunk c, < p
 
   friend bool operator==(const shamir_share&, const shamir_share&) = default;
 };
 
 // A secret as field elements and back (7 bytes per element, little-endian).
-[[nodiscard]] std::array<std::uint64_t, shamir_chunks> secret_to_elements(const secret32& s) noexcept;
+[[nodiscard]] shamir_values secret_to_elements(std::span<const std::byte, 32> s) noexcept;
 // Refuses elements that do not come from 32 bytes (too large for their chunk).
-[[nodiscard]] core::result<secret32> elements_to_secret(const std::array<std::uint64_t, shamir_chunks>& e);
+[[nodiscard]] core::result<secret32> elements_to_secret(std::span<const std::uint64_t, shamir_chunks> e);
 
 // f(x) for the polynomial with coefficients coeffs[0] (the constant) .. coeffs[k] (Horner).
 [[nodiscard]] std::uint64_t shamir_eval(std::span<const std::uint64_t> coeffs, std::uint64_t x) noexcept;
@@ -81,11 +84,11 @@ struct shamir_share {
 [[nodiscard]] core::result<std::uint64_t> lagrange_at(std::span<const std::uint32_t> xs, std::span<const std::uint64_t> ys,
                                                       std::uint64_t at);
 
-// Shares of `secret` at x = 1..n, any t of which recover it (1 <= t <= n <= shamir_max_shares).
-[[nodiscard]] core::result<std::vector<shamir_share>> shamir_split(const secret32& secret, std::size_t t, std::size_t n);
+// Shares of `s` at x = 1..n, any t of which recover it (1 <= t <= n <= shamir_max_shares).
+[[nodiscard]] core::result<std::vector<shamir_share>> shamir_split(std::span<const std::byte, 32> s, std::size_t t, std::size_t n);
 // The same with the polynomials' other coefficients given (coeffs[c] has t − 1 values < p, the
 // constant being the secret's chunk c): for tests with hand-computed vectors.
-[[nodiscard]] core::result<std::vector<shamir_share>> shamir_split_with(const secret32& secret, std::size_t t, std::size_t n,
+[[nodiscard]] core::result<std::vector<shamir_share>> shamir_split_with(std::span<const std::byte, 32> s, std::size_t t, std::size_t n,
                                                                        const std::array<std::vector<std::uint64_t>, shamir_chunks>& coeffs);
 // The secret from at least t shares with distinct, nonzero x: interpolated from the first t, and every
 // further share must lie on the same polynomials (errc::invalid_argument names the one that does not).

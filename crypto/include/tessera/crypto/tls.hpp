@@ -5,16 +5,20 @@
 // with clientAuth usage, checks it against the CA's CRL, and disables session tickets so that every
 // connection is fully verified (a ticket would let a since-revoked device resume). The agent requires
 // serverAuth usage and that the hub's certificate names the host it dialled (DNS or IP SAN).
-// The OpenSSL SSL_CTX stays inside: net/ reaches it through native_handle() only in its sources.
+// OpenSSL stays inside crypto/: net/ and hub/ hold Asio's wrappers of its handles, and hand those
+// handles only to the functions here (the context to Asio's ssl::context, which adopts a reference; a
+// connection's, after its handshake, to the peer_* functions and describe_handshake_failure).
 //
 //   auto ctx = crypto::make_hub_tls({.ca_cert = "pki/ca.pem", .cert = "pki/hub.pem",
 //                                    .key = "pki/hub.key", .crl = "pki/ca.crl"});
 //   if (!ctx) return fail(ctx.error());
 //   net::server srv(io, ctx.value(), cfg);                        // see tessera/net/server.hpp
 //   // after a handshake, the device id comes from the peer certificate:
-//   auto id = crypto::device_id_from_der(peer_cert_der);          // "pi-07"
+//   auto peer = crypto::peer_device(stream.native_handle());      // {.id = "pi-07", .serial = "1f..."}
 //   // on the hub's operator endpoint (the same context), the role is the operator's:
-//   auto who = crypto::operator_name_from_der(peer_cert_der);     // "alice"
+//   auto who = crypto::peer_operator(stream.native_handle());     // "alice"
+//   // or from a certificate file's bytes:
+//   auto id = crypto::device_id_from_der(cert_der);               // "pi-07"
 #pragma once
 
 #include <cstdint>
@@ -22,8 +26,14 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "tessera/core/base/error.hpp"
+
+// OpenSSL's connection and context, by their struct names: Asio's ssl::stream::native_handle() and
+// ssl::context's native_handle_type are pointers to these. Their definitions stay in crypto's sources.
+struct ssl_st;
+struct ssl_ctx_st;
 
 namespace tessera::crypto {
 
@@ -47,10 +57,11 @@ class tls_context {
  public:
   tls_context() = default;
   [[nodiscard]] bool valid() const noexcept { return handle_ != nullptr; }
-  // The SSL_CTX*, for net/'s sources only. The context keeps ownership.
-  [[nodiscard]] void* native_handle() const noexcept { return handle_.get(); }
-  // Like native_handle() but adds a reference the caller must release (Asio's ssl::context adopts it).
-  [[nodiscard]] void* native_handle_add_ref() const noexcept;
+  // The SSL_CTX*; the context keeps ownership.
+  [[nodiscard]] ssl_ctx_st* native_handle() const noexcept { return static_cast<ssl_ctx_st*>(handle_.get()); }
+  // Like native_handle() but adds a reference the caller must release (Asio's ssl::context adopts it:
+  // net::adopt_tls in tessera/net/tls_adopt.hpp).
+  [[nodiscard]] ssl_ctx_st* native_handle_add_ref() const noexcept;
 
   explicit tls_context(std::shared_ptr<void> handle) : handle_(std::move(handle)) {}
 
@@ -67,5 +78,29 @@ class tls_context {
 // The operator name of a DER certificate: the URI SAN "urn:tessera:operator:<name>", agreeing with the
 // CN, and no device URI. errc::not_operator otherwise (a device certificate is named as such).
 [[nodiscard]] core::result<std::string> operator_name_from_der(std::span<const std::uint8_t> der);
+
+// ---- a connection after its handshake; `ssl` is its native handle, never null ----
+
+// The device a connection's peer certificate names, and that certificate's serial (lowercase hex):
+// the identity a HELLO must match, never what the peer claims. errc::no_device_id if there is no
+// certificate or it names no single device.
+struct tls_device_peer {
+  std::string id;
+  std::string serial;
+};
+[[nodiscard]] core::result<tls_device_peer> peer_device(ssl_st* ssl);
+// The operator a connection's peer certificate names; errc::not_operator without a certificate or with
+// one that is not an operator's (operator_name_from_der).
+[[nodiscard]] core::result<std::string> peer_operator(ssl_st* ssl);
+
+// Why a handshake failed, as far as OpenSSL can tell. The labels are short and bounded (the hub counts
+// failures by them); each is empty when OpenSSL's codes name nothing more specific.
+struct tls_handshake_failure {
+  std::string verify_error;       // the peer certificate's verification error, OpenSSL's text
+  std::string_view verify_label;  // the same as a label: "certificate_revoked", "unknown_ca", "crl_unusable", ...
+  std::string_view error_label;   // the handshake error's reason: "no_certificate", "protocol_version", "not_tls"
+};
+// `openssl_error`: the handshake's error code when it is OpenSSL's (Asio's ssl category), else 0.
+[[nodiscard]] tls_handshake_failure describe_handshake_failure(ssl_st* ssl, unsigned long openssl_error);
 
 }  // namespace tessera::crypto

@@ -83,11 +83,11 @@ struct welcome {
 
 // ASSIGN's part under secure aggregation: the protocol's parameters for the round (params.round is its
 // fresh number, which the device's key signature binds), the segments this device covers, the key of
-// its stochastic rounding, and its masked upload's size.
+// its stochastic rounding (no secret: rounds/assignment.hpp), and its masked upload's size.
 struct secure_assign {
   crypto::secagg_params params{};
   std::vector<std::uint32_t> segments{};
-  crypto::key256 rounding_key{};
+  std::array<std::byte, 32> rounding_key{};
   std::uint64_t upload_size = 0;
 };
 

@@ -4,7 +4,7 @@
 //
 //   {"inputs": 784, "outputs": 10, "task": "classification", "layer_norm": true,
 //    "input_scale": [1, 1, 1], "steps": 100, "batch": 32,
-//    "lr": 0.05, "momentum": 0.9, "weight_decay": 0, "nesterov": false,
+//    "lr": 0.05, "momentum": 0.9, "weight_decay": 0,
 //    "input_mean": "<base64 f32 × inputs>", "input_std": "<base64 f32 × inputs>"}   // when the model
 //                                                       // standardizes its inputs (core/data/fed_stats.hpp)
 //

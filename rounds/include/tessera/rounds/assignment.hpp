@@ -18,6 +18,8 @@
 //   auto s = rounds::next_state(a.state, rounds::assignment_event::downloaded);   // optional
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -55,9 +57,10 @@ struct assignment {
   std::size_t upload_bytes = 0;       // blob_bytes, or with secure aggregation the masked values' bytes
   // Secure aggregation: the segments this device's masked input covers (its group's, then the shared
   // parameters'), and the key of its stochastic rounding (from the round's plan seed and its id, so the
-  // simulator rounds alike; it hides nothing: the masks do).
+  // simulator rounds alike; it hides nothing: the masks do). So it is no crypto::key256, which is a
+  // secret: its bytes are the hub's to send, in ASSIGN.
   std::vector<std::uint32_t> segments;
-  crypto::key256 rounding_key{};
+  std::array<std::byte, 32> rounding_key{};
   assignment_state state = assignment_state::assigned;
   core::error reason;                 // why refused or rejected
   std::uint64_t examples = 0;         // from the accepted update

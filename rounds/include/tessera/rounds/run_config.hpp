@@ -126,7 +126,6 @@ struct run_config {
   core::lr_schedule lr;
   float momentum = 0.9f;
   float weight_decay = 0.0f;
-  bool nesterov = false;
   core::codec_kind codec = core::codec_kind::f32;  // parameters pass through it both ways
   std::uint64_t seed = 1;
   evaluation_schedule evaluation;

@@ -10,6 +10,7 @@
 //   TESSERA_TRY(core::write_file_atomic("ckpt/hub.ckpt", bytes, 0600, /*replace=*/true));
 //   TESSERA_TRY(core::write_file_keeping_previous("ckpt/hub.ckpt", bytes, 0600, "ckpt/hub.ckpt.prev"));
 //   auto back = core::read_file_bounded("ckpt/hub.ckpt", 1u << 30);   // refuses a larger file
+//   auto n = core::read_file_into("hub.sealkey", key_bytes);           // into a buffer of the caller's
 #pragma once
 
 #include <cstddef>
@@ -29,5 +30,9 @@ namespace tessera::core {
                                                        unsigned mode, const std::filesystem::path& previous);
 // The whole file; errc::bad_format naming the path if it holds more than max_bytes.
 [[nodiscard]] result<std::vector<std::byte>> read_file_bounded(const std::filesystem::path& path, std::size_t max_bytes);
+// The whole file into `out`, which must hold it (errc::bad_format naming the path otherwise); returns
+// its size. No copy is made on the way: what is read goes where the caller chose (a key into a
+// crypto::secret, which wipes it).
+[[nodiscard]] result<std::size_t> read_file_into(const std::filesystem::path& path, std::span<std::byte> out);
 
 }  // namespace tessera::core

@@ -10,7 +10,6 @@
 // an assignment; the arena is carved by the same layout, so "needed" and "used" cannot drift apart.
 //
 //   core::training_memory m = core::plan_training_memory(sub.arch, 32, /*momentum=*/true, core::codec_kind::f32);
-// (Nesterov momentum needs the gradient and the velocity both: it is not offered on devices.)
 //   if (m.total > budget_bytes) refuse("needs " + std::to_string(m.total) + " bytes");
 #pragma once
 

@@ -1,7 +1,9 @@
 // tessera/core/math/optimizer.hpp — SGD with momentum and weight decay, and learning-rate schedules.
 //
-// Semantics match torch.optim.SGD (dampening 0): g ← g + λ·w;  v ← μ·v + g;  w ← w − η·v
-// (Nesterov: w ← w − η·(g + μ·v)). Velocity starts at zero each round, since a subnet is new each round.
+// Semantics match torch.optim.SGD (dampening 0, no Nesterov): g ← g + λ·w;  v ← μ·v + g;  w ← w − η·v.
+// Velocity starts at zero each round, since a subnet is new each round. (Nesterov momentum is not
+// offered: it needs the gradient apart from the velocity, and a device's arena holds only the velocity,
+// into which the backward pass accumulates.)
 //
 //   core::sgd_options opt{.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f};
 //   core::sgd_step(opt, params, grads, velocity);       // spans of equal length, no allocation
@@ -23,7 +25,6 @@ struct sgd_options {
   float learning_rate = 0.05f;
   float momentum = 0.9f;
   float weight_decay = 0.0f;
-  bool nesterov = false;
 };
 
 // One in-place update of params and velocity from grads. All spans have the same length, except that
@@ -34,7 +35,6 @@ void sgd_step(const sgd_options& options, std::span<float> params, std::span<con
 // The same update split for accumulating gradients straight into the velocity. A step then is:
 // velocity holds μ·v + λ·w ("prepared"); the backward pass adds g to it; sgd_apply_prepared does
 // w ← w − η·v and prepares the next step, v ← μ·v + λ·w. Start a run with sgd_prepare_start.
-// Not for Nesterov (which needs g apart from v).
 void sgd_apply_prepared(const sgd_options& options, std::span<float> params, std::span<float> velocity) noexcept;
 void sgd_prepare_start(const sgd_options& options, std::span<const float> params, std::span<float> velocity) noexcept;
 
