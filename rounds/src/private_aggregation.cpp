@@ -333,27 +333,7 @@ core::result<void> private_aggregation::finish(const round_view& v, std::span<co
   }
   sum_ = {};
   units_ = {};
-  if (d.adaptive_clip) {
-    // The share of contributors whose change fitted, noised and over the expected count; the clip
-    // moves geometrically toward the target quantile. Under secure aggregation the count is the
-    // released sum of the devices' ±(k/2)·C values (noised by them); withheld, the clip stays.
-    const double expected = d.sample_rate * static_cast<double>(population(assignments.size()));
-    std::optional<double> fitted;
-    if (hub_noise) {
-      // Each contributor's count value is centred, b − ½ (b = 1 when its change fitted): one device
-      // moves the noised sum by ½, the sensitivity Theorem 1 of Andrew et al. assumes for σ_b (an
-      // uncentred count moves it by 1 and spends up to twice the ε accounted). The expected
-      // contributors' ½ each is added back, a public figure.
-      // Doubled, the centred values are ±1 and their sum an integer, noised exactly like the changes.
-      const auto doubled = 2 * static_cast<std::int64_t>(accepted_ - clipped_) - static_cast<std::int64_t>(accepted_);
-      TESSERA_ASSIGN_OR_RETURN(const crypto::key256 count_key, crypto::derive_key(key_, "tessera dp count noise v1"));
-      TESSERA_ASSIGN_OR_RETURN(crypto::discrete_gaussian count, hub_noise_of(count_key, 2.0 * count_noise(), "the fitting count"));
-      fitted = static_cast<double>(doubled + count.next()) / 2.0 + expected / 2.0;
-    } else if (fitted_centred) {
-      fitted = *fitted_centred + expected / 2.0;
-    }
-    if (fitted) clip_ = c * std::exp(-d.clip_learning_rate * (*fitted / expected - d.target_quantile));
-  }
+  if (d.adaptive_clip) TESSERA_TRY(adapt_clip(c, population(assignments.size()), fitted_centred));
   const bool capped = !over_cap_.empty();
   if (hub_noise) {
     privacy_.compose(d.sample_rate, capped ? d.noise_multiplier / 2 : d.noise_multiplier, 1);
@@ -370,6 +350,31 @@ core::result<void> private_aggregation::finish(const round_view& v, std::span<co
   m.dp_sampled = sampled_;
   m.dp_clipped = clipped_;
   if (auto next = check_budget(v.round() + 1); !next) stop_ = next.error().message;
+  return {};
+}
+
+// Adaptive clipping after a round's release: the share of contributors whose change fitted, noised
+// and over the expected count, moves the clip geometrically toward the target quantile. Under secure
+// aggregation the count is the released sum of the devices' ±(k/2)·C values (noised by them,
+// `fitted_centred`); withheld, the clip stays.
+core::result<void> private_aggregation::adapt_clip(double c, std::size_t population, std::optional<double> fitted_centred) {
+  const dp_config& d = config_.dp;
+  const double expected = d.sample_rate * static_cast<double>(population);
+  std::optional<double> fitted;
+  if (!secure_) {
+    // Each contributor's count value is centred, b − ½ (b = 1 when its change fitted): one device
+    // moves the noised sum by ½, the sensitivity Theorem 1 of Andrew et al. assumes for σ_b (an
+    // uncentred count moves it by 1 and spends up to twice the ε accounted). The expected
+    // contributors' ½ each is added back, a public figure. Doubled, the centred values are ±1 and
+    // their sum an integer, noised exactly like the changes.
+    const auto doubled = 2 * static_cast<std::int64_t>(accepted_ - clipped_) - static_cast<std::int64_t>(accepted_);
+    TESSERA_ASSIGN_OR_RETURN(const crypto::key256 count_key, crypto::derive_key(key_, "tessera dp count noise v1"));
+    TESSERA_ASSIGN_OR_RETURN(crypto::discrete_gaussian count, hub_noise_of(count_key, 2.0 * count_noise(), "the fitting count"));
+    fitted = static_cast<double>(doubled + count.next()) / 2.0 + expected / 2.0;
+  } else if (fitted_centred) {
+    fitted = *fitted_centred + expected / 2.0;
+  }
+  if (fitted) clip_ = c * std::exp(-d.clip_learning_rate * (*fitted / expected - d.target_quantile));
   return {};
 }
 

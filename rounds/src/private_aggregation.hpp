@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "tessera/core/privacy/rdp.hpp"
@@ -81,6 +82,8 @@ class private_aggregation final : public aggregation {
   [[nodiscard]] double change_noise_multiplier() const noexcept;
   // The hub's noise: one device's L2 bound on the integer sums (κ + √n/2, see the .cpp).
   [[nodiscard]] double unit_sensitivity() const noexcept;
+  // Moves the clip after a release (adaptive clipping), from clip `c` and the population.
+  [[nodiscard]] core::result<void> adapt_clip(double c, std::size_t population, std::optional<double> fitted_centred);
 
   run_config config_;
   std::size_t params_ = 0;

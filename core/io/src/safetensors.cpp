@@ -224,6 +224,33 @@ result<tensor_entry> parse_entry(const std::string& path, const std::string& nam
   return e;
 }
 
+// Tensors must tile the data section exactly, as the reference implementation requires: no overlap
+// (two tensors sharing bytes), no gap (bytes no tensor owns), nothing after the last one. Sorts them
+// by offset.
+result<void> check_tiling(const std::string& path, std::vector<tensor_entry>& entries, std::uint64_t data_bytes) {
+  std::sort(entries.begin(), entries.end(), [](const tensor_entry& a, const tensor_entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::uint64_t covered = 0;
+  const tensor_entry* previous = nullptr;
+  for (const tensor_entry& e : entries) {
+    if (e.begin < covered)
+      return make_error(errc::bad_format, path + ": tensor " + quote_name(e.name) + " at data offset " +
+                                              std::to_string(e.begin) + " overlaps tensor " +
+                                              quote_name(previous->name) + ", which ends at " + std::to_string(covered));
+    if (e.begin > covered)
+      return make_error(errc::bad_format, path + ": data bytes [" + std::to_string(covered) + ", " +
+                                              std::to_string(e.begin) + ") before tensor " + quote_name(e.name) +
+                                              " belong to no tensor");
+    covered = e.end;
+    previous = &e;
+  }
+  if (covered != data_bytes)
+    return make_error(errc::bad_format, path + ": " + std::to_string(data_bytes - covered) +
+                                            " data bytes after the last tensor belong to no tensor");
+  return {};
+}
+
 result<std::map<std::string, std::string>> parse_metadata(const std::string& path, const json& v) {
   if (!v.is_object()) return make_error(errc::bad_format, path + ": '__metadata__' is not a JSON object");
   std::map<std::string, std::string> out;
@@ -322,28 +349,7 @@ result<safetensors_file> read_safetensors(const std::string& path) {
     entries.push_back(std::move(e));
   }
 
-  // Tensors must tile the data section exactly, as the reference implementation requires: no overlap
-  // (two tensors sharing bytes), no gap (bytes no tensor owns), nothing after the last one.
-  std::sort(entries.begin(), entries.end(), [](const tensor_entry& a, const tensor_entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-  std::uint64_t covered = 0;
-  const tensor_entry* previous = nullptr;
-  for (const tensor_entry& e : entries) {
-    if (e.begin < covered)
-      return make_error(errc::bad_format, path + ": tensor " + quote_name(e.name) + " at data offset " +
-                                              std::to_string(e.begin) + " overlaps tensor " +
-                                              quote_name(previous->name) + ", which ends at " + std::to_string(covered));
-    if (e.begin > covered)
-      return make_error(errc::bad_format, path + ": data bytes [" + std::to_string(covered) + ", " +
-                                              std::to_string(e.begin) + ") before tensor " + quote_name(e.name) +
-                                              " belong to no tensor");
-    covered = e.end;
-    previous = &e;
-  }
-  if (covered != data_bytes)
-    return make_error(errc::bad_format, path + ": " + std::to_string(data_bytes - covered) +
-                                            " data bytes after the last tensor belong to no tensor");
+  TESSERA_TRY(check_tiling(path, entries, data_bytes));
 
   std::vector<std::uint8_t> staging(k_staging_bytes);
   for (tensor_entry& e : entries) {
