@@ -42,6 +42,9 @@ core::result<void> check_request_policy(std::string_view what, const privacy_pol
   if (policy.min_noise_multiplier > 0)
     return refused(std::string("the ") + std::string(what) + " would leave this device in the clear, with no noise, and its "
                    "privacy.min_noise_multiplier is " + num(policy.min_noise_multiplier));
+  if (policy.max_epsilon > 0)
+    return refused(std::string("the ") + std::string(what) + " would leave this device in the clear, which no privacy.max_epsilon (" +
+                   num(policy.max_epsilon) + ") can count");
   if (secure == secure_mode::require)
     return refused(std::string("the ") + std::string(what) + " would leave this device in the clear, and its secure_aggregation is 'require'");
   return {};

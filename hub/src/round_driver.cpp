@@ -258,6 +258,11 @@ void round_driver::close_round() {
     return;
   }
   if (const auto* sp = in<secure_phase>()) sp->steps.log_outcome();
+  // The release exists now and the evaluation below sends it out: its spending is recorded first.
+  if (auto kept = recorder_.record_privacy(*engine_); !kept) {
+    finish(kept.error().message);
+    return;
+  }
   const rounds::round_faults& f = engine_->last_faults();
   m.value().stragglers = f.stragglers;
   m.value().refused = f.refused;

@@ -41,7 +41,20 @@ bool holds_more(const core::rdp_accountant& ledger, const core::rdp_accountant& 
 
 std::filesystem::path ledger_path(const std::filesystem::path& checkpoint_file) { return checkpoint_file.string() + ".ledger"; }
 
-core::result<void> save_ledger(const std::filesystem::path& path, const privacy_ledger& l, const crypto::sealing_key* key) {
+core::result<void> save_ledger(const std::filesystem::path& path, const privacy_ledger& given, const crypto::sealing_key* key) {
+  // Merged with what the file holds for the same run, so that the file never loses spending whatever
+  // the caller was told at load.
+  privacy_ledger l = given;
+  TESSERA_ASSIGN_OR_RETURN(const auto held, load_ledger(path, key));
+  if (held && held->seed == l.seed && held->strategy == l.strategy) {
+    TESSERA_ASSIGN_OR_RETURN(l.users, larger_of(held->users, l.users));
+    if (held->hub && l.hub) {
+      TESSERA_ASSIGN_OR_RETURN(l.hub, larger_of(*held->hub, *l.hub));
+    } else if (held->hub) {
+      l.hub = held->hub;
+    }
+    l.round = std::max(l.round, held->round);
+  }
   nlohmann::json j{{"format", k_format}, {"version", 1},          {"seed", l.seed},
                    {"strategy", l.strategy}, {"round", l.round}, {"users", accountant_json(l.users)}};
   if (l.hub) j["hub"] = accountant_json(*l.hub);

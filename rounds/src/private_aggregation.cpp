@@ -181,6 +181,12 @@ core::result<void> private_aggregation::check_budget(std::int64_t round, bool ca
 core::result<std::vector<device_offer>> private_aggregation::sample(const round_view& v, std::vector<device_offer> offers) {
   TESSERA_TRY(check_budget(v.round()));
   if (secure_) TESSERA_TRY(make_private_ring(config_, params_, population(offers.size())));  // a ring that cannot hold the noised sums: say so now
+  if (!secure_) {
+    // Noise the hub's sampler cannot draw is said before the round trains, not after.
+    const crypto::key256 probe{};
+    TESSERA_TRY(hub_noise_of(probe, change_noise_multiplier() * unit_sensitivity(), "the changes"));
+    if (config_.dp.adaptive_clip) TESSERA_TRY(hub_noise_of(probe, 2.0 * count_noise(), "the fitting count"));
+  }
   if (seeded_) {
     TESSERA_ASSIGN_OR_RETURN(key_, crypto::derive_key(bytes_of(config_.seed, static_cast<std::uint64_t>(v.round())), "tessera dp round v1"));
   } else {

@@ -42,18 +42,24 @@ core::result<void> recorder::save_state(const engine& e, std::span<const device_
     const crypto::sealing_key* key = settings_.seal_key ? &*settings_.seal_key : nullptr;
     // The ledger first: a crash between the two leaves spending recorded that the checkpoint lacks,
     // never the reverse.
-    if (c.privacy) {
-      if (auto kept = save_ledger(ledger_path(settings_.checkpoint),
-                                  {.seed = c.seed, .strategy = c.strategy, .round = c.round, .users = *c.privacy, .hub = c.privacy_hub}, key);
-          !kept)
-        return core::make_error(core::errc::io, "privacy ledger after round " + std::to_string(c.round) + ": " + kept.error().message);
-    }
+    TESSERA_TRY(record_privacy(e));
     if (auto saved = save_checkpoint(settings_.checkpoint, c, key,
                                      saved_here_ ? current_checkpoint::written_here : current_checkpoint::unchecked);
         !saved)
       return core::make_error(core::errc::io, "checkpoint after round " + std::to_string(c.round) + ": " + saved.error().message);
     saved_here_ = true;
   }
+  return {};
+}
+
+core::result<void> recorder::record_privacy(const engine& e) {
+  if (settings_.checkpoint.empty() || !e.private_rounds()) return {};
+  const std::filesystem::path file = ledger_path(settings_.checkpoint);
+  const crypto::sealing_key* key = settings_.seal_key ? &*settings_.seal_key : nullptr;
+  privacy_ledger l{.seed = e.config().seed, .strategy = std::string(to_string(e.config().strategy)), .round = e.completed(),
+                   .users = e.privacy(), .hub = e.privacy_against_hub()};
+  if (auto kept = save_ledger(file, l, key); !kept)
+    return core::make_error(core::errc::io, "privacy ledger after round " + std::to_string(l.round) + ": " + kept.error().message);
   return {};
 }
 

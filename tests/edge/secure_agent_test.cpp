@@ -406,6 +406,11 @@ TEST_CASE("rogue hub: a round in the clear for a device with a privacy.max_epsil
                 {.max_epsilon = 5.0}, "edge.privacy_policy");
 }
 
+TEST_CASE("rogue hub: feature statistics asked of a device with a privacy.max_epsilon") {
+  check_refusal(rogue::statistics, "rogue_stats_budget", false, "which no privacy.max_epsilon (5) can count", {.max_epsilon = 5.0},
+                "edge.privacy_policy");
+}
+
 TEST_CASE("privacy budget: the ledger survives a restart, refuses past the limit, and a file that is not one stops the device") {
   testing::temp_dir dir("privacy_budget");
   const std::string file = dir.file("ledger.json");

@@ -726,3 +726,29 @@ TEST_CASE("dp: a rollback to an older checkpoint keeps ε: the privacy ledger ra
   CHECK(foreign.error().code == rounds::errc::checkpoint_mismatch);
   CHECK(testing::contains(foreign.error().message, "the ledger of a run with seed"));
 }
+
+TEST_CASE("dp: a round's spending is in the ledger as soon as it closes, before its checkpoint and anything it sends") {
+  // Round 2 closes and its release would go out (the hub's evaluation sends the model); the hub dies
+  // before the checkpoint. The restart loads round 1's checkpoint and round 2's ε.
+  const auto c = config({{"sample_rate", 1.0}, {"clip", 1.0}, {"noise_multiplier", 1.0}, {"population", 4}}, {{"strategy", "fedavg"}});
+  testing::temp_dir d("dp-ledger-early");
+  const std::string ckpt = d.file("hub.ckpt");
+  auto e = engine_for(c);
+  auto rec = rounds::recorder::open(c, {.checkpoint = ckpt, .seal_key = std::nullopt}, {});
+  REQUIRE(rec.ok());
+  for (int round = 1; round <= 2; ++round) {
+    REQUIRE(e.begin_round(fleet(4)).ok());
+    report_all(e, [](std::size_t) { return 0.001f; });
+    REQUIRE(e.close_round(nullptr).ok());
+    REQUIRE(rec.value().record_privacy(e).ok());
+    if (round == 1) REQUIRE(rec.value().save_state(e, {}).ok());
+  }
+  auto loaded = rounds::load_latest_checkpoint(ckpt, c.model, nullptr);
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded.value().has_value());
+  CHECK(loaded.value()->state.round == 1);
+  CHECK(loaded.value()->ledger_round == std::optional<std::int64_t>(2));
+  auto resumed = engine_for(c);
+  REQUIRE(resumed.restore(std::move(loaded.value()->state)).ok());
+  CHECK(resumed.epsilon() == doctest::Approx(e.epsilon()).epsilon(1e-12));
+}

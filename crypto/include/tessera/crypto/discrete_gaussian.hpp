@@ -13,7 +13,7 @@
 // its coins from a ChaCha20 keystream. The one departure from exactness: a proposal so far out that
 // the acceptance test's numerator would not fit in 128 bits (|Y| above 2^13·σ at the largest σ taken,
 // far more at smaller ones) is rejected at once; the exact test accepts such a proposal with
-// probability below e^(−2^25), so no sample could tell the difference.
+// probability about e^(−2^25) (e^(−(2^13 − 1)²/2)), so no sample could tell the difference.
 //
 //   crypto::discrete_gaussian noise(key, crypto::rational_variance(sigma * sigma).value());
 //   for (auto& x : integer_sum) x += noise.next();

@@ -53,6 +53,10 @@ class recorder {
   // Only the checkpoint (when the run keeps one): the state before round 1 once the fleet's statistics
   // are in, so a restarted run does not ask for them again.
   [[nodiscard]] core::result<void> save_state(const engine& e, std::span<const device_record> registry);
+  // Only the privacy ledger (privacy_ledger.hpp; a private run that keeps a checkpoint): what the round
+  // just closed spent, written as soon as its release exists and before anything carries it out (the
+  // model to evaluating devices), so that a crash before the checkpoint cannot forget it.
+  [[nodiscard]] core::result<void> record_privacy(const engine& e);
   // The run is over: writes the model (config.output_path), if named.
   [[nodiscard]] core::result<void> finish(const engine& e);
 
