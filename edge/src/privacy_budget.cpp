@@ -1,6 +1,7 @@
 #include "tessera/edge/privacy_budget.hpp"
 
 #include <algorithm>
+#include <span>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -11,17 +12,12 @@
 #include "tessera/core/io/file_io.hpp"
 #include "tessera/crypto/masking.hpp"
 #include "tessera/edge/error.hpp"
+#include "tessera/edge/privacy_policy.hpp"
 
 namespace tessera::edge {
 namespace {
 
 constexpr std::string_view k_format = "tessera device privacy ledger";
-
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  return buf;
-}
 
 }  // namespace
 
@@ -59,9 +55,9 @@ double privacy_budget::epsilon() const { return spent_.epsilon(delta_).epsilon; 
 core::result<void> privacy_budget::check(const core::skellam_mechanism& m) const {
   const double next = spent_.epsilon_after(1.0, m, 1, delta_).epsilon;
   if (next > max_)
-    return make_error(errc::privacy_policy, "this round would take the ε this device has spent against the hub from " + num(epsilon()) +
-                                                " to " + num(next) + " (δ " + num(delta_) + ", " + std::to_string(rounds()) +
-                                                " rounds so far), past its privacy.max_epsilon " + num(max_));
+    return make_error(errc::privacy_policy, "this round would take the ε this device has spent against the hub from " + policy_figure(epsilon()) +
+                                                " to " + policy_figure(next) + " (δ " + policy_figure(delta_) + ", " + std::to_string(rounds()) +
+                                                " rounds so far), past its privacy.max_epsilon " + policy_figure(max_));
   return {};
 }
 
@@ -72,9 +68,7 @@ core::result<void> privacy_budget::spend(const core::skellam_mechanism& m) {
   const nlohmann::json j{{"format", k_format}, {"rdp", std::vector<double>(next.rdp().begin(), next.rdp().end())}, {"rounds", next.steps()},
                          {"epsilon", next.epsilon(delta_).epsilon}, {"delta", delta_}};
   const std::string text = j.dump();
-  std::vector<std::byte> bytes(text.size());
-  std::transform(text.begin(), text.end(), bytes.begin(), [](char ch) { return static_cast<std::byte>(ch); });
-  if (auto written = core::write_file_atomic(file_, bytes, 0600, /*replace=*/true); !written)
+  if (auto written = core::write_file_atomic(file_, std::as_bytes(std::span(text)), 0600, /*replace=*/true); !written)
     return make_error(errc::privacy_policy, file_.string() + " (privacy.ledger): cannot record this round's spending, so its input stays here: " +
                                                 written.error().message);
   spent_ = std::move(next);

@@ -14,12 +14,6 @@
 namespace tessera::edge {
 namespace {
 
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  return buf;
-}
-
 core::error refused(const std::string& why) { return make_error(errc::privacy_policy, why); }
 
 // The noise multiplier the devices' noise carries in a private secure round: each device adds Skellam
@@ -36,15 +30,21 @@ core::result<double> devices_sigma(const crypto::secagg_params& p, std::size_t l
 
 }  // namespace
 
+std::string policy_figure(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
 core::result<void> check_request_policy(std::string_view what, const privacy_policy& policy, secure_mode secure) {
   const answer_mode mode = what == "statistics" ? policy.statistics : policy.evaluation;
   if (mode == answer_mode::off) return refused(std::string("this device's privacy.") + std::string(what) + " is off");
   if (policy.min_noise_multiplier > 0)
     return refused(std::string("the ") + std::string(what) + " would leave this device in the clear, with no noise, and its "
-                   "privacy.min_noise_multiplier is " + num(policy.min_noise_multiplier));
+                   "privacy.min_noise_multiplier is " + policy_figure(policy.min_noise_multiplier));
   if (policy.max_epsilon > 0)
     return refused(std::string("the ") + std::string(what) + " would leave this device in the clear, which no privacy.max_epsilon (" +
-                   num(policy.max_epsilon) + ") can count");
+                   policy_figure(policy.max_epsilon) + ") can count");
   if (secure == secure_mode::require)
     return refused(std::string("the ") + std::string(what) + " would leave this device in the clear, and its secure_aggregation is 'require'");
   return {};
@@ -56,10 +56,10 @@ core::result<void> check_assignment_policy(const net::msg::assign& a, const core
   if (!a.secure) {
     if (policy.min_noise_multiplier > 0)
       return refused("the round uploads in the clear, so only the hub could add the noise and this device cannot check it; its "
-                     "privacy.min_noise_multiplier is " + num(policy.min_noise_multiplier));
+                     "privacy.min_noise_multiplier is " + policy_figure(policy.min_noise_multiplier));
     if (policy.max_epsilon > 0)
       return refused("the round uploads in the clear: against the hub that spends all of this device's privacy.max_epsilon " +
-                     num(policy.max_epsilon));
+                     policy_figure(policy.max_epsilon));
     return {};
   }
   const crypto::secagg_params& p = a.secure->params;
@@ -77,16 +77,16 @@ core::result<void> check_assignment_policy(const net::msg::assign& a, const core
   if (policy.min_noise_multiplier <= 0 && policy.max_epsilon <= 0) return {};
   if (!(p.noise > 0))
     return refused("the round asks the devices for no noise (its noise is 0 or absent); this device's " +
-                   (policy.min_noise_multiplier > 0 ? "privacy.min_noise_multiplier is " + num(policy.min_noise_multiplier)
-                                                    : "privacy.max_epsilon is " + num(policy.max_epsilon)));
+                   (policy.min_noise_multiplier > 0 ? "privacy.min_noise_multiplier is " + policy_figure(policy.min_noise_multiplier)
+                                                    : "privacy.max_epsilon is " + policy_figure(policy.max_epsilon)));
   if (!(task.clip_norm > 0) || std::abs(task.clip_norm - p.clip) > 1e-9 * p.clip)
-    return refused("the round's clip of the change (" + num(task.clip_norm) + ") is not its ring's clip (" + num(p.clip) +
+    return refused("the round's clip of the change (" + policy_figure(task.clip_norm) + ") is not its ring's clip (" + policy_figure(p.clip) +
                    "): the noise is sized for a change it does not bound");
   TESSERA_ASSIGN_OR_RETURN(const double sigma, devices_sigma(p, least));
   if (policy.min_noise_multiplier > 0 && sigma < policy.min_noise_multiplier)
-    return refused("the devices' noise carries a noise multiplier of " + num(sigma) + " (each device's share " + num(p.noise) +
+    return refused("the devices' noise carries a noise multiplier of " + policy_figure(sigma) + " (each device's share " + policy_figure(p.noise) +
                    " ring steps², sums of at least " + std::to_string(least) + " devices), below this device's "
-                   "privacy.min_noise_multiplier " + num(policy.min_noise_multiplier));
+                   "privacy.min_noise_multiplier " + policy_figure(policy.min_noise_multiplier));
   return {};
 }
 

@@ -59,8 +59,8 @@ core::result<void> save_ledger(const std::filesystem::path& path, const privacy_
                    {"strategy", l.strategy}, {"round", l.round}, {"users", accountant_json(l.users)}};
   if (l.hub) j["hub"] = accountant_json(*l.hub);
   const std::string text = j.dump();
-  std::vector<std::byte> bytes(text.size());
-  std::transform(text.begin(), text.end(), bytes.begin(), [](char ch) { return static_cast<std::byte>(ch); });
+  const auto text_bytes = std::as_bytes(std::span(text));
+  std::vector<std::byte> bytes(text_bytes.begin(), text_bytes.end());
   if (key != nullptr) {
     TESSERA_ASSIGN_OR_RETURN(bytes, crypto::seal(*key, bytes));
   }

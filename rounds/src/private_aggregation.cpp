@@ -85,11 +85,18 @@ void quantize_change(std::span<const float> received, std::span<const float> tra
   }
 }
 
-// Exact N_Z(0, deviation²) draws from `key`; an error names what the noise was for.
-core::result<crypto::discrete_gaussian> hub_noise_of(crypto::key256_view key, double deviation, std::string_view what) {
+// The variance of the hub's noise of `deviation`, as its exact sampler takes it; an error names what
+// the noise was for.
+core::result<crypto::variance_fraction> hub_noise_variance(double deviation, std::string_view what) {
   auto variance = crypto::rational_variance(deviation * deviation);
   if (!variance) return make_error(errc::privacy_budget, "dp: the hub's noise on " + std::string(what) + ": " + variance.error().message);
-  return crypto::discrete_gaussian(key, *variance);
+  return variance;
+}
+
+// Exact N_Z(0, deviation²) draws from `key`.
+core::result<crypto::discrete_gaussian> hub_noise_of(crypto::key256_view key, double deviation, std::string_view what) {
+  TESSERA_ASSIGN_OR_RETURN(const crypto::variance_fraction variance, hub_noise_variance(deviation, what));
+  return crypto::discrete_gaussian(key, variance);
 }
 
 }  // namespace
@@ -183,9 +190,8 @@ core::result<std::vector<device_offer>> private_aggregation::sample(const round_
   if (secure_) TESSERA_TRY(make_private_ring(config_, params_, population(offers.size())));  // a ring that cannot hold the noised sums: say so now
   if (!secure_) {
     // Noise the hub's sampler cannot draw is said before the round trains, not after.
-    const crypto::key256 probe{};
-    TESSERA_TRY(hub_noise_of(probe, change_noise_multiplier() * unit_sensitivity(), "the changes"));
-    if (config_.dp.adaptive_clip) TESSERA_TRY(hub_noise_of(probe, 2.0 * count_noise(), "the fitting count"));
+    TESSERA_TRY(hub_noise_variance(change_noise_multiplier() * unit_sensitivity(), "the changes"));
+    if (config_.dp.adaptive_clip) TESSERA_TRY(hub_noise_variance(2.0 * count_noise(), "the fitting count"));
   }
   if (seeded_) {
     TESSERA_ASSIGN_OR_RETURN(key_, crypto::derive_key(bytes_of(config_.seed, static_cast<std::uint64_t>(v.round())), "tessera dp round v1"));

@@ -53,13 +53,14 @@ core::result<void> recorder::save_state(const engine& e, std::span<const device_
 }
 
 core::result<void> recorder::record_privacy(const engine& e) {
-  if (settings_.checkpoint.empty() || !e.private_rounds()) return {};
+  if (settings_.checkpoint.empty() || !e.private_rounds() || ledger_after_ == e.completed()) return {};
   const std::filesystem::path file = ledger_path(settings_.checkpoint);
   const crypto::sealing_key* key = settings_.seal_key ? &*settings_.seal_key : nullptr;
   privacy_ledger l{.seed = e.config().seed, .strategy = std::string(to_string(e.config().strategy)), .round = e.completed(),
                    .users = e.privacy(), .hub = e.privacy_against_hub()};
   if (auto kept = save_ledger(file, l, key); !kept)
     return core::make_error(core::errc::io, "privacy ledger after round " + std::to_string(l.round) + ": " + kept.error().message);
+  ledger_after_ = e.completed();
   return {};
 }
 

@@ -54,6 +54,9 @@ struct privacy_policy {
   answer_mode evaluation = answer_mode::allow;  // scoring a model on the validation split (scores in the clear)
 };
 
+// A figure in a refusal (σ, ε, a noise share): four significant digits.
+[[nodiscard]] std::string policy_figure(double v);
+
 // A training or evaluation ASSIGN (its task already parsed) against the policy and secure_aggregation.
 // Fails with edge::errc::privacy_policy naming the field, the round's value and this device's minimum.
 [[nodiscard]] core::result<void> check_assignment_policy(const net::msg::assign& a, const core::training_task& task,

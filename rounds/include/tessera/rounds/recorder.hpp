@@ -67,6 +67,7 @@ class recorder {
   std::string output_path_;
   recorder_settings settings_;
   bool saved_here_ = false;  // the checkpoint file is one this recorder wrote: no need to read it back
+  std::optional<std::int64_t> ledger_after_;  // the round the ledger was last written after (the hub writes it at close)
   core::log_sink log_;
   std::unique_ptr<std::ofstream> metrics_;
   std::function<void(const round_metrics&)> on_round_;
