@@ -1,0 +1,131 @@
+// The session's calls from its owner (send a message or a blob, expect or drop a blob, close, refuse)
+// and its write side: the queue by priority and the write loop that drains it within the link's rate.
+// session.cpp holds the handshake, the read side, the watchdog and the end.
+#include <algorithm>
+#include <utility>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/error.hpp>
+
+#include "tessera/net/session.hpp"
+
+namespace tessera::net {
+
+void session::send(message m) {
+  asio::dispatch(strand_, [self = shared_from_this(), m = std::move(m)] {
+    if (self->lifecycle_.stopped()) return;
+    self->enqueue(encode_message(m));
+  });
+}
+
+void session::send_blob(std::shared_ptr<outgoing_transfer> t, std::uint64_t peer_offset) {
+  asio::dispatch(strand_, [self = shared_from_this(), t = std::move(t), peer_offset] {
+    if (self->lifecycle_.stopped()) return;
+    switch (self->transfers_.attach(t, peer_offset)) {
+      case transfer_table::attach_result::already_here: return;
+      case transfer_table::attach_result::complete:
+        if (self->on_blob_sent_) self->on_blob_sent_(t);
+        return;
+      case transfer_table::attach_result::attached: self->pump_blobs(); return;
+    }
+  });
+}
+
+void session::expect_blob(std::shared_ptr<incoming_transfer> t) {
+  asio::dispatch(strand_, [self = shared_from_this(), t = std::move(t)] {
+    if (self->lifecycle_.stopped()) return;
+    // Tell the sender where to resume; on a fresh transfer this is ACK 0 and harmless.
+    self->enqueue(encode_message(self->transfers_.attach(t)));
+  });
+}
+
+void session::discard_blob(std::uint64_t id) {
+  asio::dispatch(strand_, [self = shared_from_this(), id] { self->transfers_.discard(id); });
+}
+
+void session::forget_blob(std::uint64_t id) {
+  asio::dispatch(strand_, [self = shared_from_this(), id] {
+    self->transfers_.forget(id);
+    self->queue_.drop_chunks_of(id, self->write_pending_);
+  });
+}
+
+void session::close() {
+  asio::dispatch(strand_, [self = shared_from_this()] {
+    self->fail(make_error(errc::stopped, "closed by this side"), close_mode::graceful);
+  });
+}
+
+void session::refuse(errc code, std::string reason, std::string wire_code) {
+  asio::dispatch(strand_, [self = shared_from_this(), code, reason = std::move(reason), wire = std::move(wire_code)]() mutable {
+    self->refuse_code_ = std::move(wire);
+    self->fail(make_error(code, reason), close_mode::refuse);
+  });
+}
+
+void session::enqueue(std::vector<std::byte> frame) {
+  if (lifecycle_.closed()) return;
+  if (!queue_.push_control(std::move(frame))) {
+    // The peer is not reading what we send: refuse to buffer without bound.
+    fail(make_error(errc::queue_full, std::to_string(queue_.control_frames()) + " control frames waiting"),
+         close_mode::hard);
+    return;
+  }
+  if (!write_pending_ && lifecycle_.may_write()) do_write();
+}
+
+void session::pump_blobs() {
+  if (!lifecycle_.established()) return;
+  transfers_.next_chunks([this](const std::shared_ptr<outgoing_transfer>& t, std::uint64_t offset,
+                                std::span<const std::byte> data) { queue_.push_chunk(t, offset, data); });
+  if (!write_pending_ && !queue_.empty()) do_write();
+}
+
+void session::do_write() {
+  if (queue_.empty() || write_pending_ || send_paused_ || !lifecycle_.may_write()) return;
+  const std::span<const std::byte> bytes = queue_.pending();
+  std::size_t n = bytes.size();
+  if (send_bucket_.limited()) {
+    const std::size_t want = std::min(n, send_bucket_.step_bytes());
+    n = send_bucket_.allow(want, clock::now());
+    if (n == 0) {
+      send_paused_ = true;
+      send_timer_.expires_after(send_bucket_.wait_for(want));
+      send_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+        self->send_paused_ = false;
+        if (ec || self->lifecycle_.closed()) return;
+        self->do_write();
+        if (!self->write_pending_ && self->lifecycle_.closing()) self->continue_close();
+      });
+      return;
+    }
+    send_bucket_.spend(n);
+  }
+  write_pending_ = true;
+  activity_.last_tx_progress = clock::now();
+  stream_.async_write_some(asio::buffer(bytes.data(), n), on_strand(&session::on_write));
+}
+
+void session::on_write(const boost::system::error_code& ec, std::size_t n) {
+  write_pending_ = false;
+  if (lifecycle_.closed()) {
+    queue_.clear();
+    return;
+  }
+  if (ec) {
+    if (ec == asio::error::operation_aborted && lifecycle_.closing()) {
+      lifecycle_.transport_failed();  // a write cut mid-record: no close_notify can follow
+      continue_close();
+      return;
+    }
+    fail(make_error(errc::connection_lost, "write: " + ec.message()), close_mode::hard);
+    return;
+  }
+  activity_.last_tx = activity_.last_tx_progress = clock::now();
+  bytes_tx_ += n;
+  if (queue_.consume(n)) pump_blobs();
+  if (!queue_.empty()) do_write();
+  else if (lifecycle_.closing()) continue_close();
+}
+
+}  // namespace tessera::net
