@@ -98,9 +98,9 @@ result run(const options& o, const std::string& strategy, bool devices_noise, do
     const auto m = must(s->run_round());
     r.rounds = m.round;
     r.seconds += m.seconds;
-    r.epsilon = m.epsilon.value_or(0);
-    r.clipped += m.dp_clipped.value_or(0);
-    r.sampled += m.dp_sampled.value_or(0);
+    r.epsilon = m.dp.epsilon.value_or(0);
+    r.clipped += m.dp.clipped.value_or(0);
+    r.sampled += m.dp.sampled.value_or(0);
     if (m.test_accuracy) {
       r.final_accuracy = *m.test_accuracy;
       r.best_accuracy = std::max(r.best_accuracy, *m.test_accuracy);

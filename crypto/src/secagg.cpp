@@ -89,6 +89,12 @@ struct secagg_client::state {
 
   // Keys, seeds and shares are secrets: each wipes itself when the state goes, on any path.
   state(x25519_keypair c_, x25519_keypair s_) : c(std::move(c_)), s(std::move(s_)) {}
+
+  // The three steps of mask(): take the shares the inbox holds, refuse when too few neighbours' masks
+  // would hide the input, mask the encoded input.
+  core::result<void> open_boxes(const std::vector<secagg_box>& boxes);
+  [[nodiscard]] core::result<void> enough_pairwise_masks() const;
+  core::result<void> add_masks(std::span<std::uint64_t> y);
 };
 
 secagg_client::secagg_client(std::unique_ptr<state> s) : s_(std::move(s)) {}
@@ -195,6 +201,88 @@ core::result<std::vector<secagg_box>> secagg_client::share_keys(const secagg_ros
   return out;
 }
 
+// Opens the boxes: their senders are the neighbours that shared keys (U2).
+core::result<void> secagg_client::state::open_boxes(const std::vector<secagg_box>& boxes) {
+  shared = {id};
+  for (const auto& b : boxes) {
+    const std::size_t from_at = position_in(roster, b.from);
+    const bool neighbour = std::binary_search(neighbours.begin(), neighbours.end(), from_at);
+    if (b.to != id || !neighbour || shared.contains(b.from))
+      return make_error(errc::invalid_argument, "a box from " + b.from + " to " + b.to + " that this device cannot take");
+    const secagg_member* from = &roster[from_at];
+    TESSERA_ASSIGN_OR_RETURN(const key256 k, c.agree(from->keys.c_pk, round_info("boxes", params.round)));
+    TESSERA_ASSIGN_OR_RETURN(auto plain, aead_open(k, box_associated(params.round, b.from, id), b.box));
+    core::le_reader r(plain);
+    shamir_share key_share;
+    std::uint32_t n = 0;
+    bool ok = get_share(r, key_share) && r.u32(n) && n == from->segments.size();
+    std::map<std::uint32_t, shamir_share> seeds_of_sender;
+    for (std::uint32_t i = 0; ok && i < n; ++i) {
+      std::uint32_t seg = 0;
+      shamir_share sh;
+      ok = r.u32(seg) && get_share(r, sh) && covers(*from, seg) && sh.x == index + 1 &&
+           seeds_of_sender.emplace(seg, std::move(sh)).second;
+    }
+    ok = ok && r.done() && key_share.x == index + 1;
+    if (!ok) return make_error(errc::bad_format, "the box from " + b.from + " does not hold this device's shares");
+    key_shares.insert_or_assign(b.from, std::move(key_share));
+    seed_shares.insert_or_assign(b.from, std::move(seeds_of_sender));
+    shared.insert(b.from);
+  }
+  return {};
+}
+
+core::result<void> secagg_client::state::enough_pairwise_masks() const {
+  // Bonawitz et al.'s U2 ≥ t, before anything leaves this device: its self mask's seed is shared with
+  // its neighbours, and t of them hand it to the hub at unmasking. Masked with fewer than t − 1
+  // neighbours' pairwise masks (a hub that delivers an empty or short inbox), the input would be
+  // hidden by the self mask alone, which the hub then recovers from the honest neighbours.
+  if (shared.size() < params.threshold)
+    return make_error(errc::invalid_argument, "shares from " + std::to_string(shared.size() - 1) + " of this device's " +
+                                                  std::to_string(neighbours.size()) + " neighbours arrived, below the " +
+                                                  std::to_string(params.threshold - 1) + " the threshold " +
+                                                  std::to_string(params.threshold) +
+                                                  " needs: masking with fewer would let the hub unmask this device's input alone; refused");
+  // And per segment: each covered segment's input must carry pairwise masks from neighbours that shared,
+  // as many as its sum's other contributors need (min_aggregate − 1) where the graph gives that many,
+  // and never none. Otherwise a hub can pass the count above with boxes from devices of other groups
+  // (IST: they mask only the shared segment) and read the group segment from its self mask's seed.
+  for (const std::uint32_t seg : roster[index].segments) {
+    std::size_t partners = 0, arrived = 0;
+    for (const std::size_t v : neighbours) {
+      if (!graph->masks(seg, index, v)) continue;
+      ++partners;
+      arrived += shared.contains(roster[v].keys.id) ? 1 : 0;
+    }
+    const std::size_t need = std::max<std::size_t>(1, std::min(params.segments[seg].min_aggregate - 1, partners));
+    if (arrived < need)
+      return make_error(errc::invalid_argument, "segment " + std::to_string(seg) + ": shares from " + std::to_string(arrived) + " of the " +
+                                                    std::to_string(partners) + " devices that mask it with this device arrived, below the " +
+                                                    std::to_string(need) + " its sum needs: the hub could unmask this segment of its input "
+                                                    "alone; refused");
+  }
+  return {};
+}
+
+// y holds the encoded input of every covered segment, in order; each gets its self mask and the
+// pairwise masks of the neighbours that shared.
+core::result<void> secagg_client::state::add_masks(std::span<std::uint64_t> y) {
+  std::size_t offset = 0;
+  for (const std::uint32_t seg : roster[index].segments) {
+    const std::span<std::uint64_t> part = y.subspan(offset, params.segments[seg].length);
+    offset += part.size();
+    TESSERA_ASSIGN_OR_RETURN(const key256 self, derive_key(seeds.at(seg), segment_info("self", params.round, seg)));
+    mask_segment(part, params.bits, self, true);
+    for (const std::size_t v : neighbours) {
+      const secagg_member& other = roster[v];
+      if (!graph->masks(seg, index, v) || !shared.contains(other.keys.id)) continue;
+      TESSERA_ASSIGN_OR_RETURN(const key256 pair, s.agree(other.keys.s_pk, segment_info("pair", params.round, seg)));
+      mask_segment(part, params.bits, pair, index < v);
+    }
+  }
+  return {};
+}
+
 core::result<secagg_masked> secagg_client::mask(const std::vector<secagg_box>& boxes, const std::vector<std::vector<float>>& input,
                                                 key256_view rounding_key) {
   state& st = *s_;
@@ -203,78 +291,15 @@ core::result<secagg_masked> secagg_client::mask(const std::vector<secagg_box>& b
   const secagg_member& me = st.roster[st.index];
   if (input.size() != me.segments.size())
     return make_error(errc::invalid_argument, std::to_string(input.size()) + " input vectors for " + std::to_string(me.segments.size()) + " segments");
-  // Open the boxes: their senders are the neighbours that shared keys (U2).
-  st.shared = {st.id};
-  for (const auto& b : boxes) {
-    const std::size_t from_at = position_in(st.roster, b.from);
-    const bool neighbour = std::binary_search(st.neighbours.begin(), st.neighbours.end(), from_at);
-    if (b.to != st.id || !neighbour || st.shared.contains(b.from))
-      return make_error(errc::invalid_argument, "a box from " + b.from + " to " + b.to + " that this device cannot take");
-    const secagg_member* from = &st.roster[from_at];
-    TESSERA_ASSIGN_OR_RETURN(const key256 k, st.c.agree(from->keys.c_pk, round_info("boxes", p.round)));
-    TESSERA_ASSIGN_OR_RETURN(auto plain, aead_open(k, box_associated(p.round, b.from, st.id), b.box));
-    core::le_reader r(plain);
-    shamir_share key_share;
-    std::uint32_t n = 0;
-    bool ok = get_share(r, key_share) && r.u32(n) && n == from->segments.size();
-    std::map<std::uint32_t, shamir_share> seeds;
-    for (std::uint32_t i = 0; ok && i < n; ++i) {
-      std::uint32_t seg = 0;
-      shamir_share sh;
-      ok = r.u32(seg) && get_share(r, sh) && covers(*from, seg) && sh.x == st.index + 1 && seeds.emplace(seg, std::move(sh)).second;
-    }
-    ok = ok && r.done() && key_share.x == st.index + 1;
-    if (!ok) return make_error(errc::bad_format, "the box from " + b.from + " does not hold this device's shares");
-    st.key_shares.insert_or_assign(b.from, std::move(key_share));
-    st.seed_shares.insert_or_assign(b.from, std::move(seeds));
-    st.shared.insert(b.from);
-  }
-  // Bonawitz et al.'s U2 ≥ t, before anything leaves this device: its self mask's seed is shared with
-  // its neighbours, and t of them hand it to the hub at unmasking. Masked with fewer than t − 1
-  // neighbours' pairwise masks (a hub that delivers an empty or short inbox), the input would be
-  // hidden by the self mask alone, which the hub then recovers from the honest neighbours.
-  if (st.shared.size() < p.threshold)
-    return make_error(errc::invalid_argument, "shares from " + std::to_string(st.shared.size() - 1) + " of this device's " +
-                                                  std::to_string(st.neighbours.size()) + " neighbours arrived, below the " +
-                                                  std::to_string(p.threshold - 1) + " the threshold " + std::to_string(p.threshold) +
-                                                  " needs: masking with fewer would let the hub unmask this device's input alone; refused");
-  // And per segment: each covered segment's input must carry pairwise masks from neighbours that shared,
-  // as many as its sum's other contributors need (min_aggregate − 1) where the graph gives that many,
-  // and never none. Otherwise a hub can pass the count above with boxes from devices of other groups
-  // (IST: they mask only the shared segment) and read the group segment from its self mask's seed.
-  for (const std::uint32_t seg : me.segments) {
-    std::size_t partners = 0, arrived = 0;
-    for (const std::size_t v : st.neighbours) {
-      if (!st.graph->masks(seg, st.index, v)) continue;
-      ++partners;
-      arrived += st.shared.contains(st.roster[v].keys.id) ? 1 : 0;
-    }
-    const std::size_t need = std::max<std::size_t>(1, std::min(p.segments[seg].min_aggregate - 1, partners));
-    if (arrived < need)
-      return make_error(errc::invalid_argument, "segment " + std::to_string(seg) + ": shares from " + std::to_string(arrived) + " of the " +
-                                                    std::to_string(partners) + " devices that mask it with this device arrived, below the " +
-                                                    std::to_string(need) + " its sum needs: the hub could unmask this segment of its input "
-                                                    "alone; refused");
-  }
+  TESSERA_TRY(st.open_boxes(boxes));
+  TESSERA_TRY(st.enough_pairwise_masks());
   std::optional<key256> noise_key;
   if (p.noise > 0) {  // this device's share of the noise, from its own CSPRNG: nobody else can remove it
     TESSERA_ASSIGN_OR_RETURN(noise_key, random_key());
   }
   TESSERA_ASSIGN_OR_RETURN(auto encoded, secagg_encode(p, st.roster.size(), me.segments, input, rounding_key, noise_key ? &*noise_key : nullptr));
   secagg_masked out{.id = st.id, .y = std::move(encoded.y), .clipped = encoded.clipped};
-  std::size_t offset = 0;
-  for (const std::uint32_t seg : me.segments) {
-    const std::span<std::uint64_t> y = std::span(out.y).subspan(offset, p.segments[seg].length);
-    offset += y.size();
-    TESSERA_ASSIGN_OR_RETURN(const key256 self, derive_key(st.seeds.at(seg), segment_info("self", p.round, seg)));
-    mask_segment(y, p.bits, self, true);
-    for (const std::size_t v : st.neighbours) {
-      const secagg_member& other = st.roster[v];
-      if (!st.graph->masks(seg, st.index, v) || !st.shared.contains(other.keys.id)) continue;
-      TESSERA_ASSIGN_OR_RETURN(const key256 pair, st.s.agree(other.keys.s_pk, segment_info("pair", p.round, seg)));
-      mask_segment(y, p.bits, pair, st.index < v);
-    }
-  }
+  TESSERA_TRY(st.add_masks(out.y));
   st.at = state::stage::masked;
   return out;
 }

@@ -16,8 +16,8 @@ void hub_figures::observe_round(const rounds::round_metrics& m) {
   if (m.test_loss) test_loss = m.test_loss;
   if (m.fed.accuracy) fed_accuracy = m.fed.accuracy;
   if (m.fed.loss) fed_loss = m.fed.loss;
-  if (m.epsilon) epsilon = m.epsilon;
-  if (m.epsilon_hub) epsilon_hub = m.epsilon_hub;
+  if (m.dp.epsilon) epsilon = m.dp.epsilon;
+  if (m.dp.epsilon_hub) epsilon_hub = m.dp.epsilon_hub;
   if (rounds.size() >= k_max_rounds) rounds.erase(rounds.begin());
   rounds.push_back(m.to_json());
 }

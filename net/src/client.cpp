@@ -100,7 +100,7 @@ void client::on_connected(const boost::system::error_code& ec) {
   auto s = std::make_shared<session>(std::move(socket_), tls_, role::agent, session_cfg_);
   current_ = s;
   // Runs inside the session's finish(), on its strand, so its fields are read race-free here.
-  s->on_finished_ = [self = shared_from_this(), raw = s.get()] {
+  s->on_.finished = [self = shared_from_this(), raw = s.get()] {
     const bool was_open = raw->lifecycle_.heard_from_peer();
     core::error why = raw->lifecycle_.reason();
     asio::post(self->strand_, [self, was_open, why = std::move(why)] {

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cmath>
 #include <string>
+#include <utility>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
@@ -18,247 +20,259 @@ using detail::reader;
 using detail::hex_of;
 using detail::depth_ok;
 
+// One writer and one reader per control message; the secure-aggregation ones live in
+// secagg_messages.cpp. Readers read fields in a fixed order, so the first error named is stable.
+json fields(const msg::hello& v) {
+  json codecs = json::array();
+  for (codec c : v.codecs) codecs.push_back(std::string(core::to_string(c)));
+  json resume = json::array();
+  for (const auto& r : v.resume) resume.push_back({{"transfer", r.transfer}, {"offset", r.offset}});
+  json j = {{"device_id", v.device_id}, {"version", v.version}, {"memory_budget_bytes", v.memory_budget_bytes},
+            {"examples", v.examples}, {"codecs", codecs}, {"resume", resume}};
+  if (!v.data_digest.empty()) j["data_digest"] = v.data_digest;
+  if (v.validation_examples > 0) j["validation_examples"] = v.validation_examples;
+  return j;
+}
+
+void read_fields(reader& r, msg::hello& h) {
+  h.device_id = r.string("device_id", 64);
+  if (!r.failed() && !valid_device_id(h.device_id)) r.fail("device_id", "must match [A-Za-z0-9._-]{1,64}");
+  h.version = r.u32("version", 1, UINT32_MAX);
+  h.memory_budget_bytes = r.u64("memory_budget_bytes");
+  h.examples = r.u64("examples");
+  if (const json* cs = r.array("codecs", 8)) {
+    for (const auto& c : *cs) {
+      if (!c.is_string()) {
+        r.fail("codecs", "expected strings");
+        break;
+      }
+      if (auto k = core::k_codec_names.find(c.get<std::string>())) h.codecs.push_back(*k);
+    }
+  }
+  if (const json* rs = r.array("resume", max_resume_entries)) {
+    for (std::size_t i = 0; i < rs->size() && !r.failed(); ++i) {
+      const json& e = (*rs)[i];
+      const std::string key = "resume[" + std::to_string(i) + "]";
+      if (!e.is_object()) {
+        r.fail(key, "expected an object");
+        break;
+      }
+      reader er(e, r.what());
+      msg::resume_entry entry{er.u64("transfer"), er.u64("offset")};
+      if (er.failed()) r.fail(key, er.error().message);
+      h.resume.push_back(entry);
+    }
+  }
+  if (r.has("data_digest")) h.data_digest = r.string("data_digest", max_code_chars);
+  if (r.has("validation_examples")) h.validation_examples = r.u64("validation_examples");
+}
+
+json fields(const msg::welcome& v) {
+  return {{"heartbeat_ms", v.heartbeat_ms}, {"max_frame_payload", v.max_frame_payload},
+          {"max_chunk_bytes", v.max_chunk_bytes}};
+}
+
+void read_fields(reader& r, msg::welcome& w) {
+  w.heartbeat_ms = r.u32("heartbeat_ms", 1, 3'600'000);
+  w.max_frame_payload = r.u32("max_frame_payload", 1024, hard_max_payload);
+  w.max_chunk_bytes = r.u32("max_chunk_bytes", 1, hard_max_payload);
+}
+
+json fields(const msg::assign& v) {
+  json hyper = json::parse(v.hyper_json, nullptr, false);
+  // Our own caller passed hyper-parameters that are not a JSON object: a bug, not input.
+  TESSERA_ASSERT(hyper.is_object());
+  json j = {{"round", v.round}, {"widths", v.widths}, {"hyper", hyper},
+            {"transfer", v.transfer}, {"size", v.size}, {"codec", std::string(core::to_string(v.blob_codec))},
+            {"sha256", hex_of(v.sha256)}};
+  if (v.evaluate) j["evaluate"] = true;
+  if (v.secure) j["secure"] = detail::secure_assign_object(*v.secure);
+  return j;
+}
+
+void read_fields(reader& r, msg::assign& a) {
+  a.round = r.u64("round");
+  if (const json* ws = r.array("widths", max_widths)) {
+    for (const auto& w : *ws) {
+      if (!w.is_number_unsigned() || w.get<std::uint64_t>() < 1 || w.get<std::uint64_t>() > (1u << 24)) {
+        r.fail("widths", "expected integers in 1..16777216");
+        break;
+      }
+      a.widths.push_back(w.get<std::uint32_t>());
+    }
+  }
+  if (const json* hp = r.field("hyper")) {
+    if (!hp->is_object()) r.fail("hyper", "expected an object");
+    else a.hyper_json = hp->dump();
+  }
+  a.transfer = r.u64("transfer");
+  a.size = r.u64("size");
+  a.blob_codec = r.blob_codec("codec");
+  a.sha256 = r.sha256("sha256");
+  if (r.has("evaluate")) a.evaluate = r.boolean("evaluate");
+  if (r.has("secure")) detail::read_secure_assign(r, a.secure.emplace());
+}
+
+json fields(const msg::ack& v) { return {{"transfer", v.transfer}, {"offset", v.offset}}; }
+
+void read_fields(reader& r, msg::ack& a) {
+  a.transfer = r.u64("transfer");
+  a.offset = r.u64("offset");
+}
+
+json fields(const msg::update& v) {
+  json j = {{"round", v.round}, {"examples", v.examples}, {"steps", v.steps}, {"loss", v.loss},
+            {"transfer", v.transfer}, {"size", v.size}, {"codec", std::string(core::to_string(v.blob_codec))},
+            {"sha256", hex_of(v.sha256)}};
+  if (v.clipped > 0) j["clipped"] = v.clipped;
+  return j;
+}
+
+void read_fields(reader& r, msg::update& u) {
+  u.round = r.u64("round");
+  u.examples = r.u64("examples");
+  u.steps = r.u64("steps");
+  u.loss = r.number_or_null("loss");  // not finite: the hub rejects the update with its reason, keeping the link
+  u.transfer = r.u64("transfer");
+  u.size = r.u64("size");
+  u.blob_codec = r.blob_codec("codec");
+  u.sha256 = r.sha256("sha256");
+  if (r.has("clipped")) u.clipped = r.u64("clipped");
+}
+
+json fields(const msg::result& v) {
+  json j = {{"accepted", v.accepted}, {"reason", v.reason}};
+  if (!v.code.empty()) j["code"] = v.code;
+  return j;
+}
+
+void read_fields(reader& r, msg::result& v) {
+  v.accepted = r.boolean("accepted");
+  if (r.has("code")) v.code = r.string("code", max_code_chars);  // absent from older hubs
+  v.reason = r.string("reason", max_reason_chars);
+}
+
+json fields(const msg::ping& v) { return {{"seq", v.seq}}; }
+json fields(const msg::pong& v) { return {{"seq", v.seq}}; }
+void read_fields(reader& r, msg::ping& v) { v.seq = r.u64("seq"); }
+void read_fields(reader& r, msg::pong& v) { v.seq = r.u64("seq"); }
+
+json fields(const msg::refuse& v) {
+  json j = {{"reason", v.reason}};
+  if (!v.code.empty()) j["code"] = v.code;
+  return j;
+}
+
+void read_fields(reader& r, msg::refuse& v) {
+  v.reason = r.string("reason", max_reason_chars);
+  if (r.has("code")) v.code = r.string("code", max_code_chars);  // absent from older peers
+}
+
+json fields(const msg::stats& v) {
+  json j = {{"pass", v.pass}, {"task", std::string(core::k_task_names.name(v.task))},
+            {"inputs", v.inputs}, {"outputs", v.outputs}};
+  if (v.pass == 2) {
+    j["mean"] = core::encode_doubles(v.mean);
+    j["target_mean"] = v.target_mean;
+  }
+  return j;
+}
+
+void read_fields(reader& r, msg::stats& s) {
+  s.pass = r.u32("pass", 1, 2);
+  s.task = r.task("task");
+  s.inputs = r.u64("inputs", max_stats_features);
+  s.outputs = r.u64("outputs", max_stats_classes);
+  if (!r.failed() && (s.inputs < 1 || s.outputs < 1)) r.fail(s.inputs < 1 ? "inputs" : "outputs", "must be at least 1");
+  if (!r.failed() && s.pass == 2) {
+    s.mean = r.doubles("mean", s.inputs);
+    s.target_mean = r.finite("target_mean");
+  }
+}
+
+json fields(const msg::stats_reply& v) {
+  json j = {{"pass", v.pass}, {"examples", v.examples}, {"features", v.features}};
+  if (v.pass == 1) {
+    j["sum"] = core::encode_doubles(v.sum);
+    j["min"] = core::encode_doubles(v.min);
+    j["max"] = core::encode_doubles(v.max);
+    j["label_counts"] = v.label_counts;
+    j["target_sum"] = v.target_sum;
+  } else {
+    j["sq_dev"] = core::encode_doubles(v.sq_dev);
+    j["target_sq_dev"] = v.target_sq_dev;
+  }
+  return j;
+}
+
+void read_fields(reader& r, msg::stats_reply& s) {
+  s.pass = r.u32("pass", 1, 2);
+  s.examples = r.u64("examples", std::uint64_t{1} << 53);
+  s.features = r.u64("features", max_stats_features);
+  if (r.failed()) return;
+  if (s.pass == 2) {
+    s.sq_dev = r.doubles("sq_dev", s.features);
+    s.target_sq_dev = r.finite("target_sq_dev");
+    return;
+  }
+  s.sum = r.doubles("sum", s.features);
+  s.min = r.doubles("min", s.features);
+  s.max = r.doubles("max", s.features);
+  if (const json* counts = r.array("label_counts", max_stats_classes)) {
+    for (const auto& c : *counts) {
+      if (!c.is_number_unsigned()) {
+        r.fail("label_counts", "expected non-negative integers");
+        break;
+      }
+      s.label_counts.push_back(c.get<std::uint64_t>());
+    }
+  }
+  s.target_sum = r.finite("target_sum");
+}
+
+json fields(const msg::evaluation& v) {
+  return {{"round", v.round}, {"transfer", v.transfer}, {"examples", v.examples}, {"loss_sum", v.loss_sum},
+          {"correct", v.correct}};
+}
+
+void read_fields(reader& r, msg::evaluation& e) {
+  e.round = r.u64("round");
+  e.transfer = r.u64("transfer");
+  e.examples = r.u64("examples", std::uint64_t{1} << 53);
+  e.loss_sum = r.finite("loss_sum");
+  e.correct = r.u64("correct", e.examples);
+  if (!r.failed() && e.loss_sum < 0) r.fail("loss_sum", "negative");
+}
+
 json to_object(const message& m) {
   return std::visit(
       [](const auto& v) -> json {
-        using T = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, msg::hello>) {
-          json codecs = json::array();
-          for (codec c : v.codecs) codecs.push_back(std::string(core::to_string(c)));
-          json resume = json::array();
-          for (const auto& r : v.resume) resume.push_back({{"transfer", r.transfer}, {"offset", r.offset}});
-          json j = {{"device_id", v.device_id}, {"version", v.version},
-                  {"memory_budget_bytes", v.memory_budget_bytes}, {"examples", v.examples},
-                  {"codecs", codecs}, {"resume", resume}};
-          if (!v.data_digest.empty()) j["data_digest"] = v.data_digest;
-          if (v.validation_examples > 0) j["validation_examples"] = v.validation_examples;
-          return j;
-        } else if constexpr (std::is_same_v<T, msg::welcome>) {
-          return {{"heartbeat_ms", v.heartbeat_ms}, {"max_frame_payload", v.max_frame_payload},
-                  {"max_chunk_bytes", v.max_chunk_bytes}};
-        } else if constexpr (std::is_same_v<T, msg::assign>) {
-          json hyper = json::parse(v.hyper_json, nullptr, false);
-          // Our own caller passed hyper-parameters that are not a JSON object: a bug, not input.
-          TESSERA_ASSERT(hyper.is_object());
-          json j = {{"round", v.round}, {"widths", v.widths}, {"hyper", hyper},
-                    {"transfer", v.transfer}, {"size", v.size}, {"codec", std::string(core::to_string(v.blob_codec))},
-                    {"sha256", hex_of(v.sha256)}};
-          if (v.evaluate) j["evaluate"] = true;
-          if (v.secure) j["secure"] = detail::secure_assign_object(*v.secure);
-          return j;
-        } else if constexpr (std::is_same_v<T, msg::ack>) {
-          return {{"transfer", v.transfer}, {"offset", v.offset}};
-        } else if constexpr (std::is_same_v<T, msg::update>) {
-          json j = {{"round", v.round}, {"examples", v.examples}, {"steps", v.steps}, {"loss", v.loss},
-                    {"transfer", v.transfer}, {"size", v.size}, {"codec", std::string(core::to_string(v.blob_codec))},
-                    {"sha256", hex_of(v.sha256)}};
-          if (v.clipped > 0) j["clipped"] = v.clipped;
-          return j;
-        } else if constexpr (std::is_same_v<T, msg::result>) {
-          json j = {{"accepted", v.accepted}, {"reason", v.reason}};
-          if (!v.code.empty()) j["code"] = v.code;
-          return j;
-        } else if constexpr (std::is_same_v<T, msg::ping> || std::is_same_v<T, msg::pong>) {
-          return {{"seq", v.seq}};
-        } else if constexpr (std::is_same_v<T, msg::refuse>) {
-          json j = {{"reason", v.reason}};
-          if (!v.code.empty()) j["code"] = v.code;
-          return j;
-        } else if constexpr (std::is_same_v<T, msg::stats>) {
-          json j = {{"pass", v.pass}, {"task", std::string(core::k_task_names.name(v.task))},
-                    {"inputs", v.inputs}, {"outputs", v.outputs}};
-          if (v.pass == 2) {
-            j["mean"] = core::encode_doubles(v.mean);
-            j["target_mean"] = v.target_mean;
-          }
-          return j;
-        } else if constexpr (std::is_same_v<T, msg::evaluation>) {
-          return {{"round", v.round}, {"transfer", v.transfer}, {"examples", v.examples}, {"loss_sum", v.loss_sum},
-                  {"correct", v.correct}};
-        } else if constexpr (!std::is_same_v<T, msg::stats_reply>) {
-          return detail::secagg_to_object(v);
-        } else {
-          json j = {{"pass", v.pass}, {"examples", v.examples}, {"features", v.features}};
-          if (v.pass == 1) {
-            j["sum"] = core::encode_doubles(v.sum);
-            j["min"] = core::encode_doubles(v.min);
-            j["max"] = core::encode_doubles(v.max);
-            j["label_counts"] = v.label_counts;
-            j["target_sum"] = v.target_sum;
-          } else {
-            j["sq_dev"] = core::encode_doubles(v.sq_dev);
-            j["target_sq_dev"] = v.target_sq_dev;
-          }
-          return j;
-        }
+        if constexpr (requires { fields(v); }) return fields(v);
+        else return detail::secagg_to_object(v);
       },
       m);
 }
 
-core::result<message> parse_object(frame_type t, const json& j) {
-  const std::string what(to_string(t));
-  reader r(j, what);
-  message out;
-  switch (t) {
-    case frame_type::hello: {
-      msg::hello h;
-      h.device_id = r.string("device_id", 64);
-      if (!r.failed() && !valid_device_id(h.device_id)) r.fail("device_id", "must match [A-Za-z0-9._-]{1,64}");
-      h.version = r.u32("version", 1, UINT32_MAX);
-      h.memory_budget_bytes = r.u64("memory_budget_bytes");
-      h.examples = r.u64("examples");
-      if (const json* cs = r.array("codecs", 8)) {
-        for (const auto& c : *cs) {
-          if (!c.is_string()) {
-            r.fail("codecs", "expected strings");
-            break;
-          }
-          if (auto k = core::k_codec_names.find(c.get<std::string>())) h.codecs.push_back(*k);
-        }
-      }
-      if (const json* rs = r.array("resume", max_resume_entries)) {
-        for (std::size_t i = 0; i < rs->size() && !r.failed(); ++i) {
-          const json& e = (*rs)[i];
-          const std::string key = "resume[" + std::to_string(i) + "]";
-          if (!e.is_object()) {
-            r.fail(key, "expected an object");
-            break;
-          }
-          reader er(e, what);
-          msg::resume_entry entry{er.u64("transfer"), er.u64("offset")};
-          if (er.failed()) r.fail(key, er.error().message);
-          h.resume.push_back(entry);
-        }
-      }
-      if (r.has("data_digest")) h.data_digest = r.string("data_digest", max_code_chars);
-      if (r.has("validation_examples")) h.validation_examples = r.u64("validation_examples");
-      out = std::move(h);
-      break;
-    }
-    case frame_type::welcome: {
-      msg::welcome w;
-      w.heartbeat_ms = r.u32("heartbeat_ms", 1, 3'600'000);
-      w.max_frame_payload = r.u32("max_frame_payload", 1024, hard_max_payload);
-      w.max_chunk_bytes = r.u32("max_chunk_bytes", 1, hard_max_payload);
-      out = w;
-      break;
-    }
-    case frame_type::assign: {
-      msg::assign a;
-      a.round = r.u64("round");
-      if (const json* ws = r.array("widths", max_widths)) {
-        for (const auto& w : *ws) {
-          if (!w.is_number_unsigned() || w.get<std::uint64_t>() < 1 || w.get<std::uint64_t>() > (1u << 24)) {
-            r.fail("widths", "expected integers in 1..16777216");
-            break;
-          }
-          a.widths.push_back(w.get<std::uint32_t>());
-        }
-      }
-      if (const json* hp = r.field("hyper")) {
-        if (!hp->is_object()) r.fail("hyper", "expected an object");
-        else a.hyper_json = hp->dump();
-      }
-      a.transfer = r.u64("transfer");
-      a.size = r.u64("size");
-      a.blob_codec = r.blob_codec("codec");
-      a.sha256 = r.sha256("sha256");
-      if (r.has("evaluate")) a.evaluate = r.boolean("evaluate");
-      if (r.has("secure")) detail::read_secure_assign(r, a.secure.emplace());
-      out = std::move(a);
-      break;
-    }
-    case frame_type::ack: out = msg::ack{r.u64("transfer"), r.u64("offset")}; break;
-    case frame_type::update: {
-      msg::update u;
-      u.round = r.u64("round");
-      u.examples = r.u64("examples");
-      u.steps = r.u64("steps");
-      u.loss = r.number_or_null("loss");  // not finite: the hub rejects the update with its reason, keeping the link
-      u.transfer = r.u64("transfer");
-      u.size = r.u64("size");
-      u.blob_codec = r.blob_codec("codec");
-      u.sha256 = r.sha256("sha256");
-      if (r.has("clipped")) u.clipped = r.u64("clipped");
-      out = u;
-      break;
-    }
-    case frame_type::result: {
-      msg::result v;
-      v.accepted = r.boolean("accepted");
-      if (r.has("code")) v.code = r.string("code", max_code_chars);  // absent from older hubs
-      v.reason = r.string("reason", max_reason_chars);
-      out = std::move(v);
-      break;
-    }
-    case frame_type::ping: out = msg::ping{r.u64("seq")}; break;
-    case frame_type::pong: out = msg::pong{r.u64("seq")}; break;
-    case frame_type::refuse: {
-      msg::refuse v;
-      v.reason = r.string("reason", max_reason_chars);
-      if (r.has("code")) v.code = r.string("code", max_code_chars);  // absent from older peers
-      out = std::move(v);
-      break;
-    }
-    case frame_type::stats: {
-      msg::stats s;
-      s.pass = r.u32("pass", 1, 2);
-      s.task = r.task("task");
-      s.inputs = r.u64("inputs", max_stats_features);
-      s.outputs = r.u64("outputs", max_stats_classes);
-      if (!r.failed() && (s.inputs < 1 || s.outputs < 1)) r.fail(s.inputs < 1 ? "inputs" : "outputs", "must be at least 1");
-      if (!r.failed() && s.pass == 2) {
-        s.mean = r.doubles("mean", s.inputs);
-        s.target_mean = r.finite("target_mean");
-      }
-      out = std::move(s);
-      break;
-    }
-    case frame_type::stats_reply: {
-      msg::stats_reply s;
-      s.pass = r.u32("pass", 1, 2);
-      s.examples = r.u64("examples", std::uint64_t{1} << 53);
-      s.features = r.u64("features", max_stats_features);
-      if (!r.failed() && s.pass == 1) {
-        s.sum = r.doubles("sum", s.features);
-        s.min = r.doubles("min", s.features);
-        s.max = r.doubles("max", s.features);
-        if (const json* counts = r.array("label_counts", max_stats_classes)) {
-          for (const auto& c : *counts) {
-            if (!c.is_number_unsigned()) {
-              r.fail("label_counts", "expected non-negative integers");
-              break;
-            }
-            s.label_counts.push_back(c.get<std::uint64_t>());
-          }
-        }
-        s.target_sum = r.finite("target_sum");
-      } else if (!r.failed()) {
-        s.sq_dev = r.doubles("sq_dev", s.features);
-        s.target_sq_dev = r.finite("target_sq_dev");
-      }
-      out = std::move(s);
-      break;
-    }
-    case frame_type::evaluation: {
-      msg::evaluation e;
-      e.round = r.u64("round");
-      e.transfer = r.u64("transfer");
-      e.examples = r.u64("examples", std::uint64_t{1} << 53);
-      e.loss_sum = r.finite("loss_sum");
-      e.correct = r.u64("correct", e.examples);
-      if (!r.failed() && e.loss_sum < 0) r.fail("loss_sum", "negative");
-      out = e;
-      break;
-    }
-    case frame_type::secagg_keys:
-    case frame_type::secagg_roster:
-    case frame_type::secagg_shares:
-    case frame_type::secagg_inbox:
-    case frame_type::secagg_unmask:
-    case frame_type::secagg_unmask_reply: out = detail::parse_secagg(t, r); break;
-    case frame_type::chunk: return make_error(errc::unknown_type, "CHUNK is not a control message");
+// The empty message a control frame of type `t` carries (the variant's order is type_of's table).
+template <std::size_t I = 0>
+message message_of(frame_type t) {
+  if constexpr (I + 1 == std::variant_size_v<message>) {
+    return message{std::in_place_index<I>};
+  } else {
+    message m{std::in_place_index<I>};
+    return type_of(m) == t ? m : message_of<I + 1>(t);
   }
+}
+
+core::result<message> parse_object(frame_type t, const json& j) {
+  if (t == frame_type::chunk) return make_error(errc::unknown_type, "CHUNK is not a control message");
+  reader r(j, to_string(t));
+  message out = t >= frame_type::secagg_keys ? detail::parse_secagg(t, r) : message_of(t);
+  std::visit(
+      [&r](auto& v) {
+        if constexpr (requires { read_fields(r, v); }) read_fields(r, v);
+      },
+      out);
   if (r.failed()) return r.error();
   return out;
 }

@@ -79,10 +79,10 @@ void server::on_accept(const boost::system::error_code& ec, tcp::socket socket) 
   pending_[seq] = s.get();
   pending_by_source_[source][seq] = s.get();
   update_counts();
-  s->on_finished_ = [self = shared_from_this(), raw = s.get()] {
+  s->on_.finished = [self = shared_from_this(), raw = s.get()] {
     asio::post(self->strand_, [self, raw] { self->on_session_finished(raw); });
   };
-  s->on_authenticated_ = [self = shared_from_this(), raw = s.get()] {
+  s->on_.authenticated = [self = shared_from_this(), raw = s.get()] {
     asio::post(self->strand_, [self, raw] { self->on_authenticated(raw); });
   };
   asio::dispatch(s->strand(), [self = shared_from_this(), s] {

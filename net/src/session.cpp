@@ -49,8 +49,8 @@ session::session(tcp::socket socket, std::shared_ptr<asio::ssl::context> tls, ro
       config_(config.checked()),
       lifecycle_(r),
       reader_(config_.max_frame_payload),
-      send_timer_(strand_),
-      receive_timer_(strand_),
+      send_cap_(strand_),
+      receive_cap_(strand_),
       queue_(config_.max_queued_control),
       transfers_(config_.chunk_bytes, config_.transfer_window_bytes) {}
 
@@ -61,8 +61,8 @@ void session::start() {
     if (!self->lifecycle_.start()) return;
     const auto now = clock::now();
     self->activity_ = {now, now, now, now};
-    self->send_bucket_ = token_bucket(self->config_.send_rate, now);
-    self->receive_bucket_ = token_bucket(self->config_.receive_rate, now);
+    self->send_cap_.bucket = token_bucket(self->config_.send_rate, now);
+    self->receive_cap_.bucket = token_bucket(self->config_.receive_rate, now);
     self->do_tick();
     self->stream_.async_handshake(
         self->role_ == role::hub ? asio::ssl::stream_base::server : asio::ssl::stream_base::client,
@@ -80,7 +80,7 @@ void session::on_handshake(const boost::system::error_code& ec) {
     const auto why = crypto::describe_handshake_failure(stream_.native_handle(), from_openssl ? static_cast<unsigned long>(ec.value()) : 0);
     std::string detail = "TLS handshake: " + ec.message();
     if (!why.verify_error.empty()) detail += " (peer certificate: " + why.verify_error + ")";
-    tls_failure_ = tls_failure_label(ec, why);
+    peer_.tls_failure = tls_failure_label(ec, why);
     fail(make_error(errc::tls_handshake, detail), close_mode::hard);
     return;
   }
@@ -90,14 +90,14 @@ void session::on_handshake(const boost::system::error_code& ec) {
       fail(make_error(errc::no_device_id, peer.error().message), close_mode::refuse);
       return;
     }
-    peer_id_ = std::move(peer.value().id);
-    peer_serial_ = std::move(peer.value().serial);
-    if (on_authenticated_) on_authenticated_();
+    peer_.device_id = std::move(peer.value().id);
+    peer_.serial = std::move(peer.value().serial);
+    if (on_.authenticated) on_.authenticated();
   }
   lifecycle_.handshake_done();
   activity_.last_rx = activity_.last_tx = clock::now();
   if (!queue_.empty()) do_write();
-  if (on_ready_) on_ready_();
+  if (on_.ready) on_.ready();
   if (lifecycle_.stopped()) {
     continue_close();
     return;
@@ -108,13 +108,13 @@ void session::on_handshake(const boost::system::error_code& ec) {
 void session::do_read() {
   const std::span<std::byte> into = reader_.buffer();
   std::size_t n = into.size();
-  if (receive_bucket_.limited()) {
+  if (receive_cap_.bucket.limited()) {
     // Read no more than the bucket holds, so pacing pauses stay short; wait when it is empty.
-    const std::size_t want = std::min(n, receive_bucket_.step_bytes());
-    n = receive_bucket_.allow(want, clock::now());
+    const std::size_t want = std::min(n, receive_cap_.bucket.step_bytes());
+    n = receive_cap_.bucket.allow(want, clock::now());
     if (n == 0) {
-      receive_timer_.expires_after(receive_bucket_.wait_for(want));
-      receive_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      receive_cap_.timer.expires_after(receive_cap_.bucket.wait_for(want));
+      receive_cap_.timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
         if (ec || self->lifecycle_.closed()) return;
         if (self->lifecycle_.closing()) {
           self->continue_close();
@@ -143,7 +143,7 @@ void session::on_read(const boost::system::error_code& ec, std::size_t n) {
   }
   activity_.last_rx = clock::now();
   bytes_rx_ += n;
-  receive_bucket_.spend(n);
+  receive_cap_.bucket.spend(n);
   bool go_on = true;
   switch (reader_.commit(n)) {
     case frame_event::need_more: break;
@@ -160,7 +160,7 @@ void session::on_read(const boost::system::error_code& ec, std::size_t n) {
 
 bool session::on_control() {
   auto parsed = parse_message(reader_.header().type, reader_.payload());
-  auto admitted = parsed ? lifecycle_.admit(parsed.value(), peer_id_) : core::result<void>(parsed.error());
+  auto admitted = parsed ? lifecycle_.admit(parsed.value(), peer_.device_id) : core::result<void>(parsed.error());
   if (!admitted) {
     fail(std::move(admitted).error(), close_mode::refuse);
     return false;
@@ -173,11 +173,11 @@ bool session::on_control() {
   if (std::holds_alternative<msg::pong>(m)) return true;  // its bytes already counted as progress
   if (const auto* a = std::get_if<msg::ack>(&m)) return on_ack(*a);
   if (const auto* r = std::get_if<msg::refuse>(&m)) {
-    if (on_message_) on_message_(m);
+    if (on_.message) on_.message(m);
     fail(make_error(errc::refused, "peer refused: " + r->reason), close_mode::graceful);
     return false;
   }
-  if (on_message_) on_message_(m);
+  if (on_.message) on_.message(m);
   return !lifecycle_.stopped();
 }
 
@@ -189,7 +189,7 @@ bool session::on_ack(const msg::ack& a) {
   }
   if (!outcome.value().moved) return true;
   if (const auto& done = outcome.value().completed) {
-    if (on_blob_sent_) on_blob_sent_(done);
+    if (on_.blob_sent) on_.blob_sent(done);
     if (lifecycle_.stopped()) return false;
   }
   pump_blobs();
@@ -218,7 +218,7 @@ bool session::on_chunk_end() {
   }
   if (done.value().forgotten) return true;
   enqueue(encode_message(done.value().ack));
-  if (done.value().completed && on_blob_received_) on_blob_received_(route.transfer);
+  if (done.value().completed && on_.blob_received) on_.blob_received(route.transfer);
   return !lifecycle_.stopped();
 }
 
@@ -276,8 +276,8 @@ void session::finish() {
   lifecycle_.finish();
   boost::system::error_code ignored;
   watchdog_.cancel();
-  send_timer_.cancel();
-  receive_timer_.cancel();
+  send_cap_.timer.cancel();
+  receive_cap_.timer.cancel();
   stream_.lowest_layer().shutdown(tcp::socket::shutdown_both, ignored);
   stream_.lowest_layer().close(ignored);
   // Detach the transfers: the next session resumes them from the last acknowledged offset.
@@ -285,13 +285,13 @@ void session::finish() {
   chunk_ = {};
   // A pending write may still reference the front frame's bytes until its (aborted) completion runs.
   if (!write_pending_) queue_.clear();
-  auto closed = std::move(on_closed_);
-  auto finished = std::move(on_finished_);
+  auto closed = std::move(on_.closed);
+  auto finished = std::move(on_.finished);
   // Handlers often capture the session itself: drop them so the session can be freed.
-  on_ready_ = nullptr;
-  on_message_ = nullptr;
-  on_blob_received_ = nullptr;
-  on_blob_sent_ = nullptr;
+  on_.ready = nullptr;
+  on_.message = nullptr;
+  on_.blob_received = nullptr;
+  on_.blob_sent = nullptr;
   if (closed) closed(lifecycle_.reason());
   if (finished) finished();
 }

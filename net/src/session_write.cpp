@@ -24,7 +24,7 @@ void session::send_blob(std::shared_ptr<outgoing_transfer> t, std::uint64_t peer
     switch (self->transfers_.attach(t, peer_offset)) {
       case transfer_table::attach_result::already_here: return;
       case transfer_table::attach_result::complete:
-        if (self->on_blob_sent_) self->on_blob_sent_(t);
+        if (self->on_.blob_sent) self->on_.blob_sent(t);
         return;
       case transfer_table::attach_result::attached: self->pump_blobs(); return;
     }
@@ -82,24 +82,24 @@ void session::pump_blobs() {
 }
 
 void session::do_write() {
-  if (queue_.empty() || write_pending_ || send_paused_ || !lifecycle_.may_write()) return;
+  if (queue_.empty() || write_pending_ || send_cap_.waiting || !lifecycle_.may_write()) return;
   const std::span<const std::byte> bytes = queue_.pending();
   std::size_t n = bytes.size();
-  if (send_bucket_.limited()) {
-    const std::size_t want = std::min(n, send_bucket_.step_bytes());
-    n = send_bucket_.allow(want, clock::now());
+  if (send_cap_.bucket.limited()) {
+    const std::size_t want = std::min(n, send_cap_.bucket.step_bytes());
+    n = send_cap_.bucket.allow(want, clock::now());
     if (n == 0) {
-      send_paused_ = true;
-      send_timer_.expires_after(send_bucket_.wait_for(want));
-      send_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-        self->send_paused_ = false;
+      send_cap_.waiting = true;
+      send_cap_.timer.expires_after(send_cap_.bucket.wait_for(want));
+      send_cap_.timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+        self->send_cap_.waiting = false;
         if (ec || self->lifecycle_.closed()) return;
         self->do_write();
         if (!self->write_pending_ && self->lifecycle_.closing()) self->continue_close();
       });
       return;
     }
-    send_bucket_.spend(n);
+    send_cap_.bucket.spend(n);
   }
   write_pending_ = true;
   activity_.last_tx_progress = clock::now();

@@ -36,13 +36,13 @@ nlohmann::json round_metrics::to_json() const {
     j["secagg_clipped"] = secagg.clipped.value_or(0);
     j["secagg_withheld"] = secagg.withheld.value_or(0);
   }
-  if (epsilon) {
-    j["epsilon"] = std::isfinite(*epsilon) ? nlohmann::json(*epsilon) : nlohmann::json(nullptr);
-    if (epsilon_hub) j["epsilon_hub"] = std::isfinite(*epsilon_hub) ? nlohmann::json(*epsilon_hub) : nlohmann::json(nullptr);
-    j["dp_noise"] = dp_noise;
-    j["dp_sampled"] = dp_sampled.value_or(0);
-    j["dp_clipped"] = dp_clipped.value_or(0);
-    j["dp_clip"] = dp_clip.value_or(0);
+  if (dp.epsilon) {
+    j["epsilon"] = std::isfinite(*dp.epsilon) ? nlohmann::json(*dp.epsilon) : nlohmann::json(nullptr);
+    if (dp.epsilon_hub) j["epsilon_hub"] = std::isfinite(*dp.epsilon_hub) ? nlohmann::json(*dp.epsilon_hub) : nlohmann::json(nullptr);
+    j["dp_noise"] = dp.noise;
+    j["dp_sampled"] = dp.sampled.value_or(0);
+    j["dp_clipped"] = dp.clipped.value_or(0);
+    j["dp_clip"] = dp.clip.value_or(0);
   }
   if (fed.devices) {
     j["fed_devices"] = *fed.devices;
@@ -77,10 +77,10 @@ std::string round_metrics::to_line() const {
                   static_cast<unsigned long long>(secagg.clipped.value_or(0)), secagg.withheld.value_or(0));
     line += buf;
   }
-  if (epsilon) {
-    if (epsilon_hub) std::snprintf(buf, sizeof buf, "  ε %.3f (hub %.3f)  sampled %zu clipped %zu", *epsilon, *epsilon_hub,
-                                   dp_sampled.value_or(0), dp_clipped.value_or(0));
-    else std::snprintf(buf, sizeof buf, "  ε %.3f  sampled %zu clipped %zu", *epsilon, dp_sampled.value_or(0), dp_clipped.value_or(0));
+  if (dp.epsilon) {
+    if (dp.epsilon_hub) std::snprintf(buf, sizeof buf, "  ε %.3f (hub %.3f)  sampled %zu clipped %zu", *dp.epsilon, *dp.epsilon_hub,
+                                   dp.sampled.value_or(0), dp.clipped.value_or(0));
+    else std::snprintf(buf, sizeof buf, "  ε %.3f  sampled %zu clipped %zu", *dp.epsilon, dp.sampled.value_or(0), dp.clipped.value_or(0));
     line += buf;
   }
   if (stragglers || refused || rejected) {

@@ -355,12 +355,12 @@ core::result<void> private_aggregation::finish(const round_view& v, std::span<co
     privacy_.compose(d.sample_rate, mech, 1);
     hub_privacy_.compose(1.0, mech, 1);  // the hub drew the sample: no amplification against it
   }
-  m.dp_clip = c;
-  m.epsilon = epsilon();
-  m.epsilon_hub = epsilon_hub();
-  m.dp_noise = hub_noise ? "hub" : "devices";
-  m.dp_sampled = sampled_;
-  m.dp_clipped = clipped_;
+  m.dp.clip = c;
+  m.dp.epsilon = epsilon();
+  m.dp.epsilon_hub = epsilon_hub();
+  m.dp.noise = hub_noise ? "hub" : "devices";
+  m.dp.sampled = sampled_;
+  m.dp.clipped = clipped_;
   if (auto next = check_budget(v.round() + 1); !next) stop_ = next.error().message;
   return {};
 }

@@ -190,9 +190,9 @@ TEST_CASE("dp: the hub clips what a device did not, adds noise of deviation σC 
   report_all(e, [&](std::size_t) { return static_cast<float>(per); });
   const auto m = e.close_round(nullptr);
   REQUIRE(m.ok());
-  CHECK(m.value().dp_clipped == 4);
-  CHECK(m.value().dp_sampled == 4);
-  CHECK(m.value().dp_noise == "hub");
+  CHECK(m.value().dp.clipped == 4);
+  CHECK(m.value().dp.sampled == 4);
+  CHECK(m.value().dp.noise == "hub");
   double sq = 0, mean = 0;
   for (std::size_t i = 0; i < before.size(); ++i) {
     const double d = static_cast<double>(e.params()[i]) - before[i];
@@ -309,7 +309,7 @@ TEST_CASE("dp: ε is the accountant's after each round, and the run stops before
     REQUIRE(m.ok());
     core::rdp_accountant expected;
     expected.compose(q, sigma, r);
-    CHECK(*m.value().epsilon == doctest::Approx(expected.epsilon(1e-5).epsilon).epsilon(1e-12));
+    CHECK(*m.value().dp.epsilon == doctest::Approx(expected.epsilon(1e-5).epsilon).epsilon(1e-12));
   }
   CHECK(e.finished());
   CHECK(e.privacy_stop().find("round 4 would take ε from") == 0);
@@ -333,8 +333,8 @@ TEST_CASE("dp: a round nobody was sampled for still releases its noise and count
   CHECK(e.all_reported());
   const auto m = e.close_round(nullptr);
   REQUIRE(m.ok());
-  CHECK(m.value().dp_sampled == 0);
-  CHECK(*m.value().epsilon > 0);
+  CHECK(m.value().dp.sampled == 0);
+  CHECK(*m.value().dp.epsilon > 0);
   std::size_t moved = 0;
   for (std::size_t i = 0; i < before.size(); ++i) moved += e.params()[i] != before[i] ? 1 : 0;
   CHECK(moved == before.size());
@@ -388,7 +388,7 @@ TEST_CASE("dp: adaptive clipping moves the clip to the target quantile of the ch
     }
     const auto m = e.close_round(nullptr);
     REQUIRE(m.ok());
-    clip = *m.value().dp_clip;
+    clip = *m.value().dp.clip;
   }
   MESSAGE("clip after 60 rounds: " << clip);
   CHECK(clip > 1.5);
@@ -426,7 +426,7 @@ TEST_CASE("dp under secure aggregation: the devices' noise, the ring from the po
   report_all_secure(e, [](std::size_t) { return 0.01f; });
   const auto m = e.close_round(nullptr);
   REQUIRE(m.ok());
-  CHECK(m.value().dp_noise == "devices");
+  CHECK(m.value().dp.noise == "devices");
   CHECK(m.value().secagg.withheld == 0);
   // Each coordinate moved by (8·0.01 + noise) / 8: noise deviation σC √(8/3) / 8.
   double sum = 0, sq = 0;
@@ -443,7 +443,7 @@ TEST_CASE("dp under secure aggregation: the devices' noise, the ring from the po
   // ε: the sampled Skellam mechanism's, once.
   core::rdp_accountant reference;
   reference.compose(1.0, ring.mechanism, 1);
-  CHECK(*m.value().epsilon == doctest::Approx(reference.epsilon(1e-5).epsilon).epsilon(1e-12));
+  CHECK(*m.value().dp.epsilon == doctest::Approx(reference.epsilon(1e-5).epsilon).epsilon(1e-12));
   // Each round draws fresh rounding (and, in the simulator, noise) keys: a FedAvg plan's seed is 0,
   // so the round must go into them, or a device's noise would repeat and add up round after round.
   REQUIRE(e.begin_round(fleet(8)).ok());
@@ -456,8 +456,8 @@ TEST_CASE("dp under secure aggregation: the devices' noise, the ring from the po
   // Close to the Gaussian's at the same σ: the rounding costs S + √d over S.
   core::rdp_accountant gaussian;
   gaussian.compose(1.0, sigma, 1);
-  CHECK(*m.value().epsilon >= gaussian.epsilon(1e-5).epsilon);
-  CHECK(*m.value().epsilon < gaussian.epsilon(1e-5).epsilon * 1.01);
+  CHECK(*m.value().dp.epsilon >= gaussian.epsilon(1e-5).epsilon);
+  CHECK(*m.value().dp.epsilon < gaussian.epsilon(1e-5).epsilon * 1.01);
 }
 
 TEST_CASE("dp under secure aggregation: fewer devices sampled than a sum needs train nothing, and the round counts") {
@@ -473,7 +473,7 @@ TEST_CASE("dp under secure aggregation: fewer devices sampled than a sum needs t
   CHECK_FALSE(e.secure_round_open());
   const auto m = e.close_round(nullptr);
   REQUIRE(m.ok());
-  CHECK(*m.value().epsilon > 0);
+  CHECK(*m.value().dp.epsilon > 0);
   CHECK(std::equal(before.begin(), before.end(), e.params().begin()));
 }
 
@@ -515,7 +515,7 @@ TEST_CASE("dp under secure aggregation: adaptive clipping counts the fitting cha
     report_all_secure(e, [](std::size_t) { return 1e-6f; }, [&](std::size_t d) { return 0.1 * static_cast<double>(d + 1) <= clip; });
     const auto m = e.close_round(nullptr);
     REQUIRE(m.ok());
-    CHECK(m.value().dp_noise == "devices");
+    CHECK(m.value().dp.noise == "devices");
     clip = e.dp_clip();
   }
   MESSAGE("clip after 60 rounds: " << clip);
@@ -548,8 +548,8 @@ TEST_CASE("dp with a server optimizer: it steps on the noised release, every coo
   CHECK(plain_state.m.empty());
   REQUIRE(state.m.size() == x0.size());
   REQUIRE(state.v.size() == x0.size());
-  CHECK(*opt_m.epsilon == *plain_m.epsilon);
-  CHECK(opt_m.dp_sampled == plain_m.dp_sampled);
+  CHECK(*opt_m.dp.epsilon == *plain_m.dp.epsilon);
+  CHECK(opt_m.dp.sampled == plain_m.dp.sampled);
   std::size_t between = 0, released = 0;
   for (std::size_t i = 0; i < x0.size(); ++i) {
     CAPTURE(i);
@@ -586,7 +586,7 @@ TEST_CASE("dp with the devices' noise: ε against the model's users and against 
     if (e.secure_round_open()) report_all_secure(e, [](std::size_t) { return 0.01f; });
     const auto m = e.close_round(nullptr);
     REQUIRE(m.ok());
-    REQUIRE(m.value().epsilon_hub.has_value());
+    REQUIRE(m.value().dp.epsilon_hub.has_value());
     CHECK(m.value().to_line().find("(hub ") != std::string::npos);
     CHECK(m.value().to_json().contains("epsilon_hub"));
   }
@@ -636,8 +636,8 @@ TEST_CASE("dp with the hub's noise: one ε, the users'; no figure against the hu
   report_all(e, [](std::size_t) { return 0.01f; });
   const auto m = e.close_round(nullptr);
   REQUIRE(m.ok());
-  CHECK(m.value().epsilon.has_value());
-  CHECK_FALSE(m.value().epsilon_hub.has_value());
+  CHECK(m.value().dp.epsilon.has_value());
+  CHECK_FALSE(m.value().dp.epsilon_hub.has_value());
   CHECK_FALSE(e.epsilon_hub().has_value());
   CHECK_FALSE(e.save({}).privacy_hub.has_value());
 }

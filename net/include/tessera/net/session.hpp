@@ -73,13 +73,13 @@ class session : public std::enable_shared_from_this<session> {
   session& operator=(const session&) = delete;
 
   // Handlers run on the session's strand. Set them before start().
-  void on_ready(std::function<void()> f) { on_ready_ = std::move(f); }
-  void on_message(std::function<void(const message&)> f) { on_message_ = std::move(f); }
+  void on_ready(std::function<void()> f) { on_.ready = std::move(f); }
+  void on_message(std::function<void(const message&)> f) { on_.message = std::move(f); }
   void on_blob_received(std::function<void(const std::shared_ptr<incoming_transfer>&)> f) {
-    on_blob_received_ = std::move(f);
+    on_.blob_received = std::move(f);
   }
-  void on_blob_sent(std::function<void(const std::shared_ptr<outgoing_transfer>&)> f) { on_blob_sent_ = std::move(f); }
-  void on_closed(std::function<void(const core::error&)> f) { on_closed_ = std::move(f); }
+  void on_blob_sent(std::function<void(const std::shared_ptr<outgoing_transfer>&)> f) { on_.blob_sent = std::move(f); }
+  void on_closed(std::function<void(const core::error&)> f) { on_.closed = std::move(f); }
 
   void start();
   // All of these may be called from any thread; from a handler they take effect before it returns.
@@ -102,13 +102,13 @@ class session : public std::enable_shared_from_this<session> {
   void refuse(errc code, std::string reason, std::string wire_code = {});
 
   // Hub role: the device id of the peer certificate (empty before on_ready).
-  [[nodiscard]] const std::string& peer_device_id() const noexcept { return peer_id_; }
+  [[nodiscard]] const std::string& peer_device_id() const noexcept { return peer_.device_id; }
   // Hub role: the peer certificate's serial, lowercase hex (empty before on_ready).
-  [[nodiscard]] const std::string& peer_serial() const noexcept { return peer_serial_; }
+  [[nodiscard]] const std::string& peer_serial() const noexcept { return peer_.serial; }
   // Why the TLS handshake failed, as a short label for counting (certificate_revoked, unknown_ca,
   // certificate_expired, no_certificate, wrong_purpose, protocol_version, closed, tls_error); empty
   // when it did not fail.
-  [[nodiscard]] const std::string& tls_failure() const noexcept { return tls_failure_; }
+  [[nodiscard]] const std::string& tls_failure() const noexcept { return peer_.tls_failure; }
   [[nodiscard]] std::uint64_t bytes_received() const noexcept { return bytes_rx_; }
   [[nodiscard]] std::uint64_t bytes_sent() const noexcept { return bytes_tx_; }
   [[nodiscard]] asio::strand<asio::any_io_executor> strand() const { return strand_; }
@@ -148,30 +148,43 @@ class session : public std::enable_shared_from_this<session> {
   role role_;
   session_config config_;
 
-  std::function<void()> on_ready_;
-  std::function<void(const message&)> on_message_;
-  std::function<void(const std::shared_ptr<incoming_transfer>&)> on_blob_received_;
-  std::function<void(const std::shared_ptr<outgoing_transfer>&)> on_blob_sent_;
-  std::function<void(const core::error&)> on_closed_;
-  std::function<void()> on_finished_;  // server/client bookkeeping, after on_closed_
-  std::function<void()> on_authenticated_;  // server bookkeeping: the TLS handshake verified the peer
+  // What the owner (on_ready() etc.) and the server or client that made the session are told.
+  struct callbacks {
+    std::function<void()> ready;
+    std::function<void(const net::message&)> message;
+    std::function<void(const std::shared_ptr<incoming_transfer>&)> blob_received;
+    std::function<void(const std::shared_ptr<outgoing_transfer>&)> blob_sent;
+    std::function<void(const core::error&)> closed;
+    std::function<void()> finished;       // server/client bookkeeping, after closed
+    std::function<void()> authenticated;  // server bookkeeping: the TLS handshake verified the peer
+  };
+  // One direction's rate cap (session_config::send_rate or receive_rate) and the timer that waits it out.
+  struct rate_cap {
+    explicit rate_cap(const asio::strand<asio::any_io_executor>& strand) : timer(strand) {}
+    token_bucket bucket;
+    asio::steady_timer timer;
+    bool waiting = false;  // the timer is running (the send side stops writing meanwhile)
+  };
+  // Hub role: who the peer is, from its certificate; or why the handshake failed.
+  struct peer_facts {
+    std::string device_id;
+    std::string serial;       // lowercase hex
+    std::string tls_failure;  // a short label (see tls_failure())
+  };
 
+  callbacks on_;
   session_lifecycle lifecycle_;
   // Operations in flight (not lifecycle: each is one outstanding completion handler).
   bool read_pending_ = false;
   bool write_pending_ = false;
-  bool send_paused_ = false;  // the send rate cap's timer is waiting
-  std::string peer_id_;
-  std::string peer_serial_;
-  std::string tls_failure_;
+  peer_facts peer_;
   std::string refuse_code_;  // the code a refuse() sends in its REFUSE
   session_activity activity_;
   std::uint64_t bytes_rx_ = 0, bytes_tx_ = 0, ping_seq_ = 0;
 
   frame_reader reader_;
   transfer_table::chunk_route chunk_;  // where the data of the CHUNK being read go
-  token_bucket send_bucket_, receive_bucket_;  // session_config::send_rate, receive_rate
-  asio::steady_timer send_timer_, receive_timer_;
+  rate_cap send_cap_, receive_cap_;
   write_queue queue_;
   transfer_table transfers_;
 };

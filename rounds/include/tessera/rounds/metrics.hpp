@@ -46,15 +46,17 @@ struct round_metrics {
     std::optional<std::size_t> dropped, withheld;
     std::optional<std::uint64_t> clipped;
   } secagg;
-  // Differential privacy (absent without it): ε spent so far at dp.delta (the accountant, after this
-  // round) against the model's users, and with the devices' noise against the hub too (which knows who
-  // was sampled: no amplification); where the noise was added ("hub" or "devices"), devices sampled that
-  // took part, and updates clipped.
-  std::optional<double> epsilon;
-  std::optional<double> epsilon_hub;
-  std::string dp_noise;
-  std::optional<std::size_t> dp_sampled, dp_clipped;
-  std::optional<double> dp_clip;  // the clip this round's changes got (adaptive clipping moves it)
+  // Differential privacy (absent without it; epsilon, epsilon_hub, dp_noise, ... in the metrics): ε spent
+  // so far at dp.delta (the accountant, after this round) against the model's users, and with the
+  // devices' noise against the hub too (which knows who was sampled: no amplification); where the noise
+  // was added ("hub" or "devices"), devices sampled that took part, updates clipped, and the clip this
+  // round's changes got (adaptive clipping moves it).
+  struct privacy_figures {
+    std::optional<double> epsilon, epsilon_hub;
+    std::string noise;
+    std::optional<std::size_t> sampled, clipped;
+    std::optional<double> clip;
+  } dp;
   // Evaluation on the devices (federated_scores): the model scored on the devices' validation splits,
   // example-weighted, and the spread of the devices' accuracies. Absent on rounds that do not evaluate.
   // In the metrics line and JSON as fed_accuracy, fed_loss, ...
