@@ -82,7 +82,7 @@ row measure(const std::vector<device>& fleet, const std::string& ca, std::size_t
   double hub = 0;
   std::vector<crypto::secagg_client> clients;
   for (std::size_t d = 0; d < n; ++d) {
-    clients.push_back(must(crypto::secagg_client::create(fleet[d].id, fleet[d].cert, fleet[d].key, ca, p)));
+    clients.push_back(must(crypto::secagg_client::create(fleet[d].id, fleet[d].cert, fleet[d].key, ca, p, {.segments = {0}, .model = {}})));
     must(add_cpu_time(hub, [&] { return server.add_keys(clients.back().keys(), {0}); }));
   }
   // Who leaves after sharing keys: a seeded draw.
@@ -113,9 +113,19 @@ row measure(const std::vector<device>& fleet, const std::string& ca, std::size_t
     auto masked = must(add_cpu_time(mask, [&] { return clients[d].mask(inbox, {input}, must(crypto::random_key())); }));
     must(add_cpu_time(hub, [&] { return server.add_masked(std::move(masked)); }));
   }
+  // The consistency check: each survivor signs the set (its CPU counts as unmasking's), then the
+  // request goes out with the signatures, which each survivor verifies before it answers.
+  const auto asked = add_cpu_time(hub, [&] { return server.check_request(); });
+  out.request_kb = frame(net::msg::secagg_check{.round = 1, .request = asked});
+  for (std::size_t d = 0; d < n; ++d) {
+    if (leaving.contains(d)) continue;
+    auto sig = must(add_cpu_time(unmask, [&] { return clients[d].check(asked, fleet[d].key); }));
+    out.reply_kb += frame(net::msg::secagg_check_reply{.round = 1, .signature = sig});
+    must(add_cpu_time(hub, [&] { return server.add_signature(std::move(sig)); }));
+  }
   const auto request = add_cpu_time(hub, [&] { return server.unmask_request(); });
   if (request.released.size() != 1) die("n=" + std::to_string(n) + " k=" + std::to_string(k) + ": the segment was not released");
-  out.request_kb = frame(net::msg::secagg_unmask{.round = 1, .request = request});
+  out.request_kb += frame(net::msg::secagg_unmask{.round = 1, .request = request});
   for (std::size_t d = 0; d < n; ++d) {
     if (leaving.contains(d)) continue;
     auto reply = must(add_cpu_time(unmask, [&] { return clients[d].unmask(request); }));

@@ -126,11 +126,12 @@ protocol_costs protocol(const std::filesystem::path& work) {
   const auto frame_bytes = [](const net::message& m) { return static_cast<double>(net::encode_message(m).size()); };
   crypto::secagg_server server(p);
   std::vector<crypto::secagg_client> clients;
+  std::vector<crypto::signing_key> keys;
   for (const auto& a : as) {
     const auto pki = work / "pki";
-    auto key = must(crypto::signing_key::load(pki / (a.device + ".key")));
+    const auto& key = keys.emplace_back(must(crypto::signing_key::load(pki / (a.device + ".key"))));
     const std::string cert = text_of(pki / (a.device + ".pem"));
-    clients.push_back(must(add_cpu_time(c.keys, [&] { return crypto::secagg_client::create(a.device, cert, key, ca, p); })));
+    clients.push_back(must(add_cpu_time(c.keys, [&] { return crypto::secagg_client::create(a.device, cert, key, ca, p, {.segments = a.segments, .model = {}}); })));
     c.keys_bytes += frame_bytes(net::msg::secagg_keys{.round = 1, .keys = clients.back().keys()});
     must(server.add_keys(clients.back().keys(), a.segments));
   }
@@ -155,8 +156,16 @@ protocol_costs protocol(const std::filesystem::path& work) {
     c.subnet_bytes += static_cast<double>(a.blob_bytes);
     must(server.add_masked(std::move(masked)));
   }
+  // The consistency check: each device signs the survivor set (its CPU counts as unmasking's).
+  const auto asked = server.check_request();
+  c.unmask_bytes = frame_bytes(net::msg::secagg_check{.round = 1, .request = asked});
+  for (std::size_t d = 0; d < k_devices; ++d) {
+    auto sig = must(add_cpu_time(c.unmask, [&] { return clients[d].check(asked, keys[d]); }));
+    c.reply_bytes += frame_bytes(net::msg::secagg_check_reply{.round = 1, .signature = sig});
+    must(server.add_signature(std::move(sig)));
+  }
   const auto request = server.unmask_request();
-  c.unmask_bytes = frame_bytes(net::msg::secagg_unmask{.round = 1, .request = request});
+  c.unmask_bytes += frame_bytes(net::msg::secagg_unmask{.round = 1, .request = request});
   for (std::size_t d = 0; d < k_devices; ++d) {
     auto reply = must(add_cpu_time(c.unmask, [&] { return clients[d].unmask(request); }));
     c.reply_bytes += frame_bytes(net::msg::secagg_unmask_reply{.round = 1, .reply = reply});

@@ -22,7 +22,13 @@ using detail::round_info;
 using detail::segment_info;
 
 
-constexpr std::string_view k_sign_context = "tessera secagg keys v1";
+constexpr std::string_view k_sign_context = "tessera secagg keys v2";
+constexpr std::string_view k_check_context = "tessera secagg survivors v1";
+
+// The same names in the same order: what was signed is what is answered.
+bool same_request(const secagg_unmask_request& a, const secagg_unmask_request& b) {
+  return a.survivors == b.survivors && a.dropped == b.dropped && a.released == b.released;
+}
 
 
 // A string and its terminating zero, so that no two lists of strings have the same bytes.
@@ -56,24 +62,43 @@ std::vector<std::byte> box_associated(std::uint64_t round, const std::string& fr
 
 }  // namespace
 
-std::vector<std::byte> secagg_signed_message(std::uint64_t round, const std::string& id, const public_key& c_pk, const public_key& s_pk) {
+std::vector<std::byte> secagg_signed_message(std::uint64_t round, const std::string& id, const public_key& c_pk, const public_key& s_pk,
+                                             std::span<const std::uint32_t> segments, const secagg_digest& model) {
   std::vector<std::byte> m;
   core::le_writer w(m);
   put_text(w, k_sign_context);
   w.u64(round);
   put_text(w, id);
   w.bytes(std::span(c_pk)).bytes(std::span(s_pk));
+  w.u32(static_cast<std::uint32_t>(segments.size()));
+  for (const std::uint32_t seg : segments) w.u32(seg);
+  w.bytes(std::span(model));
+  return m;
+}
+
+std::vector<std::byte> secagg_check_message(std::uint64_t round, const secagg_unmask_request& request) {
+  std::vector<std::byte> m;
+  core::le_writer w(m);
+  put_text(w, k_check_context);
+  w.u64(round);
+  for (const auto* names : {&request.survivors, &request.dropped}) {
+    w.u32(static_cast<std::uint32_t>(names->size()));
+    for (const auto& n : *names) put_text(w, n);
+  }
+  w.u32(static_cast<std::uint32_t>(request.released.size()));
+  for (const std::uint32_t seg : request.released) w.u32(seg);
   return m;
 }
 
 // ---- client ----
 
 struct secagg_client::state {
-  enum class stage { keys, shared, masked, done };
+  enum class stage { keys, shared, masked, checked, done };
   std::string id;
   std::string ca_pem;
   std::string crl_pem;  // the CA's revocation list (empty: not checked)
   secagg_params params;
+  secagg_pledge pledge;  // what this device signed: its segments and the model's digest
   x25519_keypair c, s;
   secagg_keys keys;
   stage at = stage::keys;
@@ -86,6 +111,8 @@ struct secagg_client::state {
   std::map<std::string, shamir_share> key_shares;
   std::map<std::string, std::map<std::uint32_t, shamir_share>> seed_shares;
   std::set<std::string> shared;                          // U2 as this device saw it (itself included)
+  std::optional<secagg_unmask_request> checked;          // the request this device signed (no signatures)
+  secagg_signature check_signature;
 
   // Keys, seeds and shares are secrets: each wipes itself when the state goes, on any path.
   state(x25519_keypair c_, x25519_keypair s_) : c(std::move(c_)), s(std::move(s_)) {}
@@ -95,6 +122,14 @@ struct secagg_client::state {
   core::result<void> open_boxes(const std::vector<secagg_box>& boxes);
   [[nodiscard]] core::result<void> enough_pairwise_masks() const;
   core::result<void> add_masks(std::span<std::uint64_t> y);
+  // An unmasking request's names, checked (validate) and, to be answered, signed by enough survivors.
+  struct named_sets {
+    std::set<std::string> survivors, dropped;
+    std::set<std::uint32_t> released;
+  };
+  [[nodiscard]] core::result<void> validate(const secagg_unmask_request& request, named_sets& out) const;
+  [[nodiscard]] core::result<void> enough_surviving_partners(std::uint32_t seg, const std::set<std::string>& survivors) const;
+  [[nodiscard]] core::result<void> enough_signatures(const secagg_unmask_request& request, const named_sets& named) const;
 };
 
 secagg_client::secagg_client(std::unique_ptr<state> s) : s_(std::move(s)) {}
@@ -105,8 +140,9 @@ secagg_client::~secagg_client() = default;
 const secagg_keys& secagg_client::keys() const noexcept { return s_->keys; }
 
 core::result<secagg_client> secagg_client::create(std::string id, std::string certificate_pem, const signing_key& key, std::string ca_pem,
-                                                  secagg_params params, std::string crl_pem) {
+                                                  secagg_params params, secagg_pledge pledge, std::string crl_pem) {
   TESSERA_TRY(check_params(params));
+  TESSERA_TRY(check_segments(pledge.segments, params.segments.size(), "this device's pledge"));
   TESSERA_ASSIGN_OR_RETURN(auto c, x25519_keypair::generate());
   TESSERA_ASSIGN_OR_RETURN(auto s, x25519_keypair::generate());
   auto st = std::make_unique<state>(std::move(c), std::move(s));
@@ -114,11 +150,14 @@ core::result<secagg_client> secagg_client::create(std::string id, std::string ce
   st->ca_pem = std::move(ca_pem);
   st->crl_pem = std::move(crl_pem);
   st->params = std::move(params);
+  st->pledge = std::move(pledge);
   st->keys.id = st->id;
+  st->keys.model = st->pledge.model;
   st->keys.certificate_pem = std::move(certificate_pem);
   st->keys.c_pk = st->c.public_bytes();
   st->keys.s_pk = st->s.public_bytes();
-  TESSERA_ASSIGN_OR_RETURN(st->keys.signature, key.sign(secagg_signed_message(st->params.round, st->id, st->keys.c_pk, st->keys.s_pk)));
+  TESSERA_ASSIGN_OR_RETURN(st->keys.signature, key.sign(secagg_signed_message(st->params.round, st->id, st->keys.c_pk, st->keys.s_pk,
+                                                                              st->pledge.segments, st->pledge.model)));
   return secagg_client(std::move(st));
 }
 
@@ -139,8 +178,10 @@ core::result<std::vector<secagg_box>> secagg_client::share_keys(const secagg_ros
     if (!seen.insert(who).second) return make_error(errc::invalid_argument, "device " + who + " appears twice in the roster");
     TESSERA_TRY(check_segments(m.segments, p.segments.size(), "device " + who));
     if (who == st.id) {
-      if (m.keys.c_pk != st.keys.c_pk || m.keys.s_pk != st.keys.s_pk)
+      if (m.keys.c_pk != st.keys.c_pk || m.keys.s_pk != st.keys.s_pk || m.keys.model != st.keys.model)
         return make_error(errc::auth_failed, "the roster carries other keys for this device (" + st.id + ")");
+      if (m.segments != st.pledge.segments)
+        return make_error(errc::auth_failed, "the roster gives this device (" + st.id + ") other segments than it signed");
       me = true;
     }
   }
@@ -160,8 +201,12 @@ core::result<std::vector<secagg_box>> secagg_client::share_keys(const secagg_ros
     const verifying_key& peer = checked.value();
     if (peer.device_id() != who)
       return make_error(errc::auth_failed, "the roster's certificate for " + who + " is " + peer.device_id() + "'s");
-    if (!peer.verify(secagg_signed_message(p.round, who, m.keys.c_pk, m.keys.s_pk), m.keys.signature))
-      return make_error(errc::auth_failed, "device " + who + "'s keys are not signed by its certificate for round " + std::to_string(p.round));
+    if (!peer.verify(secagg_signed_message(p.round, who, m.keys.c_pk, m.keys.s_pk, m.segments, m.keys.model), m.keys.signature))
+      return make_error(errc::auth_failed, "device " + who + " did not sign these keys, segments and model for round " + std::to_string(p.round) +
+                                               " (keys from another round, or a roster that shows it covering other segments than it does)");
+    if (m.segments == st.pledge.segments && m.keys.model != st.pledge.model)
+      return make_error(errc::auth_failed, "device " + who + ", of this device's group, was sent another model than this device: "
+                                               "a hub that sends one group different models can single out a device's update; refused");
   }
   st.roster = roster;
   st.index = index;
@@ -254,7 +299,7 @@ core::result<void> secagg_client::state::enough_pairwise_masks() const {
       ++partners;
       arrived += shared.contains(roster[v].keys.id) ? 1 : 0;
     }
-    const std::size_t need = std::max<std::size_t>(1, std::min(params.segments[seg].min_aggregate - 1, partners));
+    const std::size_t need = secagg_partners_needed(params.segments[seg], partners);
     if (arrived < need)
       return make_error(errc::invalid_argument, "segment " + std::to_string(seg) + ": shares from " + std::to_string(arrived) + " of the " +
                                                     std::to_string(partners) + " devices that mask it with this device arrived, below the " +
@@ -304,58 +349,131 @@ core::result<secagg_masked> secagg_client::mask(const std::vector<secagg_box>& b
   return out;
 }
 
-core::result<secagg_unmask_reply> secagg_client::unmask(const secagg_unmask_request& request) {
-  state& st = *s_;
-  if (st.at != state::stage::masked) return make_error(errc::invalid_argument, "unmasking before masking, or twice");
-  const secagg_params& p = st.params;
+// What unmask() and check() refuse in a request; fills the sets it names.
+core::result<void> secagg_client::state::validate(const secagg_unmask_request& request, named_sets& out) const {
+  const secagg_params& p = params;
   // Every name is a roster member; a neighbour (or this device) named must have shared keys with it.
   const auto check_name = [&](const std::string& u) -> core::result<std::size_t> {
-    const std::size_t at = position_in(st.roster, u);
-    if (at == st.roster.size()) return make_error(errc::invalid_argument, "the unmasking names " + u + ", which is not in the roster");
-    const bool known = at == st.index || std::binary_search(st.neighbours.begin(), st.neighbours.end(), at);
-    if (known && !st.shared.contains(u))
+    const std::size_t where = position_in(roster, u);
+    if (where == roster.size()) return make_error(errc::invalid_argument, "the unmasking names " + u + ", which is not in the roster");
+    const bool known = where == index || std::binary_search(neighbours.begin(), neighbours.end(), where);
+    if (known && !shared.contains(u))
       return make_error(errc::invalid_argument, "the unmasking names " + u + ", which did not share keys with this device");
-    return at;
+    return where;
   };
-  std::set<std::string> survivors, dropped;
-  std::vector<bool> alive(st.roster.size(), false);
+  std::vector<bool> alive(roster.size(), false);
   for (const auto& u : request.survivors) {
-    TESSERA_ASSIGN_OR_RETURN(const std::size_t at, check_name(u));
-    if (!survivors.insert(u).second) return make_error(errc::invalid_argument, "the unmasking names " + u + " twice");
-    alive[at] = true;
+    TESSERA_ASSIGN_OR_RETURN(const std::size_t where, check_name(u));
+    if (!out.survivors.insert(u).second) return make_error(errc::invalid_argument, "the unmasking names " + u + " twice");
+    alive[where] = true;
   }
   for (const auto& v : request.dropped) {
     TESSERA_TRY(check_name(v));
     // Never both for one device: its seed and its key together would unmask its input.
-    if (survivors.contains(v))
+    if (out.survivors.contains(v))
       return make_error(errc::invalid_argument, "the unmasking asks for both the seed and the key of " + v + ": refused");
-    if (!dropped.insert(v).second) return make_error(errc::invalid_argument, "the unmasking names " + v + " twice");
+    if (!out.dropped.insert(v).second) return make_error(errc::invalid_argument, "the unmasking names " + v + " twice");
   }
-  if (!survivors.contains(st.id)) return make_error(errc::invalid_argument, "the unmasking counts this device among the dropped");
-  if (survivors.size() < p.threshold)
-    return make_error(errc::invalid_argument, std::to_string(survivors.size()) + " survivors, below the threshold " + std::to_string(p.threshold));
-  std::set<std::uint32_t> released;
+  if (!out.survivors.contains(id)) return make_error(errc::invalid_argument, "the unmasking counts this device among the dropped");
+  if (out.survivors.size() < p.threshold)
+    return make_error(errc::invalid_argument, std::to_string(out.survivors.size()) + " survivors, below the threshold " + std::to_string(p.threshold));
   for (std::uint32_t seg : request.released) {
-    if (seg >= p.segments.size() || !released.insert(seg).second)
+    if (seg >= p.segments.size() || !out.released.insert(seg).second)
       return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) + ", which does not exist or twice");
     std::size_t covering = 0;
-    for (const auto& u : survivors) covering += covers(*member_of(st.roster, u), seg) ? 1 : 0;
+    for (const auto& u : out.survivors) covering += covers(*member_of(roster, u), seg) ? 1 : 0;
     if (covering < p.segments[seg].min_aggregate)
       return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) + " with " + std::to_string(covering) +
                                                     " survivors, below its minimum of " + std::to_string(p.segments[seg].min_aggregate));
     // Survivors the masks do not connect: the hub would hold each part's sum on its own.
-    if (!st.graph->connected(seg, alive))
+    if (!graph->connected(seg, alive))
       return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) +
                                                     ", whose survivors its masks do not connect: refused");
+    if (covers(roster[index], seg)) TESSERA_TRY(enough_surviving_partners(seg, out.survivors));
   }
+  return {};
+}
+
+// The graph says whom this device should have masked with; the inbox the hub delivered says whom it
+// did. A hub that named every device it really masked with dropped (their keys recovered, their masks
+// removed) would hold its input on the segment apart from the others' sum, even though the graph
+// shows it connected: so, as at masking, enough of the devices it masked the segment with must be
+// among the survivors (secagg_server releases by the same rule).
+core::result<void> secagg_client::state::enough_surviving_partners(std::uint32_t seg, const std::set<std::string>& survivors) const {
+  std::size_t partners = 0, surviving = 0;
+  for (const std::size_t v : neighbours) {
+    if (!graph->masks(seg, index, v)) continue;
+    ++partners;
+    const std::string& who = roster[v].keys.id;
+    surviving += shared.contains(who) && survivors.contains(who) ? 1 : 0;
+  }
+  const std::size_t need = secagg_partners_needed(params.segments[seg], partners);
+  if (surviving < need)
+    return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) + " with " + std::to_string(surviving) +
+                                                  " of the devices this device masked it with among the survivors, below the " +
+                                                  std::to_string(need) + " its sum needs: the hub could unmask this device's part alone; refused");
+  return {};
+}
+
+// Bonawitz et al.'s round 4 check: at least t distinct survivors signed this very request. A hub that
+// shows two devices different survivor sets (to collect one device's seed from some and its key from
+// others) cannot get t honest signatures on both: each device signs once, and t is a majority.
+core::result<void> secagg_client::state::enough_signatures(const secagg_unmask_request& request, const named_sets& named) const {
+  const std::vector<std::byte> message = secagg_check_message(params.round, request);
+  std::set<std::string> signers;
+  for (const auto& sig : request.signatures) {
+    if (!named.survivors.contains(sig.id))
+      return make_error(errc::auth_failed, "the unmasking carries a consistency signature of " + sig.id + ", which is not a survivor: refused");
+    if (!signers.insert(sig.id).second) return make_error(errc::invalid_argument, "the unmasking carries two signatures of " + sig.id);
+    auto signer = verifying_key::from_certificate_pem(sig.certificate_pem, ca_pem, crl_pem);
+    if (!signer) return core::error{signer.error().code, "the consistency signature of " + sig.id + ": " + signer.error().message};
+    if (signer.value().device_id() != sig.id)
+      return make_error(errc::auth_failed, "the consistency signature of " + sig.id + " comes with " + signer.value().device_id() + "'s certificate");
+    if (!signer.value().verify(message, sig.signature))
+      return make_error(errc::auth_failed, "device " + sig.id + " did not sign this survivor set: the hub shows devices different "
+                                               "survivors; refused");
+  }
+  if (signers.size() < params.threshold)
+    return make_error(errc::auth_failed, "the unmasking carries " + std::to_string(signers.size()) + " survivors' signatures of its "
+                                             "survivor set, below the threshold " + std::to_string(params.threshold) + ": refused");
+  return {};
+}
+
+core::result<secagg_signature> secagg_client::check(const secagg_unmask_request& request, const signing_key& key) {
+  state& st = *s_;
+  secagg_unmask_request unsigned_request = request;
+  unsigned_request.signatures.clear();
+  if (st.at == state::stage::checked) {
+    if (!same_request(*st.checked, unsigned_request))
+      return make_error(errc::invalid_argument, "a second survivor set to sign in one round (a device signs one): refused");
+    return st.check_signature;
+  }
+  if (st.at != state::stage::masked) return make_error(errc::invalid_argument, "a consistency check before masking, or after unmasking");
+  state::named_sets named;
+  TESSERA_TRY(st.validate(unsigned_request, named));
+  TESSERA_ASSIGN_OR_RETURN(auto sig, key.sign(secagg_check_message(st.params.round, unsigned_request)));
+  st.check_signature = {.id = st.id, .certificate_pem = st.keys.certificate_pem, .signature = std::move(sig)};
+  st.checked = std::move(unsigned_request);
+  st.at = state::stage::checked;
+  return st.check_signature;
+}
+
+core::result<secagg_unmask_reply> secagg_client::unmask(const secagg_unmask_request& request) {
+  state& st = *s_;
+  if (st.at != state::stage::checked) return make_error(errc::invalid_argument, "unmasking before the consistency check, or twice");
+  if (!same_request(*st.checked, request))
+    return make_error(errc::invalid_argument, "the unmasking asks for another survivor set than the one this device signed: refused");
+  state::named_sets named;
+  TESSERA_TRY(st.validate(request, named));
+  TESSERA_TRY(st.enough_signatures(request, named));
   secagg_unmask_reply reply{.id = st.id, .seeds = {}, .keys = {}};
-  for (const auto& u : survivors) {
+  for (const auto& u : named.survivors) {
     const auto held = st.seed_shares.find(u);
     if (held == st.seed_shares.end()) continue;  // not a neighbour
-    for (std::uint32_t seg : released)
+    for (std::uint32_t seg : named.released)
       if (auto it = held->second.find(seg); it != held->second.end()) reply.seeds.push_back({.owner = u, .segment = seg, .share = it->second});
   }
-  for (const auto& v : dropped)
+  for (const auto& v : named.dropped)
     if (auto it = st.key_shares.find(v); it != st.key_shares.end()) reply.keys.push_back({.owner = v, .segment = 0, .share = it->second});
   st.at = state::stage::done;
   return reply;

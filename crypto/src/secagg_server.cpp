@@ -91,7 +91,7 @@ std::vector<secagg_box> secagg_server::inbox(const std::string& to) const {
 
 core::result<void> secagg_server::add_masked(secagg_masked m) {
   const secagg_member* who = member(m.id);
-  if (who == nullptr || !shared_.contains(m.id) || masked_.contains(m.id))
+  if (who == nullptr || !shared_.contains(m.id) || masked_.contains(m.id) || checking_)
     return make_error(errc::invalid_argument, "a masked input from " + m.id + " that was not expected");
   std::size_t length = 0;
   for (std::uint32_t seg : who->segments) length += params_.segments[seg].length;
@@ -131,17 +131,37 @@ secagg_unmask_request secagg_server::unmask_request() const {
   }
   for (std::uint32_t seg = 0; seg < params_.segments.size(); ++seg) {
     std::size_t covering = 0;
-    bool recoverable = true;
+    bool recoverable = true, partnered = true;
     for (std::size_t u = 0; u < roster_.size(); ++u) {
       if (!alive[u] || !graph_->covers(u, seg)) continue;
       ++covering;
       recoverable = recoverable && holders[u] >= params_.threshold;
-      for (std::size_t v : graph_->neighbours(u))
-        if (gone[v] && graph_->masks(seg, u, v)) recoverable = recoverable && holders[v] >= params_.threshold;
+      std::size_t partners = 0, surviving = 0;
+      for (std::size_t v : graph_->neighbours(u)) {
+        if (!graph_->masks(seg, u, v)) continue;
+        if (gone[v]) recoverable = recoverable && holders[v] >= params_.threshold;
+        ++partners;
+        surviving += alive[v] ? 1 : 0;
+      }
+      // Each survivor checks this for itself before it signs (secagg_client::check).
+      partnered = partnered && surviving >= secagg_partners_needed(params_.segments[seg], partners);
     }
-    if (covering >= params_.segments[seg].min_aggregate && recoverable && graph_->connected(seg, alive)) r.released.push_back(seg);
+    if (covering >= params_.segments[seg].min_aggregate && recoverable && partnered && graph_->connected(seg, alive)) r.released.push_back(seg);
   }
+  for (const auto& [id, sig] : signatures_) r.signatures.push_back(sig);
   return r;
+}
+
+secagg_unmask_request secagg_server::check_request() {
+  checking_ = true;
+  return unmask_request();
+}
+
+core::result<void> secagg_server::add_signature(secagg_signature s) {
+  if (!checking_ || !masked_.contains(s.id) || signatures_.contains(s.id))
+    return make_error(errc::invalid_argument, "a consistency signature from " + s.id + " that was not expected");
+  signatures_.emplace(s.id, std::move(s));  // checked by the clients, who hold the CA
+  return {};
 }
 
 core::result<void> secagg_server::add_reply(secagg_unmask_reply r) {

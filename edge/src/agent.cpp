@@ -136,7 +136,7 @@ void agent::attach(const std::shared_ptr<net::session>& s) {
     else if (const auto* q = std::get_if<net::msg::stats>(&m)) on_stats(*q);
     else if (const auto* f = std::get_if<net::msg::refuse>(&m)) log(log_level::warning, "the hub closed the link: " + f->reason);
     else if (std::holds_alternative<net::msg::secagg_roster>(m) || std::holds_alternative<net::msg::secagg_inbox>(m) ||
-             std::holds_alternative<net::msg::secagg_unmask>(m))
+             std::holds_alternative<net::msg::secagg_check>(m) || std::holds_alternative<net::msg::secagg_unmask>(m))
       on_secure(m);
   });
   s->on_blob_received([this](const std::shared_ptr<net::incoming_transfer>& in) { on_downloaded(in); });

@@ -44,6 +44,10 @@ void agent::on_secure(const net::message& m) {
   } else if (const auto* in = std::get_if<net::msg::secagg_inbox>(&m)) {
     if (auto ok = s->on_inbox(*in); !ok) return refuse(what, ok.error());
     if (job_ && job_->secure() == s && job_->at() == job::stage::masking) send_masked();
+  } else if (const auto* c = std::get_if<net::msg::secagg_check>(&m)) {
+    auto signature = s->on_check(*c);
+    if (!signature) return refuse(what, signature.error());
+    if (session_) session_->send(signature.value());
   } else if (const auto* u = std::get_if<net::msg::secagg_unmask>(&m)) {
     auto reply = s->on_unmask(*u);
     if (!reply) return refuse(what, reply.error());
@@ -51,7 +55,8 @@ void agent::on_secure(const net::message& m) {
     for (auto seg : u->request.released) released += (released.empty() ? "" : ",") + std::to_string(seg);
     log(log_level::info, "round " + std::to_string(round) + ": unmasking shares sent (" + std::to_string(u->request.survivors.size()) +
                              " survivors, " + std::to_string(u->request.dropped.size()) + " dropped; sums released: segments " +
-                             (released.empty() ? "none" : released) + ")");
+                             (released.empty() ? "none" : released) + "), the survivor set signed by " +
+                             std::to_string(u->request.signatures.size()) + " of them");
     if (session_) session_->send(reply.value());
   }
 }

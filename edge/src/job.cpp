@@ -66,7 +66,7 @@ core::result<std::shared_ptr<job>> job::start(const net::msg::assign& a, const d
                                                                             a.blob_codec, limits.arena_budget - extra));
   std::unique_ptr<secure_round> secure_part;
   if (secure) {
-    TESSERA_ASSIGN_OR_RETURN(secure_part, secure_round::start(*a.secure, a.round, task.arch, *limits.secure, limits.policy));
+    TESSERA_ASSIGN_OR_RETURN(secure_part, secure_round::start(*a.secure, a.round, a.sha256, task.arch, *limits.secure, limits.policy));
   }
   std::shared_ptr<job> j(new job());
   j->round_ = a.round;

@@ -1,5 +1,7 @@
 #include "tessera/edge/secure_round.hpp"
 
+#include <algorithm>
+
 #include "tessera/core/io/file_io.hpp"
 #include "tessera/core/math/mlp.hpp"
 #include "tessera/crypto/masking.hpp"
@@ -11,8 +13,9 @@ core::error step_error(const std::string& what, const core::error& why) { return
 
 }  // namespace
 
-secure_round::secure_round(std::uint64_t round, net::msg::secure_assign s, crypto::secagg_client client, const privacy_policy& policy)
-    : round_(round), policy_(policy), s_(std::move(s)), client_(std::move(client)) {}
+secure_round::secure_round(std::uint64_t round, net::msg::secure_assign s, crypto::secagg_client client, const secure_identity& me,
+                           const privacy_policy& policy)
+    : round_(round), me_(&me), policy_(policy), s_(std::move(s)), client_(std::move(client)) {}
 
 core::result<void> secure_round::check(const net::msg::secure_assign& s, const core::mlp_arch& arch) {
   const crypto::secagg_params& p = s.params;
@@ -35,8 +38,8 @@ core::result<void> secure_round::check(const net::msg::secure_assign& s, const c
 }
 
 core::result<std::unique_ptr<secure_round>> secure_round::start(const net::msg::secure_assign& s, std::uint64_t round,
-                                                                 const core::mlp_arch& arch, const secure_identity& me,
-                                                                 const privacy_policy& policy) {
+                                                                 const net::digest& model, const core::mlp_arch& arch,
+                                                                 const secure_identity& me, const privacy_policy& policy) {
   TESSERA_TRY(check(s, arch));
   std::string crl;
   if (!me.crl.empty()) {
@@ -44,9 +47,11 @@ core::result<std::unique_ptr<secure_round>> secure_round::start(const net::msg::
     if (!bytes) return make_error(errc::secure_refused, "the revocation list (tls.crl) cannot be read: " + bytes.error().message);
     crl.assign(reinterpret_cast<const char*>(bytes.value().data()), bytes.value().size());
   }
-  auto client = crypto::secagg_client::create(me.id, me.certificate_pem, me.key, me.ca_pem, s.params, std::move(crl));
+  crypto::secagg_pledge pledge{.segments = s.segments, .model = {}};
+  std::transform(model.begin(), model.end(), pledge.model.begin(), [](std::uint8_t b) { return std::byte{b}; });
+  auto client = crypto::secagg_client::create(me.id, me.certificate_pem, me.key, me.ca_pem, s.params, std::move(pledge), std::move(crl));
   if (!client) return step_error("the secure aggregation's keys", client.error());
-  return std::unique_ptr<secure_round>(new secure_round(round, s, std::move(client).value(), policy));
+  return std::unique_ptr<secure_round>(new secure_round(round, s, std::move(client).value(), me, policy));
 }
 
 net::msg::secagg_keys secure_round::keys_message() const { return {.round = round_, .keys = client_.keys()}; }
@@ -55,10 +60,7 @@ core::result<net::msg::secagg_shares> secure_round::on_roster(const net::msg::se
   if (r.round != round_) return make_error(errc::secure_step, "a roster for round " + std::to_string(r.round) + " in round " + std::to_string(round_));
   if (shares_) return *shares_;  // the hub asks again after a broken link
   if (at_ != stage::keys) return make_error(errc::secure_step, "a roster after the shares");
-  // The roster must give this device the segments its ASSIGN said.
-  for (const auto& m : r.roster)
-    if (m.keys.id == keys_message().keys.id && m.segments != s_.segments)
-      return make_error(errc::secure_step, "the roster gives this device other segments than its assignment");
+  // The segments this device signed are its ASSIGN's: share_keys refuses a roster that gives it others.
   auto boxes = client_.share_keys(r.roster);
   if (!boxes) return step_error("the roster", boxes.error());
   // One box for each neighbour: with this device they hold its secrets.
@@ -100,10 +102,22 @@ core::result<void> secure_round::mask(std::span<const float> trained, double wei
   return {};
 }
 
+core::result<net::msg::secagg_check_reply> secure_round::on_check(const net::msg::secagg_check& c) {
+  if (c.round != round_)
+    return make_error(errc::secure_step, "a survivor set for round " + std::to_string(c.round) + " in round " + std::to_string(round_));
+  if (at_ != stage::masked && at_ != stage::checked)
+    return make_error(errc::secure_step, "a survivor set to sign before this device's masked update, or after its unmasking");
+  // Asked again (a broken link) with the same set: the same signature; with another: refused.
+  auto signature = client_.check(c.request, me_->key);
+  if (!signature) return step_error("the consistency check", signature.error());
+  at_ = stage::checked;
+  return net::msg::secagg_check_reply{.round = round_, .signature = std::move(signature).value()};
+}
+
 core::result<net::msg::secagg_unmask_reply> secure_round::on_unmask(const net::msg::secagg_unmask& u) {
   if (u.round != round_) return make_error(errc::secure_step, "an unmasking for round " + std::to_string(u.round) + " in round " + std::to_string(round_));
   if (reply_) return *reply_;
-  if (at_ != stage::masked) return make_error(errc::secure_step, "an unmasking before this device's masked update");
+  if (at_ != stage::checked) return make_error(errc::secure_step, "an unmasking before this device signed the survivor set");
   auto reply = client_.unmask(u.request);
   if (!reply) return step_error("the unmasking", reply.error());
   reply_ = net::msg::secagg_unmask_reply{.round = round_, .reply = std::move(reply).value()};

@@ -110,7 +110,7 @@ bool round_driver::between_rounds() const noexcept {
 
 bool round_driver::unmasking() const noexcept {
   const auto* sp = std::get_if<secure_phase>(&phase_);
-  return sp != nullptr && sp->steps.at() == secure_steps::step::unmask;
+  return sp != nullptr && sp->steps.past_uploads();
 }
 
 clock_type::time_point round_driver::round_started() const {

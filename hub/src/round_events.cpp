@@ -120,7 +120,7 @@ void round_driver::on_secure(const std::shared_ptr<net::session>& s, const net::
   }
   if (!sp->steps.on_message(id, m)) return;
   if (sp->steps.done()) end_secure_step();
-  else if (engine_->all_reported() && sp->steps.at() != secure_steps::step::unmask) end_collection();
+  else if (engine_->all_reported() && !sp->steps.past_uploads()) end_collection();
 }
 
 void round_driver::on_disconnected(const std::string& id) { drop_from_statistics(id, "it disconnected"); }

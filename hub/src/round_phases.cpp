@@ -131,7 +131,7 @@ void round_driver::end_collection() {
   if (stopped()) return;  // as the deadline: a round stop() interrupted is not closed
   auto* sp = in<secure_phase>();
   if (sp == nullptr) return close_round();
-  if (sp->steps.at() == secure_steps::step::unmask) return;  // already unmasking
+  if (sp->steps.past_uploads()) return;  // already checking or unmasking
   deadline_timer_.cancel();
   if (sp->steps.begin_unmask() == secure_steps::next::close_round) return close_round();
   arm_secure_step();

@@ -11,7 +11,7 @@ secure_steps::secure_steps(const hub_context& ctx, rounds::engine& engine, devic
     : ctx_(&ctx), engine_(&engine), devices_(&devices), step_started_(std::chrono::steady_clock::now()) {}
 
 std::string_view secure_steps::name(step s) {
-  static constexpr std::string_view names[] = {"keys", "shares", "uploads", "unmasking"};
+  static constexpr std::string_view names[] = {"keys", "shares", "uploads", "consistency check", "unmasking"};
   return names[static_cast<int>(s)];
 }
 
@@ -27,8 +27,11 @@ bool secure_steps::done() const {
         return shared_.contains(m.keys.id) || a == nullptr || !is_open(a->state);
       });
     case step::uploads: return false;
+    case step::check:
+      return std::all_of(request_->survivors.begin(), request_->survivors.end(), [&](const std::string& id) { return signed_.contains(id); });
     case step::unmask:
-      return std::all_of(request_->survivors.begin(), request_->survivors.end(), [&](const std::string& id) { return replied_.contains(id); });
+      return std::all_of(request_->signatures.begin(), request_->signatures.end(),
+                         [&](const crypto::secagg_signature& s) { return replied_.contains(s.id); });
   }
   return false;
 }
@@ -46,9 +49,12 @@ void secure_steps::send_step(device_entry& d, const std::string& id) {
     case step::uploads:
       if (shared_.contains(id)) d.session->send(net::msg::secagg_inbox{.round = round, .boxes = engine_->secagg_server().inbox(id)});
       break;
+    case step::check:
+      if (!signed_.contains(id) && std::find(request_->survivors.begin(), request_->survivors.end(), id) != request_->survivors.end())
+        d.session->send(net::msg::secagg_check{.round = round, .request = *request_});
+      break;
     case step::unmask:
-      if (!replied_.contains(id) && std::find(request_->survivors.begin(), request_->survivors.end(), id) != request_->survivors.end())
-        d.session->send(net::msg::secagg_unmask{.round = round, .request = *request_});
+      if (!replied_.contains(id) && is_signer(id)) d.session->send(net::msg::secagg_unmask{.round = round, .request = *request_});
       break;
   }
 }
@@ -65,6 +71,7 @@ secure_steps::next secure_steps::end_step() {
     case step::keys: return end_keys();
     case step::shares: return end_shares();
     case step::uploads: return next::wait;  // ends by begin_unmask
+    case step::check: return end_check();
     case step::unmask: return next::close_round;
   }
   return next::wait;
@@ -112,8 +119,8 @@ secure_steps::next secure_steps::begin_unmask() {
     return next::close_round;
   }
   mark_time(step::uploads);
-  request_ = engine_->secagg_server().unmask_request();
-  at_ = step::unmask;
+  request_ = engine_->secagg_server().check_request();  // later masked inputs are refused
+  at_ = step::check;
   if (request_->survivors.size() < engine_->secagg_params().threshold) {
     ctx_->say(log_level::warning, "round " + round + ": " + std::to_string(request_->survivors.size()) +
                                       " masked updates, below the threshold " + std::to_string(engine_->secagg_params().threshold) +
@@ -121,6 +128,27 @@ secure_steps::next secure_steps::begin_unmask() {
     return next::close_round;
   }
   for (const auto& id : request_->survivors) send_step((*devices_)[id], id);
+  return next::timed_step;
+}
+
+bool secure_steps::is_signer(const std::string& id) const {
+  return std::any_of(request_->signatures.begin(), request_->signatures.end(), [&](const crypto::secagg_signature& s) { return s.id == id; });
+}
+
+// The survivors' signatures are in (or secure_step_s ran out): the signers are asked to unmask, with
+// the signatures, which each checks before it reveals anything.
+secure_steps::next secure_steps::end_check() {
+  const std::string round = std::to_string(engine_->current_round());
+  request_ = engine_->secagg_server().unmask_request();
+  const std::size_t threshold = engine_->secagg_params().threshold;
+  if (request_->signatures.size() < threshold) {
+    ctx_->say(log_level::warning, "round " + round + ": " + std::to_string(request_->signatures.size()) + " of " +
+                                      std::to_string(request_->survivors.size()) + " survivors signed the survivor set, below the threshold " +
+                                      std::to_string(threshold) + ": nothing is released");
+    return next::close_round;
+  }
+  at_ = step::unmask;
+  for (const auto& s : request_->signatures) send_step((*devices_)[s.id], s.id);
   return next::timed_step;
 }
 
@@ -147,6 +175,14 @@ bool secure_steps::on_message(const std::string& id, const net::message& m) {
     if (at_ != step::shares || a == nullptr || !is_open(a->state)) return ignore(" outside the shares step");
     if (auto ok = engine_->secagg_server().add_boxes(id, sh->boxes); !ok) return drop(ok.error());
     shared_.insert(id);
+  } else if (const auto* c = std::get_if<net::msg::secagg_check_reply>(&m)) {
+    if (signed_.contains(id)) return false;
+    if (at_ != step::check || c->signature.id != id) return ignore(" outside the consistency check");
+    if (auto ok = engine_->secagg_server().add_signature(c->signature); !ok) {
+      ctx_->say(log_level::warning, what + " refused: " + ok.error().message);
+      return false;
+    }
+    signed_.insert(id);
   } else if (const auto* r = std::get_if<net::msg::secagg_unmask_reply>(&m)) {
     if (replied_.contains(id)) return false;
     if (at_ != step::unmask || r->reply.id != id) return ignore(" outside the unmasking step");
@@ -166,7 +202,7 @@ void secure_steps::log_outcome() const {
   ctx_->say(o.withheld.empty() ? log_level::info : log_level::warning,
             "round " + std::to_string(engine_->completed()) + ": secure aggregation released " + std::to_string(o.released) + " of " +
                 std::to_string(o.segments) + " sums (" + std::to_string(o.dropped) + " device(s) dropped, " + std::to_string(o.clipped) +
-                " values clipped); 3 extra round trips:" + steps.substr(0, steps.empty() ? 0 : steps.size() - 1) +
+                " values clipped); 4 extra round trips:" + steps.substr(0, steps.empty() ? 0 : steps.size() - 1) +
                 (o.withheld.empty() ? "" : "; withheld: " + o.withheld));
 }
 

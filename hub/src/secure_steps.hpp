@@ -6,7 +6,9 @@
 //   ASSIGN{secure} ─▶ SECAGG_KEYS from each device   (secure_step_s; who is late cannot take part)
 //   SECAGG_ROSTER  ─▶ SECAGG_SHARES from each member (secure_step_s; who is late cannot take part)
 //   SECAGG_INBOX   ─▶ UPDATE + the masked upload     (round_deadline_s, as any round)
-//   SECAGG_UNMASK  ─▶ SECAGG_UNMASK_REPLY            (secure_step_s) ─▶ close the round: the sums
+//   SECAGG_CHECK   ─▶ SECAGG_CHECK_REPLY from each survivor (secure_step_s): its signature over the
+//                     survivor set; fewer than threshold signatures and nothing is released
+//   SECAGG_UNMASK  ─▶ SECAGG_UNMASK_REPLY from each signer (secure_step_s) ─▶ close the round: the sums
 //
 // The hub relays keys and encrypted shares and adds masked vectors: it never holds one device's update.
 #pragma once
@@ -27,7 +29,7 @@ namespace tessera::hub {
 
 class secure_steps {
  public:
-  enum class step { keys, shares, uploads, unmask };
+  enum class step { keys, shares, uploads, check, unmask };
   // What the driver does after a step ended.
   enum class next {
     wait,         // nothing: the uploads run under the round's deadline
@@ -39,6 +41,8 @@ class secure_steps {
   secure_steps(const hub_context& ctx, rounds::engine& engine, device_registry& devices);
 
   [[nodiscard]] step at() const noexcept { return at_; }
+  // The uploads are over: the survivors are signing their set, or unmasking.
+  [[nodiscard]] bool past_uploads() const noexcept { return at_ == step::check || at_ == step::unmask; }
   [[nodiscard]] static std::string_view name(step s);
   // Everyone the step waits for has answered.
   [[nodiscard]] bool done() const;
@@ -47,7 +51,8 @@ class secure_steps {
 
   // The step ends: everyone answered, or secure_step_s ran out.
   [[nodiscard]] next end_step();
-  // Every update is in, or the round's deadline passed: the survivors are asked to unmask.
+  // Every update is in, or the round's deadline passed: the survivors are asked to sign their set (the
+  // consistency check), then the signers to unmask.
   [[nodiscard]] next begin_unmask();
   // A device's SECAGG_* message for this round: true if it counted (then the step may be done).
   [[nodiscard]] bool on_message(const std::string& id, const net::message& m);
@@ -61,12 +66,14 @@ class secure_steps {
   void mark_time(step s);
   [[nodiscard]] next end_keys();
   [[nodiscard]] next end_shares();
+  [[nodiscard]] next end_check();
+  [[nodiscard]] bool is_signer(const std::string& id) const;
 
   const hub_context* ctx_;
   rounds::engine* engine_;
   device_registry* devices_;
   step at_ = step::keys;
-  std::set<std::string> keyed_, shared_, replied_;
+  std::set<std::string> keyed_, shared_, signed_, replied_;
   std::optional<crypto::secagg_roster> roster_;
   std::optional<crypto::secagg_unmask_request> request_;
   std::chrono::steady_clock::time_point step_started_;

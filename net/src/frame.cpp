@@ -28,6 +28,8 @@ std::string_view to_string(frame_type t) noexcept {
     case frame_type::secagg_inbox: return "SECAGG_INBOX";
     case frame_type::secagg_unmask: return "SECAGG_UNMASK";
     case frame_type::secagg_unmask_reply: return "SECAGG_UNMASK_REPLY";
+    case frame_type::secagg_check: return "SECAGG_CHECK";
+    case frame_type::secagg_check_reply: return "SECAGG_CHECK_REPLY";
   }
   return "?";
 }

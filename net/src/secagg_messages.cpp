@@ -91,12 +91,13 @@ std::vector<std::string> read_ids(reader& r, const char* key) {
 // at all, and goes by its id alone. Keys are never without the certificate that signed them: the parser
 // refuses that, so the id alone stands for exactly this, and a member with any key goes out whole.
 bool without_keys(const crypto::secagg_keys& k) {
-  return k.certificate_pem.empty() && k.c_pk == crypto::public_key{} && k.s_pk == crypto::public_key{} && k.signature.empty();
+  return k.certificate_pem.empty() && k.c_pk == crypto::public_key{} && k.s_pk == crypto::public_key{} && k.model == crypto::secagg_digest{} &&
+         k.signature.empty();
 }
 
 json keys_object(const crypto::secagg_keys& k) {
   return {{"id", k.id}, {"certificate", k.certificate_pem}, {"c_pk", b64(k.c_pk)}, {"s_pk", b64(k.s_pk)},
-          {"signature", b64(k.signature)}};
+          {"model", b64(k.model)}, {"signature", b64(k.signature)}};
 }
 crypto::secagg_keys read_keys(reader& r) {
   crypto::secagg_keys k;
@@ -105,6 +106,7 @@ crypto::secagg_keys read_keys(reader& r) {
   if (!r.failed() && k.certificate_pem.empty()) r.fail("certificate", "empty (keys come with the certificate that signed them)");
   k.c_pk = key32(r, "c_pk");
   k.s_pk = key32(r, "s_pk");
+  k.model = key32(r, "model");
   k.signature = r.bytes("signature", max_signature_bytes);
   return k;
 }
@@ -124,6 +126,26 @@ std::vector<crypto::secagg_box> read_boxes(reader& r) {
     out.push_back(std::move(b));
   });
   return out;
+}
+
+json signature_object(const crypto::secagg_signature& s) {
+  return {{"id", s.id}, {"certificate", s.certificate_pem}, {"signature", b64(s.signature)}};
+}
+crypto::secagg_signature read_signature(reader& r) {
+  crypto::secagg_signature s;
+  s.id = r.device("id");
+  s.certificate_pem = r.string("certificate", max_certificate_chars);
+  s.signature = r.bytes("signature", max_signature_bytes);
+  return s;
+}
+
+// An unmasking request's names (its signatures travel only in SECAGG_UNMASK).
+crypto::secagg_unmask_request read_request(reader& r) {
+  crypto::secagg_unmask_request q;
+  q.survivors = read_ids(r, "survivors");
+  q.dropped = read_ids(r, "dropped");
+  q.released = read_indices(r, "released", max_secagg_segments, /*nonempty=*/false);
+  return q;
 }
 
 json shares_array(const std::vector<crypto::secagg_share>& shares) {
@@ -222,9 +244,16 @@ json secagg_to_object(const message& m) {
           return {{"round", v.round}, {"members", members}};
         } else if constexpr (std::is_same_v<T, msg::secagg_shares> || std::is_same_v<T, msg::secagg_inbox>) {
           return {{"round", v.round}, {"boxes", boxes_array(v.boxes)}};
-        } else if constexpr (std::is_same_v<T, msg::secagg_unmask>) {
+        } else if constexpr (std::is_same_v<T, msg::secagg_check>) {
           return {{"round", v.round}, {"survivors", v.request.survivors}, {"dropped", v.request.dropped},
                   {"released", v.request.released}};
+        } else if constexpr (std::is_same_v<T, msg::secagg_check_reply>) {
+          return {{"round", v.round}, {"signature", signature_object(v.signature)}};
+        } else if constexpr (std::is_same_v<T, msg::secagg_unmask>) {
+          json signatures = json::array();
+          for (const auto& s : v.request.signatures) signatures.push_back(signature_object(s));
+          return {{"round", v.round}, {"survivors", v.request.survivors}, {"dropped", v.request.dropped},
+                  {"released", v.request.released}, {"signatures", std::move(signatures)}};
         } else if constexpr (std::is_same_v<T, msg::secagg_unmask_reply>) {
           return {{"round", v.round}, {"id", v.reply.id}, {"seeds", shares_array(v.reply.seeds)}, {"keys", shares_array(v.reply.keys)}};
         } else {
@@ -256,11 +285,15 @@ message parse_secagg(frame_type t, reader& r) {
     }
     case frame_type::secagg_shares: return msg::secagg_shares{.round = round, .boxes = read_boxes(r)};
     case frame_type::secagg_inbox: return msg::secagg_inbox{.round = round, .boxes = read_boxes(r)};
+    case frame_type::secagg_check: return msg::secagg_check{.round = round, .request = read_request(r)};
+    case frame_type::secagg_check_reply: {
+      msg::secagg_check_reply c{.round = round, .signature = {}};
+      nested_object(r, "signature", [&](reader& sr) { c.signature = read_signature(sr); });
+      return c;
+    }
     case frame_type::secagg_unmask: {
-      msg::secagg_unmask u{.round = round, .request = {}};
-      u.request.survivors = read_ids(r, "survivors");
-      u.request.dropped = read_ids(r, "dropped");
-      u.request.released = read_indices(r, "released", max_secagg_segments, /*nonempty=*/false);
+      msg::secagg_unmask u{.round = round, .request = read_request(r)};
+      each_object(r, "signatures", max_secagg_members, [&](reader& sr) { u.request.signatures.push_back(read_signature(sr)); });
       return u;
     }
     case frame_type::secagg_unmask_reply: {

@@ -20,14 +20,16 @@ bool allowed_for(role r, frame_type t) noexcept {
     case frame_type::evaluation:
     case frame_type::secagg_keys:
     case frame_type::secagg_shares:
-    case frame_type::secagg_unmask_reply: return r == role::hub;
+    case frame_type::secagg_unmask_reply:
+    case frame_type::secagg_check_reply: return r == role::hub;
     case frame_type::welcome:
     case frame_type::assign:
     case frame_type::result:
     case frame_type::stats:
     case frame_type::secagg_roster:
     case frame_type::secagg_inbox:
-    case frame_type::secagg_unmask: return r == role::agent;
+    case frame_type::secagg_unmask:
+    case frame_type::secagg_check: return r == role::agent;
     case frame_type::chunk: return false;
   }
   return false;

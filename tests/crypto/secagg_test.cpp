@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <set>
 
 #include "../support/text.hpp"
@@ -52,12 +53,30 @@ crypto::secagg_params params(std::uint64_t round = 7, std::size_t min_aggregate 
 }
 std::vector<std::uint32_t> segments_of(std::size_t d) { return {d < 3 ? 0u : 1u, 2u}; }
 
-crypto::secagg_client client(std::size_t d, const crypto::secagg_params& p) {
+// Device d of the fleet, pledging the segments it covers (segments_of(d) unless given) and a model
+// digest (every device of these tests is sent the same model: all zero).
+crypto::secagg_client client(std::size_t d, const crypto::secagg_params& p, std::vector<std::uint32_t> segments = {}) {
   const auto& dv = devices::get();
   auto key = crypto::signing_key::load(dv.files[d].key).value();
-  auto c = crypto::secagg_client::create(dv.ids[d], testing::read_text(dv.files[d].cert), key, dv.ca, p);
+  if (segments.empty()) segments = segments_of(d);
+  auto c = crypto::secagg_client::create(dv.ids[d], testing::read_text(dv.files[d].cert), key, dv.ca, p, {.segments = std::move(segments), .model = {}});
   REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
   return std::move(c).value();
+}
+
+crypto::signing_key signing_key_of(std::size_t d) { return crypto::signing_key::load(devices::get().files[d].key).value(); }
+
+// The consistency check: the server's request, signed by each of `signers` (positions in `clients`,
+// which are the fleet's devices in order), returned with their signatures to be answered.
+crypto::secagg_unmask_request signed_request(crypto::secagg_server& server, std::vector<crypto::secagg_client>& clients,
+                                             const std::vector<std::size_t>& signers) {
+  const auto asked = server.check_request();
+  for (const std::size_t d : signers) {
+    auto sig = clients[d].check(asked, signing_key_of(d));
+    REQUIRE_MESSAGE(sig.ok(), (sig.ok() ? "" : sig.error().message));
+    REQUIRE(server.add_signature(std::move(sig).value()).ok());
+  }
+  return server.unmask_request();
 }
 
 // Each device's input: one vector per covered segment, values in (−0.5, 0.5).
@@ -113,7 +132,10 @@ outcome run(const crypto::secagg_params& p, const std::vector<leaves>& when) {
     o.masked.push_back(m.value());
     REQUIRE(server.add_masked(std::move(m).value()).ok());
   }
-  o.request = server.unmask_request();
+  std::vector<std::size_t> staying;
+  for (std::size_t d = 0; d < 6; ++d)
+    if (when[d] == leaves::never) staying.push_back(d);
+  o.request = signed_request(server, clients, staying);
   for (std::size_t d = 0; d < 6; ++d) {
     if (when[d] != leaves::never) continue;
     auto r = clients[d].unmask(o.request);
@@ -208,7 +230,7 @@ TEST_CASE("secagg: a segment with too few survivors is not released, and its sur
   // Two survivors, below the threshold of 3: nothing is released at all.
   crypto::secagg_server server(p);
   auto clients = masked_fleet(p, server, 2);
-  const auto few = clients[0].unmask(server.unmask_request());
+  const auto few = clients[0].check(server.check_request(), signing_key_of(0));
   REQUIRE_FALSE(few.ok());
   CHECK(few.error().message == "2 survivors, below the threshold 3");
   CHECK_FALSE(server.finish().ok());
@@ -218,17 +240,17 @@ TEST_CASE("secagg refusal: an unmasking request that asks for both the seed and 
   const auto p = params();
   crypto::secagg_server server(p);
   auto clients = masked_fleet(p, server, 6);
-  auto rogue = server.unmask_request();
+  auto rogue = server.check_request();
   rogue.dropped.push_back("sa-3");  // a survivor, also named as dropped: its seed and its key would unmask it
-  const auto r = clients[0].unmask(rogue);
+  const auto r = clients[0].check(rogue, signing_key_of(0));
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message == "the unmasking asks for both the seed and the key of sa-3: refused");
   // Releasing a segment below its minimum is refused too (the client counts for itself).
   // A request that counts the asked device among the dropped.
-  auto small = server.unmask_request();
+  auto small = server.check_request();
   small.survivors = {"sa-0", "sa-3", "sa-4"};
   small.dropped = {"sa-1"};
-  CHECK(clients[1].unmask(small).error().message == "the unmasking counts this device among the dropped");
+  CHECK(clients[1].check(small, signing_key_of(1)).error().message == "the unmasking counts this device among the dropped");
 }
 
 TEST_CASE("secagg refusal: keys whose signature does not verify") {
@@ -243,7 +265,9 @@ TEST_CASE("secagg refusal: keys whose signature does not verify") {
   }
   const auto boxes = clients[0].share_keys(server.roster().value());
   REQUIRE_FALSE(boxes.ok());
-  CHECK(boxes.error().message == "device sa-2's keys are not signed by its certificate for round 7");
+  CHECK(boxes.error().message ==
+        "device sa-2 did not sign these keys, segments and model for round 7 (keys from another round, or a roster that shows it covering "
+        "other segments than it does)");
   // Another device's certificate under sa-2's keys.
   crypto::secagg_server other(p);
   for (std::size_t d = 0; d < 3; ++d) {
@@ -265,7 +289,65 @@ TEST_CASE("secagg refusal: keys replayed from an earlier round") {
   REQUIRE(server.add_keys(old.keys(), segments_of(2)).ok());
   const auto boxes = a.share_keys(server.roster().value());
   REQUIRE_FALSE(boxes.ok());
-  CHECK(boxes.error().message == "device sa-2's keys are not signed by its certificate for round 8");
+  CHECK(boxes.error().message.starts_with("device sa-2 did not sign these keys, segments and model for round 8"));
+}
+
+TEST_CASE("rogue hub: different rosters to different devices, showing a device covering other segments than it signed") {
+  // Each device signs the segments it covers. A hub that shows sa-0 a roster in which sa-3 (group 1)
+  // covers group 0 too — so that group 0's sum would seem to have one more contributor, or its masks
+  // to come from a device of the hub's choosing — while the others see the true roster: sa-0 refuses.
+  const auto p = params();
+  crypto::secagg_server server(p);
+  std::vector<crypto::secagg_client> clients;
+  for (std::size_t d = 0; d < 6; ++d) clients.push_back(client(d, p));
+  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_keys(clients[d].keys(), segments_of(d)).ok());
+  const auto roster = server.roster().value();
+  auto shown = roster;
+  shown[3].segments = {0, 1, 2};
+  const auto refused = clients[0].share_keys(shown);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.starts_with("device sa-3 did not sign these keys, segments and model for round 7"));
+  // And a roster giving sa-0 itself other segments than its assignment (and so its pledge).
+  auto moved = roster;
+  moved[0].segments = {1, 2};
+  CHECK(clients[0].share_keys(moved).error().message == "the roster gives this device (sa-0) other segments than it signed");
+  CHECK(clients[1].share_keys(roster).ok());  // the true roster is taken
+}
+
+TEST_CASE("rogue hub: one device of a group sent a model of its own making") {
+  // sa-1 was sent another model than sa-0 and sa-2 (its group, segment 0): each signed the digest of
+  // what it got, so sa-0 sees the difference in the roster and shares nothing.
+  const auto p = params();
+  const auto& dv = devices::get();
+  crypto::secagg_server server(p);
+  std::vector<crypto::secagg_client> clients;
+  for (std::size_t d = 0; d < 3; ++d) {
+    crypto::secagg_digest model{};
+    if (d == 1) model[5] = std::byte{9};
+    auto key = crypto::signing_key::load(dv.files[d].key).value();
+    clients.push_back(crypto::secagg_client::create(dv.ids[d], testing::read_text(dv.files[d].cert), key, dv.ca, p,
+                                                    {.segments = segments_of(d), .model = model})
+                          .value());
+    REQUIRE(server.add_keys(clients[d].keys(), segments_of(d)).ok());
+  }
+  for (const std::size_t d : {0, 1, 2}) {
+    const auto r = clients[d].share_keys(server.roster().value());
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find(", of this device's group, was sent another model than this device") != std::string::npos);
+  }
+  // Devices of different groups are sent different subnets: no refusal there.
+  crypto::secagg_server mixed(p);
+  std::vector<crypto::secagg_client> across;
+  for (const std::size_t d : {0, 1, 3, 4}) {
+    crypto::secagg_digest model{};
+    model[0] = std::byte{static_cast<unsigned char>(d < 3 ? 1 : 2)};
+    auto key = crypto::signing_key::load(dv.files[d].key).value();
+    across.push_back(crypto::secagg_client::create(dv.ids[d], testing::read_text(dv.files[d].cert), key, dv.ca, p,
+                                                   {.segments = segments_of(d), .model = model})
+                         .value());
+    REQUIRE(mixed.add_keys(across.back().keys(), segments_of(d)).ok());
+  }
+  for (auto& c : across) CHECK(c.share_keys(mixed.roster().value()).ok());
 }
 
 TEST_CASE("secagg: the server refuses inputs of the wrong length, outside the ring, or twice") {
@@ -297,8 +379,8 @@ namespace {
 
 // Sixteen devices covering one segment (as in FedAvg), each masking with 4 neighbours: a secret needs 3
 // of its 5 holders (the device and its neighbours).
-crypto::secagg_params sparse_params() {
-  return {.round = 21, .bits = 32, .clip = 1.0, .threshold = 3, .segments = {{.length = 30, .min_aggregate = 2}}, .neighbors = 4};
+crypto::secagg_params sparse_params(std::size_t min_aggregate = 2) {
+  return {.round = 21, .bits = 32, .clip = 1.0, .threshold = 3, .segments = {{.length = 30, .min_aggregate = min_aggregate}}, .neighbors = 4};
 }
 constexpr std::size_t sparse_devices = 16;
 
@@ -310,7 +392,9 @@ std::vector<float> sparse_input(std::size_t d) {
 }
 
 struct sparse_fleet {
-  crypto::secagg_server server{sparse_params()};
+  explicit sparse_fleet(std::size_t min_aggregate = 2) : p(sparse_params(min_aggregate)), server(p) {}
+  crypto::secagg_params p;
+  crypto::secagg_server server;
   std::vector<crypto::secagg_client> clients;
   std::vector<std::size_t> boxes_sent;
   std::vector<std::size_t> keys_received;  // roster members whose keys a device's roster carried
@@ -318,9 +402,9 @@ struct sparse_fleet {
 
 // Every device advertises keys and shares them; those not in `silent` send their masked input.
 void share_and_mask(sparse_fleet& f, const std::set<std::size_t>& silent) {
-  const auto p = sparse_params();
+  const auto p = f.p;
   const auto& ids = devices::get().ids;
-  for (std::size_t d = 0; d < sparse_devices; ++d) f.clients.push_back(client(d, p));
+  for (std::size_t d = 0; d < sparse_devices; ++d) f.clients.push_back(client(d, p, {0}));
   for (std::size_t d = 0; d < sparse_devices; ++d) REQUIRE(f.server.add_keys(f.clients[d].keys(), {0}).ok());
   for (std::size_t d = 0; d < sparse_devices; ++d) {
     const auto roster = f.server.roster_for(ids[d]);
@@ -351,9 +435,13 @@ TEST_CASE("secagg with neighbour graphs: each device shares with its neighbours 
     CHECK(f.boxes_sent[d] == 4);     // not 15
     CHECK(f.keys_received[d] == 5);  // its own and its neighbours'
   }
-  const auto request = f.server.unmask_request();
+  std::vector<std::size_t> staying;
+  for (std::size_t d = 0; d < sparse_devices; ++d)
+    if (!dropped.contains(d)) staying.push_back(d);
+  const auto request = signed_request(f.server, f.clients, staying);
   CHECK(request.released == std::vector<std::uint32_t>{0});
   CHECK(request.dropped == std::vector<std::string>{"sa-3", "sa-9"});
+  CHECK(request.signatures.size() == 14);
   const auto graph = crypto::secagg_graph::build(sparse_params(), f.server.roster().value());
   for (std::size_t d = 0; d < sparse_devices; ++d) {
     if (dropped.contains(d)) continue;
@@ -390,7 +478,7 @@ TEST_CASE("secagg refusal: releasing a segment whose survivors the neighbour gra
   {
     crypto::secagg_server probe(p);
     std::vector<crypto::secagg_client> keyed;
-    for (std::size_t d = 0; d < sparse_devices; ++d) keyed.push_back(client(d, p));
+    for (std::size_t d = 0; d < sparse_devices; ++d) keyed.push_back(client(d, p, {0}));
     for (std::size_t d = 0; d < sparse_devices; ++d) REQUIRE(probe.add_keys(keyed[d].keys(), {0}).ok());
     const auto g = crypto::secagg_graph::build(p, probe.roster().value());
     for (std::size_t a = 0; a < sparse_devices && cut.empty(); ++a)
@@ -406,11 +494,11 @@ TEST_CASE("secagg refusal: releasing a segment whose survivors the neighbour gra
   REQUIRE(cut.size() == 4);
   sparse_fleet f;
   share_and_mask(f, cut);
-  auto request = f.server.unmask_request();
+  auto request = f.server.check_request();
   CHECK(request.released.empty());
   request.released = {0};
   const std::size_t asked = cut.contains(0) ? (cut.contains(1) ? 2 : 1) : 0;
-  const auto r = f.clients[asked].unmask(request);
+  const auto r = f.clients[asked].check(request, signing_key_of(asked));
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message == "the unmasking releases segment 0, whose survivors its masks do not connect: refused");
 }
@@ -418,7 +506,9 @@ TEST_CASE("secagg refusal: releasing a segment whose survivors the neighbour gra
 TEST_CASE("secagg with neighbour graphs: a seed too few neighbours returned keeps the segment withheld") {
   sparse_fleet f;
   share_and_mask(f, {});
-  const auto request = f.server.unmask_request();
+  std::vector<std::size_t> everyone(sparse_devices);
+  std::iota(everyone.begin(), everyone.end(), std::size_t{0});
+  const auto request = signed_request(f.server, f.clients, everyone);
   REQUIRE(request.released == std::vector<std::uint32_t>{0});
   // sa-0's four neighbours do not answer the unmasking: only sa-0 holds a share of its seed.
   const auto graph = crypto::secagg_graph::build(sparse_params(), f.server.roster().value());
@@ -547,9 +637,36 @@ TEST_CASE("rogue hub: an empty or short share inbox is refused before anything i
   REQUIRE(server.add_masked(clients[0].mask(full_inbox, input_of(0, p), crypto::random_key().value()).value()).ok());
   for (std::size_t d = 1; d < 6; ++d)
     REQUIRE(server.add_masked(clients[d].mask(server.inbox(devices::get().ids[d]), input_of(d, p), crypto::random_key().value()).value()).ok());
-  const auto request = server.unmask_request();
+  const auto request = signed_request(server, clients, {0, 1, 2, 3, 4, 5});
   for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_reply(clients[d].unmask(request).value()).ok());
   CHECK(server.finish().ok());
+}
+
+TEST_CASE("rogue hub: a release naming dropped the devices a survivor masked with") {
+  // Sums of at least 3 (min_aggregate) on a ring where each device masks with its 4 nearest. Three of
+  // sa-0's four neighbours "drop": the ring stays connected, but sa-0's input is tied to the sum by
+  // one surviving neighbour's masks alone, so the hub would hold a sum of two that contains it. The
+  // hub's release rule withholds the sum, and sa-0 refuses to sign or answer a request releasing it.
+  sparse_fleet f(/*min_aggregate=*/3);
+  crypto::secagg_server probe(f.p);
+  std::vector<crypto::secagg_client> keyed;
+  for (std::size_t d = 0; d < sparse_devices; ++d) keyed.push_back(client(d, f.p, {0}));
+  for (std::size_t d = 0; d < sparse_devices; ++d) REQUIRE(probe.add_keys(keyed[d].keys(), {0}).ok());
+  const auto graph = crypto::secagg_graph::build(f.p, probe.roster().value());
+  const auto around = graph.neighbours(0);
+  REQUIRE(around.size() == 4);
+  const std::set<std::size_t> gone(around.begin(), around.begin() + 3);
+  std::vector<bool> alive(sparse_devices, true);
+  for (const std::size_t d : gone) alive[d] = false;
+  REQUIRE(graph.connected(0, alive));  // connected: the graph's rule alone would release
+  share_and_mask(f, gone);
+  auto request = f.server.check_request();
+  CHECK(request.released.empty());  // the hub's rule withholds it
+  request.released = {0};
+  const auto r = f.clients[0].check(request, signing_key_of(0));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.starts_with("the unmasking releases segment 0 with 1 of the devices this device masked it with among the survivors, "
+                                      "below the 2 its sum needs"));
 }
 
 TEST_CASE("rogue hub: a roster holding a revoked device's keys is refused by a device holding the CA's list") {
@@ -560,11 +677,14 @@ TEST_CASE("rogue hub: a roster holding a revoked device's keys is refused by a d
   auto p = params();
   const std::string crl = testing::read_text(pki.ca.crl);
   auto gone_key = crypto::signing_key::load(pki.revoked.key).value();
-  auto gone = crypto::secagg_client::create("dev-gone", testing::read_text(pki.revoked.cert), gone_key, dv.ca, p).value();
+  auto gone = crypto::secagg_client::create("dev-gone", testing::read_text(pki.revoked.cert), gone_key, dv.ca, p, {.segments = segments_of(3), .model = {}})
+                  .value();
   std::vector<crypto::secagg_client> clients;
   for (std::size_t d = 0; d < 3; ++d) {
     auto key = crypto::signing_key::load(dv.files[d].key).value();
-    clients.push_back(crypto::secagg_client::create(dv.ids[d], testing::read_text(dv.files[d].cert), key, dv.ca, p, d == 0 ? crl : "").value());
+    clients.push_back(crypto::secagg_client::create(dv.ids[d], testing::read_text(dv.files[d].cert), key, dv.ca, p,
+                                                    {.segments = segments_of(d), .model = {}}, d == 0 ? crl : "")
+                          .value());
   }
   crypto::secagg_roster roster;
   for (std::size_t d = 0; d < 3; ++d) roster.push_back({.keys = clients[d].keys(), .segments = segments_of(d)});
@@ -575,7 +695,9 @@ TEST_CASE("rogue hub: a roster holding a revoked device's keys is refused by a d
   CHECK(clients[1].share_keys(roster).ok());  // a device without the list cannot tell
   // A list that is not the CA's PEM CRL is an error, not a silent pass.
   auto key = crypto::signing_key::load(dv.files[2].key).value();
-  auto bad_list = crypto::secagg_client::create(dv.ids[2], testing::read_text(dv.files[2].cert), key, dv.ca, p, "not a list").value();
+  auto bad_list = crypto::secagg_client::create(dv.ids[2], testing::read_text(dv.files[2].cert), key, dv.ca, p,
+                                                {.segments = segments_of(2), .model = {}}, "not a list")
+                      .value();
   roster[2].keys = bad_list.keys();
   const auto r = bad_list.share_keys(roster);
   REQUIRE_FALSE(r.ok());

@@ -43,6 +43,10 @@ enum class rogue {
   statistics,         // the feature statistics, which travel in the clear
   honest_private,     // not rogue: a private round whose noise carries σ 1
   revoked_member,     // the roster holds the keys of a device whose certificate the CA revoked
+  other_model,        // sa-1, of the agent's group, was sent another model (it signed that model's digest)
+  other_set,          // the unmasking names another survivor set than the one the agent signed
+  few_signatures,     // the unmasking carries the agent's signature alone (the threshold is 2)
+  forged_signature,   // sa-1's signature in the unmasking is over another survivor set
 };
 
 // Two more devices of the fleet's CA ("sa-1", "sa-2"), whose protocol clients the scripted hub runs.
@@ -53,11 +57,13 @@ crypto::cert_files other_device(const std::string& id) {
   return f;
 }
 
-crypto::secagg_client client_for(const std::string& id, const crypto::secagg_params& p) {
+// A device of the agent's group (segment 0), sent the model whose digest is `model`.
+crypto::secagg_client client_for(const std::string& id, const crypto::secagg_params& p, const crypto::secagg_digest& model) {
   const auto files = other_device(id);
   auto key = crypto::signing_key::load(files.key);
   REQUIRE(key.ok());
-  auto c = crypto::secagg_client::create(id, testing::read_text(files.cert), key.value(), testing::read_text(test::test_pki::get().ca.cert), p);
+  auto c = crypto::secagg_client::create(id, testing::read_text(files.cert), key.value(), testing::read_text(test::test_pki::get().ca.cert), p,
+                                         {.segments = {0}, .model = model});
   REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
   return std::move(c).value();
 }
@@ -116,6 +122,7 @@ class scripted_hub {
   std::string agent_log;
   std::optional<net::msg::refuse> refused;
   std::optional<net::msg::secagg_unmask_reply> unmask_reply;
+  std::optional<crypto::secagg_signature> check_signature;  // the agent's, over the survivor set
   bool uploaded = false;
 
  private:
@@ -149,10 +156,30 @@ class scripted_hub {
       uploaded = true;
       self->send(net::msg::result{.accepted = true, .code = {}, .reason = {}});
       // Survivors: the agent and sa-1; sa-2 dropped. The rogue hub also names sa-1 as dropped.
-      crypto::secagg_unmask_request req{.survivors = {"dev-a", "sa-1"}, .dropped = {"sa-2"}, .released = {0}};
-      if (rogue_ == rogue::both_shares) req.dropped.push_back("sa-1");
-      self->send(net::msg::secagg_unmask{.round = 1, .request = req});
+      request_ = crypto::secagg_unmask_request{.survivors = {"dev-a", "sa-1"}, .dropped = {"sa-2"}, .released = {0}, .signatures = {}};
+      if (rogue_ == rogue::both_shares) request_.dropped.push_back("sa-1");
+      self->send(net::msg::secagg_check{.round = 1, .request = request_});
     });
+  }
+
+  // The agent signed the survivor set: sa-1 signs too (a set of the script's choosing when forging),
+  // and the unmasking goes out with the signatures the script says.
+  void on_check_reply(net::session& s, const crypto::secagg_signature& agent_signature) {
+    check_signature = agent_signature;
+    crypto::secagg_unmask_request sa1_set = request_;
+    if (rogue_ == rogue::forged_signature) sa1_set.dropped.clear();  // sa-1 signs a set without sa-2
+    auto key = crypto::signing_key::load(other_device("sa-1").key);
+    REQUIRE(key.ok());
+    auto sa1_signature = others_[0].check(sa1_set, key.value());
+    REQUIRE_MESSAGE(sa1_signature.ok(), (sa1_signature.ok() ? "" : sa1_signature.error().message));
+    crypto::secagg_unmask_request req = request_;
+    if (rogue_ == rogue::other_set) {
+      req.dropped.clear();  // sa-2 "survived" after all: the hub would ask for its seed, having its key
+      req.survivors.push_back("sa-2");
+    }
+    req.signatures = {agent_signature};
+    if (rogue_ != rogue::few_signatures) req.signatures.push_back(std::move(sa1_signature).value());
+    s.send(net::msg::secagg_unmask{.round = 1, .request = req});
   }
 
   void on_message(net::session& s, const net::message& m) {
@@ -164,19 +191,23 @@ class scripted_hub {
       // The roster: the agent, then sa-1 and sa-2 (sa-1's keys spoiled as the script says).
       crypto::secagg_params sa1_params = p_;
       if (rogue_ == rogue::replayed_keys) sa1_params.round = p_.round - 1;  // keys signed for an earlier round
-      others_.push_back(client_for("sa-1", sa1_params));
+      const crypto::secagg_digest model = k->keys.model;  // what the agent signed: the ASSIGN's digest
+      crypto::secagg_digest sa1_model = model;
+      if (rogue_ == rogue::other_model) sa1_model[0] ^= std::byte{1};
+      others_.push_back(client_for("sa-1", sa1_params, sa1_model));
       if (rogue_ == rogue::revoked_member) {
         const auto& pki = test::test_pki::get();
         auto key = crypto::signing_key::load(pki.revoked.key);
         REQUIRE(key.ok());
         others_.push_back(crypto::secagg_client::create("dev-gone", testing::read_text(pki.revoked.cert), key.value(),
-                                                        testing::read_text(pki.ca.cert), p_).value());
+                                                        testing::read_text(pki.ca.cert), p_, {.segments = {0}, .model = model})
+                              .value());
       } else {
-        others_.push_back(client_for("sa-2", p_));
+        others_.push_back(client_for("sa-2", p_, model));
       }
       if (rogue_ == rogue::wide_roster) {
-        others_.push_back(client_for("sa-3", p_));
-        others_.push_back(client_for("sa-4", p_));
+        others_.push_back(client_for("sa-3", p_, model));
+        others_.push_back(client_for("sa-4", p_, model));
       }
       crypto::secagg_roster roster{{.keys = k->keys, .segments = {0}}};
       for (auto& o : others_) roster.push_back({.keys = o.keys(), .segments = {0}});
@@ -191,14 +222,27 @@ class scripted_hub {
         REQUIRE(boxes.ok());
         for (auto& b : boxes.value())
           if (b.to == "dev-a") inbox.push_back(b);
+        others_boxes_.push_back(std::move(boxes).value());
       }
       CHECK(sh->boxes.size() == 2);
+      // sa-1 masks an input of its own (it signs the survivor set later), from the boxes to it.
+      std::vector<crypto::secagg_box> to_sa1;
+      for (const auto& b : sh->boxes)
+        if (b.to == "sa-1") to_sa1.push_back(b);
+      for (std::size_t o = 1; o < others_.size(); ++o)
+        for (auto& b : others_boxes_[o])
+          if (b.to == "sa-1") to_sa1.push_back(b);
+      const std::vector<std::vector<float>> zero{std::vector<float>(p_.segments[0].length, 0.0f)};
+      auto sa1_masked = others_[0].mask(to_sa1, zero, crypto::random_key().value());
+      REQUIRE_MESSAGE(sa1_masked.ok(), (sa1_masked.ok() ? "" : sa1_masked.error().message));
       if (rogue_ == rogue::empty_inbox) inbox.clear();
       s.send(net::msg::secagg_inbox{.round = 1, .boxes = inbox});
     } else if (const auto* u = std::get_if<net::msg::update>(&m)) {
       upload_.resize(u->size);
       in_ = std::make_shared<net::incoming_transfer>(u->transfer, std::span<std::byte>(upload_), u->sha256);
       s.expect_blob(in_);
+    } else if (const auto* c = std::get_if<net::msg::secagg_check_reply>(&m)) {
+      on_check_reply(s, c->signature);
     } else if (const auto* r = std::get_if<net::msg::secagg_unmask_reply>(&m)) {
       unmask_reply = *r;
       done();
@@ -235,6 +279,8 @@ class scripted_hub {
   std::vector<float> params_;
   crypto::secagg_params p_;
   std::vector<crypto::secagg_client> others_;
+  std::vector<std::vector<crypto::secagg_box>> others_boxes_;
+  crypto::secagg_unmask_request request_;
   crypto::secagg_roster roster_;
   std::vector<std::byte> blob_, upload_;
   std::shared_ptr<net::outgoing_transfer> out_;
@@ -254,6 +300,17 @@ TEST_CASE("secure agent: with an honest hub it masks its update and reveals the 
   CHECK(hub.unmask_reply->reply.id == "dev-a");
   CHECK(hub.unmask_reply->reply.seeds.size() == 2);  // the survivors' self-mask seeds (its own and sa-1's)
   CHECK(hub.unmask_reply->reply.keys.size() == 1);   // the dropped device's key
+  // It signed the survivor set it was asked to sign, with its certificate's key.
+  REQUIRE(hub.check_signature.has_value());
+  CHECK(hub.check_signature->id == "dev-a");
+  const auto signer = crypto::verifying_key::from_certificate_pem(hub.check_signature->certificate_pem,
+                                                                  testing::read_text(test::test_pki::get().ca.cert));
+  REQUIRE(signer.ok());
+  const crypto::secagg_unmask_request asked{.survivors = {"dev-a", "sa-1"}, .dropped = {"sa-2"}, .released = {0}, .signatures = {}};
+  CHECK(signer.value().verify(crypto::secagg_check_message(4242, asked), hub.check_signature->signature));
+  auto other = asked;
+  other.dropped.clear();
+  CHECK_FALSE(signer.value().verify(crypto::secagg_check_message(4242, other), hub.check_signature->signature));
 }
 
 namespace {
@@ -277,17 +334,39 @@ void check_refusal(rogue r, const char* tag, bool uploaded, const std::string& r
 
 }  // namespace
 
-TEST_CASE("secure agent refusal: a scripted hub asking for both kinds of share of one device") {
+TEST_CASE("rogue hub: a device named both survivor and dropped, for both kinds of its share") {
   check_refusal(rogue::both_shares, "secure_agent_both", true, "both the seed and the key of sa-1");
 }
 
 TEST_CASE("secure agent refusal: a roster whose key signature does not verify") {
-  check_refusal(rogue::bad_signature, "secure_agent_sig", false, "device sa-1's keys are not signed by its certificate");
+  check_refusal(rogue::bad_signature, "secure_agent_sig", false, "device sa-1 did not sign these keys, segments and model");
 }
 
-TEST_CASE("secure agent refusal: keys replayed from an earlier round") {
+TEST_CASE("rogue hub: a roster replayed from an earlier round") {
   // sa-1's signature is genuine, but over round 4241: for this round it does not verify.
-  check_refusal(rogue::replayed_keys, "secure_agent_replay", false, "device sa-1's keys are not signed by its certificate for round 4242");
+  check_refusal(rogue::replayed_keys, "secure_agent_replay", false, "device sa-1 did not sign these keys, segments and model for round 4242");
+}
+
+TEST_CASE("rogue hub: an unmasking for another survivor set than the one the device signed") {
+  // The agent signed {dev-a, sa-1} surviving and sa-2 dropped; the unmasking names sa-2 a survivor,
+  // whose seed the hub would then get beside the key it asked others for.
+  check_refusal(rogue::other_set, "rogue_other_set", true, "the unmasking asks for another survivor set than the one this device signed");
+}
+
+TEST_CASE("rogue hub: an unmasking with fewer survivors' signatures of the set than the threshold") {
+  check_refusal(rogue::few_signatures, "rogue_few_signatures", true, "carries 1 survivors' signatures of its survivor set, below the threshold 2");
+}
+
+TEST_CASE("rogue hub: an inconsistent survivor set, another device having signed a different one") {
+  // sa-1 signed a set without sa-2: the hub showed the two devices different survivors. Its genuine
+  // signature does not verify over the agent's set.
+  check_refusal(rogue::forged_signature, "rogue_forged", true, "device sa-1 did not sign this survivor set");
+}
+
+TEST_CASE("rogue hub: different models to the devices of one group") {
+  // sa-1 signed the digest of another model than the agent's (the model inconsistency attack): the
+  // agent sees it in the roster and shares nothing.
+  check_refusal(rogue::other_model, "rogue_model", false, "device sa-1, of this device's group, was sent another model than this device");
 }
 
 // ---- a hub that deviates: the device's own policy (edge/privacy_policy.hpp) refuses, naming why

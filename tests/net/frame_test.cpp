@@ -232,6 +232,7 @@ TEST_CASE("secure aggregation messages round-trip, ASSIGN's secure part and UPDA
   for (std::size_t i = 0; i < 32; ++i) {
     keys.c_pk[i] = static_cast<std::byte>(i);
     keys.s_pk[i] = static_cast<std::byte>(255 - i);
+    keys.model[i] = static_cast<std::byte>(i * 7);
   }
   keys.signature = {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}, std::byte{5}};  // not a multiple of 3
   const auto k = std::get<net::msg::secagg_keys>(round_trip(net::msg::secagg_keys{.round = 3, .keys = keys}));
@@ -241,6 +242,7 @@ TEST_CASE("secure aggregation messages round-trip, ASSIGN's secure part and UPDA
   CHECK(k.keys.c_pk == keys.c_pk);
   CHECK(k.keys.s_pk == keys.s_pk);
   CHECK(k.keys.signature == keys.signature);
+  CHECK(k.keys.model == keys.model);
 
   const auto ro = std::get<net::msg::secagg_roster>(
       round_trip(net::msg::secagg_roster{.round = 3, .roster = {{.keys = keys, .segments = {0, 2}}, {.keys = keys, .segments = {1, 2}},
@@ -258,11 +260,25 @@ TEST_CASE("secure aggregation messages round-trip, ASSIGN's secure part and UPDA
   CHECK(std::get<net::msg::secagg_shares>(round_trip(net::msg::secagg_shares{.round = 3, .boxes = boxes})).boxes[0].box == boxes[0].box);
   CHECK(std::get<net::msg::secagg_inbox>(round_trip(net::msg::secagg_inbox{.round = 3, .boxes = boxes})).boxes[0].to == "b");
 
-  const auto un = std::get<net::msg::secagg_unmask>(round_trip(
-      net::msg::secagg_unmask{.round = 3, .request = {.survivors = {"a", "b"}, .dropped = {"c"}, .released = {0, 2}}}));
+  const tessera::crypto::secagg_signature sig{.id = "b", .certificate_pem = "PEM", .signature = {std::byte{1}, std::byte{2}}};
+  const auto un = std::get<net::msg::secagg_unmask>(round_trip(net::msg::secagg_unmask{
+      .round = 3, .request = {.survivors = {"a", "b"}, .dropped = {"c"}, .released = {0, 2}, .signatures = {sig, sig}}}));
   CHECK(un.request.survivors == std::vector<std::string>{"a", "b"});
   CHECK(un.request.dropped == std::vector<std::string>{"c"});
   CHECK(un.request.released == std::vector<std::uint32_t>{0, 2});
+  REQUIRE(un.request.signatures.size() == 2);
+  CHECK(un.request.signatures[1].id == "b");
+  CHECK(un.request.signatures[1].certificate_pem == "PEM");
+  CHECK(un.request.signatures[1].signature == sig.signature);
+  // The consistency check: the set alone, and one signature back.
+  const auto ch = std::get<net::msg::secagg_check>(round_trip(net::msg::secagg_check{
+      .round = 3, .request = {.survivors = {"a", "b"}, .dropped = {"c"}, .released = {2}, .signatures = {}}}));
+  CHECK(ch.request.survivors == std::vector<std::string>{"a", "b"});
+  CHECK(ch.request.released == std::vector<std::uint32_t>{2});
+  CHECK(ch.request.signatures.empty());
+  const auto cr = std::get<net::msg::secagg_check_reply>(round_trip(net::msg::secagg_check_reply{.round = 3, .signature = sig}));
+  CHECK(cr.signature.id == "b");
+  CHECK(cr.signature.signature == sig.signature);
 
   tessera::crypto::secagg_share share{.owner = "a", .segment = 2, .share = {.x = 3, .y = {1, 2, 3, 4, tessera::crypto::gf61_prime - 1}}};
   const auto rep = std::get<net::msg::secagg_unmask_reply>(
@@ -301,6 +317,10 @@ TEST_CASE("malformed: secure aggregation messages name what is wrong") {
   const auto text = [](net::frame_type t, const std::string& json) { return decode_message_text(frame_with_json(t, json)); };
   CHECK(text(net::frame_type::secagg_unmask, R"({"round":1,"survivors":["a b"],"dropped":[],"released":[]})") ==
         "SECAGG_UNMASK: field 'survivors': expected device ids");
+  CHECK(text(net::frame_type::secagg_unmask, R"({"round":1,"survivors":["a"],"dropped":[],"released":[]})") ==
+        "SECAGG_UNMASK: field 'signatures': missing");
+  CHECK(text(net::frame_type::secagg_check_reply, R"({"round":1,"signature":{"id":"a","certificate":"PEM","signature":"@@"}})")
+            .find("SECAGG_CHECK_REPLY: signature: field 'signature'") == 0);
   CHECK(text(net::frame_type::secagg_unmask, R"({"round":1,"survivors":["a"],"dropped":[],"released":[2,1]})") ==
         "SECAGG_UNMASK: field 'released': not sorted and distinct");
   CHECK(text(net::frame_type::secagg_unmask_reply,

@@ -28,6 +28,8 @@
 //                     both for one device                        the sum over its survivors
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -73,16 +75,37 @@ struct secagg_params {
   double fitted_value = 0;
 };
 
+// How many of the devices that mask a segment with a device (`partners`, by the graph) must have done
+// so — at masking — and must be among the survivors — at unmasking — for that device's input on the
+// segment to stay hidden in a sum: as many as the sum's other contributors (min_aggregate − 1) where
+// the graph gives that many, and never none.
+[[nodiscard]] constexpr std::size_t secagg_partners_needed(const secagg_segment& s, std::size_t partners) noexcept {
+  const std::size_t others = s.min_aggregate > 0 ? s.min_aggregate - 1 : 0;
+  return std::max<std::size_t>(1, std::min(others, partners));
+}
+
 // The inputs the ring holds: params.summands, or the roster's size.
 [[nodiscard]] constexpr std::uint64_t secagg_summands(const secagg_params& p, std::size_t roster) noexcept {
   return p.summands > 0 ? p.summands : roster;
 }
+
+// What a device vouches for besides its keys: the segments it covers and the SHA-256 of the model it
+// was sent for the round. Every device of one group (the same segments) is sent the same model; each
+// checks its neighbours' digests against its own, so a hub that sends one device of a group a model of
+// its own making (to single out that device's update in the group's sum: Pasquini, Francati, Ateniese,
+// CCS 2022) is refused before any share leaves.
+using secagg_digest = std::array<std::byte, 32>;
+struct secagg_pledge {
+  std::vector<std::uint32_t> segments;  // sorted, distinct
+  secagg_digest model{};
+};
 
 // Step 1, client → server.
 struct secagg_keys {
   std::string id;
   std::string certificate_pem;     // issued by the fleet's CA: the key that signed
   public_key c_pk{}, s_pk{};
+  secagg_digest model{};           // the pledge's digest (its segments are the roster member's)
   std::vector<std::byte> signature;
 };
 
@@ -108,12 +131,28 @@ struct secagg_masked {
   std::size_t clipped = 0;         // values the clip saturated
 };
 
-// Step 4, server → clients.
+// A survivor's signature over an unmasking request (the consistency check), with the certificate
+// whose key made it: a device checks it against the CA (and its list) without holding the signer's
+// keys, which with a sparse graph it may not.
+struct secagg_signature {
+  std::string id;
+  std::string certificate_pem;
+  std::vector<std::byte> signature;
+};
+
+// Step 4, server → clients: first to be signed (the consistency check, Bonawitz et al.'s round 3:
+// `signatures` empty), then to be answered, carrying at least `threshold` survivors' signatures over
+// the same survivors, dropped and released.
 struct secagg_unmask_request {
   std::vector<std::string> survivors;   // sent a masked input
   std::vector<std::string> dropped;     // shared keys, sent no masked input
   std::vector<std::uint32_t> released;  // segments whose sums will be revealed
+  std::vector<secagg_signature> signatures;
 };
+
+// The message a survivor signs in the consistency check: the round, and the request's survivors,
+// dropped and released (its signatures are not part of it).
+[[nodiscard]] std::vector<std::byte> secagg_check_message(std::uint64_t round, const secagg_unmask_request& request);
 
 // Step 4, client → server.
 struct secagg_share {
@@ -168,23 +207,30 @@ struct secagg_encoded {
 void secagg_pack(std::span<const std::uint64_t> y, int bits, std::span<std::byte> out);
 [[nodiscard]] core::result<std::vector<std::uint64_t>> secagg_unpack(std::span<const std::byte> in, int bits);
 
-// The message a device signs to advertise its keys for a round.
+// The message a device signs to advertise its keys for a round: the round's number, its id, its keys,
+// the segments it covers and the digest of the model it was sent. A roster member whose segments or
+// digest differ from what it signed, or whose keys were signed for another round, does not verify.
 [[nodiscard]] std::vector<std::byte> secagg_signed_message(std::uint64_t round, const std::string& id, const public_key& c_pk,
-                                                           const public_key& s_pk);
+                                                           const public_key& s_pk, std::span<const std::uint32_t> segments,
+                                                           const secagg_digest& model);
 
 class secagg_client {
  public:
   // `id` is this device's id as in its certificate; `ca_pem` the fleet's CA certificate; `crl_pem` its
   // revocation list (empty: not checked), against which every roster member's certificate is checked.
+  // `pledge`: the segments the device's assignment gave it and the digest of the model it was sent.
   [[nodiscard]] static core::result<secagg_client> create(std::string id, std::string certificate_pem, const signing_key& key,
-                                                          std::string ca_pem, secagg_params params, std::string crl_pem = {});
+                                                          std::string ca_pem, secagg_params params, secagg_pledge pledge,
+                                                          std::string crl_pem = {});
   secagg_client(secagg_client&&) noexcept;
   secagg_client& operator=(secagg_client&&) noexcept;
   ~secagg_client();
 
   [[nodiscard]] const secagg_keys& keys() const noexcept;
-  // Checks the roster (every certificate against the CA, every signature, this device's own keys, at
-  // least `threshold` members) and returns one box for every other member.
+  // Checks the roster (every neighbour's certificate against the CA and its list, every neighbour's
+  // signature over its keys, segments and model digest, the same digest as this device's for every
+  // neighbour with the same segments, this device's own keys and segments, at least `threshold`
+  // members) and returns one box for every neighbour.
   [[nodiscard]] core::result<std::vector<secagg_box>> share_keys(const secagg_roster& roster);
   // The boxes addressed to this device (their senders are the devices that shared keys), and the
   // update: one vector per covered segment. Rounding is stochastic, from `rounding_key`. Refused when
@@ -192,8 +238,14 @@ class secagg_client {
   // would hide the input, and the hub recovers it from the neighbours at unmasking.
   [[nodiscard]] core::result<secagg_masked> mask(const std::vector<secagg_box>& boxes, const std::vector<std::vector<float>>& input,
                                                  key256_view rounding_key);
-  // Refuses a request that asks for both kinds of share of one device, that names fewer than
-  // `threshold` survivors, or devices this device never heard of.
+  // The consistency check: signs the request with `key` (this device's certificate key), once per
+  // round: asked again, the same request gets the same signature and another is refused. Refuses a
+  // request that unmask() would refuse.
+  [[nodiscard]] core::result<secagg_signature> check(const secagg_unmask_request& request, const signing_key& key);
+  // Refuses a request other than the one this device signed, one carrying fewer than `threshold` valid
+  // signatures of distinct survivors over it (each certificate checked against the CA and its list),
+  // one that asks for both kinds of share of one device, that names fewer than `threshold` survivors,
+  // or devices this device never heard of.
   [[nodiscard]] core::result<secagg_unmask_reply> unmask(const secagg_unmask_request& request);
 
  private:
@@ -226,8 +278,12 @@ class secagg_server {
   [[nodiscard]] std::vector<secagg_box> inbox(const std::string& to) const;
   // Step 3.
   [[nodiscard]] core::result<void> add_masked(secagg_masked m);
+  // Step 4: ends step 3 (later masked inputs are refused) and returns the request for the survivors to
+  // sign; their signatures; the request with them, to be answered.
+  [[nodiscard]] secagg_unmask_request check_request();
+  [[nodiscard]] core::result<void> add_signature(secagg_signature s);
   [[nodiscard]] secagg_unmask_request unmask_request() const;
-  // Step 4: the replies (at least `threshold`), then the sums.
+  // Then the replies (at least `threshold`), then the sums.
   [[nodiscard]] core::result<void> add_reply(secagg_unmask_reply r);
   [[nodiscard]] core::result<std::vector<secagg_segment_sum>> finish() const;
   [[nodiscard]] std::size_t clipped() const noexcept { return clipped_; }
@@ -241,6 +297,8 @@ class secagg_server {
   std::map<std::string, std::vector<secagg_box>> inbox_;
   std::set<std::string> shared_;                  // U2
   std::map<std::string, secagg_masked> masked_;   // U3
+  bool checking_ = false;                         // step 3 is over
+  std::map<std::string, secagg_signature> signatures_;  // U4
   std::map<std::string, secagg_unmask_reply> replies_;
   std::size_t clipped_ = 0;
 };

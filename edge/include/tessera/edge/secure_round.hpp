@@ -6,7 +6,10 @@
 //   SECAGG_INBOX    ──on_inbox()
 //   trained         ──mask()──▶ the upload: the weighted change (trained − received), clipped,
 //                              fixed-point, masked, packed; UPDATE carries its size and clipped count
-//   SECAGG_UNMASK   ──on_unmask()──▶ SECAGG_UNMASK_REPLY (never both shares of one device)
+//   SECAGG_CHECK    ──on_check()──▶ SECAGG_CHECK_REPLY: this device's signature over the survivor set
+//                              (once a round: another set is refused)
+//   SECAGG_UNMASK   ──on_unmask()──▶ SECAGG_UNMASK_REPLY (the set it signed, with at least threshold
+//                              survivors' signatures over it; never both shares of one device)
 //
 // A step repeated by the hub (after a broken link) gets the same answer; a step out of order, for
 // another round or that the protocol forbids is refused (errc::secure_step) with the reason.
@@ -44,18 +47,19 @@ struct secure_identity {
 
 class secure_round {
  public:
-  enum class stage { keys, shared, masked, unmasked };
+  enum class stage { keys, shared, masked, checked, unmasked };
 
   // Whether this device can take part in the secure part `s` of an ASSIGN for `arch`, before anything
   // is reserved (errc::secure_step, naming the fields): its covered segments hold exactly the subnet's
   // parameters and their weights, and its ring exists for every roster the protocol allows — at least
   // `threshold` devices and, when `summands` sizes the ring, at most that many (crypto::fixed_point).
   [[nodiscard]] static core::result<void> check(const net::msg::secure_assign& s, const core::mlp_arch& arch);
-  // Checks the secure part (check()) and makes this round's keys; `policy` is held against the
-  // roster's threshold (check_roster_threshold) before any share leaves.
+  // Checks the secure part (check()) and makes this round's keys, signed over the segments the ASSIGN
+  // gave and `model`, the digest it announced for the subnet (which the download is checked against);
+  // `policy` is held against the roster's threshold (check_roster_threshold) before any share leaves.
   [[nodiscard]] static core::result<std::unique_ptr<secure_round>> start(const net::msg::secure_assign& s, std::uint64_t round,
-                                                                         const core::mlp_arch& arch, const secure_identity& me,
-                                                                         const privacy_policy& policy = {});
+                                                                         const net::digest& model, const core::mlp_arch& arch,
+                                                                         const secure_identity& me, const privacy_policy& policy = {});
 
   [[nodiscard]] stage at() const noexcept { return at_; }
   [[nodiscard]] std::uint64_t round() const noexcept { return round_; }
@@ -72,12 +76,15 @@ class secure_round {
   [[nodiscard]] core::result<void> mask(std::span<const float> trained, double weight, bool fitted = true);
   [[nodiscard]] std::span<const std::byte> upload() const noexcept { return upload_; }
   [[nodiscard]] std::uint64_t clipped() const noexcept { return clipped_; }
+  [[nodiscard]] core::result<net::msg::secagg_check_reply> on_check(const net::msg::secagg_check& c);
   [[nodiscard]] core::result<net::msg::secagg_unmask_reply> on_unmask(const net::msg::secagg_unmask& u);
 
  private:
-  secure_round(std::uint64_t round, net::msg::secure_assign s, crypto::secagg_client client, const privacy_policy& policy);
+  secure_round(std::uint64_t round, net::msg::secure_assign s, crypto::secagg_client client, const secure_identity& me,
+               const privacy_policy& policy);
 
   std::uint64_t round_ = 0;
+  const secure_identity* me_;  // the agent's, which outlives its rounds
   privacy_policy policy_;
   net::msg::secure_assign s_;
   crypto::secagg_client client_;

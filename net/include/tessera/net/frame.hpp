@@ -70,8 +70,10 @@ enum class frame_type : std::uint8_t {
   secagg_inbox = 17,         // hub → agent, the shares addressed to it
   secagg_unmask = 18,        // hub → agent, who survived: which shares to reveal
   secagg_unmask_reply = 19,  // agent → hub, the shares
+  secagg_check = 20,         // hub → agent, the survivor set to sign before any share is revealed
+  secagg_check_reply = 21,   // agent → hub, the signature
 };
-inline constexpr std::uint8_t max_frame_type = 19;
+inline constexpr std::uint8_t max_frame_type = 21;
 
 [[nodiscard]] std::string_view to_string(frame_type t) noexcept;
 

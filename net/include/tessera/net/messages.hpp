@@ -196,8 +196,16 @@ struct secagg_inbox {                  // hub → agent: the boxes addressed to 
   std::uint64_t round = 0;
   std::vector<crypto::secagg_box> boxes{};
 };
-struct secagg_unmask {                 // hub → agent: survivors, dropped, released segments
+struct secagg_check {                  // hub → agent: the survivor set to sign (the consistency check)
   std::uint64_t round = 0;
+  crypto::secagg_unmask_request request{};  // without signatures
+};
+struct secagg_check_reply {            // agent → hub: its signature over that set
+  std::uint64_t round = 0;
+  crypto::secagg_signature signature{};
+};
+struct secagg_unmask {                 // hub → agent: survivors, dropped, released segments, and at least
+  std::uint64_t round = 0;             // threshold survivors' signatures over them
   crypto::secagg_unmask_request request{};
 };
 struct secagg_unmask_reply {           // agent → hub: the shares asked for
@@ -210,7 +218,7 @@ struct secagg_unmask_reply {           // agent → hub: the shares asked for
 using message = std::variant<msg::hello, msg::welcome, msg::assign, msg::ack, msg::update, msg::result, msg::ping,
                              msg::pong, msg::refuse, msg::stats, msg::stats_reply, msg::evaluation, msg::secagg_keys,
                              msg::secagg_roster, msg::secagg_shares, msg::secagg_inbox, msg::secagg_unmask,
-                             msg::secagg_unmask_reply>;
+                             msg::secagg_unmask_reply, msg::secagg_check, msg::secagg_check_reply>;
 
 [[nodiscard]] frame_type type_of(const message& m) noexcept;
 // The round a message names (ASSIGN, UPDATE, EVALUATION, the secure aggregation steps), or 0.
