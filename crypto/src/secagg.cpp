@@ -1,11 +1,13 @@
 #include "tessera/crypto/secagg.hpp"
 
 #include "secagg_checks.hpp"
+#include "secagg_client.hpp"
 #include "secagg_parts.hpp"
 #include "tessera/core/base/endian.hpp"
 #include "tessera/crypto/secagg_graph.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <string>
 
@@ -19,23 +21,11 @@ using detail::mask_segment;
 using detail::member_of;
 using detail::position_in;
 using detail::round_info;
+using detail::put_text;
 using detail::segment_info;
 
-
 constexpr std::string_view k_sign_context = "tessera secagg keys v2";
-constexpr std::string_view k_check_context = "tessera secagg survivors v1";
 
-// The same names in the same order: what was signed is what is answered.
-bool same_request(const secagg_unmask_request& a, const secagg_unmask_request& b) {
-  return a.survivors == b.survivors && a.dropped == b.dropped && a.released == b.released;
-}
-
-
-// A string and its terminating zero, so that no two lists of strings have the same bytes.
-template <class Out>
-void put_text(core::le_writer<Out>& w, std::string_view s) {
-  w.bytes(std::span(s.data(), s.size())).u8(0);
-}
 template <class Out>
 void put_share(core::le_writer<Out>& w, const shamir_share& s) {
   w.u32(s.x);
@@ -62,12 +52,17 @@ std::vector<std::byte> box_associated(std::uint64_t round, const std::string& fr
 
 }  // namespace
 
-std::vector<std::byte> secagg_signed_message(std::uint64_t round, const std::string& id, const public_key& c_pk, const public_key& s_pk,
+std::vector<std::byte> secagg_signed_message(const secagg_params& p, const std::string& id, const public_key& c_pk, const public_key& s_pk,
                                              std::span<const std::uint32_t> segments, const secagg_digest& model) {
   std::vector<std::byte> m;
   core::le_writer w(m);
   put_text(w, k_sign_context);
-  w.u64(round);
+  // Every parameter of the round: devices shown different rings, thresholds, graphs, noise or segment
+  // tables by the hub do not verify each other.
+  w.u64(p.round).u32(static_cast<std::uint32_t>(p.bits)).u64(std::bit_cast<std::uint64_t>(p.clip)).u64(p.threshold).u64(p.neighbors);
+  w.u64(p.summands).u64(std::bit_cast<std::uint64_t>(p.noise)).u64(std::bit_cast<std::uint64_t>(p.fitted_value));
+  w.u32(static_cast<std::uint32_t>(p.segments.size()));
+  for (const auto& s : p.segments) w.u64(s.length).u64(s.min_aggregate);
   put_text(w, id);
   w.bytes(std::span(c_pk)).bytes(std::span(s_pk));
   w.u32(static_cast<std::uint32_t>(segments.size()));
@@ -76,61 +71,7 @@ std::vector<std::byte> secagg_signed_message(std::uint64_t round, const std::str
   return m;
 }
 
-std::vector<std::byte> secagg_check_message(std::uint64_t round, const secagg_unmask_request& request) {
-  std::vector<std::byte> m;
-  core::le_writer w(m);
-  put_text(w, k_check_context);
-  w.u64(round);
-  for (const auto* names : {&request.survivors, &request.dropped}) {
-    w.u32(static_cast<std::uint32_t>(names->size()));
-    for (const auto& n : *names) put_text(w, n);
-  }
-  w.u32(static_cast<std::uint32_t>(request.released.size()));
-  for (const std::uint32_t seg : request.released) w.u32(seg);
-  return m;
-}
-
 // ---- client ----
-
-struct secagg_client::state {
-  enum class stage { keys, shared, masked, checked, done };
-  std::string id;
-  std::string ca_pem;
-  std::string crl_pem;  // the CA's revocation list (empty: not checked)
-  secagg_params params;
-  secagg_pledge pledge;  // what this device signed: its segments and the model's digest
-  x25519_keypair c, s;
-  secagg_keys keys;
-  stage at = stage::keys;
-  secagg_roster roster;
-  std::optional<secagg_graph> graph;
-  std::size_t index = 0;                                 // my position in the roster
-  std::vector<std::size_t> neighbours;                   // roster positions: who holds my shares, and I theirs
-  std::map<std::uint32_t, key256> seeds;                 // b_me,segment
-  // Shares this device holds, by owner: of the owner's s_sk, and of its seeds by segment.
-  std::map<std::string, shamir_share> key_shares;
-  std::map<std::string, std::map<std::uint32_t, shamir_share>> seed_shares;
-  std::set<std::string> shared;                          // U2 as this device saw it (itself included)
-  std::optional<secagg_unmask_request> checked;          // the request this device signed (no signatures)
-  secagg_signature check_signature;
-
-  // Keys, seeds and shares are secrets: each wipes itself when the state goes, on any path.
-  state(x25519_keypair c_, x25519_keypair s_) : c(std::move(c_)), s(std::move(s_)) {}
-
-  // The three steps of mask(): take the shares the inbox holds, refuse when too few neighbours' masks
-  // would hide the input, mask the encoded input.
-  core::result<void> open_boxes(const std::vector<secagg_box>& boxes);
-  [[nodiscard]] core::result<void> enough_pairwise_masks() const;
-  core::result<void> add_masks(std::span<std::uint64_t> y);
-  // An unmasking request's names, checked (validate) and, to be answered, signed by enough survivors.
-  struct named_sets {
-    std::set<std::string> survivors, dropped;
-    std::set<std::uint32_t> released;
-  };
-  [[nodiscard]] core::result<void> validate(const secagg_unmask_request& request, named_sets& out) const;
-  [[nodiscard]] core::result<void> enough_surviving_partners(std::uint32_t seg, const std::set<std::string>& survivors) const;
-  [[nodiscard]] core::result<void> enough_signatures(const secagg_unmask_request& request, const named_sets& named) const;
-};
 
 secagg_client::secagg_client(std::unique_ptr<state> s) : s_(std::move(s)) {}
 secagg_client::secagg_client(secagg_client&&) noexcept = default;
@@ -156,9 +97,49 @@ core::result<secagg_client> secagg_client::create(std::string id, std::string ce
   st->keys.certificate_pem = std::move(certificate_pem);
   st->keys.c_pk = st->c.public_bytes();
   st->keys.s_pk = st->s.public_bytes();
-  TESSERA_ASSIGN_OR_RETURN(st->keys.signature, key.sign(secagg_signed_message(st->params.round, st->id, st->keys.c_pk, st->keys.s_pk,
+  TESSERA_ASSIGN_OR_RETURN(st->keys.signature, key.sign(secagg_signed_message(st->params, st->id, st->keys.c_pk, st->keys.s_pk,
                                                                               st->pledge.segments, st->pledge.model)));
   return secagg_client(std::move(st));
+}
+
+// A segment every member covers (IST's output bias, FedAvg's model) mixes devices sent different
+// subnets by design; any other is a group's, and a group's devices cover the same segments and were
+// sent the same model. A hub that gives one device a list of its own (so that no other device's list
+// equals it and nobody compares models) while it still shares a group's segment is refused.
+core::result<void> secagg_client::state::same_groups(const secagg_roster& offered) const {
+  std::vector<std::size_t> covering(params.segments.size(), 0);
+  for (const auto& m : offered)
+    for (const std::uint32_t seg : m.segments) ++covering[seg];
+  for (const auto& m : offered) {
+    if (m.keys.id == id || m.segments == pledge.segments) continue;
+    for (const std::uint32_t seg : m.segments)
+      if (covering[seg] < offered.size() && std::binary_search(pledge.segments.begin(), pledge.segments.end(), seg))
+        return make_error(errc::auth_failed, "device " + m.keys.id + " shares segment " + std::to_string(seg) +
+                                                 " (a group's) with this device but covers other segments: a group's devices cover the "
+                                                 "same ones; refused");
+  }
+  return {};
+}
+
+// Only the neighbours' keys are used: each must be signed by its device's certificate for this round's
+// parameters, its segments and the model it was sent, which a device of this one's group shares.
+core::result<void> secagg_client::state::check_neighbours(const secagg_roster& offered, const std::vector<std::size_t>& near) const {
+  for (const std::size_t v : near) {
+    const secagg_member& m = offered[v];
+    const std::string& who = m.keys.id;
+    auto cert = verifying_key::from_certificate_pem(m.keys.certificate_pem, ca_pem, crl_pem);
+    if (!cert) return core::error{cert.error().code, "the roster's certificate for " + who + ": " + cert.error().message};
+    const verifying_key& peer = cert.value();
+    if (peer.device_id() != who) return make_error(errc::auth_failed, "the roster's certificate for " + who + " is " + peer.device_id() + "'s");
+    if (!peer.verify(secagg_signed_message(params, who, m.keys.c_pk, m.keys.s_pk, m.segments, m.keys.model), m.keys.signature))
+      return make_error(errc::auth_failed, "device " + who + " did not sign these keys, segments and model for round " + std::to_string(params.round) +
+                                               " (keys from another round or with other parameters, or a roster that shows it covering "
+                                               "other segments than it does)");
+    if (m.segments == pledge.segments && m.keys.model != pledge.model)
+      return make_error(errc::auth_failed, "device " + who + ", of this device's group, was sent another model than this device: "
+                                               "a hub that sends one group different models can single out a device's update; refused");
+  }
+  return {};
 }
 
 core::result<std::vector<secagg_box>> secagg_client::share_keys(const secagg_roster& roster) {
@@ -192,22 +173,8 @@ core::result<std::vector<secagg_box>> secagg_client::share_keys(const secagg_ros
   if (neighbours.size() + 1 < p.threshold)
     return make_error(errc::invalid_argument, "this device has " + std::to_string(neighbours.size()) + " neighbours in the roster: its secrets need " +
                                                   std::to_string(p.threshold) + " holders");
-  // Only the neighbours' keys are used: each must be signed by its device's certificate for this round.
-  for (std::size_t v : neighbours) {
-    const secagg_member& m = roster[v];
-    const std::string& who = m.keys.id;
-    auto checked = verifying_key::from_certificate_pem(m.keys.certificate_pem, st.ca_pem, st.crl_pem);
-    if (!checked) return core::error{checked.error().code, "the roster's certificate for " + who + ": " + checked.error().message};
-    const verifying_key& peer = checked.value();
-    if (peer.device_id() != who)
-      return make_error(errc::auth_failed, "the roster's certificate for " + who + " is " + peer.device_id() + "'s");
-    if (!peer.verify(secagg_signed_message(p.round, who, m.keys.c_pk, m.keys.s_pk, m.segments, m.keys.model), m.keys.signature))
-      return make_error(errc::auth_failed, "device " + who + " did not sign these keys, segments and model for round " + std::to_string(p.round) +
-                                               " (keys from another round, or a roster that shows it covering other segments than it does)");
-    if (m.segments == st.pledge.segments && m.keys.model != st.pledge.model)
-      return make_error(errc::auth_failed, "device " + who + ", of this device's group, was sent another model than this device: "
-                                               "a hub that sends one group different models can single out a device's update; refused");
-  }
+  TESSERA_TRY(st.same_groups(roster));
+  TESSERA_TRY(st.check_neighbours(roster, neighbours));
   st.roster = roster;
   st.index = index;
   st.graph = std::move(graph);
@@ -347,136 +314,6 @@ core::result<secagg_masked> secagg_client::mask(const std::vector<secagg_box>& b
   TESSERA_TRY(st.add_masks(out.y));
   st.at = state::stage::masked;
   return out;
-}
-
-// What unmask() and check() refuse in a request; fills the sets it names.
-core::result<void> secagg_client::state::validate(const secagg_unmask_request& request, named_sets& out) const {
-  const secagg_params& p = params;
-  // Every name is a roster member; a neighbour (or this device) named must have shared keys with it.
-  const auto check_name = [&](const std::string& u) -> core::result<std::size_t> {
-    const std::size_t where = position_in(roster, u);
-    if (where == roster.size()) return make_error(errc::invalid_argument, "the unmasking names " + u + ", which is not in the roster");
-    const bool known = where == index || std::binary_search(neighbours.begin(), neighbours.end(), where);
-    if (known && !shared.contains(u))
-      return make_error(errc::invalid_argument, "the unmasking names " + u + ", which did not share keys with this device");
-    return where;
-  };
-  std::vector<bool> alive(roster.size(), false);
-  for (const auto& u : request.survivors) {
-    TESSERA_ASSIGN_OR_RETURN(const std::size_t where, check_name(u));
-    if (!out.survivors.insert(u).second) return make_error(errc::invalid_argument, "the unmasking names " + u + " twice");
-    alive[where] = true;
-  }
-  for (const auto& v : request.dropped) {
-    TESSERA_TRY(check_name(v));
-    // Never both for one device: its seed and its key together would unmask its input.
-    if (out.survivors.contains(v))
-      return make_error(errc::invalid_argument, "the unmasking asks for both the seed and the key of " + v + ": refused");
-    if (!out.dropped.insert(v).second) return make_error(errc::invalid_argument, "the unmasking names " + v + " twice");
-  }
-  if (!out.survivors.contains(id)) return make_error(errc::invalid_argument, "the unmasking counts this device among the dropped");
-  if (out.survivors.size() < p.threshold)
-    return make_error(errc::invalid_argument, std::to_string(out.survivors.size()) + " survivors, below the threshold " + std::to_string(p.threshold));
-  for (std::uint32_t seg : request.released) {
-    if (seg >= p.segments.size() || !out.released.insert(seg).second)
-      return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) + ", which does not exist or twice");
-    std::size_t covering = 0;
-    for (const auto& u : out.survivors) covering += covers(*member_of(roster, u), seg) ? 1 : 0;
-    if (covering < p.segments[seg].min_aggregate)
-      return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) + " with " + std::to_string(covering) +
-                                                    " survivors, below its minimum of " + std::to_string(p.segments[seg].min_aggregate));
-    // Survivors the masks do not connect: the hub would hold each part's sum on its own.
-    if (!graph->connected(seg, alive))
-      return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) +
-                                                    ", whose survivors its masks do not connect: refused");
-    if (covers(roster[index], seg)) TESSERA_TRY(enough_surviving_partners(seg, out.survivors));
-  }
-  return {};
-}
-
-// The graph says whom this device should have masked with; the inbox the hub delivered says whom it
-// did. A hub that named every device it really masked with dropped (their keys recovered, their masks
-// removed) would hold its input on the segment apart from the others' sum, even though the graph
-// shows it connected: so, as at masking, enough of the devices it masked the segment with must be
-// among the survivors (secagg_server releases by the same rule).
-core::result<void> secagg_client::state::enough_surviving_partners(std::uint32_t seg, const std::set<std::string>& survivors) const {
-  std::size_t partners = 0, surviving = 0;
-  for (const std::size_t v : neighbours) {
-    if (!graph->masks(seg, index, v)) continue;
-    ++partners;
-    const std::string& who = roster[v].keys.id;
-    surviving += shared.contains(who) && survivors.contains(who) ? 1 : 0;
-  }
-  const std::size_t need = secagg_partners_needed(params.segments[seg], partners);
-  if (surviving < need)
-    return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) + " with " + std::to_string(surviving) +
-                                                  " of the devices this device masked it with among the survivors, below the " +
-                                                  std::to_string(need) + " its sum needs: the hub could unmask this device's part alone; refused");
-  return {};
-}
-
-// Bonawitz et al.'s round 4 check: at least t distinct survivors signed this very request. A hub that
-// shows two devices different survivor sets (to collect one device's seed from some and its key from
-// others) cannot get t honest signatures on both: each device signs once, and t is a majority.
-core::result<void> secagg_client::state::enough_signatures(const secagg_unmask_request& request, const named_sets& named) const {
-  const std::vector<std::byte> message = secagg_check_message(params.round, request);
-  std::set<std::string> signers;
-  for (const auto& sig : request.signatures) {
-    if (!named.survivors.contains(sig.id))
-      return make_error(errc::auth_failed, "the unmasking carries a consistency signature of " + sig.id + ", which is not a survivor: refused");
-    if (!signers.insert(sig.id).second) return make_error(errc::invalid_argument, "the unmasking carries two signatures of " + sig.id);
-    auto signer = verifying_key::from_certificate_pem(sig.certificate_pem, ca_pem, crl_pem);
-    if (!signer) return core::error{signer.error().code, "the consistency signature of " + sig.id + ": " + signer.error().message};
-    if (signer.value().device_id() != sig.id)
-      return make_error(errc::auth_failed, "the consistency signature of " + sig.id + " comes with " + signer.value().device_id() + "'s certificate");
-    if (!signer.value().verify(message, sig.signature))
-      return make_error(errc::auth_failed, "device " + sig.id + " did not sign this survivor set: the hub shows devices different "
-                                               "survivors; refused");
-  }
-  if (signers.size() < params.threshold)
-    return make_error(errc::auth_failed, "the unmasking carries " + std::to_string(signers.size()) + " survivors' signatures of its "
-                                             "survivor set, below the threshold " + std::to_string(params.threshold) + ": refused");
-  return {};
-}
-
-core::result<secagg_signature> secagg_client::check(const secagg_unmask_request& request, const signing_key& key) {
-  state& st = *s_;
-  secagg_unmask_request unsigned_request = request;
-  unsigned_request.signatures.clear();
-  if (st.at == state::stage::checked) {
-    if (!same_request(*st.checked, unsigned_request))
-      return make_error(errc::invalid_argument, "a second survivor set to sign in one round (a device signs one): refused");
-    return st.check_signature;
-  }
-  if (st.at != state::stage::masked) return make_error(errc::invalid_argument, "a consistency check before masking, or after unmasking");
-  state::named_sets named;
-  TESSERA_TRY(st.validate(unsigned_request, named));
-  TESSERA_ASSIGN_OR_RETURN(auto sig, key.sign(secagg_check_message(st.params.round, unsigned_request)));
-  st.check_signature = {.id = st.id, .certificate_pem = st.keys.certificate_pem, .signature = std::move(sig)};
-  st.checked = std::move(unsigned_request);
-  st.at = state::stage::checked;
-  return st.check_signature;
-}
-
-core::result<secagg_unmask_reply> secagg_client::unmask(const secagg_unmask_request& request) {
-  state& st = *s_;
-  if (st.at != state::stage::checked) return make_error(errc::invalid_argument, "unmasking before the consistency check, or twice");
-  if (!same_request(*st.checked, request))
-    return make_error(errc::invalid_argument, "the unmasking asks for another survivor set than the one this device signed: refused");
-  state::named_sets named;
-  TESSERA_TRY(st.validate(request, named));
-  TESSERA_TRY(st.enough_signatures(request, named));
-  secagg_unmask_reply reply{.id = st.id, .seeds = {}, .keys = {}};
-  for (const auto& u : named.survivors) {
-    const auto held = st.seed_shares.find(u);
-    if (held == st.seed_shares.end()) continue;  // not a neighbour
-    for (std::uint32_t seg : named.released)
-      if (auto it = held->second.find(seg); it != held->second.end()) reply.seeds.push_back({.owner = u, .segment = seg, .share = it->second});
-  }
-  for (const auto& v : named.dropped)
-    if (auto it = st.key_shares.find(v); it != st.key_shares.end()) reply.keys.push_back({.owner = v, .segment = 0, .share = it->second});
-  st.at = state::stage::done;
-  return reply;
 }
 
 }  // namespace tessera::crypto

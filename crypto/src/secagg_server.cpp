@@ -136,12 +136,19 @@ secagg_unmask_request secagg_server::unmask_request() const {
       if (!alive[u] || !graph_->covers(u, seg)) continue;
       ++covering;
       recoverable = recoverable && holders[u] >= params_.threshold;
+      // Whom u masked with: its pledge, or (none yet) every neighbour the graph gives it.
+      const auto pledge = masked_with_.find(roster_[u].keys.id);
+      const auto masked_with = [&](std::size_t v) {
+        if (pledge == masked_with_.end()) return true;
+        const auto& ps = pledge->second.partners;
+        return std::find(ps.begin(), ps.end(), roster_[v].keys.id) != ps.end();
+      };
       std::size_t partners = 0, surviving = 0;
       for (std::size_t v : graph_->neighbours(u)) {
         if (!graph_->masks(seg, u, v)) continue;
         if (gone[v]) recoverable = recoverable && holders[v] >= params_.threshold;
         ++partners;
-        surviving += alive[v] ? 1 : 0;
+        surviving += alive[v] && masked_with(v) ? 1 : 0;
       }
       // Each survivor checks this for itself before it signs (secagg_client::check).
       partnered = partnered && surviving >= secagg_partners_needed(params_.segments[seg], partners);
@@ -162,6 +169,35 @@ core::result<void> secagg_server::add_signature(secagg_signature s) {
     return make_error(errc::invalid_argument, "a consistency signature from " + s.id + " that was not expected");
   signatures_.emplace(s.id, std::move(s));  // checked by the clients, who hold the CA
   return {};
+}
+
+core::result<void> secagg_server::add_masked_with(secagg_masked_with m) {
+  if (member(m.id) == nullptr || !shared_.contains(m.id) || masked_with_.contains(m.id) || checking_)
+    return make_error(errc::invalid_argument, "a pledge of whom it masked with from " + m.id + " that was not expected");
+  masked_with_.emplace(m.id, std::move(m));
+  return {};
+}
+
+secagg_unmask_request secagg_server::unmask_request_for(const std::string& id) const {
+  secagg_unmask_request r = unmask_request();
+  const std::size_t u = position(id);
+  if (u == roster_.size() || !graph_) return r;
+  const auto neighbours = graph_->neighbours(u);
+  std::erase_if(r.signatures, [&](const secagg_signature& s) {
+    const std::size_t v = position(s.id);
+    return v != u && !std::binary_search(neighbours.begin(), neighbours.end(), v);
+  });
+  return r;
+}
+
+secagg_unmask_request secagg_server::check_request_for(const std::string& id) const {
+  secagg_unmask_request r = unmask_request();
+  r.signatures.clear();
+  const std::size_t u = position(id);
+  if (u == roster_.size() || !graph_) return r;
+  for (const std::size_t v : graph_->neighbours(u))
+    if (auto it = masked_with_.find(roster_[v].keys.id); it != masked_with_.end() && masked_.contains(it->first)) r.partners.push_back(it->second);
+  return r;
 }
 
 core::result<void> secagg_server::add_reply(secagg_unmask_reply r) {

@@ -183,6 +183,7 @@ void agent::on_welcome(const std::shared_ptr<net::session>& s) {
   switch (job_->on_reconnect()) {
     case job::resume_action::expect_download: s->expect_blob(job_->download()); break;
     case job::resume_action::resend_upload:
+      if (job_->secure()) s->send(job_->secure()->masked_with());  // the hub takes the first, ignores repeats
       s->send(job_->update());
       s->send_blob(job_->upload());
       break;

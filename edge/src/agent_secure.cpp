@@ -23,6 +23,7 @@ void agent::send_masked() {
                                             std::to_string(static_cast<long long>(std::sqrt(noise))) + " ring steps)"
                                       : ""));
   if (session_) {
+    session_->send(job_->secure()->masked_with());
     session_->send(job_->update());
     session_->send_blob(job_->upload());
   }

@@ -93,6 +93,9 @@ core::result<void> secure_round::mask(std::span<const float> trained, double wei
   }
   auto masked = client_.mask(*inbox_, input, s_.rounding_key);
   if (!masked) return step_error("masking", masked.error());
+  auto pledge = client_.masked_with(me_->key);
+  if (!pledge) return step_error("the pledge of whom it masked with", pledge.error());
+  masked_with_ = {.round = round_, .pledge = std::move(pledge).value()};
   input = {};
   upload_.resize(masked.value().y.size() * crypto::secagg_value_bytes(s_.params.bits));
   crypto::secagg_pack(masked.value().y, s_.params.bits, upload_);

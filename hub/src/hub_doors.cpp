@@ -30,7 +30,8 @@ void hub_service::attach(const std::shared_ptr<net::session>& s) {
     else if (const auto* st = std::get_if<net::msg::stats_reply>(&m)) rounds_->on_stats_reply(self, *st);
     else if (const auto* ev = std::get_if<net::msg::evaluation>(&m)) rounds_->on_evaluation(self, *ev);
     else if (std::holds_alternative<net::msg::secagg_keys>(m) || std::holds_alternative<net::msg::secagg_shares>(m) ||
-             std::holds_alternative<net::msg::secagg_check_reply>(m) || std::holds_alternative<net::msg::secagg_unmask_reply>(m))
+             std::holds_alternative<net::msg::secagg_check_reply>(m) || std::holds_alternative<net::msg::secagg_unmask_reply>(m) ||
+             std::holds_alternative<net::msg::secagg_masked_with>(m))
       rounds_->on_secure(self, m);
   });
   s->on_blob_received([this, weak](const std::shared_ptr<net::incoming_transfer>& in) {

@@ -51,10 +51,11 @@ void secure_steps::send_step(device_entry& d, const std::string& id) {
       break;
     case step::check:
       if (!signed_.contains(id) && std::find(request_->survivors.begin(), request_->survivors.end(), id) != request_->survivors.end())
-        d.session->send(net::msg::secagg_check{.round = round, .request = *request_});
+        d.session->send(net::msg::secagg_check{.round = round, .request = engine_->secagg_server().check_request_for(id)});
       break;
     case step::unmask:
-      if (!replied_.contains(id) && is_signer(id)) d.session->send(net::msg::secagg_unmask{.round = round, .request = *request_});
+      if (!replied_.contains(id) && is_signer(id))
+        d.session->send(net::msg::secagg_unmask{.round = round, .request = engine_->secagg_server().unmask_request_for(id)});
       break;
   }
 }
@@ -175,6 +176,12 @@ bool secure_steps::on_message(const std::string& id, const net::message& m) {
     if (at_ != step::shares || a == nullptr || !is_open(a->state)) return ignore(" outside the shares step");
     if (auto ok = engine_->secagg_server().add_boxes(id, sh->boxes); !ok) return drop(ok.error());
     shared_.insert(id);
+  } else if (const auto* w = std::get_if<net::msg::secagg_masked_with>(&m)) {
+    if (pledged_.contains(id)) return false;  // sent again after a reconnect
+    if (at_ != step::uploads || w->pledge.id != id || a == nullptr || !is_open(a->state)) return ignore(" outside the uploads");
+    if (auto ok = engine_->secagg_server().add_masked_with(w->pledge); !ok) return drop(ok.error());
+    pledged_.insert(id);
+    return false;  // no step ends on it
   } else if (const auto* c = std::get_if<net::msg::secagg_check_reply>(&m)) {
     if (signed_.contains(id)) return false;
     if (at_ != step::check || c->signature.id != id) return ignore(" outside the consistency check");

@@ -5,7 +5,7 @@
 //
 //   ASSIGN{secure} ─▶ SECAGG_KEYS from each device   (secure_step_s; who is late cannot take part)
 //   SECAGG_ROSTER  ─▶ SECAGG_SHARES from each member (secure_step_s; who is late cannot take part)
-//   SECAGG_INBOX   ─▶ UPDATE + the masked upload     (round_deadline_s, as any round)
+//   SECAGG_INBOX   ─▶ SECAGG_MASKED_WITH, UPDATE + the masked upload (round_deadline_s, as any round)
 //   SECAGG_CHECK   ─▶ SECAGG_CHECK_REPLY from each survivor (secure_step_s): its signature over the
 //                     survivor set; fewer than threshold signatures and nothing is released
 //   SECAGG_UNMASK  ─▶ SECAGG_UNMASK_REPLY from each signer (secure_step_s) ─▶ close the round: the sums
@@ -73,7 +73,7 @@ class secure_steps {
   rounds::engine* engine_;
   device_registry* devices_;
   step at_ = step::keys;
-  std::set<std::string> keyed_, shared_, signed_, replied_;
+  std::set<std::string> keyed_, shared_, pledged_, signed_, replied_;
   std::optional<crypto::secagg_roster> roster_;
   std::optional<crypto::secagg_unmask_request> request_;
   std::chrono::steady_clock::time_point step_started_;

@@ -30,6 +30,7 @@ std::string_view to_string(frame_type t) noexcept {
     case frame_type::secagg_unmask_reply: return "SECAGG_UNMASK_REPLY";
     case frame_type::secagg_check: return "SECAGG_CHECK";
     case frame_type::secagg_check_reply: return "SECAGG_CHECK_REPLY";
+    case frame_type::secagg_masked_with: return "SECAGG_MASKED_WITH";
   }
   return "?";
 }

@@ -293,7 +293,7 @@ frame_type type_of(const message& m) noexcept {
                                          frame_type::stats, frame_type::stats_reply, frame_type::evaluation,
                                          frame_type::secagg_keys, frame_type::secagg_roster, frame_type::secagg_shares,
                                          frame_type::secagg_inbox, frame_type::secagg_unmask, frame_type::secagg_unmask_reply,
-                                         frame_type::secagg_check, frame_type::secagg_check_reply};
+                                         frame_type::secagg_check, frame_type::secagg_check_reply, frame_type::secagg_masked_with};
   static_assert(std::size(types) == std::variant_size_v<message>);
   return types[m.index()];
 }

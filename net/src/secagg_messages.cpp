@@ -128,15 +128,23 @@ std::vector<crypto::secagg_box> read_boxes(reader& r) {
   return out;
 }
 
-json signature_object(const crypto::secagg_signature& s) {
-  return {{"id", s.id}, {"certificate", s.certificate_pem}, {"signature", b64(s.signature)}};
-}
+json signature_object(const crypto::secagg_signature& s) { return {{"id", s.id}, {"signature", b64(s.signature)}}; }
 crypto::secagg_signature read_signature(reader& r) {
   crypto::secagg_signature s;
   s.id = r.device("id");
-  s.certificate_pem = r.string("certificate", max_certificate_chars);
   s.signature = r.bytes("signature", max_signature_bytes);
   return s;
+}
+
+json masked_with_object(const crypto::secagg_masked_with& m) {
+  return {{"id", m.id}, {"partners", m.partners}, {"signature", b64(m.signature)}};
+}
+crypto::secagg_masked_with read_masked_with(reader& r) {
+  crypto::secagg_masked_with m;
+  m.id = r.device("id");
+  m.partners = read_ids(r, "partners");
+  m.signature = r.bytes("signature", max_signature_bytes);
+  return m;
 }
 
 // An unmasking request's names (its signatures travel only in SECAGG_UNMASK).
@@ -245,8 +253,12 @@ json secagg_to_object(const message& m) {
         } else if constexpr (std::is_same_v<T, msg::secagg_shares> || std::is_same_v<T, msg::secagg_inbox>) {
           return {{"round", v.round}, {"boxes", boxes_array(v.boxes)}};
         } else if constexpr (std::is_same_v<T, msg::secagg_check>) {
+          json partners = json::array();
+          for (const auto& p : v.request.partners) partners.push_back(masked_with_object(p));
           return {{"round", v.round}, {"survivors", v.request.survivors}, {"dropped", v.request.dropped},
-                  {"released", v.request.released}};
+                  {"released", v.request.released}, {"partners", std::move(partners)}};
+        } else if constexpr (std::is_same_v<T, msg::secagg_masked_with>) {
+          return {{"round", v.round}, {"pledge", masked_with_object(v.pledge)}};
         } else if constexpr (std::is_same_v<T, msg::secagg_check_reply>) {
           return {{"round", v.round}, {"signature", signature_object(v.signature)}};
         } else if constexpr (std::is_same_v<T, msg::secagg_unmask>) {
@@ -285,7 +297,16 @@ message parse_secagg(frame_type t, reader& r) {
     }
     case frame_type::secagg_shares: return msg::secagg_shares{.round = round, .boxes = read_boxes(r)};
     case frame_type::secagg_inbox: return msg::secagg_inbox{.round = round, .boxes = read_boxes(r)};
-    case frame_type::secagg_check: return msg::secagg_check{.round = round, .request = read_request(r)};
+    case frame_type::secagg_check: {
+      msg::secagg_check c{.round = round, .request = read_request(r)};
+      each_object(r, "partners", max_secagg_members, [&](reader& pr) { c.request.partners.push_back(read_masked_with(pr)); });
+      return c;
+    }
+    case frame_type::secagg_masked_with: {
+      msg::secagg_masked_with m{.round = round, .pledge = {}};
+      nested_object(r, "pledge", [&](reader& pr) { m.pledge = read_masked_with(pr); });
+      return m;
+    }
     case frame_type::secagg_check_reply: {
       msg::secagg_check_reply c{.round = round, .signature = {}};
       nested_object(r, "signature", [&](reader& sr) { c.signature = read_signature(sr); });

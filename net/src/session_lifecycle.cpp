@@ -21,7 +21,8 @@ bool allowed_for(role r, frame_type t) noexcept {
     case frame_type::secagg_keys:
     case frame_type::secagg_shares:
     case frame_type::secagg_unmask_reply:
-    case frame_type::secagg_check_reply: return r == role::hub;
+    case frame_type::secagg_check_reply:
+    case frame_type::secagg_masked_with: return r == role::hub;
     case frame_type::welcome:
     case frame_type::assign:
     case frame_type::result:

@@ -156,6 +156,13 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
     a.group = plan.device_group[i];
     a.sub = core::make_subnet(full_, config_.model.compensation, plan, a.group);
     a.codec = codec_for(o);
+    // Under secure aggregation the devices of a group check that they were sent the same model (the
+    // digest they sign, crypto/secagg.hpp): one codec for everyone, so a device without it sits out.
+    if (config_.secure_aggregation.enabled && a.codec != config_.codec) {
+      excluded.push_back({o.id, "under secure aggregation every device is sent the model as " + std::string(core::to_string(config_.codec)) +
+                                    ", which it does not take (its 'codecs')"});
+      continue;
+    }
     const std::size_t need = core::bytes_needed(a.sub.arch, config_.batch, momentum, a.codec) + beside_arena(a.sub.arch);
     if (o.capacity <= 0 && need > o.budget_bytes) {  // the planner rounds widths; never send what the device must refuse
       excluded.push_back({o.id, "its subnet needs " + core::mib_text(need) + "; the budget is " + core::mib_text(o.budget_bytes)});

@@ -66,13 +66,19 @@ crypto::secagg_client client(std::size_t d, const crypto::secagg_params& p, std:
 
 crypto::signing_key signing_key_of(std::size_t d) { return crypto::signing_key::load(devices::get().files[d].key).value(); }
 
+// Device d's masked input goes with its signed pledge of whom it masked with.
+void add_masked(crypto::secagg_server& server, const crypto::secagg_client& client, std::size_t d, crypto::secagg_masked m) {
+  REQUIRE(server.add_masked_with(client.masked_with(signing_key_of(d)).value()).ok());
+  REQUIRE(server.add_masked(std::move(m)).ok());
+}
+
 // The consistency check: the server's request, signed by each of `signers` (positions in `clients`,
 // which are the fleet's devices in order), returned with their signatures to be answered.
 crypto::secagg_unmask_request signed_request(crypto::secagg_server& server, std::vector<crypto::secagg_client>& clients,
                                              const std::vector<std::size_t>& signers) {
-  const auto asked = server.check_request();
+  (void)server.check_request();
   for (const std::size_t d : signers) {
-    auto sig = clients[d].check(asked, signing_key_of(d));
+    auto sig = clients[d].check(server.check_request_for(devices::get().ids[d]), signing_key_of(d));
     REQUIRE_MESSAGE(sig.ok(), (sig.ok() ? "" : sig.error().message));
     REQUIRE(server.add_signature(std::move(sig).value()).ok());
   }
@@ -97,7 +103,7 @@ std::vector<crypto::secagg_client> masked_fleet(const crypto::secagg_params& p, 
   for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_keys(clients[d].keys(), segments_of(d)).ok());
   for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_boxes(devices::get().ids[d], clients[d].share_keys(server.roster().value()).value()).ok());
   for (std::size_t d = 0; d < masking; ++d)
-    REQUIRE(server.add_masked(clients[d].mask(server.inbox(devices::get().ids[d]), input_of(d, p), crypto::random_key().value()).value()).ok());
+    add_masked(server, clients[d], d, clients[d].mask(server.inbox(devices::get().ids[d]), input_of(d, p), crypto::random_key().value()).value());
   return clients;
 }
 
@@ -130,7 +136,7 @@ outcome run(const crypto::secagg_params& p, const std::vector<leaves>& when) {
     auto m = clients[d].mask(server.inbox(devices::get().ids[d]), input_of(d, p), crypto::random_key().value());
     REQUIRE_MESSAGE(m.ok(), (m.ok() ? "" : m.error().message));
     o.masked.push_back(m.value());
-    REQUIRE(server.add_masked(std::move(m).value()).ok());
+    add_masked(server, clients[d], d, std::move(m).value());
   }
   std::vector<std::size_t> staying;
   for (std::size_t d = 0; d < 6; ++d)
@@ -266,8 +272,8 @@ TEST_CASE("secagg refusal: keys whose signature does not verify") {
   const auto boxes = clients[0].share_keys(server.roster().value());
   REQUIRE_FALSE(boxes.ok());
   CHECK(boxes.error().message ==
-        "device sa-2 did not sign these keys, segments and model for round 7 (keys from another round, or a roster that shows it covering "
-        "other segments than it does)");
+        "device sa-2 did not sign these keys, segments and model for round 7 (keys from another round or with other parameters, or a "
+        "roster that shows it covering other segments than it does)");
   // Another device's certificate under sa-2's keys.
   crypto::secagg_server other(p);
   for (std::size_t d = 0; d < 3; ++d) {
@@ -306,7 +312,15 @@ TEST_CASE("rogue hub: different rosters to different devices, showing a device c
   shown[3].segments = {0, 1, 2};
   const auto refused = clients[0].share_keys(shown);
   REQUIRE_FALSE(refused.ok());
-  CHECK(refused.error().message.starts_with("device sa-3 did not sign these keys, segments and model for round 7"));
+  CHECK(refused.error().message ==
+        "device sa-3 shares segment 0 (a group's) with this device but covers other segments: a group's devices cover the same ones; refused");
+  // A device shown other parameters (here a smaller segment table's minimum) than the others signed.
+  auto other_params = p;
+  other_params.segments[0].min_aggregate = 3;
+  auto shown_other = client(0, other_params);
+  auto mixed = roster;
+  mixed[0].keys = shown_other.keys();
+  CHECK(shown_other.share_keys(mixed).error().message.starts_with("device sa-1 did not sign these keys, segments and model for round 7"));
   // And a roster giving sa-0 itself other segments than its assignment (and so its pledge).
   auto moved = roster;
   moved[0].segments = {1, 2};
@@ -420,7 +434,7 @@ void share_and_mask(sparse_fleet& f, const std::set<std::size_t>& silent) {
     if (silent.contains(d)) continue;
     auto m = f.clients[d].mask(f.server.inbox(ids[d]), {sparse_input(d)}, crypto::random_key().value());
     REQUIRE_MESSAGE(m.ok(), (m.ok() ? "" : m.error().message));
-    REQUIRE(f.server.add_masked(std::move(m).value()).ok());
+    add_masked(f.server, f.clients[d], d, std::move(m).value());
   }
 }
 
@@ -634,9 +648,9 @@ TEST_CASE("rogue hub: an empty or short share inbox is refused before anything i
   REQUIRE_FALSE(wrong.ok());
   CHECK(wrong.error().message.find("segment 0: shares from 0 of the 2 devices that mask it with this device arrived") == 0);
   // The refusals changed nothing: with its whole inbox sa-0 masks, and the round's sums come out.
-  REQUIRE(server.add_masked(clients[0].mask(full_inbox, input_of(0, p), crypto::random_key().value()).value()).ok());
+  add_masked(server, clients[0], 0, clients[0].mask(full_inbox, input_of(0, p), crypto::random_key().value()).value());
   for (std::size_t d = 1; d < 6; ++d)
-    REQUIRE(server.add_masked(clients[d].mask(server.inbox(devices::get().ids[d]), input_of(d, p), crypto::random_key().value()).value()).ok());
+    add_masked(server, clients[d], d, clients[d].mask(server.inbox(devices::get().ids[d]), input_of(d, p), crypto::random_key().value()).value());
   const auto request = signed_request(server, clients, {0, 1, 2, 3, 4, 5});
   for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_reply(clients[d].unmask(request).value()).ok());
   CHECK(server.finish().ok());
@@ -667,6 +681,49 @@ TEST_CASE("rogue hub: a release naming dropped the devices a survivor masked wit
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message.starts_with("the unmasking releases segment 0 with 1 of the devices this device masked it with among the survivors, "
                                       "below the 2 its sum needs"));
+}
+
+TEST_CASE("rogue hub: a short inbox and its senders named dropped, to take the device's seed from its other neighbours") {
+  // sa-0 gets the boxes of sa-1 and sa-2 only (threshold − 1: it masks), so it masks with them alone.
+  // The hub names them dropped (their keys would remove their masks) and sa-0 a survivor, and asks
+  // sa-3, sa-4 and sa-5 — enough for the threshold, and holders of sa-0's seed — to sign and unmask.
+  // sa-0's signed pledge shows that none of the devices it masked with survive: they refuse.
+  const auto p = params();
+  const auto& ids = devices::get().ids;
+  crypto::secagg_server server(p);
+  std::vector<crypto::secagg_client> clients;
+  for (std::size_t d = 0; d < 6; ++d) clients.push_back(client(d, p));
+  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_keys(clients[d].keys(), segments_of(d)).ok());
+  const auto roster = server.roster().value();
+  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_boxes(ids[d], clients[d].share_keys(roster).value()).ok());
+  std::vector<crypto::secagg_box> short_inbox;
+  for (const auto& b : server.inbox("sa-0"))
+    if (b.from == "sa-1" || b.from == "sa-2") short_inbox.push_back(b);
+  add_masked(server, clients[0], 0, clients[0].mask(short_inbox, input_of(0, p), crypto::random_key().value()).value());
+  for (std::size_t d = 3; d < 6; ++d)
+    add_masked(server, clients[d], d, clients[d].mask(server.inbox(ids[d]), input_of(d, p), crypto::random_key().value()).value());
+  // The server's own request: sa-1 and sa-2 did not upload (here they really did not), segment 2 only.
+  auto asked = server.check_request_for("sa-3");
+  REQUIRE(asked.survivors == std::vector<std::string>{"sa-0", "sa-3", "sa-4", "sa-5"});
+  REQUIRE(asked.dropped == std::vector<std::string>{"sa-1", "sa-2"});
+  asked.released = {2};  // the hub's rule withholds it; a rogue hub asks all the same
+  for (std::size_t d = 3; d < 6; ++d) {
+    CAPTURE(d);
+    const auto r = clients[d].check(asked, signing_key_of(d));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.starts_with("device sa-0 masked segment 2 with 0 of the survivors, below the 1 its sum needs"));
+  }
+  // Without sa-0's pledge, or with sa-3 slipped into it, the request is refused too.
+  auto without = asked;
+  std::erase_if(without.partners, [](const crypto::secagg_masked_with& m) { return m.id == "sa-0"; });
+  CHECK(clients[3].check(without, signing_key_of(3)).error().message ==
+        "the survivor set names sa-0 without its signed pledge of whom it masked with: refused");
+  auto forged = asked;
+  for (auto& m : forged.partners)
+    if (m.id == "sa-0") m.partners.push_back("sa-3");
+  CHECK(clients[3].check(forged, signing_key_of(3)).error().message == "device sa-0 did not sign the pledge of whom it masked with: refused");
+  // The server's own release rule agrees: sa-0 is tied to no survivor's masks on segment 2, which is withheld.
+  CHECK(server.check_request_for("sa-3").released == std::vector<std::uint32_t>{1});  // group 1 (sa-3..5) only
 }
 
 TEST_CASE("rogue hub: a roster holding a revoked device's keys is refused by a device holding the CA's list") {

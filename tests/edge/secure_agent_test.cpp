@@ -123,6 +123,7 @@ class scripted_hub {
   std::optional<net::msg::refuse> refused;
   std::optional<net::msg::secagg_unmask_reply> unmask_reply;
   std::optional<crypto::secagg_signature> check_signature;  // the agent's, over the survivor set
+  std::optional<crypto::secagg_masked_with> agent_pledge;    // whom the agent masked with
   bool uploaded = false;
 
  private:
@@ -156,9 +157,11 @@ class scripted_hub {
       uploaded = true;
       self->send(net::msg::result{.accepted = true, .code = {}, .reason = {}});
       // Survivors: the agent and sa-1; sa-2 dropped. The rogue hub also names sa-1 as dropped.
-      request_ = crypto::secagg_unmask_request{.survivors = {"dev-a", "sa-1"}, .dropped = {"sa-2"}, .released = {0}, .signatures = {}};
+      request_ = crypto::secagg_unmask_request{.survivors = {"dev-a", "sa-1"}, .dropped = {"sa-2"}, .released = {0}, .signatures = {}, .partners = {}};
       if (rogue_ == rogue::both_shares) request_.dropped.push_back("sa-1");
-      self->send(net::msg::secagg_check{.round = 1, .request = request_});
+      auto asked = request_;
+      asked.partners = {sa1_pledge_};  // the surviving neighbour's pledge of whom it masked with
+      self->send(net::msg::secagg_check{.round = 1, .request = asked});
     });
   }
 
@@ -168,6 +171,7 @@ class scripted_hub {
     check_signature = agent_signature;
     crypto::secagg_unmask_request sa1_set = request_;
     if (rogue_ == rogue::forged_signature) sa1_set.dropped.clear();  // sa-1 signs a set without sa-2
+    if (agent_pledge) sa1_set.partners = {*agent_pledge};
     auto key = crypto::signing_key::load(other_device("sa-1").key);
     REQUIRE(key.ok());
     auto sa1_signature = others_[0].check(sa1_set, key.value());
@@ -235,12 +239,15 @@ class scripted_hub {
       const std::vector<std::vector<float>> zero{std::vector<float>(p_.segments[0].length, 0.0f)};
       auto sa1_masked = others_[0].mask(to_sa1, zero, crypto::random_key().value());
       REQUIRE_MESSAGE(sa1_masked.ok(), (sa1_masked.ok() ? "" : sa1_masked.error().message));
+      sa1_pledge_ = others_[0].masked_with(crypto::signing_key::load(other_device("sa-1").key).value()).value();
       if (rogue_ == rogue::empty_inbox) inbox.clear();
       s.send(net::msg::secagg_inbox{.round = 1, .boxes = inbox});
     } else if (const auto* u = std::get_if<net::msg::update>(&m)) {
       upload_.resize(u->size);
       in_ = std::make_shared<net::incoming_transfer>(u->transfer, std::span<std::byte>(upload_), u->sha256);
       s.expect_blob(in_);
+    } else if (const auto* w = std::get_if<net::msg::secagg_masked_with>(&m)) {
+      agent_pledge = w->pledge;
     } else if (const auto* c = std::get_if<net::msg::secagg_check_reply>(&m)) {
       on_check_reply(s, c->signature);
     } else if (const auto* r = std::get_if<net::msg::secagg_unmask_reply>(&m)) {
@@ -281,6 +288,7 @@ class scripted_hub {
   std::vector<crypto::secagg_client> others_;
   std::vector<std::vector<crypto::secagg_box>> others_boxes_;
   crypto::secagg_unmask_request request_;
+  crypto::secagg_masked_with sa1_pledge_;
   crypto::secagg_roster roster_;
   std::vector<std::byte> blob_, upload_;
   std::shared_ptr<net::outgoing_transfer> out_;
@@ -303,10 +311,13 @@ TEST_CASE("secure agent: with an honest hub it masks its update and reveals the 
   // It signed the survivor set it was asked to sign, with its certificate's key.
   REQUIRE(hub.check_signature.has_value());
   CHECK(hub.check_signature->id == "dev-a");
-  const auto signer = crypto::verifying_key::from_certificate_pem(hub.check_signature->certificate_pem,
+  // Before its masked update it pledged whom it masked with: sa-1 and sa-2, whose boxes it took.
+  REQUIRE(hub.agent_pledge.has_value());
+  CHECK(hub.agent_pledge->partners == std::vector<std::string>{"sa-1", "sa-2"});
+  const auto signer = crypto::verifying_key::from_certificate_pem(testing::read_text(test::test_pki::get().dev_a.cert),
                                                                   testing::read_text(test::test_pki::get().ca.cert));
   REQUIRE(signer.ok());
-  const crypto::secagg_unmask_request asked{.survivors = {"dev-a", "sa-1"}, .dropped = {"sa-2"}, .released = {0}, .signatures = {}};
+  const crypto::secagg_unmask_request asked{.survivors = {"dev-a", "sa-1"}, .dropped = {"sa-2"}, .released = {0}, .signatures = {}, .partners = {}};
   CHECK(signer.value().verify(crypto::secagg_check_message(4242, asked), hub.check_signature->signature));
   auto other = asked;
   other.dropped.clear();
@@ -354,13 +365,14 @@ TEST_CASE("rogue hub: an unmasking for another survivor set than the one the dev
 }
 
 TEST_CASE("rogue hub: an unmasking with fewer survivors' signatures of the set than the threshold") {
-  check_refusal(rogue::few_signatures, "rogue_few_signatures", true, "carries 1 survivors' signatures of its survivor set, below the threshold 2");
+  check_refusal(rogue::few_signatures, "rogue_few_signatures", true,
+                "carries 1 valid signatures of its survivor set by this device and its neighbours, below the threshold 2");
 }
 
 TEST_CASE("rogue hub: an inconsistent survivor set, another device having signed a different one") {
   // sa-1 signed a set without sa-2: the hub showed the two devices different survivors. Its genuine
   // signature does not verify over the agent's set.
-  check_refusal(rogue::forged_signature, "rogue_forged", true, "device sa-1 did not sign this survivor set");
+  check_refusal(rogue::forged_signature, "rogue_forged", true, "below the threshold 2; not counted: sa-1 (did not sign this set)");
 }
 
 TEST_CASE("rogue hub: different models to the devices of one group") {

@@ -260,22 +260,27 @@ TEST_CASE("secure aggregation messages round-trip, ASSIGN's secure part and UPDA
   CHECK(std::get<net::msg::secagg_shares>(round_trip(net::msg::secagg_shares{.round = 3, .boxes = boxes})).boxes[0].box == boxes[0].box);
   CHECK(std::get<net::msg::secagg_inbox>(round_trip(net::msg::secagg_inbox{.round = 3, .boxes = boxes})).boxes[0].to == "b");
 
-  const tessera::crypto::secagg_signature sig{.id = "b", .certificate_pem = "PEM", .signature = {std::byte{1}, std::byte{2}}};
+  const tessera::crypto::secagg_signature sig{.id = "b", .signature = {std::byte{1}, std::byte{2}}};
   const auto un = std::get<net::msg::secagg_unmask>(round_trip(net::msg::secagg_unmask{
-      .round = 3, .request = {.survivors = {"a", "b"}, .dropped = {"c"}, .released = {0, 2}, .signatures = {sig, sig}}}));
+      .round = 3, .request = {.survivors = {"a", "b"}, .dropped = {"c"}, .released = {0, 2}, .signatures = {sig, sig}, .partners = {}}}));
   CHECK(un.request.survivors == std::vector<std::string>{"a", "b"});
   CHECK(un.request.dropped == std::vector<std::string>{"c"});
   CHECK(un.request.released == std::vector<std::uint32_t>{0, 2});
   REQUIRE(un.request.signatures.size() == 2);
   CHECK(un.request.signatures[1].id == "b");
-  CHECK(un.request.signatures[1].certificate_pem == "PEM");
   CHECK(un.request.signatures[1].signature == sig.signature);
   // The consistency check: the set alone, and one signature back.
+  const tessera::crypto::secagg_masked_with pledge{.id = "a", .partners = {"b", "c"}, .signature = {std::byte{3}}};
+  const auto mw = std::get<net::msg::secagg_masked_with>(round_trip(net::msg::secagg_masked_with{.round = 3, .pledge = pledge}));
+  CHECK(mw.pledge.partners == pledge.partners);
+  CHECK(mw.pledge.signature == pledge.signature);
   const auto ch = std::get<net::msg::secagg_check>(round_trip(net::msg::secagg_check{
-      .round = 3, .request = {.survivors = {"a", "b"}, .dropped = {"c"}, .released = {2}, .signatures = {}}}));
+      .round = 3, .request = {.survivors = {"a", "b"}, .dropped = {"c"}, .released = {2}, .signatures = {}, .partners = {pledge}}}));
   CHECK(ch.request.survivors == std::vector<std::string>{"a", "b"});
   CHECK(ch.request.released == std::vector<std::uint32_t>{2});
   CHECK(ch.request.signatures.empty());
+  REQUIRE(ch.request.partners.size() == 1);
+  CHECK(ch.request.partners[0].partners == pledge.partners);
   const auto cr = std::get<net::msg::secagg_check_reply>(round_trip(net::msg::secagg_check_reply{.round = 3, .signature = sig}));
   CHECK(cr.signature.id == "b");
   CHECK(cr.signature.signature == sig.signature);
@@ -319,7 +324,7 @@ TEST_CASE("malformed: secure aggregation messages name what is wrong") {
         "SECAGG_UNMASK: field 'survivors': expected device ids");
   CHECK(text(net::frame_type::secagg_unmask, R"({"round":1,"survivors":["a"],"dropped":[],"released":[]})") ==
         "SECAGG_UNMASK: field 'signatures': missing");
-  CHECK(text(net::frame_type::secagg_check_reply, R"({"round":1,"signature":{"id":"a","certificate":"PEM","signature":"@@"}})")
+  CHECK(text(net::frame_type::secagg_check_reply, R"({"round":1,"signature":{"id":"a","signature":"@@"}})")
             .find("SECAGG_CHECK_REPLY: signature: field 'signature'") == 0);
   CHECK(text(net::frame_type::secagg_unmask, R"({"round":1,"survivors":["a"],"dropped":[],"released":[2,1]})") ==
         "SECAGG_UNMASK: field 'released': not sorted and distinct");

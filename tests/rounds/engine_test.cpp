@@ -612,6 +612,20 @@ closed_round secure_round_with_group1_short(rounds::engine& e) {
 
 }  // namespace
 
+TEST_CASE("engine: under secure aggregation a device without the run's codec sits out, with the reason") {
+  // A group's devices compare the digests of the models they were sent: one codec for all of them.
+  auto e = engine_for(config({{"strategy", "fedavg"}, {"codec", "q8"}, {"secure_aggregation", {{"replication", 3}}}}));
+  const std::vector<core::codec_kind> both{core::codec_kind::f32, core::codec_kind::q8};
+  const auto excluded = e.begin_round({offer("a", 64u << 20, both), offer("b", 64u << 20, both), offer("c", 64u << 20, both),
+                                       offer("d", 64u << 20)});
+  REQUIRE(excluded.ok());
+  REQUIRE(excluded.value().size() == 1);
+  CHECK(excluded.value()[0].id == "d");
+  CHECK(excluded.value()[0].reason == "under secure aggregation every device is sent the model as q8, which it does not take (its 'codecs')");
+  REQUIRE(e.assignments().size() == 3);
+  for (const auto& a : e.assignments()) CHECK(a.codec == core::codec_kind::q8);
+}
+
 TEST_CASE("engine: secure aggregation replicates every IST group and cuts the upload into segments") {
   auto e = engine_for(config({{"secure_aggregation", {{"replication", 3}}}}));
   REQUIRE(e.begin_round(fleet(7)).ok());

@@ -131,23 +131,35 @@ struct secagg_masked {
   std::size_t clipped = 0;         // values the clip saturated
 };
 
-// A survivor's signature over an unmasking request (the consistency check), with the certificate
-// whose key made it: a device checks it against the CA (and its list) without holding the signer's
-// keys, which with a sparse graph it may not.
+// Step 3, client → server, beside the masked input: the neighbours this device masked with (the senders
+// of the boxes it took, sorted), signed with its certificate's key. The hub controls each device's
+// inbox: without this, it could hand a device exactly threshold − 1 boxes, name those senders dropped
+// and the device a survivor, and collect the device's seed from its other neighbours. Each neighbour
+// checks the pledge before it signs a survivor set (secagg_client::check).
+struct secagg_masked_with {
+  std::string id;
+  std::vector<std::string> partners;
+  std::vector<std::byte> signature;
+};
+[[nodiscard]] std::vector<std::byte> secagg_masked_with_message(std::uint64_t round, const secagg_masked_with& m);
+
+// A survivor's signature over an unmasking request (the consistency check), made with its certificate's
+// key; a device counts those of its own neighbours, whose certificates its roster holds.
 struct secagg_signature {
   std::string id;
-  std::string certificate_pem;
   std::vector<std::byte> signature;
 };
 
 // Step 4, server → clients: first to be signed (the consistency check, Bonawitz et al.'s round 3:
-// `signatures` empty), then to be answered, carrying at least `threshold` survivors' signatures over
-// the same survivors, dropped and released.
+// `signatures` empty), then to be answered, carrying the signatures over the same survivors, dropped
+// and released of at least `threshold` of the asked device's holders (itself and its neighbours).
 struct secagg_unmask_request {
   std::vector<std::string> survivors;   // sent a masked input
   std::vector<std::string> dropped;     // shared keys, sent no masked input
   std::vector<std::uint32_t> released;  // segments whose sums will be revealed
   std::vector<secagg_signature> signatures;
+  // To be signed only: the pledges of the survivors that are the asked device's neighbours.
+  std::vector<secagg_masked_with> partners;
 };
 
 // The message a survivor signs in the consistency check: the round, and the request's survivors,
@@ -207,10 +219,11 @@ struct secagg_encoded {
 void secagg_pack(std::span<const std::uint64_t> y, int bits, std::span<std::byte> out);
 [[nodiscard]] core::result<std::vector<std::uint64_t>> secagg_unpack(std::span<const std::byte> in, int bits);
 
-// The message a device signs to advertise its keys for a round: the round's number, its id, its keys,
-// the segments it covers and the digest of the model it was sent. A roster member whose segments or
-// digest differ from what it signed, or whose keys were signed for another round, does not verify.
-[[nodiscard]] std::vector<std::byte> secagg_signed_message(std::uint64_t round, const std::string& id, const public_key& c_pk,
+// The message a device signs to advertise its keys for a round: the round's parameters (its number,
+// ring, threshold, graph, noise and segment table), its id, its keys, the segments it covers and the
+// digest of the model it was sent. A roster member whose segments or digest differ from what it
+// signed, or whose keys were signed for another round or other parameters, does not verify.
+[[nodiscard]] std::vector<std::byte> secagg_signed_message(const secagg_params& p, const std::string& id, const public_key& c_pk,
                                                            const public_key& s_pk, std::span<const std::uint32_t> segments,
                                                            const secagg_digest& model);
 
@@ -238,12 +251,16 @@ class secagg_client {
   // would hide the input, and the hub recovers it from the neighbours at unmasking.
   [[nodiscard]] core::result<secagg_masked> mask(const std::vector<secagg_box>& boxes, const std::vector<std::vector<float>>& input,
                                                  key256_view rounding_key);
+  // After mask(): whom it masked with, signed with `key` (this device's certificate key).
+  [[nodiscard]] core::result<secagg_masked_with> masked_with(const signing_key& key) const;
   // The consistency check: signs the request with `key` (this device's certificate key), once per
   // round: asked again, the same request gets the same signature and another is refused. Refuses a
-  // request that unmask() would refuse.
+  // request that unmask() would refuse, and one whose `partners` lack the signed pledge of a neighbour
+  // it names a survivor, or show that neighbour masking a released segment with fewer survivors than
+  // the segment's other contributors need.
   [[nodiscard]] core::result<secagg_signature> check(const secagg_unmask_request& request, const signing_key& key);
   // Refuses a request other than the one this device signed, one carrying fewer than `threshold` valid
-  // signatures of distinct survivors over it (each certificate checked against the CA and its list),
+  // signatures over it by surviving holders of this device's shares (itself and its neighbours),
   // one that asks for both kinds of share of one device, that names fewer than `threshold` survivors,
   // or devices this device never heard of.
   [[nodiscard]] core::result<secagg_unmask_reply> unmask(const secagg_unmask_request& request);
@@ -282,7 +299,13 @@ class secagg_server {
   // sign; their signatures; the request with them, to be answered.
   [[nodiscard]] secagg_unmask_request check_request();
   [[nodiscard]] core::result<void> add_signature(secagg_signature s);
+  // A device's pledge of whom it masked with (the clients check it); the check request for one device
+  // carries its neighbours' pledges.
+  [[nodiscard]] core::result<void> add_masked_with(secagg_masked_with m);
+  [[nodiscard]] secagg_unmask_request check_request_for(const std::string& id) const;
   [[nodiscard]] secagg_unmask_request unmask_request() const;
+  // The request for one device to answer: the signatures of its surviving neighbours and its own.
+  [[nodiscard]] secagg_unmask_request unmask_request_for(const std::string& id) const;
   // Then the replies (at least `threshold`), then the sums.
   [[nodiscard]] core::result<void> add_reply(secagg_unmask_reply r);
   [[nodiscard]] core::result<std::vector<secagg_segment_sum>> finish() const;
@@ -299,6 +322,7 @@ class secagg_server {
   std::map<std::string, secagg_masked> masked_;   // U3
   bool checking_ = false;                         // step 3 is over
   std::map<std::string, secagg_signature> signatures_;  // U4
+  std::map<std::string, secagg_masked_with> masked_with_;
   std::map<std::string, secagg_unmask_reply> replies_;
   std::size_t clipped_ = 0;
 };

@@ -5,7 +5,8 @@
 //   SECAGG_ROSTER   ──on_roster()──▶ SECAGG_SHARES (every member's certificate and signature checked)
 //   SECAGG_INBOX    ──on_inbox()
 //   trained         ──mask()──▶ the upload: the weighted change (trained − received), clipped,
-//                              fixed-point, masked, packed; UPDATE carries its size and clipped count
+//                              fixed-point, masked, packed; UPDATE carries its size and clipped count;
+//                              SECAGG_MASKED_WITH before it, whom it masked with, signed
 //   SECAGG_CHECK    ──on_check()──▶ SECAGG_CHECK_REPLY: this device's signature over the survivor set
 //                              (once a round: another set is refused)
 //   SECAGG_UNMASK   ──on_unmask()──▶ SECAGG_UNMASK_REPLY (the set it signed, with at least threshold
@@ -75,6 +76,8 @@ class secure_round {
   // `fitted`: the change was within the task's clip before clipping (adaptive clipping's count).
   [[nodiscard]] core::result<void> mask(std::span<const float> trained, double weight, bool fitted = true);
   [[nodiscard]] std::span<const std::byte> upload() const noexcept { return upload_; }
+  // After mask(): the signed pledge of whom it masked with, sent before the masked UPDATE.
+  [[nodiscard]] const net::msg::secagg_masked_with& masked_with() const noexcept { return masked_with_; }
   [[nodiscard]] std::uint64_t clipped() const noexcept { return clipped_; }
   [[nodiscard]] core::result<net::msg::secagg_check_reply> on_check(const net::msg::secagg_check& c);
   [[nodiscard]] core::result<net::msg::secagg_unmask_reply> on_unmask(const net::msg::secagg_unmask& u);
@@ -94,6 +97,7 @@ class secure_round {
   std::vector<float> received_;
   std::vector<std::byte> upload_;
   std::uint64_t clipped_ = 0;
+  net::msg::secagg_masked_with masked_with_;
   std::optional<net::msg::secagg_unmask_reply> reply_;
 };
 

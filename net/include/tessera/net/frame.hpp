@@ -72,8 +72,9 @@ enum class frame_type : std::uint8_t {
   secagg_unmask_reply = 19,  // agent → hub, the shares
   secagg_check = 20,         // hub → agent, the survivor set to sign before any share is revealed
   secagg_check_reply = 21,   // agent → hub, the signature
+  secagg_masked_with = 22,   // agent → hub, before its masked UPDATE: whom it masked with, signed
 };
-inline constexpr std::uint8_t max_frame_type = 21;
+inline constexpr std::uint8_t max_frame_type = 22;
 
 [[nodiscard]] std::string_view to_string(frame_type t) noexcept;
 

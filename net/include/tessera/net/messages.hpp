@@ -196,8 +196,12 @@ struct secagg_inbox {                  // hub → agent: the boxes addressed to 
   std::uint64_t round = 0;
   std::vector<crypto::secagg_box> boxes{};
 };
-struct secagg_check {                  // hub → agent: the survivor set to sign (the consistency check)
+struct secagg_masked_with {            // agent → hub, before its masked UPDATE: whom it masked with
   std::uint64_t round = 0;
+  crypto::secagg_masked_with pledge{};
+};
+struct secagg_check {                  // hub → agent: the survivor set to sign (the consistency check),
+  std::uint64_t round = 0;             // with the pledges of the agent's surviving neighbours
   crypto::secagg_unmask_request request{};  // without signatures
 };
 struct secagg_check_reply {            // agent → hub: its signature over that set
@@ -218,7 +222,7 @@ struct secagg_unmask_reply {           // agent → hub: the shares asked for
 using message = std::variant<msg::hello, msg::welcome, msg::assign, msg::ack, msg::update, msg::result, msg::ping,
                              msg::pong, msg::refuse, msg::stats, msg::stats_reply, msg::evaluation, msg::secagg_keys,
                              msg::secagg_roster, msg::secagg_shares, msg::secagg_inbox, msg::secagg_unmask,
-                             msg::secagg_unmask_reply, msg::secagg_check, msg::secagg_check_reply>;
+                             msg::secagg_unmask_reply, msg::secagg_check, msg::secagg_check_reply, msg::secagg_masked_with>;
 
 [[nodiscard]] frame_type type_of(const message& m) noexcept;
 // The round a message names (ASSIGN, UPDATE, EVALUATION, the secure aggregation steps), or 0.
