@@ -111,23 +111,29 @@ row measure(const std::vector<device>& fleet, const std::string& ca, std::size_t
       expected[i] += input[i];
     }
     auto masked = must(add_cpu_time(mask, [&] { return clients[d].mask(inbox, {input}, must(crypto::random_key())); }));
+    auto pledge = must(add_cpu_time(mask, [&] { return clients[d].masked_with(fleet[d].key); }));
+    out.reply_kb += frame(net::msg::secagg_masked_with{.round = 1, .pledge = pledge});  // counted with the replies
+    must(add_cpu_time(hub, [&] { return server.add_masked_with(std::move(pledge)); }));
     must(add_cpu_time(hub, [&] { return server.add_masked(std::move(masked)); }));
   }
-  // The consistency check: each survivor signs the set (its CPU counts as unmasking's), then the
-  // request goes out with the signatures, which each survivor verifies before it answers.
-  const auto asked = add_cpu_time(hub, [&] { return server.check_request(); });
-  out.request_kb = frame(net::msg::secagg_check{.round = 1, .request = asked});
+  // The consistency check: each survivor checks its neighbours' pledges and signs the set (its CPU
+  // counts as unmasking's), then its request goes out with its holders' signatures, which it verifies
+  // before it answers. Request bytes: the check's and the unmasking's, per survivor.
+  (void)add_cpu_time(hub, [&] { return server.check_request(); });
+  double requests_kb = 0;
   for (std::size_t d = 0; d < n; ++d) {
     if (leaving.contains(d)) continue;
+    const auto asked = add_cpu_time(hub, [&] { return server.check_request_for(fleet[d].id); });
+    requests_kb += frame(net::msg::secagg_check{.round = 1, .request = asked});
     auto sig = must(add_cpu_time(unmask, [&] { return clients[d].check(asked, fleet[d].key); }));
     out.reply_kb += frame(net::msg::secagg_check_reply{.round = 1, .signature = sig});
     must(add_cpu_time(hub, [&] { return server.add_signature(std::move(sig)); }));
   }
-  const auto request = add_cpu_time(hub, [&] { return server.unmask_request(); });
-  if (request.released.size() != 1) die("n=" + std::to_string(n) + " k=" + std::to_string(k) + ": the segment was not released");
-  out.request_kb += frame(net::msg::secagg_unmask{.round = 1, .request = request});
+  if (server.unmask_request().released.size() != 1) die("n=" + std::to_string(n) + " k=" + std::to_string(k) + ": the segment was not released");
   for (std::size_t d = 0; d < n; ++d) {
     if (leaving.contains(d)) continue;
+    const auto request = add_cpu_time(hub, [&] { return server.unmask_request_for(fleet[d].id); });
+    requests_kb += frame(net::msg::secagg_unmask{.round = 1, .request = request});
     auto reply = must(add_cpu_time(unmask, [&] { return clients[d].unmask(request); }));
     out.reply_kb += frame(net::msg::secagg_unmask_reply{.round = 1, .reply = reply});
     must(add_cpu_time(hub, [&] { return server.add_reply(std::move(reply)); }));
@@ -148,6 +154,7 @@ row measure(const std::vector<device>& fleet, const std::string& ca, std::size_t
   out.boxes_out_kb /= all;
   out.boxes_in_kb /= all;
   out.reply_kb /= alive;
+  out.request_kb = requests_kb / alive;
   out.hub_ms = 1e3 * hub;
   return out;
 }

@@ -154,12 +154,17 @@ protocol_costs protocol(const std::filesystem::path& work) {
     auto masked = must(add_cpu_time(c.mask, [&] { return clients[d].mask(inbox, input, a.rounding_key); }));
     c.masked_bytes += static_cast<double>(a.upload_bytes);
     c.subnet_bytes += static_cast<double>(a.blob_bytes);
+    auto pledge = must(add_cpu_time(c.mask, [&] { return clients[d].masked_with(keys[d]); }));
+    c.reply_bytes += frame_bytes(net::msg::secagg_masked_with{.round = 1, .pledge = pledge});  // counted with the replies
+    must(server.add_masked_with(std::move(pledge)));
     must(server.add_masked(std::move(masked)));
   }
   // The consistency check: each device signs the survivor set (its CPU counts as unmasking's).
-  const auto asked = server.check_request();
-  c.unmask_bytes = frame_bytes(net::msg::secagg_check{.round = 1, .request = asked});
+  (void)server.check_request();
+  c.unmask_bytes = 0;
   for (std::size_t d = 0; d < k_devices; ++d) {
+    const auto asked = server.check_request_for(as[d].device);
+    c.unmask_bytes += frame_bytes(net::msg::secagg_check{.round = 1, .request = asked}) / static_cast<double>(k_devices);
     auto sig = must(add_cpu_time(c.unmask, [&] { return clients[d].check(asked, keys[d]); }));
     c.reply_bytes += frame_bytes(net::msg::secagg_check_reply{.round = 1, .signature = sig});
     must(server.add_signature(std::move(sig)));

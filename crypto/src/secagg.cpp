@@ -123,13 +123,15 @@ core::result<void> secagg_client::state::same_groups(const secagg_roster& offere
 
 // Only the neighbours' keys are used: each must be signed by its device's certificate for this round's
 // parameters, its segments and the model it was sent, which a device of this one's group shares.
-core::result<void> secagg_client::state::check_neighbours(const secagg_roster& offered, const std::vector<std::size_t>& near) const {
+// Their checked keys are kept for the pledges and signatures of the round's last steps.
+core::result<void> secagg_client::state::check_neighbours(const secagg_roster& offered, const std::vector<std::size_t>& near) {
+  peers.clear();
   for (const std::size_t v : near) {
     const secagg_member& m = offered[v];
     const std::string& who = m.keys.id;
     auto cert = verifying_key::from_certificate_pem(m.keys.certificate_pem, ca_pem, crl_pem);
     if (!cert) return core::error{cert.error().code, "the roster's certificate for " + who + ": " + cert.error().message};
-    const verifying_key& peer = cert.value();
+    const verifying_key& peer = peers.emplace(who, std::move(cert).value()).first->second;
     if (peer.device_id() != who) return make_error(errc::auth_failed, "the roster's certificate for " + who + " is " + peer.device_id() + "'s");
     if (!peer.verify(secagg_signed_message(params, who, m.keys.c_pk, m.keys.s_pk, m.segments, m.keys.model), m.keys.signature))
       return make_error(errc::auth_failed, "device " + who + " did not sign these keys, segments and model for round " + std::to_string(params.round) +

@@ -49,6 +49,7 @@ struct secagg_client::state {
   std::map<std::string, shamir_share> key_shares;
   std::map<std::string, std::map<std::uint32_t, shamir_share>> seed_shares;
   std::set<std::string> shared;                          // U2 as this device saw it (itself included)
+  std::map<std::string, verifying_key> peers;            // the neighbours' keys, checked against the CA in share_keys
   std::optional<secagg_unmask_request> checked;          // the request this device signed (no signatures)
   secagg_signature check_signature;
 
@@ -68,7 +69,7 @@ struct secagg_client::state {
   // share_keys' checks of the roster: groups (devices sharing a segment not everyone covers) cover the
   // same segments; each neighbour's certificate, signature, parameters and model.
   [[nodiscard]] core::result<void> same_groups(const secagg_roster& offered) const;
-  [[nodiscard]] core::result<void> check_neighbours(const secagg_roster& offered, const std::vector<std::size_t>& near) const;
+  [[nodiscard]] core::result<void> check_neighbours(const secagg_roster& offered, const std::vector<std::size_t>& near);
   [[nodiscard]] core::result<void> validate(const secagg_unmask_request& request, named_sets& out) const;
   [[nodiscard]] core::result<void> enough_surviving_partners(std::uint32_t seg, const std::set<std::string>& survivors) const;
   [[nodiscard]] core::result<void> neighbours_partnered(const secagg_unmask_request& request, const named_sets& named) const;

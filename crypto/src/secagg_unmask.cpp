@@ -131,10 +131,10 @@ core::result<void> secagg_client::state::enough_signatures(const secagg_unmask_r
       why = "not a surviving holder of this device's shares";
     } else if (valid.contains(sig.id)) {
       why = "twice";
-    } else {
-      auto signer = verifying_key::from_certificate_pem(roster[where].keys.certificate_pem, ca_pem, crl_pem);
-      if (!signer) why = signer.error().message;
-      else if (!signer.value().verify(message, sig.signature)) why = "did not sign this set";
+    } else if (where == index) {
+      if (sig.signature != check_signature.signature) why = "not the signature this device made";
+    } else if (!peers.at(sig.id).verify(message, sig.signature)) {
+      why = "did not sign this set";
     }
     if (why.empty()) valid.insert(sig.id);
     else not_counted += (not_counted.empty() ? "" : ", ") + sig.id + " (" + why + ")";
@@ -170,9 +170,7 @@ core::result<void> secagg_client::state::neighbours_partnered(const secagg_unmas
     const auto it = pledges.find(who.keys.id);
     if (it == pledges.end())
       return make_error(errc::auth_failed, "the survivor set names " + who.keys.id + " without its signed pledge of whom it masked with: refused");
-    auto signer = verifying_key::from_certificate_pem(who.keys.certificate_pem, ca_pem, crl_pem);
-    if (!signer) return core::error{signer.error().code, "the pledge of " + who.keys.id + ": " + signer.error().message};
-    if (!signer.value().verify(secagg_masked_with_message(params.round, *it->second), it->second->signature))
+    if (!peers.at(who.keys.id).verify(secagg_masked_with_message(params.round, *it->second), it->second->signature))
       return make_error(errc::auth_failed, "device " + who.keys.id + " did not sign the pledge of whom it masked with: refused");
     const std::set<std::string> partners(it->second->partners.begin(), it->second->partners.end());
     for (const std::uint32_t seg : named.released) {
