@@ -140,8 +140,8 @@ secagg_unmask_request secagg_server::unmask_request() const {
       const auto pledge = masked_with_.find(roster_[u].keys.id);
       const auto masked_with = [&](std::size_t v) {
         if (pledge == masked_with_.end()) return true;
-        const auto& ps = pledge->second.partners;
-        return std::find(ps.begin(), ps.end(), roster_[v].keys.id) != ps.end();
+        const auto& ws = pledge->second.without;
+        return std::find(ws.begin(), ws.end(), roster_[v].keys.id) == ws.end();
       };
       std::size_t partners = 0, surviving = 0;
       for (std::size_t v : graph_->neighbours(u)) {

@@ -42,8 +42,8 @@ std::vector<std::byte> secagg_masked_with_message(std::uint64_t round, const sec
   put_text(w, k_masked_with_context);
   w.u64(round);
   put_text(w, mw.id);
-  w.u32(static_cast<std::uint32_t>(mw.partners.size()));
-  for (const auto& p : mw.partners) put_text(w, p);
+  w.u32(static_cast<std::uint32_t>(mw.without.size()));
+  for (const auto& p : mw.without) put_text(w, p);
   return m;
 }
 
@@ -150,9 +150,10 @@ core::result<void> secagg_client::state::enough_signatures(const secagg_unmask_r
 core::result<secagg_masked_with> secagg_client::masked_with(const signing_key& key) const {
   const state& st = *s_;
   if (st.at == state::stage::keys || st.at == state::stage::shared) return make_error(errc::invalid_argument, "a pledge before masking");
-  secagg_masked_with m{.id = st.id, .partners = {}, .signature = {}};
-  for (const auto& who : st.shared)
-    if (who != st.id) m.partners.push_back(who);  // std::set: sorted
+  secagg_masked_with m{.id = st.id, .without = {}, .signature = {}};
+  for (const std::size_t v : st.neighbours)
+    if (!st.shared.contains(st.roster[v].keys.id)) m.without.push_back(st.roster[v].keys.id);
+  std::sort(m.without.begin(), m.without.end());
   TESSERA_ASSIGN_OR_RETURN(m.signature, key.sign(secagg_masked_with_message(st.params.round, m)));
   return m;
 }
@@ -172,14 +173,14 @@ core::result<void> secagg_client::state::neighbours_partnered(const secagg_unmas
       return make_error(errc::auth_failed, "the survivor set names " + who.keys.id + " without its signed pledge of whom it masked with: refused");
     if (!peers.at(who.keys.id).verify(secagg_masked_with_message(params.round, *it->second), it->second->signature))
       return make_error(errc::auth_failed, "device " + who.keys.id + " did not sign the pledge of whom it masked with: refused");
-    const std::set<std::string> partners(it->second->partners.begin(), it->second->partners.end());
+    const std::set<std::string> without(it->second->without.begin(), it->second->without.end());
     for (const std::uint32_t seg : named.released) {
       if (!covers(who, seg)) continue;
       std::size_t graph_partners = 0, surviving = 0;
       for (std::size_t v = 0; v < roster.size(); ++v) {
         if (v == u || !graph->masks(seg, u, v)) continue;
         ++graph_partners;
-        surviving += partners.contains(roster[v].keys.id) && named.survivors.contains(roster[v].keys.id) ? 1 : 0;
+        surviving += !without.contains(roster[v].keys.id) && named.survivors.contains(roster[v].keys.id) ? 1 : 0;
       }
       const std::size_t need = secagg_partners_needed(params.segments[seg], graph_partners);
       if (surviving < need)

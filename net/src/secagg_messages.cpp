@@ -137,12 +137,12 @@ crypto::secagg_signature read_signature(reader& r) {
 }
 
 json masked_with_object(const crypto::secagg_masked_with& m) {
-  return {{"id", m.id}, {"partners", m.partners}, {"signature", b64(m.signature)}};
+  return {{"id", m.id}, {"without", m.without}, {"signature", b64(m.signature)}};
 }
 crypto::secagg_masked_with read_masked_with(reader& r) {
   crypto::secagg_masked_with m;
   m.id = r.device("id");
-  m.partners = read_ids(r, "partners");
+  m.without = read_ids(r, "without");
   m.signature = r.bytes("signature", max_signature_bytes);
   return m;
 }

@@ -720,7 +720,7 @@ TEST_CASE("rogue hub: a short inbox and its senders named dropped, to take the d
         "the survivor set names sa-0 without its signed pledge of whom it masked with: refused");
   auto forged = asked;
   for (auto& m : forged.partners)
-    if (m.id == "sa-0") m.partners.push_back("sa-3");
+    if (m.id == "sa-0") std::erase(m.without, "sa-3");  // "sa-0 masked with sa-3 too"
   CHECK(clients[3].check(forged, signing_key_of(3)).error().message == "device sa-0 did not sign the pledge of whom it masked with: refused");
   // The server's own release rule agrees: sa-0 is tied to no survivor's masks on segment 2, which is withheld.
   CHECK(server.check_request_for("sa-3").released == std::vector<std::uint32_t>{1});  // group 1 (sa-3..5) only

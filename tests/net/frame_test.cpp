@@ -270,9 +270,9 @@ TEST_CASE("secure aggregation messages round-trip, ASSIGN's secure part and UPDA
   CHECK(un.request.signatures[1].id == "b");
   CHECK(un.request.signatures[1].signature == sig.signature);
   // The consistency check: the set alone, and one signature back.
-  const tessera::crypto::secagg_masked_with pledge{.id = "a", .partners = {"b", "c"}, .signature = {std::byte{3}}};
+  const tessera::crypto::secagg_masked_with pledge{.id = "a", .without = {"b", "c"}, .signature = {std::byte{3}}};
   const auto mw = std::get<net::msg::secagg_masked_with>(round_trip(net::msg::secagg_masked_with{.round = 3, .pledge = pledge}));
-  CHECK(mw.pledge.partners == pledge.partners);
+  CHECK(mw.pledge.without == pledge.without);
   CHECK(mw.pledge.signature == pledge.signature);
   const auto ch = std::get<net::msg::secagg_check>(round_trip(net::msg::secagg_check{
       .round = 3, .request = {.survivors = {"a", "b"}, .dropped = {"c"}, .released = {2}, .signatures = {}, .partners = {pledge}}}));
@@ -280,7 +280,7 @@ TEST_CASE("secure aggregation messages round-trip, ASSIGN's secure part and UPDA
   CHECK(ch.request.released == std::vector<std::uint32_t>{2});
   CHECK(ch.request.signatures.empty());
   REQUIRE(ch.request.partners.size() == 1);
-  CHECK(ch.request.partners[0].partners == pledge.partners);
+  CHECK(ch.request.partners[0].without == pledge.without);
   const auto cr = std::get<net::msg::secagg_check_reply>(round_trip(net::msg::secagg_check_reply{.round = 3, .signature = sig}));
   CHECK(cr.signature.id == "b");
   CHECK(cr.signature.signature == sig.signature);

@@ -131,14 +131,15 @@ struct secagg_masked {
   std::size_t clipped = 0;         // values the clip saturated
 };
 
-// Step 3, client → server, beside the masked input: the neighbours this device masked with (the senders
-// of the boxes it took, sorted), signed with its certificate's key. The hub controls each device's
+// Step 3, client → server, beside the masked input: whom this device masked with, as the neighbours (by
+// the roster's graph) whose boxes it did not take — usually none, so the pledge stays small however
+// many neighbours a device has — sorted, signed with its certificate's key. The hub controls each device's
 // inbox: without this, it could hand a device exactly threshold − 1 boxes, name those senders dropped
 // and the device a survivor, and collect the device's seed from its other neighbours. Each neighbour
 // checks the pledge before it signs a survivor set (secagg_client::check).
 struct secagg_masked_with {
   std::string id;
-  std::vector<std::string> partners;
+  std::vector<std::string> without;  // neighbours it did not mask with
   std::vector<std::byte> signature;
 };
 [[nodiscard]] std::vector<std::byte> secagg_masked_with_message(std::uint64_t round, const secagg_masked_with& m);
