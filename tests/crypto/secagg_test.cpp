@@ -96,6 +96,14 @@ std::vector<std::vector<float>> input_of(std::size_t d, const crypto::secagg_par
   return in;
 }
 
+// The first n devices of the fleet, their keys advertised to `server`.
+std::vector<crypto::secagg_client> keyed_fleet(const crypto::secagg_params& p, crypto::secagg_server& server, std::size_t n) {
+  std::vector<crypto::secagg_client> clients;
+  for (std::size_t d = 0; d < n; ++d) clients.push_back(client(d, p));
+  for (std::size_t d = 0; d < n; ++d) REQUIRE(server.add_keys(clients[d].keys(), segments_of(d)).ok());
+  return clients;
+}
+
 // Six devices that advertised keys and shared them; the first `masking` of them sent masked inputs.
 std::vector<crypto::secagg_client> masked_fleet(const crypto::secagg_params& p, crypto::secagg_server& server, std::size_t masking) {
   std::vector<crypto::secagg_client> clients;
@@ -304,9 +312,7 @@ TEST_CASE("rogue hub: different rosters to different devices, showing a device c
   // to come from a device of the hub's choosing — while the others see the true roster: sa-0 refuses.
   const auto p = params();
   crypto::secagg_server server(p);
-  std::vector<crypto::secagg_client> clients;
-  for (std::size_t d = 0; d < 6; ++d) clients.push_back(client(d, p));
-  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_keys(clients[d].keys(), segments_of(d)).ok());
+  auto clients = keyed_fleet(p, server, 6);
   const auto roster = server.roster().value();
   auto shown = roster;
   shown[3].segments = {0, 1, 2};
@@ -367,9 +373,7 @@ TEST_CASE("rogue hub: one device of a group sent a model of its own making") {
 TEST_CASE("secagg: the server refuses inputs of the wrong length, outside the ring, or twice") {
   const auto p = params();
   crypto::secagg_server server(p);
-  std::vector<crypto::secagg_client> clients;
-  for (std::size_t d = 0; d < 3; ++d) clients.push_back(client(d, p));
-  for (std::size_t d = 0; d < 3; ++d) REQUIRE(server.add_keys(clients[d].keys(), segments_of(d)).ok());
+  auto clients = keyed_fleet(p, server, 3);
   CHECK_FALSE(server.add_keys(clients[0].keys(), segments_of(0)).ok());
   for (std::size_t d = 0; d < 3; ++d) REQUIRE(server.add_boxes(devices::get().ids[d], clients[d].share_keys(server.roster().value()).value()).ok());
   CHECK_FALSE(server.add_boxes("sa-0", {}).ok());
