@@ -262,17 +262,12 @@ core::result<void> secagg_client::state::enough_pairwise_masks() const {
   // and never none. Otherwise a hub can pass the count above with boxes from devices of other groups
   // (IST: they mask only the shared segment) and read the group segment from its self mask's seed.
   for (const std::uint32_t seg : roster[index].segments) {
-    std::size_t partners = 0, arrived = 0;
-    for (const std::size_t v : neighbours) {
-      if (!graph->masks(seg, index, v)) continue;
-      ++partners;
-      arrived += shared.contains(roster[v].keys.id) ? 1 : 0;
-    }
-    const std::size_t need = secagg_partners_needed(params.segments[seg], partners);
-    if (arrived < need)
-      return make_error(errc::invalid_argument, "segment " + std::to_string(seg) + ": shares from " + std::to_string(arrived) + " of the " +
-                                                    std::to_string(partners) + " devices that mask it with this device arrived, below the " +
-                                                    std::to_string(need) + " its sum needs: the hub could unmask this segment of its input "
+    const auto count = detail::count_partners(*graph, params.segments[seg], seg, index,
+                                          [&](std::size_t v) { return shared.contains(roster[v].keys.id); });
+    if (!count.enough())
+      return make_error(errc::invalid_argument, "segment " + std::to_string(seg) + ": shares from " + std::to_string(count.counted) + " of the " +
+                                                    std::to_string(count.partners) + " devices that mask it with this device arrived, below the " +
+                                                    std::to_string(count.needed) + " its sum needs: the hub could unmask this segment of its input "
                                                     "alone; refused");
   }
   return {};

@@ -2,6 +2,7 @@
 // (keys, shares, masking) and secagg_unmask.cpp (the pledge, the consistency check, the unmasking).
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -21,11 +22,6 @@ namespace detail {
 template <class Out>
 void put_text(core::le_writer<Out>& w, std::string_view s) {
   w.bytes(std::span(s.data(), s.size())).u8(0);
-}
-
-// The same names in the same order: what was signed is what is answered.
-inline bool same_request(const secagg_unmask_request& a, const secagg_unmask_request& b) {
-  return a.survivors == b.survivors && a.dropped == b.dropped && a.released == b.released;
 }
 
 }  // namespace detail
@@ -50,7 +46,13 @@ struct secagg_client::state {
   std::map<std::string, std::map<std::uint32_t, shamir_share>> seed_shares;
   std::set<std::string> shared;                          // U2 as this device saw it (itself included)
   std::map<std::string, verifying_key> peers;            // the neighbours' keys, checked against the CA in share_keys
+  // An unmasking request's names, checked (validate) and, to be answered, signed by enough survivors.
+  struct named_sets {
+    std::set<std::string> survivors, dropped;
+    std::set<std::uint32_t> released;
+  };
   std::optional<secagg_unmask_request> checked;          // the request this device signed (no signatures)
+  named_sets checked_names;                              // its names, as validate() read them
   secagg_signature check_signature;
 
   // Keys, seeds and shares are secrets: each wipes itself when the state goes, on any path.
@@ -61,11 +63,8 @@ struct secagg_client::state {
   core::result<void> open_boxes(const std::vector<secagg_box>& boxes);
   [[nodiscard]] core::result<void> enough_pairwise_masks() const;
   core::result<void> add_masks(std::span<std::uint64_t> y);
-  // An unmasking request's names, checked (validate) and, to be answered, signed by enough survivors.
-  struct named_sets {
-    std::set<std::string> survivors, dropped;
-    std::set<std::uint32_t> released;
-  };
+  // Whether roster position v holds this device's shares: itself or a neighbour.
+  [[nodiscard]] bool holds(std::size_t v) const { return v == index || std::binary_search(neighbours.begin(), neighbours.end(), v); }
   // share_keys' checks of the roster: groups (devices sharing a segment not everyone covers) cover the
   // same segments; each neighbour's certificate, signature, parameters and model.
   [[nodiscard]] core::result<void> same_groups(const secagg_roster& offered) const;

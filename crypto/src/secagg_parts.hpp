@@ -10,6 +10,7 @@
 
 #include "tessera/crypto/masking.hpp"
 #include "tessera/crypto/secagg.hpp"
+#include "tessera/crypto/secagg_graph.hpp"
 
 namespace tessera::crypto::detail {
 
@@ -36,6 +37,27 @@ inline const secagg_member* member_of(const secagg_roster& roster, const std::st
 
 inline bool covers(const secagg_member& m, std::uint32_t segment) {
   return std::binary_search(m.segments.begin(), m.segments.end(), segment);
+}
+
+// Device u's mask partners on `segment` (by the graph) and how many of them `counts` accepts (whose
+// boxes it took, that survive, ...). One rule, at masking, at unmasking and in the hub's release: a
+// device's input on a segment stays hidden in the sum only if as many partners as the sum's other
+// contributors (min_aggregate − 1) are counted, where the graph gives that many, and never none.
+struct partner_count {
+  std::size_t partners = 0, counted = 0, needed = 0;
+  [[nodiscard]] bool enough() const noexcept { return counted >= needed; }
+};
+template <class Counts>
+partner_count count_partners(const secagg_graph& g, const secagg_segment& s, std::uint32_t segment, std::size_t u, Counts counts) {
+  partner_count c;
+  for (const std::size_t v : g.neighbours(u)) {
+    if (!g.masks(segment, u, v)) continue;
+    ++c.partners;
+    c.counted += counts(v) ? 1 : 0;
+  }
+  const std::size_t others = s.min_aggregate > 0 ? s.min_aggregate - 1 : 0;
+  c.needed = std::max<std::size_t>(1, std::min(others, c.partners));
+  return c;
 }
 
 }  // namespace tessera::crypto::detail

@@ -91,7 +91,7 @@ std::vector<secagg_box> secagg_server::inbox(const std::string& to) const {
 
 core::result<void> secagg_server::add_masked(secagg_masked m) {
   const secagg_member* who = member(m.id);
-  if (who == nullptr || !shared_.contains(m.id) || masked_.contains(m.id) || checking_)
+  if (who == nullptr || !shared_.contains(m.id) || masked_.contains(m.id) || checked_)
     return make_error(errc::invalid_argument, "a masked input from " + m.id + " that was not expected");
   std::size_t length = 0;
   for (std::uint32_t seg : who->segments) length += params_.segments[seg].length;
@@ -105,10 +105,12 @@ core::result<void> secagg_server::add_masked(secagg_masked m) {
   return {};
 }
 
-// A segment is released when enough survivors cover it, its masks connect them, and every secret its
-// unmasking needs has `threshold` surviving holders: each covering survivor's seed, and the key of every
-// dropped device that masked with one of them.
-secagg_unmask_request secagg_server::unmask_request() const {
+// A segment is released when enough survivors cover it, its masks connect them, each covering
+// survivor is tied to the sum by enough partners it masked with (its pledge, or every neighbour the
+// graph gives it when it sent none: the rule each survivor checks before it signs), and every secret its
+// unmasking needs has `threshold` surviving holders: each covering survivor's seed, and the key of
+// every dropped device that masked with one of them.
+secagg_unmask_request secagg_server::release() const {
   secagg_unmask_request r;
   if (!graph_) return r;
   std::vector<bool> alive(roster_.size(), false), gone(roster_.size(), false);
@@ -136,63 +138,61 @@ secagg_unmask_request secagg_server::unmask_request() const {
       if (!alive[u] || !graph_->covers(u, seg)) continue;
       ++covering;
       recoverable = recoverable && holders[u] >= params_.threshold;
-      // Whom u masked with: its pledge, or (none yet) every neighbour the graph gives it.
+      for (std::size_t v : graph_->neighbours(u))
+        if (gone[v] && graph_->masks(seg, u, v)) recoverable = recoverable && holders[v] >= params_.threshold;
       const auto pledge = masked_with_.find(roster_[u].keys.id);
       const auto masked_with = [&](std::size_t v) {
         if (pledge == masked_with_.end()) return true;
-        const auto& ws = pledge->second.without;
-        return std::find(ws.begin(), ws.end(), roster_[v].keys.id) == ws.end();
+        const auto& without = pledge->second.without;
+        return std::find(without.begin(), without.end(), roster_[v].keys.id) == without.end();
       };
-      std::size_t partners = 0, surviving = 0;
-      for (std::size_t v : graph_->neighbours(u)) {
-        if (!graph_->masks(seg, u, v)) continue;
-        if (gone[v]) recoverable = recoverable && holders[v] >= params_.threshold;
-        ++partners;
-        surviving += alive[v] && masked_with(v) ? 1 : 0;
-      }
-      // Each survivor checks this for itself before it signs (secagg_client::check).
-      partnered = partnered && surviving >= secagg_partners_needed(params_.segments[seg], partners);
+      partnered = partnered &&
+                  detail::count_partners(*graph_, params_.segments[seg], seg, u, [&](std::size_t v) { return alive[v] && masked_with(v); }).enough();
     }
     if (covering >= params_.segments[seg].min_aggregate && recoverable && partnered && graph_->connected(seg, alive)) r.released.push_back(seg);
   }
-  for (const auto& [id, sig] : signatures_) r.signatures.push_back(sig);
   return r;
 }
 
 secagg_unmask_request secagg_server::check_request() {
-  checking_ = true;
-  return unmask_request();
+  if (!checked_) checked_ = release();
+  return *checked_;
 }
 
 core::result<void> secagg_server::add_signature(secagg_signature s) {
-  if (!checking_ || !masked_.contains(s.id) || signatures_.contains(s.id))
+  if (!checked_ || !masked_.contains(s.id) || signatures_.contains(s.id))
     return make_error(errc::invalid_argument, "a consistency signature from " + s.id + " that was not expected");
   signatures_.emplace(s.id, std::move(s));  // checked by the clients, who hold the CA
   return {};
 }
 
 core::result<void> secagg_server::add_masked_with(secagg_masked_with m) {
-  if (member(m.id) == nullptr || !shared_.contains(m.id) || masked_with_.contains(m.id) || checking_)
+  if (member(m.id) == nullptr || !shared_.contains(m.id) || masked_with_.contains(m.id) || checked_)
     return make_error(errc::invalid_argument, "a pledge of whom it masked with from " + m.id + " that was not expected");
   masked_with_.emplace(m.id, std::move(m));
   return {};
 }
 
+secagg_unmask_request secagg_server::unmask_request() const {
+  secagg_unmask_request r = checked_ ? *checked_ : release();
+  for (const auto& [id, sig] : signatures_) r.signatures.push_back(sig);
+  return r;
+}
+
 secagg_unmask_request secagg_server::unmask_request_for(const std::string& id) const {
-  secagg_unmask_request r = unmask_request();
   const std::size_t u = position(id);
-  if (u == roster_.size() || !graph_) return r;
+  if (u == roster_.size() || !graph_) return unmask_request();
+  secagg_unmask_request r = checked_ ? *checked_ : release();
   const auto neighbours = graph_->neighbours(u);
-  std::erase_if(r.signatures, [&](const secagg_signature& s) {
-    const std::size_t v = position(s.id);
-    return v != u && !std::binary_search(neighbours.begin(), neighbours.end(), v);
-  });
+  for (const auto& [signer, sig] : signatures_) {
+    const std::size_t v = position(signer);
+    if (v == u || std::binary_search(neighbours.begin(), neighbours.end(), v)) r.signatures.push_back(sig);
+  }
   return r;
 }
 
 secagg_unmask_request secagg_server::check_request_for(const std::string& id) const {
-  secagg_unmask_request r = unmask_request();
-  r.signatures.clear();
+  secagg_unmask_request r = checked_ ? *checked_ : release();
   const std::size_t u = position(id);
   if (u == roster_.size() || !graph_) return r;
   for (const std::size_t v : graph_->neighbours(u))

@@ -11,14 +11,19 @@
 namespace tessera::crypto {
 namespace {
 
+using detail::count_partners;
 using detail::covers;
 using detail::member_of;
 using detail::position_in;
 using detail::put_text;
-using detail::same_request;
 
 constexpr std::string_view k_check_context = "tessera secagg survivors v1";
 constexpr std::string_view k_masked_with_context = "tessera secagg masked with v1";
+
+// The same names in the same order: what was signed is what is answered.
+bool same_request(const secagg_unmask_request& a, const secagg_unmask_request& b) {
+  return a.survivors == b.survivors && a.dropped == b.dropped && a.released == b.released;
+}
 
 }  // namespace
 
@@ -54,8 +59,7 @@ core::result<void> secagg_client::state::validate(const secagg_unmask_request& r
   const auto check_name = [&](const std::string& u) -> core::result<std::size_t> {
     const std::size_t where = position_in(roster, u);
     if (where == roster.size()) return make_error(errc::invalid_argument, "the unmasking names " + u + ", which is not in the roster");
-    const bool known = where == index || std::binary_search(neighbours.begin(), neighbours.end(), where);
-    if (known && !shared.contains(u))
+    if (holds(where) && !shared.contains(u))
       return make_error(errc::invalid_argument, "the unmasking names " + u + ", which did not share keys with this device");
     return where;
   };
@@ -98,18 +102,14 @@ core::result<void> secagg_client::state::validate(const secagg_unmask_request& r
 // shows it connected: so, as at masking, enough of the devices it masked the segment with must be
 // among the survivors (secagg_server releases by the same rule).
 core::result<void> secagg_client::state::enough_surviving_partners(std::uint32_t seg, const std::set<std::string>& survivors) const {
-  std::size_t partners = 0, surviving = 0;
-  for (const std::size_t v : neighbours) {
-    if (!graph->masks(seg, index, v)) continue;
-    ++partners;
+  const auto count = count_partners(*graph, params.segments[seg], seg, index, [&](std::size_t v) {
     const std::string& who = roster[v].keys.id;
-    surviving += shared.contains(who) && survivors.contains(who) ? 1 : 0;
-  }
-  const std::size_t need = secagg_partners_needed(params.segments[seg], partners);
-  if (surviving < need)
-    return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) + " with " + std::to_string(surviving) +
+    return shared.contains(who) && survivors.contains(who);
+  });
+  if (!count.enough())
+    return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) + " with " + std::to_string(count.counted) +
                                                   " of the devices this device masked it with among the survivors, below the " +
-                                                  std::to_string(need) + " its sum needs: the hub could unmask this device's part alone; refused");
+                                                  std::to_string(count.needed) + " its sum needs: the hub could unmask this device's part alone; refused");
   return {};
 }
 
@@ -125,9 +125,8 @@ core::result<void> secagg_client::state::enough_signatures(const secagg_unmask_r
   std::string not_counted;
   for (const auto& sig : request.signatures) {
     const std::size_t where = position_in(roster, sig.id);
-    const bool holder = where == index || std::binary_search(neighbours.begin(), neighbours.end(), where);
     std::string why;
-    if (!holder || !named.survivors.contains(sig.id)) {
+    if (!holds(where) || !named.survivors.contains(sig.id)) {
       why = "not a surviving holder of this device's shares";
     } else if (valid.contains(sig.id)) {
       why = "twice";
@@ -176,16 +175,13 @@ core::result<void> secagg_client::state::neighbours_partnered(const secagg_unmas
     const std::set<std::string> without(it->second->without.begin(), it->second->without.end());
     for (const std::uint32_t seg : named.released) {
       if (!covers(who, seg)) continue;
-      std::size_t graph_partners = 0, surviving = 0;
-      for (std::size_t v = 0; v < roster.size(); ++v) {
-        if (v == u || !graph->masks(seg, u, v)) continue;
-        ++graph_partners;
-        surviving += !without.contains(roster[v].keys.id) && named.survivors.contains(roster[v].keys.id) ? 1 : 0;
-      }
-      const std::size_t need = secagg_partners_needed(params.segments[seg], graph_partners);
-      if (surviving < need)
+      const auto count = count_partners(*graph, params.segments[seg], seg, u, [&](std::size_t v) {
+        const std::string& partner = roster[v].keys.id;
+        return !without.contains(partner) && named.survivors.contains(partner);
+      });
+      if (!count.enough())
         return make_error(errc::invalid_argument, "device " + who.keys.id + " masked segment " + std::to_string(seg) + " with " +
-                                                      std::to_string(surviving) + " of the survivors, below the " + std::to_string(need) +
+                                                      std::to_string(count.counted) + " of the survivors, below the " + std::to_string(count.needed) +
                                                       " its sum needs: the hub could unmask its part alone; refused");
     }
   }
@@ -209,6 +205,7 @@ core::result<secagg_signature> secagg_client::check(const secagg_unmask_request&
   TESSERA_ASSIGN_OR_RETURN(auto sig, key.sign(secagg_check_message(st.params.round, unsigned_request)));
   st.check_signature = {.id = st.id, .signature = std::move(sig)};
   st.checked = std::move(unsigned_request);
+  st.checked_names = std::move(named);
   st.at = state::stage::checked;
   return st.check_signature;
 }
@@ -218,8 +215,8 @@ core::result<secagg_unmask_reply> secagg_client::unmask(const secagg_unmask_requ
   if (st.at != state::stage::checked) return make_error(errc::invalid_argument, "unmasking before the consistency check, or twice");
   if (!same_request(*st.checked, request))
     return make_error(errc::invalid_argument, "the unmasking asks for another survivor set than the one this device signed: refused");
-  state::named_sets named;
-  TESSERA_TRY(st.validate(request, named));
+  // The names are the ones validated when this device signed them.
+  const state::named_sets& named = st.checked_names;
   TESSERA_TRY(st.enough_signatures(request, named));
   secagg_unmask_reply reply{.id = st.id, .seeds = {}, .keys = {}};
   for (const auto& u : named.survivors) {

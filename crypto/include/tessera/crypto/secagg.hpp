@@ -28,7 +28,6 @@
 //                     both for one device                        the sum over its survivors
 #pragma once
 
-#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -74,15 +73,6 @@ struct secagg_params {
   // was clipped — the sum is the noised count of fitting changes, centred (Andrew et al. 2021).
   double fitted_value = 0;
 };
-
-// How many of the devices that mask a segment with a device (`partners`, by the graph) must have done
-// so — at masking — and must be among the survivors — at unmasking — for that device's input on the
-// segment to stay hidden in a sum: as many as the sum's other contributors (min_aggregate − 1) where
-// the graph gives that many, and never none.
-[[nodiscard]] constexpr std::size_t secagg_partners_needed(const secagg_segment& s, std::size_t partners) noexcept {
-  const std::size_t others = s.min_aggregate > 0 ? s.min_aggregate - 1 : 0;
-  return std::max<std::size_t>(1, std::min(others, partners));
-}
 
 // The inputs the ring holds: params.summands, or the roster's size.
 [[nodiscard]] constexpr std::uint64_t secagg_summands(const secagg_params& p, std::size_t roster) noexcept {
@@ -296,8 +286,9 @@ class secagg_server {
   [[nodiscard]] std::vector<secagg_box> inbox(const std::string& to) const;
   // Step 3.
   [[nodiscard]] core::result<void> add_masked(secagg_masked m);
-  // Step 4: ends step 3 (later masked inputs are refused) and returns the request for the survivors to
-  // sign; their signatures; the request with them, to be answered.
+  // Step 4: ends step 3 (later masked inputs and pledges are refused) and fixes the request for the
+  // survivors to sign (what later calls return, whatever arrives after); their signatures; the
+  // request with them, to be answered.
   [[nodiscard]] secagg_unmask_request check_request();
   [[nodiscard]] core::result<void> add_signature(secagg_signature s);
   // A device's pledge of whom it masked with (the clients check it); the check request for one device
@@ -314,6 +305,8 @@ class secagg_server {
 
  private:
   [[nodiscard]] const secagg_member* member(const std::string& id) const;
+  // The survivors, the dropped and the segments to release, from what has arrived.
+  [[nodiscard]] secagg_unmask_request release() const;
   [[nodiscard]] std::size_t position(const std::string& id) const;
   secagg_params params_;
   secagg_roster roster_;
@@ -321,7 +314,7 @@ class secagg_server {
   std::map<std::string, std::vector<secagg_box>> inbox_;
   std::set<std::string> shared_;                  // U2
   std::map<std::string, secagg_masked> masked_;   // U3
-  bool checking_ = false;                         // step 3 is over
+  std::optional<secagg_unmask_request> checked_;  // fixed by check_request(): step 3 is over
   std::map<std::string, secagg_signature> signatures_;  // U4
   std::map<std::string, secagg_masked_with> masked_with_;
   std::map<std::string, secagg_unmask_reply> replies_;
