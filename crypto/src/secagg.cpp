@@ -53,7 +53,7 @@ std::vector<std::byte> box_associated(std::uint64_t round, const std::string& fr
 }  // namespace
 
 std::vector<std::byte> secagg_signed_message(const secagg_params& p, const std::string& id, const public_key& c_pk, const public_key& s_pk,
-                                             std::span<const std::uint32_t> segments, const secagg_digest& model) {
+                                             std::span<const std::uint32_t> segments, const sha256_digest& model) {
   std::vector<std::byte> m;
   core::le_writer w(m);
   put_text(w, k_sign_context);
@@ -67,7 +67,7 @@ std::vector<std::byte> secagg_signed_message(const secagg_params& p, const std::
   w.bytes(std::span(c_pk)).bytes(std::span(s_pk));
   w.u32(static_cast<std::uint32_t>(segments.size()));
   for (const std::uint32_t seg : segments) w.u32(seg);
-  w.bytes(std::span(model));
+  w.bytes(std::as_bytes(std::span(model)));
   return m;
 }
 

@@ -1,7 +1,5 @@
 #include "tessera/edge/secure_round.hpp"
 
-#include <algorithm>
-
 #include "tessera/core/io/file_io.hpp"
 #include "tessera/core/math/mlp.hpp"
 #include "tessera/crypto/masking.hpp"
@@ -47,9 +45,8 @@ core::result<std::unique_ptr<secure_round>> secure_round::start(const net::msg::
     if (!bytes) return make_error(errc::secure_refused, "the revocation list (tls.crl) cannot be read: " + bytes.error().message);
     crl.assign(reinterpret_cast<const char*>(bytes.value().data()), bytes.value().size());
   }
-  crypto::secagg_pledge pledge{.segments = s.segments, .model = {}};
-  std::transform(model.begin(), model.end(), pledge.model.begin(), [](std::uint8_t b) { return std::byte{b}; });
-  auto client = crypto::secagg_client::create(me.id, me.certificate_pem, me.key, me.ca_pem, s.params, std::move(pledge), std::move(crl));
+  auto client = crypto::secagg_client::create(me.id, me.certificate_pem, me.key, me.ca_pem, s.params, {.segments = s.segments, .model = model},
+                                              std::move(crl));
   if (!client) return step_error("the secure aggregation's keys", client.error());
   return std::unique_ptr<secure_round>(new secure_round(round, s, std::move(client).value(), me, policy));
 }

@@ -91,13 +91,13 @@ std::vector<std::string> read_ids(reader& r, const char* key) {
 // at all, and goes by its id alone. Keys are never without the certificate that signed them: the parser
 // refuses that, so the id alone stands for exactly this, and a member with any key goes out whole.
 bool without_keys(const crypto::secagg_keys& k) {
-  return k.certificate_pem.empty() && k.c_pk == crypto::public_key{} && k.s_pk == crypto::public_key{} && k.model == crypto::secagg_digest{} &&
+  return k.certificate_pem.empty() && k.c_pk == crypto::public_key{} && k.s_pk == crypto::public_key{} && k.model == crypto::sha256_digest{} &&
          k.signature.empty();
 }
 
 json keys_object(const crypto::secagg_keys& k) {
   return {{"id", k.id}, {"certificate", k.certificate_pem}, {"c_pk", b64(k.c_pk)}, {"s_pk", b64(k.s_pk)},
-          {"model", b64(k.model)}, {"signature", b64(k.signature)}};
+          {"model", hex_of(k.model)}, {"signature", b64(k.signature)}};
 }
 crypto::secagg_keys read_keys(reader& r) {
   crypto::secagg_keys k;
@@ -106,7 +106,7 @@ crypto::secagg_keys read_keys(reader& r) {
   if (!r.failed() && k.certificate_pem.empty()) r.fail("certificate", "empty (keys come with the certificate that signed them)");
   k.c_pk = key32(r, "c_pk");
   k.s_pk = key32(r, "s_pk");
-  k.model = key32(r, "model");
+  k.model = r.sha256("model");  // hex, as ASSIGN's sha256
   k.signature = r.bytes("signature", max_signature_bytes);
   return k;
 }

@@ -342,8 +342,8 @@ TEST_CASE("rogue hub: one device of a group sent a model of its own making") {
   crypto::secagg_server server(p);
   std::vector<crypto::secagg_client> clients;
   for (std::size_t d = 0; d < 3; ++d) {
-    crypto::secagg_digest model{};
-    if (d == 1) model[5] = std::byte{9};
+    crypto::sha256_digest model{};
+    if (d == 1) model[5] = 9;
     auto key = crypto::signing_key::load(dv.files[d].key).value();
     clients.push_back(crypto::secagg_client::create(dv.ids[d], testing::read_text(dv.files[d].cert), key, dv.ca, p,
                                                     {.segments = segments_of(d), .model = model})
@@ -359,8 +359,8 @@ TEST_CASE("rogue hub: one device of a group sent a model of its own making") {
   crypto::secagg_server mixed(p);
   std::vector<crypto::secagg_client> across;
   for (const std::size_t d : {0, 1, 3, 4}) {
-    crypto::secagg_digest model{};
-    model[0] = std::byte{static_cast<unsigned char>(d < 3 ? 1 : 2)};
+    crypto::sha256_digest model{};
+    model[0] = d < 3 ? 1 : 2;
     auto key = crypto::signing_key::load(dv.files[d].key).value();
     across.push_back(crypto::secagg_client::create(dv.ids[d], testing::read_text(dv.files[d].cert), key, dv.ca, p,
                                                    {.segments = segments_of(d), .model = model})

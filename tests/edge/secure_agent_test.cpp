@@ -58,7 +58,7 @@ crypto::cert_files other_device(const std::string& id) {
 }
 
 // A device of the agent's group (segment 0), sent the model whose digest is `model`.
-crypto::secagg_client client_for(const std::string& id, const crypto::secagg_params& p, const crypto::secagg_digest& model) {
+crypto::secagg_client client_for(const std::string& id, const crypto::secagg_params& p, const crypto::sha256_digest& model) {
   const auto files = other_device(id);
   auto key = crypto::signing_key::load(files.key);
   REQUIRE(key.ok());
@@ -195,9 +195,9 @@ class scripted_hub {
       // The roster: the agent, then sa-1 and sa-2 (sa-1's keys spoiled as the script says).
       crypto::secagg_params sa1_params = p_;
       if (rogue_ == rogue::replayed_keys) sa1_params.round = p_.round - 1;  // keys signed for an earlier round
-      const crypto::secagg_digest model = k->keys.model;  // what the agent signed: the ASSIGN's digest
-      crypto::secagg_digest sa1_model = model;
-      if (rogue_ == rogue::other_model) sa1_model[0] ^= std::byte{1};
+      const crypto::sha256_digest model = k->keys.model;  // what the agent signed: the ASSIGN's digest
+      crypto::sha256_digest sa1_model = model;
+      if (rogue_ == rogue::other_model) sa1_model[0] ^= 1;
       others_.push_back(client_for("sa-1", sa1_params, sa1_model));
       if (rogue_ == rogue::revoked_member) {
         const auto& pki = test::test_pki::get();

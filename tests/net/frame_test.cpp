@@ -232,7 +232,7 @@ TEST_CASE("secure aggregation messages round-trip, ASSIGN's secure part and UPDA
   for (std::size_t i = 0; i < 32; ++i) {
     keys.c_pk[i] = static_cast<std::byte>(i);
     keys.s_pk[i] = static_cast<std::byte>(255 - i);
-    keys.model[i] = static_cast<std::byte>(i * 7);
+    keys.model[i] = static_cast<std::uint8_t>(i * 7);
   }
   keys.signature = {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}, std::byte{5}};  // not a multiple of 3
   const auto k = std::get<net::msg::secagg_keys>(round_trip(net::msg::secagg_keys{.round = 3, .keys = keys}));

@@ -40,6 +40,7 @@
 
 #include "tessera/core/base/error.hpp"
 #include "tessera/crypto/agreement.hpp"
+#include "tessera/crypto/digest.hpp"
 #include "tessera/crypto/masking.hpp"
 #include "tessera/crypto/shamir.hpp"
 
@@ -84,10 +85,9 @@ struct secagg_params {
 // checks its neighbours' digests against its own, so a hub that sends one device of a group a model of
 // its own making (to single out that device's update in the group's sum: Pasquini, Francati, Ateniese,
 // CCS 2022) is refused before any share leaves.
-using secagg_digest = std::array<std::byte, 32>;
 struct secagg_pledge {
   std::vector<std::uint32_t> segments;  // sorted, distinct
-  secagg_digest model{};
+  sha256_digest model{};                // what ASSIGN announced and the download was checked against
 };
 
 // Step 1, client → server.
@@ -95,7 +95,7 @@ struct secagg_keys {
   std::string id;
   std::string certificate_pem;     // issued by the fleet's CA: the key that signed
   public_key c_pk{}, s_pk{};
-  secagg_digest model{};           // the pledge's digest (its segments are the roster member's)
+  sha256_digest model{};           // the pledge's digest (its segments are the roster member's)
   std::vector<std::byte> signature;
 };
 
@@ -216,7 +216,7 @@ void secagg_pack(std::span<const std::uint64_t> y, int bits, std::span<std::byte
 // signed, or whose keys were signed for another round or other parameters, does not verify.
 [[nodiscard]] std::vector<std::byte> secagg_signed_message(const secagg_params& p, const std::string& id, const public_key& c_pk,
                                                            const public_key& s_pk, std::span<const std::uint32_t> segments,
-                                                           const secagg_digest& model);
+                                                           const sha256_digest& model);
 
 class secagg_client {
  public:
