@@ -108,7 +108,7 @@ bool round_driver::between_rounds() const noexcept {
   return std::holds_alternative<waiting_phase>(phase_) || std::holds_alternative<paused_phase>(phase_);
 }
 
-bool round_driver::unmasking() const noexcept {
+bool round_driver::uploads_over() const noexcept {
   const auto* sp = std::get_if<secure_phase>(&phase_);
   return sp != nullptr && sp->steps.past_uploads();
 }

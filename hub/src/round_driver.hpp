@@ -86,7 +86,7 @@ class round_driver {
   [[nodiscard]] Phase* in() noexcept { return std::get_if<Phase>(&phase_); }
   [[nodiscard]] bool stopped() const noexcept { return hub::stopped(phase_); }
   [[nodiscard]] bool between_rounds() const noexcept;
-  [[nodiscard]] bool unmasking() const noexcept;  // a secure round past its uploads (checking or unmasking)
+  [[nodiscard]] bool uploads_over() const noexcept;  // a secure round past its uploads (checking or unmasking)
   [[nodiscard]] clock_type::time_point round_started() const;
 
   // round_driver.cpp: waiting, a round's start and its end, the run's end.

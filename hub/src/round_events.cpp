@@ -57,17 +57,17 @@ void round_driver::on_hello(const std::shared_ptr<net::session>& s, device_entry
     s->send(welcome);
     transfers_.send_assignment(d, *a);
   }
-  // After its assignment, the unmasking may still need its shares.
-  if (unmasking()) in<secure_phase>()->steps.send_step(d, id);
+  // After its assignment, the consistency check or the unmasking may still need it.
+  if (uploads_over()) in<secure_phase>()->steps.send_step(d, id);
   maybe_start_round();
 }
 
 void round_driver::on_update(const std::shared_ptr<net::session>& s, const net::msg::update& u) {
-  if (transfers_.on_update(s, u, unmasking())) end_collection();
+  if (transfers_.on_update(s, u, uploads_over())) end_collection();
 }
 
 void round_driver::on_upload(const std::shared_ptr<net::session>& s, const std::shared_ptr<net::incoming_transfer>& in) {
-  if (transfers_.on_upload(s, in, unmasking())) end_collection();
+  if (transfers_.on_upload(s, in, uploads_over())) end_collection();
 }
 
 void round_driver::on_download_sent(const std::string& id, const std::shared_ptr<net::outgoing_transfer>& out) {

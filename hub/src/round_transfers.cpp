@@ -67,7 +67,7 @@ core::error round_transfers::unassigned(std::uint64_t update_round) const {
   return make_error(errc::round_not_open, "update for round " + std::to_string(round) + ", which is not open");
 }
 
-bool round_transfers::on_update(const std::shared_ptr<net::session>& s, const net::msg::update& u, bool unmasking) {
+bool round_transfers::on_update(const std::shared_ptr<net::session>& s, const net::msg::update& u, bool uploads_over) {
   const std::string& id = s->peer_device_id();
   device_entry& d = (*devices_)[id];
   d.seen();
@@ -80,8 +80,8 @@ bool round_transfers::on_update(const std::shared_ptr<net::session>& s, const ne
     reject(s, id, unassigned(u.round), u.transfer);
     return false;
   }
-  if (unmasking) {  // the survivors are fixed: no masked input joins now
-    reject(s, id, make_error(errc::round_closed, "update for round " + std::to_string(u.round) + ", whose uploads are over (unmasking)"),
+  if (uploads_over) {  // the survivors are fixed: no masked input joins now
+    reject(s, id, make_error(errc::round_closed, "update for round " + std::to_string(u.round) + ", whose uploads are over (its survivors are fixed)"),
            u.transfer);
     return false;
   }
@@ -113,11 +113,11 @@ void round_transfers::audit(const std::string& id, const upload_slot& upload) co
     ctx_->say(log_level::error, "audit_uploads: " + ok.error().message);
 }
 
-bool round_transfers::on_upload(const std::shared_ptr<net::session>& s, const std::shared_ptr<net::incoming_transfer>& in, bool unmasking) {
+bool round_transfers::on_upload(const std::shared_ptr<net::session>& s, const std::shared_ptr<net::incoming_transfer>& in, bool uploads_over) {
   const std::string& id = s->peer_device_id();
   device_entry& d = (*devices_)[id];
   assignment* a = engine_->find(id);
-  if (a == nullptr || !d.upload || &d.upload->in != in.get() || a->state != assignment_state::uploading || unmasking) {
+  if (a == nullptr || !d.upload || &d.upload->in != in.get() || a->state != assignment_state::uploading || uploads_over) {
     reject(s, id, make_error(errc::round_closed, "update arrived after its round closed"), 0);
     return false;
   }

@@ -21,11 +21,11 @@ class round_transfers {
 
   // ASSIGN and the subnet's download (the same bytes again when the device lost them in this round).
   void send_assignment(device_entry& d, rounds::assignment& a);
-  // While `unmasking`, a secure round's survivors are fixed and no masked input joins. Each returns true
-  // when every assignment has reported since: the collection is over.
-  [[nodiscard]] bool on_update(const std::shared_ptr<net::session>& s, const net::msg::update& u, bool unmasking);
+  // While `uploads_over` (a secure round checks or unmasks), its survivors are fixed and no masked input
+  // joins. Each returns true when every assignment has reported since: the collection is over.
+  [[nodiscard]] bool on_update(const std::shared_ptr<net::session>& s, const net::msg::update& u, bool uploads_over);
   [[nodiscard]] bool on_upload(const std::shared_ptr<net::session>& s, const std::shared_ptr<net::incoming_transfer>& in,
-                               bool unmasking);
+                               bool uploads_over);
   void on_download_sent(const std::string& id, const std::shared_ptr<net::outgoing_transfer>& out);
   // The download is complete (its last ACK, or the agent says it holds every byte).
   void note_downloaded(device_entry& d, rounds::assignment& a, const net::outgoing_transfer& out);

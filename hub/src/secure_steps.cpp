@@ -183,9 +183,9 @@ bool secure_steps::on_message(const std::string& id, const net::message& m) {
     pledged_.insert(id);
     return false;  // no step ends on it
   } else if (const auto* c = std::get_if<net::msg::secagg_check_reply>(&m)) {
-    return take_reply(signed_, step::check, id, c->signature.id == id, [&] { return engine_->secagg_server().add_signature(c->signature); });
+    return take_reply(signed_, step::check, id, what, c->signature.id == id, [&] { return engine_->secagg_server().add_signature(c->signature); });
   } else if (const auto* r = std::get_if<net::msg::secagg_unmask_reply>(&m)) {
-    return take_reply(replied_, step::unmask, id, r->reply.id == id, [&] { return engine_->secagg_server().add_reply(r->reply); });
+    return take_reply(replied_, step::unmask, id, what, r->reply.id == id, [&] { return engine_->secagg_server().add_reply(r->reply); });
   }
   return true;
 }
@@ -193,9 +193,9 @@ bool secure_steps::on_message(const std::string& id, const net::message& m) {
 // A survivor's answer to the step `when`, taken once (a repeat after a reconnect changes nothing); one
 // the protocol's server refuses is logged, and the device stays in the round (its masked input is in).
 template <class Add>
-bool secure_steps::take_reply(std::set<std::string>& answered, step when, const std::string& id, bool own, Add add) {
+bool secure_steps::take_reply(std::set<std::string>& answered, step when, const std::string& id, const std::string& what, bool own,
+                              Add add) {
   if (answered.contains(id)) return false;
-  const std::string what = std::string(when == step::check ? "SECAGG_CHECK_REPLY" : "SECAGG_UNMASK_REPLY") + " from " + id;
   if (at_ != when || !own) {
     ctx_->say(log_level::warning, what + " outside the " + std::string(name(when)) + " step: ignored");
     return false;

@@ -68,7 +68,8 @@ class secure_steps {
   [[nodiscard]] next end_shares();
   [[nodiscard]] next end_check();
   template <class Add>
-  [[nodiscard]] bool take_reply(std::set<std::string>& answered, step when, const std::string& id, bool own, Add add);
+  [[nodiscard]] bool take_reply(std::set<std::string>& answered, step when, const std::string& id, const std::string& what, bool own,
+                                Add add);
   [[nodiscard]] bool is_signer(const std::string& id) const;
 
   const hub_context* ctx_;
