@@ -147,7 +147,25 @@ crypto::secagg_masked_with read_masked_with(reader& r) {
   return m;
 }
 
-// An unmasking request's names (its signatures travel only in SECAGG_UNMASK).
+// A JSON array of `items`, each written by `write`; and the list of objects under `key`, each read by
+// `read` (at most max_secagg_members).
+template <class T, class Write>
+json array_of(const std::vector<T>& items, Write write) {
+  json a = json::array();
+  for (const auto& item : items) a.push_back(write(item));
+  return a;
+}
+template <class Read>
+auto read_list(reader& r, const char* key, Read read) {
+  std::vector<decltype(read(r))> out;
+  each_object(r, key, max_secagg_members, [&](reader& item) { out.push_back(read(item)); });
+  return out;
+}
+
+// An unmasking request's names (its pledges travel in SECAGG_CHECK, its signatures in SECAGG_UNMASK).
+json request_object(std::uint64_t round, const crypto::secagg_unmask_request& q) {
+  return {{"round", round}, {"survivors", q.survivors}, {"dropped", q.dropped}, {"released", q.released}};
+}
 crypto::secagg_unmask_request read_request(reader& r) {
   crypto::secagg_unmask_request q;
   q.survivors = read_ids(r, "survivors");
@@ -253,19 +271,17 @@ json secagg_to_object(const message& m) {
         } else if constexpr (std::is_same_v<T, msg::secagg_shares> || std::is_same_v<T, msg::secagg_inbox>) {
           return {{"round", v.round}, {"boxes", boxes_array(v.boxes)}};
         } else if constexpr (std::is_same_v<T, msg::secagg_check>) {
-          json partners = json::array();
-          for (const auto& p : v.request.partners) partners.push_back(masked_with_object(p));
-          return {{"round", v.round}, {"survivors", v.request.survivors}, {"dropped", v.request.dropped},
-                  {"released", v.request.released}, {"partners", std::move(partners)}};
+          json j = request_object(v.round, v.request);
+          j["partners"] = array_of(v.request.partners, masked_with_object);
+          return j;
         } else if constexpr (std::is_same_v<T, msg::secagg_masked_with>) {
           return {{"round", v.round}, {"pledge", masked_with_object(v.pledge)}};
         } else if constexpr (std::is_same_v<T, msg::secagg_check_reply>) {
           return {{"round", v.round}, {"signature", signature_object(v.signature)}};
         } else if constexpr (std::is_same_v<T, msg::secagg_unmask>) {
-          json signatures = json::array();
-          for (const auto& s : v.request.signatures) signatures.push_back(signature_object(s));
-          return {{"round", v.round}, {"survivors", v.request.survivors}, {"dropped", v.request.dropped},
-                  {"released", v.request.released}, {"signatures", std::move(signatures)}};
+          json j = request_object(v.round, v.request);
+          j["signatures"] = array_of(v.request.signatures, signature_object);
+          return j;
         } else if constexpr (std::is_same_v<T, msg::secagg_unmask_reply>) {
           return {{"round", v.round}, {"id", v.reply.id}, {"seeds", shares_array(v.reply.seeds)}, {"keys", shares_array(v.reply.keys)}};
         } else {
@@ -299,7 +315,7 @@ message parse_secagg(frame_type t, reader& r) {
     case frame_type::secagg_inbox: return msg::secagg_inbox{.round = round, .boxes = read_boxes(r)};
     case frame_type::secagg_check: {
       msg::secagg_check c{.round = round, .request = read_request(r)};
-      each_object(r, "partners", max_secagg_members, [&](reader& pr) { c.request.partners.push_back(read_masked_with(pr)); });
+      c.request.partners = read_list(r, "partners", read_masked_with);
       return c;
     }
     case frame_type::secagg_masked_with: {
@@ -314,7 +330,7 @@ message parse_secagg(frame_type t, reader& r) {
     }
     case frame_type::secagg_unmask: {
       msg::secagg_unmask u{.round = round, .request = read_request(r)};
-      each_object(r, "signatures", max_secagg_members, [&](reader& sr) { u.request.signatures.push_back(read_signature(sr)); });
+      u.request.signatures = read_list(r, "signatures", read_signature);
       return u;
     }
     case frame_type::secagg_unmask_reply: {
