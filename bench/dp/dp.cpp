@@ -49,7 +49,7 @@ nlohmann::json config_of(const options& o, const std::string& strategy, bool dev
                       {"seed", 3},
                       {"eval_every", 20},
                       {"data", {{"validation_fraction", 0}}},
-                      {"dp", {{"sample_rate", o.q}, {"noise_multiplier", 1.0}, {"clip", o.clip}, {"delta", 1e-5}}}};
+                      {"dp", {{"sample_rate", o.q}, {"noise_multiplier", 1.0}, {"clip", o.clip}, {"delta", 1e-5}, {"publish_exact", true}}}};
   const std::size_t groups = strategy == "ist" ? o.ist_groups : 1;
   if (strategy == "ist") j["groups"] = groups;
   if (devices_noise) {

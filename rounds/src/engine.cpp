@@ -284,7 +284,7 @@ core::result<round_metrics> engine::close_round(core::example_table* validation)
     reached_ = {};
   }
   m.examples = examples_;
-  m.train_loss = examples_ > 0 ? loss_weighted_ / static_cast<double>(examples_) : 0.0;
+  if (examples_ > 0) m.train_loss = loss_weighted_ / static_cast<double>(examples_);
   ++completed_;
   in_round_ = false;
 

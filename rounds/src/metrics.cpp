@@ -8,6 +8,36 @@
 #include "tessera/rounds/natural_order.hpp"
 
 namespace tessera::rounds {
+namespace {
+
+constexpr std::string_view k_withheld[] = {"train_loss", "examples", "update_norm_max", "updates_bounded", "secagg_clipped",
+                                           "dp_sampled", "dp_clipped", "fed_examples", "fed_loss", "fed_accuracy",
+                                           "fed_accuracy_min", "fed_accuracy_median", "fed_accuracy_max"};
+
+nlohmann::json or_null(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
+
+}  // namespace
+
+std::span<const std::string_view> withheld_figures() noexcept { return k_withheld; }
+
+// The devices' losses, example counts, change norms, clipped counts and scores: each is an exact
+// function of a few devices' data, which no accountant counts. The count of sampled devices goes too:
+// under Poisson sampling it moves by one with a device's presence.
+void round_metrics::withhold_exact() {
+  exact_withheld = true;
+  train_loss.reset();
+  examples = 0;
+  update_norm_max.reset();
+  updates_bounded.reset();
+  secagg.clipped.reset();
+  dp.sampled.reset();
+  dp.clipped.reset();
+  const auto devices_scored = fed.devices;
+  const auto bytes = fed.bytes_down;
+  fed = {};
+  fed.devices = devices_scored;
+  fed.bytes_down = bytes;
+}
 
 nlohmann::json round_metrics::to_json() const {
   nlohmann::json j;
@@ -17,10 +47,12 @@ nlohmann::json round_metrics::to_json() const {
   j["groups"] = groups;
   j["bytes_down"] = bytes_down;
   j["bytes_up"] = bytes_up;
-  j["train_loss"] = train_loss;
-  j["test_accuracy"] = test_accuracy ? nlohmann::json(*test_accuracy) : nlohmann::json(nullptr);
-  j["test_loss"] = test_loss ? nlohmann::json(*test_loss) : nlohmann::json(nullptr);
-  j["examples"] = examples;
+  if (!exact_withheld) {
+    j["train_loss"] = or_null(train_loss);
+    j["examples"] = examples;
+  }
+  j["test_accuracy"] = or_null(test_accuracy);
+  j["test_loss"] = or_null(test_loss);
   j["lr"] = learning_rate;
   j["seconds"] = seconds;
   j["plan_seed"] = plan_seed;
@@ -33,26 +65,33 @@ nlohmann::json round_metrics::to_json() const {
   j["secure_aggregation"] = secagg.dropped.has_value();
   if (secagg.dropped) {
     j["secagg_dropped"] = *secagg.dropped;
-    j["secagg_clipped"] = secagg.clipped.value_or(0);
+    if (secagg.clipped) j["secagg_clipped"] = *secagg.clipped;
     j["secagg_withheld"] = secagg.withheld.value_or(0);
   }
   if (dp.epsilon) {
     j["epsilon"] = std::isfinite(*dp.epsilon) ? nlohmann::json(*dp.epsilon) : nlohmann::json(nullptr);
     if (dp.epsilon_hub) j["epsilon_hub"] = std::isfinite(*dp.epsilon_hub) ? nlohmann::json(*dp.epsilon_hub) : nlohmann::json(nullptr);
     j["dp_noise"] = dp.noise;
-    j["dp_sampled"] = dp.sampled.value_or(0);
-    j["dp_clipped"] = dp.clipped.value_or(0);
+    if (dp.sampled) j["dp_sampled"] = *dp.sampled;
+    if (dp.clipped) j["dp_clipped"] = *dp.clipped;
     j["dp_clip"] = dp.clip.value_or(0);
   }
   if (fed.devices) {
     j["fed_devices"] = *fed.devices;
-    j["fed_examples"] = fed.examples.value_or(0);
-    j["fed_loss"] = fed.loss ? nlohmann::json(*fed.loss) : nlohmann::json(nullptr);
-    j["fed_accuracy"] = fed.accuracy ? nlohmann::json(*fed.accuracy) : nlohmann::json(nullptr);
-    j["fed_accuracy_min"] = fed.accuracy_min ? nlohmann::json(*fed.accuracy_min) : nlohmann::json(nullptr);
-    j["fed_accuracy_median"] = fed.accuracy_median ? nlohmann::json(*fed.accuracy_median) : nlohmann::json(nullptr);
-    j["fed_accuracy_max"] = fed.accuracy_max ? nlohmann::json(*fed.accuracy_max) : nlohmann::json(nullptr);
+    if (!exact_withheld) {
+      j["fed_examples"] = fed.examples.value_or(0);
+      j["fed_loss"] = or_null(fed.loss);
+      j["fed_accuracy"] = or_null(fed.accuracy);
+      j["fed_accuracy_min"] = or_null(fed.accuracy_min);
+      j["fed_accuracy_median"] = or_null(fed.accuracy_median);
+      j["fed_accuracy_max"] = or_null(fed.accuracy_max);
+    }
     j["fed_bytes_down"] = fed.bytes_down.value_or(0);
+  }
+  if (exact_withheld) {
+    nlohmann::json names = nlohmann::json::array();
+    for (const std::string_view n : k_withheld) names.push_back(n);
+    j["withheld"] = std::move(names);
   }
   return j;
 }
@@ -60,11 +99,16 @@ nlohmann::json round_metrics::to_json() const {
 std::string round_metrics::to_line() const {
   char buf[256];
   const std::string acc = test_accuracy ? std::to_string(*test_accuracy * 100.0).substr(0, 5) + "%" : "  -  ";
-  std::snprintf(buf, sizeof buf, "round %5lld  %-7s devices %3zu  down %9.2f MB  up %9.2f MB  loss %.4f  test %s  lr %.4g  %.2fs",
+  char loss[32] = "   -  ";
+  if (train_loss) std::snprintf(loss, sizeof loss, "%.4f", *train_loss);
+  std::snprintf(buf, sizeof buf, "round %5lld  %-7s devices %3zu  down %9.2f MB  up %9.2f MB  loss %s  test %s  lr %.4g  %.2fs",
                 static_cast<long long>(round), strategy.c_str(), devices, static_cast<double>(bytes_down) / 1e6,
-                static_cast<double>(bytes_up) / 1e6, train_loss, acc.c_str(), learning_rate, seconds);
+                static_cast<double>(bytes_up) / 1e6, loss, acc.c_str(), learning_rate, seconds);
   std::string line = buf;
-  if (fed.devices && fed.accuracy) {
+  if (fed.devices && exact_withheld) {
+    std::snprintf(buf, sizeof buf, "  fed scored on %zu device%s (withheld)", *fed.devices, *fed.devices == 1 ? "" : "s");
+    line += buf;
+  } else if (fed.devices && fed.accuracy) {
     std::snprintf(buf, sizeof buf, "  fed %.2f%% on %zu device%s (%.1f-%.1f%%)", *fed.accuracy * 100.0, *fed.devices,
                   *fed.devices == 1 ? "" : "s", fed.accuracy_min.value_or(0) * 100.0, fed.accuracy_max.value_or(0) * 100.0);
     line += buf;
@@ -73,15 +117,23 @@ std::string round_metrics::to_line() const {
     line += buf;
   }
   if (secagg.dropped && (*secagg.dropped > 0 || secagg.clipped.value_or(0) > 0 || secagg.withheld.value_or(0) > 0)) {
-    std::snprintf(buf, sizeof buf, "  secagg dropped %zu clipped %llu withheld %zu", *secagg.dropped,
-                  static_cast<unsigned long long>(secagg.clipped.value_or(0)), secagg.withheld.value_or(0));
+    std::snprintf(buf, sizeof buf, "  secagg dropped %zu", *secagg.dropped);
+    line += buf;
+    if (secagg.clipped) {
+      std::snprintf(buf, sizeof buf, " clipped %llu", static_cast<unsigned long long>(*secagg.clipped));
+      line += buf;
+    }
+    std::snprintf(buf, sizeof buf, " withheld %zu", secagg.withheld.value_or(0));
     line += buf;
   }
   if (dp.epsilon) {
-    if (dp.epsilon_hub) std::snprintf(buf, sizeof buf, "  ε %.3f (hub %.3f)  sampled %zu clipped %zu", *dp.epsilon, *dp.epsilon_hub,
-                                   dp.sampled.value_or(0), dp.clipped.value_or(0));
-    else std::snprintf(buf, sizeof buf, "  ε %.3f  sampled %zu clipped %zu", *dp.epsilon, dp.sampled.value_or(0), dp.clipped.value_or(0));
+    if (dp.epsilon_hub) std::snprintf(buf, sizeof buf, "  ε %.3f (hub %.3f)", *dp.epsilon, *dp.epsilon_hub);
+    else std::snprintf(buf, sizeof buf, "  ε %.3f", *dp.epsilon);
     line += buf;
+    if (dp.sampled) {
+      std::snprintf(buf, sizeof buf, "  sampled %zu clipped %zu", *dp.sampled, dp.clipped.value_or(0));
+      line += buf;
+    }
   }
   if (stragglers || refused || rejected) {
     std::snprintf(buf, sizeof buf, "  stragglers %zu  refused %zu  rejected %zu", stragglers.value_or(0),

@@ -103,6 +103,9 @@ void read_dp(core::config_reader& r, run_config& c) {
                                   "amplification) or the model's users'");
     d.population = static_cast<std::size_t>(dr.integer("population", 0, 0, INT64_MAX,
                                                        "the registered devices (0: the hub's registry, the simulator's devices)"));
+    d.publish_exact = dr.boolean("publish_exact", false,
+                                 "also publish the figures that are exact functions of the devices' data (training loss, examples, "
+                                 "change norms, clipped counts, the devices' scores): they are not private");
     if (const auto* ac = dr.object("adaptive_clip", "move the clip toward a quantile of the devices' change norms, privately")) {
       core::config_reader ar = dr.child("adaptive_clip", *ac);
       d.adaptive_clip = ar.boolean("enabled", true, "adapt the clip each round");

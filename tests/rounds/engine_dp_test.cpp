@@ -752,3 +752,44 @@ TEST_CASE("dp: a round's spending is in the ledger as soon as it closes, before 
   REQUIRE(resumed.restore(std::move(loaded.value()->state)).ok());
   CHECK(resumed.epsilon() == doctest::Approx(e.epsilon()).epsilon(1e-12));
 }
+
+TEST_CASE("dp: what a round publishes is private unless dp.publish_exact names the exact figures") {
+  testing::temp_dir d("dp-published");
+  for (const bool exact : {false, true}) {
+    CAPTURE(exact);
+    auto c = config({{"sample_rate", 1.0}, {"clip", 1.0}, {"noise_multiplier", 1.0}, {"population", 4}, {"publish_exact", exact}},
+                    {{"strategy", "fedavg"}});
+    c.metrics_path = d.file(exact ? "exact.jsonl" : "private.jsonl");
+    auto e = engine_for(c);
+    auto rec = rounds::recorder::open(c, {}, {});
+    REQUIRE(rec.ok());
+    std::vector<rounds::round_metrics> seen;
+    rec.value().on_round([&](const rounds::round_metrics& m) { seen.push_back(m); });
+    REQUIRE(e.begin_round(fleet(4)).ok());
+    report_all(e, [](std::size_t) { return 0.001f; });
+    auto m = e.close_round(nullptr);
+    REQUIRE(m.ok());
+    // The engine holds them all; the record decides what leaves.
+    REQUIRE(m.value().train_loss.has_value());
+    REQUIRE(m.value().dp.sampled == 4);
+    REQUIRE(rec.value().record(e, m.value(), rounds::recorder::clock::now(), {}).ok());
+    const auto line = nlohmann::json::parse(testing::read_bytes(c.metrics_path));
+    CHECK(line.at("epsilon").get<double>() == doctest::Approx(e.epsilon()));
+    CHECK(line.at("devices") == 4);
+    REQUIRE(seen.size() == 1);
+    if (exact) {
+      CHECK(line.at("dp_sampled") == 4);
+      CHECK(line.at("train_loss").is_number());
+      CHECK(line.at("examples").get<std::int64_t>() > 0);
+      CHECK_FALSE(line.contains("withheld"));
+      CHECK(seen[0].train_loss.has_value());
+    } else {
+      for (const std::string_view name : rounds::withheld_figures()) CHECK_FALSE(line.contains(std::string(name)));
+      CHECK(line.at("withheld").size() == rounds::withheld_figures().size());
+      CHECK_FALSE(seen[0].train_loss.has_value());
+      CHECK_FALSE(seen[0].dp.sampled.has_value());
+      CHECK(testing::contains(seen[0].to_line(), "loss    -"));
+      CHECK_FALSE(testing::contains(seen[0].to_line(), "sampled"));
+    }
+  }
+}

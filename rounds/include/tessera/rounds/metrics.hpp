@@ -10,7 +10,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,7 +26,7 @@ struct round_metrics {
   std::size_t groups = 0;
   std::uint64_t bytes_down = 0;  // what the devices received this round, summed
   std::uint64_t bytes_up = 0;    // what they sent
-  double train_loss = 0;         // example-weighted mean of the accepted devices' local losses
+  std::optional<double> train_loss;  // example-weighted mean of the accepted devices' local losses (none: nobody trained)
   std::optional<double> test_accuracy;  // classification, on rounds that evaluate
   std::optional<double> test_loss;
   std::int64_t examples = 0;     // examples processed this round by the accepted devices
@@ -67,10 +69,19 @@ struct round_metrics {
     std::optional<double> accuracy_min, accuracy_median, accuracy_max;
     std::optional<std::uint64_t> bytes_down;  // the model's bytes sent to the devices for it
   } fed;
+  // Under differential privacy, unless dp.publish_exact: the figures above that are exact functions of
+  // the devices' data (withheld_figures) are cleared before the round is recorded, and the JSON names
+  // them under "withheld". What stays is what the hub knows by running the round (who took part, the
+  // bytes, the times), its own test set's scores, and the private releases (ε, the adaptive clip).
+  bool exact_withheld = false;
+  void withhold_exact();
 
   [[nodiscard]] nlohmann::json to_json() const;
   [[nodiscard]] std::string to_line() const;
 };
+
+// The figures withhold_exact clears, by their names in the JSON.
+[[nodiscard]] std::span<const std::string_view> withheld_figures() noexcept;
 
 // One device's score of the model on its validation split (an agent's EVALUATION, a simulated device).
 struct device_score {

@@ -89,6 +89,9 @@ struct dp_config {
   double target_quantile = 0.5;
   double clip_learning_rate = 0.2;
   double count_noise = 0;
+  // Publish the round's exact figures (round_metrics::withhold_exact) anyway: the training loss, example
+  // counts, change norms, clipped counts and the devices' scores, which are not private.
+  bool publish_exact = false;
 };
 
 // When the devices score the model and when a run stops for want of progress (the fields eval_every,
