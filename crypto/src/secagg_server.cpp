@@ -100,7 +100,6 @@ core::result<void> secagg_server::add_masked(secagg_masked m) {
   const std::uint64_t high = params_.bits >= 64 ? 0 : ~((std::uint64_t{1} << params_.bits) - 1);
   for (auto v : m.y)
     if ((v & high) != 0) return make_error(errc::invalid_argument, "device " + m.id + " sent a value outside the ring");
-  clipped_ += m.clipped;
   masked_.emplace(m.id, std::move(m));
   return {};
 }

@@ -2,6 +2,7 @@
 // inbox, the masked upload and the unmasking, each refused with its reason when it does not fit. The
 // rest of the agent is in agent.cpp.
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "tessera/edge/agent.hpp"
@@ -16,9 +17,13 @@ void agent::send_masked() {
     job_.reset();
     return refuse_job(round, ok.error());
   }
-  const double noise = job_->secure() != nullptr ? job_->secure()->noise() : 0.0;
+  const double noise = job_->secure()->noise();
+  const std::uint64_t clipped = job_->secure()->clipped();
+  char loss[32];
+  std::snprintf(loss, sizeof loss, "%.4f", job_->trained_loss());
+  // The loss and the clipped count stay in this log: the hub sees the masked values only.
   log(log_level::info, "round " + std::to_string(job_->round()) + ": masked update of " + core::mib_text(job_->update().size) + " uploading" +
-                           (job_->update().clipped > 0 ? " (" + std::to_string(job_->update().clipped) + " values clipped)" : "") +
+                           " (loss " + loss + (clipped > 0 ? ", " + std::to_string(clipped) + " values clipped" : "") + ")" +
                            (noise > 0 ? "; it carries this device's share of the privacy noise (Skellam, deviation " +
                                             std::to_string(static_cast<long long>(std::sqrt(noise))) + " ring steps)"
                                       : ""));

@@ -131,11 +131,11 @@ core::result<core::local_training_report> job::train(core::batch_source& data, c
 }
 
 void job::prepare_upload(const core::local_training_report& r, std::span<const std::byte> upload, const net::digest& sha256,
-                         std::uint64_t clipped) {
+                         std::optional<double> loss, std::uint64_t clipped) {
   update_ = {.round = round_,
              .examples = static_cast<std::uint64_t>(r.examples),
              .steps = static_cast<std::uint64_t>(r.steps),
-             .loss = r.mean_loss,
+             .loss = loss,
              .transfer = net::upload_transfer_id(download_id_),
              .size = upload.size(),
              .blob_codec = codec_,
@@ -148,7 +148,7 @@ void job::prepare_upload(const core::local_training_report& r, std::span<const s
 void job::trained(const core::local_training_report& r, const net::digest& sha256) {
   TESSERA_ASSERT(at_ == stage::training);
   received_ = {};
-  prepare_upload(r, blob_, sha256, r.clipped ? 1 : 0);
+  prepare_upload(r, blob_, sha256, r.mean_loss, r.clipped ? 1 : 0);
 }
 
 void job::trained_secure(const core::local_training_report& r) {
@@ -165,7 +165,9 @@ core::result<void> job::masked() {
   // Counted before the masked input can leave: a round that fails after this is spent all the same.
   if (budget_ != nullptr) TESSERA_TRY(budget_->spend(release_));
   const auto upload = secure_->upload();
-  prepare_upload(report_, upload, crypto::sha256_of(upload), secure_->clipped());
+  // Only the masked input tells the hub anything: the device's loss and the values its clip saturated
+  // stay here (the agent's log has them).
+  prepare_upload(report_, upload, crypto::sha256_of(upload), std::nullopt, 0);
   return {};
 }
 

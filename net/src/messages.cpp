@@ -121,9 +121,10 @@ void read_fields(reader& r, msg::ack& a) {
 }
 
 json fields(const msg::update& v) {
-  json j = {{"round", v.round}, {"examples", v.examples}, {"steps", v.steps}, {"loss", v.loss},
+  json j = {{"round", v.round}, {"examples", v.examples}, {"steps", v.steps},
             {"transfer", v.transfer}, {"size", v.size}, {"codec", std::string(core::to_string(v.blob_codec))},
             {"sha256", hex_of(v.sha256)}};
+  if (v.loss) j["loss"] = *v.loss;
   if (v.clipped > 0) j["clipped"] = v.clipped;
   return j;
 }
@@ -132,7 +133,7 @@ void read_fields(reader& r, msg::update& u) {
   u.round = r.u64("round");
   u.examples = r.u64("examples");
   u.steps = r.u64("steps");
-  u.loss = r.number_or_null("loss");  // not finite: the hub rejects the update with its reason, keeping the link
+  if (r.has("loss")) u.loss = r.number_or_null("loss");  // not finite: the hub rejects the update with its reason, keeping the link
   u.transfer = r.u64("transfer");
   u.size = r.u64("size");
   u.blob_codec = r.blob_codec("codec");

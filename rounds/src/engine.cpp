@@ -182,8 +182,7 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
   TESSERA_TRY(aggregation_->begin(view(), plan, assignments_));
   reached_ = reached_mask(full_, !server_opt_.identity());
   folded_ = 0;
-  loss_weighted_ = 0;
-  examples_ = 0;
+  trained_ = {};
   in_round_ = true;
   return excluded;
 }
@@ -247,8 +246,12 @@ void engine::fold_ready() {
     assignment& a = assignments_[folded_++];
     if (a.state != assignment_state::accepted) continue;
     aggregation_->fold(view(), a, reached_);
-    loss_weighted_ += a.loss * static_cast<double>(a.examples);
-    examples_ += static_cast<std::int64_t>(a.examples);
+    const auto examples = static_cast<std::int64_t>(a.examples);
+    trained_.examples += examples;
+    if (a.loss) {
+      trained_.loss_weighted += *a.loss * static_cast<double>(examples);
+      trained_.loss_examples += examples;
+    }
     a.trained = {};
   }
 }
@@ -283,8 +286,8 @@ core::result<round_metrics> engine::close_round(core::example_table* validation)
     (void)server_opt_.step(previous, params_, reached_.flags());
     reached_ = {};
   }
-  m.examples = examples_;
-  if (examples_ > 0) m.train_loss = loss_weighted_ / static_cast<double>(examples_);
+  m.examples = trained_.examples;
+  if (trained_.loss_examples > 0) m.train_loss = trained_.loss_weighted / static_cast<double>(trained_.loss_examples);
   ++completed_;
   in_round_ = false;
 

@@ -39,7 +39,9 @@ core::result<void> engine::announce(assignment& a, const update_claim& u) {
     bad = make_error(errc::examples_out_of_range, "update claims " + std::to_string(u.examples) + " examples; " +
                                                       std::to_string(a.task.steps) + " steps of batch " +
                                                       std::to_string(a.task.batch) + " hold at most " + std::to_string(most));
-  else if (!std::isfinite(u.loss))
+  else if (a.segments.empty() && !u.loss)
+    bad = make_error(errc::bad_values, "update reports no loss");
+  else if (a.segments.empty() && !std::isfinite(*u.loss))
     bad = make_error(errc::loss_not_finite, "update reports a non-finite loss");
   else if (const std::uint64_t most_clipped = aggregation_->most_clipped(a); u.clipped > most_clipped)
     bad = make_error(errc::bad_values, "update claims " + std::to_string(u.clipped) +
@@ -51,8 +53,9 @@ core::result<void> engine::announce(assignment& a, const update_claim& u) {
   }
   a.examples = u.examples;
   a.steps = u.steps;
-  a.loss = u.loss;
-  a.clipped = u.clipped;
+  // A secure round's figures are the masked sums': a loss or clipped count beside them is not kept.
+  a.loss = a.segments.empty() ? u.loss : std::nullopt;
+  a.clipped = a.segments.empty() ? u.clipped : 0;
   return move(a, assignment_event::announced);
 }
 

@@ -10,7 +10,7 @@
 namespace tessera::rounds {
 namespace {
 
-constexpr std::string_view k_withheld[] = {"train_loss", "examples", "update_norm_max", "updates_bounded", "secagg_clipped",
+constexpr std::string_view k_withheld[] = {"train_loss", "examples", "update_norm_max", "updates_bounded",
                                            "dp_sampled", "dp_clipped", "fed_examples", "fed_loss", "fed_accuracy",
                                            "fed_accuracy_min", "fed_accuracy_median", "fed_accuracy_max"};
 
@@ -29,7 +29,6 @@ void round_metrics::withhold_exact() {
   examples = 0;
   update_norm_max.reset();
   updates_bounded.reset();
-  secagg.clipped.reset();
   dp.sampled.reset();
   dp.clipped.reset();
   const auto devices_scored = fed.devices;
@@ -65,7 +64,6 @@ nlohmann::json round_metrics::to_json() const {
   j["secure_aggregation"] = secagg.dropped.has_value();
   if (secagg.dropped) {
     j["secagg_dropped"] = *secagg.dropped;
-    if (secagg.clipped) j["secagg_clipped"] = *secagg.clipped;
     j["secagg_withheld"] = secagg.withheld.value_or(0);
   }
   if (dp.epsilon) {
@@ -116,14 +114,8 @@ std::string round_metrics::to_line() const {
     std::snprintf(buf, sizeof buf, "  fed loss %.4f on %zu device%s", *fed.loss, *fed.devices, *fed.devices == 1 ? "" : "s");
     line += buf;
   }
-  if (secagg.dropped && (*secagg.dropped > 0 || secagg.clipped.value_or(0) > 0 || secagg.withheld.value_or(0) > 0)) {
-    std::snprintf(buf, sizeof buf, "  secagg dropped %zu", *secagg.dropped);
-    line += buf;
-    if (secagg.clipped) {
-      std::snprintf(buf, sizeof buf, " clipped %llu", static_cast<unsigned long long>(*secagg.clipped));
-      line += buf;
-    }
-    std::snprintf(buf, sizeof buf, " withheld %zu", secagg.withheld.value_or(0));
+  if (secagg.dropped && (*secagg.dropped > 0 || secagg.withheld.value_or(0) > 0)) {
+    std::snprintf(buf, sizeof buf, "  secagg dropped %zu withheld %zu", *secagg.dropped, secagg.withheld.value_or(0));
     line += buf;
   }
   if (dp.epsilon) {

@@ -117,7 +117,7 @@ crypto::secagg_server& secure_aggregation::server() {
 core::result<void> secure_aggregation::receive(const round_view&, assignment& a, std::span<const std::byte> blob) {
   TESSERA_ASSERT(round_ != nullptr && !round_->plain);
   auto y = crypto::secagg_unpack(blob, round_->params.bits);
-  core::result<void> ok = y ? round_->server.add_masked({.id = a.device, .y = std::move(y).value(), .clipped = a.clipped})
+  core::result<void> ok = y ? round_->server.add_masked({.id = a.device, .y = std::move(y).value()})
                             : core::result<void>(std::move(y).error());
   if (!ok) return make_error(errc::bad_values, ok.error().message);
   return {};
@@ -140,7 +140,6 @@ core::result<void> secure_aggregation::finish(const round_view& v, std::span<con
 
 void secure_aggregation::note_outcome(round_metrics& m) const {
   m.secagg.dropped = outcome_.dropped;
-  m.secagg.clipped = outcome_.clipped;
   m.secagg.withheld = outcome_.segments - outcome_.released;
 }
 
@@ -159,7 +158,6 @@ core::result<void> secure_aggregation::release(const round_view& v, std::span<co
     out.clipped = s->plain->clipped();
   } else if (auto r = s->server.finish(); r) {
     sums = std::move(r).value();
-    out.clipped = s->server.clipped();
   } else {
     out.withheld = "no sum released: " + r.error().message;
   }

@@ -138,7 +138,7 @@ TEST_CASE("job: download, train, upload, each stage in turn; the update describe
     CHECK(u.round == 7);
     CHECK(u.examples == 32);
     CHECK(u.steps == 4);
-    CHECK(std::isfinite(u.loss));
+    CHECK((u.loss && std::isfinite(*u.loss)));
     CHECK(u.transfer == net::upload_transfer_id(42));
     CHECK(u.size == blob.size());
     CHECK(u.blob_codec == codec);

@@ -124,6 +124,7 @@ class scripted_hub {
   std::optional<net::msg::secagg_unmask_reply> unmask_reply;
   std::optional<crypto::secagg_signature> check_signature;  // the agent's, over the survivor set
   std::optional<crypto::secagg_masked_with> agent_pledge;    // whom the agent masked with
+  std::optional<net::msg::update> update;                    // the UPDATE beside its masked input
   bool uploaded = false;
 
  private:
@@ -243,6 +244,7 @@ class scripted_hub {
       if (rogue_ == rogue::empty_inbox) inbox.clear();
       s.send(net::msg::secagg_inbox{.round = 1, .boxes = inbox});
     } else if (const auto* u = std::get_if<net::msg::update>(&m)) {
+      update = *u;
       upload_.resize(u->size);
       in_ = std::make_shared<net::incoming_transfer>(u->transfer, std::span<std::byte>(upload_), u->sha256);
       s.expect_blob(in_);
@@ -316,6 +318,13 @@ TEST_CASE("secure agent: with an honest hub it masks its update and reveals the 
   REQUIRE(hub.agent_pledge.has_value());
   CHECK(hub.agent_pledge->id == "dev-a");
   CHECK(hub.agent_pledge->without.empty());
+  // Its UPDATE tells the hub nothing of its data: no training loss, no count of clipped values (its own
+  // log has them).
+  REQUIRE(hub.update.has_value());
+  CHECK_FALSE(hub.update->loss.has_value());
+  CHECK(hub.update->clipped == 0u);
+  CHECK(testing::contains(hub.agent_log, "masked update of"));
+  CHECK(testing::contains(hub.agent_log, "(loss "));
   const auto signer = crypto::verifying_key::from_certificate_pem(testing::read_text(test::test_pki::get().dev_a.cert),
                                                                   testing::read_text(test::test_pki::get().ca.cert));
   REQUIRE(signer.ok());

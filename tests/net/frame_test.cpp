@@ -2,7 +2,9 @@
 // ways a frame must be refused are the table in frame_reader_test.cpp.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -92,7 +94,17 @@ TEST_CASE("every control message round-trips through its frame") {
   net::msg::update u{.round = 3, .examples = 600, .steps = 20, .loss = 0.25, .transfer = 10, .size = 8,
                      .blob_codec = net::codec::f32, .sha256 = some_digest()};
   auto u2 = std::get<net::msg::update>(round_trip(u));
-  CHECK(u2.loss == doctest::Approx(0.25));
+  REQUIRE(u2.loss.has_value());
+  CHECK(*u2.loss == doctest::Approx(0.25));
+  // A secure round's UPDATE has no loss at all: absent on the wire, absent when read; a loss that is
+  // not finite is null on the wire and NaN when read (the hub rejects it by name).
+  u.loss.reset();
+  CHECK(net::encode_message(u).size() < net::encode_message(u2).size());
+  CHECK_FALSE(std::get<net::msg::update>(round_trip(u)).loss.has_value());
+  u.loss = std::numeric_limits<double>::infinity();
+  const auto inf = std::get<net::msg::update>(round_trip(u)).loss;
+  REQUIRE(inf.has_value());
+  CHECK(std::isnan(*inf));
   auto r = std::get<net::msg::result>(
       round_trip(net::msg::result{.accepted = false, .code = "rounds.size_mismatch", .reason = "digest"}));
   CHECK(r.code == "rounds.size_mismatch");

@@ -118,7 +118,7 @@ struct secagg_box {
 struct secagg_masked {
   std::string id;
   std::vector<std::uint64_t> y;    // the covered segments' values, in segment order
-  std::size_t clipped = 0;         // values the clip saturated
+  std::size_t clipped = 0;         // values the clip saturated: for the device's own log, never sent
 };
 
 // Step 3, client → server, beside the masked input: whom this device masked with, as the neighbours (by
@@ -301,7 +301,6 @@ class secagg_server {
   // Then the replies (at least `threshold`), then the sums.
   [[nodiscard]] core::result<void> add_reply(secagg_unmask_reply r);
   [[nodiscard]] core::result<std::vector<secagg_segment_sum>> finish() const;
-  [[nodiscard]] std::size_t clipped() const noexcept { return clipped_; }
 
  private:
   [[nodiscard]] const secagg_member* member(const std::string& id) const;
@@ -318,7 +317,6 @@ class secagg_server {
   std::map<std::string, secagg_signature> signatures_;  // U4
   std::map<std::string, secagg_masked_with> masked_with_;
   std::map<std::string, secagg_unmask_reply> replies_;
-  std::size_t clipped_ = 0;
 };
 
 // The sums secure aggregation releases, computed from unmasked encodings (the simulator's devices):

@@ -117,14 +117,16 @@ class job : public std::enable_shared_from_this<job> {
   void trained_secure(const core::local_training_report& report);
   // Masks the trained parameters (secure_round::mask) and prepares the UPDATE. → uploading.
   [[nodiscard]] core::result<void> masked();
+  // The mean loss of the training this job ran (a secure round's UPDATE does not carry it).
+  [[nodiscard]] double trained_loss() const noexcept { return report_.mean_loss; }
   // The protocol state outlives the job (its unmasking comes after RESULT).
   [[nodiscard]] std::unique_ptr<secure_round> release_secure() noexcept { return std::move(secure_); }
 
  private:
   job() = default;
-  // The UPDATE announcing `upload` and its transfer. → uploading.
+  // The UPDATE announcing `upload` and its transfer (with the loss and clipped count it may tell). → uploading.
   void prepare_upload(const core::local_training_report& r, std::span<const std::byte> upload, const net::digest& sha256,
-                      std::uint64_t clipped);
+                      std::optional<double> loss, std::uint64_t clipped);
 
   std::uint64_t round_ = 0;
   std::uint64_t download_id_ = 0;

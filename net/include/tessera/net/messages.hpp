@@ -114,12 +114,14 @@ struct update {
   std::uint64_t round = 0;
   std::uint64_t examples = 0;
   std::uint64_t steps = 0;
-  double loss = 0.0;                   // null on the wire when not finite: parsed as NaN, the hub rejects it
+  // The mean training loss: null on the wire when not finite (parsed as NaN, the hub rejects it);
+  // absent in a secure round, where it would be one device's figure in the clear.
+  std::optional<double> loss;
   std::uint64_t transfer = 0;
   std::uint64_t size = 0;
   codec blob_codec = codec::f32;
   digest sha256{};
-  std::uint64_t clipped = 0;           // secure aggregation: values the clip saturated; optional (0)
+  std::uint64_t clipped = 0;           // plain DP rounds: 1 if the change was clipped; optional (0)
 };
 
 struct result {

@@ -65,8 +65,8 @@ struct assignment {
   core::error reason;                 // why refused or rejected
   std::uint64_t examples = 0;         // from the accepted update
   std::uint64_t steps = 0;
-  double loss = 0;
-  std::uint64_t clipped = 0;          // secure aggregation: values the device's clip saturated (its claim)
+  std::optional<double> loss;         // none in a secure round: the device keeps it
+  std::uint64_t clipped = 0;          // plain DP rounds: 1 if the device clipped its change (its claim)
   std::vector<float> trained;         // the decoded upload, until the engine adds it to the round's sums
   // Bytes that crossed the wire, resends included, and the resent part (set by the driver).
   std::uint64_t bytes_down = 0, bytes_up = 0, resent_bytes = 0;

@@ -83,10 +83,10 @@ struct device_record;
 // What an UPDATE says about the upload it announces.
 struct update_claim {
   std::uint64_t round = 0;
-  std::uint64_t clipped = 0;                 // secure aggregation: values the clip saturated; dp: 1 if the change was clipped
+  std::uint64_t clipped = 0;                 // plain DP rounds: 1 if the change was clipped (a secure round's: ignored)
   std::uint64_t examples = 0;
   std::uint64_t steps = 0;
-  double loss = 0;
+  std::optional<double> loss;                // a plain round's; a secure round's update tells none
   std::uint64_t size = 0;                    // bytes
   core::codec_kind codec = core::codec_kind::f32;
 };
@@ -110,7 +110,7 @@ struct round_faults {
 struct secure_outcome {
   std::size_t segments = 0, released = 0;
   std::size_t dropped = 0;                   // devices assigned whose masked input is not in the sums
-  std::uint64_t clipped = 0;                 // values clipped, over the contributors
+  std::uint64_t clipped = 0;                 // the simulator's own devices: values their clip saturated
   std::optional<double> fitted_centred;      // adaptive clipping: fitting changes − contributors / 2, noised
   std::string withheld;                      // why segments were withheld (empty: none)
 };
@@ -311,8 +311,12 @@ class engine {
   std::size_t groups_ = 0;
   std::vector<assignment> assignments_;
   std::size_t folded_ = 0;           // assignments [0, folded_) are in the round's sums
-  double loss_weighted_ = 0;
-  std::int64_t examples_ = 0;
+  // The accepted updates' examples, and the loss over those that told one (a secure round's do not).
+  struct {
+    std::int64_t examples = 0;
+    double loss_weighted = 0;
+    std::int64_t loss_examples = 0;
+  } trained_;
   early_stop stopping_;
   round_faults faults_;
   std::shared_ptr<const core::input_normalization> normalization_ = std::make_shared<const core::input_normalization>();

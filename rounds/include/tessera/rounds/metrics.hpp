@@ -42,11 +42,10 @@ struct round_metrics {
   std::optional<std::size_t> updates_bounded;
   std::uint64_t plan_seed = 0;
   // Secure aggregation (absent without it; secagg_dropped, ... in the metrics): assigned devices whose
-  // masked input is not in the sums, values the devices' clip saturated, and segments (groups, shared
-  // parameters) withheld for having too few contributors.
+  // masked input is not in the sums, and segments (groups, shared parameters) withheld for having too
+  // few contributors. The values each device's clip saturated stay in its own log.
   struct secure_figures {
     std::optional<std::size_t> dropped, withheld;
-    std::optional<std::uint64_t> clipped;
   } secagg;
   // Differential privacy (absent without it; epsilon, epsilon_hub, dp_noise, ... in the metrics): ε spent
   // so far at dp.delta (the accountant, after this round) against the model's users, and with the
