@@ -83,9 +83,9 @@ core::result<std::vector<std::vector<float>>> secagg_weighted_input(std::span<co
 
 core::result<std::vector<std::vector<float>>> secagg_change_input(std::span<const float> received, std::span<const float> trained,
                                                                   const secagg_params& p, std::span<const std::uint32_t> segments,
-                                                                  bool fitted) {
-  TESSERA_ASSIGN_OR_RETURN(auto in, segment_inputs(received, trained, 1.0, false, p, segments));
-  if (p.fitted_value > 0 && !in.empty()) in.back().back() = static_cast<float>(fitted ? p.fitted_value : -p.fitted_value);
+                                                                  bool fitted, bool drawn) {
+  TESSERA_ASSIGN_OR_RETURN(auto in, segment_inputs(received, trained, drawn ? 1.0 : 0.0, false, p, segments));
+  if (p.fitted_value > 0 && !in.empty() && drawn) in.back().back() = static_cast<float>(fitted ? p.fitted_value : -p.fitted_value);
   return in;
 }
 

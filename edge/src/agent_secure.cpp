@@ -24,6 +24,8 @@ void agent::send_masked() {
   // The loss and the clipped count stay in this log: the hub sees the masked values only.
   log(log_level::info, "round " + std::to_string(job_->round()) + ": masked update of " + core::mib_text(job_->update().size) + " uploading" +
                            " (loss " + loss + (clipped > 0 ? ", " + std::to_string(clipped) + " values clipped" : "") + ")" +
+                           (job_->secure()->drawn() ? std::string()
+                                                    : "; this device did not draw itself into the round's sample, so it carries its noise alone") +
                            (noise > 0 ? "; it carries this device's share of the privacy noise (Skellam, deviation " +
                                             std::to_string(static_cast<long long>(std::sqrt(noise))) + " ring steps)"
                                       : ""));

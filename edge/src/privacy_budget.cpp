@@ -52,8 +52,8 @@ core::result<std::unique_ptr<privacy_budget>> privacy_budget::open(std::filesyst
 
 double privacy_budget::epsilon() const { return spent_.epsilon(delta_).epsilon; }
 
-core::result<void> privacy_budget::check(const core::skellam_mechanism& m) const {
-  const double next = spent_.epsilon_after(1.0, m, 1, delta_).epsilon;
+core::result<void> privacy_budget::check(const core::skellam_mechanism& m, double q) const {
+  const double next = spent_.epsilon_after(q, m, 1, delta_).epsilon;
   if (next > max_)
     return make_error(errc::privacy_policy, "this round would take the ε this device has spent against the hub from " + policy_figure(epsilon()) +
                                                 " to " + policy_figure(next) + " (δ " + policy_figure(delta_) + ", " + std::to_string(rounds()) +
@@ -61,10 +61,10 @@ core::result<void> privacy_budget::check(const core::skellam_mechanism& m) const
   return {};
 }
 
-core::result<void> privacy_budget::spend(const core::skellam_mechanism& m) {
-  TESSERA_TRY(check(m));
+core::result<void> privacy_budget::spend(const core::skellam_mechanism& m, double q) {
+  TESSERA_TRY(check(m, q));
   core::rdp_accountant next = spent_;
-  next.compose(1.0, m, 1);
+  next.compose(q, m, 1);
   const nlohmann::json j{{"format", k_format}, {"rdp", std::vector<double>(next.rdp().begin(), next.rdp().end())}, {"rounds", next.steps()},
                          {"epsilon", next.epsilon(delta_).epsilon}, {"delta", delta_}};
   const std::string text = j.dump();

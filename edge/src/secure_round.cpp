@@ -80,9 +80,17 @@ core::result<void> secure_round::mask(std::span<const float> trained, double wei
   if (at_ != stage::shared || !inbox_) return make_error(errc::secure_step, "masking before the shares arrived");
   std::vector<std::vector<float>> input;
   {
+    // Devices that sample themselves: the draw is this device's own, from its CSPRNG, and never leaves
+    // it; the hub sees a masked input either way.
+    if (s_.params.sample_rate > 0 && s_.params.sample_rate < 1) {
+      auto key = crypto::random_key();
+      if (!key) return make_error(errc::training_failed, "the self-sampling draw: " + key.error().message);
+      crypto::keystream coin(key.value());
+      drawn_ = coin.next_unit() < s_.params.sample_rate;
+    }
     // Under differential privacy the change goes in unweighted (its L2 norm already clipped by the
     // training task), and secagg_client::mask adds this device's share of the noise.
-    auto in = s_.params.noise > 0 ? crypto::secagg_change_input(received_, trained, s_.params, s_.segments, fitted)
+    auto in = s_.params.noise > 0 ? crypto::secagg_change_input(received_, trained, s_.params, s_.segments, fitted, drawn_)
                                   : crypto::secagg_weighted_input(received_, trained, weight, s_.params, s_.segments);
     if (!in) return make_error(errc::training_failed, "the update: " + in.error().message);
     input = std::move(in).value();

@@ -213,6 +213,7 @@ json secure_assign_object(const msg::secure_assign& s) {
   if (s.params.summands > 0) j["summands"] = s.params.summands;
   if (s.params.noise > 0) j["noise"] = s.params.noise;
   if (s.params.fitted_value > 0) j["fitted_value"] = s.params.fitted_value;
+  if (s.params.sample_rate > 0) j["sample_rate"] = s.params.sample_rate;
   return j;
 }
 
@@ -244,6 +245,11 @@ void read_secure_assign(reader& r, msg::secure_assign& s) {
       s.params.fitted_value = sr.finite("fitted_value");
       if (!sr.failed() && !(s.params.fitted_value > 0 && s.params.fitted_value <= s.params.clip))
         sr.fail("fitted_value", "outside (0, clip]");
+    }
+    if (sr.has("sample_rate")) {  // the devices sample themselves
+      s.params.sample_rate = sr.finite("sample_rate");
+      if (!sr.failed() && !(s.params.sample_rate > 0 && s.params.sample_rate <= 1)) sr.fail("sample_rate", "outside (0, 1]");
+      if (!sr.failed() && !(s.params.noise > 0)) sr.fail("sample_rate", "without noise: sampling protects nothing the noise does not");
     }
     s.rounding_key = key32(sr, "rounding_key");
     s.upload_size = sr.u64("upload_size");

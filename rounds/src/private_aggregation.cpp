@@ -128,6 +128,8 @@ std::optional<double> private_aggregation::epsilon_hub() const {
   return hub_privacy_.epsilon(config_.dp.delta).epsilon;
 }
 
+double private_aggregation::hub_sample_rate() const noexcept { return config_.dp.self_sampling ? config_.dp.sample_rate : 1.0; }
+
 std::size_t private_aggregation::population(std::size_t offered) const noexcept {
   return std::max(config_.dp.population > 0 ? config_.dp.population : population_, offered);
 }
@@ -160,7 +162,7 @@ core::result<core::dp_epsilon> private_aggregation::epsilon_after_round(bool cap
   if (!secure_) return privacy_.epsilon_after(d.sample_rate, capped ? d.noise_multiplier / 2 : d.noise_multiplier, 1, d.delta);
   TESSERA_ASSIGN_OR_RETURN(const private_ring ring, make_private_ring(config_, params_, population(0)));
   const core::skellam_mechanism mech = doubled_if(ring.mechanism, capped);
-  if (d.target_observer == dp_observer::hub) return hub_privacy_.epsilon_after(1.0, mech, 1, d.delta);
+  if (d.target_observer == dp_observer::hub) return hub_privacy_.epsilon_after(hub_sample_rate(), mech, 1, d.delta);
   return privacy_.epsilon_after(d.sample_rate, mech, 1, d.delta);
 }
 
@@ -201,7 +203,8 @@ core::result<std::vector<device_offer>> private_aggregation::sample(const round_
   std::vector<device_offer> sampled;
   for (auto& o : offers) {
     TESSERA_ASSIGN_OR_RETURN(const device_draws d, draws_of(key_, o.id));
-    if (d.sample < config_.dp.sample_rate) sampled.push_back(std::move(o));
+    // Devices that sample themselves are all asked: each draws on its own, and the hub never learns it.
+    if (config_.dp.self_sampling || d.sample < config_.dp.sample_rate) sampled.push_back(std::move(o));
   }
   over_cap_.clear();
   if (cap_ > 0 && sampled.size() > cap_) {
@@ -266,8 +269,11 @@ core::result<std::optional<core::round_plan>> private_aggregation::own_plan(cons
 core::result<void> private_aggregation::begin(const round_view& v, const core::round_plan& plan, std::span<assignment> assignments) {
   if (secure_) {
     TESSERA_ASSIGN_OR_RETURN(const private_ring ring, make_private_ring(config_, params_, population(assignments.size())));
-    secure_->set_noise(secure_aggregation::noise_share{
-        .clip = clip(), .summands = ring.summands, .variance = ring.share, .fitted_value = ring.fitted_per_clip * clip()});
+    secure_->set_noise(secure_aggregation::noise_share{.clip = clip(),
+                                                       .summands = ring.summands,
+                                                       .variance = ring.share,
+                                                       .fitted_value = ring.fitted_per_clip * clip(),
+                                                       .sample_rate = config_.dp.self_sampling ? config_.dp.sample_rate : 0.0});
   }
   TESSERA_TRY(inner_->begin(v, plan, assignments));
   groups_.clear();
@@ -353,13 +359,13 @@ core::result<void> private_aggregation::finish(const round_view& v, std::span<co
     TESSERA_ASSIGN_OR_RETURN(const private_ring ring, make_private_ring(config_, params_, population(assignments.size())));
     const core::skellam_mechanism mech = doubled_if(ring.mechanism, capped);
     privacy_.compose(d.sample_rate, mech, 1);
-    hub_privacy_.compose(1.0, mech, 1);  // the hub drew the sample: no amplification against it
+    hub_privacy_.compose(hub_sample_rate(), mech, 1);  // unamplified where the hub drew the sample
   }
   m.dp.clip = c;
   m.dp.epsilon = epsilon();
   m.dp.epsilon_hub = epsilon_hub();
   m.dp.noise = hub_noise ? "hub" : "devices";
-  m.dp.sampled = sampled_;
+  if (!d.self_sampling) m.dp.sampled = sampled_;  // the devices' own draws: nobody counts them
   m.dp.clipped = clipped_;
   if (auto next = check_budget(v.round() + 1); !next) stop_ = next.error().message;
   return {};

@@ -62,7 +62,8 @@ class private_aggregation final : public aggregation {
   void set_cap(std::size_t most) noexcept { cap_ = most; }
   [[nodiscard]] const core::rdp_accountant& accountant() const noexcept { return privacy_; }
   // With the devices' noise, the accountant against the hub: every round unamplified (the hub knows
-  // who was sampled); none with the hub's own noise, since the hub then holds the clear sum.
+  // who was sampled) unless the devices sample themselves; none with the hub's own noise, since the
+  // hub then holds the clear sum.
   [[nodiscard]] std::optional<core::rdp_accountant> hub_accountant() const;
   // A resumed run's accountants and the clip adaptive clipping reached (0: dp.clip).
   void restore(core::rdp_accountant a, double clip, std::optional<core::rdp_accountant> against_hub) noexcept;
@@ -74,6 +75,9 @@ class private_aggregation final : public aggregation {
 
  private:
   [[nodiscard]] std::size_t population(std::size_t offered) const noexcept;
+  // The sampling rate amplification holds at against the hub: the devices' own when they sample
+  // themselves, else 1 (the hub knows who was drawn).
+  [[nodiscard]] double hub_sample_rate() const noexcept;
   // `capped`: more devices were drawn than the cap, which doubles the round's sensitivity.
   [[nodiscard]] core::result<core::dp_epsilon> epsilon_after_round(bool capped = false) const;
   // Fails when round `round` would pass dp.target_epsilon.

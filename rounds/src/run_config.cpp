@@ -103,6 +103,9 @@ void read_dp(core::config_reader& r, run_config& c) {
                                   "amplification) or the model's users'");
     d.population = static_cast<std::size_t>(dr.integer("population", 0, 0, INT64_MAX,
                                                        "the registered devices (0: the hub's registry, the simulator's devices)"));
+    d.self_sampling = dr.boolean("self_sampling", false,
+                                 "with secure aggregation: every ready device takes part and draws itself into the sample from its "
+                                 "own CSPRNG, so the hub cannot tell who trained (ε against the hub amplified too)");
     d.publish_exact = dr.boolean("publish_exact", false,
                                  "also publish the figures that are exact functions of the devices' data (training loss, examples, "
                                  "change norms, clipped counts, the devices' scores): they are not private");
@@ -134,6 +137,8 @@ void read_aggregate_and_check(core::config_reader& r, run_config& c) {
     else if (c.strategy == strategy_kind::central)
       r.fail("aggregate", "central training has no reports to combine");
   }
+  if (c.dp.enabled && c.dp.self_sampling && !c.secure_aggregation.enabled)
+    r.fail("dp", "self_sampling needs secure_aggregation: without it the hub sees who uploaded a change");
   // A private round draws each device's group from its own key (plan_private), never from a shared cut.
   if (c.dp.enabled && c.repartition_every != 1)
     r.fail("repartition_every", "a private round draws each device's group from its own key, so there is no cut to keep (set it to 1)");

@@ -63,6 +63,7 @@ core::result<void> secure_aggregation::begin(const round_view& v, const core::ro
     p.summands = noise_->summands;
     p.noise = noise_->variance;
     p.fitted_value = noise_->fitted_value;
+    p.sample_rate = noise_->sample_rate;
   }
   // A secret needs a majority of its holders (crypto/secagg_graph.hpp): every assigned device while
   // each is every other's neighbour; beyond that a device's ring neighbours and, under IST, its

@@ -25,6 +25,7 @@ class secure_aggregation final : public aggregation {
     std::uint64_t summands = 0;
     double variance = 0;
     double fitted_value = 0;
+    double sample_rate = 0;  // > 0: the devices sample themselves (crypto::secagg_params::sample_rate)
   };
 
   explicit secure_aggregation(const run_config& config);

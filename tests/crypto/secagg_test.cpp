@@ -595,6 +595,17 @@ TEST_CASE("secagg with noise: masks still cancel, the sums carry the noise, the 
   CHECK(in[0][0] == 0.25f);
   CHECK(in[0][39] == 0.0f);
   CHECK(in[1][5] == 0.0f);
+  // A device that drew itself out of the sample puts in nothing but zeros (its count value too): what
+  // it adds to the sums is its noise.
+  auto counting = p;
+  counting.fitted_value = p.clip / 2;
+  const auto out = crypto::secagg_change_input(std::span(received).first(44), std::span(trained).first(44), counting, segments_of(0),
+                                               /*fitted=*/true, /*drawn=*/false);
+  REQUIRE(out.ok());
+  for (const auto& seg : out.value())
+    for (const float v : seg) CHECK(v == 0.0f);
+  CHECK(crypto::secagg_change_input(std::span(received).first(44), std::span(trained).first(44), counting, segments_of(0)).value().back().back() ==
+        static_cast<float>(counting.fitted_value));
   const std::vector<leaves> when{leaves::never, leaves::never, leaves::before_input, leaves::never, leaves::never, leaves::never};
   const outcome o = run(p, when);
   REQUIRE_MESSAGE(o.sums.ok(), (o.sums.ok() ? "" : o.sums.error().message));

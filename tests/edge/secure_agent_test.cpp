@@ -42,6 +42,7 @@ enum class rogue {
   clear_round,        // a round in the clear (only the hub could add noise)
   statistics,         // the feature statistics, which travel in the clear
   honest_private,     // not rogue: a private round whose noise carries σ 1
+  self_sampled,       // not rogue: the same round, its devices drawing themselves at a rate of 1e-9
   revoked_member,     // the roster holds the keys of a device whose certificate the CA revoked
   other_model,        // sa-1, of the agent's group, was sent another model (it signed that model's digest)
   other_set,          // the unmasking names another survivor set than the one the agent signed
@@ -82,12 +83,13 @@ class scripted_hub {
     p_.clip = 1.0;
     p_.threshold = 2;
     p_.segments = {{.length = core::param_count(arch_) + 1, .min_aggregate = 2}};
-    if (r == rogue::noise_removed || r == rogue::noise_lowered || r == rogue::honest_private) {
+    if (r == rogue::noise_removed || r == rogue::noise_lowered || r == rogue::honest_private || r == rogue::self_sampled) {
       // A private round's ring, sized (as the hub sizes it) for its population: 1024 summands.
       p_.summands = 1024;
       const auto limit = static_cast<double>(crypto::fixed_point::create(p_.clip, p_.bits, p_.summands).value().limit());
       const double sigma = r == rogue::noise_removed ? 0.0 : r == rogue::noise_lowered ? 0.5 : 1.0;
       p_.noise = (sigma * limit) * (sigma * limit) / 2.0;  // each device's share over sums of 2
+      if (r == rogue::self_sampled) p_.sample_rate = 1e-9;
     }
     server_ = net::server::create(io_, test::test_pki::get().hub_tls(), net::session_config{});
     server_->on_session([this](const std::shared_ptr<net::session>& s) { attach(s); });
@@ -546,4 +548,27 @@ TEST_CASE("privacy budget: the ledger survives a restart, refuses past the limit
   const auto foreign = edge::privacy_budget::open(file, 10, 1e-5);
   REQUIRE_FALSE(foreign.ok());
   CHECK(foreign.error().message.find(file + " (privacy.ledger) is not this device's privacy ledger") != std::string::npos);
+}
+
+TEST_CASE("secure agent: a device that samples itself out sends its noise alone and counts the round at the rate it drew at") {
+  // The same private round twice, with fresh ledgers: once the hub's sample (the device took part for
+  // sure: the unsampled release), once with the devices drawing themselves at 1e-9 (it almost surely
+  // drew itself out; the release is the sampled one, whoever drew).
+  testing::temp_dir dir("secure_agent_self_sampled");
+  double spent[2] = {0, 0};
+  for (const bool self : {false, true}) {
+    CAPTURE(self);
+    scripted_hub hub(self ? rogue::self_sampled : rogue::honest_private, dir);
+    const std::string ledger = dir.file(self ? "self.json" : "hub.json");
+    hub.policy = {.max_epsilon = 1e6, .ledger = ledger};
+    hub.run();
+    INFO(hub.agent_log);
+    CHECK(!hub.refused);
+    CHECK(hub.uploaded);
+    REQUIRE(hub.unmask_reply.has_value());
+    CHECK(testing::contains(hub.agent_log, "did not draw itself into the round's sample") == self);
+    spent[self ? 1 : 0] = nlohmann::json::parse(testing::read_text(ledger)).at("epsilon").get<double>();
+  }
+  CHECK(spent[1] > 0);
+  CHECK(spent[1] < spent[0] / 10);  // near the floor the finite orders leave (log(1/δ)/(α_max − 1))
 }

@@ -325,6 +325,19 @@ TEST_CASE("secure aggregation messages round-trip, ASSIGN's secure part and UPDA
   CHECK(back.secure->params.neighbors == 12);
   CHECK(back.secure->rounding_key == sa.rounding_key);
   CHECK(back.secure->upload_size == 444);
+  CHECK(back.secure->params.sample_rate == 0);
+  // Devices that sample themselves: the rate travels with the noise, and is refused without it or
+  // outside (0, 1].
+  a.secure->params.noise = 100;
+  a.secure->params.sample_rate = 0.25;
+  CHECK(std::get<net::msg::assign>(round_trip(a)).secure->params.sample_rate == 0.25);
+  for (const double bad : {1.5, 1.0 + 1e-9}) {
+    a.secure->params.sample_rate = bad;
+    CHECK(decode_message_text(net::encode_message(a)).find("sample_rate") != std::string::npos);
+  }
+  a.secure->params.noise = 0;
+  a.secure->params.sample_rate = 0.25;
+  CHECK(decode_message_text(net::encode_message(a)).find("sampling protects nothing") != std::string::npos);
   net::msg::update u{.round = 2, .examples = 1, .steps = 1, .loss = 0.5, .transfer = 1, .size = 4,
                      .blob_codec = tessera::core::codec_kind::f32, .sha256 = {}, .clipped = 17};
   CHECK(std::get<net::msg::update>(round_trip(u)).clipped == 17);

@@ -94,7 +94,7 @@ void report_by_device(rounds::engine& e, const std::function<float(const std::st
 // an agent would (its noise key here from its rounding key), handed over unmasked (the masks cancel).
 // `fitted(d)` (adaptive clipping): whether device d's change fitted within the clip (default: yes).
 void report_all_secure(rounds::engine& e, const std::function<float(std::size_t)>& change,
-                       const std::function<bool(std::size_t)>& fitted = {}) {
+                       const std::function<bool(std::size_t)>& fitted = {}, const std::function<bool(std::size_t)>& drawn = {}) {
   const crypto::secagg_params& p = e.secagg_params();
   for (std::size_t d = 0; d < e.assignments().size(); ++d) {
     auto& a = e.assignments()[d];
@@ -102,7 +102,7 @@ void report_all_secure(rounds::engine& e, const std::function<float(std::size_t)
     core::gather(e.full(), a.sub, e.params(), received);
     std::vector<float> trained = received;
     for (std::size_t i = 0; i < trained.size(); ++i) trained[i] += change(i);
-    const auto input = crypto::secagg_change_input(received, trained, p, a.segments, !fitted || fitted(d));
+    const auto input = crypto::secagg_change_input(received, trained, p, a.segments, !fitted || fitted(d), !drawn || drawn(d));
     REQUIRE(input.ok());
     const auto noise_key = crypto::derive_key(a.rounding_key, "test noise").value();
     const auto encoded = crypto::secagg_encode(p, e.assignments().size(), a.segments, input.value(), a.rounding_key, &noise_key);
@@ -792,4 +792,37 @@ TEST_CASE("dp: what a round publishes is private unless dp.publish_exact names t
       CHECK_FALSE(testing::contains(seen[0].to_line(), "sampled"));
     }
   }
+}
+
+TEST_CASE("dp with self-sampling devices: every ready device is asked, each draws itself, and ε against the hub is amplified too") {
+  const double delta = 1e-5;
+  const auto c = config({{"sample_rate", 0.5}, {"clip", 1.0}, {"noise_multiplier", 1.0}, {"population", 8}, {"self_sampling", true},
+                         {"publish_exact", true}},
+                        {{"strategy", "fedavg"}, {"secure_aggregation", {{"replication", 3}, {"bits", 40}}}});
+  auto e = engine_for(c);
+  const auto ring = e.private_ring_for(8).value();
+  for (int r = 0; r < 3; ++r) {
+    REQUIRE(e.begin_round(fleet(8)).ok());
+    // The hub draws nobody: all eight take part, and the round's parameters (which every device signs)
+    // carry the rate each draws itself at.
+    CHECK(e.assignments().size() == 8);
+    REQUIRE(e.secure_round_open());
+    CHECK(e.secagg_params().sample_rate == 0.5);
+    // Half of them drew themselves out and send their noise alone.
+    report_all_secure(e, [](std::size_t) { return 0.01f; }, {}, [](std::size_t d) { return d % 2 == 0; });
+    const auto m = e.close_round(nullptr);
+    REQUIRE(m.ok());
+    // Nobody knows how many drew themselves in: no sampled count, even where exact figures are published.
+    CHECK_FALSE(m.value().dp.sampled.has_value());
+    CHECK(m.value().dp.epsilon_hub.has_value());
+  }
+  const double amplified = core::rdp_accountant().epsilon_after(0.5, ring.mechanism, 3, delta).epsilon;
+  CHECK(e.epsilon() == doctest::Approx(amplified).epsilon(1e-12));
+  CHECK(*e.epsilon_hub() == doctest::Approx(amplified).epsilon(1e-12));
+  CHECK(amplified < core::rdp_accountant().epsilon_after(1.0, ring.mechanism, 3, delta).epsilon);
+
+  // Without secure aggregation the hub would see who uploaded a change: refused by name.
+  const auto clear = try_config({{"self_sampling", true}});
+  REQUIRE_FALSE(clear.ok());
+  CHECK(testing::contains(clear.error().message, "self_sampling needs secure_aggregation"));
 }

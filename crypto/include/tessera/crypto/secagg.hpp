@@ -73,6 +73,11 @@ struct secagg_params {
   // last covered segment is +fitted_value if its change fitted within the clip, −fitted_value if it
   // was clipped — the sum is the noised count of fitting changes, centred (Andrew et al. 2021).
   double fitted_value = 0;
+  // Devices that sample themselves (> 0, at most 1): every device of the round draws from its own
+  // CSPRNG whether it contributes, with this probability; one not drawn sends its noise alone (a zero
+  // change, a count value of 0), masked like any input, so the hub cannot tell who trained and
+  // amplification by sampling holds against it too. 0: the hub drew the sample.
+  double sample_rate = 0;
 };
 
 // The inputs the ring holds: params.summands, or the roster's size.
@@ -183,12 +188,13 @@ struct secagg_unmask_reply {
 // clipped to the L2 norm the task gave), and the weight's value is 0 — the number of contributors, which
 // a weight would reveal, is not released; the hub divides by the expected number instead. With
 // p.fitted_value > 0 the last segment's weight value is ±fitted_value (`fitted`: the change was within
-// the clip before clipping).
+// the clip before clipping). A device that sampled itself out (`drawn` false) puts in zeros only, its
+// count value included: its noise is all it adds.
 [[nodiscard]] core::result<std::vector<std::vector<float>>> secagg_change_input(std::span<const float> received,
                                                                                 std::span<const float> trained,
                                                                                 const secagg_params& p,
                                                                                 std::span<const std::uint32_t> segments,
-                                                                                bool fitted = true);
+                                                                                bool fitted = true, bool drawn = true);
 
 // An input in the ring before any mask: every covered segment encoded in order (fixed_point for
 // `summands` = secagg_summands), rounding stochastic from one keystream of `rounding_key` read in

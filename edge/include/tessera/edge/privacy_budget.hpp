@@ -4,7 +4,8 @@
 // With the devices' noise under secure aggregation, what the hub can learn of one device is bounded by
 // the rounds that device joined: against the hub, which knows who was drawn, sampling amplifies
 // nothing, so each round it joins costs one unsampled Skellam release (Agarwal, Kairouz, Liu 2021), of
-// the noise the round's parameters give. The hub's own accountant says the same, but a hub that lies
+// the noise the round's parameters give. In a round whose devices sample themselves (the round's
+// sample_rate q) the draw is this device's own secret: the round costs the Poisson-sampled release at q. The hub's own accountant says the same, but a hub that lies
 // about it, restarts its count or rolls back its checkpoint does not change what this device counts.
 // With `privacy.max_epsilon` the device composes each round it is asked to join (RDP, core/privacy),
 // refuses one that would take it past the limit at `privacy.delta`, and writes the spending to its own
@@ -43,11 +44,12 @@ class privacy_budget {
   // error naming it: the device does not start with its spending unknown.
   [[nodiscard]] static core::result<std::unique_ptr<privacy_budget>> open(std::filesystem::path file, double max_epsilon, double delta);
 
-  // Fails (edge::errc::privacy_policy) when one more release `m` would pass max_epsilon.
-  [[nodiscard]] core::result<void> check(const core::skellam_mechanism& m) const;
-  // Composes `m` and writes the ledger; an error when the file cannot be written (the upload must not
-  // go then).
-  [[nodiscard]] core::result<void> spend(const core::skellam_mechanism& m);
+  // Fails (edge::errc::privacy_policy) when one more release `m`, sampled at `q` (1: unsampled), would
+  // pass max_epsilon.
+  [[nodiscard]] core::result<void> check(const core::skellam_mechanism& m, double q = 1.0) const;
+  // Composes `m` at `q` and writes the ledger; an error when the file cannot be written (the upload
+  // must not go then).
+  [[nodiscard]] core::result<void> spend(const core::skellam_mechanism& m, double q = 1.0);
 
   [[nodiscard]] double epsilon() const;
   [[nodiscard]] std::int64_t rounds() const noexcept { return spent_.steps(); }

@@ -79,6 +79,10 @@ class secure_round {
   // After mask(): the signed pledge of whom it masked with, sent before the masked UPDATE.
   [[nodiscard]] const net::msg::secagg_masked_with& masked_with() const noexcept { return masked_with_; }
   [[nodiscard]] std::uint64_t clipped() const noexcept { return clipped_; }
+  // A round whose devices sample themselves: whether this device drew itself in (its CSPRNG, at
+  // mask()); one not drawn sent its noise alone. Always true in other rounds.
+  [[nodiscard]] bool drawn() const noexcept { return drawn_; }
+  [[nodiscard]] double sample_rate() const noexcept { return s_.params.sample_rate; }
   [[nodiscard]] core::result<net::msg::secagg_check_reply> on_check(const net::msg::secagg_check& c);
   [[nodiscard]] core::result<net::msg::secagg_unmask_reply> on_unmask(const net::msg::secagg_unmask& u);
 
@@ -97,6 +101,7 @@ class secure_round {
   std::vector<float> received_;
   std::vector<std::byte> upload_;
   std::uint64_t clipped_ = 0;
+  bool drawn_ = true;
   net::msg::secagg_masked_with masked_with_;
   std::optional<net::msg::secagg_unmask_reply> reply_;
 };

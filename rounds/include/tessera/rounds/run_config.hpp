@@ -92,6 +92,11 @@ struct dp_config {
   // Publish the round's exact figures (round_metrics::withhold_exact) anyway: the training loss, example
   // counts, change norms, clipped counts and the devices' scores, which are not private.
   bool publish_exact = false;
+  // With the devices' noise: the hub asks every ready device, and each draws from its own CSPRNG
+  // whether it contributes (probability sample_rate); one not drawn sends its noise alone, masked
+  // like any input. The hub cannot tell who trained, so amplification by sampling holds against it
+  // too (ε against the hub = against the users); every device downloads, trains and uploads each round.
+  bool self_sampling = false;
 };
 
 // When the devices score the model and when a run stops for want of progress (the fields eval_every,
