@@ -114,19 +114,24 @@ def skellam_plain(l1, l2, v, alpha):
     return a * l2 ** 2 / (2 * v) + min(((2 * a - 1) * l2 ** 2 + 6 * l1) / (4 * v ** 2), 3 * l1 / (2 * v))
 
 
-def skellam_one_step(q, l1, l2, v, alpha):
-    q, l1, l2, v = mpf(q), mpf(l1), mpf(l2), mpf(v)
-    plain = skellam_plain(l1, l2, v, mpf(alpha))
+def zhu_wang(q, alpha, plain):
+    """Zhu and Wang's bound at order alpha for Poisson sampling at rate q, `plain(order)` the unsampled RDP."""
+    q = mpf(q)
     if q == 0:
         return mpf(0)
     if q == 1:
-        return plain
+        return plain(mpf(alpha))
     a = int(mpmath.ceil(alpha))
     total = (1 - q) ** (a - 1) * (a * q - q + 1) + mpmath.binomial(a, 2) * q ** 2 * (1 - q) ** (a - 2) * \
-        mpmath.exp(skellam_plain(l1, l2, v, 2))
+        mpmath.exp(plain(2))
     total += 3 * mpmath.fsum(mpmath.binomial(a, l) * (1 - q) ** (a - l) * q ** l *
-                             mpmath.exp((l - 1) * skellam_plain(l1, l2, v, l)) for l in range(3, a + 1))
-    return min(plain, mpmath.log(total) / (a - 1))
+                             mpmath.exp((l - 1) * plain(l)) for l in range(3, a + 1))
+    return min(plain(mpf(alpha)), mpmath.log(total) / (a - 1))
+
+
+def skellam_one_step(q, l1, l2, v, alpha):
+    l1, l2, v = mpf(l1), mpf(l2), mpf(v)
+    return zhu_wang(q, alpha, lambda order: skellam_plain(l1, l2, v, order))
 
 
 def compute_skellam_case(name, mechanisms, delta):
