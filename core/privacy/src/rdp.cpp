@@ -223,6 +223,9 @@ auto gaussian_steps(double q, double sigma) {
 auto skellam_steps(double q, const skellam_mechanism& m) {
   return [q, m](double alpha) { return sampled_skellam_rdp(q, m, alpha); };
 }
+auto discrete_gaussian_steps(double q, const discrete_gaussian_mechanism& m) {
+  return [q, m](double alpha) { return sampled_discrete_gaussian_rdp(q, m, alpha); };
+}
 
 }  // namespace
 
@@ -253,6 +256,17 @@ double skellam_rdp(const skellam_mechanism& m, double alpha) {
 
 double sampled_skellam_rdp(double q, const skellam_mechanism& m, double alpha) {
   return zhu_wang_rdp(q, alpha, skellam_rdp(m, alpha), [&m](double l) { return skellam_rdp(m, l); });
+}
+
+double discrete_gaussian_rdp(const discrete_gaussian_mechanism& m, double alpha) {
+  TESSERA_ASSERT(m.sigma >= 0.0);
+  TESSERA_ASSERT(alpha > 1.0 && std::isfinite(alpha));
+  if (m.sigma == 0.0) return k_inf;  // no noise: no privacy
+  return alpha / (2.0 * m.sigma * m.sigma);
+}
+
+double sampled_discrete_gaussian_rdp(double q, const discrete_gaussian_mechanism& m, double alpha) {
+  return zhu_wang_rdp(q, alpha, discrete_gaussian_rdp(m, alpha), [&m](double l) { return discrete_gaussian_rdp(m, l); });
 }
 
 // epsilon(alpha) = rdp(alpha) + log((alpha-1)/alpha) - (log(delta) + log(alpha)) / (alpha-1)
@@ -291,6 +305,11 @@ void rdp_accountant::compose(double q, const skellam_mechanism& m, std::int64_t 
   steps_ += steps;
 }
 
+void rdp_accountant::compose(double q, const discrete_gaussian_mechanism& m, std::int64_t steps) {
+  add_steps(rdp_, steps, discrete_gaussian_steps(q, m));
+  steps_ += steps;
+}
+
 dp_epsilon rdp_accountant::epsilon(double delta) const { return rdp_to_epsilon(orders(), rdp_, delta); }
 
 dp_epsilon rdp_accountant::epsilon_after(double q, double sigma, std::int64_t more, double delta) const {
@@ -302,6 +321,12 @@ dp_epsilon rdp_accountant::epsilon_after(double q, double sigma, std::int64_t mo
 dp_epsilon rdp_accountant::epsilon_after(double q, const skellam_mechanism& m, std::int64_t more, double delta) const {
   std::vector<double> after = rdp_;
   add_steps(after, more, skellam_steps(q, m));
+  return rdp_to_epsilon(orders(), after, delta);
+}
+
+dp_epsilon rdp_accountant::epsilon_after(double q, const discrete_gaussian_mechanism& m, std::int64_t more, double delta) const {
+  std::vector<double> after = rdp_;
+  add_steps(after, more, discrete_gaussian_steps(q, m));
   return rdp_to_epsilon(orders(), after, delta);
 }
 
