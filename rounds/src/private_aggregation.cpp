@@ -12,8 +12,8 @@
 //            denominator: the true count is not released); under secure aggregation every device adds
 //            Skellam noise in the ring instead, so that any t contributors carry the variance
 //            (private_ring_for), and the released sums are divided the same way;
-//   account  the sampled Gaussian mechanism's RDP, or the sampled Skellam mechanism's (core/privacy/rdp.hpp),
-//            one step per round.
+//   account  the sampled discrete Gaussian mechanism's RDP, or the sampled Skellam mechanism's (both by
+//            Zhu and Wang's bound, core/privacy/rdp.hpp), one step per round.
 // One device changes the released vector by its clipped change only (its group's coordinates and the
 // shared ones, norm ≤ C), whatever else the round holds: the sensitivity is C for the whole round.
 #include <algorithm>
@@ -64,8 +64,10 @@ core::result<device_draws> draws_of(const crypto::key256& round_key, const std::
 // Gaussian leaks through its low bits). κ = 2^k units per clip, k ≤ 20 (a unit is a millionth of the
 // clip), lower for a large σ so that σ in units stays within the sampler's 2^25. Rounding moves each
 // of the n coordinates by at most half a unit, so one device moves the integer sums by at most
-// Δ = κ + √n/2 in L2, and noise of deviation σ·Δ keeps the accountant's σ (Canonne, Kamath, Steinke
-// 2020: the discrete Gaussian's Rényi DP is the continuous one's at the same σ/Δ).
+// Δ = κ + √n/2 in L2, and noise of scale σ·Δ is the discrete Gaussian mechanism at σ that the
+// accountant composes (Canonne, Kamath, Steinke 2020, Theorem 14: unsampled, its Rényi DP is the
+// continuous Gaussian's at the same σ; sampled, the accountant takes the general bound, the exact
+// sampled-Gaussian analysis not being proven for it).
 double units_per_clip(double sigma) {
   const double k = std::floor(std::log2(0x1p24 / std::max(sigma, 1.0)));
   return std::ldexp(1.0, static_cast<int>(std::clamp(k, 4.0, 20.0)));
@@ -152,12 +154,14 @@ core::skellam_mechanism doubled_if(core::skellam_mechanism m, bool doubled) noex
 
 }  // namespace
 
-// ε after one more round of the run's mechanism (the hub's Gaussian, or the devices' Skellam; twice the
-// sensitivity when the cap binds), for the observer dp.target_epsilon bounds: with the devices' noise
-// the hub (unamplified) unless dp.target_observer says the model's users.
+// ε after one more round of the run's mechanism (the hub's discrete Gaussian, or the devices' Skellam;
+// twice the sensitivity when the cap binds), for the observer dp.target_epsilon bounds: with the
+// devices' noise the hub (unamplified) unless dp.target_observer says the model's users.
 core::result<core::dp_epsilon> private_aggregation::epsilon_after_round(bool capped) const {
   const dp_config& d = config_.dp;
-  if (!secure_) return privacy_.epsilon_after(d.sample_rate, capped ? d.noise_multiplier / 2 : d.noise_multiplier, 1, d.delta);
+  if (!secure_)
+    return privacy_.epsilon_after(d.sample_rate, core::discrete_gaussian_mechanism{.sigma = capped ? d.noise_multiplier / 2 : d.noise_multiplier},
+                                  1, d.delta);
   TESSERA_ASSIGN_OR_RETURN(const private_ring ring, make_private_ring(config_, params_, population(0)));
   const core::skellam_mechanism mech = doubled_if(ring.mechanism, capped);
   if (d.target_observer == dp_observer::hub) return hub_privacy_.epsilon_after(1.0, mech, 1, d.delta);
@@ -348,7 +352,7 @@ core::result<void> private_aggregation::finish(const round_view& v, std::span<co
   if (d.adaptive_clip) TESSERA_TRY(adapt_clip(c, population(assignments.size()), fitted_centred));
   const bool capped = !over_cap_.empty();
   if (hub_noise) {
-    privacy_.compose(d.sample_rate, capped ? d.noise_multiplier / 2 : d.noise_multiplier, 1);
+    privacy_.compose(d.sample_rate, core::discrete_gaussian_mechanism{.sigma = capped ? d.noise_multiplier / 2 : d.noise_multiplier}, 1);
   } else {
     TESSERA_ASSIGN_OR_RETURN(const private_ring ring, make_private_ring(config_, params_, population(assignments.size())));
     const core::skellam_mechanism mech = doubled_if(ring.mechanism, capped);
