@@ -61,12 +61,12 @@ nlohmann::json config_of(const options& o, const std::string& strategy, bool dev
 }
 
 // The smallest σ (to 0.1%) whose --rounds rounds stay within ε = target at δ 1e-5: the sampled
-// Gaussian's for the hub's noise, the sampled Skellam's (its ring from the same configuration) for
-// the devices'.
+// discrete Gaussian's for the hub's noise, the sampled Skellam's (its ring from the same
+// configuration) for the devices'.
 double sigma_for(const options& o, const std::string& strategy, bool devices_noise, double target) {
   nlohmann::json j = config_of(o, strategy, devices_noise);
   const auto spent = [&](double sigma) {
-    if (!devices_noise) return core::rdp_accountant().epsilon_after(o.q, sigma, o.rounds, 1e-5).epsilon;
+    if (!devices_noise) return core::rdp_accountant().epsilon_after(o.q, core::discrete_gaussian_mechanism{.sigma = sigma}, o.rounds, 1e-5).epsilon;
     j["dp"]["noise_multiplier"] = sigma;
     const auto cfg = must(sim::parse_sim_config(j, "bench_dp"));
     const auto ring = must(rounds::make_private_ring(cfg, core::param_count(cfg.model.full_arch()), o.devices));

@@ -12,8 +12,8 @@
 //            denominator: the true count is not released); under secure aggregation every device adds
 //            Skellam noise in the ring instead, so that any t contributors carry the variance
 //            (private_ring_for), and the released sums are divided the same way;
-//   account  the sampled Gaussian mechanism's RDP, or the sampled Skellam mechanism's (core/privacy/rdp.hpp),
-//            one step per round.
+//   account  the sampled discrete Gaussian mechanism's RDP, or the sampled Skellam mechanism's (both by
+//            Zhu and Wang's bound, core/privacy/rdp.hpp), one step per round.
 // One device changes the released vector by its clipped change only (its group's coordinates and the
 // shared ones, norm ≤ C), whatever else the round holds: the sensitivity is C for the whole round.
 #include <algorithm>
@@ -64,8 +64,10 @@ core::result<device_draws> draws_of(const crypto::key256& round_key, const std::
 // Gaussian leaks through its low bits). κ = 2^k units per clip, k ≤ 20 (a unit is a millionth of the
 // clip), lower for a large σ so that σ in units stays within the sampler's 2^25. Rounding moves each
 // of the n coordinates by at most half a unit, so one device moves the integer sums by at most
-// Δ = κ + √n/2 in L2, and noise of deviation σ·Δ keeps the accountant's σ (Canonne, Kamath, Steinke
-// 2020: the discrete Gaussian's Rényi DP is the continuous one's at the same σ/Δ).
+// Δ = κ + √n/2 in L2, and noise of scale σ·Δ is the discrete Gaussian mechanism at σ that the
+// accountant composes (Canonne, Kamath, Steinke 2020, Theorem 14: unsampled, its Rényi DP is the
+// continuous Gaussian's at the same σ; sampled, the accountant takes the general bound, the exact
+// sampled-Gaussian analysis not being proven for it).
 double units_per_clip(double sigma) {
   const double k = std::floor(std::log2(0x1p24 / std::max(sigma, 1.0)));
   return std::ldexp(1.0, static_cast<int>(std::clamp(k, 4.0, 20.0)));
@@ -112,24 +114,6 @@ private_aggregation::private_aggregation(const run_config& config, std::size_t p
 
 private_aggregation::~private_aggregation() = default;
 
-void private_aggregation::restore(core::rdp_accountant a, double clip, std::optional<core::rdp_accountant> against_hub) noexcept {
-  privacy_ = std::move(a);
-  if (against_hub) hub_privacy_ = std::move(*against_hub);
-  if (clip > 0) clip_ = clip;
-}
-
-std::optional<core::rdp_accountant> private_aggregation::hub_accountant() const {
-  if (!secure_) return std::nullopt;
-  return hub_privacy_;
-}
-
-std::optional<double> private_aggregation::epsilon_hub() const {
-  if (!secure_) return std::nullopt;
-  return hub_privacy_.epsilon(config_.dp.delta).epsilon;
-}
-
-double private_aggregation::hub_sample_rate() const noexcept { return config_.dp.self_sampling ? config_.dp.sample_rate : 1.0; }
-
 std::size_t private_aggregation::population(std::size_t offered) const noexcept {
   return std::max(config_.dp.population > 0 ? config_.dp.population : population_, offered);
 }
@@ -138,52 +122,6 @@ double private_aggregation::count_noise() const noexcept { return count_noise_of
 double private_aggregation::change_noise_multiplier() const noexcept { return change_sigma_of(config_.dp, population(0)); }
 double private_aggregation::unit_sensitivity() const noexcept {
   return units_per_clip(change_noise_multiplier()) + std::sqrt(static_cast<double>(params_)) / 2.0;
-}
-
-namespace {
-
-// One device more can change two contributions when the cap binds (it may take the place of another
-// drawn device): the sensitivity doubles for that round.
-core::skellam_mechanism doubled_if(core::skellam_mechanism m, bool doubled) noexcept {
-  if (doubled) {
-    m.l1 *= 2;
-    m.l2 *= 2;
-  }
-  return m;
-}
-
-}  // namespace
-
-// ε after one more round of the run's mechanism (the hub's Gaussian, or the devices' Skellam; twice the
-// sensitivity when the cap binds), for the observer dp.target_epsilon bounds: with the devices' noise
-// the hub (unamplified) unless dp.target_observer says the model's users.
-core::result<core::dp_epsilon> private_aggregation::epsilon_after_round(bool capped) const {
-  const dp_config& d = config_.dp;
-  if (!secure_) return privacy_.epsilon_after(d.sample_rate, capped ? d.noise_multiplier / 2 : d.noise_multiplier, 1, d.delta);
-  TESSERA_ASSIGN_OR_RETURN(const private_ring ring, make_private_ring(config_, params_, population(0)));
-  const core::skellam_mechanism mech = doubled_if(ring.mechanism, capped);
-  if (d.target_observer == dp_observer::hub) return hub_privacy_.epsilon_after(hub_sample_rate(), mech, 1, d.delta);
-  return privacy_.epsilon_after(d.sample_rate, mech, 1, d.delta);
-}
-
-core::result<void> private_aggregation::check_budget(std::int64_t round, bool capped) const {
-  const dp_config& d = config_.dp;
-  if (d.adaptive_clip && !std::isfinite(change_noise_multiplier())) {
-    char buf[200];
-    std::snprintf(buf, sizeof buf, "dp.adaptive_clip.count_noise %.4g must exceed noise_multiplier / 2 = %.4g: the count would spend the whole budget",
-                  count_noise(), d.noise_multiplier / 2);
-    return make_error(errc::privacy_budget, buf);
-  }
-  if (d.target_epsilon <= 0) return {};
-  TESSERA_ASSIGN_OR_RETURN(const core::dp_epsilon after, epsilon_after_round(capped));
-  const double next = after.epsilon;
-  if (next <= d.target_epsilon) return {};
-  char buf[200];
-  const bool against_hub = secure_ && d.target_observer == dp_observer::hub;
-  std::snprintf(buf, sizeof buf, "round %lld would take ε%s from %.4g to %.4g, past dp.target_epsilon %.4g (δ %.3g)%s",
-                static_cast<long long>(round), against_hub ? " against the hub" : "", against_hub ? *epsilon_hub() : epsilon(), next,
-                d.target_epsilon, d.delta, capped ? "; more devices were drawn than max_devices, which doubles the round's sensitivity" : "");
-  return make_error(errc::privacy_budget, buf);
 }
 
 // The privacy budget first, then the round's sample.
@@ -352,15 +290,7 @@ core::result<void> private_aggregation::finish(const round_view& v, std::span<co
   sum_ = {};
   units_ = {};
   if (d.adaptive_clip) TESSERA_TRY(adapt_clip(c, population(assignments.size()), fitted_centred));
-  const bool capped = !over_cap_.empty();
-  if (hub_noise) {
-    privacy_.compose(d.sample_rate, capped ? d.noise_multiplier / 2 : d.noise_multiplier, 1);
-  } else {
-    TESSERA_ASSIGN_OR_RETURN(const private_ring ring, make_private_ring(config_, params_, population(assignments.size())));
-    const core::skellam_mechanism mech = doubled_if(ring.mechanism, capped);
-    privacy_.compose(d.sample_rate, mech, 1);
-    hub_privacy_.compose(hub_sample_rate(), mech, 1);  // unamplified where the hub drew the sample
-  }
+  TESSERA_TRY(compose_round(!over_cap_.empty(), population(assignments.size())));
   m.dp.clip = c;
   m.dp.epsilon = epsilon();
   m.dp.epsilon_hub = epsilon_hub();

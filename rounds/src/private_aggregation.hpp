@@ -82,6 +82,8 @@ class private_aggregation final : public aggregation {
   [[nodiscard]] core::result<core::dp_epsilon> epsilon_after_round(bool capped = false) const;
   // Fails when round `round` would pass dp.target_epsilon.
   [[nodiscard]] core::result<void> check_budget(std::int64_t round, bool capped = false) const;
+  // Adds the closed round's release to the accountants (private_accounting.cpp).
+  [[nodiscard]] core::result<void> compose_round(bool capped, std::size_t population);
   [[nodiscard]] double count_noise() const noexcept;
   [[nodiscard]] double change_noise_multiplier() const noexcept;
   // The hub's noise: one device's L2 bound on the integer sums (κ + √n/2, see the .cpp).

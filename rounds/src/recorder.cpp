@@ -86,7 +86,7 @@ core::result<void> recorder::finish(const engine& e) {
     } else {
       dp["observer"] = "the model's users (the hub added the noise and saw the sums without it)";
       dp["noise"] = "hub";
-      dp["accountant"] = "RDP of the Poisson-sampled Gaussian mechanism (Mironov, Talwar, Zhang 2019)";
+      dp["accountant"] = "RDP of the discrete Gaussian mechanism (Canonne, Kamath, Steinke 2020), Poisson-sampled by Zhu and Wang's bound";
     }
     if (const auto against_hub = e.epsilon_hub()) metadata["tessera.dp.epsilon_hub"] = std::to_string(*against_hub);
     metadata["tessera.dp"] = dp.dump();

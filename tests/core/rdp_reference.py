@@ -34,6 +34,11 @@ from the formulas, without the log-space rearrangements the C++ code needs to st
     rdp = min(log(A) / (alpha - 1), eps(alpha)),
   A summed here exactly as written, term by term at 50 digits.
 
+  The discrete Gaussian mechanism (Canonne, Kamath, Steinke, NeurIPS 2020, arXiv:2004.00010 Theorem 14:
+  the multivariate discrete Gaussian of scale sigma times the L2 sensitivity is 1/(2 sigma^2)-zCDP):
+  unsampled, eps(alpha) = alpha / (2 sigma^2) at every order; Poisson sampled, the same Zhu and Wang
+  bound from that eps(l).
+
 Usage:
   python3 rdp_reference.py --write rdp_reference.json   # compute the table and write it
   python3 rdp_reference.py --check rdp_reference.json   # recompute it; exit 1 if the file differs
@@ -108,25 +113,74 @@ SKELLAM_CASES = [
 ]
 
 
+# The discrete Gaussian cases: name, releases composed (q, sigma, steps), delta.
+DISCRETE_GAUSSIAN_CASES = [
+    # README's comparison with the sampled continuous Gaussian: 200 rounds at q 0.05, sigma 1.
+    ("dgauss_q0.05_sigma1.0_T200", [(0.05, 1.0, 200)], 1e-5),
+    # tests/rounds: three and four rounds at q 0.2, sigma 1.1.
+    ("dgauss_q0.2_sigma1.1_T3", [(0.2, 1.1, 3)], 1e-5),
+    ("dgauss_q0.2_sigma1.1_T4", [(0.2, 1.1, 4)], 1e-5),
+    # Typical federated settings, bench/dp's among them.
+    ("dgauss_q0.01_sigma1.0_T1000", [(0.01, 1.0, 1000)], 1e-5),
+    ("dgauss_q0.05_sigma2.0_T400", [(0.05, 2.0, 400)], 1e-5),
+    # A large population's tiny rate.
+    ("dgauss_q1e-4_sigma1.0_T10000", [(1e-4, 1.0, 10000)], 1e-5),
+    # Little noise: a large epsilon.
+    ("dgauss_small_sigma_q0.01_sigma0.3_T100", [(0.01, 0.3, 100)], 1e-5),
+    # q above 1/2.
+    ("dgauss_q0.6_sigma1.5_T20", [(0.6, 1.5, 20)], 1e-5),
+    # q = 1, sigma halved: capped rounds of the unsampled mechanism.
+    ("dgauss_q1_sigma0.5_T8", [(1.0, 0.5, 8)], 1e-5),
+    # Two phases at different rates.
+    ("dgauss_two_phases", [(0.05, 1.0, 200), (0.01, 1.5, 800)], 1e-5),
+]
+
+
+def discrete_gaussian_one_step(q, sigma, alpha):
+    sigma = mpf(sigma)
+    return zhu_wang(q, alpha, lambda order: mpf(order) / (2 * sigma ** 2))
+
+
+def compute_discrete_gaussian_case(name, mechanisms, delta):
+    total = [mpf(0)] * len(ORDERS)
+    for q, sigma, steps in mechanisms:
+        for i, alpha in enumerate(ORDERS):
+            total[i] += steps * discrete_gaussian_one_step(q, sigma, alpha)
+    epsilon, order = to_epsilon(ORDERS, total, delta)
+    return {
+        "name": name,
+        "mechanisms": [{"q": q, "sigma": sigma, "steps": steps} for q, sigma, steps in mechanisms],
+        "delta": delta,
+        "rdp": [float(r) for r in total],
+        "epsilon": float(epsilon),
+        "order": order,
+    }
+
+
 def skellam_plain(l1, l2, v, alpha):
     """Unsampled Skellam RDP at order alpha (an integer's value for a fractional order)."""
     a = mpmath.ceil(alpha)
     return a * l2 ** 2 / (2 * v) + min(((2 * a - 1) * l2 ** 2 + 6 * l1) / (4 * v ** 2), 3 * l1 / (2 * v))
 
 
-def skellam_one_step(q, l1, l2, v, alpha):
-    q, l1, l2, v = mpf(q), mpf(l1), mpf(l2), mpf(v)
-    plain = skellam_plain(l1, l2, v, mpf(alpha))
+def zhu_wang(q, alpha, plain):
+    """Zhu and Wang's bound at order alpha for Poisson sampling at rate q, `plain(order)` the unsampled RDP."""
+    q = mpf(q)
     if q == 0:
         return mpf(0)
     if q == 1:
-        return plain
+        return plain(mpf(alpha))
     a = int(mpmath.ceil(alpha))
     total = (1 - q) ** (a - 1) * (a * q - q + 1) + mpmath.binomial(a, 2) * q ** 2 * (1 - q) ** (a - 2) * \
-        mpmath.exp(skellam_plain(l1, l2, v, 2))
+        mpmath.exp(plain(2))
     total += 3 * mpmath.fsum(mpmath.binomial(a, l) * (1 - q) ** (a - l) * q ** l *
-                             mpmath.exp((l - 1) * skellam_plain(l1, l2, v, l)) for l in range(3, a + 1))
-    return min(plain, mpmath.log(total) / (a - 1))
+                             mpmath.exp((l - 1) * plain(l)) for l in range(3, a + 1))
+    return min(plain(mpf(alpha)), mpmath.log(total) / (a - 1))
+
+
+def skellam_one_step(q, l1, l2, v, alpha):
+    l1, l2, v = mpf(l1), mpf(l2), mpf(v)
+    return zhu_wang(q, alpha, lambda order: skellam_plain(l1, l2, v, order))
 
 
 def compute_skellam_case(name, mechanisms, delta):
@@ -249,6 +303,7 @@ def compute_table():
         "orders": ORDERS,
         "cases": [compute_case(*case) for case in CASES],
         "skellam_cases": [compute_skellam_case(*case) for case in SKELLAM_CASES],
+        "discrete_gaussian_cases": [compute_discrete_gaussian_case(*case) for case in DISCRETE_GAUSSIAN_CASES],
     }
 
 
@@ -287,7 +342,7 @@ def main():
         with open(args.write, "w", encoding="utf-8") as out:
             json.dump(table, out, indent=1)
             out.write("\n")
-        for case in table["cases"] + table["skellam_cases"]:
+        for case in table["cases"] + table["skellam_cases"] + table["discrete_gaussian_cases"]:
             print(f"{case['name']}: epsilon {case['epsilon']:.12g} at order {case['order']:g}")
         return 0
 
@@ -301,7 +356,8 @@ def main():
         if len(found) > 20:
             print(f"  ... and {len(found) - 20} more", file=sys.stderr)
         return 1
-    print(f"{args.check}: {len(table['cases']) + len(table['skellam_cases'])} cases agree with the recomputed table")
+    cases = len(table["cases"]) + len(table["skellam_cases"]) + len(table["discrete_gaussian_cases"])
+    print(f"{args.check}: {cases} cases agree with the recomputed table")
     return 0
 
 

@@ -48,9 +48,10 @@ TEST_CASE("federation: differential privacy — the hub's ε is tessera-sim's, s
 
   // Room for exactly four rounds.
   core::rdp_accountant a;
-  a.compose(k_q, k_sigma, 4);
+  const core::discrete_gaussian_mechanism noise{.sigma = k_sigma};  // the hub's
+  a.compose(k_q, noise, 4);
   const double after4 = a.epsilon(k_delta).epsilon;
-  a.compose(k_q, k_sigma, 1);
+  a.compose(k_q, noise, 1);
   const double target = 0.5 * (after4 + a.epsilon(k_delta).epsilon);
   const nlohmann::json run = {{"model", {{"inputs", 784}, {"hidden", {32}}, {"outputs", 10}}},
                               {"strategy", "ist"},

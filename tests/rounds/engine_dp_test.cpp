@@ -291,10 +291,12 @@ TEST_CASE("dp: one device more moves the hub's integer sums by its quantized cli
 
 TEST_CASE("dp: ε is the accountant's after each round, and the run stops before the round that would pass the target") {
   const double q = 0.2, sigma = 1.1;
+  // The hub's noise: the sampled discrete Gaussian mechanism.
+  const core::discrete_gaussian_mechanism noise{.sigma = sigma};
   core::rdp_accountant reference;
-  reference.compose(q, sigma, 3);
+  reference.compose(q, noise, 3);
   const double after3 = reference.epsilon(1e-5).epsilon;
-  reference.compose(q, sigma, 1);
+  reference.compose(q, noise, 1);
   const double after4 = reference.epsilon(1e-5).epsilon;
   REQUIRE(after4 > after3);
   const double target = 0.5 * (after3 + after4);  // room for three rounds, not four
@@ -308,9 +310,11 @@ TEST_CASE("dp: ε is the accountant's after each round, and the run stops before
     const auto m = e.close_round(nullptr);
     REQUIRE(m.ok());
     core::rdp_accountant expected;
-    expected.compose(q, sigma, r);
+    expected.compose(q, noise, r);
     CHECK(*m.value().dp.epsilon == doctest::Approx(expected.epsilon(1e-5).epsilon).epsilon(1e-12));
   }
+  // The figure itself, from tests/core/rdp_reference.py (case dgauss_q0.2_sigma1.1_T3, 50 digits).
+  CHECK(e.epsilon() == doctest::Approx(3.9412355046247978).epsilon(1e-6));
   CHECK(e.finished());
   CHECK(e.privacy_stop().find("round 4 would take ε from") == 0);
   CHECK(e.privacy_stop().find("past dp.target_epsilon") != std::string::npos);
@@ -659,16 +663,20 @@ TEST_CASE("dp: the sample is drawn from every device offered; past the cap a ran
     REQUIRE(e.close_round(nullptr).ok());
   }
   CHECK(took_part.size() >= 8);  // 24 draws of 3 from 10: all but a rare one or two appear
-  // Each capped round is accounted at twice the sensitivity (σ/2 for the hub's Gaussian): one device
-  // more may take another's place.
-  CHECK(e.epsilon() == doctest::Approx(core::rdp_accountant().epsilon_after(1.0, 0.5, 8, 1e-5).epsilon).epsilon(1e-12));
+  // Each capped round is accounted at twice the sensitivity (σ/2 for the hub's discrete Gaussian): one
+  // device more may take another's place.
+  CHECK(e.epsilon() == doctest::Approx(core::rdp_accountant().epsilon_after(1.0, core::discrete_gaussian_mechanism{.sigma = 0.5}, 8, 1e-5).epsilon)
+                           .epsilon(1e-12));
+  // The figure itself, from tests/core/rdp_reference.py (case dgauss_q1_sigma0.5_T8, 50 digits).
+  CHECK(e.epsilon() == doctest::Approx(41.75711504232587).epsilon(1e-6));
   // Without a cap all ten take part.
   auto all = engine_for(config({{"sample_rate", 1.0}, {"noise_multiplier", 1.0}, {"population", 10}}, {{"strategy", "fedavg"}}));
   REQUIRE(all.begin_round(fleet(10)).ok());
   CHECK(all.assignments().size() == 10);
   report_all(all, [](std::size_t) { return 0.01f; });
   REQUIRE(all.close_round(nullptr).ok());
-  CHECK(all.epsilon() == doctest::Approx(core::rdp_accountant().epsilon_after(1.0, 1.0, 1, 1e-5).epsilon).epsilon(1e-12));
+  CHECK(all.epsilon() == doctest::Approx(core::rdp_accountant().epsilon_after(1.0, core::discrete_gaussian_mechanism{.sigma = 1.0}, 1, 1e-5).epsilon)
+                             .epsilon(1e-12));
 }
 
 TEST_CASE("dp: a rollback to an older checkpoint keeps ε: the privacy ledger raises what the old file says") {

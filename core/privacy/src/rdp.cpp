@@ -170,6 +170,34 @@ double log_a_minus_1_fractional(double q, double sigma, double alpha) noexcept {
   return sum.log_total();
 }
 
+// Zhu and Wang's general bound (rdp.hpp) for a Poisson-sampled release at order alpha, from the
+// unsampled mechanism's RDP `plain(l)` at the integer orders l = 2..ceil(alpha) and its RDP
+// `plain_at_alpha` at alpha itself, which the sampled release never exceeds (each of its outputs is
+// a mixture of the unsampled mechanism's on neighbouring inputs). The bound's sum A has, by the
+// binomial theorem, 1 = (1−q)^(α−1)(αq − q + 1) + Σ_{l>=2} C(α,l)(1−q)^(α−l) q^l, so
+//   A − 1 = C(α,2) q²(1−q)^(α−2) (e^ε(2) − 1) + Σ_{l>=3} C(α,l)(1−q)^(α−l) q^l (3 e^((l−1)ε(l)) − 1):
+// positive terms only, summed in log space as the Gaussian's (exact for tiny q).
+template <class unsampled_rdp>
+double zhu_wang_rdp(double q, double alpha, double plain_at_alpha, const unsampled_rdp& plain) {
+  TESSERA_ASSERT(q >= 0.0 && q <= 1.0);
+  if (q == 0.0) return 0.0;
+  // Infinite RDP at alpha is infinite at ceil(alpha) too, and so is the bound's last term.
+  if (q == 1.0 || plain_at_alpha == k_inf) return plain_at_alpha;
+  const double a = std::ceil(alpha);
+  const double log_q = std::log(q);
+  const double log_1mq = std::log1p(-q);
+  log_space_sum sum;
+  double log_binomial = std::log(a);  // log C(a, 1)
+  for (double l = 2.0; l <= a; l += 1.0) {
+    log_binomial += std::log((a - l + 1.0) / l);
+    const double eps = plain(l);
+    // log(e^x − 1) at l = 2; log(3 e^x − 1) = x + log(3 − e^−x) beyond.
+    const double log_factor = l == 2.0 ? log_expm1(eps) : (l - 1.0) * eps + std::log(3.0 - std::exp(-(l - 1.0) * eps));
+    sum.add(log_binomial + (a - l) * log_1mq + l * log_q + log_factor, false);
+  }
+  return std::min(plain_at_alpha, log1p_exp(sum.log_total()) / (a - 1.0));
+}
+
 // "%.17g": every double as it reads back.
 std::string number_text(double v) {
   char buf[32];
@@ -177,23 +205,26 @@ std::string number_text(double v) {
   return buf;
 }
 
-// rdp[i] += steps * (the RDP of one step at orders[i]). Zero steps add nothing (not even the NaN of
-// 0 times an infinite RDP).
-void add_steps(std::span<double> rdp, double q, double sigma, std::int64_t steps) {
+// rdp[i] += steps * one_step(orders[i]), one_step giving a mechanism's RDP per step. Zero steps add
+// nothing (not even the NaN of 0 times an infinite RDP).
+template <class rdp_of_order>
+void add_steps(std::span<double> rdp, std::int64_t steps, const rdp_of_order& one_step) {
   TESSERA_ASSERT(steps >= 0);
   if (steps == 0) return;
   const std::span<const double> orders = default_rdp_orders();
   TESSERA_ASSERT(rdp.size() == orders.size());
-  for (std::size_t i = 0; i < orders.size(); ++i)
-    rdp[i] += static_cast<double>(steps) * sampled_gaussian_rdp(q, sigma, orders[i]);
+  for (std::size_t i = 0; i < orders.size(); ++i) rdp[i] += static_cast<double>(steps) * one_step(orders[i]);
 }
 
-void add_skellam_steps(std::span<double> rdp, double q, const skellam_mechanism& m, std::int64_t steps) {
-  TESSERA_ASSERT(steps >= 0);
-  if (steps == 0) return;
-  const std::span<const double> orders = default_rdp_orders();
-  TESSERA_ASSERT(rdp.size() == orders.size());
-  for (std::size_t i = 0; i < orders.size(); ++i) rdp[i] += static_cast<double>(steps) * sampled_skellam_rdp(q, m, orders[i]);
+// The per-step RDP of each mechanism, as add_steps takes it.
+auto gaussian_steps(double q, double sigma) {
+  return [q, sigma](double alpha) { return sampled_gaussian_rdp(q, sigma, alpha); };
+}
+auto skellam_steps(double q, const skellam_mechanism& m) {
+  return [q, m](double alpha) { return sampled_skellam_rdp(q, m, alpha); };
+}
+auto discrete_gaussian_steps(double q, const discrete_gaussian_mechanism& m) {
+  return [q, m](double alpha) { return sampled_discrete_gaussian_rdp(q, m, alpha); };
 }
 
 }  // namespace
@@ -223,27 +254,19 @@ double skellam_rdp(const skellam_mechanism& m, double alpha) {
   return a * l2sq / (2.0 * v) + std::min(((2.0 * a - 1.0) * l2sq + 6.0 * m.l1) / (4.0 * v * v), 3.0 * m.l1 / (2.0 * v));
 }
 
-// The bound's sum A has, by the binomial theorem, 1 = (1−q)^(α−1)(αq − q + 1) + Σ_{l>=2} C(α,l)(1−q)^(α−l) q^l,
-// so A − 1 = C(α,2) q²(1−q)^(α−2) (e^ε(2) − 1) + Σ_{l>=3} C(α,l)(1−q)^(α−l) q^l (3 e^((l−1)ε(l)) − 1):
-// positive terms only, summed in log space as the Gaussian's (exact for tiny q).
 double sampled_skellam_rdp(double q, const skellam_mechanism& m, double alpha) {
-  TESSERA_ASSERT(q >= 0.0 && q <= 1.0);
-  const double plain = skellam_rdp(m, alpha);
-  if (q == 0.0) return 0.0;
-  if (q == 1.0) return plain;
-  const double a = std::ceil(alpha);
-  const double log_q = std::log(q);
-  const double log_1mq = std::log1p(-q);
-  log_space_sum sum;
-  double log_binomial = std::log(a);  // log C(a, 1)
-  for (double l = 2.0; l <= a; l += 1.0) {
-    log_binomial += std::log((a - l + 1.0) / l);
-    const double eps = skellam_rdp(m, l);
-    // log(e^x − 1) at l = 2; log(3 e^x − 1) = x + log(3 − e^−x) beyond.
-    const double log_factor = l == 2.0 ? log_expm1(eps) : (l - 1.0) * eps + std::log(3.0 - std::exp(-(l - 1.0) * eps));
-    sum.add(log_binomial + (a - l) * log_1mq + l * log_q + log_factor, false);
-  }
-  return std::min(plain, log1p_exp(sum.log_total()) / (a - 1.0));
+  return zhu_wang_rdp(q, alpha, skellam_rdp(m, alpha), [&m](double l) { return skellam_rdp(m, l); });
+}
+
+double discrete_gaussian_rdp(const discrete_gaussian_mechanism& m, double alpha) {
+  TESSERA_ASSERT(m.sigma >= 0.0);
+  TESSERA_ASSERT(alpha > 1.0 && std::isfinite(alpha));
+  if (m.sigma == 0.0) return k_inf;  // no noise: no privacy
+  return alpha / (2.0 * m.sigma * m.sigma);
+}
+
+double sampled_discrete_gaussian_rdp(double q, const discrete_gaussian_mechanism& m, double alpha) {
+  return zhu_wang_rdp(q, alpha, discrete_gaussian_rdp(m, alpha), [&m](double l) { return discrete_gaussian_rdp(m, l); });
 }
 
 // epsilon(alpha) = rdp(alpha) + log((alpha-1)/alpha) - (log(delta) + log(alpha)) / (alpha-1)
@@ -273,26 +296,37 @@ dp_epsilon rdp_to_epsilon(std::span<const double> orders, std::span<const double
 rdp_accountant::rdp_accountant() : rdp_(default_rdp_orders().size(), 0.0) {}
 
 void rdp_accountant::compose(double q, double sigma, std::int64_t steps) {
-  add_steps(rdp_, q, sigma, steps);
+  add_steps(rdp_, steps, gaussian_steps(q, sigma));
   steps_ += steps;
 }
 
 void rdp_accountant::compose(double q, const skellam_mechanism& m, std::int64_t steps) {
-  add_skellam_steps(rdp_, q, m, steps);
+  add_steps(rdp_, steps, skellam_steps(q, m));
   steps_ += steps;
 }
 
-dp_epsilon rdp_accountant::epsilon_after(double q, const skellam_mechanism& m, std::int64_t more, double delta) const {
-  std::vector<double> after = rdp_;
-  add_skellam_steps(after, q, m, more);
-  return rdp_to_epsilon(orders(), after, delta);
+void rdp_accountant::compose(double q, const discrete_gaussian_mechanism& m, std::int64_t steps) {
+  add_steps(rdp_, steps, discrete_gaussian_steps(q, m));
+  steps_ += steps;
 }
 
 dp_epsilon rdp_accountant::epsilon(double delta) const { return rdp_to_epsilon(orders(), rdp_, delta); }
 
 dp_epsilon rdp_accountant::epsilon_after(double q, double sigma, std::int64_t more, double delta) const {
   std::vector<double> after = rdp_;
-  add_steps(after, q, sigma, more);
+  add_steps(after, more, gaussian_steps(q, sigma));
+  return rdp_to_epsilon(orders(), after, delta);
+}
+
+dp_epsilon rdp_accountant::epsilon_after(double q, const skellam_mechanism& m, std::int64_t more, double delta) const {
+  std::vector<double> after = rdp_;
+  add_steps(after, more, skellam_steps(q, m));
+  return rdp_to_epsilon(orders(), after, delta);
+}
+
+dp_epsilon rdp_accountant::epsilon_after(double q, const discrete_gaussian_mechanism& m, std::int64_t more, double delta) const {
+  std::vector<double> after = rdp_;
+  add_steps(after, more, discrete_gaussian_steps(q, m));
   return rdp_to_epsilon(orders(), after, delta);
 }
 

@@ -5,8 +5,8 @@
 // significant bits for differential privacy", CCS 2012). The discrete Gaussian N_Z(0, σ²), P(x) ∝
 // exp(−x²/(2σ²)) on the integers, added to an integer sum, has no such bits, and its Rényi DP is that of
 // the continuous Gaussian at the same σ and L2 sensitivity (Canonne, Kamath, Steinke, "The Discrete
-// Gaussian for Differential Privacy", NeurIPS 2020, Proposition 14 / Corollary 9 — the accountant in
-// core/privacy stands as it is).
+// Gaussian for Differential Privacy", NeurIPS 2020, Theorem 14 of arXiv:2004.00010). Poisson-sampled,
+// the accountant (core/privacy/rdp.hpp) composes it by a general subsampling bound.
 //
 // The sampler is that paper's Algorithm 3 (a discrete Laplace proposal, accepted with probability
 // exp(−(|Y| − σ²/t)²/(2σ²))) over Algorithms 1 and 2, in integer arithmetic on a rational σ² = n/d,

@@ -1,19 +1,23 @@
-// tessera/core/privacy/rdp.hpp — privacy accounting for the Poisson-sampled Gaussian mechanism.
+// tessera/core/privacy/rdp.hpp — privacy accounting for Poisson-sampled noisy sums.
 //
 // A differentially private round samples each client with probability q, clips every update to L2 norm
-// C and adds Gaussian noise of standard deviation sigma * C to the sum (sigma: the noise multiplier).
-// One such step has a Rényi-DP bound at every order alpha > 1 (Mironov, Talwar, Zhang, "Rényi
-// Differential Privacy of the Sampled Gaussian Mechanism", 2019); the bounds of successive steps add
-// up; the sum converts to (epsilon, delta)-DP at whichever order gives the smallest epsilon (Balle,
-// Barthe, Gaboardi, Hsu, Sato 2020; Canonne, Kamath, Steinke 2020). The accountant keeps that sum at a
-// fixed list of orders: the vector is its whole state, and what a checkpoint stores.
+// C and adds noise of scale sigma * C to the sum (sigma: the noise multiplier). One such step has a
+// Rényi-DP bound at every order alpha > 1; the bounds of successive steps add up; the sum converts to
+// (epsilon, delta)-DP at whichever order gives the smallest epsilon (Balle, Barthe, Gaboardi, Hsu, Sato
+// 2020; Canonne, Kamath, Steinke 2020). The accountant keeps that sum at a fixed list of orders: the
+// vector is its whole state, and what a checkpoint stores. Three mechanisms: the continuous Gaussian,
+// whose sampled bound is exact (Mironov, Talwar, Zhang, "Rényi Differential Privacy of the Sampled
+// Gaussian Mechanism", 2019); and the two integer ones a run adds, the discrete Gaussian (the hub's
+// noise) and Skellam (the devices' under secure aggregation), sampled by a general bound that holds
+// for any mechanism and is looser.
 //
 //   core::rdp_accountant privacy;
+//   const core::discrete_gaussian_mechanism noise{.sigma = sigma};
 //   for (round = 1; ...; ++round) {
 //     // stop BEFORE the round that would take epsilon past the target
-//     if (privacy.epsilon_after(q, sigma, 1, 1e-5).epsilon > target_epsilon) break;
+//     if (privacy.epsilon_after(q, noise, 1, 1e-5).epsilon > target_epsilon) break;
 //     run_round();
-//     privacy.compose(q, sigma);
+//     privacy.compose(q, noise);
 //   }
 //   const core::dp_epsilon spent = privacy.epsilon(1e-5);   // spent.epsilon, at order spent.order
 //   save(privacy.rdp(), privacy.steps());                    // restore(default_rdp_orders(), rdp, steps)
@@ -36,10 +40,11 @@ namespace tessera::core {
 // few steps). 74 orders; tests/core/rdp_reference.py holds the same list.
 [[nodiscard]] std::span<const double> default_rdp_orders() noexcept;
 
-// RDP at order alpha (> 1, finite) of one step with sampling rate q in [0, 1] and noise multiplier
-// sigma >= 0 (noise standard deviation / L2 sensitivity). 0 for q == 0; alpha / (2 sigma^2) for q == 1
-// (the plain Gaussian mechanism); +infinity for sigma == 0 < q. An integer order sums alpha terms; a
-// fractional one a series of up to some 10^4 terms (a few milliseconds) for the usual sigma.
+// RDP at order alpha (> 1, finite) of one step of the continuous Gaussian with sampling rate q in
+// [0, 1] and noise multiplier sigma >= 0 (noise standard deviation / L2 sensitivity). 0 for q == 0;
+// alpha / (2 sigma^2) for q == 1 (the plain Gaussian mechanism); +infinity for sigma == 0 < q. An
+// integer order sums alpha terms; a fractional one a series of up to some 10^4 terms (a few
+// milliseconds) for the usual sigma.
 [[nodiscard]] double sampled_gaussian_rdp(double q, double sigma, double alpha);
 
 // The Skellam mechanism (Agarwal, Kairouz, Liu, "The Skellam Mechanism for Differentially Private
@@ -66,6 +71,28 @@ struct skellam_mechanism {
 // and never more than the unsampled RDP itself.
 [[nodiscard]] double sampled_skellam_rdp(double q, const skellam_mechanism& m, double alpha);
 
+// The discrete Gaussian mechanism (Canonne, Kamath, Steinke, "The Discrete Gaussian for Differential
+// Privacy", NeurIPS 2020, arXiv:2004.00010): an integer vector sum whose one contributor moves it by at
+// most Δ in L2 norm, with independent N_Z(0, (sigma Δ)²) noise, P(x) ∝ exp(−x² / (2 (sigma Δ)²)), on
+// every coordinate — what the hub adds when it is trusted with the sums. sigma >= 0: the noise's scale
+// parameter over Δ (the discrete Gaussian's variance is slightly below its scale squared).
+struct discrete_gaussian_mechanism {
+  double sigma = 0;
+};
+
+// RDP of one release at order alpha > 1: alpha / (2 sigma^2), as the continuous Gaussian's (their
+// Theorem 14: the multivariate discrete Gaussian is (1 / (2 sigma^2))-zCDP, with no extra term; the
+// extra term of the distributed discrete Gaussian is for a sum of several devices' draws, which is not
+// a discrete Gaussian). +infinity for sigma == 0.
+[[nodiscard]] double discrete_gaussian_rdp(const discrete_gaussian_mechanism& m, double alpha);
+
+// RDP at order alpha of one Poisson-sampled release (probability q in [0, 1]): Zhu and Wang's general
+// bound above, from ε(l) = l / (2 sigma^2), and never more than alpha / (2 sigma^2). The sampled
+// Gaussian's exact analysis is not proven for the discrete Gaussian, so it is not used. The bound holds
+// for the continuous Gaussian too (same unsampled RDP), so it is never below sampled_gaussian_rdp();
+// at the usual q and sigma it is larger.
+[[nodiscard]] double sampled_discrete_gaussian_rdp(double q, const discrete_gaussian_mechanism& m, double alpha);
+
 // An (epsilon, delta) guarantee: epsilon >= 0 (+infinity without privacy), and the order attaining it.
 struct dp_epsilon {
   double epsilon;
@@ -86,11 +113,14 @@ class rdp_accountant {
   void compose(double q, double sigma, std::int64_t steps = 1);
   // Adds `steps` Poisson-sampled Skellam releases (the devices' own noise under secure aggregation).
   void compose(double q, const skellam_mechanism& m, std::int64_t steps = 1);
+  // Adds `steps` Poisson-sampled discrete Gaussian releases (the hub's noise).
+  void compose(double q, const discrete_gaussian_mechanism& m, std::int64_t steps = 1);
   // The guarantee of the steps so far, for delta in (0, 1).
   [[nodiscard]] dp_epsilon epsilon(double delta) const;
   // The guarantee after `more` (>= 0) further steps of (q, sigma), leaving the accountant as it is.
   [[nodiscard]] dp_epsilon epsilon_after(double q, double sigma, std::int64_t more, double delta) const;
   [[nodiscard]] dp_epsilon epsilon_after(double q, const skellam_mechanism& m, std::int64_t more, double delta) const;
+  [[nodiscard]] dp_epsilon epsilon_after(double q, const discrete_gaussian_mechanism& m, std::int64_t more, double delta) const;
 
   [[nodiscard]] std::span<const double> orders() const noexcept { return default_rdp_orders(); }
   // The accumulated RDP, one value per order.
