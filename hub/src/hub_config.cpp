@@ -67,6 +67,7 @@ core::result<hub_config> read_hub_config(core::config_reader& r) {
     c.http.timeout_s = hr.number("timeout_s", 10, 0.1, 3600, "seconds for the endpoint's TLS handshake, each request and each response");
     TESSERA_TRY(hr.finish());
   }
+  rounds::check_private_inputs(r, c);
   TESSERA_TRY(r.finish());
   return c;
 }

@@ -336,6 +336,19 @@ TEST_CASE("simulation: standardize measures the fleet's statistics on the shards
                                    "sim.json");
   REQUIRE(off.ok());
   CHECK(off.value().data.train.norm == core::normalization::none);  // CSV's default follows the model
+
+  // Under differential privacy the fleet's exact statistics would leave in the model beside ε: refused
+  // by name (CSV's default standardize included), unless dp.publish_exact says the data is not private.
+  const nlohmann::json model = {{"inputs", 12}, {"hidden", {8}}, {"outputs", 3}};
+  const std::string refused = config_error({{"data", {{"train", csv}}}, {"model", model}, {"dp", {{"sample_rate", 0.5}}}});
+  CHECK(testing::contains(refused, "field 'dp'"));
+  CHECK(testing::contains(refused, "feature statistics are measured exactly"));
+  CHECK(sim::parse_sim_config({{"data", {{"train", csv}}}, {"model", model}, {"dp", {{"sample_rate", 0.5}, {"publish_exact", true}}}},
+                              "sim.json")
+            .ok());
+  nlohmann::json fixed = model;
+  fixed["input_normalization"] = "none";
+  CHECK(sim::parse_sim_config({{"data", {{"train", csv}}}, {"model", fixed}, {"dp", {{"sample_rate", 0.5}}}}, "sim.json").ok());
 }
 
 TEST_CASE("simulation: each device holds out data.validation_fraction of its shard and scores the model every eval_every rounds") {

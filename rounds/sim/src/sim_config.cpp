@@ -67,6 +67,7 @@ core::result<sim_config> read_sim_config(core::config_reader& r) {
   if (c.strategy == strategy_kind::central) c.devices = 1;
   if (c.groups > c.devices)
     r.fail("groups", std::to_string(c.groups) + " groups for " + std::to_string(c.devices) + " devices");
+  rounds::check_private_inputs(r, c);
   TESSERA_TRY(r.finish());
   return c;
 }

@@ -167,4 +167,9 @@ struct run_config {
 // an error, kept by `source_reader`) and the source is read as it is, the model standardizing it.
 void standardize_with_fleet(core::config_reader& source_reader, core::data_source& source, run_config& c);
 
+// After the data sources (which may turn standardize on): differential privacy with the fleet's
+// exact feature statistics, which the model carries out beside ε, is refused by name unless
+// dp.publish_exact says the data is not private.
+void check_private_inputs(core::config_reader& r, const run_config& c);
+
 }  // namespace tessera::rounds
