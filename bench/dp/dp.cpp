@@ -7,7 +7,10 @@
 // shares, each sum released from at least t = 70% of its expected contributors, so it carries about
 // 1/0.7 of the variance). Prints the ε spent, the test accuracy at the end and the best seen, and the
 // simulator's peak memory.
-//   bench_dp [--devices 1000] [--q 0.05] [--clip 1.0] [--rounds 400] [--ist-groups 2] [--noise hub|devices|both]
+// With --noise self the devices add the noise and sample themselves (dp.self_sampling): every device
+// takes part in every round, one not drawn with its noise alone, so ε against the hub is the amplified
+// one too; the cost is every device's traffic and work each round, and the noise of all of them.
+//   bench_dp [--devices 1000] [--q 0.05] [--clip 1.0] [--rounds 400] [--ist-groups 2] [--noise hub|devices|self|both]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -37,7 +40,10 @@ struct options {
 };
 
 // The run's configuration, σ left at 1.
-nlohmann::json config_of(const options& o, const std::string& strategy, bool devices_noise) {
+enum class noise_mode { hub, devices, self };
+
+nlohmann::json config_of(const options& o, const std::string& strategy, noise_mode mode) {
+  const bool devices_noise = mode != noise_mode::hub;
   nlohmann::json j = {{"model", {{"inputs", 784}, {"hidden", {64}}, {"outputs", 10}}},
                       {"strategy", strategy},
                       {"devices", o.devices},
@@ -56,6 +62,7 @@ nlohmann::json config_of(const options& o, const std::string& strategy, bool dev
     const double expected = o.q * static_cast<double>(o.devices) / static_cast<double>(groups);
     const auto t = std::clamp<std::int64_t>(static_cast<std::int64_t>(0.7 * expected), 2, 64);
     j["secure_aggregation"] = {{"replication", t}, {"threshold", t}};
+    if (mode == noise_mode::self) j["dp"]["self_sampling"] = true;
   }
   return j;
 }
@@ -63,8 +70,9 @@ nlohmann::json config_of(const options& o, const std::string& strategy, bool dev
 // The smallest σ (to 0.1%) whose --rounds rounds stay within ε = target at δ 1e-5: the sampled
 // discrete Gaussian's for the hub's noise, the sampled Skellam's (its ring from the same
 // configuration) for the devices'.
-double sigma_for(const options& o, const std::string& strategy, bool devices_noise, double target) {
-  nlohmann::json j = config_of(o, strategy, devices_noise);
+double sigma_for(const options& o, const std::string& strategy, noise_mode mode, double target) {
+  const bool devices_noise = mode != noise_mode::hub;
+  nlohmann::json j = config_of(o, strategy, mode);
   const auto spent = [&](double sigma) {
     if (!devices_noise) return core::rdp_accountant().epsilon_after(o.q, core::discrete_gaussian_mechanism{.sigma = sigma}, o.rounds, 1e-5).epsilon;
     j["dp"]["noise_multiplier"] = sigma;
@@ -83,13 +91,13 @@ double sigma_for(const options& o, const std::string& strategy, bool devices_noi
 
 struct result {
   std::int64_t rounds = 0;
-  double epsilon = 0, final_accuracy = 0, best_accuracy = 0, seconds = 0;
+  double epsilon = 0, epsilon_hub = 0, final_accuracy = 0, best_accuracy = 0, seconds = 0;
   std::size_t clipped = 0, sampled = 0;
 };
 
-result run(const options& o, const std::string& strategy, bool devices_noise, double sigma, const core::memory_table& train,
+result run(const options& o, const std::string& strategy, noise_mode mode, double sigma, const core::memory_table& train,
            core::memory_table& test) {
-  nlohmann::json j = config_of(o, strategy, devices_noise);
+  nlohmann::json j = config_of(o, strategy, mode);
   j["dp"]["noise_multiplier"] = sigma;
   auto cfg = must(sim::parse_sim_config(j, "bench_dp"));
   auto s = must(sim::simulation::create(cfg, train, &test));
@@ -99,6 +107,7 @@ result run(const options& o, const std::string& strategy, bool devices_noise, do
     r.rounds = m.round;
     r.seconds += m.seconds;
     r.epsilon = m.dp.epsilon.value_or(0);
+    r.epsilon_hub = m.dp.epsilon_hub.value_or(r.epsilon);
     r.clipped += m.dp.clipped.value_or(0);
     r.sampled += m.dp.sampled.value_or(0);
     if (m.test_accuracy) {
@@ -120,22 +129,33 @@ int main(int argc, char** argv) {
               "10 local steps, σ per target\n\n",
               o.devices, o.q, o.q * static_cast<double>(o.devices), o.clip, static_cast<long long>(o.rounds));
   auto loaded = must(sim::load_sim_data(must(sim::parse_sim_config(nlohmann::json::object(), "defaults"))));
-  std::printf("| strategy | noise | target ε | σ | rounds | ε spent | final accuracy | best accuracy | sampled per round | clipped | s/round |\n");
+  std::printf("| strategy | noise | target ε | σ | rounds | ε spent (users / hub) | final accuracy | best accuracy | sampled per round | clipped | s/round |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
-  std::vector<bool> modes;
-  if (o.noise != "devices") modes.push_back(false);
-  if (o.noise != "hub") modes.push_back(true);
+  std::vector<noise_mode> modes;
+  if (o.noise == "hub" || o.noise == "both") modes.push_back(noise_mode::hub);
+  if (o.noise == "devices" || o.noise == "both") modes.push_back(noise_mode::devices);
+  if (o.noise == "self") modes.push_back(noise_mode::self);
+  if (modes.empty()) die("--noise: hub, devices, self or both");
   for (const std::string strategy : {"fedavg", "ist"})
-    for (const bool devices_noise : modes)
+    for (const noise_mode mode : modes)
     for (const double target : {0.0, 8.0, 4.0, 2.0}) {
-      const double sigma = target == 0 ? 0.001 : sigma_for(o, strategy, devices_noise, target);
-      const result r = run(o, strategy, devices_noise, sigma, *loaded.train, *loaded.test);
-      char spent[32];
-      std::snprintf(spent, sizeof spent, r.epsilon > 1e3 ? "%.1e" : "%.2f", r.epsilon);
-      std::printf("| %s%s | %s | %s | %.3g | %lld | %s | %.2f%% | %.2f%% | %.1f | %s | %.3f |\n", strategy.c_str(),
-                  strategy == "ist" ? (" (" + std::to_string(o.ist_groups) + " groups)").c_str() : "", devices_noise ? "devices" : "hub",
-                  target == 0 ? "≈∞" : std::to_string(static_cast<int>(target)).c_str(), sigma, static_cast<long long>(r.rounds), spent,
-                  100 * r.final_accuracy, 100 * r.best_accuracy, static_cast<double>(r.sampled) / static_cast<double>(std::max<std::int64_t>(1, r.rounds)),
+      const bool devices_noise = mode != noise_mode::hub;
+      const double sigma = target == 0 ? 0.001 : sigma_for(o, strategy, mode, target);
+      const result r = run(o, strategy, mode, sigma, *loaded.train, *loaded.test);
+      const auto figure = [](double e) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, e > 1e3 ? "%.1e" : "%.2f", e);
+        return std::string(buf);
+      };
+      const std::string spent = devices_noise ? figure(r.epsilon) + " / " + figure(r.epsilon_hub) : figure(r.epsilon);
+      char per_round[32] = "unknown";  // self-sampled: nobody knows who drew
+      if (mode != noise_mode::self)
+        std::snprintf(per_round, sizeof per_round, "%.1f", static_cast<double>(r.sampled) / static_cast<double>(std::max<std::int64_t>(1, r.rounds)));
+      std::printf("| %s%s | %s | %s | %.3g | %lld | %s | %.2f%% | %.2f%% | %s | %s | %.3f |\n", strategy.c_str(),
+                  strategy == "ist" ? (" (" + std::to_string(o.ist_groups) + " groups)").c_str() : "",
+                  mode == noise_mode::hub ? "hub" : mode == noise_mode::devices ? "devices" : "devices, self-sampled",
+                  target == 0 ? "≈∞" : std::to_string(static_cast<int>(target)).c_str(), sigma, static_cast<long long>(r.rounds), spent.c_str(),
+                  100 * r.final_accuracy, 100 * r.best_accuracy, per_round,
                   devices_noise ? "unseen" : (std::to_string(static_cast<int>(std::lround(100.0 * static_cast<double>(r.clipped) /
                                                                                    static_cast<double>(std::max<std::size_t>(1, r.sampled))))) + "%").c_str(),
                   r.seconds / static_cast<double>(std::max<std::int64_t>(1, r.rounds)));
