@@ -142,19 +142,10 @@ def discrete_gaussian_one_step(q, sigma, alpha):
 
 
 def compute_discrete_gaussian_case(name, mechanisms, delta):
-    total = [mpf(0)] * len(ORDERS)
-    for q, sigma, steps in mechanisms:
-        for i, alpha in enumerate(ORDERS):
-            total[i] += steps * discrete_gaussian_one_step(q, sigma, alpha)
-    epsilon, order = to_epsilon(ORDERS, total, delta)
-    return {
-        "name": name,
-        "mechanisms": [{"q": q, "sigma": sigma, "steps": steps} for q, sigma, steps in mechanisms],
-        "delta": delta,
-        "rdp": [float(r) for r in total],
-        "epsilon": float(epsilon),
-        "order": order,
-    }
+    # The default orders only: the case is written without its list of orders.
+    case = compute_case(name, mechanisms, delta, None, discrete_gaussian_one_step)
+    del case["orders"]
+    return case
 
 
 def skellam_plain(l1, l2, v, alpha):
@@ -276,12 +267,13 @@ def to_epsilon(orders, rdp, delta):
     return max(best[0], mpf(0)), best[1]
 
 
-def compute_case(name, mechanisms, delta, orders):
+def compute_case(name, mechanisms, delta, orders, one_step=None):
     orders = ORDERS if orders is None else orders
+    one_step = rdp_one_step if one_step is None else one_step
     total = [mpf(0)] * len(orders)
     for q, sigma, steps in mechanisms:
         for i, alpha in enumerate(orders):
-            total[i] += steps * rdp_one_step(q, sigma, alpha)
+            total[i] += steps * one_step(q, sigma, alpha)
     epsilon, order = to_epsilon(orders, total, delta)
     return {
         "name": name,

@@ -59,6 +59,38 @@ rdp_accountant some_accountant() {
   return a;
 }
 
+// The reference table's cases of one mechanism (`key`, at least `least` of them): each case's
+// mechanisms composed, sampled at their q, against the 50-digit RDP at every default order and the ε,
+// and the accountant composing the same to the last bits.
+template <class Read, class Rdp>
+void check_sampled_cases(const char* key, std::size_t least, Read read, Rdp rdp) {
+  const json table = reference_table();
+  REQUIRE(table.at(key).size() >= least);
+  const std::span<const double> orders = default_rdp_orders();
+  for (const json& c : table.at(key)) {
+    CAPTURE(c.at("name").get<std::string>());
+    const auto expected = c.at("rdp").get<std::vector<double>>();
+    const auto delta = c.at("delta").get<double>();
+    REQUIRE(expected.size() == orders.size());
+    rdp_accountant a;
+    std::vector<double> got(orders.size(), 0.0);
+    for (const json& m : c.at("mechanisms")) {
+      const auto mech = read(m);
+      const double q = m.at("q").get<double>();
+      const auto steps = m.at("steps").get<std::int64_t>();
+      for (std::size_t i = 0; i < orders.size(); ++i) got[i] += static_cast<double>(steps) * rdp(q, mech, orders[i]);
+      a.compose(q, mech, steps);
+    }
+    for (std::size_t i = 0; i < orders.size(); ++i) {
+      CAPTURE(orders[i]);
+      CHECK(close(got[i], expected[i], 1e-6));
+      CHECK(close(a.rdp()[i], got[i], 1e-15));
+    }
+    CHECK(close(a.epsilon(delta).epsilon, c.at("epsilon").get<double>(), 1e-6));
+    CHECK(a.epsilon(delta).order == c.at("order").get<double>());
+  }
+}
+
 }  // namespace
 
 TEST_CASE("rdp: the default orders are the reference script's, ascending and above 1") {
@@ -107,31 +139,9 @@ TEST_CASE("rdp: every RDP value and epsilon of the reference table agrees to 1e-
 }
 
 TEST_CASE("rdp: the Skellam cases of the reference table agree to 1e-6, through the accountant too") {
-  const json table = reference_table();
-  REQUIRE(table.at("skellam_cases").size() >= 6);
-  const std::span<const double> orders = default_rdp_orders();
-  for (const json& c : table.at("skellam_cases")) {
-    CAPTURE(c.at("name").get<std::string>());
-    const auto expected = c.at("rdp").get<std::vector<double>>();
-    const auto delta = c.at("delta").get<double>();
-    REQUIRE(expected.size() == orders.size());
-    rdp_accountant a;
-    std::vector<double> got(orders.size(), 0.0);
-    for (const json& m : c.at("mechanisms")) {
-      const skellam_mechanism sk{.l1 = m.at("l1").get<double>(), .l2 = m.at("l2").get<double>(), .variance = m.at("variance").get<double>()};
-      const double q = m.at("q").get<double>();
-      const auto steps = m.at("steps").get<std::int64_t>();
-      for (std::size_t i = 0; i < orders.size(); ++i) got[i] += static_cast<double>(steps) * sampled_skellam_rdp(q, sk, orders[i]);
-      a.compose(q, sk, steps);
-    }
-    for (std::size_t i = 0; i < orders.size(); ++i) {
-      CAPTURE(orders[i]);
-      CHECK(close(got[i], expected[i], 1e-6));
-      CHECK(close(a.rdp()[i], got[i], 1e-15));
-    }
-    CHECK(close(a.epsilon(delta).epsilon, c.at("epsilon").get<double>(), 1e-6));
-    CHECK(a.epsilon(delta).order == c.at("order").get<double>());
-  }
+  check_sampled_cases("skellam_cases", 6, [](const json& m) {
+    return skellam_mechanism{.l1 = m.at("l1").get<double>(), .l2 = m.at("l2").get<double>(), .variance = m.at("variance").get<double>()};
+  }, [](double q, const skellam_mechanism& m, double order) { return sampled_skellam_rdp(q, m, order); });
 }
 
 TEST_CASE("rdp: the Skellam bound tends to the Gaussian's and never grows with more noise") {
@@ -163,31 +173,8 @@ TEST_CASE("rdp: the Skellam bound tends to the Gaussian's and never grows with m
 }
 
 TEST_CASE("rdp: the discrete Gaussian cases of the reference table agree to 1e-6, through the accountant too") {
-  const json table = reference_table();
-  REQUIRE(table.at("discrete_gaussian_cases").size() >= 8);
-  const std::span<const double> orders = default_rdp_orders();
-  for (const json& c : table.at("discrete_gaussian_cases")) {
-    CAPTURE(c.at("name").get<std::string>());
-    const auto expected = c.at("rdp").get<std::vector<double>>();
-    const auto delta = c.at("delta").get<double>();
-    REQUIRE(expected.size() == orders.size());
-    rdp_accountant a;
-    std::vector<double> got(orders.size(), 0.0);
-    for (const json& m : c.at("mechanisms")) {
-      const discrete_gaussian_mechanism dg{.sigma = m.at("sigma").get<double>()};
-      const double q = m.at("q").get<double>();
-      const auto steps = m.at("steps").get<std::int64_t>();
-      for (std::size_t i = 0; i < orders.size(); ++i) got[i] += static_cast<double>(steps) * sampled_discrete_gaussian_rdp(q, dg, orders[i]);
-      a.compose(q, dg, steps);
-    }
-    for (std::size_t i = 0; i < orders.size(); ++i) {
-      CAPTURE(orders[i]);
-      CHECK(close(got[i], expected[i], 1e-6));
-      CHECK(close(a.rdp()[i], got[i], 1e-15));
-    }
-    CHECK(close(a.epsilon(delta).epsilon, c.at("epsilon").get<double>(), 1e-6));
-    CHECK(a.epsilon(delta).order == c.at("order").get<double>());
-  }
+  check_sampled_cases("discrete_gaussian_cases", 8, [](const json& m) { return discrete_gaussian_mechanism{.sigma = m.at("sigma").get<double>()}; },
+                      [](double q, const discrete_gaussian_mechanism& m, double order) { return sampled_discrete_gaussian_rdp(q, m, order); });
 }
 
 TEST_CASE("rdp: the sampled discrete Gaussian's bound is never below the sampled continuous Gaussian's") {
