@@ -631,7 +631,7 @@ TEST_CASE("secagg with noise: a roster beyond the ring's summands is refused by 
   CHECK(more.error().message.find("the 4 the ring is sized for") != std::string::npos);
 }
 
-TEST_CASE("rogue hub: an empty or short share inbox is refused before anything is masked") {
+TEST_CASE("rogue hub: an empty or short share inbox is refused before anything is masked; what the hub then holds unmasks no device") {
   // The attack: the hub hands sa-0 no boxes, so sa-0 would mask with its self mask alone; at unmasking
   // the honest neighbours give the hub that mask's seed (sa-0 is a survivor), and the hub subtracts it.
   const auto p = params();  // six devices, threshold 3
@@ -663,12 +663,69 @@ TEST_CASE("rogue hub: an empty or short share inbox is refused before anything i
   REQUIRE_FALSE(wrong.ok());
   CHECK(wrong.error().message.find("segment 0: shares from 0 of the 2 devices that mask it with this device arrived") == 0);
   // The refusals changed nothing: with its whole inbox sa-0 masks, and the round's sums come out.
-  add_masked(server, clients[0], 0, clients[0].mask(full_inbox, input_of(0, p), crypto::random_key().value()).value());
-  for (std::size_t d = 1; d < 6; ++d)
-    add_masked(server, clients[d], d, clients[d].mask(server.inbox(devices::get().ids[d]), input_of(d, p), crypto::random_key().value()).value());
+  std::vector<std::vector<std::uint64_t>> masked(6);
+  for (std::size_t d = 0; d < 6; ++d) {
+    auto m = clients[d].mask(d == 0 ? full_inbox : server.inbox(devices::get().ids[d]), input_of(d, p), crypto::random_key().value()).value();
+    masked[d] = m.y;
+    add_masked(server, clients[d], d, std::move(m));
+  }
   const auto request = signed_request(server, clients, {0, 1, 2, 3, 4, 5});
-  for (std::size_t d = 0; d < 6; ++d) REQUIRE(server.add_reply(clients[d].unmask(request).value()).ok());
-  CHECK(server.finish().ok());
+  std::vector<crypto::secagg_unmask_reply> replies;
+  for (std::size_t d = 0; d < 6; ++d) {
+    replies.push_back(clients[d].unmask(request).value());
+    REQUIRE(server.add_reply(replies.back()).ok());
+  }
+  const auto sums = server.finish();
+  REQUIRE(sums.ok());
+
+  // What the hub could unmask with what it holds now: every masked input, and from the unmasking every
+  // survivor's self-mask seeds. Each input stripped of its self masks still carries its pairwise masks.
+  // The attacker's arithmetic is right: the stripped inputs of a segment add up to its released sum.
+  // sa-0's own stripped input is nowhere near its update: what the attack needed was an input with no
+  // pairwise masks, which sa-0 refused to make above.
+  std::vector<std::vector<std::uint64_t>> stripped = masked;
+  for (std::size_t d = 0; d < 6; ++d) {
+    std::size_t at = 0;
+    for (const std::uint32_t seg : segments_of(d)) {
+      std::vector<crypto::shamir_share> shares;
+      for (const auto& r : replies)
+        for (const auto& sh : r.seeds)
+          if (sh.owner == devices::get().ids[d] && sh.segment == seg) shares.push_back(sh.share);
+      const auto seed = crypto::shamir_recover(shares, p.threshold);
+      REQUIRE(seed.ok());
+      const std::string info = "tessera secagg self r" + std::to_string(p.round) + " s" + std::to_string(seg);
+      const auto self = crypto::derive_key(seed.value(), info).value();
+      crypto::apply_mask(std::span(stripped[d]).subspan(at, p.segments[seg].length), p.bits, self, crypto::mask_sign::subtract);
+      at += p.segments[seg].length;
+    }
+  }
+  const auto ring = crypto::fixed_point::create(p.clip, p.bits, 6).value();
+  for (std::uint32_t seg = 0; seg < p.segments.size(); ++seg) {
+    std::vector<std::uint64_t> total(p.segments[seg].length, 0);
+    for (std::size_t d = 0; d < 6; ++d) {
+      std::size_t at = 0;
+      for (const std::uint32_t mine : segments_of(d)) {
+        if (mine == seg) crypto::add_into(total, std::span(stripped[d]).subspan(at, total.size()), p.bits);
+        at += p.segments[mine].length;
+      }
+    }
+    std::vector<double> decoded(total.size());
+    ring.decode_sum(total, decoded);
+    CHECK(decoded == sums.value()[seg].sum);
+  }
+  std::vector<double> alone(p.segments[0].length);
+  ring.decode_sum(std::span(stripped[0]).first(alone.size()), alone);
+  const auto update = input_of(0, p)[0];
+  // Decoded, the leftover masks are uniform over the ring's whole range (±6 clips for six summands):
+  // an update would sit within one ring step of its values, in (−0.5, 0.5).
+  double off = 0;
+  std::size_t near = 0;
+  for (std::size_t i = 0; i < alone.size(); ++i) {
+    off += std::abs(alone[i] - static_cast<double>(update[i]));
+    if (std::abs(alone[i] - static_cast<double>(update[i])) < 1e-6) ++near;
+  }
+  CHECK(off / static_cast<double>(alone.size()) > p.clip);
+  CHECK(near == 0);
 }
 
 TEST_CASE("rogue hub: a release naming dropped the devices a survivor masked with") {
