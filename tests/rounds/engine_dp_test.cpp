@@ -679,19 +679,41 @@ TEST_CASE("dp: the sample is drawn from every device offered; past the cap a ran
                              .epsilon(1e-12));
 }
 
-TEST_CASE("dp: a rollback to an older checkpoint keeps ε: the privacy ledger raises what the old file says") {
-  const auto c = config({{"sample_rate", 1.0}, {"clip", 1.0}, {"noise_multiplier", 1.0}, {"population", 4}}, {{"strategy", "fedavg"}});
-  testing::temp_dir d("dp-ledger");
-  const std::string ckpt = d.file("hub.ckpt");
-  auto e = engine_for(c);
-  auto rec = rounds::recorder::open(c, {.checkpoint = ckpt, .seal_key = std::nullopt}, {});
-  REQUIRE(rec.ok());
-  std::string after_one;
-  for (int round = 1; round <= 3; ++round) {
+namespace {
+
+// A private FedAvg run of four devices, every one sampled, with a checkpoint file (and its ledger
+// beside it) in a folder of its own.
+struct ledger_run {
+  explicit ledger_run(const char* tag)
+      : c(config({{"sample_rate", 1.0}, {"clip", 1.0}, {"noise_multiplier", 1.0}, {"population", 4}}, {{"strategy", "fedavg"}})),
+        d(tag),
+        ckpt(d.file("hub.ckpt")),
+        e(engine_for(c)),
+        rec(rounds::recorder::open(c, {.checkpoint = ckpt, .seal_key = std::nullopt}, {}).value()) {}
+  // One round, every device reporting a small change.
+  void round() {
     REQUIRE(e.begin_round(fleet(4)).ok());
     report_all(e, [](std::size_t) { return 0.001f; });
     REQUIRE(e.close_round(nullptr).ok());
-    REQUIRE(rec.value().save_state(e, {}).ok());
+  }
+  rounds::run_config c;
+  testing::temp_dir d;
+  std::string ckpt;
+  rounds::engine e;
+  rounds::recorder rec;
+};
+
+}  // namespace
+
+TEST_CASE("dp: a rollback to an older checkpoint keeps ε: the privacy ledger raises what the old file says") {
+  ledger_run run("dp-ledger");
+  const auto& c = run.c;
+  const std::string& ckpt = run.ckpt;
+  auto& e = run.e;
+  std::string after_one;
+  for (int round = 1; round <= 3; ++round) {
+    run.round();
+    REQUIRE(run.rec.save_state(e, {}).ok());
     if (round == 1) after_one = testing::read_bytes(ckpt);
   }
   const double spent = e.epsilon();
@@ -738,18 +760,14 @@ TEST_CASE("dp: a rollback to an older checkpoint keeps ε: the privacy ledger ra
 TEST_CASE("dp: a round's spending is in the ledger as soon as it closes, before its checkpoint and anything it sends") {
   // Round 2 closes and its release would go out (the hub's evaluation sends the model); the hub dies
   // before the checkpoint. The restart loads round 1's checkpoint and round 2's ε.
-  const auto c = config({{"sample_rate", 1.0}, {"clip", 1.0}, {"noise_multiplier", 1.0}, {"population", 4}}, {{"strategy", "fedavg"}});
-  testing::temp_dir d("dp-ledger-early");
-  const std::string ckpt = d.file("hub.ckpt");
-  auto e = engine_for(c);
-  auto rec = rounds::recorder::open(c, {.checkpoint = ckpt, .seal_key = std::nullopt}, {});
-  REQUIRE(rec.ok());
+  ledger_run run("dp-ledger-early");
+  const auto& c = run.c;
+  const std::string& ckpt = run.ckpt;
+  auto& e = run.e;
   for (int round = 1; round <= 2; ++round) {
-    REQUIRE(e.begin_round(fleet(4)).ok());
-    report_all(e, [](std::size_t) { return 0.001f; });
-    REQUIRE(e.close_round(nullptr).ok());
-    REQUIRE(rec.value().record_privacy(e).ok());
-    if (round == 1) REQUIRE(rec.value().save_state(e, {}).ok());
+    run.round();
+    REQUIRE(run.rec.record_privacy(e).ok());
+    if (round == 1) REQUIRE(run.rec.save_state(e, {}).ok());
   }
   auto loaded = rounds::load_latest_checkpoint(ckpt, c.model, nullptr);
   REQUIRE(loaded.ok());
