@@ -10,7 +10,10 @@
 // With --noise self the devices add the noise and sample themselves (dp.self_sampling): every device
 // takes part in every round, one not drawn with its noise alone, so ε against the hub is the amplified
 // one too; the cost is every device's traffic and work each round, and the noise of all of them.
+// --observer hub sizes σ for ε against the hub instead of the model's users (the devices' noise: the
+// hub knows who it sampled, so only self-sampling amplifies against it).
 //   bench_dp [--devices 1000] [--q 0.05] [--clip 1.0] [--rounds 400] [--ist-groups 2] [--noise hub|devices|self|both]
+//            [--observer users|hub]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -37,6 +40,7 @@ struct options {
   std::int64_t rounds = 400;
   std::size_t ist_groups = 2;
   std::string noise = "both";
+  std::string observer = "users";
 };
 
 // The run's configuration, σ left at 1.
@@ -78,7 +82,8 @@ double sigma_for(const options& o, const std::string& strategy, noise_mode mode,
     j["dp"]["noise_multiplier"] = sigma;
     const auto cfg = must(sim::parse_sim_config(j, "bench_dp"));
     const auto ring = must(rounds::make_private_ring(cfg, core::param_count(cfg.model.full_arch()), o.devices));
-    return core::rdp_accountant().epsilon_after(o.q, ring.mechanism, o.rounds, 1e-5).epsilon;
+    const bool amplified = o.observer == "users" || mode == noise_mode::self;
+    return core::rdp_accountant().epsilon_after(amplified ? o.q : 1.0, ring.mechanism, o.rounds, 1e-5).epsilon;
   };
   double lo = 0.05, hi = 50.0;
   while (hi / lo > 1.001) {
@@ -124,10 +129,14 @@ int main(int argc, char** argv) {
   options o;
   bench::parse_options(argc, argv, "bench/dp/dp.cpp",
                        {{"--devices", o.devices}, {"--q", o.q}, {"--noise", o.noise}, {"--clip", o.clip}, {"--rounds", o.rounds},
-                        {"--ist-groups", o.ist_groups}});
+                        {"--ist-groups", o.ist_groups}, {"--observer", o.observer}});
+  if (o.observer != "users" && o.observer != "hub") die("--observer: users or hub");
+  if (o.observer == "hub" && (o.noise == "hub" || o.noise == "both"))
+    die("--observer hub: with the hub's noise the hub holds the clear sums; use --noise devices or self");
   std::printf("bench_dp: Fashion-MNIST 784-64-10, %zu devices, q %.3g (about %.0f per round), clip %.3g, δ 1e-5, %lld rounds of "
-              "10 local steps, σ per target\n\n",
-              o.devices, o.q, o.q * static_cast<double>(o.devices), o.clip, static_cast<long long>(o.rounds));
+              "10 local steps, σ per target ε against the %s\n\n",
+              o.devices, o.q, o.q * static_cast<double>(o.devices), o.clip, static_cast<long long>(o.rounds),
+              o.observer == "hub" ? "hub" : "model's users");
   auto loaded = must(sim::load_sim_data(must(sim::parse_sim_config(nlohmann::json::object(), "defaults"))));
   std::printf("| strategy | noise | target ε | σ | rounds | ε spent (users / hub) | final accuracy | best accuracy | sampled per round | clipped | s/round |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");

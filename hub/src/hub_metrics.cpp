@@ -53,7 +53,8 @@ void last_figure_families(prom::exposition& out, const hub_figures& f) {
   gauge("tessera_hub_federated_loss", "Loss on the devices' validation splits at the last evaluation", f.fed_loss);
   gauge("tessera_hub_dp_epsilon", "Differential privacy: epsilon spent so far at dp.delta, against the model's users", f.epsilon);
   gauge("tessera_hub_dp_epsilon_hub",
-        "Differential privacy with the devices' noise: epsilon spent so far at dp.delta, against the hub (no amplification by sampling)",
+        "Differential privacy with the devices' noise: epsilon spent so far at dp.delta, against the hub (amplified by sampling only "
+        "when the devices sample themselves)",
         f.epsilon_hub);
 }
 

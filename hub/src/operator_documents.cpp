@@ -58,14 +58,14 @@ std::string device_state(const hub_view& v, const std::string& id, const device_
   return "idle";
 }
 
-nlohmann::json device_document(const std::string& id, const device_entry& d, std::string state) {
-  return {
+// `exact`: the device's example counts may be shown (not under DP, unless dp.publish_exact): they are
+// its data's size, and their sum over the evaluators is the withheld fed_examples.
+nlohmann::json device_document(const std::string& id, const device_entry& d, std::string state, bool exact) {
+  nlohmann::json doc = {
       {"id", id},
       {"connected", d.session != nullptr},
       {"state", std::move(state)},
       {"budget_bytes", d.record.budget_bytes},
-      {"examples", d.record.examples},
-      {"validation_examples", d.validation_examples},
       {"subnet_params", d.subnet_params > 0 ? nlohmann::json(d.subnet_params) : nlohmann::json(nullptr)},
       {"codec", d.codec ? nlohmann::json(std::string(core::to_string(*d.codec))) : nlohmann::json(nullptr)},
       {"last_seen_unix", d.record.last_seen},
@@ -77,6 +77,11 @@ nlohmann::json device_document(const std::string& id, const device_entry& d, std
       {"up_bytes_per_s", optional_number(d.up_rate)},
       {"unfit", d.unfit},
   };
+  if (exact) {
+    doc["examples"] = d.record.examples;
+    doc["validation_examples"] = d.validation_examples;
+  }
+  return doc;
 }
 
 nlohmann::json fleet_document(const hub_view& v) {
@@ -87,7 +92,7 @@ nlohmann::json fleet_document(const hub_view& v) {
     const rounds::assignment* a = engine.in_round() ? engine.find(id) : nullptr;
     training += a != nullptr && rounds::is_open(a->state) ? 1 : 0;
     connected += d.session ? 1 : 0;
-    devices.push_back(device_document(id, d, device_state(v, id, d, a)));
+    devices.push_back(device_document(id, d, device_state(v, id, d, a), !v.config.dp.enabled || v.config.dp.publish_exact));
   }
   return {{"registered", v.devices.size()}, {"connected", connected}, {"training", training}, {"devices", std::move(devices)}};
 }

@@ -214,8 +214,7 @@ void secure_steps::log_outcome() const {
   for (const auto& [step_name, seconds] : timings_) steps += " " + step_name + " " + std::to_string(seconds).substr(0, 5) + " s,";
   ctx_->say(o.withheld.empty() ? log_level::info : log_level::warning,
             "round " + std::to_string(engine_->completed()) + ": secure aggregation released " + std::to_string(o.released) + " of " +
-                std::to_string(o.segments) + " sums (" + std::to_string(o.dropped) + " device(s) dropped, " + std::to_string(o.clipped) +
-                " values clipped); 4 extra round trips:" + steps.substr(0, steps.empty() ? 0 : steps.size() - 1) +
+                std::to_string(o.segments) + " sums (" + std::to_string(o.dropped) + " device(s) dropped); 4 extra round trips:" + steps.substr(0, steps.empty() ? 0 : steps.size() - 1) +
                 (o.withheld.empty() ? "" : "; withheld: " + o.withheld));
 }
 

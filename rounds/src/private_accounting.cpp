@@ -71,10 +71,13 @@ core::result<void> private_aggregation::check_budget(std::int64_t round, bool ca
   if (next <= d.target_epsilon) return {};
   char buf[200];
   const bool against_hub = secure_ && d.target_observer == dp_observer::hub;
-  std::snprintf(buf, sizeof buf, "round %lld would take ε%s from %.4g to %.4g, past dp.target_epsilon %.4g (δ %.3g)%s",
+  std::snprintf(buf, sizeof buf, "round %lld would take ε%s from %.4g to %.4g, past dp.target_epsilon %.4g (δ %.3g)",
                 static_cast<long long>(round), against_hub ? " against the hub" : "", against_hub ? *epsilon_hub() : epsilon(), next,
-                d.target_epsilon, d.delta, capped ? "; more devices were drawn than max_devices, which doubles the round's sensitivity" : "");
-  return make_error(errc::privacy_budget, buf);
+                d.target_epsilon, d.delta);
+  return make_error(errc::privacy_budget,
+                    std::string(buf) + (capped ? "; the population reaches max_devices, which doubles each round's sensitivity (raise "
+                                                 "max_devices past it)"
+                                               : ""));
 }
 
 // One round's release composed: the hub's discrete Gaussian against the users (the hub held the sum),

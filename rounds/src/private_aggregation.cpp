@@ -118,6 +118,13 @@ std::size_t private_aggregation::population(std::size_t offered) const noexcept 
   return std::max(config_.dp.population > 0 ? config_.dp.population : population_, offered);
 }
 
+// The contributors a release is divided by (never the real count): q times the devices that could
+// have been drawn — the population the hub samples from, or the round's roster when the devices
+// sample themselves (only its members can draw themselves in).
+double private_aggregation::expected_contributors(std::size_t assigned) const noexcept {
+  return config_.dp.sample_rate * static_cast<double>(config_.dp.self_sampling ? assigned : population(assigned));
+}
+
 double private_aggregation::count_noise() const noexcept { return count_noise_of(config_.dp, population(0)); }
 double private_aggregation::change_noise_multiplier() const noexcept { return change_sigma_of(config_.dp, population(0)); }
 double private_aggregation::unit_sensitivity() const noexcept {
@@ -126,7 +133,11 @@ double private_aggregation::unit_sensitivity() const noexcept {
 
 // The privacy budget first, then the round's sample.
 core::result<std::vector<device_offer>> private_aggregation::sample(const round_view& v, std::vector<device_offer> offers) {
-  TESSERA_TRY(check_budget(v.round()));
+  // Whether the cap can bind is decided before anyone is drawn, from public counts: a round accounted
+  // at twice the sensitivity only when its own sample overflowed would make the charge itself depend
+  // on who was drawn.
+  cap_binds_ = cap_ > 0 && population(offers.size()) >= cap_;
+  TESSERA_TRY(check_budget(v.round(), cap_binds_));
   if (secure_) TESSERA_TRY(make_private_ring(config_, params_, population(offers.size())));  // a ring that cannot hold the noised sums: say so now
   if (!secure_) {
     // Noise the hub's sampler cannot draw is said before the round trains, not after.
@@ -161,7 +172,6 @@ core::result<std::vector<device_offer>> private_aggregation::sample(const round_
       else over_cap_.push_back(sampled[i].id);
     }
     sampled = std::move(taken);
-    TESSERA_TRY(check_budget(v.round(), /*capped=*/true));
   }
   sampled_ = sampled.size();
   return sampled;
@@ -174,7 +184,9 @@ core::result<std::vector<device_offer>> private_aggregation::sample(const round_
 core::result<std::size_t> private_aggregation::admit(const round_view&, std::vector<device_offer>& taking,
                                                      std::vector<excluded_device>& excluded) const {
   for (const auto& id : over_cap_)
-    excluded.push_back({id, "drawn by the sample, but " + std::to_string(cap_) + " others drawn at random fill this round (max_devices)"});
+    excluded.push_back({id, config_.dp.self_sampling
+                                ? "not among the " + std::to_string(cap_) + " devices chosen at random to take part (max_devices)"
+                                : "drawn by the sample, but " + std::to_string(cap_) + " others drawn at random fill this round (max_devices)"});
   const std::size_t least = config_.secure_aggregation.min_aggregate();
   if (secure_ && taking.size() < least) {
     for (const auto& o : taking)
@@ -269,7 +281,7 @@ core::result<void> private_aggregation::finish(const round_view& v, std::span<co
     core::scatter(v.full, sub, local, cover);
   }
   const std::size_t groups = std::max<std::size_t>(1, groups_.size());
-  const double contributors = d.sample_rate * static_cast<double>(population(assignments.size())) / static_cast<double>(groups);
+  const double contributors = expected_contributors(assignments.size()) / static_cast<double>(groups);
   const double c = clip();
   // Under secure aggregation the released sums carry the devices' noise already.
   const bool hub_noise = !secure_;
@@ -289,15 +301,15 @@ core::result<void> private_aggregation::finish(const round_view& v, std::span<co
   }
   sum_ = {};
   units_ = {};
-  if (d.adaptive_clip) TESSERA_TRY(adapt_clip(c, population(assignments.size()), fitted_centred));
-  TESSERA_TRY(compose_round(!over_cap_.empty(), population(assignments.size())));
+  if (d.adaptive_clip) TESSERA_TRY(adapt_clip(c, expected_contributors(assignments.size()), fitted_centred));
+  TESSERA_TRY(compose_round(cap_binds_, population(assignments.size())));
   m.dp.clip = c;
   m.dp.epsilon = epsilon();
   m.dp.epsilon_hub = epsilon_hub();
   m.dp.noise = hub_noise ? "hub" : "devices";
   if (!d.self_sampling) m.dp.sampled = sampled_;  // the devices' own draws: nobody counts them
   m.dp.clipped = clipped_;
-  if (auto next = check_budget(v.round() + 1); !next) stop_ = next.error().message;
+  if (auto next = check_budget(v.round() + 1, cap_binds_); !next) stop_ = next.error().message;
   return {};
 }
 
@@ -305,9 +317,8 @@ core::result<void> private_aggregation::finish(const round_view& v, std::span<co
 // and over the expected count, moves the clip geometrically toward the target quantile. Under secure
 // aggregation the count is the released sum of the devices' ±(k/2)·C values (noised by them,
 // `fitted_centred`); withheld, the clip stays.
-core::result<void> private_aggregation::adapt_clip(double c, std::size_t population, std::optional<double> fitted_centred) {
+core::result<void> private_aggregation::adapt_clip(double c, double expected, std::optional<double> fitted_centred) {
   const dp_config& d = config_.dp;
-  const double expected = d.sample_rate * static_cast<double>(population);
   std::optional<double> fitted;
   if (!secure_) {
     // Each contributor's count value is centred, b − ½ (b = 1 when its change fitted): one device

@@ -58,7 +58,8 @@ class private_aggregation final : public aggregation {
   // The most devices a round takes (the hub's max_devices; 0: no bound). The sample is drawn from every
   // device offered; when more are drawn, a uniformly random subset of this size (from the round's key)
   // takes part and the others are left out, named, so no device's chance of being drawn depends on its
-  // id. Such a round is accounted at twice the sensitivity: one device more may take another's place.
+  // id. Every round of a run whose population reaches the cap (whether or not its own sample overflows)
+  // is accounted at twice the sensitivity: one device more may take another's place.
   void set_cap(std::size_t most) noexcept { cap_ = most; }
   [[nodiscard]] const core::rdp_accountant& accountant() const noexcept { return privacy_; }
   // With the devices' noise, the accountant against the hub: every round unamplified (the hub knows
@@ -78,7 +79,7 @@ class private_aggregation final : public aggregation {
   // The sampling rate amplification holds at against the hub: the devices' own when they sample
   // themselves, else 1 (the hub knows who was drawn).
   [[nodiscard]] double hub_sample_rate() const noexcept;
-  // `capped`: more devices were drawn than the cap, which doubles the round's sensitivity.
+  // `capped`: the cap can bind (cap_binds_), which doubles the round's sensitivity.
   [[nodiscard]] core::result<core::dp_epsilon> epsilon_after_round(bool capped = false) const;
   // Fails when round `round` would pass dp.target_epsilon.
   [[nodiscard]] core::result<void> check_budget(std::int64_t round, bool capped = false) const;
@@ -88,8 +89,9 @@ class private_aggregation final : public aggregation {
   [[nodiscard]] double change_noise_multiplier() const noexcept;
   // The hub's noise: one device's L2 bound on the integer sums (κ + √n/2, see the .cpp).
   [[nodiscard]] double unit_sensitivity() const noexcept;
-  // Moves the clip after a release (adaptive clipping), from clip `c` and the population.
-  [[nodiscard]] core::result<void> adapt_clip(double c, std::size_t population, std::optional<double> fitted_centred);
+  // Moves the clip after a release (adaptive clipping), from clip `c` and the expected contributors.
+  [[nodiscard]] core::result<void> adapt_clip(double c, double expected, std::optional<double> fitted_centred);
+  [[nodiscard]] double expected_contributors(std::size_t assigned) const noexcept;
 
   run_config config_;
   std::size_t params_ = 0;
@@ -108,6 +110,7 @@ class private_aggregation final : public aggregation {
   crypto::key256 key_{};
   std::vector<core::subnet> groups_;
   std::vector<std::string> over_cap_;     // drawn, but beyond the cap: left out by admit
+  bool cap_binds_ = false;                // the cap can bind this round: accounted at twice the sensitivity
   std::vector<float> sum_;                // under secure aggregation: the released sums
   std::vector<std::int64_t> units_;       // the hub's noise: the quantized clipped changes, summed exactly
   std::size_t sampled_ = 0, clipped_ = 0, accepted_ = 0;

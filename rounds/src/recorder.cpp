@@ -78,11 +78,15 @@ core::result<void> recorder::finish(const engine& e) {
     nlohmann::json dp{{"epsilon", e.epsilon()}, {"delta", d.delta}, {"sample_rate", d.sample_rate},
                       {"noise_multiplier", d.noise_multiplier}, {"clip", d.clip}, {"rounds", e.completed()}};
     if (const auto against_hub = e.epsilon_hub()) {
-      // The devices added the noise: the hub drew the sample, so against it nothing is amplified.
-      dp["observer"] = "the model's users; epsilon_hub: the hub, which knew who was sampled";
+      // The devices added the noise: the hub drew the sample, so against it nothing is amplified,
+      // unless the devices drew themselves.
+      dp["observer"] = d.self_sampling ? "the model's users; epsilon_hub: the hub, which did not know who drew themselves"
+                                       : "the model's users; epsilon_hub: the hub, which knew who was sampled";
       dp["epsilon_hub"] = *against_hub;
       dp["noise"] = "devices";
-      dp["accountant"] = "RDP of the Skellam mechanism (Agarwal, Kairouz, Liu 2021), Poisson-sampled by Zhu and Wang's bound; unsampled against the hub";
+      dp["self_sampling"] = d.self_sampling;
+      dp["accountant"] = std::string("RDP of the Skellam mechanism (Agarwal, Kairouz, Liu 2021), Poisson-sampled by Zhu and Wang's bound; ") +
+                         (d.self_sampling ? "sampled against the hub too (the devices drew themselves)" : "unsampled against the hub");
     } else {
       dp["observer"] = "the model's users (the hub added the noise and saw the sums without it)";
       dp["noise"] = "hub";

@@ -33,6 +33,7 @@
 #include "support/wait.hpp"
 #include "tessera/hub/operator_endpoint.hpp"
 #include "tessera/hub/prometheus.hpp"
+#include "tessera/rounds/metrics.hpp"
 
 using namespace tessera;
 using namespace std::chrono_literals;
@@ -288,6 +289,50 @@ TEST_CASE("operator endpoint: /metrics, /api/status, /api/rounds and the page du
   CHECK(action.status == 403);
   CHECK(action.body.find("operator certificate") != std::string::npos);
   CHECK(f.hub_lines_with("paused") == 0);
+}
+
+TEST_CASE("operator endpoint: a private run shows only what is private: no device's example counts, no exact figures") {
+  testing::temp_dir dir("operator-dp");
+  federation f(dir);
+  // Rounds take milliseconds; the client stops the hub when it has what it needs.
+  f.start_hub(f.hub_config({{"rounds", 100'000},
+                            {"whole_model_rounds", 0},
+                            {"http", {{"listen", "127.0.0.1:0"}}},
+                            {"dp", {{"sample_rate", 1.0}, {"noise_multiplier", 0.01}, {"clip", 1.0}, {"population", 2}}}}));
+  const std::uint16_t port = f.hub().http_port();
+  REQUIRE(port != 0);
+  const auto& pki = test::test_pki::get();
+  f.start_agent(pki.dev_a, f.data_for("dev-a", 300));
+  f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
+  http_result status, rounds, metrics;
+  run_with_client(f, [&] {
+    const http_call base{.port = port};
+    (void)wait_status(base, [](const nlohmann::json& s) { return s["run"]["completed"].get<int>() >= 2; });
+    status = http_fetch({.port = port, .target = "/api/status"});
+    rounds = http_fetch({.port = port, .target = "/api/rounds"});
+    metrics = http_fetch({.port = port, .target = "/metrics"});
+  }, true);
+  INFO(f.logs());
+  REQUIRE(status.status == 200);
+  const auto sj = json_of(status);
+  REQUIRE(sj["fleet"]["devices"].size() == 2);
+  for (const auto& d : sj["fleet"]["devices"]) {
+    CHECK(d["budget_bytes"].get<std::uint64_t>() > 0);  // the device's own setting, not its data
+    CHECK_FALSE(d.contains("examples"));
+    CHECK_FALSE(d.contains("validation_examples"));
+  }
+  REQUIRE(rounds.status == 200);
+  const auto rj = json_of(rounds)["rounds"];
+  REQUIRE(rj.size() >= 2);
+  for (const auto& r : rj) {
+    CHECK(r["epsilon"].is_number());
+    CHECK_FALSE(r.contains("train_loss"));
+    CHECK_FALSE(r.contains("examples"));
+    CHECK(r["withheld"].size() == rounds::withheld_figures().size());
+  }
+  REQUIRE(metrics.status == 200);
+  CHECK(metrics.body.find("\ntessera_hub_train_loss ") == std::string::npos);  // declared, never sampled
+  CHECK(sample(metrics.body, "tessera_hub_dp_epsilon") > 0);
 }
 
 TEST_CASE("operator endpoint: connections refused at the device port are counted by their TLS reason") {

@@ -669,6 +669,26 @@ TEST_CASE("dp: the sample is drawn from every device offered; past the cap a ran
                            .epsilon(1e-12));
   // The figure itself, from tests/core/rdp_reference.py (case dgauss_q1_sigma0.5_T8, 50 digits).
   CHECK(e.epsilon() == doctest::Approx(41.75711504232587).epsilon(1e-6));
+  // The charge does not depend on whether this round's own sample overflowed: at q 0.1 of the same
+  // ten, the cap of 3 rarely binds, yet every round is accounted as if it could (one device more may
+  // always be the one that makes it bind).
+  auto sparse = engine_for(config({{"sample_rate", 0.1}, {"noise_multiplier", 1.0}, {"population", 10}}, {{"strategy", "fedavg"}}));
+  sparse.set_private_round_cap(3);
+  for (int r = 0; r < 4; ++r) {
+    REQUIRE(sparse.begin_round(fleet(10)).ok());
+    report_all(sparse, [](std::size_t) { return 0.01f; });
+    REQUIRE(sparse.close_round(nullptr).ok());
+  }
+  CHECK(sparse.epsilon() ==
+        doctest::Approx(core::rdp_accountant().epsilon_after(0.1, core::discrete_gaussian_mechanism{.sigma = 0.5}, 4, 1e-5).epsilon).epsilon(1e-12));
+  // A cap the population cannot reach costs nothing.
+  auto roomy = engine_for(config({{"sample_rate", 0.1}, {"noise_multiplier", 1.0}, {"population", 10}}, {{"strategy", "fedavg"}}));
+  roomy.set_private_round_cap(11);
+  REQUIRE(roomy.begin_round(fleet(10)).ok());
+  report_all(roomy, [](std::size_t) { return 0.01f; });
+  REQUIRE(roomy.close_round(nullptr).ok());
+  CHECK(roomy.epsilon() ==
+        doctest::Approx(core::rdp_accountant().epsilon_after(0.1, core::discrete_gaussian_mechanism{.sigma = 1.0}, 1, 1e-5).epsilon).epsilon(1e-12));
   // Without a cap all ten take part.
   auto all = engine_for(config({{"sample_rate", 1.0}, {"noise_multiplier", 1.0}, {"population", 10}}, {{"strategy", "fedavg"}}));
   REQUIRE(all.begin_round(fleet(10)).ok());
