@@ -276,6 +276,15 @@ void agent::on_downloaded(const std::shared_ptr<net::incoming_transfer>& in) {
 void agent::on_trained(std::uint64_t generation, core::result<core::local_training_report> report, const net::digest& sha) {
   if (worker_.joinable()) worker_.join();
   if (generation != generation_ || !job_ || stopped_) return;  // superseded meanwhile
+  if (!report && job_->secure() != nullptr && job_->secure()->noise() > 0 && report.error().code == errc::training_failed) {
+    // A refusal would leave in the clear, outside this device's ledger: the hub, which chose the
+    // model, would learn that training diverged on this data. It gets this device's noise alone.
+    log(log_level::error, "round " + std::to_string(job_->round()) + ": training failed (" + report.error().message +
+                              "); this private round gets this device's noise alone, as if it had not drawn itself in");
+    job_->training_failed_privately();
+    if (job_->secure()->has_inbox()) send_masked();
+    return;
+  }
   if (!report) {
     log(log_level::error, "round " + std::to_string(job_->round()) + ": training failed: " + report.error().message);
     const auto round = job_->round();

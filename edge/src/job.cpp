@@ -1,5 +1,7 @@
 #include "tessera/edge/job.hpp"
 
+#include <limits>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -149,6 +151,16 @@ void job::trained(const core::local_training_report& r, const net::digest& sha25
   TESSERA_ASSERT(at_ == stage::training);
   received_ = {};
   prepare_upload(r, blob_, sha256, r.mean_loss, r.clipped ? 1 : 0);
+}
+
+void job::training_failed_privately() {
+  TESSERA_ASSERT(at_ == stage::training && secure_);
+  secure_->withdraw();
+  core::local_training_report r;
+  r.steps = task_.steps;
+  r.examples = task_.steps * task_.batch;
+  r.mean_loss = std::numeric_limits<double>::quiet_NaN();
+  trained_secure(r);
 }
 
 void job::trained_secure(const core::local_training_report& r) {

@@ -82,7 +82,10 @@ core::result<void> secure_round::mask(std::span<const float> trained, double wei
   {
     // Devices that sample themselves: the draw is this device's own, from its CSPRNG, and never leaves
     // it; the hub sees a masked input either way.
-    if (s_.params.sample_rate > 0 && s_.params.sample_rate < 1) {
+    if (withdrawn_) {
+      drawn_ = false;
+      trained = received_;  // what it trained is not finite: no change at all
+    } else if (s_.params.sample_rate > 0 && s_.params.sample_rate < 1) {
       auto key = crypto::random_key();
       if (!key) return make_error(errc::training_failed, "the self-sampling draw: " + key.error().message);
       crypto::keystream coin(key.value());

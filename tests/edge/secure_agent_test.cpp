@@ -43,6 +43,7 @@ enum class rogue {
   statistics,         // the feature statistics, which travel in the clear
   honest_private,     // not rogue: a private round whose noise carries σ 1
   self_sampled,       // not rogue: the same round, its devices drawing themselves at a rate of 1e-9
+  diverging,          // a private round whose model (weights near float's largest) makes any training diverge
   revoked_member,     // the roster holds the keys of a device whose certificate the CA revoked
   other_model,        // sa-1, of the agent's group, was sent another model (it signed that model's digest)
   other_set,          // the unmasking names another survivor set than the one the agent signed
@@ -83,7 +84,8 @@ class scripted_hub {
     p_.clip = 1.0;
     p_.threshold = 2;
     p_.segments = {{.length = core::param_count(arch_) + 1, .min_aggregate = 2}};
-    if (r == rogue::noise_removed || r == rogue::noise_lowered || r == rogue::honest_private || r == rogue::self_sampled) {
+    if (r == rogue::noise_removed || r == rogue::noise_lowered || r == rogue::honest_private || r == rogue::self_sampled ||
+        r == rogue::diverging) {
       // A private round's ring, sized (as the hub sizes it) for its population: 1024 summands.
       p_.summands = 1024;
       const auto limit = static_cast<double>(crypto::fixed_point::create(p_.clip, p_.bits, p_.summands).value().limit());
@@ -264,6 +266,7 @@ class scripted_hub {
   }
 
   void send_assign(net::session& s) {
+    if (rogue_ == rogue::diverging) std::fill(params_.begin(), params_.end(), 1e38f);
     blob_.resize(core::encoded_bytes(arch_, core::codec_kind::f32));
     REQUIRE(core::encode(arch_, core::codec_kind::f32, params_, blob_).ok());
     const net::digest sha = crypto::sha256_of(blob_);
@@ -571,4 +574,22 @@ TEST_CASE("secure agent: a device that samples itself out sends its noise alone 
   }
   CHECK(spent[1] > 0);
   CHECK(spent[1] < spent[0] / 10);  // near the floor the finite orders leave (log(1/δ)/(α_max − 1))
+}
+
+TEST_CASE("rogue hub: a model and rate chosen to make training diverge, so that a refusal would tell") {
+  // In a private round a refusal would leave in the clear and outside the device's ledger; the
+  // device sends its noise alone instead, spends the round, and keeps the reason in its own log.
+  testing::temp_dir dir("secure_agent_diverging");
+  scripted_hub hub(rogue::diverging, dir);
+  hub.policy = {.max_epsilon = 1e6, .ledger = dir.file("ledger.json")};
+  hub.run();
+  INFO(hub.agent_log);
+  CHECK(!hub.refused);
+  CHECK(hub.uploaded);
+  REQUIRE(hub.unmask_reply.has_value());
+  REQUIRE(hub.update.has_value());
+  CHECK_FALSE(hub.update->loss.has_value());
+  CHECK(testing::contains(hub.agent_log, "training failed"));
+  CHECK(testing::contains(hub.agent_log, "noise alone"));
+  CHECK(nlohmann::json::parse(testing::read_text(dir.file("ledger.json"))).at("rounds") == 1);
 }

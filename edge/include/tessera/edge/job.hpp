@@ -117,6 +117,9 @@ class job : public std::enable_shared_from_this<job> {
   void trained_secure(const core::local_training_report& report);
   // Masks the trained parameters (secure_round::mask) and prepares the UPDATE. → uploading.
   [[nodiscard]] core::result<void> masked();
+  // A private secure round whose training failed: on to masking with a zero change (secure_round::
+  // withdraw), the UPDATE claiming the assigned steps, as any device's does.
+  void training_failed_privately();
   // The mean loss of the training this job ran (a secure round's UPDATE does not carry it).
   [[nodiscard]] double trained_loss() const noexcept { return report_.mean_loss; }
   // The protocol state outlives the job (its unmasking comes after RESULT).

@@ -82,6 +82,9 @@ class secure_round {
   // A round whose devices sample themselves: whether this device drew itself in (its CSPRNG, at
   // mask()); one not drawn sent its noise alone. Always true in other rounds.
   [[nodiscard]] bool drawn() const noexcept { return drawn_; }
+  // A private round whose training failed: mask() sends a zero change (this device's noise alone)
+  // rather than the device refusing in the clear, which would tell the hub something of its data.
+  void withdraw() noexcept { withdrawn_ = true; }
   [[nodiscard]] double sample_rate() const noexcept { return s_.params.sample_rate; }
   [[nodiscard]] core::result<net::msg::secagg_check_reply> on_check(const net::msg::secagg_check& c);
   [[nodiscard]] core::result<net::msg::secagg_unmask_reply> on_unmask(const net::msg::secagg_unmask& u);
@@ -102,6 +105,7 @@ class secure_round {
   std::vector<std::byte> upload_;
   std::uint64_t clipped_ = 0;
   bool drawn_ = true;
+  bool withdrawn_ = false;
   net::msg::secagg_masked_with masked_with_;
   std::optional<net::msg::secagg_unmask_reply> reply_;
 };
