@@ -75,7 +75,7 @@ core::result<void> private_aggregation::check_budget(std::int64_t round, bool ca
                 static_cast<long long>(round), against_hub ? " against the hub" : "", against_hub ? *epsilon_hub() : epsilon(), next,
                 d.target_epsilon, d.delta);
   return make_error(errc::privacy_budget,
-                    std::string(buf) + (capped ? "; the population reaches max_devices, which doubles each round's sensitivity (raise "
+                    std::string(buf) + (capped ? "; the population exceeds max_devices, which doubles each round's sensitivity (raise "
                                                  "max_devices past it)"
                                                : ""));
 }

@@ -135,8 +135,9 @@ double private_aggregation::unit_sensitivity() const noexcept {
 core::result<std::vector<device_offer>> private_aggregation::sample(const round_view& v, std::vector<device_offer> offers) {
   // Whether the cap can bind is decided before anyone is drawn, from public counts: a round accounted
   // at twice the sensitivity only when its own sample overflowed would make the charge itself depend
-  // on who was drawn.
-  cap_binds_ = cap_ > 0 && population(offers.size()) >= cap_;
+  // on who was drawn. A population within the cap never overflows it, nor does the same population
+  // without any one device.
+  cap_binds_ = cap_ > 0 && population(offers.size()) > cap_;
   TESSERA_TRY(check_budget(v.round(), cap_binds_));
   if (secure_) TESSERA_TRY(make_private_ring(config_, params_, population(offers.size())));  // a ring that cannot hold the noised sums: say so now
   if (!secure_) {

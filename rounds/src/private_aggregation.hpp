@@ -58,7 +58,7 @@ class private_aggregation final : public aggregation {
   // The most devices a round takes (the hub's max_devices; 0: no bound). The sample is drawn from every
   // device offered; when more are drawn, a uniformly random subset of this size (from the round's key)
   // takes part and the others are left out, named, so no device's chance of being drawn depends on its
-  // id. Every round of a run whose population reaches the cap (whether or not its own sample overflows)
+  // id. Every round of a run whose population exceeds the cap (whether or not its own sample overflows)
   // is accounted at twice the sensitivity: one device more may take another's place.
   void set_cap(std::size_t most) noexcept { cap_ = most; }
   [[nodiscard]] const core::rdp_accountant& accountant() const noexcept { return privacy_; }
