@@ -672,22 +672,21 @@ TEST_CASE("dp: the sample is drawn from every device offered; past the cap a ran
   // The charge does not depend on whether this round's own sample overflowed: at q 0.1 of the same
   // ten, the cap of 3 rarely binds, yet every round is accounted as if it could (one device more may
   // always be the one that makes it bind).
-  auto sparse = engine_for(config({{"sample_rate", 0.1}, {"noise_multiplier", 1.0}, {"population", 10}}, {{"strategy", "fedavg"}}));
-  sparse.set_private_round_cap(3);
-  for (int r = 0; r < 4; ++r) {
-    REQUIRE(sparse.begin_round(fleet(10)).ok());
-    report_all(sparse, [](std::size_t) { return 0.01f; });
-    REQUIRE(sparse.close_round(nullptr).ok());
-  }
-  CHECK(sparse.epsilon() ==
+  // ε after `rounds` rounds of ten devices at q with a cap.
+  const auto capped_run = [](double q, std::size_t cap, int rounds) {
+    auto run = engine_for(config({{"sample_rate", q}, {"noise_multiplier", 1.0}, {"population", 10}}, {{"strategy", "fedavg"}}));
+    run.set_private_round_cap(cap);
+    for (int r = 0; r < rounds; ++r) {
+      REQUIRE(run.begin_round(fleet(10)).ok());
+      report_all(run, [](std::size_t) { return 0.01f; });
+      REQUIRE(run.close_round(nullptr).ok());
+    }
+    return run.epsilon();
+  };
+  CHECK(capped_run(0.1, 3, 4) ==
         doctest::Approx(core::rdp_accountant().epsilon_after(0.1, core::discrete_gaussian_mechanism{.sigma = 0.5}, 4, 1e-5).epsilon).epsilon(1e-12));
   // A cap the population cannot pass costs nothing.
-  auto roomy = engine_for(config({{"sample_rate", 0.1}, {"noise_multiplier", 1.0}, {"population", 10}}, {{"strategy", "fedavg"}}));
-  roomy.set_private_round_cap(10);
-  REQUIRE(roomy.begin_round(fleet(10)).ok());
-  report_all(roomy, [](std::size_t) { return 0.01f; });
-  REQUIRE(roomy.close_round(nullptr).ok());
-  CHECK(roomy.epsilon() ==
+  CHECK(capped_run(0.1, 10, 1) ==
         doctest::Approx(core::rdp_accountant().epsilon_after(0.1, core::discrete_gaussian_mechanism{.sigma = 1.0}, 1, 1e-5).epsilon).epsilon(1e-12));
   // Without a cap all ten take part.
   auto all = engine_for(config({{"sample_rate", 1.0}, {"noise_multiplier", 1.0}, {"population", 10}}, {{"strategy", "fedavg"}}));
