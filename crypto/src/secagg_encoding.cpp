@@ -81,6 +81,12 @@ core::result<std::vector<std::vector<float>>> secagg_weighted_input(std::span<co
   return segment_inputs(received, trained, weight, true, p, segments);
 }
 
+bool secagg_draws_in(const secagg_params& p, key256_view key) {
+  if (!(p.sample_rate > 0 && p.sample_rate < 1)) return true;
+  keystream coin(key);
+  return coin.next_unit() < p.sample_rate;
+}
+
 core::result<std::vector<std::vector<float>>> secagg_change_input(std::span<const float> received, std::span<const float> trained,
                                                                   const secagg_params& p, std::span<const std::uint32_t> segments,
                                                                   bool fitted, bool drawn) {

@@ -40,7 +40,7 @@ core::result<core::training_task> check_assignment(const net::msg::assign& a, co
   TESSERA_TRY(check_assignment_policy(a, t, limits.policy, limits.require_secure ? secure_mode::require : secure_mode::allow));
   if (limits.budget != nullptr && a.secure && !a.evaluate) {
     TESSERA_ASSIGN_OR_RETURN(const auto release, round_mechanism(a.secure->params, fewest_contributors(*a.secure), core::param_count(t.arch)));
-    TESSERA_TRY(limits.budget->check(release, a.secure->params.sample_rate > 0 ? a.secure->params.sample_rate : 1.0));
+    TESSERA_TRY(limits.budget->check(release, crypto::secagg_sampling_rate(a.secure->params)));
   }
   const std::size_t expected = core::encoded_bytes(t.arch, a.blob_codec);
   if (a.size != expected)
@@ -175,7 +175,7 @@ core::result<void> job::masked() {
   const double weight = most > 0 ? std::min(1.0, static_cast<double>(report_.examples) / most) : 0.0;
   TESSERA_TRY(secure_->mask(arena_->params(), weight, !report_.clipped));
   // Counted before the masked input can leave: a round that fails after this is spent all the same.
-  if (budget_ != nullptr) TESSERA_TRY(budget_->spend(release_, secure_->sample_rate() > 0 ? secure_->sample_rate() : 1.0));
+  if (budget_ != nullptr) TESSERA_TRY(budget_->spend(release_, secure_->sampling_rate()));
   const auto upload = secure_->upload();
   // Only the masked input tells the hub anything: the device's loss and the values its clip saturated
   // stay here (the agent's log has them).

@@ -85,11 +85,10 @@ core::result<void> secure_round::mask(std::span<const float> trained, double wei
     if (withdrawn_) {
       drawn_ = false;
       trained = received_;  // what it trained is not finite: no change at all
-    } else if (s_.params.sample_rate > 0 && s_.params.sample_rate < 1) {
+    } else if (s_.params.sample_rate > 0) {
       auto key = crypto::random_key();
       if (!key) return make_error(errc::training_failed, "the self-sampling draw: " + key.error().message);
-      crypto::keystream coin(key.value());
-      drawn_ = coin.next_unit() < s_.params.sample_rate;
+      drawn_ = crypto::secagg_draws_in(s_.params, key.value());
     }
     // Under differential privacy the change goes in unweighted (its L2 norm already clipped by the
     // training task), and secagg_client::mask adds this device's share of the noise.

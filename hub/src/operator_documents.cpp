@@ -92,7 +92,7 @@ nlohmann::json fleet_document(const hub_view& v) {
     const rounds::assignment* a = engine.in_round() ? engine.find(id) : nullptr;
     training += a != nullptr && rounds::is_open(a->state) ? 1 : 0;
     connected += d.session ? 1 : 0;
-    devices.push_back(device_document(id, d, device_state(v, id, d, a), !v.config.dp.enabled || v.config.dp.publish_exact));
+    devices.push_back(device_document(id, d, device_state(v, id, d, a), v.config.dp.publishes_exact()));
   }
   return {{"registered", v.devices.size()}, {"connected", connected}, {"training", training}, {"devices", std::move(devices)}};
 }

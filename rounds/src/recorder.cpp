@@ -29,7 +29,7 @@ core::result<void> recorder::record(const engine& e, round_metrics& m, clock::ti
   m.seconds = std::chrono::duration<double>(clock::now() - round_started).count();
   // From here on the figures leave the engine (the metrics file, the progress line, the operator's
   // endpoint): under differential privacy only what is private, unless the operator asked otherwise.
-  if (e.private_rounds() && !e.config().dp.publish_exact) m.withhold_exact();
+  if (!e.config().dp.publishes_exact()) m.withhold_exact();
   if (metrics_) {
     *metrics_ << m.to_json().dump() << '\n';
     metrics_->flush();

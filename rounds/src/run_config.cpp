@@ -190,7 +190,7 @@ core::result<void> read_run_fields(core::config_reader& r, run_config& c, bool a
 }
 
 void check_private_inputs(core::config_reader& r, const run_config& c) {
-  if (!c.dp.enabled || c.dp.publish_exact || c.model.input_normalization != core::input_normalization_kind::standardize) return;
+  if (c.dp.publishes_exact() || c.model.input_normalization != core::input_normalization_kind::standardize) return;
   r.fail("dp", "with model.input_normalization standardize the fleet's feature statistics are measured exactly and leave in the "
                "model, which no ε covers: give the inputs a fixed scale (input_normalization none, the data's normalization "
                "scale_unit or none), or set dp.publish_exact for data that is not private");

@@ -209,12 +209,8 @@ core::result<void> simulation::secure_upload(rounds::assignment& a, std::span<co
   // Under differential privacy: the unweighted change and the device's share of the noise (seeded
   // here, from its rounding key; an agent draws its noise key and its self-sampling draw from its
   // CSPRNG).
-  bool drawn = true;
-  if (p.sample_rate > 0 && p.sample_rate < 1) {
-    TESSERA_ASSIGN_OR_RETURN(const crypto::key256 coin_key, crypto::derive_key(a.rounding_key, "tessera sim device draw v1"));
-    crypto::keystream coin(coin_key);
-    drawn = coin.next_unit() < p.sample_rate;
-  }
+  TESSERA_ASSIGN_OR_RETURN(const crypto::key256 coin_key, crypto::derive_key(a.rounding_key, "tessera sim device draw v1"));
+  const bool drawn = crypto::secagg_draws_in(p, coin_key);
   auto input = p.noise > 0 ? crypto::secagg_change_input(received, trained, p, a.segments, !report.clipped, drawn)
                            : crypto::secagg_weighted_input(received, trained, rounds::engine::secure_weight(a, examples), p, a.segments);
   if (!input) {

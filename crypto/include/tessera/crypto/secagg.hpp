@@ -85,6 +85,13 @@ struct secagg_params {
   return p.summands > 0 ? p.summands : roster;
 }
 
+// The sampling rate a device's release is composed at: the round's own when the devices sample
+// themselves, else 1 (the hub knows who it asked).
+[[nodiscard]] constexpr double secagg_sampling_rate(const secagg_params& p) noexcept { return p.sample_rate > 0 ? p.sample_rate : 1.0; }
+// Whether a device draws itself into a self-sampled round, from `key` (an agent's from its CSPRNG,
+// the simulator's seeded); always true in other rounds.
+[[nodiscard]] bool secagg_draws_in(const secagg_params& p, key256_view key);
+
 // What a device vouches for besides its keys: the segments it covers and the SHA-256 of the model it
 // was sent for the round. Every device of one group (the same segments) is sent the same model; each
 // checks its neighbours' digests against its own, so a hub that sends one device of a group a model of

@@ -85,7 +85,8 @@ class secure_round {
   // A private round whose training failed: mask() sends a zero change (this device's noise alone)
   // rather than the device refusing in the clear, which would tell the hub something of its data.
   void withdraw() noexcept { withdrawn_ = true; }
-  [[nodiscard]] double sample_rate() const noexcept { return s_.params.sample_rate; }
+  // The rate this round's release is composed at in the device's ledger (crypto::secagg_sampling_rate).
+  [[nodiscard]] double sampling_rate() const noexcept { return crypto::secagg_sampling_rate(s_.params); }
   [[nodiscard]] core::result<net::msg::secagg_check_reply> on_check(const net::msg::secagg_check& c);
   [[nodiscard]] core::result<net::msg::secagg_unmask_reply> on_unmask(const net::msg::secagg_unmask& u);
 

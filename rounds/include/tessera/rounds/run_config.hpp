@@ -92,6 +92,8 @@ struct dp_config {
   // Publish the round's exact figures (round_metrics::withhold_exact) anyway: the training loss, example
   // counts, change norms, clipped counts and the devices' scores, which are not private.
   bool publish_exact = false;
+  // Whether the exact figures may be published: no DP, or the operator said so.
+  [[nodiscard]] bool publishes_exact() const noexcept { return !enabled || publish_exact; }
   // With the devices' noise: the hub asks every ready device, and each draws from its own CSPRNG
   // whether it contributes (probability sample_rate); one not drawn sends its noise alone, masked
   // like any input. The hub cannot tell who trained, so amplification by sampling holds against it
