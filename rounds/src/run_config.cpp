@@ -84,6 +84,9 @@ void read_secure_aggregation(core::config_reader& r, run_config& c) {
                                                       "with more devices than neighbors + 1, each masks with and shares its "
                                                       "secrets with this many on the parameters many devices train (0: with all)"));
     if (s.neighbors == 1) sr.fail("neighbors", "one neighbour cannot connect the devices: 0 (all) or at least 2");
+    s.statistics_bound = sr.number("statistics_bound", 1e4, 1e-6, 1e12,
+                                   "standardize: the largest magnitude of any input feature (and regression target); the fleet's "
+                                   "statistics travel as masked sums scaled by it, and a device with a value beyond it refuses them");
     if (auto done = sr.finish(); !done) r.fail(std::move(done).error());
   }
 }

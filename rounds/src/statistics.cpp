@@ -20,6 +20,7 @@ core::result<std::vector<excluded_device>> stats_gathering::begin(std::vector<de
   counted_.clear();
   dropped_.clear();
   fleet_.emplace(spec_.inputs, spec_.task, spec_.outputs);
+  max_examples_ = 0;
   for (const device_offer& o : offers) {
     if (o.examples < static_cast<std::uint64_t>(min_examples_)) {
       excluded.push_back({o.id, "it holds " + std::to_string(o.examples) + " examples, fewer than min_stats_examples (" +
@@ -27,6 +28,7 @@ core::result<std::vector<excluded_device>> stats_gathering::begin(std::vector<de
       continue;
     }
     asked_.push_back(o.id);
+    max_examples_ = std::max(max_examples_, static_cast<std::int64_t>(o.examples));
   }
   if (asked_.empty()) {
     phase_ = phase::idle;
@@ -114,6 +116,43 @@ core::result<void> stats_gathering::finish_pass() {
     }
   }
   for (const auto& id : asked_) TESSERA_TRY(fleet_->add_spread(spreads_.at(id), counted_.at(id), "device " + id));
+  phase_ = phase::done;
+  return {};
+}
+
+core::stats_scale stats_gathering::scale() const noexcept {
+  return {.max_examples = max_examples_, .bound = masked_ ? masked_->statistics_bound : 0.0};
+}
+
+core::result<secure_sum> stats_gathering::begin_masked_pass() const {
+  TESSERA_ASSERT(masked_ && (phase_ == phase::sums || phase_ == phase::spread));
+  const std::size_t length = phase_ == phase::sums ? core::sums_vector_length(spec_.inputs, spec_.task, spec_.outputs)
+                                                   : core::spread_vector_length(spec_.inputs, spec_.task);
+  return secure_sum::create(*masked_, asked_, length, "statistics pass " + std::to_string(pass()));
+}
+
+core::result<void> stats_gathering::add_released(const secure_sum::released& r) {
+  TESSERA_ASSERT(masked_ && (phase_ == phase::sums || phase_ == phase::spread));
+  const auto fail = [this](errc code, const std::string& why) {
+    phase_ = phase::idle;
+    return make_error(code, why);
+  };
+  if (phase_ == phase::sums) {
+    auto total = core::sums_from_vector(r.sum, spec_.inputs, spec_.task, spec_.outputs, scale());
+    if (!total) return fail(errc::bad_statistics, "the statistics' first pass: " + total.error().message);
+    if (auto ok = fleet_->add_sums(total.value(), "the fleet's masked sum"); !ok) return fail(errc::bad_statistics, ok.error().message);
+    asked_ = r.survivors;
+    phase_ = phase::spread;
+    return {};
+  }
+  for (const auto& id : asked_)
+    if (std::find(r.survivors.begin(), r.survivors.end(), id) == r.survivors.end())
+      return fail(errc::stats_incomplete, "device " + id + " counted in the fleet's mean is not in the second pass's sum");
+  std::vector<double> floor;
+  auto total = core::spread_from_vector(r.sum, fleet_->mean(), fleet_->target_mean(), spec_.task, scale(), r.resolution, &floor);
+  if (!total) return fail(errc::bad_statistics, "the statistics' second pass: " + total.error().message);
+  if (auto ok = fleet_->add_spread(total.value(), fleet_->sums().examples, "the fleet's masked sum", floor); !ok)
+    return fail(errc::bad_statistics, ok.error().message);
   phase_ = phase::done;
   return {};
 }

@@ -8,6 +8,7 @@
 #include "tessera/core/base/rng.hpp"
 #include "tessera/core/config/base64.hpp"
 #include "tessera/core/data/fed_stats.hpp"
+#include "tessera/core/data/stats_vector.hpp"
 
 using namespace tessera;
 using tessera::testing::error_of;
@@ -157,4 +158,55 @@ TEST_CASE("base64: values survive exactly; text of the wrong length or alphabet 
   std::string bad = core::encode_floats(f);
   bad[3] = '*';
   CHECK(error_of(core::decode_floats(bad, 3, "std")).message == "std: not base64 at character 3");
+}
+
+TEST_CASE("fed_stats: a pass as a vector in [-1, 1] for masking, and back, counts exact") {
+  const core::stats_scale scale{.max_examples = 1000, .bound = 100.0};
+  core::stats_sums s{.examples = 999, .sum = {-150.5, 2e4}, .min = {-3, 0}, .max = {2, 99.5}, .label_counts = {333, 666}, .target_sum = 0};
+  const auto v = core::sums_vector(s, core::task_kind::classification, scale).value();
+  REQUIRE(v.size() == core::sums_vector_length(2, core::task_kind::classification, 2));
+  for (const float x : v) CHECK(std::abs(x) <= 1.0f);
+  // Three devices' vectors summed: counts come back exact, sums within float32's rounding.
+  std::vector<double> sum(v.size());
+  for (int d = 0; d < 3; ++d)
+    for (std::size_t i = 0; i < v.size(); ++i) sum[i] += v[i];
+  const auto back = core::sums_from_vector(sum, 2, core::task_kind::classification, 2, scale).value();
+  CHECK(back.examples == 3 * 999);
+  CHECK(back.label_counts == std::vector<std::uint64_t>{999, 1998});
+  CHECK(back.sum[0] == doctest::Approx(-451.5).epsilon(1e-7));
+  CHECK(back.sum[1] == doctest::Approx(6e4).epsilon(1e-7));
+  CHECK(back.min.empty());
+
+  // What a device refuses: more examples than the request was scaled for, a value beyond the bound.
+  s.examples = 1001;
+  CHECK(error_of(core::sums_vector(s, core::task_kind::classification, scale)).message ==
+        "this device holds 1001 examples, more than the 1000 the request was scaled for");
+  s.examples = 999;
+  s.max[1] = 100.5;
+  CHECK(error_of(core::sums_vector(s, core::task_kind::classification, scale)).message ==
+        "feature 1 holds the value 100.5, beyond the statistics' bound 100");
+  // What the hub refuses: a count no devices could sum to, a histogram that does not add up.
+  sum[0] += 0.3 / 1024;
+  CHECK(error_of(core::sums_from_vector(sum, 2, core::task_kind::classification, 2, scale)).code == core::errc::bad_format);
+  sum[0] -= 0.3 / 1024;
+  sum[3] += 1.0 / 1024;
+  CHECK(error_of(core::sums_from_vector(sum, 2, core::task_kind::classification, 2, scale)).message ==
+        "the released label histogram counts 2998 examples, not 2997");
+
+  // Pass 2 of a regression: the squares' scale grows with the mean; rounding below zero comes back as 0.
+  const std::vector<double> mean{10.0};
+  const core::stats_spread q{.examples = 10, .sq_dev = {0.0}, .target_sq_dev = 40.0};
+  auto w = core::spread_vector(q, mean, 1.0, core::task_kind::regression, scale).value();
+  REQUIRE(w.size() == 3);
+  std::vector<double> ws(w.begin(), w.end());
+  ws[1] = -1e-12;
+  std::vector<double> floor;
+  const auto spread = core::spread_from_vector(ws, mean, 1.0, core::task_kind::regression, scale, 1e-11, &floor).value();
+  CHECK(spread.examples == 10);
+  CHECK(spread.sq_dev[0] == 0.0);
+  CHECK(floor.at(0) == doctest::Approx(1e-11 * 1024 * 110 * 110));
+  CHECK(spread.target_sq_dev == doctest::Approx(40.0).epsilon(1e-7));
+  ws[1] = -1e-10;
+  CHECK(error_of(core::spread_from_vector(ws, mean, 1.0, core::task_kind::regression, scale, 1e-11)).message ==
+        "the released sum's squared deviation 0 is negative");
 }

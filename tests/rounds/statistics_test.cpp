@@ -113,3 +113,89 @@ TEST_CASE("statistics: small devices are not asked; strangers, repeats and dropo
   rounds::stats_gathering none(spec(), 10);
   CHECK(error_of(none.begin({offer("device-0", 3)})).code == rounds::errc::no_devices);
 }
+
+namespace {
+
+// Both passes as masked sums (the simulator's plain sum of the agents' encodings: the same bits as the
+// hub's unmasked sum), devices that `fail` in pass 2 left out of it.
+core::result<core::input_normalization> gather_masked(std::vector<core::memory_table>& data, double bound,
+                                                      const std::vector<std::size_t>& fail = {}) {
+  rounds::stats_gathering g(spec(), 10);
+  g.mask_with({.enabled = true, .replication = 3, .threshold = 3, .statistics_bound = bound});
+  std::vector<rounds::device_offer> offers;
+  for (std::size_t d = 0; d < data.size(); ++d) offers.push_back(offer("device-" + std::to_string(d), static_cast<std::uint64_t>(data[d].size())));
+  REQUIRE(g.begin(offers).ok());
+  CHECK(g.scale().max_examples == static_cast<std::int64_t>(std::max_element(data.begin(), data.end(), [](const auto& a, const auto& b) {
+                                    return a.size() < b.size();
+                                  })->size()));
+  auto one = g.begin_masked_pass().value();
+  CHECK(one.params().bits == 64);
+  CHECK(one.params().segments.at(0).length == 1 + 3 + 2);
+  for (std::size_t d = 0; d < data.size(); ++d) {
+    const auto s = core::measure_sums(*core::make_table_stream(data[d]), core::task_kind::classification, 2).value();
+    auto v = core::sums_vector(s, core::task_kind::classification, g.scale());
+    if (!v) return v.error();
+    REQUIRE(one.add_plain("device-" + std::to_string(d), v.value()).ok());
+  }
+  REQUIRE(g.add_released(one.finish().value()).ok());
+  auto two = g.begin_masked_pass().value();
+  for (std::size_t d = 0; d < data.size(); ++d) {
+    if (std::find(fail.begin(), fail.end(), d) != fail.end()) continue;
+    const auto s = core::measure_spread(*core::make_table_stream(data[d]), g.mean(), g.target_mean()).value();
+    REQUIRE(two.add_plain("device-" + std::to_string(d), core::spread_vector(s, g.mean(), g.target_mean(), core::task_kind::classification, g.scale()).value()).ok());
+  }
+  TESSERA_TRY(g.add_released(two.finish().value()));
+  CHECK(g.summary().at("label_counts").get<std::vector<std::uint64_t>>() == g.fleet().sums().label_counts);
+  return g.normalization();
+}
+
+}  // namespace
+
+TEST_CASE("statistics: as masked sums, within the encoding's rounding of the plain figures, with exact counts") {
+  std::vector<core::memory_table> data;
+  const std::int64_t sizes[] = {40, 300, 25, 1000, 60, 70, 80, 90, 100, 110, 120, 130};
+  for (std::size_t d = 0; d < std::size(sizes); ++d) data.push_back(device_data(d, sizes[d]));
+  std::vector<std::size_t> order(data.size());
+  for (std::size_t d = 0; d < data.size(); ++d) order[d] = d;
+  const auto plain = gather(data, order);
+  const auto masked = gather_masked(data, 1e4);
+  REQUIRE(masked.ok());
+  for (std::size_t j = 0; j < 3; ++j) {
+    // float32 inputs to the ring: each device's value carries 2^-24 of its scale at most; the mean's
+    // error is at most 12 of those over the examples, far inside float32's own rounding of the result.
+    CHECK(masked.value().mean[j] == doctest::Approx(plain.mean[j]).epsilon(1e-6));
+    CHECK(masked.value().std[j] == doctest::Approx(plain.std[j]).epsilon(1e-4));
+  }
+  // The same vectors give the same bits, whoever adds them up.
+  const auto again = gather_masked(data, 1e4).value();
+  CHECK(std::memcmp(again.mean.data(), masked.value().mean.data(), again.mean.size() * sizeof(float)) == 0);
+
+  // A device of pass 1 missing from pass 2's sum: start again, as with plain figures.
+  const auto lost = gather_masked(data, 1e4, {4});
+  REQUIRE_FALSE(lost.ok());
+  CHECK(lost.error().code == rounds::errc::stats_incomplete);
+  CHECK(lost.error().message == "device device-4 counted in the fleet's mean is not in the second pass's sum");
+
+  // A feature beyond the bound: the device refuses, naming it, rather than send a saturated sum.
+  const auto beyond = gather_masked(data, 50.0);
+  REQUIRE_FALSE(beyond.ok());
+  CHECK(beyond.error().message.starts_with("feature 2 holds the value "));
+  CHECK(beyond.error().message.ends_with(", beyond the statistics' bound 50"));
+}
+
+TEST_CASE("statistics: a constant feature stays constant through the masked sum's rounding") {
+  std::vector<core::memory_table> data;
+  for (std::size_t d = 0; d < 4; ++d) {
+    std::vector<float> x, y;
+    for (int i = 0; i < 50; ++i) {
+      x.insert(x.end(), {123.25f, static_cast<float>(i), -7.0f});
+      y.push_back(static_cast<float>(i % 2));
+    }
+    data.emplace_back(3, std::move(x), std::move(y), "device " + std::to_string(d));
+  }
+  const auto n = gather_masked(data, 1e4).value();
+  CHECK(n.mean[0] == doctest::Approx(123.25).epsilon(1e-7));  // float32's rounding of each device's sum
+  CHECK(n.std[0] == 1.0f);  // constant: passes through centred
+  CHECK(n.std[2] == 1.0f);
+  CHECK(n.std[1] == doctest::Approx(std::sqrt((50.0 * 50.0 - 1.0) / 12.0)).epsilon(1e-5));
+}

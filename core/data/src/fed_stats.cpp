@@ -110,11 +110,13 @@ result<void> fleet_stats::add_sums(const stats_sums& d, const std::string& who) 
   const auto f = static_cast<std::size_t>(features_);
   const auto bad = [&who](const std::string& what) { return make_error(errc::bad_format, who + "'s statistics: " + what); };
   if (d.examples < 1) return bad("no examples");
-  if (d.sum.size() != f || d.min.size() != f || d.max.size() != f)
+  // min and max are absent from a masked sum (stats_vector.hpp): nothing to check them against.
+  const bool extremes = !d.min.empty() || !d.max.empty();
+  if (d.sum.size() != f || (extremes && (d.min.size() != f || d.max.size() != f)))
     return bad("per-feature figures for " + std::to_string(d.sum.size()) + " features, the model has " + std::to_string(f));
   if (!all_finite(d.sum) || !all_finite(d.min) || !all_finite(d.max) || !std::isfinite(d.target_sum))
     return bad("a value that is not finite");
-  for (std::size_t j = 0; j < f; ++j) {
+  for (std::size_t j = 0; extremes && j < f; ++j) {
     if (d.min[j] > d.max[j]) return bad("feature " + std::to_string(j) + " has min > max");
     // A mean outside [min, max] is a sum no examples could give.
     const double m = d.sum[j] / static_cast<double>(d.examples);
@@ -137,6 +139,7 @@ result<void> fleet_stats::add_sums(const stats_sums& d, const std::string& who) 
   sums_.examples += d.examples;
   for (std::size_t j = 0; j < f; ++j) {
     sums_.sum[j] += d.sum[j];
+    if (!extremes) continue;
     sums_.min[j] = std::min(sums_.min[j], d.min[j]);
     sums_.max[j] = std::max(sums_.max[j], d.max[j]);
   }
@@ -149,7 +152,7 @@ result<void> fleet_stats::add_sums(const stats_sums& d, const std::string& who) 
   return {};
 }
 
-result<void> fleet_stats::add_spread(const stats_spread& d, std::int64_t expected, const std::string& who) {
+result<void> fleet_stats::add_spread(const stats_spread& d, std::int64_t expected, const std::string& who, std::span<const double> floor) {
   const auto bad = [&who](const std::string& what) { return make_error(errc::bad_format, who + "'s statistics (pass 2): " + what); };
   if (d.examples != expected)
     return bad(std::to_string(d.examples) + " examples, but " + std::to_string(expected) + " in pass 1");
@@ -158,8 +161,12 @@ result<void> fleet_stats::add_spread(const stats_spread& d, std::int64_t expecte
   if (!all_finite(d.sq_dev) || !std::isfinite(d.target_sq_dev)) return bad("a value that is not finite");
   if (std::any_of(d.sq_dev.begin(), d.sq_dev.end(), [](double v) { return v < 0; }) || d.target_sq_dev < 0)
     return bad("a negative sum of squares");
+  if (!floor.empty() && floor.size() != d.sq_dev.size())
+    return bad("an error bound for " + std::to_string(floor.size()) + " features, the model has " + std::to_string(features_));
   spread_.examples += d.examples;
   for (std::size_t j = 0; j < d.sq_dev.size(); ++j) spread_.sq_dev[j] += d.sq_dev[j];
+  if (!floor.empty()) floor_.resize(floor.size(), 0.0);
+  for (std::size_t j = 0; j < floor.size(); ++j) floor_[j] += floor[j];
   spread_.target_sq_dev += d.target_sq_dev;
   return {};
 }
@@ -185,7 +192,9 @@ result<input_normalization> fleet_stats::normalization() const {
     const auto s = static_cast<float>(sd[j]);
     // A deviation that is only the rounding of a constant feature is no deviation: scaling by it would
     // blow noise up. The same test scikit-learn's StandardScaler makes.
-    const bool constant = !(s > 0) || !std::isnormal(s) || sd[j] < 10 * DBL_EPSILON * std::abs(mean_[j]);
+    // A masked sum's rounding is larger (floor_): squares within it of zero are no deviation either.
+    const bool constant = !(s > 0) || !std::isnormal(s) || sd[j] < 10 * DBL_EPSILON * std::abs(mean_[j]) ||
+                          (j < floor_.size() && spread_.sq_dev[j] <= floor_[j]);
     n.std[j] = constant ? 1.0f : s;
   }
   return n;

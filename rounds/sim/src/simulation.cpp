@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "tessera/core/base/seeds.hpp"
+#include "tessera/core/data/stats_vector.hpp"
 #include "tessera/core/data/targets.hpp"
 #include "tessera/core/math/codec.hpp"
 #include "tessera/core/math/mlp.hpp"
@@ -129,27 +130,55 @@ std::vector<rounds::device_offer> simulation::offers() const {
 }
 
 // The fleet's statistics as the hub gathers them: the same devices asked, the same two passes over each
-// shard in its order (an agent reads its shard's files in that order), added in the same order.
+// shard in its order (an agent reads its shard's files in that order), added in the same order — or,
+// under secure aggregation, each pass's vectors encoded as the agents encode them and summed unmasked
+// (the masks cancel in the ring): the hub's released bits.
 core::result<void> simulation::measure_statistics() {
   rounds::stats_gathering g(config_.model, config_.min_stats_examples);
+  if (config_.secure_aggregation.enabled) g.mask_with(config_.secure_aggregation);
   TESSERA_ASSIGN_OR_RETURN(const auto skipped, g.begin(offers()));
   for (const auto& e : skipped)
     if (log_) log_(core::log_level::warning, e.id + " is not asked for statistics: " + e.reason);
-  const auto shard_of = [this](const std::string& id) -> core::example_table& { return *devices_[by_id_.find(id)->second].training; };
-  for (const auto& id : g.asked()) {
-    TESSERA_ASSIGN_OR_RETURN(const auto sums, core::measure_sums(*core::make_table_stream(shard_of(id)), config_.model.task,
-                                                                 config_.model.outputs));
-    TESSERA_TRY(g.add_sums(id, sums));
-  }
-  TESSERA_TRY(g.finish_pass());
-  for (const auto& id : g.asked()) {
-    TESSERA_ASSIGN_OR_RETURN(const auto spread, core::measure_spread(*core::make_table_stream(shard_of(id)), g.mean(), g.target_mean()));
-    TESSERA_TRY(g.add_spread(id, spread));
-  }
-  TESSERA_TRY(g.finish_pass());
+  const auto stream_of = [this](const std::string& id) { return core::make_table_stream(*devices_[by_id_.find(id)->second].training); };
+  const auto& spec = config_.model;
+  const auto pass1 = [&](const std::string& id) -> core::result<std::vector<float>> {
+    TESSERA_ASSIGN_OR_RETURN(const auto sums, core::measure_sums(*stream_of(id), spec.task, spec.outputs));
+    if (!g.masked()) {
+      TESSERA_TRY(g.add_sums(id, sums));
+      return std::vector<float>{};
+    }
+    return core::sums_vector(sums, spec.task, g.scale());
+  };
+  const auto pass2 = [&](const std::string& id) -> core::result<std::vector<float>> {
+    TESSERA_ASSIGN_OR_RETURN(const auto spread, core::measure_spread(*stream_of(id), g.mean(), g.target_mean()));
+    if (!g.masked()) {
+      TESSERA_TRY(g.add_spread(id, spread));
+      return std::vector<float>{};
+    }
+    return core::spread_vector(spread, g.mean(), g.target_mean(), spec.task, g.scale());
+  };
+  TESSERA_TRY(statistics_pass(g, pass1));
+  TESSERA_TRY(statistics_pass(g, pass2));
   TESSERA_ASSIGN_OR_RETURN(auto n, g.normalization());
   if (log_) log_(core::log_level::info, "the fleet's input statistics: " + g.summary().dump());
   return engine_.set_normalization(std::move(n), g.summary());
+}
+
+// One pass over the asked devices: `measure` adds a device's figures (plain) or returns its vector,
+// which goes into the pass's secure sum.
+core::result<void> simulation::statistics_pass(rounds::stats_gathering& g,
+                                               const std::function<core::result<std::vector<float>>(const std::string&)>& measure) {
+  if (!g.masked()) {
+    for (const auto& id : g.asked()) TESSERA_TRY(measure(id));
+    return g.finish_pass();
+  }
+  TESSERA_ASSIGN_OR_RETURN(auto sum, g.begin_masked_pass());
+  for (const auto& id : g.asked()) {
+    TESSERA_ASSIGN_OR_RETURN(const auto v, measure(id));
+    TESSERA_TRY(sum.add_plain(id, v));
+  }
+  TESSERA_ASSIGN_OR_RETURN(const auto released, sum.finish());
+  return g.add_released(released);
 }
 
 core::result<rounds::round_metrics> simulation::run_round() {

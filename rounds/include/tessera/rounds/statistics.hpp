@@ -33,8 +33,10 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/data/fed_stats.hpp"
+#include "tessera/core/data/stats_vector.hpp"
 #include "tessera/core/math/model_spec.hpp"
 #include "tessera/rounds/engine.hpp"
+#include "tessera/rounds/secure_sum.hpp"
 
 namespace tessera::rounds {
 
@@ -64,6 +66,17 @@ class stats_gathering {
   // The device will not answer (it refused, left, or answered with nonsense).
   void drop(const std::string& id, const std::string& why);
 
+  // Under secure aggregation (mask_with) a pass is one masked sum (rounds/secure_sum.hpp) of the asked
+  // devices' vectors (core/data/stats_vector.hpp), scaled by the most examples an asked device holds
+  // and by secure_aggregation.statistics_bound: begin_masked_pass() makes it, add_released() ends the
+  // pass with its sum as finish_pass() would. Pass 2 must cover pass 1's survivors, else
+  // errc::stats_incomplete: begin() again. The per-device calls above are not used then.
+  void mask_with(const secure_aggregation_config& sa) { masked_ = sa; }
+  [[nodiscard]] bool masked() const noexcept { return masked_.has_value(); }
+  [[nodiscard]] core::stats_scale scale() const noexcept;
+  [[nodiscard]] core::result<secure_sum> begin_masked_pass() const;
+  [[nodiscard]] core::result<void> add_released(const secure_sum::released& r);
+
   // Ends the pass once every asked device answered or was dropped. Pass 1 → pass 2 (fails with
   // errc::no_devices if nobody answered); pass 2 → done, or errc::stats_incomplete when a device of pass
   // 1 is missing from pass 2: begin() again.
@@ -82,6 +95,8 @@ class stats_gathering {
  private:
   core::model_spec spec_;
   std::int64_t min_examples_;
+  std::int64_t max_examples_ = 0;
+  std::optional<secure_aggregation_config> masked_;
   phase phase_ = phase::idle;
   std::vector<std::string> asked_;
   std::map<std::string, core::stats_sums> sums_;

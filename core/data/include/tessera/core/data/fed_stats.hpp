@@ -44,7 +44,7 @@ namespace tessera::core {
 struct stats_sums {
   std::int64_t examples = 0;
   std::vector<double> sum;                  // Σx per feature
-  std::vector<double> min, max;             // per feature (not summable: reported only)
+  std::vector<double> min, max;             // per feature (not summable: reported only); empty in a masked sum
   std::vector<std::uint64_t> label_counts;  // classification: examples per class
   double target_sum = 0;                    // regression: Σy
 };
@@ -78,7 +78,10 @@ class fleet_stats {
   [[nodiscard]] double target_mean() const noexcept { return target_mean_; }
 
   // Checks and adds a device's pass 2; it must count the examples it counted in pass 1 (`expected`).
-  [[nodiscard]] result<void> add_spread(const stats_spread& device, std::int64_t expected, const std::string& who);
+  // `floor`: for a masked sum, each feature's error bound (stats_vector.hpp): a feature whose sum of
+  // squares lies within it is taken as constant.
+  [[nodiscard]] result<void> add_spread(const stats_spread& device, std::int64_t expected, const std::string& who,
+                                        std::span<const double> floor = {});
   [[nodiscard]] const stats_spread& spread() const noexcept { return spread_; }
 
   // Per-feature standard deviation (population: M2 / n), after pass 2.
@@ -97,6 +100,7 @@ class fleet_stats {
   std::vector<double> mean_;
   double target_mean_ = 0;
   stats_spread spread_;
+  std::vector<double> floor_;  // masked sums' error bounds on sq_dev (empty: none)
 };
 
 }  // namespace tessera::core

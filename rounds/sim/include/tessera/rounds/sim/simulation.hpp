@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -31,6 +32,10 @@
 #include "tessera/rounds/engine.hpp"
 #include "tessera/rounds/recorder.hpp"
 #include "tessera/rounds/sim/sim_config.hpp"
+
+namespace tessera::rounds {
+class stats_gathering;
+}
 
 namespace tessera::sim {
 
@@ -72,6 +77,8 @@ class simulation {
   [[nodiscard]] std::vector<rounds::device_offer> offers() const;
   // Before round 1 of a model that standardizes its inputs (rounds/statistics.hpp).
   [[nodiscard]] core::result<void> measure_statistics();
+  [[nodiscard]] core::result<void> statistics_pass(rounds::stats_gathering& g,
+                                                   const std::function<core::result<std::vector<float>>(const std::string&)>& measure);
   // After a round that evaluates: every device with validation examples scores the model as an agent
   // does (the model through its codec into inference memory, core::evaluate_in).
   [[nodiscard]] core::result<void> evaluate_on_devices(rounds::round_metrics& m);

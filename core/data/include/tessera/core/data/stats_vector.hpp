@@ -1,0 +1,71 @@
+// tessera/core/data/stats_vector.hpp — a device's feature statistics as one vector of values in
+// [−1, 1], the form secure aggregation masks and adds (DESIGN §6).
+//
+// Under secure aggregation the hub learns only the fleet's sums, never one device's (fed_stats.hpp has
+// the passes). Each figure of a pass is divided by a public scale that bounds it for any device the hub
+// asked, so that the vector fits the ring's fixed-point encoding; the hub multiplies the released sum
+// back. The scales come from two numbers the request carries:
+//
+//   max_examples   the most examples any asked device holds (the hub knows each from its HELLO); the
+//                  counts' scale is the power of two at or above it, so that a count (below 2^24) is
+//                  exact in float32 and in the ring: counts come back exact
+//   bound          the largest magnitude of any input feature and of a regression target
+//                  (secure_aggregation.statistics_bound): a device with a value beyond it refuses,
+//                  naming the feature, rather than send a sum that saturates
+//
+//   pass 1   [n, Σx_0 … Σx_f−1, classification: count_0 … count_c−1 | regression: Σy]
+//            scales  C, C·bound (sums), C (counts)             C = 2^⌈log2 max_examples⌉
+//   pass 2   [n, Σ(x_j − mean_j)² …, regression: Σ(y − ȳ)²]
+//            scales  C, C·(bound + |mean_j|)²
+//
+// min and max are per-example values, not sums: they never leave a device under secure aggregation
+// (the device uses them to check the bound). Decoding rounds the counts to integers and refuses a sum
+// that no examples could give (a count off an integer by more than the rounding, a negative square).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "tessera/core/base/error.hpp"
+#include "tessera/core/data/fed_stats.hpp"
+#include "tessera/core/math/model_spec.hpp"
+
+namespace tessera::core {
+
+struct stats_scale {
+  std::int64_t max_examples = 0;
+  double bound = 0;
+};
+
+// The length of a pass's vector.
+[[nodiscard]] std::size_t sums_vector_length(std::int64_t features, task_kind task, std::int64_t outputs) noexcept;
+[[nodiscard]] std::size_t spread_vector_length(std::int64_t features, task_kind task) noexcept;
+
+// Each value's scale, in the layout above. `scale` must be positive and finite (invalid_argument).
+[[nodiscard]] result<std::vector<double>> sums_scales(std::int64_t features, task_kind task, std::int64_t outputs, const stats_scale& scale);
+[[nodiscard]] result<std::vector<double>> spread_scales(std::span<const double> mean, double target_mean, task_kind task,
+                                                        const stats_scale& scale);
+
+// A device's pass as the vector it masks: each figure over its scale. Refuses (invalid_argument, naming
+// the feature or the count) a device with more examples than max_examples, or, in pass 1, a feature or
+// target whose min or max lies beyond the bound — so no value of the vector leaves [−1, 1].
+[[nodiscard]] result<std::vector<float>> sums_vector(const stats_sums& s, task_kind task, const stats_scale& scale);
+[[nodiscard]] result<std::vector<float>> spread_vector(const stats_spread& s, std::span<const double> mean, double target_mean,
+                                                       task_kind task, const stats_scale& scale);
+
+// The fleet's figures from a released sum of such vectors: each value times its scale, counts rounded
+// to integers (exact: see the counts' scale), sums within float32's rounding of each device's own (2^−24
+// of it). A count further than a quarter from an integer, or a histogram that does not add up to the
+// count, is an error (bad_format): no honest vectors sum to it. min and max are left empty.
+[[nodiscard]] result<stats_sums> sums_from_vector(std::span<const double> v, std::int64_t features, task_kind task, std::int64_t outputs,
+                                                  const stats_scale& scale);
+// `resolution` is the largest error the ring leaves in one value before scaling (the devices' count
+// times its step): a square below −resolution is an error, one that rounding pushed below zero comes
+// back as zero, and `floor` (if given) gets each feature's bound after scaling — a sum of squares within
+// it of zero cannot be told from a constant feature's.
+[[nodiscard]] result<stats_spread> spread_from_vector(std::span<const double> v, std::span<const double> mean, double target_mean,
+                                                      task_kind task, const stats_scale& scale, double resolution,
+                                                      std::vector<double>* floor = nullptr);
+
+}  // namespace tessera::core
