@@ -40,6 +40,7 @@ void agent::on_secure(const net::message& m) {
   const std::uint64_t round = net::round_of(m);
   secure_round* s = job_ && job_->secure() && job_->secure()->round() == round ? job_->secure()
                     : unmasking_ && unmasking_->round() == round         ? unmasking_.get()
+                    : summing_ && summing_->round->round() == round      ? summing_->round.get()
                                                                           : nullptr;
   const std::string what = "the secure aggregation of round " + std::to_string(round);
   if (s == nullptr) return log(log_level::warning, what + ": no such round in progress here (ignored)");
@@ -52,6 +53,7 @@ void agent::on_secure(const net::message& m) {
   } else if (const auto* in = std::get_if<net::msg::secagg_inbox>(&m)) {
     if (auto ok = s->on_inbox(*in); !ok) return refuse(what, ok.error());
     if (job_ && job_->secure() == s && job_->at() == job::stage::masking) send_masked();
+    if (summing_ && summing_->round.get() == s && summing_->values) send_masked_statistics();
   } else if (const auto* c = std::get_if<net::msg::secagg_check>(&m)) {
     auto signature = s->on_check(*c);
     if (!signature) return refuse(what, signature.error());

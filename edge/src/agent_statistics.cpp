@@ -1,9 +1,13 @@
 // The agent's answers to the hub's statistics requests (DESIGN §3: STATS before round 1): the device's
-// policy first, then two passes over its training examples on the worker thread. The rest of the
-// agent is in agent.cpp.
+// policy first, then two passes over its training examples on the worker thread. Under secure
+// aggregation a pass is a masked sum (DESIGN §6): the keys go out with the request's answer begun, the
+// vector is masked once both it and the inbox are in, and only the masked vector leaves the device. The
+// rest of the agent is in agent.cpp.
 #include <thread>
 
 #include "tessera/core/data/fed_stats.hpp"
+#include "tessera/core/data/stats_vector.hpp"
+#include "tessera/crypto/digest.hpp"
 #include "tessera/edge/agent.hpp"
 
 namespace tessera::edge {
@@ -13,14 +17,31 @@ using core::log_level;
 void agent::on_stats(const net::msg::stats& q) {
   cancel_job();  // the hub measures before round 1: anything in progress belongs to an earlier run
   waiting_.reset();
+  summing_.reset();
   const std::string what = "the statistics (pass " + std::to_string(q.pass) + ")";
-  if (auto ok = check_request_policy("statistics", config_.privacy, config_.secure_aggregation); !ok) return refuse(what, ok.error());
+  if (auto ok = check_request_policy("statistics", config_.privacy, config_.secure_aggregation, q.secure ? &*q.secure : nullptr); !ok)
+    return refuse(what, ok.error());
   if (static_cast<std::int64_t>(q.inputs) != data_->feature_count())
     return refuse(what, make_error(errc::inputs_mismatch, "the model takes " + std::to_string(q.inputs) + " inputs, this device's data (" +
                                                               data_->name() + ") has " + std::to_string(data_->feature_count()) +
                                                               " features"));
   if (auto ok = data_->check_targets(q.task, static_cast<std::int64_t>(q.outputs)); !ok)
     return refuse(what, make_error(errc::labels_mismatch, ok.error().message));
+  if (q.secure) {
+    if (secure_ == nullptr)
+      return refuse(what, make_error(errc::secure_refused, "the statistics use secure aggregation, which this device's secure_aggregation (off) refuses"));
+    const auto task = q.task;
+    const std::size_t length = q.pass == 1 ? core::sums_vector_length(static_cast<std::int64_t>(q.inputs), task, static_cast<std::int64_t>(q.outputs))
+                                           : core::spread_vector_length(static_cast<std::int64_t>(q.inputs), task);
+    // What every device is asked, but for its own rounding key: each neighbour checks it is the same.
+    net::msg::stats asked = q;
+    asked.secure.reset();
+    const std::string text = net::to_json(asked);
+    auto round = secure_round::start_sum(*q.secure, 0, crypto::sha256_of(std::as_bytes(std::span(text))), length, *secure_, config_.privacy);
+    if (!round) return refuse(what, round.error());
+    summing_.emplace(statistics_sum{.request = q, .round = std::move(round).value(), .values = std::nullopt});
+    if (session_) session_->send(summing_->round->keys_message());
+  }
   const std::uint64_t generation = ++generation_;
   // A pass reads every training example once: on the worker, so the link keeps its heartbeats.
   worker_ = std::thread([this, generation, q] {
@@ -51,9 +72,35 @@ void agent::on_measured(std::uint64_t generation, core::result<net::msg::stats_r
   if (worker_.joinable()) worker_.join();
   if (generation != generation_ || stopped_) return;  // superseded meanwhile
   if (!reply) return refuse("the statistics", make_error(errc::training_failed, reply.error().message));
+  if (summing_) {
+    const net::msg::stats& q = summing_->request;
+    const net::msg::stats_reply& r = reply.value();
+    const core::stats_scale scale{.max_examples = static_cast<std::int64_t>(q.max_examples), .bounds = q.bounds};
+    const auto examples = static_cast<std::int64_t>(r.examples);
+    auto values = q.pass == 1 ? core::sums_vector({.examples = examples, .sum = r.sum, .min = r.min, .max = r.max, .label_counts = r.label_counts,
+                                                   .target_sum = r.target_sum},
+                                                  q.task, scale)
+                              : core::spread_vector({.examples = examples, .sq_dev = r.sq_dev, .target_sq_dev = r.target_sq_dev}, q.mean,
+                                                    q.target_mean, q.task, scale);
+    if (!values) return refuse("the statistics (pass " + std::to_string(q.pass) + ")", make_error(errc::inputs_mismatch, values.error().message));
+    summing_->values = std::move(values).value();
+    if (summing_->round->has_inbox()) send_masked_statistics();
+    return;
+  }
   log(log_level::info, "statistics (pass " + std::to_string(reply.value().pass) + ") of " + std::to_string(reply.value().examples) +
                            " examples sent");
   if (session_) session_->send(reply.value());
+}
+
+void agent::send_masked_statistics() {
+  statistics_sum& s = *summing_;
+  const std::string what = "the statistics (pass " + std::to_string(s.request.pass) + ")";
+  if (auto ok = s.round->mask_values(std::move(*s.values)); !ok) return refuse(what, ok.error());
+  s.values.reset();
+  log(log_level::info, "statistics (pass " + std::to_string(s.request.pass) + ") masked and sent: the hub learns only the fleet's sum");
+  if (!session_) return;
+  session_->send(s.round->masked_with());
+  session_->send(net::msg::stats_reply{.pass = s.request.pass, .masked = std::vector<std::byte>(s.round->upload().begin(), s.round->upload().end())});
 }
 
 }  // namespace tessera::edge

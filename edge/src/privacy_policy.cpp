@@ -28,6 +28,24 @@ core::result<double> devices_sigma(const crypto::secagg_params& p, std::size_t l
   return std::sqrt(static_cast<double>(least) * p.noise) / (static_cast<double>(ring.value().limit()) * std::sqrt(1.0 + count * count));
 }
 
+// The threshold and the segments' least contributors against the policy: the fewest devices a sum
+// holding this device's input may be released from.
+core::result<std::size_t> check_sum_policy(const net::msg::secure_assign& s, const privacy_policy& policy) {
+  const crypto::secagg_params& p = s.params;
+  if (policy.min_threshold > 0 && p.threshold < policy.min_threshold)
+    return refused("the round's threshold " + std::to_string(p.threshold) + " is below this device's privacy.min_threshold " +
+                   std::to_string(policy.min_threshold));
+  std::size_t least = SIZE_MAX;
+  for (const std::uint32_t seg : s.segments) {
+    if (seg >= p.segments.size()) return refused("the assignment names segment " + std::to_string(seg) + ", which the round does not have");
+    least = std::min(least, p.segments[seg].min_aggregate);
+    if (p.segments[seg].min_aggregate < policy.min_group)
+      return refused("segment " + std::to_string(seg) + "'s sum may be released from " + std::to_string(p.segments[seg].min_aggregate) +
+                     " device(s) (its min_aggregate), below this device's privacy.min_group " + std::to_string(policy.min_group));
+  }
+  return least;
+}
+
 }  // namespace
 
 std::string policy_figure(double v) {
@@ -36,17 +54,22 @@ std::string policy_figure(double v) {
   return buf;
 }
 
-core::result<void> check_request_policy(std::string_view what, const privacy_policy& policy, secure_mode secure) {
+core::result<void> check_request_policy(std::string_view what, const privacy_policy& policy, secure_mode secure,
+                                        const net::msg::secure_assign* masked) {
+  const std::string name(what);
   const answer_mode mode = what == "statistics" ? policy.statistics : policy.evaluation;
-  if (mode == answer_mode::off) return refused(std::string("this device's privacy.") + std::string(what) + " is off");
+  if (mode == answer_mode::off) return refused("this device's privacy." + name + " is off");
+  const std::string how = masked != nullptr ? " would be summed with no noise" : " would leave this device in the clear, with no noise,";
   if (policy.min_noise_multiplier > 0)
-    return refused(std::string("the ") + std::string(what) + " would leave this device in the clear, with no noise, and its "
-                   "privacy.min_noise_multiplier is " + policy_figure(policy.min_noise_multiplier));
+    return refused("the " + name + how + " and its privacy.min_noise_multiplier is " + policy_figure(policy.min_noise_multiplier));
   if (policy.max_epsilon > 0)
-    return refused(std::string("the ") + std::string(what) + " would leave this device in the clear, which no privacy.max_epsilon (" +
-                   policy_figure(policy.max_epsilon) + ") can count");
+    return refused("the " + name + how + " which no privacy.max_epsilon (" + policy_figure(policy.max_epsilon) + ") can count");
+  if (masked != nullptr) {
+    TESSERA_TRY(check_sum_policy(*masked, policy));
+    return {};
+  }
   if (secure == secure_mode::require)
-    return refused(std::string("the ") + std::string(what) + " would leave this device in the clear, and its secure_aggregation is 'require'");
+    return refused("the " + name + " would leave this device in the clear, and its secure_aggregation is 'require'");
   return {};
 }
 
@@ -63,17 +86,7 @@ core::result<void> check_assignment_policy(const net::msg::assign& a, const core
     return {};
   }
   const crypto::secagg_params& p = a.secure->params;
-  if (policy.min_threshold > 0 && p.threshold < policy.min_threshold)
-    return refused("the round's threshold " + std::to_string(p.threshold) + " is below this device's privacy.min_threshold " +
-                   std::to_string(policy.min_threshold));
-  std::size_t least = SIZE_MAX;
-  for (const std::uint32_t seg : a.secure->segments) {
-    if (seg >= p.segments.size()) return refused("the assignment names segment " + std::to_string(seg) + ", which the round does not have");
-    least = std::min(least, p.segments[seg].min_aggregate);
-    if (p.segments[seg].min_aggregate < policy.min_group)
-      return refused("segment " + std::to_string(seg) + "'s sum may be released from " + std::to_string(p.segments[seg].min_aggregate) +
-                     " device(s) (its min_aggregate), below this device's privacy.min_group " + std::to_string(policy.min_group));
-  }
+  TESSERA_ASSIGN_OR_RETURN(const std::size_t least, check_sum_policy(*a.secure, policy));
   if (policy.min_noise_multiplier <= 0 && policy.max_epsilon <= 0) return {};
   if (!(p.noise > 0))
     return refused("the round asks the devices for no noise (its noise is 0 or absent); this device's " +

@@ -22,7 +22,11 @@ core::result<void> secure_round::check(const net::msg::secure_assign& s, const c
   if (values != core::param_count(arch))
     return make_error(errc::secure_step, "the secure segments hold " + std::to_string(values) + " values, the subnet has " +
                                              std::to_string(core::param_count(arch)) + " parameters");
-  // The ring is needed only when masking, after the training: a ring no roster can use is refused now.
+  return check_ring(p);
+}
+
+// The ring is needed only when masking, after the work: a ring no roster can use is refused now.
+core::result<void> secure_round::check_ring(const crypto::secagg_params& p) {
   if (p.summands > 0 && p.summands < p.threshold)
     return make_error(errc::secure_step, "the secure part's field 'summands' " + std::to_string(p.summands) + " is below its 'threshold' " +
                                              std::to_string(p.threshold) + ": no roster is both large enough to unmask and small enough for the ring");
@@ -39,6 +43,24 @@ core::result<std::unique_ptr<secure_round>> secure_round::start(const net::msg::
                                                                  const net::digest& model, const core::mlp_arch& arch,
                                                                  const secure_identity& me, const privacy_policy& policy) {
   TESSERA_TRY(check(s, arch));
+  return open(s, round, model, me, policy);
+}
+
+core::result<std::unique_ptr<secure_round>> secure_round::start_sum(const net::msg::secure_assign& s, std::uint64_t round,
+                                                                     const net::digest& request, std::size_t length,
+                                                                     const secure_identity& me, const privacy_policy& policy) {
+  const crypto::secagg_params& p = s.params;
+  if (s.segments.size() != 1 || p.segments[s.segments[0]].length != length)
+    return make_error(errc::secure_step, "the secure sum's segments do not hold the " + std::to_string(length) + " values asked for");
+  if (p.noise > 0 || p.fitted_value > 0 || p.sample_rate > 0)
+    return make_error(errc::secure_step, "a secure sum of figures with a training round's noise, count or sampling");
+  TESSERA_TRY(check_ring(p));
+  return open(s, round, request, me, policy);
+}
+
+core::result<std::unique_ptr<secure_round>> secure_round::open(const net::msg::secure_assign& s, std::uint64_t round,
+                                                                const net::digest& model, const secure_identity& me,
+                                                                const privacy_policy& policy) {
   std::string crl;
   if (!me.crl.empty()) {
     auto bytes = core::read_file_bounded(me.crl, 1u << 24);
@@ -98,6 +120,18 @@ core::result<void> secure_round::mask(std::span<const float> trained, double wei
     input = std::move(in).value();
     received_ = {};  // the memory goes back before the masked values take theirs
   }
+  return seal(input);
+}
+
+core::result<void> secure_round::mask_values(std::vector<float> values) {
+  if (at_ != stage::shared || !inbox_) return make_error(errc::secure_step, "masking before the shares arrived");
+  std::vector<std::vector<float>> input;
+  input.push_back(std::move(values));
+  return seal(input);
+}
+
+// The input masked with the inbox's neighbours, packed for the upload, and the pledge of whom it masked with.
+core::result<void> secure_round::seal(std::vector<std::vector<float>>& input) {
   auto masked = client_.mask(*inbox_, input, s_.rounding_key);
   if (!masked) return step_error("masking", masked.error());
   auto pledge = client_.masked_with(me_->key);

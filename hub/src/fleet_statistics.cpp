@@ -25,7 +25,9 @@ core::result<void> check_frame_room(const hub_config& config) {
 }
 
 fleet_statistics::fleet_statistics(const hub_context& ctx, device_registry& devices)
-    : ctx_(&ctx), devices_(&devices), gathering_(ctx.config.model, ctx.config.min_stats_examples) {}
+    : ctx_(&ctx), devices_(&devices), gathering_(ctx.config.model, ctx.config.min_stats_examples) {
+  if (ctx.config.secure_aggregation.enabled) gathering_.mask_with(ctx.config.secure_aggregation);
+}
 
 core::result<void> fleet_statistics::begin(std::vector<rounds::device_offer> offers) {
   TESSERA_ASSIGN_OR_RETURN(const auto excluded, gathering_.begin(std::move(offers)));
@@ -44,6 +46,7 @@ bool fleet_statistics::ask() {
     m.mean = gathering_.mean();
     m.target_mean = gathering_.target_mean();
   }
+  if (gathering_.masked()) return ask_masked(std::move(m));
   for (const auto& id : gathering_.asked()) {
     device_entry* d = devices_->find(id);
     if (d == nullptr || !d->session) leave_out(id, "it is not connected");
@@ -52,11 +55,66 @@ bool fleet_statistics::ask() {
   return gathering_.pass_complete();
 }
 
+// The pass as a masked sum over the asked devices: each gets the sum's secure part with its own
+// rounding key, and the scale its vector is divided by.
+bool fleet_statistics::ask_masked(net::msg::stats m) {
+  secure_.reset();
+  party_ = nullptr;
+  cannot_mask_.reset();
+  auto sum = gathering_.begin_masked_pass();
+  if (!sum) {
+    cannot_mask_ = sum.error();
+    return true;
+  }
+  const std::string what = "the statistics' pass " + std::to_string(m.pass);
+  auto party = std::make_unique<sum_party>(std::move(sum).value(), what);
+  party_ = party.get();
+  secure_.emplace(*ctx_, std::move(party), *devices_);
+  const auto scale = gathering_.scale();
+  m.max_examples = static_cast<std::uint64_t>(scale.max_examples);
+  m.bounds = scale.bounds;
+  const crypto::secagg_params& p = party_->params();
+  for (const auto& id : party_->sum().members()) {
+    device_entry* d = devices_->find(id);
+    if (d == nullptr || !d->session) {
+      ctx_->say(log_level::warning, "device " + id + " left out of " + what + ": it is not connected");
+      party_->refuse(id, "it is not connected");
+      continue;
+    }
+    m.secure = net::msg::secure_assign{
+        .params = p, .segments = {0}, .rounding_key = party_->sum().rounding_key(id), .upload_size = p.segments[0].length * 8};
+    d->session->send(m);
+  }
+  ctx_->say(log_level::info, what + " as a masked sum over " + std::to_string(party_->open_members().size()) + " device(s) (threshold " +
+                                 std::to_string(p.threshold) + "): the hub learns only the fleet's sums");
+  return false;
+}
+
+core::result<void> fleet_statistics::finish_pass() {
+  if (!gathering_.masked()) return gathering_.finish_pass();
+  if (cannot_mask_) return *cannot_mask_;
+  TESSERA_ASSERT(party_ != nullptr);
+  auto released = party_->sum().finish();
+  if (!released) return released.error();
+  return gathering_.add_released(released.value());
+}
+
 bool fleet_statistics::expects(const std::string& id, std::uint64_t pass) const {
-  return gathering_.is_asked(id) && static_cast<int>(pass) == gathering_.pass();
+  if (static_cast<int>(pass) != gathering_.pass()) return false;
+  if (party_ != nullptr) return party_->open_segments(id) != nullptr && secure_->at() == secure_steps::step::uploads;
+  return gathering_.is_asked(id);
 }
 
 bool fleet_statistics::on_reply(const std::string& id, const net::msg::stats_reply& r) {
+  if (party_ != nullptr) {
+    auto ok = r.masked.empty() ? core::result<void>(core::make_error(core::errc::invalid_argument, "its statistics came in the clear, not masked"))
+                               : party_->add_masked(id, r.masked);
+    if (!ok) {
+      ctx_->say(log_level::warning, "device " + id + " left out of " + party_->what() + ": " + ok.error().message);
+      party_->refuse(id, ok.error().message);
+    }
+    return party_->all_uploaded();
+  }
   core::result<void> ok;
   if (r.pass == 1) {
     ok = gathering_.add_sums(id, {.examples = static_cast<std::int64_t>(r.examples),
@@ -73,12 +131,19 @@ bool fleet_statistics::on_reply(const std::string& id, const net::msg::stats_rep
 }
 
 bool fleet_statistics::drop(const std::string& id, const std::string& why) {
+  if (party_ != nullptr) {
+    if (party_->open_segments(id) == nullptr) return false;
+    ctx_->say(log_level::warning, "device " + id + " left out of " + party_->what() + ": " + why);
+    party_->refuse(id, why);
+    return secure_->at() == secure_steps::step::uploads ? party_->all_uploaded() : secure_->done();
+  }
   if (!gathering_.is_asked(id)) return false;
   leave_out(id, why);
   return gathering_.pass_complete();
 }
 
 void fleet_statistics::time_out() {
+  if (party_ != nullptr) return;  // the protocol ends the pass (its unmasking goes on with who uploaded)
   for (const auto& id : gathering_.waiting()) leave_out(id, "no answer within round_deadline_s");
 }
 

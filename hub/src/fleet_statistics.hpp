@@ -8,13 +8,22 @@
 //   TESSERA_TRY(stats.begin(devices.ready_offers(max)));   // logs who is left out
 //   if (stats.ask()) end_pass();                          // STATS to every asked device
 //   ... if (stats.on_reply(id, reply)) end_pass();        // or drop(id, why), or time_out()
+//   TESSERA_TRY(stats.finish_pass());
+//
+// Under secure aggregation each pass is one masked sum (DESIGN §6): STATS carries the sum's secure
+// part, the protocol's steps run as a training round's (secure()), each reply is a masked vector, and
+// on_reply's true means every vector is in — the driver then asks for the unmasking, and the pass ends
+// when the protocol does. The hub never holds one device's figures.
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "device_registry.hpp"
 #include "hub_context.hpp"
+#include "secure_steps.hpp"
 #include "tessera/rounds/statistics.hpp"
 
 namespace tessera::hub {
@@ -30,8 +39,14 @@ class fleet_statistics {
   [[nodiscard]] rounds::stats_gathering& gathering() noexcept { return gathering_; }
 
   // The pass's question to every asked device (one not connected is left out). Each of these returns
-  // true when the pass is over: every asked device answered or was left out.
+  // true when the pass is over: every asked device answered or was left out (masked: every vector is in).
   [[nodiscard]] bool ask();
+  // The pass's masked sum's protocol, or null (plain figures).
+  [[nodiscard]] secure_steps* secure() noexcept { return secure_ ? &*secure_ : nullptr; }
+  // Masked: every device still in has sent its vector.
+  [[nodiscard]] bool all_uploaded() const { return party_ != nullptr && party_->all_uploaded(); }
+  // Ends the pass: its figures (plain), or the protocol's released sum (masked), into the gathering.
+  [[nodiscard]] core::result<void> finish_pass();
   [[nodiscard]] bool expects(const std::string& id, std::uint64_t pass) const;
   [[nodiscard]] bool on_reply(const std::string& id, const net::msg::stats_reply& r);  // expects(id, r.pass) holds
   [[nodiscard]] bool drop(const std::string& id, const std::string& why);             // false for a device not asked
@@ -43,10 +58,14 @@ class fleet_statistics {
 
  private:
   void leave_out(const std::string& id, const std::string& why);
+  [[nodiscard]] bool ask_masked(net::msg::stats m);
 
   const hub_context* ctx_;
   device_registry* devices_;
   rounds::stats_gathering gathering_;
+  std::optional<secure_steps> secure_;
+  sum_party* party_ = nullptr;              // secure_'s
+  std::optional<core::error> cannot_mask_;  // the pass's masked sum could not begin
 };
 
 // A model whose statistics would not fit in one control frame is refused at start.

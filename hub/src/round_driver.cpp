@@ -257,7 +257,7 @@ void round_driver::close_round() {
     finish("round " + std::to_string(engine_->current_round()) + ": " + m.error().message);
     return;
   }
-  if (const auto* sp = in<secure_phase>()) sp->steps.log_outcome();
+  if (const auto* sp = in<secure_phase>()) sp->steps.log_outcome(engine_->last_secure(), engine_->completed());
   // The release exists now and the evaluation below sends it out: its spending is recorded first.
   if (auto kept = recorder_.record_privacy(*engine_); !kept) {
     finish(kept.error().message);

@@ -111,8 +111,13 @@ class round_driver {
   void drop_from_evaluation(const std::string& id, const std::string& why);
   void end_evaluation();
   void start_secure(clock_type::time_point started);
+  // The secure protocol running now: a secure round's, or a masked statistics pass's (null: none).
+  [[nodiscard]] secure_steps* active_steps() noexcept;
   void arm_secure_step();
   void end_secure_step();
+  void advance_secure();
+  [[nodiscard]] bool uploads_in() const;
+  void secure_over();
   // Every update in, or the deadline: with secure aggregation the unmasking step comes first.
   void end_collection();
 

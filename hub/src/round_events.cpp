@@ -96,7 +96,9 @@ void round_driver::on_stats_reply(const std::shared_ptr<net::session>& s, const 
   const std::string& id = s->peer_device_id();
   auto* sp = in<statistics_phase>();
   if (sp == nullptr || !sp->stats.expects(id, r.pass)) return ctx_.say(log_level::warning, fleet_statistics::unasked(id, r.pass));
-  if (sp->stats.on_reply(id, r)) end_statistics_pass();
+  if (!sp->stats.on_reply(id, r)) return;
+  if (sp->stats.secure() != nullptr) return advance_secure();  // every masked vector is in: the unmasking
+  end_statistics_pass();
 }
 
 void round_driver::on_evaluation(const std::shared_ptr<net::session>& s, const net::msg::evaluation& e) {
@@ -112,15 +114,15 @@ void round_driver::on_secure(const std::shared_ptr<net::session>& s, const net::
   const std::string& id = s->peer_device_id();
   devices_[id].seen();
   const std::uint64_t round = net::round_of(m);
-  auto* sp = in<secure_phase>();
-  if (sp == nullptr || !engine_->in_round() || round != static_cast<std::uint64_t>(engine_->current_round())) {
+  secure_steps* steps = active_steps();
+  if (steps == nullptr || round != steps->party().round()) {
     ctx_.say(log_level::warning, secure_steps::describe(id, m) + " for round " + std::to_string(round) +
                                      ", which runs no secure aggregation now: ignored");
     return;
   }
-  if (!sp->steps.on_message(id, m)) return;
-  if (sp->steps.done()) end_secure_step();
-  else if (engine_->all_reported() && !sp->steps.past_uploads()) end_collection();
+  if (!steps->on_message(id, m)) return;
+  if (steps->done()) end_secure_step();
+  else if (uploads_in() && !steps->past_uploads()) end_collection();
 }
 
 void round_driver::on_disconnected(const std::string& id) { drop_from_statistics(id, "it disconnected"); }

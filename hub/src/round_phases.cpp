@@ -29,20 +29,30 @@ void round_driver::ask_statistics() {
   deadline_timer_.async_wait([this, pass = stats.pass()](const boost::system::error_code& ec) {
     auto* sp = in<statistics_phase>();
     if (ec || sp == nullptr || sp->stats.pass() != pass) return;
+    if (sp->stats.secure() != nullptr) return end_collection();  // the masked sum's unmasking, with who uploaded
     sp->stats.time_out();
     end_statistics_pass();
   });
+  if (stats.secure() != nullptr) {
+    arm_secure_step();
+    advance_secure();  // nobody connected: the keys step is over at once
+  }
 }
 
 void round_driver::drop_from_statistics(const std::string& id, const std::string& why) {
-  if (auto* sp = in<statistics_phase>(); sp != nullptr && sp->stats.drop(id, why)) end_statistics_pass();
+  auto* sp = in<statistics_phase>();
+  if (sp == nullptr || !sp->stats.drop(id, why)) return;
+  if (sp->stats.secure() != nullptr) return advance_secure();
+  end_statistics_pass();
 }
 
 void round_driver::end_statistics_pass() {
   deadline_timer_.cancel();
-  rounds::stats_gathering& g = in<statistics_phase>()->stats.gathering();
+  secure_timer_.cancel();
+  fleet_statistics& stats = in<statistics_phase>()->stats;
+  rounds::stats_gathering& g = stats.gathering();
   const int pass = g.pass();
-  if (auto ok = g.finish_pass(); !ok) {
+  if (auto ok = stats.finish_pass(); !ok) {
     ctx_.say(log_level::warning, "the fleet's statistics (pass " + std::to_string(pass) + "): " + ok.error().message + "; starting again");
     enter_waiting(clock_type::now());
     arm_wait_timer();
@@ -95,16 +105,23 @@ void round_driver::end_evaluation() {
 // ---- secure aggregation ---------------------------------------------------------------------------
 
 void round_driver::start_secure(clock_type::time_point started) {
-  phase_.emplace<secure_phase>(started, secure_steps(ctx_, *engine_, devices_));
+  phase_.emplace<secure_phase>(started, secure_steps(ctx_, std::make_unique<engine_party>(*engine_), devices_));
   arm_secure_step();
 }
 
+secure_steps* round_driver::active_steps() noexcept {
+  if (auto* sp = in<secure_phase>()) return &sp->steps;
+  if (auto* st = in<statistics_phase>()) return st->stats.secure();
+  return nullptr;
+}
+
 void round_driver::arm_secure_step() {
+  secure_steps& steps = *active_steps();
   secure_timer_.expires_after(core::seconds_to_ms(ctx_.config.secure_step_s));
-  secure_timer_.async_wait([this, round = engine_->current_round(), step = in<secure_phase>()->steps.at()](const boost::system::error_code& ec) {
-    auto* sp = in<secure_phase>();
-    if (ec || sp == nullptr || !engine_->in_round() || engine_->current_round() != round || sp->steps.at() != step) return;
-    ctx_.say(log_level::warning, "round " + std::to_string(round) + ": the secure aggregation's " + std::string(secure_steps::name(step)) +
+  secure_timer_.async_wait([this, serial = steps.serial(), step = steps.at()](const boost::system::error_code& ec) {
+    secure_steps* st = active_steps();
+    if (ec || st == nullptr || st->serial() != serial || st->at() != step) return;
+    ctx_.say(log_level::warning, st->party().what() + ": the secure aggregation's " + std::string(secure_steps::name(step)) +
                                      " step ran out of secure_step_s: going on with the devices that answered");
     end_secure_step();
   });
@@ -112,30 +129,54 @@ void round_driver::arm_secure_step() {
 
 // The step ends: everyone answered, or its time ran out.
 void round_driver::end_secure_step() {
-  switch (in<secure_phase>()->steps.end_step()) {
+  secure_steps& steps = *active_steps();
+  switch (steps.end_step()) {
     case secure_steps::next::wait: return;
-    case secure_steps::next::close_round: return close_round();
+    case secure_steps::next::close_round: return secure_over();
     case secure_steps::next::uploads:
       secure_timer_.cancel();
-      if (engine_->all_reported()) end_collection();
+      if (uploads_in()) end_collection();
       return;
     case secure_steps::next::timed_step:
       arm_secure_step();
-      if (in<secure_phase>()->steps.done()) end_secure_step();
+      if (steps.done()) end_secure_step();
       return;
   }
 }
 
-// Every update is in, or the round's deadline passed. A secure round unmasks first.
+// A participant of the secure protocol answered or left: its step may be over.
+void round_driver::advance_secure() {
+  secure_steps* st = active_steps();
+  if (st == nullptr) return;
+  if (st->at() == secure_steps::step::uploads) {
+    if (uploads_in()) end_collection();
+  } else if (st->done()) {
+    end_secure_step();
+  }
+}
+
+bool round_driver::uploads_in() const {
+  if (const auto* st = std::get_if<statistics_phase>(&phase_)) return st->stats.all_uploaded();
+  return engine_->all_reported();
+}
+
+// The protocol is over (released, or it cannot go on): what it summed ends.
+void round_driver::secure_over() {
+  if (in<statistics_phase>() != nullptr) return end_statistics_pass();
+  close_round();
+}
+
+// Every update is in, or the round's deadline passed. A secure round (or a masked statistics pass)
+// unmasks first.
 void round_driver::end_collection() {
   if (stopped()) return;  // as the deadline: a round stop() interrupted is not closed
-  auto* sp = in<secure_phase>();
-  if (sp == nullptr) return close_round();
-  if (sp->steps.past_uploads()) return;  // already checking or unmasking
+  secure_steps* st = active_steps();
+  if (st == nullptr) return close_round();
+  if (st->past_uploads()) return;  // already checking or unmasking
   deadline_timer_.cancel();
-  if (sp->steps.begin_unmask() == secure_steps::next::close_round) return close_round();
+  if (st->begin_unmask() == secure_steps::next::close_round) return secure_over();
   arm_secure_step();
-  if (sp->steps.done()) end_secure_step();
+  if (st->done()) end_secure_step();
 }
 
 }  // namespace tessera::hub

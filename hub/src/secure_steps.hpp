@@ -11,10 +11,15 @@
 //   SECAGG_UNMASK  ─▶ SECAGG_UNMASK_REPLY from each signer (secure_step_s) ─▶ close the round: the sums
 //
 // The hub relays keys and encrypted shares and adds masked vectors: it never holds one device's update.
+// What the protocol sums and who takes part is a secure_party: a training round's assignments (the
+// engine's: engine_party) or a sum outside a round (rounds/secure_sum.hpp: sum_party, the fleet's
+// statistics), whose masked vectors come in their own messages (STATS_REPLY) instead of UPDATE.
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <optional>
+#include <span>
 #include <set>
 #include <string>
 #include <string_view>
@@ -24,8 +29,64 @@
 #include "device_registry.hpp"
 #include "hub_context.hpp"
 #include "tessera/rounds/engine.hpp"
+#include "tessera/rounds/secure_sum.hpp"
 
 namespace tessera::hub {
+
+class secure_party {
+ public:
+  virtual ~secure_party() = default;
+  // "round 3", "the statistics' pass 1": for the log.
+  [[nodiscard]] virtual std::string what() const = 0;
+  [[nodiscard]] virtual std::uint64_t round() const = 0;  // the SECAGG_* messages'
+  [[nodiscard]] virtual crypto::secagg_server& server() = 0;
+  [[nodiscard]] virtual const crypto::secagg_params& params() const = 0;
+  // Those still taking part, and what one of them covers (null: it is not, or no longer).
+  [[nodiscard]] virtual std::vector<std::string> open_members() const = 0;
+  [[nodiscard]] virtual const std::vector<std::uint32_t>* open_segments(const std::string& id) const = 0;
+  // Leaves `id` out (it missed a step, or the server refused what it sent).
+  virtual void refuse(const std::string& id, const std::string& why) = 0;
+};
+
+// A training round's secure aggregation: the engine's open round.
+class engine_party final : public secure_party {
+ public:
+  explicit engine_party(rounds::engine& engine) : engine_(&engine) {}
+  [[nodiscard]] std::string what() const override { return "round " + std::to_string(engine_->current_round()); }
+  [[nodiscard]] std::uint64_t round() const override { return static_cast<std::uint64_t>(engine_->current_round()); }
+  [[nodiscard]] crypto::secagg_server& server() override { return engine_->secagg_server(); }
+  [[nodiscard]] const crypto::secagg_params& params() const override { return engine_->secagg_params(); }
+  [[nodiscard]] std::vector<std::string> open_members() const override;
+  [[nodiscard]] const std::vector<std::uint32_t>* open_segments(const std::string& id) const override;
+  void refuse(const std::string& id, const std::string& why) override;
+
+ private:
+  rounds::engine* engine_;
+};
+
+// A sum outside a round: its members, who is still in, whose masked vector is in.
+class sum_party final : public secure_party {
+ public:
+  sum_party(rounds::secure_sum sum, std::string what) : sum_(std::move(sum)), what_(std::move(what)) {}
+  [[nodiscard]] std::string what() const override { return what_; }
+  [[nodiscard]] std::uint64_t round() const override { return 0; }
+  [[nodiscard]] crypto::secagg_server& server() override { return sum_.server(); }
+  [[nodiscard]] const crypto::secagg_params& params() const override { return sum_.params(); }
+  [[nodiscard]] std::vector<std::string> open_members() const override;
+  [[nodiscard]] const std::vector<std::uint32_t>* open_segments(const std::string& id) const override;
+  void refuse(const std::string& id, const std::string& why) override;
+
+  [[nodiscard]] const rounds::secure_sum& sum() const noexcept { return sum_; }
+  // A member's masked vector (the ring's values packed), added to the server's sum.
+  [[nodiscard]] core::result<void> add_masked(const std::string& id, std::span<const std::byte> packed);
+  // Every member still in has sent its masked vector.
+  [[nodiscard]] bool all_uploaded() const;
+
+ private:
+  rounds::secure_sum sum_;
+  std::string what_;
+  std::set<std::string> out_, uploaded_;
+};
 
 class secure_steps {
  public:
@@ -38,7 +99,11 @@ class secure_steps {
     close_round,  // the protocol is over (or cannot go on): close the round
   };
 
-  secure_steps(const hub_context& ctx, rounds::engine& engine, device_registry& devices);
+  secure_steps(const hub_context& ctx, std::unique_ptr<secure_party> party, device_registry& devices);
+
+  [[nodiscard]] secure_party& party() noexcept { return *party_; }
+  // Distinct for every protocol the hub runs: a timer armed for one does not end another's step.
+  [[nodiscard]] std::uint64_t serial() const noexcept { return serial_; }
 
   [[nodiscard]] step at() const noexcept { return at_; }
   // The uploads are over: the survivors are signing their set, or unmasking.
@@ -56,8 +121,8 @@ class secure_steps {
   [[nodiscard]] next begin_unmask();
   // A device's SECAGG_* message for this round: true if it counted (then the step may be done).
   [[nodiscard]] bool on_message(const std::string& id, const net::message& m);
-  // The round closed: what the protocol released, and how long its steps took.
-  void log_outcome() const;
+  // The protocol is over: what it released (`o`), and how long its steps took.
+  void log_outcome(const rounds::secure_outcome& o, std::int64_t round) const;
 
   // "SECAGG_KEYS from dev-a", for the log.
   [[nodiscard]] static std::string describe(const std::string& id, const net::message& m);
@@ -73,8 +138,9 @@ class secure_steps {
   [[nodiscard]] bool is_signer(const std::string& id) const;
 
   const hub_context* ctx_;
-  rounds::engine* engine_;
+  std::unique_ptr<secure_party> party_;
   device_registry* devices_;
+  std::uint64_t serial_;
   step at_ = step::keys;
   std::set<std::string> keyed_, shared_, pledged_, signed_, replied_;
   std::optional<crypto::secagg_roster> roster_;

@@ -176,6 +176,11 @@ json fields(const msg::stats& v) {
     j["mean"] = core::encode_doubles(v.mean);
     j["target_mean"] = v.target_mean;
   }
+  if (v.secure) {
+    j["secure"] = detail::secure_assign_object(*v.secure);
+    j["max_examples"] = v.max_examples;
+    j["bounds"] = core::encode_doubles(v.bounds);
+  }
   return j;
 }
 
@@ -189,9 +194,17 @@ void read_fields(reader& r, msg::stats& s) {
     s.mean = r.doubles("mean", s.inputs);
     s.target_mean = r.finite("target_mean");
   }
+  if (!r.failed() && r.has("secure")) {
+    detail::read_secure_assign(r, s.secure.emplace());
+    s.max_examples = r.u64("max_examples", std::uint64_t{1} << 24);
+    s.bounds = r.doubles("bounds", s.inputs + 1);  // every feature's, then the target's
+    if (!r.failed() && !std::all_of(s.bounds.begin(), s.bounds.end(), [](double b) { return std::isfinite(b) && b > 0; }))
+      r.fail("bounds", "must be positive and finite");
+  }
 }
 
 json fields(const msg::stats_reply& v) {
+  if (!v.masked.empty()) return {{"pass", v.pass}, {"masked", core::base64_encode(v.masked)}};
   json j = {{"pass", v.pass}, {"examples", v.examples}, {"features", v.features}};
   if (v.pass == 1) {
     j["sum"] = core::encode_doubles(v.sum);
@@ -208,6 +221,11 @@ json fields(const msg::stats_reply& v) {
 
 void read_fields(reader& r, msg::stats_reply& s) {
   s.pass = r.u32("pass", 1, 2);
+  if (r.has("masked")) {  // one 8-byte ring value per figure: the count, the features, the classes
+    s.masked = r.bytes("masked", 8 * (1 + max_stats_features + max_stats_classes));
+    if (!r.failed() && s.masked.empty()) r.fail("masked", "empty");
+    return;
+  }
   s.examples = r.u64("examples", std::uint64_t{1} << 53);
   s.features = r.u64("features", max_stats_features);
   if (r.failed()) return;

@@ -84,9 +84,14 @@ void read_secure_aggregation(core::config_reader& r, run_config& c) {
                                                       "with more devices than neighbors + 1, each masks with and shares its "
                                                       "secrets with this many on the parameters many devices train (0: with all)"));
     if (s.neighbors == 1) sr.fail("neighbors", "one neighbour cannot connect the devices: 0 (all) or at least 2");
-    s.statistics_bound = sr.number("statistics_bound", 1e4, 1e-6, 1e12,
-                                   "standardize: the largest magnitude of any input feature (and regression target); the fleet's "
-                                   "statistics travel as masked sums scaled by it, and a device with a value beyond it refuses them");
+    s.statistics_bounds = sr.numbers("statistics_bounds", {1e4}, 1e-9, 1e12,
+                                     "standardize: the largest magnitude of the input features and the regression target, one for "
+                                     "all or one per feature and then the target's; the fleet's statistics travel as masked sums "
+                                     "scaled by them, and a device with a value beyond its bound refuses them");
+    const auto given = s.statistics_bounds.size();
+    if (given != 1 && given != static_cast<std::size_t>(c.model.inputs) + 1)
+      sr.fail("statistics_bounds", std::to_string(given) + " bounds: one for all, or one per input (" + std::to_string(c.model.inputs) +
+                                       ") and then the target's");
     if (auto done = sr.finish(); !done) r.fail(std::move(done).error());
   }
 }

@@ -120,8 +120,13 @@ core::result<void> stats_gathering::finish_pass() {
   return {};
 }
 
-core::stats_scale stats_gathering::scale() const noexcept {
-  return {.max_examples = max_examples_, .bound = masked_ ? masked_->statistics_bound : 0.0};
+core::stats_scale stats_gathering::scale() const {
+  // On the wire every feature's bound and the target's, however the configuration gave them.
+  std::vector<double> bounds;
+  if (masked_)
+    for (std::int64_t j = 0; j <= spec_.inputs; ++j)
+      bounds.push_back(masked_->statistics_bounds.size() == 1 ? masked_->statistics_bounds[0] : masked_->statistics_bounds[static_cast<std::size_t>(j)]);
+  return {.max_examples = max_examples_, .bounds = std::move(bounds)};
 }
 
 core::result<secure_sum> stats_gathering::begin_masked_pass() const {

@@ -161,7 +161,7 @@ TEST_CASE("base64: values survive exactly; text of the wrong length or alphabet 
 }
 
 TEST_CASE("fed_stats: a pass as a vector in [-1, 1] for masking, and back, counts exact") {
-  const core::stats_scale scale{.max_examples = 1000, .bound = 100.0};
+  const core::stats_scale scale{.max_examples = 1000, .bounds = {100.0}};
   core::stats_sums s{.examples = 999, .sum = {-150.5, 2e4}, .min = {-3, 0}, .max = {2, 99.5}, .label_counts = {333, 666}, .target_sum = 0};
   const auto v = core::sums_vector(s, core::task_kind::classification, scale).value();
   REQUIRE(v.size() == core::sums_vector_length(2, core::task_kind::classification, 2));
@@ -184,7 +184,7 @@ TEST_CASE("fed_stats: a pass as a vector in [-1, 1] for masking, and back, count
   s.examples = 999;
   s.max[1] = 100.5;
   CHECK(error_of(core::sums_vector(s, core::task_kind::classification, scale)).message ==
-        "feature 1 holds the value 100.5, beyond the statistics' bound 100");
+        "feature 1 holds the value 100.5, beyond its statistics bound 100");
   // What the hub refuses: a count no devices could sum to, a histogram that does not add up.
   sum[0] += 0.3 / 1024;
   CHECK(error_of(core::sums_from_vector(sum, 2, core::task_kind::classification, 2, scale)).code == core::errc::bad_format);

@@ -154,6 +154,71 @@ TEST_CASE("federation: tabular data in mixed units, standardized with the fleet'
   CHECK_MESSAGE(out.find(expected) != std::string::npos, out);
 }
 
+TEST_CASE("federation: under secure aggregation the fleet's statistics are masked sums, tessera-sim's to the bit") {
+  fleet f("fed_tabular_masked");
+  INFO(f.diagnostics());
+  const std::string train = f.file("train.csv"), test = f.file("test.csv");
+  const std::vector<std::string> ids = set_up(f, train, test);
+  constexpr int rounds = 4;
+  // Feature j is 10^(j-3)·(z + 3): each its own bound (and the target's, unused), or the smallest
+  // features' squares would be lost in a 64-bit ring scaled for the largest.
+  std::vector<double> bounds;
+  for (int j = 0; j < k_features; ++j) bounds.push_back(10 * std::pow(10.0, j - 3));
+  bounds.push_back(1.0);
+  const nlohmann::json bounded = {{"replication", 2}, {"statistics_bounds", bounds}};
+  const auto sim = [&](const std::string& name, bool secure) {
+    nlohmann::json s = run_fields();
+    s["rounds"] = rounds;
+    s["devices"] = k_devices;
+    if (secure) s["secure_aggregation"] = bounded;
+    s["data"] = {{"train", csv_source(train, "standardize")}, {"test", csv_source(test, "standardize")}};
+    s["output"] = f.file(name + ".safetensors");
+    s["metrics"] = f.file(name + ".jsonl");
+    return s;
+  };
+  f.run_sim("sim-masked", sim("sim-masked", true));
+  f.run_sim("sim-plain", sim("sim-plain", false));
+
+  const std::vector<nlohmann::json> data = f.make_shards(sim("shards", true));
+  nlohmann::json hub_json = run_fields();
+  hub_json.update({{"rounds", rounds},
+                   {"secure_aggregation", bounded},
+                   {"min_devices", k_devices},
+                   {"max_devices", k_devices},
+                   {"device_wait_s", 60},
+                   {"round_deadline_s", 60},
+                   {"validation", csv_source(test, "standardize")},
+                   {"output", f.file("hub.safetensors")},
+                   {"metrics", f.file("hub.jsonl")}});
+  hub_handle hub = f.start_hub("hub", hub_json);
+  const auto agents = f.start_agents(ids, data, hub.port, rounds);
+  require_exit_0(hub.process, 120s);
+  CHECK(count_of(hub.process.err(), "the statistics' pass 1 as a masked sum over 4 device(s) (threshold 3)") == 1);
+  CHECK(count_of(hub.process.err(), "the statistics' pass 2 as a masked sum over 4 device(s) (threshold 3)") == 1);
+  for (child_process* a : agents) {
+    REQUIRE(a->wait_exit(30s).has_value());
+    CHECK(count_of(a->err(), "statistics (pass 1) masked and sent") == 1);
+    CHECK(count_of(a->err(), "statistics (pass 2) masked and sent") == 1);
+    CHECK(count_of(a->err(), "examples sent") == 0);  // nothing in the clear
+    CHECK(count_of(a->err(), "refusing") == 0);
+  }
+  // The released sums are the simulator's plain sum of the same encodings: the same statistics and the
+  // same model, to the bit.
+  const core::stored_model from_hub = load_model_or_fail(f.file("hub.safetensors"));
+  const core::stored_model from_sim = load_model_or_fail(f.file("sim-masked.safetensors"));
+  REQUIRE(from_hub.normalization.size() == static_cast<std::size_t>(k_features));
+  CHECK(from_hub.normalization == from_sim.normalization);
+  CHECK(from_hub.params == from_sim.params);
+  // And the plain statistics, within float32's rounding of each device's sums (2^-24 of each): the
+  // masked sums lose nothing a float32 model would keep.
+  const core::stored_model plain = load_model_or_fail(f.file("sim-plain.safetensors"));
+  for (std::size_t j = 0; j < static_cast<std::size_t>(k_features); ++j) {
+    CAPTURE(j);
+    CHECK(from_hub.normalization.mean[j] == doctest::Approx(plain.normalization.mean[j]).epsilon(4 * 0x1p-24));
+    CHECK(from_hub.normalization.std[j] == doctest::Approx(plain.normalization.std[j]).epsilon(1e-5));
+  }
+}
+
 TEST_CASE("federation: the devices' evaluation equals the hub's when their validation examples are its test set") {
   fleet f("fed_eval");
   INFO(f.diagnostics());

@@ -121,7 +121,7 @@ namespace {
 core::result<core::input_normalization> gather_masked(std::vector<core::memory_table>& data, double bound,
                                                       const std::vector<std::size_t>& fail = {}) {
   rounds::stats_gathering g(spec(), 10);
-  g.mask_with({.enabled = true, .replication = 3, .threshold = 3, .statistics_bound = bound});
+  g.mask_with({.enabled = true, .replication = 3, .threshold = 3, .statistics_bounds = {bound}});
   std::vector<rounds::device_offer> offers;
   for (std::size_t d = 0; d < data.size(); ++d) offers.push_back(offer("device-" + std::to_string(d), static_cast<std::uint64_t>(data[d].size())));
   REQUIRE(g.begin(offers).ok());
@@ -180,7 +180,7 @@ TEST_CASE("statistics: as masked sums, within the encoding's rounding of the pla
   const auto beyond = gather_masked(data, 50.0);
   REQUIRE_FALSE(beyond.ok());
   CHECK(beyond.error().message.starts_with("feature 2 holds the value "));
-  CHECK(beyond.error().message.ends_with(", beyond the statistics' bound 50"));
+  CHECK(beyond.error().message.ends_with(", beyond its statistics bound 50"));
 }
 
 TEST_CASE("statistics: a constant feature stays constant through the masked sum's rounding") {

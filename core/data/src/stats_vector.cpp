@@ -16,12 +16,15 @@ std::string number(double v) {
 
 bool classifies(task_kind task) { return task == task_kind::classification; }
 
-result<void> check_scale(const stats_scale& s) {
+result<void> check_scale(const stats_scale& s, std::size_t features) {
   if (s.max_examples < 1 || s.max_examples > k_most_examples)
     return make_error(errc::invalid_argument, "the statistics' max_examples " + std::to_string(s.max_examples) + " lies outside 1.." +
                                                   std::to_string(k_most_examples));
-  if (!(std::isfinite(s.bound) && s.bound > 0))
-    return make_error(errc::invalid_argument, "the statistics' bound " + number(s.bound) + " is not a positive finite number");
+  if (s.bounds.size() != 1 && s.bounds.size() != features + 1)
+    return make_error(errc::invalid_argument, std::to_string(s.bounds.size()) + " statistics bounds for " + std::to_string(features) +
+                                                  " features: one for all, or one per feature and the target's");
+  for (const double b : s.bounds)
+    if (!(std::isfinite(b) && b > 0)) return make_error(errc::invalid_argument, "the statistics' bound " + number(b) + " is not a positive finite number");
   return {};
 }
 
@@ -67,21 +70,21 @@ std::size_t spread_vector_length(std::int64_t features, task_kind task) noexcept
 }
 
 result<std::vector<double>> sums_scales(std::int64_t features, task_kind task, std::int64_t outputs, const stats_scale& scale) {
-  TESSERA_TRY(check_scale(scale));
+  TESSERA_TRY(check_scale(scale, static_cast<std::size_t>(features)));
   const double c = count_scale(scale);
   std::vector<double> out(sums_vector_length(features, task, outputs), c);
-  for (std::int64_t j = 0; j < features; ++j) out[1 + static_cast<std::size_t>(j)] = c * scale.bound;
-  if (!classifies(task)) out.back() = c * scale.bound;
+  for (std::size_t j = 0; j < static_cast<std::size_t>(features); ++j) out[1 + j] = c * scale.feature_bound(j);
+  if (!classifies(task)) out.back() = c * scale.target_bound();
   return out;
 }
 
 result<std::vector<double>> spread_scales(std::span<const double> mean, double target_mean, task_kind task, const stats_scale& scale) {
-  TESSERA_TRY(check_scale(scale));
+  TESSERA_TRY(check_scale(scale, mean.size()));
   const double c = count_scale(scale);
-  const auto square = [&](double m) { return c * (scale.bound + std::abs(m)) * (scale.bound + std::abs(m)); };
+  const auto square = [&](double bound, double m) { return c * (bound + std::abs(m)) * (bound + std::abs(m)); };
   std::vector<double> out{c};
-  for (const double m : mean) out.push_back(square(m));
-  if (!classifies(task)) out.push_back(square(target_mean));
+  for (std::size_t j = 0; j < mean.size(); ++j) out.push_back(square(scale.feature_bound(j), mean[j]));
+  if (!classifies(task)) out.push_back(square(scale.target_bound(), target_mean));
   for (const double s : out)
     if (!std::isfinite(s)) return make_error(errc::invalid_argument, "the statistics' second pass: a mean so large its squares overflow");
   return out;
@@ -94,9 +97,9 @@ result<std::vector<float>> sums_vector(const stats_sums& s, task_kind task, cons
   TESSERA_TRY(check_examples(s.examples, scale));
   for (std::size_t j = 0; j < s.sum.size(); ++j)
     for (const double v : {s.min[j], s.max[j]})
-      if (!(std::abs(v) <= scale.bound))
+      if (!(std::abs(v) <= scale.feature_bound(j)))
         return make_error(errc::invalid_argument, "feature " + std::to_string(j) + " holds the value " + number(v) +
-                                                      ", beyond the statistics' bound " + number(scale.bound));
+                                                      ", beyond its statistics bound " + number(scale.feature_bound(j)));
   std::vector<double> v{static_cast<double>(s.examples)};
   v.insert(v.end(), s.sum.begin(), s.sum.end());
   if (classifies(task)) {
@@ -106,7 +109,7 @@ result<std::vector<float>> sums_vector(const stats_sums& s, task_kind task, cons
     v.push_back(s.target_sum);
   }
   auto out = divide(v, scales);
-  if (!out) return make_error(errc::invalid_argument, "the regression targets' sum lies beyond the statistics' bound " + number(scale.bound) +
+  if (!out) return make_error(errc::invalid_argument, "the regression targets' sum lies beyond their statistics bound " + number(scale.target_bound()) +
                                                           " times the examples");
   return out;
 }

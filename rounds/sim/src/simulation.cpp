@@ -174,8 +174,9 @@ core::result<void> simulation::statistics_pass(rounds::stats_gathering& g,
   }
   TESSERA_ASSIGN_OR_RETURN(auto sum, g.begin_masked_pass());
   for (const auto& id : g.asked()) {
-    TESSERA_ASSIGN_OR_RETURN(const auto v, measure(id));
-    TESSERA_TRY(sum.add_plain(id, v));
+    auto v = measure(id);
+    if (!v) return core::error{v.error().code, "device " + id + "'s statistics: " + v.error().message};
+    TESSERA_TRY(sum.add_plain(id, v.value()));
   }
   TESSERA_ASSIGN_OR_RETURN(const auto released, sum.finish());
   return g.add_released(released);

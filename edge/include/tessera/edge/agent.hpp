@@ -92,6 +92,8 @@ class agent {
   void on_secure(const net::message& m);
   void send_masked();
   void on_measured(std::uint64_t generation, core::result<net::msg::stats_reply> reply);
+  // Statistics under secure aggregation: the measured pass as its vector, masked once the inbox is in.
+  void send_masked_statistics();
   // Stops the job in progress: its worker is joined, the link lets go of its transfers, and its arena
   // is released as soon as nothing holds it (a CHUNK being read into it or written from it).
   void cancel_job();
@@ -122,6 +124,14 @@ class agent {
   std::unique_ptr<secure_identity> secure_;        // null: secure_aggregation off
   std::unique_ptr<privacy_budget> budget_;         // null: no privacy.max_epsilon
   std::unique_ptr<secure_round> unmasking_;        // a round's protocol after its RESULT, until SECAGG_UNMASK
+  // A statistics pass under secure aggregation (its protocol goes by round 0): the request, the protocol,
+  // and the pass's vector once measured (core/data/stats_vector.hpp).
+  struct statistics_sum {
+    net::msg::stats request;
+    std::unique_ptr<secure_round> round;
+    std::optional<std::vector<float>> values;
+  };
+  std::optional<statistics_sum> summing_;
   std::uint64_t generation_ = 0;
   std::thread worker_;
   std::atomic<bool> cancel_{false};

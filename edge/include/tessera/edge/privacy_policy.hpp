@@ -50,7 +50,7 @@ struct privacy_policy {
   double max_epsilon = 0;
   double delta = 1e-5;
   std::string ledger = "privacy-ledger.json";
-  answer_mode statistics = answer_mode::allow;  // the feature statistics before round 1 (sent in the clear)
+  answer_mode statistics = answer_mode::allow;  // the feature statistics before round 1 (masked under secure aggregation)
   answer_mode evaluation = answer_mode::allow;  // scoring a model on the validation split (scores in the clear)
 };
 
@@ -66,7 +66,11 @@ struct privacy_policy {
 [[nodiscard]] std::size_t fewest_contributors(const net::msg::secure_assign& s) noexcept;
 // The round's threshold against this device's holders once the roster says who they are.
 [[nodiscard]] core::result<void> check_roster_threshold(std::size_t threshold, std::size_t neighbours, const privacy_policy& policy);
-// A request answered in the clear: `what` is "statistics" or "evaluation".
-[[nodiscard]] core::result<void> check_request_policy(std::string_view what, const privacy_policy& policy, secure_mode secure);
+// A statistics or evaluation request (`what` names it), answered in the clear or, with `masked` (its
+// secure part), as a masked sum: then its threshold and least contributors are held to the policy as a
+// round's are; `require` refuses it in the clear. Neither carries noise: a policy that asks for
+// noise refuses both.
+[[nodiscard]] core::result<void> check_request_policy(std::string_view what, const privacy_policy& policy, secure_mode secure,
+                                                      const net::msg::secure_assign* masked = nullptr);
 
 }  // namespace tessera::edge

@@ -62,6 +62,13 @@ class secure_round {
                                                                          const net::digest& model, const core::mlp_arch& arch,
                                                                          const secure_identity& me, const privacy_policy& policy = {});
 
+  // A sum outside a training round (the fleet's statistics, core/data/stats_vector.hpp): one segment of
+  // `length` values in [−1, 1], no noise, keys signed over `request`, the digest of what the hub asked
+  // (the same for every device, or the neighbours refuse the roster). mask_values() masks the vector.
+  [[nodiscard]] static core::result<std::unique_ptr<secure_round>> start_sum(const net::msg::secure_assign& s, std::uint64_t round,
+                                                                             const net::digest& request, std::size_t length,
+                                                                             const secure_identity& me, const privacy_policy& policy);
+
   [[nodiscard]] stage at() const noexcept { return at_; }
   [[nodiscard]] std::uint64_t round() const noexcept { return round_; }
   // Differential privacy: the variance of this device's share of the noise, in ring steps² (0: none).
@@ -75,6 +82,7 @@ class secure_round {
   // The masked upload from the trained parameters; weight = examples / (steps × batch).
   // `fitted`: the change was within the task's clip before clipping (adaptive clipping's count).
   [[nodiscard]] core::result<void> mask(std::span<const float> trained, double weight, bool fitted = true);
+  [[nodiscard]] core::result<void> mask_values(std::vector<float> values);
   [[nodiscard]] std::span<const std::byte> upload() const noexcept { return upload_; }
   // After mask(): the signed pledge of whom it masked with, sent before the masked UPDATE.
   [[nodiscard]] const net::msg::secagg_masked_with& masked_with() const noexcept { return masked_with_; }
@@ -93,6 +101,11 @@ class secure_round {
  private:
   secure_round(std::uint64_t round, net::msg::secure_assign s, crypto::secagg_client client, const secure_identity& me,
                const privacy_policy& policy);
+  [[nodiscard]] static core::result<void> check_ring(const crypto::secagg_params& p);
+  [[nodiscard]] static core::result<std::unique_ptr<secure_round>> open(const net::msg::secure_assign& s, std::uint64_t round,
+                                                                        const net::digest& model, const secure_identity& me,
+                                                                        const privacy_policy& policy);
+  [[nodiscard]] core::result<void> seal(std::vector<std::vector<float>>& input);
 
   std::uint64_t round_ = 0;
   const secure_identity* me_;  // the agent's, which outlives its rounds

@@ -153,6 +153,12 @@ struct stats {
   std::uint64_t outputs = 0;             // classes (classification) or 1
   std::vector<double> mean{};            // pass 2: the fleet's mean per feature
   double target_mean = 0;                // pass 2, regression
+  // Optional: secure aggregation. The pass is one masked sum (rounds/secure_sum.hpp) of the devices'
+  // vectors (core/data/stats_vector.hpp) scaled by `max_examples` and `bounds` (every feature's, then
+  // the target's); the reply is masked.
+  std::optional<secure_assign> secure{};
+  std::uint64_t max_examples = 0;
+  std::vector<double> bounds{};
 };
 
 struct stats_reply {
@@ -166,6 +172,9 @@ struct stats_reply {
   // pass 2
   std::vector<double> sq_dev{};
   double target_sq_dev = 0;
+  // Under secure aggregation the reply is only the masked vector, packed as the ring's values
+  // (crypto::secagg_pack): none of the figures above.
+  std::vector<std::byte> masked{};
 };
 
 // The answer to an evaluating ASSIGN: the device's validation examples, the sum over its batches of

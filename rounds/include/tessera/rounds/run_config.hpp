@@ -55,7 +55,9 @@ struct secure_aggregation_config {
   double clip = 1.0;
   int bits = 32;
   std::size_t neighbors = 64;        // Bell et al. 2020 neighbour graphs for larger rosters (0: complete)
-  double statistics_bound = 1e4;     // |feature|, |target| at most this: the masked statistics' scale (core/data/stats_vector.hpp)
+  // |feature|, |target| at most these (one for all, or per feature and then the target): the masked
+  // statistics' scales (core/data/stats_vector.hpp).
+  std::vector<double> statistics_bounds = {1e4};
 
   [[nodiscard]] std::size_t min_aggregate() const noexcept { return threshold > 0 ? threshold : replication; }
 };

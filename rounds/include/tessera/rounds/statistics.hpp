@@ -68,12 +68,12 @@ class stats_gathering {
 
   // Under secure aggregation (mask_with) a pass is one masked sum (rounds/secure_sum.hpp) of the asked
   // devices' vectors (core/data/stats_vector.hpp), scaled by the most examples an asked device holds
-  // and by secure_aggregation.statistics_bound: begin_masked_pass() makes it, add_released() ends the
+  // and by secure_aggregation.statistics_bounds: begin_masked_pass() makes it, add_released() ends the
   // pass with its sum as finish_pass() would. Pass 2 must cover pass 1's survivors, else
   // errc::stats_incomplete: begin() again. The per-device calls above are not used then.
   void mask_with(const secure_aggregation_config& sa) { masked_ = sa; }
   [[nodiscard]] bool masked() const noexcept { return masked_.has_value(); }
-  [[nodiscard]] core::stats_scale scale() const noexcept;
+  [[nodiscard]] core::stats_scale scale() const;
   [[nodiscard]] core::result<secure_sum> begin_masked_pass() const;
   [[nodiscard]] core::result<void> add_released(const secure_sum::released& r);
 

@@ -9,14 +9,17 @@
 //   max_examples   the most examples any asked device holds (the hub knows each from its HELLO); the
 //                  counts' scale is the power of two at or above it, so that a count (below 2^24) is
 //                  exact in float32 and in the ring: counts come back exact
-//   bound          the largest magnitude of any input feature and of a regression target
-//                  (secure_aggregation.statistics_bound): a device with a value beyond it refuses,
-//                  naming the feature, rather than send a sum that saturates
+//   bounds         the largest magnitude of each input feature and of a regression target (one
+//                  for all, or one per feature then the target's: secure_aggregation.statistics_bounds):
+//                  a device with a value beyond its bound refuses, naming the feature, rather than send a
+//                  sum that saturates. A 64-bit ring holds about 15 digits over a bound (after the counts),
+//                  so features whose ranges differ by orders of magnitude want bounds of their own: a
+//                  squared deviation far below its bound² is lost in the ring's step.
 //
 //   pass 1   [n, Σx_0 … Σx_f−1, classification: count_0 … count_c−1 | regression: Σy]
-//            scales  C, C·bound (sums), C (counts)             C = 2^⌈log2 max_examples⌉
+//            scales  C, C·bound_j (sums), C (counts)           C = 2^⌈log2 max_examples⌉
 //   pass 2   [n, Σ(x_j − mean_j)² …, regression: Σ(y − ȳ)²]
-//            scales  C, C·(bound + |mean_j|)²
+//            scales  C, C·(bound_j + |mean_j|)²
 //
 // min and max are per-example values, not sums: they never leave a device under secure aggregation
 // (the device uses them to check the bound). Decoding rounds the counts to integers and refuses a sum
@@ -35,21 +38,25 @@ namespace tessera::core {
 
 struct stats_scale {
   std::int64_t max_examples = 0;
-  double bound = 0;
+  std::vector<double> bounds;  // one for every feature and the target, or one per feature and then the target's
+
+  [[nodiscard]] double feature_bound(std::size_t j) const noexcept { return bounds.size() == 1 ? bounds[0] : bounds[j]; }
+  [[nodiscard]] double target_bound() const noexcept { return bounds.back(); }
 };
 
 // The length of a pass's vector.
 [[nodiscard]] std::size_t sums_vector_length(std::int64_t features, task_kind task, std::int64_t outputs) noexcept;
 [[nodiscard]] std::size_t spread_vector_length(std::int64_t features, task_kind task) noexcept;
 
-// Each value's scale, in the layout above. `scale` must be positive and finite (invalid_argument).
+// Each value's scale, in the layout above. `scale`'s bounds must be positive and finite, one or
+// features + 1 of them (invalid_argument).
 [[nodiscard]] result<std::vector<double>> sums_scales(std::int64_t features, task_kind task, std::int64_t outputs, const stats_scale& scale);
 [[nodiscard]] result<std::vector<double>> spread_scales(std::span<const double> mean, double target_mean, task_kind task,
                                                         const stats_scale& scale);
 
 // A device's pass as the vector it masks: each figure over its scale. Refuses (invalid_argument, naming
 // the feature or the count) a device with more examples than max_examples, or, in pass 1, a feature or
-// target whose min or max lies beyond the bound — so no value of the vector leaves [−1, 1].
+// target whose min or max lies beyond its bound — so no value of the vector leaves [−1, 1].
 [[nodiscard]] result<std::vector<float>> sums_vector(const stats_sums& s, task_kind task, const stats_scale& scale);
 [[nodiscard]] result<std::vector<float>> spread_vector(const stats_spread& s, std::span<const double> mean, double target_mean,
                                                        task_kind task, const stats_scale& scale);
