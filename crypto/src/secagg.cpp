@@ -139,8 +139,9 @@ core::result<void> secagg_client::state::check_neighbours(const secagg_roster& o
                                                " (keys from another round or with other parameters, or a roster that shows it covering "
                                                "other segments than it does)");
     if (m.segments == pledge.segments && m.keys.model != pledge.model)
-      return make_error(errc::auth_failed, "device " + who + ", of this device's group, was sent another model than this device: "
-                                               "a hub that sends one group different models can single out a device's update; refused");
+      return make_error(errc::auth_failed, "device " + who + ", of this device's group, was sent another model than this device (or asked another "
+                                               "question): a hub that sends one group different models or questions can single out a "
+                                               "device's input; refused");
   }
   return {};
 }

@@ -42,12 +42,14 @@ void agent::on_secure(const net::message& m) {
                     : unmasking_ && unmasking_->round() == round         ? unmasking_.get()
                     : summing_ && summing_->round->round() == round      ? summing_->round.get()
                                                                           : nullptr;
-  const std::string what = "the secure aggregation of round " + std::to_string(round);
+  const bool statistics = summing_ && s == summing_->round.get();
+  const std::string label = statistics ? "the statistics (pass " + std::to_string(summing_->request.pass) + ")" : "round " + std::to_string(round);
+  const std::string what = "the secure aggregation of " + label;
   if (s == nullptr) return log(log_level::warning, what + ": no such round in progress here (ignored)");
   if (const auto* r = std::get_if<net::msg::secagg_roster>(&m)) {
     auto shares = s->on_roster(*r);
     if (!shares) return refuse(what, shares.error());
-    log(log_level::info, "round " + std::to_string(round) + ": a roster of " + std::to_string(r->roster.size()) + " devices; keys of " +
+    log(log_level::info, label + ": a roster of " + std::to_string(r->roster.size()) + " devices; keys of " +
                              std::to_string(shares.value().boxes.size()) + " neighbours checked and shares sent to them");
     if (session_) session_->send(shares.value());
   } else if (const auto* in = std::get_if<net::msg::secagg_inbox>(&m)) {
@@ -63,7 +65,7 @@ void agent::on_secure(const net::message& m) {
     if (!reply) return refuse(what, reply.error());
     std::string released;
     for (auto seg : u->request.released) released += (released.empty() ? "" : ",") + std::to_string(seg);
-    log(log_level::info, "round " + std::to_string(round) + ": unmasking shares sent (" + std::to_string(u->request.survivors.size()) +
+    log(log_level::info, label + ": unmasking shares sent (" + std::to_string(u->request.survivors.size()) +
                              " survivors, " + std::to_string(u->request.dropped.size()) + " dropped; sums released: segments " +
                              (released.empty() ? "none" : released) + "), the survivor set signed by " +
                              std::to_string(u->request.signatures.size()) + " of them");

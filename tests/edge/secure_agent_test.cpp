@@ -18,6 +18,7 @@
 #include "../crypto/test_pki.hpp"
 #include "../support/text.hpp"
 #include "tessera/core/base/rng.hpp"
+#include "tessera/core/data/stats_vector.hpp"
 #include "tessera/core/math/codec.hpp"
 #include "tessera/core/math/mlp.hpp"
 #include "tessera/crypto/digest.hpp"
@@ -49,6 +50,8 @@ enum class rogue {
   other_set,          // the unmasking names another survivor set than the one the agent signed
   few_signatures,     // the unmasking carries the agent's signature alone (the threshold is 2)
   forged_signature,   // sa-1's signature in the unmasking is over another survivor set
+  masked_statistics,  // not rogue: the feature statistics (pass 1) as a masked sum with sa-1 and sa-2
+  other_question,     // the statistics as a masked sum, sa-1 asked another question (its keys sign another digest)
 };
 
 // Two more devices of the fleet's CA ("sa-1", "sa-2"), whose protocol clients the scripted hub runs.
@@ -84,6 +87,13 @@ class scripted_hub {
     p_.clip = 1.0;
     p_.threshold = 2;
     p_.segments = {{.length = core::param_count(arch_) + 1, .min_aggregate = 2}};
+    if (r == rogue::masked_statistics || r == rogue::other_question) {
+      // A sum outside a round, as the hub makes it (rounds/secure_sum.hpp): its messages go by round 0.
+      msg_round_ = 0;
+      p_.bits = 64;
+      p_.summands = 3;
+      p_.segments = {{.length = core::sums_vector_length(16, core::task_kind::classification, 4), .min_aggregate = 2}};
+    }
     if (r == rogue::noise_removed || r == rogue::noise_lowered || r == rogue::honest_private || r == rogue::self_sampled ||
         r == rogue::diverging) {
       // A private round's ring, sized (as the hub sizes it) for its population: 1024 summands.
@@ -129,6 +139,7 @@ class scripted_hub {
   std::optional<crypto::secagg_signature> check_signature;  // the agent's, over the survivor set
   std::optional<crypto::secagg_masked_with> agent_pledge;    // whom the agent masked with
   std::optional<net::msg::update> update;                    // the UPDATE beside its masked input
+  std::optional<net::msg::stats_reply> stats_reply;          // the statistics as they reached the hub
   bool uploaded = false;
 
  private:
@@ -161,13 +172,26 @@ class scripted_hub {
       if (!self) return;
       uploaded = true;
       self->send(net::msg::result{.accepted = true, .code = {}, .reason = {}});
-      // Survivors: the agent and sa-1; sa-2 dropped. The rogue hub also names sa-1 as dropped.
-      request_ = crypto::secagg_unmask_request{.survivors = {"dev-a", "sa-1"}, .dropped = {"sa-2"}, .released = {0}, .signatures = {}, .partners = {}};
-      if (rogue_ == rogue::both_shares) request_.dropped.push_back("sa-1");
-      auto asked = request_;
-      asked.partners = {sa1_pledge_};  // the surviving neighbour's pledge of whom it masked with
-      self->send(net::msg::secagg_check{.round = 1, .request = asked});
+      ask_check(*self);
     });
+  }
+
+  // The uploads are in. Survivors: the agent and sa-1; sa-2 dropped. The rogue hub also names sa-1 as dropped.
+  void ask_check(net::session& s) {
+    request_ = crypto::secagg_unmask_request{.survivors = {"dev-a", "sa-1"}, .dropped = {"sa-2"}, .released = {0}, .signatures = {}, .partners = {}};
+    if (rogue_ == rogue::both_shares) request_.dropped.push_back("sa-1");
+    auto asked = request_;
+    asked.partners = {sa1_pledge_};  // the surviving neighbour's pledge of whom it masked with
+    s.send(net::msg::secagg_check{.round = msg_round_, .request = asked});
+  }
+
+  // The statistics' first pass as a masked sum: its secure part and the scale every device is asked with.
+  net::msg::stats masked_statistics() const {
+    net::msg::stats q{.pass = 1, .inputs = 16, .outputs = 4};
+    q.secure = net::msg::secure_assign{.params = p_, .segments = {0}, .rounding_key = {}, .upload_size = p_.segments[0].length * 8};
+    q.max_examples = 64;
+    q.bounds.assign(17, 1e3);
+    return q;
   }
 
   // The agent signed the survivor set: sa-1 signs too (a set of the script's choosing when forging),
@@ -188,13 +212,14 @@ class scripted_hub {
     }
     req.signatures = {agent_signature};
     if (rogue_ != rogue::few_signatures) req.signatures.push_back(std::move(sa1_signature).value());
-    s.send(net::msg::secagg_unmask{.round = 1, .request = req});
+    s.send(net::msg::secagg_unmask{.round = msg_round_, .request = req});
   }
 
   void on_message(net::session& s, const net::message& m) {
     if (std::holds_alternative<net::msg::hello>(m)) {
       s.send(net::msg::welcome{});
       if (rogue_ == rogue::statistics) return s.send(net::msg::stats{.pass = 1, .inputs = 16, .outputs = 4});
+      if (msg_round_ == 0) return s.send(masked_statistics());
       send_assign(s);
     } else if (const auto* k = std::get_if<net::msg::secagg_keys>(&m)) {
       // The roster: the agent, then sa-1 and sa-2 (sa-1's keys spoiled as the script says).
@@ -203,6 +228,14 @@ class scripted_hub {
       const crypto::sha256_digest model = k->keys.model;  // what the agent signed: the ASSIGN's digest
       crypto::sha256_digest sa1_model = model;
       if (rogue_ == rogue::other_model) sa1_model[0] ^= 1;
+      if (rogue_ == rogue::other_question) {
+        // sa-1 was asked about 17 inputs: its keys sign that question's digest (as an agent makes it).
+        net::msg::stats other = masked_statistics();
+        other.inputs = 17;
+        other.secure.reset();
+        const std::string text = net::to_json(other);
+        sa1_model = crypto::sha256_of(std::as_bytes(std::span(text)));
+      }
       others_.push_back(client_for("sa-1", sa1_params, sa1_model));
       if (rogue_ == rogue::revoked_member) {
         const auto& pki = test::test_pki::get();
@@ -222,7 +255,7 @@ class scripted_hub {
       for (auto& o : others_) roster.push_back({.keys = o.keys(), .segments = {0}});
       if (rogue_ == rogue::bad_signature) roster[1].keys.signature[3] ^= std::byte{1};
       roster_ = roster;
-      s.send(net::msg::secagg_roster{.round = 1, .roster = roster});
+      s.send(net::msg::secagg_roster{.round = msg_round_, .roster = roster});
     } else if (const auto* sh = std::get_if<net::msg::secagg_shares>(&m)) {
       // The others share too; the agent's inbox is their boxes to it.
       std::vector<crypto::secagg_box> inbox;
@@ -246,12 +279,15 @@ class scripted_hub {
       REQUIRE_MESSAGE(sa1_masked.ok(), (sa1_masked.ok() ? "" : sa1_masked.error().message));
       sa1_pledge_ = others_[0].masked_with(crypto::signing_key::load(other_device("sa-1").key).value()).value();
       if (rogue_ == rogue::empty_inbox) inbox.clear();
-      s.send(net::msg::secagg_inbox{.round = 1, .boxes = inbox});
+      s.send(net::msg::secagg_inbox{.round = msg_round_, .boxes = inbox});
     } else if (const auto* u = std::get_if<net::msg::update>(&m)) {
       update = *u;
       upload_.resize(u->size);
       in_ = std::make_shared<net::incoming_transfer>(u->transfer, std::span<std::byte>(upload_), u->sha256);
       s.expect_blob(in_);
+    } else if (const auto* q = std::get_if<net::msg::stats_reply>(&m)) {
+      stats_reply = *q;
+      ask_check(s);
     } else if (const auto* w = std::get_if<net::msg::secagg_masked_with>(&m)) {
       agent_pledge = w->pledge;
     } else if (const auto* c = std::get_if<net::msg::secagg_check_reply>(&m)) {
@@ -283,6 +319,7 @@ class scripted_hub {
   }
 
   rogue rogue_;
+  std::uint64_t msg_round_ = 1;  // the round the SECAGG_* messages name
   const testing::temp_dir& dir_;
   boost::asio::io_context io_;
   std::shared_ptr<net::server> server_;
@@ -448,6 +485,49 @@ TEST_CASE("rogue hub: feature statistics asked of a device whose secure_aggregat
                 "edge.privacy_policy", edge::secure_mode::require);
   check_refusal(rogue::statistics, "rogue_stats_off", false, "this device's privacy.statistics is off",
                 {.statistics = edge::answer_mode::off}, "edge.privacy_policy");
+}
+
+TEST_CASE("secure agent: its statistics reach the hub as a masked vector only, and it unmasks the sum") {
+  testing::temp_dir dir("secure_agent_stats");
+  scripted_hub hub(rogue::masked_statistics, dir);
+  hub.mode = edge::secure_mode::require;  // masked statistics are what 'require' allows
+  hub.run();
+  INFO(hub.agent_log);
+  CHECK_FALSE(hub.refused.has_value());
+  REQUIRE(hub.stats_reply.has_value());
+  REQUIRE(hub.unmask_reply.has_value());  // it signed the survivor set and answered the unmasking
+  CHECK(testing::contains(hub.agent_log, "statistics (pass 1) masked and sent: the hub learns only the fleet's sum"));
+  // What the hub received: the pass and the masked ring values, nothing else — no count, no sum, no
+  // histogram, no per-example min or max.
+  const net::msg::stats_reply& r = *hub.stats_reply;
+  const auto as_json = nlohmann::json::parse(net::to_json(r));
+  CHECK(as_json.size() == 2);
+  CHECK(as_json.contains("pass"));
+  CHECK(as_json.contains("masked"));
+  CHECK(r.examples == 0);
+  CHECK((r.sum.empty() && r.min.empty() && r.max.empty() && r.label_counts.empty()));
+  // The device's vector lies in [-1, 1] (its count is 64 of a scale of 64: exactly 1). Read alone, as
+  // the ring's fixed point, the masked vector is noise: each value lands in [-1, 1] with probability
+  // about 2^-11, so not even a fifth of them do, and the count is not 1.
+  const std::size_t length = core::sums_vector_length(16, core::task_kind::classification, 4);
+  REQUIRE(r.masked.size() == length * 8);
+  const auto y = crypto::secagg_unpack(r.masked, 64).value();
+  std::vector<double> read(y.size());
+  crypto::fixed_point::create(1.0, 64, 3).value().decode_sum(y, read);
+  std::size_t in_range = 0;
+  for (const double v : read) in_range += std::abs(v) <= 1.0 ? 1 : 0;
+  CHECK(in_range < length / 5);
+  CHECK(std::abs(read[0] - 1.0) > 1e-3);
+}
+
+TEST_CASE("rogue hub: statistics whose neighbours were asked another question") {
+  check_refusal(rogue::other_question, "rogue_other_question", false, "device sa-1, of this device's group, was sent another model than this device (or asked another question)", {},
+                "edge.secure_step", edge::secure_mode::require);
+}
+
+TEST_CASE("rogue hub: masked statistics with a threshold below the device's privacy.min_threshold") {
+  check_refusal(rogue::masked_statistics, "rogue_stats_threshold", false, "the round's threshold 2 is below this device's privacy.min_threshold 3",
+                {.min_threshold = 3}, "edge.privacy_policy");
 }
 
 TEST_CASE("secure agent: an honest private round meets the device's noise minimum and completes") {
