@@ -6,6 +6,7 @@
 #include <boost/asio/post.hpp>
 
 #include "tessera/core/base/seeds.hpp"
+#include "tessera/core/data/stats_vector.hpp"
 #include "tessera/core/io/file_io.hpp"
 #include "tessera/crypto/digest.hpp"
 #include "tessera/crypto/pki.hpp"
@@ -223,7 +224,9 @@ void agent::start_assignment(const net::msg::assign& a) {
                                 .require_secure = config_.secure_aggregation == secure_mode::require,
                                 .policy = config_.privacy,
                                 .budget = budget_.get()});
-  if (unmasking_ && unmasking_->round() != a.round) unmasking_.reset();
+  // An evaluation comes after its round closed: that round's unmasking is over.
+  if (unmasking_ && (unmasking_->round() != a.round || a.evaluate)) unmasking_.reset();
+  summing_.reset();
   if (!started) {
     if (a.evaluate) return refuse("the evaluation after round " + std::to_string(a.round), started.error());
     return refuse_job(a.round, started.error());
@@ -243,6 +246,7 @@ void agent::start_assignment(const net::msg::assign& a) {
     session_->expect_blob(job_->download());
     if (job_->secure()) session_->send(job_->secure()->keys_message());
   }
+  if (a.evaluate && a.secure) start_masked_evaluation(a);
 }
 
 void agent::on_downloaded(const std::shared_ptr<net::incoming_transfer>& in) {
@@ -330,6 +334,14 @@ void agent::on_evaluated(std::uint64_t generation, core::result<net::msg::evalua
                 s.examples > 0 ? 100.0 * static_cast<double>(s.correct) / static_cast<double>(s.examples) : 0.0,
                 static_cast<unsigned long long>(s.examples), s.examples > 0 ? s.loss_sum / static_cast<double>(s.examples) : 0.0);
   log(log_level::info, line);
+  if (summing_ && summing_->round->round() == round && summing_->request.pass == 0) {  // masked: the score stays in this log, the hub gets its share of a sum
+    auto values = core::score_vector({.examples = static_cast<std::int64_t>(s.examples), .loss_sum = s.loss_sum, .correct = static_cast<std::int64_t>(s.correct)},
+                                     static_cast<std::int64_t>(summing_->request.max_examples), summing_->request.bounds.at(0));
+    if (!values) return refuse(summing_->label, make_error(errc::training_failed, values.error().message));
+    summing_->values = std::move(values).value();
+    if (summing_->round->has_inbox()) send_masked_sum();
+    return;  // it leaves after the unmasking (exit_after_rounds)
+  }
   if (session_) session_->send(s);
   if (leaving_) {
     log(log_level::info, "exiting after the evaluation of round " + std::to_string(round) + " (exit_after_rounds)");

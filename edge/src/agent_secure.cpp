@@ -42,8 +42,8 @@ void agent::on_secure(const net::message& m) {
                     : unmasking_ && unmasking_->round() == round         ? unmasking_.get()
                     : summing_ && summing_->round->round() == round      ? summing_->round.get()
                                                                           : nullptr;
-  const bool statistics = summing_ && s == summing_->round.get();
-  const std::string label = statistics ? "the statistics (pass " + std::to_string(summing_->request.pass) + ")" : "round " + std::to_string(round);
+  const bool sum = summing_ && s == summing_->round.get();
+  const std::string label = sum ? summing_->label : "round " + std::to_string(round);
   const std::string what = "the secure aggregation of " + label;
   if (s == nullptr) return log(log_level::warning, what + ": no such round in progress here (ignored)");
   if (const auto* r = std::get_if<net::msg::secagg_roster>(&m)) {
@@ -55,7 +55,7 @@ void agent::on_secure(const net::message& m) {
   } else if (const auto* in = std::get_if<net::msg::secagg_inbox>(&m)) {
     if (auto ok = s->on_inbox(*in); !ok) return refuse(what, ok.error());
     if (job_ && job_->secure() == s && job_->at() == job::stage::masking) send_masked();
-    if (summing_ && summing_->round.get() == s && summing_->values) send_masked_statistics();
+    if (summing_ && summing_->round.get() == s && summing_->values) send_masked_sum();
   } else if (const auto* c = std::get_if<net::msg::secagg_check>(&m)) {
     auto signature = s->on_check(*c);
     if (!signature) return refuse(what, signature.error());
@@ -70,6 +70,10 @@ void agent::on_secure(const net::message& m) {
                              (released.empty() ? "none" : released) + "), the survivor set signed by " +
                              std::to_string(u->request.signatures.size()) + " of them");
     if (session_) session_->send(reply.value());
+    if (sum && leaving_) {  // its masked evaluation of the last round is unmasked: nothing more to do
+      log(log_level::info, "exiting after the evaluation of round " + std::to_string(round) + " (exit_after_rounds)");
+      boost::asio::post(io_, [this] { stop(); });
+    }
   }
 }
 

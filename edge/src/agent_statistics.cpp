@@ -39,7 +39,13 @@ void agent::on_stats(const net::msg::stats& q) {
     const std::string text = net::to_json(asked);
     auto round = secure_round::start_sum(*q.secure, 0, crypto::sha256_of(std::as_bytes(std::span(text))), length, *secure_, config_.privacy);
     if (!round) return refuse(what, round.error());
-    summing_.emplace(statistics_sum{.request = q, .round = std::move(round).value(), .values = std::nullopt});
+    summing_.emplace(masked_sum{.label = what,
+                                .round = std::move(round).value(),
+                                .request = q,
+                                .reply = [pass = q.pass](std::vector<std::byte> masked) -> net::message {
+                                  return net::msg::stats_reply{.pass = pass, .masked = std::move(masked)};
+                                },
+                                .values = std::nullopt});
     if (session_) session_->send(summing_->round->keys_message());
   }
   const std::uint64_t generation = ++generation_;
@@ -84,7 +90,7 @@ void agent::on_measured(std::uint64_t generation, core::result<net::msg::stats_r
                                                     q.target_mean, q.task, scale);
     if (!values) return refuse("the statistics (pass " + std::to_string(q.pass) + ")", make_error(errc::inputs_mismatch, values.error().message));
     summing_->values = std::move(values).value();
-    if (summing_->round->has_inbox()) send_masked_statistics();
+    if (summing_->round->has_inbox()) send_masked_sum();
     return;
   }
   log(log_level::info, "statistics (pass " + std::to_string(reply.value().pass) + ") of " + std::to_string(reply.value().examples) +
@@ -92,15 +98,36 @@ void agent::on_measured(std::uint64_t generation, core::result<net::msg::stats_r
   if (session_) session_->send(reply.value());
 }
 
-void agent::send_masked_statistics() {
-  statistics_sum& s = *summing_;
-  const std::string what = "the statistics (pass " + std::to_string(s.request.pass) + ")";
-  if (auto ok = s.round->mask_values(std::move(*s.values)); !ok) return refuse(what, ok.error());
+void agent::start_masked_evaluation(const net::msg::assign& a) {
+  const std::string what = "the evaluation of round " + std::to_string(a.round);
+  // Keys signed over the model's digest: every evaluator was sent the same model, or its neighbours
+  // refuse the roster.
+  auto round = secure_round::start_sum(*a.secure, a.round, a.sha256, core::k_score_vector_length, *secure_, config_.privacy);
+  if (!round) {
+    job_.reset();
+    return refuse(what, round.error());
+  }
+  net::msg::stats scale{.pass = 0};  // pass 0: no statistics; the score's scale
+  scale.max_examples = a.max_examples;
+  scale.bounds = {a.loss_bound};
+  summing_.emplace(masked_sum{.label = what,
+                              .round = std::move(round).value(),
+                              .request = std::move(scale),
+                              .reply = [r = a.round, transfer = a.transfer](std::vector<std::byte> masked) -> net::message {
+                                return net::msg::evaluation{.round = r, .transfer = transfer, .masked = std::move(masked)};
+                              },
+                              .values = std::nullopt});
+  if (session_) session_->send(summing_->round->keys_message());
+}
+
+void agent::send_masked_sum() {
+  masked_sum& s = *summing_;
+  if (auto ok = s.round->mask_values(std::move(*s.values)); !ok) return refuse(s.label, ok.error());
   s.values.reset();
-  log(log_level::info, "statistics (pass " + std::to_string(s.request.pass) + ") masked and sent: the hub learns only the fleet's sum");
+  log(log_level::info, s.label + " masked and sent: the hub learns only the fleet's sum");
   if (!session_) return;
   session_->send(s.round->masked_with());
-  session_->send(net::msg::stats_reply{.pass = s.request.pass, .masked = std::vector<std::byte>(s.round->upload().begin(), s.round->upload().end())});
+  session_->send(s.reply(std::vector<std::byte>(s.round->upload().begin(), s.round->upload().end())));
 }
 
 }  // namespace tessera::edge

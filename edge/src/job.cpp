@@ -32,8 +32,9 @@ core::result<core::training_task> check_assignment(const net::msg::assign& a, co
                                                  std::to_string(limits.max_batch));
   if (std::find(limits.codecs.begin(), limits.codecs.end(), a.blob_codec) == limits.codecs.end())
     return make_error(errc::codec_disabled, "codec " + std::string(core::to_string(a.blob_codec)) + " is not enabled on this device");
-  if (a.secure && !a.evaluate && limits.secure == nullptr)
-    return make_error(errc::secure_refused, "the assignment uses secure aggregation, which this device's secure_aggregation (off) refuses");
+  if (a.secure && limits.secure == nullptr)
+    return make_error(errc::secure_refused, std::string(a.evaluate ? "the evaluation" : "the assignment") +
+                                                " uses secure aggregation, which this device's secure_aggregation (off) refuses");
   if (!a.secure && !a.evaluate && limits.require_secure)
     return make_error(errc::secure_refused, "the assignment uploads in the clear; this device's secure_aggregation is 'require'");
   if (a.secure && !a.evaluate) TESSERA_TRY(secure_round::check(*a.secure, t.arch));

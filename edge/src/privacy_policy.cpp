@@ -75,7 +75,7 @@ core::result<void> check_request_policy(std::string_view what, const privacy_pol
 
 core::result<void> check_assignment_policy(const net::msg::assign& a, const core::training_task& task, const privacy_policy& policy,
                                            secure_mode secure) {
-  if (a.evaluate) return check_request_policy("evaluation", policy, secure);
+  if (a.evaluate) return check_request_policy("evaluation", policy, secure, a.secure ? &*a.secure : nullptr);
   if (!a.secure) {
     if (policy.min_noise_multiplier > 0)
       return refused("the round uploads in the clear, so only the hub could add the noise and this device cannot check it; its "

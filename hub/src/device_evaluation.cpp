@@ -28,6 +28,7 @@ device_evaluation::device_evaluation(const hub_context& ctx, rounds::engine& eng
       round_(static_cast<std::uint64_t>(engine.completed())),
       widths_(net::hidden_widths(engine.full_arch())),
       hyper_json_(net::task_to_json(engine.evaluation_task())) {
+  if (ctx.config.secure_aggregation.enabled) mask(evaluators);
   for (auto& e : evaluators) {
     auto& copy = model_[e.codec];
     if (!copy.first) {
@@ -42,6 +43,29 @@ device_evaluation::device_evaluation(const hub_context& ctx, rounds::engine& eng
     }
     waiting_.emplace(e.id, std::move(e));
   }
+}
+
+void device_evaluation::mask(std::vector<rounds::evaluator>& evaluators) {
+  std::map<core::codec_kind, std::size_t> codecs;
+  for (const auto& e : evaluators) ++codecs[e.codec];
+  const auto common = std::max_element(codecs.begin(), codecs.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  std::erase_if(evaluators, [&](const rounds::evaluator& e) {
+    if (common == codecs.end() || e.codec == common->first) return false;
+    ctx_->say(log_level::warning, "device " + e.id + " does not evaluate the model after round " + std::to_string(round_) + ": its copy travels in " +
+                                      std::string(core::to_string(e.codec)) + ", the others' in " + std::string(core::to_string(common->first)) +
+                                      ", and a masked evaluation sends one model to every device");
+    return true;
+  });
+  auto sum = rounds::evaluation_sum(ctx_->config.secure_aggregation, evaluators, static_cast<std::int64_t>(round_));
+  if (!sum) {
+    ctx_->say(log_level::warning, "round " + std::to_string(round_) + ": the devices do not evaluate the model: " + sum.error().message);
+    evaluators.clear();
+    return;
+  }
+  max_examples_ = rounds::evaluation_max_examples(evaluators);
+  auto party = std::make_unique<sum_party>(std::move(sum).value(), "the evaluation of round " + std::to_string(round_), round_);
+  party_ = party.get();
+  secure_.emplace(*ctx_, std::move(party), *devices_);
 }
 
 void device_evaluation::send_all() {
@@ -60,14 +84,21 @@ void device_evaluation::send(device_entry& d, const std::string& id) {
   if (!d.session) return;  // it gets the model when it reconnects
   d.download_id = devices_->next_transfer();  // fresh, so a restarted agent never resumes another download
   d.download = std::make_shared<download_slot>(d.download_id, bytes, sha);
-  d.session->send(net::msg::assign{.round = round_,
-                                   .widths = widths_,
-                                   .hyper_json = hyper_json_,
-                                   .transfer = d.download_id,
-                                   .size = bytes->size(),
-                                   .blob_codec = e.codec,
-                                   .sha256 = sha,
-                                   .evaluate = true});
+  net::msg::assign a{.round = round_,
+                     .widths = widths_,
+                     .hyper_json = hyper_json_,
+                     .transfer = d.download_id,
+                     .size = bytes->size(),
+                     .blob_codec = e.codec,
+                     .sha256 = sha,
+                     .evaluate = true};
+  if (party_ != nullptr) {
+    const crypto::secagg_params& p = party_->params();
+    a.secure = net::msg::secure_assign{.params = p, .segments = {0}, .rounding_key = party_->sum().rounding_key(id), .upload_size = p.segments[0].length * 8};
+    a.max_examples = static_cast<std::uint64_t>(max_examples_);
+    a.loss_bound = rounds::k_evaluation_loss_bound;
+  }
+  d.session->send(a);
   d.session->send_blob(std::shared_ptr<net::outgoing_transfer>(d.download, &d.download->out));
 }
 
@@ -75,6 +106,10 @@ bool device_evaluation::on_reply(const std::string& id, device_entry& d, const n
   if (!expects(id) || e.round != round_ || e.transfer != d.download_id) {
     ctx_->say(log_level::warning, unasked(id, e.round));
     return false;
+  }
+  if (party_ != nullptr) {
+    count_download(d);
+    return take_masked(id, e);
   }
   // Its score counts as many examples as it said it holds out: a device cannot outweigh the others by
   // claiming more.
@@ -94,10 +129,26 @@ bool device_evaluation::drop(const std::string& id, const std::string& why) {
   ctx_->say(log_level::warning, "device " + id + " left out of the evaluation after round " + std::to_string(round_) + ": " + why);
   waiting_.erase(id);
   count_download((*devices_)[id]);
-  return waiting_.empty();
+  if (party_ == nullptr) return waiting_.empty();
+  party_->refuse(id, why);
+  return secure_->at() == secure_steps::step::uploads ? party_->all_uploaded() : secure_->done();
+}
+
+// A masked score: into the sum (its protocol's uploads step only).
+bool device_evaluation::take_masked(const std::string& id, const net::msg::evaluation& e) {
+  waiting_.erase(id);
+  auto ok = e.masked.empty() ? core::result<void>(core::make_error(core::errc::invalid_argument, "its score came in the clear, not masked"))
+            : secure_->at() != secure_steps::step::uploads ? core::result<void>(core::make_error(core::errc::invalid_argument, "its masked score came outside the uploads"))
+                                                            : party_->add_masked(id, e.masked);
+  if (!ok) {
+    ctx_->say(log_level::warning, "device " + id + " left out of the evaluation after round " + std::to_string(round_) + ": " + ok.error().message);
+    party_->refuse(id, ok.error().message);
+  }
+  return party_->all_uploaded();
 }
 
 void device_evaluation::time_out() const {
+  if (party_ != nullptr) return;  // the protocol ends it (its unmasking goes on with who uploaded)
   for (const auto& [id, e] : waiting_)
     ctx_->say(log_level::warning, "device " + id + " left out of the evaluation after round " + std::to_string(round_) +
                                       ": no answer within round_deadline_s");
@@ -105,6 +156,13 @@ void device_evaluation::time_out() const {
 
 rounds::round_metrics device_evaluation::finish() {
   for (const auto& [id, e] : waiting_) count_download((*devices_)[id]);
+  if (party_ != nullptr) {
+    auto released = party_->sum().finish();
+    if (released) {
+      if (auto ok = rounds::add_released_scores(released.value(), max_examples_, scores_); !ok) released = ok.error();
+    }
+    if (!released) ctx_->say(log_level::warning, "round " + std::to_string(round_) + ": the devices' scores are withheld: " + released.error().message);
+  }
   engine_->note_federated(scores_, metrics_);
   metrics_.fed.bytes_down = bytes_down_;
   if (!metrics_.fed.devices) ctx_->say(log_level::warning, "round " + std::to_string(round_) + ": no device evaluated the model");

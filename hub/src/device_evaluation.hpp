@@ -9,10 +9,18 @@
 //   device_evaluation eval(ctx, engine, devices, std::move(metrics), std::move(who));
 //   eval.send_all();
 //   ... if (eval.on_reply(id, device, reply)) record(eval.finish());
+//
+// Under secure aggregation the scores are one masked sum (DESIGN §6): ASSIGN carries the sum's secure
+// part and the score's scale, the protocol's steps run as a training round's (secure()), each reply is a
+// masked vector, on_reply's true means every vector is in (the driver then asks for the unmasking), and
+// finish() takes the released sum: the fleet's accuracy and loss, no device's own. Every evaluator
+// gets the same copy of the model (its digest is what their keys sign): one whose codec differs from
+// the most common is left out.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -20,6 +28,7 @@
 
 #include "device_registry.hpp"
 #include "hub_context.hpp"
+#include "secure_steps.hpp"
 #include "tessera/rounds/engine.hpp"
 #include "tessera/rounds/metrics.hpp"
 
@@ -39,6 +48,9 @@ class device_evaluation {
   [[nodiscard]] std::uint64_t round() const noexcept { return round_; }
   [[nodiscard]] bool expects(const std::string& id) const { return waiting_.contains(id); }
   [[nodiscard]] bool done() const noexcept { return waiting_.empty(); }
+  // The masked sum's protocol, or null (scores in the clear).
+  [[nodiscard]] secure_steps* secure() noexcept { return secure_ ? &*secure_ : nullptr; }
+  [[nodiscard]] bool all_uploaded() const { return party_ != nullptr && party_->all_uploaded(); }
 
   // The model to every evaluator.
   void send_all();
@@ -61,6 +73,9 @@ class device_evaluation {
  private:
   // What an evaluator's download sent, once it is done with it.
   void count_download(device_entry& d);
+  // Under secure aggregation: the sum over `evaluators`, all of one codec.
+  void mask(std::vector<rounds::evaluator>& evaluators);
+  [[nodiscard]] bool take_masked(const std::string& id, const net::msg::evaluation& e);
 
   const hub_context* ctx_;
   rounds::engine* engine_;
@@ -74,6 +89,9 @@ class device_evaluation {
   std::map<core::codec_kind, std::pair<std::shared_ptr<const std::vector<std::byte>>, net::digest>> model_;
   rounds::federated_scores scores_;
   std::uint64_t bytes_down_ = 0;  // of the model, to the devices (resent bytes included)
+  std::optional<secure_steps> secure_;
+  sum_party* party_ = nullptr;  // secure_'s
+  std::int64_t max_examples_ = 0;
 };
 
 }  // namespace tessera::hub

@@ -67,7 +67,7 @@ bool fleet_statistics::ask_masked(net::msg::stats m) {
     return true;
   }
   const std::string what = "the statistics' pass " + std::to_string(m.pass);
-  auto party = std::make_unique<sum_party>(std::move(sum).value(), what);
+  auto party = std::make_unique<sum_party>(std::move(sum).value(), what, 0);
   party_ = party.get();
   secure_.emplace(*ctx_, std::move(party), *devices_);
   const auto scale = gathering_.scale();

@@ -37,6 +37,8 @@ void round_driver::on_hello(const std::shared_ptr<net::session>& s, device_entry
     // It still holds the model: the rest of it, or (all of it arrived) its EVALUATION is on its way.
     if (const auto offset = held_offset(h, d)) {
       if (*offset < d.download->out.size()) resend_from(s, d, *offset);
+    } else if (ep->eval.secure() != nullptr) {
+      drop_from_evaluation(id, "it lost the model, and with it its keys of the masked evaluation");
     } else {
       ep->eval.send(d, id);
     }
@@ -59,6 +61,7 @@ void round_driver::on_hello(const std::shared_ptr<net::session>& s, device_entry
   }
   // After its assignment, the consistency check or the unmasking may still need it.
   if (uploads_over()) in<secure_phase>()->steps.send_step(d, id);
+  else if (auto* ep = in<evaluating_phase>(); ep != nullptr && ep->eval.secure() != nullptr) ep->eval.secure()->send_step(d, id);
   maybe_start_round();
 }
 
@@ -107,7 +110,9 @@ void round_driver::on_evaluation(const std::shared_ptr<net::session>& s, const n
   d.seen();
   auto* ep = in<evaluating_phase>();
   if (ep == nullptr) return ctx_.say(log_level::warning, device_evaluation::unasked(id, e.round));
-  if (ep->eval.on_reply(id, d, e)) end_evaluation();
+  if (!ep->eval.on_reply(id, d, e)) return;
+  if (ep->eval.secure() != nullptr) return advance_secure();  // every masked score is in: the unmasking
+  end_evaluation();
 }
 
 void round_driver::on_secure(const std::shared_ptr<net::session>& s, const net::message& m) {

@@ -85,17 +85,26 @@ void round_driver::start_evaluation(rounds::round_metrics m, clock_type::time_po
   deadline_timer_.async_wait([this, round = eval.round()](const boost::system::error_code& ec) {
     auto* ep = in<evaluating_phase>();
     if (ec || ep == nullptr || ep->eval.round() != round) return;
+    if (ep->eval.secure() != nullptr) return end_collection();  // the masked sum's unmasking, with who uploaded
     ep->eval.time_out();
     end_evaluation();
   });
+  if (eval.secure() != nullptr) {
+    arm_secure_step();
+    advance_secure();
+  }
 }
 
 void round_driver::drop_from_evaluation(const std::string& id, const std::string& why) {
-  if (auto* ep = in<evaluating_phase>(); ep != nullptr && ep->eval.drop(id, why)) end_evaluation();
+  auto* ep = in<evaluating_phase>();
+  if (ep == nullptr || !ep->eval.drop(id, why)) return;
+  if (ep->eval.secure() != nullptr) return advance_secure();
+  end_evaluation();
 }
 
 void round_driver::end_evaluation() {
   deadline_timer_.cancel();
+  secure_timer_.cancel();
   evaluating_phase& ep = *in<evaluating_phase>();
   const auto started = ep.started;
   rounds::round_metrics m = ep.eval.finish();
@@ -112,6 +121,7 @@ void round_driver::start_secure(clock_type::time_point started) {
 secure_steps* round_driver::active_steps() noexcept {
   if (auto* sp = in<secure_phase>()) return &sp->steps;
   if (auto* st = in<statistics_phase>()) return st->stats.secure();
+  if (auto* ep = in<evaluating_phase>()) return ep->eval.secure();
   return nullptr;
 }
 
@@ -157,12 +167,14 @@ void round_driver::advance_secure() {
 
 bool round_driver::uploads_in() const {
   if (const auto* st = std::get_if<statistics_phase>(&phase_)) return st->stats.all_uploaded();
+  if (const auto* ep = std::get_if<evaluating_phase>(&phase_)) return ep->eval.all_uploaded();
   return engine_->all_reported();
 }
 
 // The protocol is over (released, or it cannot go on): what it summed ends.
 void round_driver::secure_over() {
   if (in<statistics_phase>() != nullptr) return end_statistics_pass();
+  if (in<evaluating_phase>() != nullptr) return end_evaluation();
   close_round();
 }
 

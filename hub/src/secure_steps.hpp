@@ -67,9 +67,10 @@ class engine_party final : public secure_party {
 // A sum outside a round: its members, who is still in, whose masked vector is in.
 class sum_party final : public secure_party {
  public:
-  sum_party(rounds::secure_sum sum, std::string what) : sum_(std::move(sum)), what_(std::move(what)) {}
+  // `round`: the round its messages name (0 for the statistics, before round 1).
+  sum_party(rounds::secure_sum sum, std::string what, std::uint64_t round) : sum_(std::move(sum)), what_(std::move(what)), round_(round) {}
   [[nodiscard]] std::string what() const override { return what_; }
-  [[nodiscard]] std::uint64_t round() const override { return 0; }
+  [[nodiscard]] std::uint64_t round() const override { return round_; }
   [[nodiscard]] crypto::secagg_server& server() override { return sum_.server(); }
   [[nodiscard]] const crypto::secagg_params& params() const override { return sum_.params(); }
   [[nodiscard]] std::vector<std::string> open_members() const override;
@@ -85,6 +86,7 @@ class sum_party final : public secure_party {
  private:
   rounds::secure_sum sum_;
   std::string what_;
+  std::uint64_t round_;
   std::set<std::string> out_, uploaded_;
 };
 

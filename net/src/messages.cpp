@@ -87,6 +87,10 @@ json fields(const msg::assign& v) {
             {"sha256", hex_of(v.sha256)}};
   if (v.evaluate) j["evaluate"] = true;
   if (v.secure) j["secure"] = detail::secure_assign_object(*v.secure);
+  if (v.evaluate && v.secure) {
+    j["max_examples"] = v.max_examples;
+    j["loss_bound"] = v.loss_bound;
+  }
   return j;
 }
 
@@ -111,6 +115,11 @@ void read_fields(reader& r, msg::assign& a) {
   a.sha256 = r.sha256("sha256");
   if (r.has("evaluate")) a.evaluate = r.boolean("evaluate");
   if (r.has("secure")) detail::read_secure_assign(r, a.secure.emplace());
+  if (!r.failed() && a.evaluate && a.secure) {  // the masked score's scale
+    a.max_examples = r.u64("max_examples", std::uint64_t{1} << 24);
+    a.loss_bound = r.finite("loss_bound");
+    if (!r.failed() && !(a.loss_bound > 0)) r.fail("loss_bound", "must be positive");
+  }
 }
 
 json fields(const msg::ack& v) { return {{"transfer", v.transfer}, {"offset", v.offset}}; }
@@ -250,6 +259,7 @@ void read_fields(reader& r, msg::stats_reply& s) {
 }
 
 json fields(const msg::evaluation& v) {
+  if (!v.masked.empty()) return {{"round", v.round}, {"transfer", v.transfer}, {"masked", core::base64_encode(v.masked)}};
   return {{"round", v.round}, {"transfer", v.transfer}, {"examples", v.examples}, {"loss_sum", v.loss_sum},
           {"correct", v.correct}};
 }
@@ -257,6 +267,11 @@ json fields(const msg::evaluation& v) {
 void read_fields(reader& r, msg::evaluation& e) {
   e.round = r.u64("round");
   e.transfer = r.u64("transfer");
+  if (r.has("masked")) {  // the score's three ring values, 8 bytes each
+    e.masked = r.bytes("masked", 3 * 8);
+    if (!r.failed() && e.masked.size() != 3 * 8) r.fail("masked", "not three 64-bit ring values");
+    return;
+  }
   e.examples = r.u64("examples", std::uint64_t{1} << 53);
   e.loss_sum = r.finite("loss_sum");
   e.correct = r.u64("correct", e.examples);

@@ -35,7 +35,7 @@ std::vector<evaluator> engine::plan_evaluation(std::vector<device_offer> offers,
       excluded.push_back({o.id, "scoring the whole model needs " + core::mib_text(need) + "; the budget is " + core::mib_text(o.budget_bytes)});
       continue;
     }
-    out.push_back({.id = o.id, .codec = codec, .blob_bytes = core::encoded_bytes(full_, codec)});
+    out.push_back({.id = o.id, .codec = codec, .blob_bytes = core::encoded_bytes(full_, codec), .examples = o.validation_examples});
   }
   return out;
 }

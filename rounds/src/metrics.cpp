@@ -106,9 +106,12 @@ std::string round_metrics::to_line() const {
   if (fed.devices && exact_withheld) {
     std::snprintf(buf, sizeof buf, "  fed scored on %zu device%s (withheld)", *fed.devices, *fed.devices == 1 ? "" : "s");
     line += buf;
-  } else if (fed.devices && fed.accuracy) {
+  } else if (fed.devices && fed.accuracy && fed.accuracy_min) {
     std::snprintf(buf, sizeof buf, "  fed %.2f%% on %zu device%s (%.1f-%.1f%%)", *fed.accuracy * 100.0, *fed.devices,
-                  *fed.devices == 1 ? "" : "s", fed.accuracy_min.value_or(0) * 100.0, fed.accuracy_max.value_or(0) * 100.0);
+                  *fed.devices == 1 ? "" : "s", *fed.accuracy_min * 100.0, fed.accuracy_max.value_or(0) * 100.0);
+    line += buf;
+  } else if (fed.devices && fed.accuracy) {  // a masked sum: no device's own accuracy
+    std::snprintf(buf, sizeof buf, "  fed %.2f%% on %zu device%s (masked sum)", *fed.accuracy * 100.0, *fed.devices, *fed.devices == 1 ? "" : "s");
     line += buf;
   } else if (fed.devices && fed.loss) {
     std::snprintf(buf, sizeof buf, "  fed loss %.4f on %zu device%s", *fed.loss, *fed.devices, *fed.devices == 1 ? "" : "s");
@@ -140,8 +143,22 @@ void federated_scores::add(device_score s) {
   scores_.push_back(std::move(s));
 }
 
+void federated_scores::add_sum(std::size_t devices, const device_score& total) {
+  if (devices == 0 || total.examples <= 0) return;
+  scores_ = {total};
+  sum_devices_ = devices;
+}
+
 void federated_scores::fill(round_metrics& m, bool classification) const {
   if (scores_.empty()) return;
+  if (sum_devices_ > 0) {  // one released sum: the fleet's figures, no device's own
+    const device_score& s = scores_.front();
+    m.fed.devices = sum_devices_;
+    m.fed.examples = s.examples;
+    m.fed.loss = s.loss_sum / static_cast<double>(s.examples);
+    if (classification) m.fed.accuracy = static_cast<double>(s.correct) / static_cast<double>(s.examples);
+    return;
+  }
   std::vector<const device_score*> order;
   for (const auto& s : scores_) order.push_back(&s);
   std::sort(order.begin(), order.end(), [](const device_score* a, const device_score* b) { return natural_less(a->id, b->id); });

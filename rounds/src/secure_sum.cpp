@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "tessera/core/base/endian.hpp"
+#include "tessera/core/data/stats_vector.hpp"
 #include "tessera/crypto/secagg_graph.hpp"
 #include "tessera/rounds/error.hpp"
 #include "tessera/rounds/natural_order.hpp"
@@ -96,6 +97,24 @@ core::result<secure_sum::released> secure_sum::finish() const {
   TESSERA_ASSIGN_OR_RETURN(const auto ring, crypto::fixed_point::create(s_->params.clip, s_->params.bits, s_->params.summands));
   out.resolution = static_cast<double>(out.survivors.size()) * ring.step();
   return out;
+}
+
+std::int64_t evaluation_max_examples(std::span<const evaluator> evaluators) noexcept {
+  std::uint64_t most = 1;
+  for (const auto& e : evaluators) most = std::max(most, e.examples);
+  return static_cast<std::int64_t>(most);
+}
+
+core::result<secure_sum> evaluation_sum(const secure_aggregation_config& sa, std::span<const evaluator> evaluators, std::int64_t round) {
+  std::vector<std::string> ids;
+  for (const auto& e : evaluators) ids.push_back(e.id);
+  return secure_sum::create(sa, std::move(ids), core::k_score_vector_length, "evaluation of round " + std::to_string(round));
+}
+
+core::result<void> add_released_scores(const secure_sum::released& r, std::int64_t max_examples, federated_scores& scores) {
+  TESSERA_ASSIGN_OR_RETURN(const auto s, core::score_from_vector(r.sum, max_examples, k_evaluation_loss_bound));
+  scores.add_sum(r.survivors.size(), {.id = {}, .examples = s.examples, .loss_sum = s.loss_sum, .correct = s.correct});
+  return {};
 }
 
 }  // namespace tessera::rounds

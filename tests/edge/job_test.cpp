@@ -469,10 +469,14 @@ TEST_CASE("secure aggregation: an ASSIGN whose ring cannot exist is refused befo
     REQUIRE_FALSE(started.ok());
     CHECK(started.error().code == edge::errc::secure_step);
     CHECK(started.error().message == checked.error().message);
-    // Scoring the model uploads nothing: the same secure part does not stop an evaluation.
+    // An evaluation's secure part is its masked score's, which secure_round::start_sum checks: the
+    // training ring's fields do not stop it here; a device without secure aggregation refuses it.
     auto evaluation = a;
     evaluation.evaluate = true;
-    CHECK(edge::check_assignment(evaluation, roomy()).ok());
+    edge::device_limits with_keys = roomy();
+    with_keys.secure = &me;
+    CHECK(edge::check_assignment(evaluation, with_keys).ok());
+    CHECK(edge::check_assignment(evaluation, roomy()).error().code == edge::errc::secure_refused);
   }
 }
 

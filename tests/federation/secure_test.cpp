@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,15 @@
 
 namespace tessera::testing {
 namespace {
+
+// Lines of an agent's log about a training round's protocol ("[edge …] round 3: …") that hold `what`
+// (an evaluation's masked sum logs as "the evaluation of round 3: …").
+std::size_t round_lines(const std::string& log, const std::string& what) {
+  std::size_t n = 0;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);) n += line.find("] round ") != std::string::npos && line.find(what) != std::string::npos ? 1 : 0;
+  return n;
+}
 
 constexpr int k_devices = 6;
 constexpr int k_rounds = 3;
@@ -91,13 +101,15 @@ TEST_CASE("federation: secure aggregation — the hub holds only masked uploads 
     require_exit_0(hub.process, 180s);
     for (child_process* a : agents) {
       check_agent_left(*a, k_rounds);
-      if (secure) CHECK(count_of(a->err(), "unmasking shares sent") == k_rounds);
+      if (secure) CHECK(round_lines(a->err(), "unmasking shares sent") == k_rounds);
       // Everyone is everyone's neighbour, or (sparse) the 2 on the ring and the group's other 2 at most.
-      if (tag == "secure" || tag == "secure-fedavg") CHECK(count_of(a->err(), "a roster of 6 devices; keys of 5 neighbours") == k_rounds);
+      if (tag == "secure" || tag == "secure-fedavg") CHECK(round_lines(a->err(), "a roster of 6 devices; keys of 5 neighbours") == k_rounds);
       if (tag == "secure-sparse") {
-        CHECK(count_of(a->err(), "a roster of 6 devices; keys of") == k_rounds);
-        CHECK(count_of(a->err(), "a roster of 6 devices; keys of 5 neighbours") == 0);
+        CHECK(round_lines(a->err(), "a roster of 6 devices; keys of") == k_rounds);
+        CHECK(round_lines(a->err(), "a roster of 6 devices; keys of 5 neighbours") == 0);
       }
+      // The devices' scores of each round's model: one masked sum a round, never a score in the clear.
+      if (secure) CHECK(count_of(a->err(), "masked and sent: the hub learns only the fleet's sum") == k_rounds);
     }
 
     // What the hub received: under secure aggregation every upload's bytes are uniform; in the clear

@@ -154,7 +154,7 @@ TEST_CASE("federation: tabular data in mixed units, standardized with the fleet'
   CHECK_MESSAGE(out.find(expected) != std::string::npos, out);
 }
 
-TEST_CASE("federation: under secure aggregation the fleet's statistics are masked sums, tessera-sim's to the bit") {
+TEST_CASE("federation: under secure aggregation the fleet's statistics and scores are masked sums, tessera-sim's to the bit") {
   fleet f("fed_tabular_masked");
   INFO(f.diagnostics());
   const std::string train = f.file("train.csv"), test = f.file("test.csv");
@@ -200,7 +200,24 @@ TEST_CASE("federation: under secure aggregation the fleet's statistics are maske
     CHECK(count_of(a->err(), "statistics (pass 1) masked and sent") == 1);
     CHECK(count_of(a->err(), "statistics (pass 2) masked and sent") == 1);
     CHECK(count_of(a->err(), "examples sent") == 0);  // nothing in the clear
+    for (int r = 1; r <= rounds; ++r) CHECK(count_of(a->err(), "the evaluation of round " + std::to_string(r) + " masked and sent") == 1);
     CHECK(count_of(a->err(), "refusing") == 0);
+  }
+  // The devices' scores, one masked sum a round: the fleet's accuracy and loss, the simulator's to the
+  // bit, and no device's own (no spread of the devices' accuracies).
+  const auto hub_rounds = read_metrics(f.file("hub.jsonl"));
+  const auto sim_rounds = read_metrics(f.file("sim-masked.jsonl"));
+  REQUIRE(hub_rounds.size() == static_cast<std::size_t>(rounds));
+  REQUIRE(sim_rounds.size() == hub_rounds.size());
+  for (std::size_t r = 0; r < hub_rounds.size(); ++r) {
+    CAPTURE(r);
+    REQUIRE(hub_rounds[r].contains("fed_accuracy"));
+    CHECK(hub_rounds[r].at("fed_devices") == k_devices);
+    CHECK(hub_rounds[r].at("fed_examples") == 320);
+    CHECK(hub_rounds[r].at("fed_accuracy").get<double>() == sim_rounds[r].at("fed_accuracy").get<double>());
+    CHECK(hub_rounds[r].at("fed_loss").get<double>() == sim_rounds[r].at("fed_loss").get<double>());
+    CHECK(hub_rounds[r].at("fed_accuracy_min").is_null());
+    CHECK(hub_rounds[r].at("fed_accuracy_max").is_null());
   }
   // The released sums are the simulator's plain sum of the same encodings: the same statistics and the
   // same model, to the bit.

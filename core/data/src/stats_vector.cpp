@@ -1,5 +1,6 @@
 #include "tessera/core/data/stats_vector.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -172,6 +173,36 @@ result<stats_spread> spread_from_vector(std::span<const double> v, std::span<con
   if (!classifies(task)) {
     TESSERA_ASSIGN_OR_RETURN(out.target_sq_dev, square(scales.size() - 1));
   }
+  return out;
+}
+
+result<std::vector<float>> score_vector(const score_sum& s, std::int64_t max_examples, double loss_bound) {
+  const stats_scale scale{.max_examples = max_examples, .bounds = {loss_bound}};
+  TESSERA_TRY(check_scale(scale, 0));
+  TESSERA_TRY(check_examples(s.examples, scale));
+  const double c = count_scale(scale);
+  if (!(s.loss_sum >= 0 && s.loss_sum <= loss_bound * static_cast<double>(s.examples)))
+    return make_error(errc::invalid_argument, "its loss per example " + number(s.loss_sum / static_cast<double>(std::max<std::int64_t>(s.examples, 1))) +
+                                                  " passes the evaluation's bound " + number(loss_bound));
+  const std::vector<double> v{static_cast<double>(s.examples), s.loss_sum, static_cast<double>(s.correct)};
+  const std::vector<double> scales{c, c * loss_bound, c};
+  return divide(v, scales);
+}
+
+result<score_sum> score_from_vector(std::span<const double> v, std::int64_t max_examples, double loss_bound) {
+  const stats_scale scale{.max_examples = max_examples, .bounds = {loss_bound}};
+  TESSERA_TRY(check_scale(scale, 0));
+  if (v.size() != k_score_vector_length)
+    return make_error(errc::bad_format, "a released score of " + std::to_string(v.size()) + " values, not " + std::to_string(k_score_vector_length));
+  const double c = count_scale(scale);
+  score_sum out;
+  TESSERA_ASSIGN_OR_RETURN(out.examples, count_of(v[0] * c, "example count"));
+  TESSERA_ASSIGN_OR_RETURN(out.correct, count_of(v[2] * c, "count of correct predictions"));
+  out.loss_sum = v[1] * c * loss_bound;
+  if (out.correct > out.examples || out.loss_sum < -1e-9 * c * loss_bound)
+    return make_error(errc::bad_format, "a released score no devices could give (" + std::to_string(out.correct) + " correct of " +
+                                            std::to_string(out.examples) + ", loss " + number(out.loss_sum) + ")");
+  out.loss_sum = std::max(0.0, out.loss_sum);
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include "tessera/core/train/device_round.hpp"
 #include "tessera/core/train/training_block.hpp"
 #include "tessera/rounds/sim/shards.hpp"
+#include "tessera/rounds/secure_sum.hpp"
 #include "tessera/rounds/statistics.hpp"
 
 namespace tessera::sim {
@@ -212,6 +213,19 @@ core::result<void> simulation::evaluate_on_devices(rounds::round_metrics& m) {
   const core::training_task task = engine_.evaluation_task();
   const core::network net(task.arch);
   rounds::federated_scores scores;
+  // Under secure aggregation the scores are one masked sum, as the hub gathers them: each device's
+  // vector encoded as its agent encodes it, added unmasked.
+  std::optional<rounds::secure_sum> sum;
+  const std::int64_t most = rounds::evaluation_max_examples(evaluators);
+  const auto withheld = [this](const core::error& why) {
+    if (log_) log_(core::log_level::warning, "the devices' evaluation is withheld: " + why.message);
+    return core::result<void>{};
+  };
+  if (config_.secure_aggregation.enabled) {
+    auto s = rounds::evaluation_sum(config_.secure_aggregation, evaluators, engine_.completed());
+    if (!s) return withheld(s.error());
+    sum = std::move(s).value();
+  }
   std::uint64_t bytes = 0;
   for (const auto& e : evaluators) {
     bytes += e.blob_bytes;
@@ -223,7 +237,18 @@ core::result<void> simulation::evaluate_on_devices(rounds::round_metrics& m) {
       return make_error(errc::not_finite, e.id + " evaluation download: " + ok.error().message);
     TESSERA_ASSIGN_OR_RETURN(const auto ev, core::evaluate_in(net, block.params(), *d.validation, block.buffers(), task.batch,
                                                               task.normalization.get()));
-    scores.add({.id = e.id, .examples = ev.examples, .loss_sum = ev.loss_sum, .correct = ev.correct});
+    if (!sum) {
+      scores.add({.id = e.id, .examples = ev.examples, .loss_sum = ev.loss_sum, .correct = ev.correct});
+      continue;
+    }
+    auto v = core::score_vector({.examples = ev.examples, .loss_sum = ev.loss_sum, .correct = ev.correct}, most, rounds::k_evaluation_loss_bound);
+    if (!v) return core::error{v.error().code, "device " + e.id + "'s evaluation: " + v.error().message};
+    TESSERA_TRY(sum->add_plain(e.id, v.value()));
+  }
+  if (sum) {
+    auto released = sum->finish();
+    if (!released) return withheld(released.error());
+    TESSERA_TRY(rounds::add_released_scores(released.value(), most, scores));
   }
   engine_.note_federated(scores, m);
   m.fed.bytes_down = bytes;

@@ -92,8 +92,11 @@ class agent {
   void on_secure(const net::message& m);
   void send_masked();
   void on_measured(std::uint64_t generation, core::result<net::msg::stats_reply> reply);
-  // Statistics under secure aggregation: the measured pass as its vector, masked once the inbox is in.
-  void send_masked_statistics();
+  // A sum under secure aggregation (statistics, an evaluation): its vector masked once the inbox is in,
+  // and sent in its message.
+  void send_masked_sum();
+  // An evaluation under secure aggregation: its protocol begins beside the job.
+  void start_masked_evaluation(const net::msg::assign& a);
   // Stops the job in progress: its worker is joined, the link lets go of its transfers, and its arena
   // is released as soon as nothing holds it (a CHUNK being read into it or written from it).
   void cancel_job();
@@ -124,14 +127,19 @@ class agent {
   std::unique_ptr<secure_identity> secure_;        // null: secure_aggregation off
   std::unique_ptr<privacy_budget> budget_;         // null: no privacy.max_epsilon
   std::unique_ptr<secure_round> unmasking_;        // a round's protocol after its RESULT, until SECAGG_UNMASK
-  // A statistics pass under secure aggregation (its protocol goes by round 0): the request, the protocol,
-  // and the pass's vector once measured (core/data/stats_vector.hpp).
-  struct statistics_sum {
-    net::msg::stats request;
+  // A sum under secure aggregation outside a training round (core/data/stats_vector.hpp): a statistics
+  // pass (its protocol goes by round 0) or an evaluation (by its round). What it is for the log, the
+  // protocol, what was asked (statistics) or, with pass 0, the score's scale (an evaluation: its
+  // max_examples and bounds {loss_bound}), the message that carries the masked vector, and the vector
+  // once measured.
+  struct masked_sum {
+    std::string label;
     std::unique_ptr<secure_round> round;
+    net::msg::stats request;
+    std::function<net::message(std::vector<std::byte>)> reply;
     std::optional<std::vector<float>> values;
   };
-  std::optional<statistics_sum> summing_;
+  std::optional<masked_sum> summing_;
   std::uint64_t generation_ = 0;
   std::thread worker_;
   std::atomic<bool> cancel_{false};

@@ -103,6 +103,10 @@ struct assign {
   // EVALUATION, not trained; optional (false).
   bool evaluate = false;
   std::optional<secure_assign> secure{};  // optional: secure aggregation's part
+  // An evaluation under secure aggregation: the score is a masked sum (core::score_vector), scaled by
+  // these (present then only).
+  std::uint64_t max_examples = 0;
+  double loss_bound = 0;
 };
 
 struct ack {
@@ -185,6 +189,9 @@ struct evaluation {
   std::uint64_t examples = 0;
   double loss_sum = 0.0;               // finite, >= 0
   std::uint64_t correct = 0;           // <= examples
+  // Under secure aggregation only the masked score (core::score_vector as the ring's values): none of
+  // the figures above.
+  std::vector<std::byte> masked{};
 };
 
 // Secure aggregation's steps (crypto/secagg.hpp); `round` is the federation's round they belong to.

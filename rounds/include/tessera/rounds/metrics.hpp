@@ -96,12 +96,16 @@ struct device_score {
 class federated_scores {
  public:
   void add(device_score s);
-  [[nodiscard]] std::size_t devices() const noexcept { return scores_.size(); }
+  // Under secure aggregation: the devices' scores as one released sum over `devices` (no device's own
+  // accuracy, so no spread); add() is not used then.
+  void add_sum(std::size_t devices, const device_score& total);
+  [[nodiscard]] std::size_t devices() const noexcept { return sum_devices_ > 0 ? sum_devices_ : scores_.size(); }
   // Fills m's fed_* fields (nothing when no device scored); `classification` decides the accuracies.
   void fill(round_metrics& m, bool classification) const;
 
  private:
   std::vector<device_score> scores_;
+  std::size_t sum_devices_ = 0;
 };
 
 }  // namespace tessera::rounds

@@ -30,6 +30,7 @@ struct evaluator {
   std::string id;
   core::codec_kind codec = core::codec_kind::f32;
   std::size_t blob_bytes = 0;
+  std::uint64_t examples = 0;  // its validation examples (its offer's)
 };
 
 struct excluded_device {

@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "tessera/crypto/secagg.hpp"
+#include "tessera/rounds/metrics.hpp"
+#include "tessera/rounds/offer.hpp"
 #include "tessera/rounds/run_config.hpp"
 
 namespace tessera::rounds {
@@ -63,5 +65,16 @@ class secure_sum {
   explicit secure_sum(std::unique_ptr<state> s);
   std::unique_ptr<state> s_;
 };
+
+// The devices' scores of a model under secure aggregation (evaluation on the devices): one masked sum of
+// core::score_vector over the evaluators, scaled by the most validation examples one holds and
+// k_evaluation_loss_bound (a device whose loss per example passes it refuses: a model that bad
+// scores nothing worth a precise sum).
+inline constexpr double k_evaluation_loss_bound = 1e6;
+[[nodiscard]] std::int64_t evaluation_max_examples(std::span<const evaluator> evaluators) noexcept;
+[[nodiscard]] core::result<secure_sum> evaluation_sum(const secure_aggregation_config& sa, std::span<const evaluator> evaluators,
+                                                      std::int64_t round);
+// The released sum into `scores` (federated_scores::add_sum).
+[[nodiscard]] core::result<void> add_released_scores(const secure_sum::released& r, std::int64_t max_examples, federated_scores& scores);
 
 }  // namespace tessera::rounds

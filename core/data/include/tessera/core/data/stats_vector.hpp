@@ -75,4 +75,17 @@ struct stats_scale {
                                                       task_kind task, const stats_scale& scale, double resolution,
                                                       std::vector<double>* floor = nullptr);
 
+// A device's score of a model on its validation split (an evaluation) as a vector: [n, Σloss, correct]
+// over the scales [C, C·loss_bound, C], C the counts' scale for the most validation examples an asked
+// device holds. A device whose loss per example passes loss_bound refuses, naming it.
+inline constexpr std::size_t k_score_vector_length = 3;
+struct score_sum {
+  std::int64_t examples = 0;
+  double loss_sum = 0;  // Σ over batches of the batch's mean loss × rows
+  std::int64_t correct = 0;
+};
+[[nodiscard]] result<std::vector<float>> score_vector(const score_sum& s, std::int64_t max_examples, double loss_bound);
+// The fleet's score from a released sum of such vectors (counts exact; bad_format as sums_from_vector).
+[[nodiscard]] result<score_sum> score_from_vector(std::span<const double> v, std::int64_t max_examples, double loss_bound);
+
 }  // namespace tessera::core
