@@ -58,6 +58,40 @@ double final_accuracy(const std::string& metrics_path) {
   return read_rounds(metrics_path, k_rounds).back().at("test_accuracy").get<double>();
 }
 
+// The hub of these runs: all four devices, its test set standardized by the fleet's statistics, its model
+// and metrics in the fleet's folder; `extra` on top.
+nlohmann::json hub_fields(fleet& f, const std::string& test, const nlohmann::json& extra = nlohmann::json::object()) {
+  nlohmann::json j = run_fields();
+  j.update({{"min_devices", k_devices},
+            {"max_devices", k_devices},
+            {"device_wait_s", 60},
+            {"round_deadline_s", 60},
+            {"validation", csv_source(test, "standardize")},
+            {"output", f.file("hub.safetensors")},
+            {"metrics", f.file("hub.jsonl")}});
+  j.update(extra);
+  return j;
+}
+
+// The devices' scores in the hub's metrics, round by round, against the simulator's: every device scored
+// its held-out 10% (80 examples each), and the figures are the same to the bit. With `masked` the scores
+// were one masked sum: no device's own accuracy.
+void check_fed_scores(const std::string& hub_metrics, const std::string& sim_metrics, bool masked) {
+  const auto hub_rounds = read_metrics(hub_metrics);
+  const auto sim_rounds = read_metrics(sim_metrics);
+  REQUIRE(!hub_rounds.empty());
+  REQUIRE(hub_rounds.size() == sim_rounds.size());
+  for (std::size_t r = 0; r < hub_rounds.size(); ++r) {
+    CAPTURE(r);
+    REQUIRE(hub_rounds[r].contains("fed_accuracy"));
+    CHECK(hub_rounds[r].at("fed_devices") == k_devices);
+    CHECK(hub_rounds[r].at("fed_examples") == 320);
+    CHECK(hub_rounds[r].at("fed_accuracy").get<double>() == sim_rounds[r].at("fed_accuracy").get<double>());
+    CHECK(hub_rounds[r].at("fed_loss").get<double>() == sim_rounds[r].at("fed_loss").get<double>());
+    CHECK(hub_rounds[r].at("fed_accuracy_min").is_null() == masked);
+  }
+}
+
 // The devices' certificates, 3200 training examples and 800 test examples; returns the device ids.
 std::vector<std::string> set_up(fleet& f, const std::string& train, const std::string& test) {
   auto ids = f.make_device_pki(k_devices);
@@ -94,15 +128,7 @@ TEST_CASE("federation: tabular data in mixed units, standardized with the fleet'
   // and standardized by the model with the statistics the fleet measured.
   const std::vector<nlohmann::json> data = f.make_shards(sim("shards", "standardize"));
   for (const auto& d : data) CHECK(d.at("normalization") == "standardize");
-  nlohmann::json hub_json = run_fields();
-  hub_json.update({{"min_devices", k_devices},
-                   {"max_devices", k_devices},
-                   {"device_wait_s", 60},
-                   {"round_deadline_s", 60},
-                   {"validation", csv_source(test, "standardize")},
-                   {"output", f.file("hub.safetensors")},
-                   {"metrics", f.file("hub.jsonl")}});
-  hub_handle hub = f.start_hub("hub", hub_json);
+  hub_handle hub = f.start_hub("hub", hub_fields(f, test));
   const auto agents = f.start_agents(ids, data, hub.port, k_rounds);
   require_exit_0(hub.process, 120s);
   CHECK(count_of(hub.process.err(), "measuring the fleet's input statistics on 4 device(s)") == 1);
@@ -119,17 +145,8 @@ TEST_CASE("federation: tabular data in mixed units, standardized with the fleet'
 
   // Every round the devices scored the model on their held-out 10%, as the simulator's devices did:
   // the same figures to the bit.
+  check_fed_scores(f.file("hub.jsonl"), f.file("sim-standardize.jsonl"), false);
   const auto hub_rounds = read_metrics(f.file("hub.jsonl"));
-  const auto sim_rounds = read_metrics(f.file("sim-standardize.jsonl"));
-  REQUIRE(hub_rounds.size() == sim_rounds.size());
-  for (std::size_t r = 0; r < hub_rounds.size(); ++r) {
-    CAPTURE(r);
-    REQUIRE(hub_rounds[r].contains("fed_accuracy"));
-    CHECK(hub_rounds[r].at("fed_devices") == k_devices);
-    CHECK(hub_rounds[r].at("fed_examples") == 320);
-    CHECK(hub_rounds[r].at("fed_accuracy").get<double>() == sim_rounds[r].at("fed_accuracy").get<double>());
-    CHECK(hub_rounds[r].at("fed_loss").get<double>() == sim_rounds[r].at("fed_loss").get<double>());
-  }
   MESSAGE("federated validation accuracy after round " << k_rounds << ": " << 100 * hub_rounds.back().at("fed_accuracy").get<double>()
                                                        << "% (hub's test set: " << 100 * fleet_acc << "%)");
 
@@ -180,17 +197,7 @@ TEST_CASE("federation: under secure aggregation the fleet's statistics and score
   f.run_sim("sim-plain", sim("sim-plain", false));
 
   const std::vector<nlohmann::json> data = f.make_shards(sim("shards", true));
-  nlohmann::json hub_json = run_fields();
-  hub_json.update({{"rounds", rounds},
-                   {"secure_aggregation", bounded},
-                   {"min_devices", k_devices},
-                   {"max_devices", k_devices},
-                   {"device_wait_s", 60},
-                   {"round_deadline_s", 60},
-                   {"validation", csv_source(test, "standardize")},
-                   {"output", f.file("hub.safetensors")},
-                   {"metrics", f.file("hub.jsonl")}});
-  hub_handle hub = f.start_hub("hub", hub_json);
+  hub_handle hub = f.start_hub("hub", hub_fields(f, test, {{"rounds", rounds}, {"secure_aggregation", bounded}}));
   const auto agents = f.start_agents(ids, data, hub.port, rounds);
   require_exit_0(hub.process, 120s);
   CHECK(count_of(hub.process.err(), "the statistics' pass 1 as a masked sum over 4 device(s) (threshold 3)") == 1);
@@ -205,20 +212,8 @@ TEST_CASE("federation: under secure aggregation the fleet's statistics and score
   }
   // The devices' scores, one masked sum a round: the fleet's accuracy and loss, the simulator's to the
   // bit, and no device's own (no spread of the devices' accuracies).
-  const auto hub_rounds = read_metrics(f.file("hub.jsonl"));
-  const auto sim_rounds = read_metrics(f.file("sim-masked.jsonl"));
-  REQUIRE(hub_rounds.size() == static_cast<std::size_t>(rounds));
-  REQUIRE(sim_rounds.size() == hub_rounds.size());
-  for (std::size_t r = 0; r < hub_rounds.size(); ++r) {
-    CAPTURE(r);
-    REQUIRE(hub_rounds[r].contains("fed_accuracy"));
-    CHECK(hub_rounds[r].at("fed_devices") == k_devices);
-    CHECK(hub_rounds[r].at("fed_examples") == 320);
-    CHECK(hub_rounds[r].at("fed_accuracy").get<double>() == sim_rounds[r].at("fed_accuracy").get<double>());
-    CHECK(hub_rounds[r].at("fed_loss").get<double>() == sim_rounds[r].at("fed_loss").get<double>());
-    CHECK(hub_rounds[r].at("fed_accuracy_min").is_null());
-    CHECK(hub_rounds[r].at("fed_accuracy_max").is_null());
-  }
+  REQUIRE(read_metrics(f.file("hub.jsonl")).size() == static_cast<std::size_t>(rounds));
+  check_fed_scores(f.file("hub.jsonl"), f.file("sim-masked.jsonl"), true);
   // The released sums are the simulator's plain sum of the same encodings: the same statistics and the
   // same model, to the bit.
   const core::stored_model from_hub = load_model_or_fail(f.file("hub.safetensors"));
