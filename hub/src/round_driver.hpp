@@ -108,6 +108,8 @@ class round_driver {
   void drop_from_statistics(const std::string& id, const std::string& why);
   void end_statistics_pass();
   void start_evaluation(rounds::round_metrics m, clock_type::time_point started);
+  template <class Find, class Over>
+  void arm_phase_deadline(Find still, Over over);
   void drop_from_evaluation(const std::string& id, const std::string& why);
   void end_evaluation();
   void start_secure(clock_type::time_point started);

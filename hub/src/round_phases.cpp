@@ -25,18 +25,12 @@ void round_driver::start_statistics(std::vector<rounds::device_offer> offers) {
 void round_driver::ask_statistics() {
   fleet_statistics& stats = in<statistics_phase>()->stats;
   if (stats.ask()) return end_statistics_pass();
-  deadline_timer_.expires_after(core::seconds_to_ms(ctx_.config.round_deadline_s));
-  deadline_timer_.async_wait([this, pass = stats.pass()](const boost::system::error_code& ec) {
-    auto* sp = in<statistics_phase>();
-    if (ec || sp == nullptr || sp->stats.pass() != pass) return;
-    if (sp->stats.secure() != nullptr) return end_collection();  // the masked sum's unmasking, with who uploaded
-    sp->stats.time_out();
-    end_statistics_pass();
-  });
-  if (stats.secure() != nullptr) {
-    arm_secure_step();
-    advance_secure();  // nobody connected: the keys step is over at once
-  }
+  arm_phase_deadline(
+      [this, pass = stats.pass()] {
+        auto* sp = in<statistics_phase>();
+        return sp != nullptr && sp->stats.pass() == pass ? &sp->stats : nullptr;
+      },
+      [this] { end_statistics_pass(); });
 }
 
 void round_driver::drop_from_statistics(const std::string& id, const std::string& why) {
@@ -81,17 +75,30 @@ void round_driver::start_evaluation(rounds::round_metrics m, clock_type::time_po
       phase_.emplace<evaluating_phase>(started, device_evaluation(ctx_, *engine_, devices_, std::move(m), std::move(evaluators))).eval;
   eval.send_all();
   if (eval.done()) return end_evaluation();
+  arm_phase_deadline(
+      [this, round = eval.round()] {
+        auto* ep = in<evaluating_phase>();
+        return ep != nullptr && ep->eval.round() == round ? &ep->eval : nullptr;
+      },
+      [this] { end_evaluation(); });
+}
+
+// A statistics pass's or an evaluation's round_deadline_s: `still()` finds the phase's state if it is
+// still the one armed for. At the deadline a masked sum goes on to its unmasking with who uploaded;
+// answers in the clear are over (time_out names who is missing). A masked sum's steps start now.
+template <class Find, class Over>
+void round_driver::arm_phase_deadline(Find still, Over over) {
   deadline_timer_.expires_after(core::seconds_to_ms(ctx_.config.round_deadline_s));
-  deadline_timer_.async_wait([this, round = eval.round()](const boost::system::error_code& ec) {
-    auto* ep = in<evaluating_phase>();
-    if (ec || ep == nullptr || ep->eval.round() != round) return;
-    if (ep->eval.secure() != nullptr) return end_collection();  // the masked sum's unmasking, with who uploaded
-    ep->eval.time_out();
-    end_evaluation();
+  deadline_timer_.async_wait([this, still, over](const boost::system::error_code& ec) {
+    auto* state = ec ? nullptr : still();
+    if (state == nullptr) return;
+    if (state->secure() != nullptr) return end_collection();
+    state->time_out();
+    over();
   });
-  if (eval.secure() != nullptr) {
+  if (still()->secure() != nullptr) {
     arm_secure_step();
-    advance_secure();
+    advance_secure();  // nobody connected: the keys step is over at once
   }
 }
 

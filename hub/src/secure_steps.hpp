@@ -36,9 +36,9 @@ namespace tessera::hub {
 class secure_party {
  public:
   virtual ~secure_party() = default;
-  // "round 3", "the statistics' pass 1": for the log.
-  [[nodiscard]] virtual std::string what() const = 0;
-  [[nodiscard]] virtual std::uint64_t round() const = 0;  // the SECAGG_* messages'
+  // "round 3", "the statistics' pass 1": for the log; the round the SECAGG_* messages name.
+  [[nodiscard]] const std::string& what() const noexcept { return what_; }
+  [[nodiscard]] std::uint64_t round() const noexcept { return round_; }
   [[nodiscard]] virtual crypto::secagg_server& server() = 0;
   [[nodiscard]] virtual const crypto::secagg_params& params() const = 0;
   // Those still taking part, and what one of them covers (null: it is not, or no longer).
@@ -46,14 +46,20 @@ class secure_party {
   [[nodiscard]] virtual const std::vector<std::uint32_t>* open_segments(const std::string& id) const = 0;
   // Leaves `id` out (it missed a step, or the server refused what it sent).
   virtual void refuse(const std::string& id, const std::string& why) = 0;
+
+ protected:
+  secure_party(std::string what, std::uint64_t round) : what_(std::move(what)), round_(round) {}
+
+ private:
+  std::string what_;
+  std::uint64_t round_;
 };
 
 // A training round's secure aggregation: the engine's open round.
 class engine_party final : public secure_party {
  public:
-  explicit engine_party(rounds::engine& engine) : engine_(&engine) {}
-  [[nodiscard]] std::string what() const override { return "round " + std::to_string(engine_->current_round()); }
-  [[nodiscard]] std::uint64_t round() const override { return static_cast<std::uint64_t>(engine_->current_round()); }
+  explicit engine_party(rounds::engine& engine)
+      : secure_party("round " + std::to_string(engine.current_round()), static_cast<std::uint64_t>(engine.current_round())), engine_(&engine) {}
   [[nodiscard]] crypto::secagg_server& server() override { return engine_->secagg_server(); }
   [[nodiscard]] const crypto::secagg_params& params() const override { return engine_->secagg_params(); }
   [[nodiscard]] std::vector<std::string> open_members() const override;
@@ -68,9 +74,7 @@ class engine_party final : public secure_party {
 class sum_party final : public secure_party {
  public:
   // `round`: the round its messages name (0 for the statistics, before round 1).
-  sum_party(rounds::secure_sum sum, std::string what, std::uint64_t round) : sum_(std::move(sum)), what_(std::move(what)), round_(round) {}
-  [[nodiscard]] std::string what() const override { return what_; }
-  [[nodiscard]] std::uint64_t round() const override { return round_; }
+  sum_party(rounds::secure_sum sum, std::string what, std::uint64_t round) : secure_party(std::move(what), round), sum_(std::move(sum)) {}
   [[nodiscard]] crypto::secagg_server& server() override { return sum_.server(); }
   [[nodiscard]] const crypto::secagg_params& params() const override { return sum_.params(); }
   [[nodiscard]] std::vector<std::string> open_members() const override;
@@ -85,8 +89,6 @@ class sum_party final : public secure_party {
 
  private:
   rounds::secure_sum sum_;
-  std::string what_;
-  std::uint64_t round_;
   std::set<std::string> out_, uploaded_;
 };
 
