@@ -48,10 +48,12 @@ core::result<frame_header> decode_header(std::span<const std::byte> bytes, std::
     return make_error(errc::truncated_header, "frame header needs 12 bytes, got " + std::to_string(bytes.size()));
   if (magic != frame_magic) return make_error(errc::bad_magic, "frame magic is not 'TSRA'");
   if (version != protocol_version)
-    return make_error(errc::bad_version, "protocol version " + std::to_string(version) + ", expected 1");
+    return make_error(errc::bad_version, "protocol version " + std::to_string(version) + ", this side speaks " + std::to_string(protocol_version) +
+                                             ": the hub and its agents must run the same Tessera release (upgrade the " +
+                                             (version < protocol_version ? "peer" : "side") + " that is older)");
   if (type == 0 || type > max_frame_type) return make_error(errc::unknown_type, "frame type " + std::to_string(type));
   h.type = static_cast<frame_type>(type);
-  if (h.flags != 0) return make_error(errc::bad_flags, "frame flags " + std::to_string(h.flags) + " in version 1");
+  if (h.flags != 0) return make_error(errc::bad_flags, "frame flags " + std::to_string(h.flags) + " in version " + std::to_string(protocol_version));
   const std::uint32_t limit = max_payload < hard_max_payload ? max_payload : hard_max_payload;
   if (h.payload_bytes > limit)
     return make_error(errc::frame_too_large, std::string(to_string(h.type)) + " payload of " +

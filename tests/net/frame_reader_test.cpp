@@ -160,7 +160,7 @@ malformed_case make_malformed(malformed m) {
   };
   switch (m) {
     case malformed::bad_magic: return {"bad magic", patched(0, 'X'), net::errc::bad_magic, true};
-    case malformed::bad_version: return {"unknown version", patched(4, 2), net::errc::bad_version, true};
+    case malformed::bad_version: return {"an older peer's version", patched(4, 1), net::errc::bad_version, true};
     case malformed::type_zero: return {"type 0", patched(5, 0), net::errc::unknown_type, true};
     case malformed::type_above_last:
       return {"type past the last", patched(5, net::max_frame_type + 1), net::errc::unknown_type, true};

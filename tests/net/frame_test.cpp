@@ -59,7 +59,7 @@ net::digest some_digest() {
 TEST_CASE("frame header layout is the documented little-endian one") {
   std::array<std::byte, net::header_bytes> h{};
   net::encode_header({net::frame_type::assign, 0, 0x01020304}, h);
-  const unsigned char expect[12] = {'T', 'S', 'R', 'A', 1, 3, 0, 0, 0x04, 0x03, 0x02, 0x01};
+  const unsigned char expect[12] = {'T', 'S', 'R', 'A', 2, 3, 0, 0, 0x04, 0x03, 0x02, 0x01};  // version 2
   CHECK(std::memcmp(h.data(), expect, 12) == 0);
   std::array<std::byte, net::chunk_header_bytes> c{};
   net::encode_chunk_header({0x1122334455667788ull, 0x0102ull}, c);

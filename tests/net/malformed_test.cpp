@@ -42,6 +42,14 @@ TEST_CASE("session refuses: unknown version") {
   auto f = net::encode_message(net::msg::ping{1});
   f[4] = std::byte{9};
   expect_refused(f, net::errc::bad_version);
+  // An agent of the release before (version 1) hears what to do.
+  const auto old = net::decode_header(std::span(f).first(net::header_bytes), net::default_max_payload);
+  REQUIRE_FALSE(old.ok());
+  f[4] = std::byte{1};
+  const auto older = net::decode_header(std::span(f).first(net::header_bytes), net::default_max_payload);
+  REQUIRE_FALSE(older.ok());
+  CHECK(older.error().message ==
+        "protocol version 1, this side speaks 2: the hub and its agents must run the same Tessera release (upgrade the peer that is older)");
 }
 
 TEST_CASE("session refuses: unknown type") {

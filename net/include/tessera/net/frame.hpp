@@ -42,7 +42,9 @@
 namespace tessera::net {
 
 inline constexpr std::uint32_t frame_magic = 0x41525354;  // "TSRA" on the wire
-inline constexpr std::uint8_t protocol_version = 1;
+// 2: secure aggregation's keys are signed over the round's sample rate and the model's digest, and
+// statistics and evaluations travel as masked sums; a peer of version 1 cannot take part.
+inline constexpr std::uint8_t protocol_version = 2;
 inline constexpr std::size_t header_bytes = 12;
 inline constexpr std::size_t chunk_header_bytes = 16;
 inline constexpr std::uint32_t default_max_payload = 1u << 20;
