@@ -33,11 +33,9 @@ void agent::on_stats(const net::msg::stats& q) {
     const auto task = q.task;
     const std::size_t length = q.pass == 1 ? core::sums_vector_length(static_cast<std::int64_t>(q.inputs), task, static_cast<std::int64_t>(q.outputs))
                                            : core::spread_vector_length(static_cast<std::int64_t>(q.inputs), task);
-    // What every device is asked, but for its own rounding key: each neighbour checks it is the same.
-    net::msg::stats asked = q;
-    asked.secure.reset();
-    const std::string text = net::to_json(asked);
-    auto round = secure_round::start_sum(*q.secure, 0, crypto::sha256_of(std::as_bytes(std::span(text))), length, *secure_, config_.privacy);
+    // What every device is asked, scale included, but for its own rounding key: each neighbour checks it
+    // is the same (net::sum_request_digest).
+    auto round = secure_round::start_sum(*q.secure, 0, net::sum_request_digest(q), length, *secure_, config_.privacy);
     if (!round) return refuse(what, round.error());
     summing_.emplace(masked_sum{.label = what,
                                 .round = std::move(round).value(),
@@ -100,9 +98,9 @@ void agent::on_measured(std::uint64_t generation, core::result<net::msg::stats_r
 
 void agent::start_masked_evaluation(const net::msg::assign& a) {
   const std::string what = "the evaluation of round " + std::to_string(a.round);
-  // Keys signed over the model's digest: every evaluator was sent the same model, or its neighbours
-  // refuse the roster.
-  auto round = secure_round::start_sum(*a.secure, a.round, a.sha256, core::k_score_vector_length, *secure_, config_.privacy);
+  // Keys signed over the whole request (the model's digest, the score's scale): every evaluator was sent
+  // the same, or its neighbours refuse the roster.
+  auto round = secure_round::start_sum(*a.secure, a.round, net::sum_request_digest(a), core::k_score_vector_length, *secure_, config_.privacy);
   if (!round) {
     job_.reset();
     return refuse(what, round.error());

@@ -11,6 +11,7 @@
 
 #include "message_reader.hpp"
 #include "tessera/core/config/base64.hpp"
+#include "tessera/crypto/digest.hpp"
 
 namespace tessera::net {
 namespace {
@@ -342,6 +343,21 @@ std::uint64_t round_of(const message& m) noexcept {
 }
 
 std::string to_json(const message& m) { return to_object(m).dump(); }
+
+digest sum_request_digest(const msg::stats& q) {
+  msg::stats asked = q;
+  if (asked.secure) asked.secure->rounding_key = {};
+  const std::string text = to_json(asked);
+  return crypto::sha256_of(std::as_bytes(std::span(text)));
+}
+
+digest sum_request_digest(const msg::assign& a) {
+  msg::assign asked = a;
+  asked.transfer = 0;
+  if (asked.secure) asked.secure->rounding_key = {};
+  const std::string text = to_json(asked);
+  return crypto::sha256_of(std::as_bytes(std::span(text)));
+}
 
 std::vector<std::byte> encode_message(const message& m) {
   const std::string text = to_json(m);

@@ -52,6 +52,7 @@ enum class rogue {
   forged_signature,   // sa-1's signature in the unmasking is over another survivor set
   masked_statistics,  // not rogue: the feature statistics (pass 1) as a masked sum with sa-1 and sa-2
   other_question,     // the statistics as a masked sum, sa-1 asked another question (its keys sign another digest)
+  other_scale,        // the statistics as a masked sum, sa-1 asked with another scale (so the sum is the agent's alone)
 };
 
 // Two more devices of the fleet's CA ("sa-1", "sa-2"), whose protocol clients the scripted hub runs.
@@ -87,7 +88,7 @@ class scripted_hub {
     p_.clip = 1.0;
     p_.threshold = 2;
     p_.segments = {{.length = core::param_count(arch_) + 1, .min_aggregate = 2}};
-    if (r == rogue::masked_statistics || r == rogue::other_question) {
+    if (r == rogue::masked_statistics || r == rogue::other_question || r == rogue::other_scale) {
       // A sum outside a round, as the hub makes it (rounds/secure_sum.hpp): its messages go by round 0.
       msg_round_ = 0;
       p_.bits = 64;
@@ -228,13 +229,13 @@ class scripted_hub {
       const crypto::sha256_digest model = k->keys.model;  // what the agent signed: the ASSIGN's digest
       crypto::sha256_digest sa1_model = model;
       if (rogue_ == rogue::other_model) sa1_model[0] ^= 1;
-      if (rogue_ == rogue::other_question) {
-        // sa-1 was asked about 17 inputs: its keys sign that question's digest (as an agent makes it).
+      if (rogue_ == rogue::other_question || rogue_ == rogue::other_scale) {
+        // sa-1 was asked about 17 inputs, or (other_scale) with a scale that shrinks its figures to
+        // nothing beside the agent's: its keys sign that request's digest, as an agent makes it.
         net::msg::stats other = masked_statistics();
-        other.inputs = 17;
-        other.secure.reset();
-        const std::string text = net::to_json(other);
-        sa1_model = crypto::sha256_of(std::as_bytes(std::span(text)));
+        if (rogue_ == rogue::other_question) other.inputs = 17;
+        else other.max_examples = 1u << 24;
+        sa1_model = net::sum_request_digest(other);
       }
       others_.push_back(client_for("sa-1", sa1_params, sa1_model));
       if (rogue_ == rogue::revoked_member) {
@@ -522,6 +523,12 @@ TEST_CASE("secure agent: its statistics reach the hub as a masked vector only, a
 
 TEST_CASE("rogue hub: statistics whose neighbours were asked another question") {
   check_refusal(rogue::other_question, "rogue_other_question", false, "device sa-1, of this device's group, was sent another model than this device (or asked another question)", {},
+                "edge.secure_step", edge::secure_mode::require);
+}
+
+TEST_CASE("rogue hub: statistics whose neighbours were given another scale, to single one device out of the sum") {
+  check_refusal(rogue::other_scale, "rogue_other_scale", false,
+                "device sa-1, of this device's group, was sent another model than this device (or asked another question)", {},
                 "edge.secure_step", edge::secure_mode::require);
 }
 

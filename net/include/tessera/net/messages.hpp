@@ -247,6 +247,13 @@ using message = std::variant<msg::hello, msg::welcome, msg::assign, msg::ack, ms
 [[nodiscard]] std::uint64_t round_of(const message& m) noexcept;
 // The JSON payload of a control message.
 [[nodiscard]] std::string to_json(const message& m);
+// What a device signs its keys of a masked sum over (secure aggregation outside a round): the SHA-256 of
+// everything the hub asked — the question, the scale its vector is divided by, the protocol's part —
+// but the device's own rounding key (and an evaluation's transfer number, which is the device's). Every
+// device of the sum must have been asked the same, or its neighbours refuse the roster: a hub cannot
+// give one device a scale that singles its figures out of the sum.
+[[nodiscard]] digest sum_request_digest(const msg::stats& q);
+[[nodiscard]] digest sum_request_digest(const msg::assign& a);
 // Header + JSON payload, ready to write.
 [[nodiscard]] std::vector<std::byte> encode_message(const message& m);
 // Parses and validates the payload of a control frame of type `t` (any type but CHUNK).
