@@ -178,6 +178,14 @@ void agent::on_ready(const std::shared_ptr<net::session>& s) {
 
 void agent::on_welcome(const std::shared_ptr<net::session>& s) {
   log(log_level::info, "connected to the hub" + std::string(job_ ? " (resuming round " + std::to_string(job_->round()) + ")" : ""));
+  if (summing_) {  // a masked sum in progress: its keys or its masked vector, which the link may have lost
+    const secure_round& r = *summing_->round;
+    if (r.at() == secure_round::stage::keys) s->send(r.keys_message());
+    if (r.at() == secure_round::stage::masked) {
+      s->send(r.masked_with());
+      s->send(summing_->reply(std::vector<std::byte>(r.upload().begin(), r.upload().end())));
+    }
+  }
   if (!job_) return;
   // Keys the hub may not have received; later steps the hub repeats itself, and get the same answers.
   if (job_->secure() && job_->secure()->at() == secure_round::stage::keys) s->send(job_->secure()->keys_message());
@@ -335,9 +343,11 @@ void agent::on_evaluated(std::uint64_t generation, core::result<net::msg::evalua
                 static_cast<unsigned long long>(s.examples), s.examples > 0 ? s.loss_sum / static_cast<double>(s.examples) : 0.0);
   log(log_level::info, line);
   if (summing_ && summing_->round->round() == round && summing_->request.pass == 0) {  // masked: the score stays in this log, the hub gets its share of a sum
+    bool clipped = false;
     auto values = core::score_vector({.examples = static_cast<std::int64_t>(s.examples), .loss_sum = s.loss_sum, .correct = static_cast<std::int64_t>(s.correct)},
-                                     static_cast<std::int64_t>(summing_->request.max_examples), summing_->request.bounds.at(0));
-    if (!values) return refuse(summing_->label, make_error(errc::training_failed, values.error().message));
+                                     static_cast<std::int64_t>(summing_->request.max_examples), summing_->request.bounds.at(0), &clipped);
+    if (!values) return refuse(summing_->label, make_error(errc::secure_step, values.error().message));
+    if (clipped) log(log_level::warning, summing_->label + ": the loss passes the evaluation's bound per example and is clipped to it");
     summing_->values = std::move(values).value();
     if (summing_->round->has_inbox()) send_masked_sum();
     return;  // it leaves after the unmasking (exit_after_rounds)

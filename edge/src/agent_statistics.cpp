@@ -3,6 +3,7 @@
 // aggregation a pass is a masked sum (DESIGN §6): the keys go out with the request's answer begun, the
 // vector is masked once both it and the inbox are in, and only the masked vector leaves the device. The
 // rest of the agent is in agent.cpp.
+#include <algorithm>
 #include <thread>
 
 #include "tessera/core/data/fed_stats.hpp"
@@ -47,57 +48,68 @@ void agent::on_stats(const net::msg::stats& q) {
     if (session_) session_->send(summing_->round->keys_message());
   }
   const std::uint64_t generation = ++generation_;
-  // A pass reads every training example once: on the worker, so the link keeps its heartbeats.
+  // A pass reads every training example once: on the worker, so the link keeps its heartbeats. A masked
+  // pass measures within the request's bounds.
   worker_ = std::thread([this, generation, q] {
-    auto reply = [&]() -> core::result<net::msg::stats_reply> {
+    auto measured = [&]() -> core::result<measurement> {
       TESSERA_ASSIGN_OR_RETURN(auto stream, data_->training_examples());
-      net::msg::stats_reply r{.pass = q.pass, .features = q.inputs};
+      const std::span<const double> bounds = q.secure ? std::span<const double>(q.bounds) : std::span<const double>();
+      measurement m;
       if (q.pass == 1) {
-        TESSERA_ASSIGN_OR_RETURN(auto s, core::measure_sums(*stream, q.task, static_cast<std::int64_t>(q.outputs)));
-        r.examples = static_cast<std::uint64_t>(s.examples);
-        r.sum = std::move(s.sum);
-        r.min = std::move(s.min);
-        r.max = std::move(s.max);
-        r.label_counts = std::move(s.label_counts);
-        r.target_sum = s.target_sum;
+        TESSERA_ASSIGN_OR_RETURN(m.sums, core::measure_sums(*stream, q.task, static_cast<std::int64_t>(q.outputs), bounds));
       } else {
-        TESSERA_ASSIGN_OR_RETURN(auto s, core::measure_spread(*stream, q.mean, q.target_mean));
-        r.examples = static_cast<std::uint64_t>(s.examples);
-        r.sq_dev = std::move(s.sq_dev);
-        r.target_sq_dev = s.target_sq_dev;
+        TESSERA_ASSIGN_OR_RETURN(m.spread, core::measure_spread(*stream, q.mean, q.target_mean, bounds));
       }
-      return r;
+      return m;
     }();
-    boost::asio::post(io_, [this, generation, reply = std::move(reply)]() mutable { on_measured(generation, std::move(reply)); });
+    boost::asio::post(io_, [this, generation, q, measured = std::move(measured)]() mutable { on_measured(generation, q, std::move(measured)); });
   });
 }
 
-void agent::on_measured(std::uint64_t generation, core::result<net::msg::stats_reply> reply) {
+void agent::on_measured(std::uint64_t generation, const net::msg::stats& q, core::result<measurement> measured) {
   if (worker_.joinable()) worker_.join();
   if (generation != generation_ || stopped_) return;  // superseded meanwhile
-  if (!reply) return refuse("the statistics", make_error(errc::training_failed, reply.error().message));
+  const std::string what = "the statistics (pass " + std::to_string(q.pass) + ")";
+  if (!measured) return refuse(what, make_error(errc::training_failed, measured.error().message));
+  const measurement& m = measured.value();
   if (summing_) {
-    const net::msg::stats& q = summing_->request;
-    const net::msg::stats_reply& r = reply.value();
     const core::stats_scale scale{.max_examples = static_cast<std::int64_t>(q.max_examples), .bounds = q.bounds};
-    const auto examples = static_cast<std::int64_t>(r.examples);
-    auto values = q.pass == 1 ? core::sums_vector({.examples = examples, .sum = r.sum, .min = r.min, .max = r.max, .label_counts = r.label_counts,
-                                                   .target_sum = r.target_sum},
-                                                  q.task, scale)
-                              : core::spread_vector({.examples = examples, .sq_dev = r.sq_dev, .target_sq_dev = r.target_sq_dev}, q.mean,
-                                                    q.target_mean, q.task, scale);
-    if (!values) return refuse("the statistics (pass " + std::to_string(q.pass) + ")", make_error(errc::inputs_mismatch, values.error().message));
+    auto values = q.pass == 1 ? core::sums_vector(m.sums, q.task, scale) : core::spread_vector(m.spread, q.mean, q.target_mean, q.task, scale);
+    if (!values) return refuse(what, make_error(errc::secure_step, values.error().message));
+    // The clipped count stays here and in the masked sum: the hub sees the fleet's only.
+    if (m.sums.clipped > 0)
+      log(log_level::warning, what + ": " + std::to_string(m.sums.clipped) + " of " + std::to_string(m.sums.examples) +
+                                  " examples had a value beyond its statistics bound, clipped to it");
     summing_->values = std::move(values).value();
     if (summing_->round->has_inbox()) send_masked_sum();
     return;
   }
-  log(log_level::info, "statistics (pass " + std::to_string(reply.value().pass) + ") of " + std::to_string(reply.value().examples) +
-                           " examples sent");
-  if (session_) session_->send(reply.value());
+  net::msg::stats_reply r{.pass = q.pass, .features = q.inputs};
+  if (q.pass == 1) {
+    r.examples = static_cast<std::uint64_t>(m.sums.examples);
+    r.sum = m.sums.sum;
+    r.min = m.sums.min;
+    r.max = m.sums.max;
+    r.label_counts = m.sums.label_counts;
+    r.target_sum = m.sums.target_sum;
+  } else {
+    r.examples = static_cast<std::uint64_t>(m.spread.examples);
+    r.sq_dev = m.spread.sq_dev;
+    r.target_sq_dev = m.spread.target_sq_dev;
+  }
+  log(log_level::info, what.substr(4) + " of " + std::to_string(r.examples) + " examples sent");
+  if (session_) session_->send(r);
 }
 
 void agent::start_masked_evaluation(const net::msg::assign& a) {
   const std::string what = "the evaluation of round " + std::to_string(a.round);
+  if (std::find(scored_.begin(), scored_.end(), a.sha256) != scored_.end()) {
+    job_.reset();
+    return refuse(what, make_error(errc::privacy_policy, "this device scored this model in a masked evaluation already: a second sum "
+                                                         "over other devices would let the hub single its score out"));
+  }
+  if (scored_.size() == 16) scored_.erase(scored_.begin());
+  scored_.push_back(a.sha256);
   // Keys signed over the whole request (the model's digest, the score's scale): every evaluator was sent
   // the same, or its neighbours refuse the roster.
   auto round = secure_round::start_sum(*a.secure, a.round, net::sum_request_digest(a), core::k_score_vector_length, *secure_, config_.privacy);
@@ -122,7 +134,7 @@ void agent::send_masked_sum() {
   masked_sum& s = *summing_;
   if (auto ok = s.round->mask_values(std::move(*s.values)); !ok) return refuse(s.label, ok.error());
   s.values.reset();
-  log(log_level::info, s.label + " masked and sent: the hub learns only the fleet's sum");
+  log(log_level::info, s.label + " masked and sent: the hub receives only the sum over the devices that unmask");
   if (!session_) return;
   session_->send(s.round->masked_with());
   session_->send(s.reply(std::vector<std::byte>(s.round->upload().begin(), s.round->upload().end())));

@@ -59,7 +59,7 @@ core::result<void> check_request_policy(std::string_view what, const privacy_pol
   const std::string name(what);
   const answer_mode mode = what == "statistics" ? policy.statistics : policy.evaluation;
   if (mode == answer_mode::off) return refused("this device's privacy." + name + " is off");
-  const std::string how = masked != nullptr ? " would be summed with no noise" : " would leave this device in the clear, with no noise,";
+  const std::string how = masked != nullptr ? " would be summed with no noise," : " would leave this device in the clear, with no noise,";
   if (policy.min_noise_multiplier > 0)
     return refused("the " + name + how + " and its privacy.min_noise_multiplier is " + policy_figure(policy.min_noise_multiplier));
   if (policy.max_epsilon > 0)

@@ -54,6 +54,8 @@ core::result<std::unique_ptr<secure_round>> secure_round::start_sum(const net::m
     return make_error(errc::secure_step, "the secure sum's segments do not hold the " + std::to_string(length) + " values asked for");
   if (p.noise > 0 || p.fitted_value > 0 || p.sample_rate > 0)
     return make_error(errc::secure_step, "a secure sum of figures with a training round's noise, count or sampling");
+  if (p.clip != 1.0 || p.bits != 64)
+    return make_error(errc::secure_step, "a secure sum of figures in a ring other than 64 bits of values within ±1");
   TESSERA_TRY(check_ring(p));
   return open(s, round, request, me, policy);
 }

@@ -86,7 +86,7 @@ bool fleet_statistics::ask_masked(net::msg::stats m) {
     d->session->send(m);
   }
   ctx_->say(log_level::info, what + " as a masked sum over " + std::to_string(party_->open_members().size()) + " device(s) (threshold " +
-                                 std::to_string(p.threshold) + "): the hub learns only the fleet's sums");
+                                 std::to_string(p.threshold) + "): the hub receives masked values only");
   return false;
 }
 

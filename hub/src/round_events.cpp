@@ -37,11 +37,9 @@ void round_driver::on_hello(const std::shared_ptr<net::session>& s, device_entry
     // It still holds the model: the rest of it, or (all of it arrived) its EVALUATION is on its way.
     if (const auto offset = held_offset(h, d)) {
       if (*offset < d.download->out.size()) resend_from(s, d, *offset);
-    } else if (ep->eval.secure() != nullptr) {
-      drop_from_evaluation(id, "it lost the model, and with it its keys of the masked evaluation");
-    } else {
+    } else if (ep->eval.secure() == nullptr) {
       ep->eval.send(d, id);
-    }
+    }  // masked: it sends its keys or its score again itself, and the step's message goes below
   } else if (a == nullptr || !is_open(a->state)) {
     s->send(welcome);
   } else if (const auto offset = held_offset(h, d)) {
@@ -61,7 +59,7 @@ void round_driver::on_hello(const std::shared_ptr<net::session>& s, device_entry
   }
   // After its assignment, the consistency check or the unmasking may still need it.
   if (uploads_over()) in<secure_phase>()->steps.send_step(d, id);
-  else if (auto* ep = in<evaluating_phase>(); ep != nullptr && ep->eval.secure() != nullptr) ep->eval.secure()->send_step(d, id);
+  else if (secure_steps* st = active_steps(); st != nullptr && in<secure_phase>() == nullptr) st->send_step(d, id);  // a masked sum's
   maybe_start_round();
 }
 

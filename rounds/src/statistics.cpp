@@ -21,6 +21,7 @@ core::result<std::vector<excluded_device>> stats_gathering::begin(std::vector<de
   dropped_.clear();
   fleet_.emplace(spec_.inputs, spec_.task, spec_.outputs);
   max_examples_ = 0;
+  clipped_ = 0;
   for (const device_offer& o : offers) {
     if (o.examples < static_cast<std::uint64_t>(min_examples_)) {
       excluded.push_back({o.id, "it holds " + std::to_string(o.examples) + " examples, fewer than min_stats_examples (" +
@@ -146,6 +147,7 @@ core::result<void> stats_gathering::add_released(const secure_sum::released& r) 
     auto total = core::sums_from_vector(r.sum, spec_.inputs, spec_.task, spec_.outputs, scale());
     if (!total) return fail(errc::bad_statistics, "the statistics' first pass: " + total.error().message);
     if (auto ok = fleet_->add_sums(total.value(), "the fleet's masked sum"); !ok) return fail(errc::bad_statistics, ok.error().message);
+    clipped_ = total.value().clipped;
     asked_ = r.survivors;
     phase_ = phase::spread;
     return {};
@@ -173,6 +175,7 @@ nlohmann::json stats_gathering::summary() const {
   const core::stats_sums& s = fleet_->sums();
   j["examples"] = s.examples;
   j["devices"] = asked_;
+  if (masked_) j["clipped_examples"] = clipped_;  // with a value beyond its statistics bound
   if (spec_.task == core::task_kind::classification) {
     j["label_counts"] = s.label_counts;
   } else if (s.examples > 0) {

@@ -177,14 +177,28 @@ TEST_CASE("fed_stats: a pass as a vector in [-1, 1] for masking, and back, count
   CHECK(back.sum[1] == doctest::Approx(6e4).epsilon(1e-7));
   CHECK(back.min.empty());
 
-  // What a device refuses: more examples than the request was scaled for, a value beyond the bound.
+  // What a device refuses: more examples than the request was scaled for (the hub knows its count), and
+  // figures not measured within the bounds (a value beyond one never names itself in a refusal).
   s.examples = 1001;
   CHECK(error_of(core::sums_vector(s, core::task_kind::classification, scale)).message ==
         "this device holds 1001 examples, more than the 1000 the request was scaled for");
   s.examples = 999;
-  s.max[1] = 100.5;
-  CHECK(error_of(core::sums_vector(s, core::task_kind::classification, scale)).message ==
-        "feature 1 holds the value 100.5, beyond its statistics bound 100");
+  s.sum[1] = 1.5e5;
+  CHECK(error_of(core::sums_vector(s, core::task_kind::classification, scale)).message == "the statistics were not measured within their bounds");
+  s.sum[1] = 2e4;
+  // Measured within bounds: each value clipped to its own, the examples clipped counted (the target's
+  // bound, last, clips a regression target).
+  {
+    core::memory_table t(2, {1.0f, -7.0f, 3.0f, 0.5f, -2.0f, 9.0f}, {0.0f, 5.0f, -1.0f}, "bounded");
+    const std::vector<double> b{2.0, 8.0, 4.0};
+    const auto m = core::measure_sums(*core::make_table_stream(t), core::task_kind::regression, 1, b).value();
+    CHECK(m.sum == std::vector<double>{1.0 + 2.0 - 2.0, -7.0 + 0.5 + 8.0});
+    CHECK(m.target_sum == 0.0 + 4.0 - 1.0);
+    CHECK(m.clipped == 2);  // the second example (3 > 2, 5 > 4) and the third (9 > 8)
+    const auto q = core::measure_spread(*core::make_table_stream(t), std::vector<double>{0.0, 0.0}, 0.0, b).value();
+    CHECK(q.sq_dev == std::vector<double>{1.0 + 4.0 + 4.0, 49.0 + 0.25 + 64.0});
+    CHECK(q.target_sq_dev == 0.0 + 16.0 + 1.0);
+  }
   // What the hub refuses: a count no devices could sum to, a histogram that does not add up.
   sum[0] += 0.3 / 1024;
   CHECK(error_of(core::sums_from_vector(sum, 2, core::task_kind::classification, 2, scale)).code == core::errc::bad_format);

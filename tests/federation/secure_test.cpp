@@ -109,7 +109,7 @@ TEST_CASE("federation: secure aggregation — the hub holds only masked uploads 
         CHECK(round_lines(a->err(), "a roster of 6 devices; keys of 5 neighbours") == 0);
       }
       // The devices' scores of each round's model: one masked sum a round, never a score in the clear.
-      if (secure) CHECK(count_of(a->err(), "masked and sent: the hub learns only the fleet's sum") == k_rounds);
+      if (secure) CHECK(count_of(a->err(), "masked and sent: the hub receives only the sum over the devices that unmask") == k_rounds);
     }
 
     // What the hub received: under secure aggregation every upload's bytes are uniform; in the clear

@@ -119,7 +119,7 @@ namespace {
 // Both passes as masked sums (the simulator's plain sum of the agents' encodings: the same bits as the
 // hub's unmasked sum), devices that `fail` in pass 2 left out of it.
 core::result<core::input_normalization> gather_masked(std::vector<core::memory_table>& data, double bound,
-                                                      const std::vector<std::size_t>& fail = {}) {
+                                                      const std::vector<std::size_t>& fail = {}, std::int64_t* clipped = nullptr) {
   rounds::stats_gathering g(spec(), 10);
   g.mask_with({.enabled = true, .replication = 3, .threshold = 3, .statistics_bounds = {bound}});
   std::vector<rounds::device_offer> offers;
@@ -130,9 +130,11 @@ core::result<core::input_normalization> gather_masked(std::vector<core::memory_t
                                   })->size()));
   auto one = g.begin_masked_pass().value();
   CHECK(one.params().bits == 64);
-  CHECK(one.params().segments.at(0).length == 1 + 3 + 2);
+  CHECK(one.params().segments.at(0).length == 1 + 3 + 2 + 1);  // the count, the sums, the histogram, the clipped count
+  const auto bounds = g.scale().bounds;
+  REQUIRE(bounds.size() == 3 + 1);
   for (std::size_t d = 0; d < data.size(); ++d) {
-    const auto s = core::measure_sums(*core::make_table_stream(data[d]), core::task_kind::classification, 2).value();
+    const auto s = core::measure_sums(*core::make_table_stream(data[d]), core::task_kind::classification, 2, bounds).value();
     auto v = core::sums_vector(s, core::task_kind::classification, g.scale());
     if (!v) return v.error();
     REQUIRE(one.add_plain("device-" + std::to_string(d), v.value()).ok());
@@ -141,11 +143,12 @@ core::result<core::input_normalization> gather_masked(std::vector<core::memory_t
   auto two = g.begin_masked_pass().value();
   for (std::size_t d = 0; d < data.size(); ++d) {
     if (std::find(fail.begin(), fail.end(), d) != fail.end()) continue;
-    const auto s = core::measure_spread(*core::make_table_stream(data[d]), g.mean(), g.target_mean()).value();
+    const auto s = core::measure_spread(*core::make_table_stream(data[d]), g.mean(), g.target_mean(), bounds).value();
     REQUIRE(two.add_plain("device-" + std::to_string(d), core::spread_vector(s, g.mean(), g.target_mean(), core::task_kind::classification, g.scale()).value()).ok());
   }
   TESSERA_TRY(g.add_released(two.finish().value()));
   CHECK(g.summary().at("label_counts").get<std::vector<std::uint64_t>>() == g.fleet().sums().label_counts);
+  if (clipped != nullptr) *clipped = g.summary().at("clipped_examples").get<std::int64_t>();
   return g.normalization();
 }
 
@@ -158,8 +161,10 @@ TEST_CASE("statistics: as masked sums, within the encoding's rounding of the pla
   std::vector<std::size_t> order(data.size());
   for (std::size_t d = 0; d < data.size(); ++d) order[d] = d;
   const auto plain = gather(data, order);
-  const auto masked = gather_masked(data, 1e4);
+  std::int64_t clipped = -1;
+  const auto masked = gather_masked(data, 1e4, {}, &clipped);
   REQUIRE(masked.ok());
+  CHECK(clipped == 0);
   for (std::size_t j = 0; j < 3; ++j) {
     // float32 inputs to the ring: each device's value carries 2^-24 of its scale at most; the mean's
     // error is at most 12 of those over the examples, far inside float32's own rounding of the result.
@@ -176,11 +181,13 @@ TEST_CASE("statistics: as masked sums, within the encoding's rounding of the pla
   CHECK(lost.error().code == rounds::errc::stats_incomplete);
   CHECK(lost.error().message == "device device-4 counted in the fleet's mean is not in the second pass's sum");
 
-  // A feature beyond the bound: the device refuses, naming it, rather than send a saturated sum.
-  const auto beyond = gather_masked(data, 50.0);
-  REQUIRE_FALSE(beyond.ok());
-  CHECK(beyond.error().message.starts_with("feature 2 holds the value "));
-  CHECK(beyond.error().message.ends_with(", beyond its statistics bound 50"));
+  // Feature 2 (100 to 200 and more) beyond a bound of 50: every device clips it there and counts the
+  // examples it clipped; the fleet learns the count, not who, and the clipped feature's mean is the bound.
+  const auto beyond = gather_masked(data, 50.0, {}, &clipped);
+  REQUIRE(beyond.ok());
+  CHECK(clipped == 40 + 300 + 25 + 1000 + 60 + 70 + 80 + 90 + 100 + 110 + 120 + 130);
+  CHECK(beyond.value().mean[2] == doctest::Approx(50.0).epsilon(1e-6));
+  CHECK(beyond.value().std[2] == 1.0f);  // constant once clipped
 }
 
 TEST_CASE("statistics: a constant feature stays constant through the masked sum's rounding") {

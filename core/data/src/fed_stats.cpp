@@ -42,52 +42,77 @@ result<std::int64_t> each_example(example_stream& s, Visit&& visit) {
   return index;
 }
 
+// x clipped into [−b, b]; `hit` set when it was beyond.
+double clip_to(double x, double b, bool& hit) {
+  if (x > b) {
+    hit = true;
+    return b;
+  }
+  if (x < -b) {
+    hit = true;
+    return -b;
+  }
+  return x;
+}
+
+result<void> check_bounds(std::span<const double> bounds, std::size_t features) {
+  if (!bounds.empty() && bounds.size() != features + 1)
+    return make_error(errc::invalid_argument, std::to_string(bounds.size()) + " bounds for " + std::to_string(features) + " features and a target");
+  return {};
+}
+
 }  // namespace
 
-result<stats_sums> measure_sums(example_stream& stream, task_kind task, std::int64_t outputs) {
+result<stats_sums> measure_sums(example_stream& stream, task_kind task, std::int64_t outputs, std::span<const double> bounds) {
   const auto f = static_cast<std::size_t>(stream.feature_count());
   stats_sums out;
   out.sum.assign(f, 0.0);
   out.min.assign(f, std::numeric_limits<double>::infinity());
   out.max.assign(f, -std::numeric_limits<double>::infinity());
   if (task == task_kind::classification) out.label_counts.assign(static_cast<std::size_t>(outputs), 0);
+  TESSERA_TRY(check_bounds(bounds, f));
   TESSERA_ASSIGN_OR_RETURN(
       out.examples, each_example(stream, [&](std::span<const float> x, float y, std::int64_t i) -> result<void> {
         if (!std::isfinite(y)) return make_error(errc::not_finite, at(stream, i) + ": the target is not a finite number");
+        bool hit = false;
         if (task == task_kind::classification) {
           if (y < 0 || y >= static_cast<float>(outputs) || y != std::floor(y))
             return make_error(errc::bad_format, at(stream, i) + ": label " + number(y) + " is not a class index below " +
                                                     std::to_string(outputs));
           ++out.label_counts[static_cast<std::size_t>(y)];
         } else {
-          out.target_sum += y;
+          out.target_sum += bounds.empty() ? static_cast<double>(y) : clip_to(y, bounds[f], hit);
         }
         for (std::size_t j = 0; j < f; ++j) {
-          const double v = x[j];
-          if (!std::isfinite(v)) return make_error(errc::not_finite, at(stream, i) + ": feature " + std::to_string(j) + " is not finite");
+          if (!std::isfinite(x[j])) return make_error(errc::not_finite, at(stream, i) + ": feature " + std::to_string(j) + " is not finite");
+          const double v = bounds.empty() ? static_cast<double>(x[j]) : clip_to(x[j], bounds[j], hit);
           out.sum[j] += v;
           out.min[j] = std::min(out.min[j], v);
           out.max[j] = std::max(out.max[j], v);
         }
+        out.clipped += hit ? 1 : 0;
         return {};
       }));
   return out;
 }
 
-result<stats_spread> measure_spread(example_stream& stream, std::span<const double> mean, double target_mean) {
+result<stats_spread> measure_spread(example_stream& stream, std::span<const double> mean, double target_mean,
+                                    std::span<const double> bounds) {
   const auto f = static_cast<std::size_t>(stream.feature_count());
   if (mean.size() != f)
     return make_error(errc::invalid_argument, stream.describe() + ": " + std::to_string(f) + " features, but " +
                                                   std::to_string(mean.size()) + " means");
+  TESSERA_TRY(check_bounds(bounds, f));
   stats_spread out;
   out.sq_dev.assign(f, 0.0);
   TESSERA_ASSIGN_OR_RETURN(
       out.examples, each_example(stream, [&](std::span<const float> x, float y, std::int64_t i) -> result<void> {
         if (!std::isfinite(y)) return make_error(errc::not_finite, at(stream, i) + ": the target is not a finite number");
-        const double dy = static_cast<double>(y) - target_mean;
+        bool hit = false;
+        const double dy = (bounds.empty() ? static_cast<double>(y) : clip_to(y, bounds[f], hit)) - target_mean;
         out.target_sq_dev += dy * dy;
         for (std::size_t j = 0; j < f; ++j) {
-          const double d = static_cast<double>(x[j]) - mean[j];
+          const double d = (bounds.empty() ? static_cast<double>(x[j]) : clip_to(x[j], bounds[j], hit)) - mean[j];
           out.sq_dev[j] += d * d;
         }
         return {};
@@ -192,9 +217,12 @@ result<input_normalization> fleet_stats::normalization() const {
     const auto s = static_cast<float>(sd[j]);
     // A deviation that is only the rounding of a constant feature is no deviation: scaling by it would
     // blow noise up. The same test scikit-learn's StandardScaler makes.
-    // A masked sum's rounding is larger (floor_): squares within it of zero are no deviation either.
+    // A masked sum's rounding is larger: squares within the ring's error of zero (floor_), or a
+    // deviation within float32's rounding of the mean (each device's sums entered the ring as float32),
+    // are no deviation either.
+    const bool masked = j < floor_.size();
     const bool constant = !(s > 0) || !std::isnormal(s) || sd[j] < 10 * DBL_EPSILON * std::abs(mean_[j]) ||
-                          (j < floor_.size() && spread_.sq_dev[j] <= floor_[j]);
+                          (masked && (spread_.sq_dev[j] <= floor_[j] || sd[j] < 0x1p-20 * std::abs(mean_[j])));
     n.std[j] = constant ? 1.0f : s;
   }
   return n;

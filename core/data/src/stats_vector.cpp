@@ -63,7 +63,7 @@ result<std::int64_t> count_of(double v, const std::string& what) {
 }  // namespace
 
 std::size_t sums_vector_length(std::int64_t features, task_kind task, std::int64_t outputs) noexcept {
-  return 1 + static_cast<std::size_t>(features) + (classifies(task) ? static_cast<std::size_t>(outputs) : 1);
+  return 1 + static_cast<std::size_t>(features) + (classifies(task) ? static_cast<std::size_t>(outputs) : 1) + 1;
 }
 
 std::size_t spread_vector_length(std::int64_t features, task_kind task) noexcept {
@@ -75,8 +75,8 @@ result<std::vector<double>> sums_scales(std::int64_t features, task_kind task, s
   const double c = count_scale(scale);
   std::vector<double> out(sums_vector_length(features, task, outputs), c);
   for (std::size_t j = 0; j < static_cast<std::size_t>(features); ++j) out[1 + j] = c * scale.feature_bound(j);
-  if (!classifies(task)) out.back() = c * scale.target_bound();
-  return out;
+  if (!classifies(task)) out[1 + static_cast<std::size_t>(features)] = c * scale.target_bound();
+  return out;  // the clipped count's scale, last, is C
 }
 
 result<std::vector<double>> spread_scales(std::span<const double> mean, double target_mean, task_kind task, const stats_scale& scale) {
@@ -96,22 +96,16 @@ result<std::vector<float>> sums_vector(const stats_sums& s, task_kind task, cons
   const std::int64_t outputs = classifies(task) ? static_cast<std::int64_t>(s.label_counts.size()) : 1;
   TESSERA_ASSIGN_OR_RETURN(const auto scales, sums_scales(features, task, outputs, scale));
   TESSERA_TRY(check_examples(s.examples, scale));
-  for (std::size_t j = 0; j < s.sum.size(); ++j)
-    for (const double v : {s.min[j], s.max[j]})
-      if (!(std::abs(v) <= scale.feature_bound(j)))
-        return make_error(errc::invalid_argument, "feature " + std::to_string(j) + " holds the value " + number(v) +
-                                                      ", beyond its statistics bound " + number(scale.feature_bound(j)));
   std::vector<double> v{static_cast<double>(s.examples)};
   v.insert(v.end(), s.sum.begin(), s.sum.end());
   if (classifies(task)) {
     for (const auto c : s.label_counts) v.push_back(static_cast<double>(c));
   } else {
-    // |Σy| ≤ n·max|y|: the targets' bound is checked through their sum's scale.
     v.push_back(s.target_sum);
   }
+  v.push_back(static_cast<double>(s.clipped));
   auto out = divide(v, scales);
-  if (!out) return make_error(errc::invalid_argument, "the regression targets' sum lies beyond their statistics bound " + number(scale.target_bound()) +
-                                                          " times the examples");
+  if (!out) return make_error(errc::invalid_argument, "the statistics were not measured within their bounds");
   return out;
 }
 
@@ -125,7 +119,7 @@ result<std::vector<float>> spread_vector(const stats_spread& s, std::span<const 
   v.insert(v.end(), s.sq_dev.begin(), s.sq_dev.end());
   if (!classifies(task)) v.push_back(s.target_sq_dev);
   auto out = divide(v, scales);
-  if (!out) return make_error(errc::invalid_argument, "a squared deviation beyond the statistics' bound: this device's data changed since the first pass");
+  if (!out) return make_error(errc::invalid_argument, "the statistics were not measured within their bounds");
   return out;
 }
 
@@ -138,9 +132,10 @@ result<stats_sums> sums_from_vector(std::span<const double> v, std::int64_t feat
   TESSERA_ASSIGN_OR_RETURN(out.examples, count_of(v[0] * scales[0], "example count"));
   for (std::int64_t j = 0; j < features; ++j) out.sum.push_back(v[1 + static_cast<std::size_t>(j)] * scales[1 + static_cast<std::size_t>(j)]);
   const std::size_t rest = 1 + static_cast<std::size_t>(features);
+  TESSERA_ASSIGN_OR_RETURN(out.clipped, count_of(v.back() * scales.back(), "count of clipped examples"));
   if (classifies(task)) {
     std::int64_t total = 0;
-    for (std::size_t k = rest; k < v.size(); ++k) {
+    for (std::size_t k = rest; k + 1 < v.size(); ++k) {
       TESSERA_ASSIGN_OR_RETURN(const std::int64_t c, count_of(v[k] * scales[k], "count of class " + std::to_string(k - rest)));
       out.label_counts.push_back(static_cast<std::uint64_t>(c));
       total += c;
@@ -176,15 +171,15 @@ result<stats_spread> spread_from_vector(std::span<const double> v, std::span<con
   return out;
 }
 
-result<std::vector<float>> score_vector(const score_sum& s, std::int64_t max_examples, double loss_bound) {
+result<std::vector<float>> score_vector(const score_sum& s, std::int64_t max_examples, double loss_bound, bool* clipped) {
   const stats_scale scale{.max_examples = max_examples, .bounds = {loss_bound}};
   TESSERA_TRY(check_scale(scale, 0));
   TESSERA_TRY(check_examples(s.examples, scale));
   const double c = count_scale(scale);
-  if (!(s.loss_sum >= 0 && s.loss_sum <= loss_bound * static_cast<double>(s.examples)))
-    return make_error(errc::invalid_argument, "its loss per example " + number(s.loss_sum / static_cast<double>(std::max<std::int64_t>(s.examples, 1))) +
-                                                  " passes the evaluation's bound " + number(loss_bound));
-  const std::vector<double> v{static_cast<double>(s.examples), s.loss_sum, static_cast<double>(s.correct)};
+  if (!(s.loss_sum >= 0) || s.correct < 0 || s.correct > s.examples) return make_error(errc::invalid_argument, "a score no evaluation gives");
+  const double most = loss_bound * static_cast<double>(s.examples);
+  if (clipped != nullptr) *clipped = s.loss_sum > most;
+  const std::vector<double> v{static_cast<double>(s.examples), std::min(s.loss_sum, most), static_cast<double>(s.correct)};
   const std::vector<double> scales{c, c * loss_bound, c};
   return divide(v, scales);
 }

@@ -143,7 +143,8 @@ core::result<void> simulation::measure_statistics() {
   const auto stream_of = [this](const std::string& id) { return core::make_table_stream(*devices_[by_id_.find(id)->second].training); };
   const auto& spec = config_.model;
   const auto pass1 = [&](const std::string& id) -> core::result<std::vector<float>> {
-    TESSERA_ASSIGN_OR_RETURN(const auto sums, core::measure_sums(*stream_of(id), spec.task, spec.outputs));
+    const auto bounds = g.scale().bounds;  // a masked pass measures within them
+    TESSERA_ASSIGN_OR_RETURN(const auto sums, core::measure_sums(*stream_of(id), spec.task, spec.outputs, bounds));
     if (!g.masked()) {
       TESSERA_TRY(g.add_sums(id, sums));
       return std::vector<float>{};
@@ -151,7 +152,8 @@ core::result<void> simulation::measure_statistics() {
     return core::sums_vector(sums, spec.task, g.scale());
   };
   const auto pass2 = [&](const std::string& id) -> core::result<std::vector<float>> {
-    TESSERA_ASSIGN_OR_RETURN(const auto spread, core::measure_spread(*stream_of(id), g.mean(), g.target_mean()));
+    const auto bounds = g.scale().bounds;
+    TESSERA_ASSIGN_OR_RETURN(const auto spread, core::measure_spread(*stream_of(id), g.mean(), g.target_mean(), bounds));
     if (!g.masked()) {
       TESSERA_TRY(g.add_spread(id, spread));
       return std::vector<float>{};

@@ -45,6 +45,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/config/log.hpp"
+#include "tessera/core/data/fed_stats.hpp"
 #include "tessera/crypto/tls.hpp"
 #include "tessera/edge/agent_config.hpp"
 #include "tessera/edge/device_data.hpp"
@@ -91,7 +92,12 @@ class agent {
   // Secure aggregation's steps (secure_round.hpp).
   void on_secure(const net::message& m);
   void send_masked();
-  void on_measured(std::uint64_t generation, core::result<net::msg::stats_reply> reply);
+  // A statistics pass as measured (pass 1's sums or pass 2's spread).
+  struct measurement {
+    core::stats_sums sums;
+    core::stats_spread spread;
+  };
+  void on_measured(std::uint64_t generation, const net::msg::stats& q, core::result<measurement> measured);
   // A sum under secure aggregation (statistics, an evaluation): its vector masked once the inbox is in,
   // and sent in its message.
   void send_masked_sum();
@@ -140,6 +146,9 @@ class agent {
     std::optional<std::vector<float>> values;
   };
   std::optional<masked_sum> summing_;
+  // The models this device scored in a masked evaluation (the latest 16): a second sum over the same
+  // model, with other devices, would let the hub take the two apart.
+  std::vector<net::digest> scored_;
   std::uint64_t generation_ = 0;
   std::thread worker_;
   std::atomic<bool> cancel_{false};

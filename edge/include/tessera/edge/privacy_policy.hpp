@@ -42,7 +42,7 @@ struct privacy_policy {
   // Differential privacy: the least noise multiplier σ the devices' noise must carry (from each
   // device's Skellam share, the ring's scale and the sums' fewest contributors); a round in the clear
   // or without noise is then refused, since the hub's own noise cannot be checked here, and so are
-  // statistics and evaluations, which leave in the clear. 0: none asked.
+  // statistics and evaluations, which carry no noise (masked or not). 0: none asked.
   double min_noise_multiplier = 0;
   // The most ε this device spends against the hub over all the rounds it joins, at `delta`, counted by
   // the device in its own file `ledger` (privacy_budget.hpp); above 0, rounds without the devices'
@@ -51,7 +51,7 @@ struct privacy_policy {
   double delta = 1e-5;
   std::string ledger = "privacy-ledger.json";
   answer_mode statistics = answer_mode::allow;  // the feature statistics before round 1 (masked under secure aggregation)
-  answer_mode evaluation = answer_mode::allow;  // scoring a model on the validation split (scores in the clear)
+  answer_mode evaluation = answer_mode::allow;  // scoring a model on the validation split (masked under secure aggregation)
 };
 
 // A figure in a refusal (σ, ε, a noise share): four significant digits.

@@ -96,6 +96,7 @@ class stats_gathering {
   core::model_spec spec_;
   std::int64_t min_examples_;
   std::int64_t max_examples_ = 0;
+  std::int64_t clipped_ = 0;  // masked: examples the devices clipped into the bounds
   std::optional<secure_aggregation_config> masked_;
   phase phase_ = phase::idle;
   std::vector<std::string> asked_;

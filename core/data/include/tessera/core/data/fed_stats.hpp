@@ -47,6 +47,7 @@ struct stats_sums {
   std::vector<double> min, max;             // per feature (not summable: reported only); empty in a masked sum
   std::vector<std::uint64_t> label_counts;  // classification: examples per class
   double target_sum = 0;                    // regression: Σy
+  std::int64_t clipped = 0;                 // measured with bounds: examples with a value clipped to its bound
 };
 
 // Pass 2: squared deviations about the fleet's mean.
@@ -58,10 +59,14 @@ struct stats_spread {
 
 // Pass 1 over every example of `stream` (from its first; rewound after). Classification targets must be
 // class indices below `outputs`; any target must be finite (errors name the stream and the example).
-[[nodiscard]] result<stats_sums> measure_sums(example_stream& stream, task_kind task, std::int64_t outputs);
-// Pass 2 over the same examples, about the fleet's `mean` (one per feature) and `target_mean`.
+// With `bounds` (one per feature, then the target's: stats_vector.hpp) each feature, and a regression
+// target, is clipped into [−bound, bound] first, and the examples clipped are counted.
+[[nodiscard]] result<stats_sums> measure_sums(example_stream& stream, task_kind task, std::int64_t outputs,
+                                              std::span<const double> bounds = {});
+// Pass 2 over the same examples, about the fleet's `mean` (one per feature) and `target_mean`, clipped
+// as pass 1 was.
 [[nodiscard]] result<stats_spread> measure_spread(example_stream& stream, std::span<const double> mean,
-                                                  double target_mean);
+                                                  double target_mean, std::span<const double> bounds = {});
 
 // The hub's side: devices' figures added in the order given.
 class fleet_stats {

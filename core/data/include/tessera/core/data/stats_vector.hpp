@@ -11,19 +11,23 @@
 //                  exact in float32 and in the ring: counts come back exact
 //   bounds         the largest magnitude of each input feature and of a regression target (one
 //                  for all, or one per feature then the target's: secure_aggregation.statistics_bounds):
-//                  a device with a value beyond its bound refuses, naming the feature, rather than send a
-//                  sum that saturates. A 64-bit ring holds about 15 digits over a bound (after the counts),
-//                  so features whose ranges differ by orders of magnitude want bounds of their own: a
-//                  squared deviation far below its bound² is lost in the ring's step.
+//                  a device measures with every value clipped into its bound (core::measure_sums with
+//                  bounds) and counts the examples it clipped, a count that is summed like the rest. It
+//                  never refuses over a value, nor names one: a refusal would tell the hub, which chose
+//                  the bounds, where a device's data lies. A 64-bit ring holds about 15 digits over a
+//                  bound (after the counts), so features whose ranges differ by orders of magnitude want
+//                  bounds of their own: a squared deviation far below its bound² is lost in the step.
 //
-//   pass 1   [n, Σx_0 … Σx_f−1, classification: count_0 … count_c−1 | regression: Σy]
+//   pass 1   [n, Σx_0 … Σx_f−1, classification: count_0 … count_c−1 | regression: Σy, clipped]
 //            scales  C, C·bound_j (sums), C (counts)           C = 2^⌈log2 max_examples⌉
 //   pass 2   [n, Σ(x_j − mean_j)² …, regression: Σ(y − ȳ)²]
 //            scales  C, C·(bound_j + |mean_j|)²
 //
-// min and max are per-example values, not sums: they never leave a device under secure aggregation
-// (the device uses them to check the bound). Decoding rounds the counts to integers and refuses a sum
-// that no examples could give (a count off an integer by more than the rounding, a negative square).
+// min and max are per-example values, not sums: they never leave a device under secure aggregation.
+// Decoding rounds the counts to integers and refuses a sum that no examples could give (a count off an
+// integer by more than the rounding, a negative square). The counts are exact while the ring's step is
+// 2^−52 of a value (a sum of at most 2048 devices in a 64-bit ring); beyond, each count carries about
+// devices²·C / 2^63 of rounding, under a quarter up to some 2·10^5 devices at C = 2^24.
 #pragma once
 
 #include <cstdint>
@@ -54,9 +58,9 @@ struct stats_scale {
 [[nodiscard]] result<std::vector<double>> spread_scales(std::span<const double> mean, double target_mean, task_kind task,
                                                         const stats_scale& scale);
 
-// A device's pass as the vector it masks: each figure over its scale. Refuses (invalid_argument, naming
-// the feature or the count) a device with more examples than max_examples, or, in pass 1, a feature or
-// target whose min or max lies beyond its bound — so no value of the vector leaves [−1, 1].
+// A device's pass, measured with the bounds, as the vector it masks: each figure over its scale. Refuses
+// (invalid_argument) a device with more examples than max_examples (the hub knows its count) and figures
+// that were not measured within the bounds.
 [[nodiscard]] result<std::vector<float>> sums_vector(const stats_sums& s, task_kind task, const stats_scale& scale);
 [[nodiscard]] result<std::vector<float>> spread_vector(const stats_spread& s, std::span<const double> mean, double target_mean,
                                                        task_kind task, const stats_scale& scale);
@@ -77,14 +81,16 @@ struct stats_scale {
 
 // A device's score of a model on its validation split (an evaluation) as a vector: [n, Σloss, correct]
 // over the scales [C, C·loss_bound, C], C the counts' scale for the most validation examples an asked
-// device holds. A device whose loss per example passes loss_bound refuses, naming it.
+// device holds. A loss past loss_bound per example is clipped to it (`clipped` says so, for the device's
+// own log: a refusal would tell the hub).
 inline constexpr std::size_t k_score_vector_length = 3;
 struct score_sum {
   std::int64_t examples = 0;
   double loss_sum = 0;  // Σ over batches of the batch's mean loss × rows
   std::int64_t correct = 0;
 };
-[[nodiscard]] result<std::vector<float>> score_vector(const score_sum& s, std::int64_t max_examples, double loss_bound);
+[[nodiscard]] result<std::vector<float>> score_vector(const score_sum& s, std::int64_t max_examples, double loss_bound,
+                                                     bool* clipped = nullptr);
 // The fleet's score from a released sum of such vectors (counts exact; bad_format as sums_from_vector).
 [[nodiscard]] result<score_sum> score_from_vector(std::span<const double> v, std::int64_t max_examples, double loss_bound);
 
