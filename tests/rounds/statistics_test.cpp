@@ -206,3 +206,38 @@ TEST_CASE("statistics: a constant feature stays constant through the masked sum'
   CHECK(n.std[2] == 1.0f);
   CHECK(n.std[1] == doctest::Approx(std::sqrt((50.0 * 50.0 - 1.0) / 12.0)).epsilon(1e-5));
 }
+
+TEST_CASE("evaluation: the devices' scores as one masked sum equal their plain sum (counts exact, loss within float32)") {
+  std::vector<rounds::evaluator> evaluators;
+  rounds::federated_scores plain, masked;
+  const std::int64_t examples[] = {80, 77, 120, 5, 64};
+  const double losses[] = {41.25, 60.5, 200.125, 9.0, 0.75};
+  const std::int64_t correct[] = {70, 31, 119, 0, 64};
+  for (std::size_t d = 0; d < std::size(examples); ++d) {
+    evaluators.push_back({.id = "device-" + std::to_string(d), .codec = core::codec_kind::f32, .blob_bytes = 0,
+                          .examples = static_cast<std::uint64_t>(examples[d])});
+    plain.add({.id = evaluators.back().id, .examples = examples[d], .loss_sum = losses[d], .correct = correct[d]});
+  }
+  const std::int64_t most = rounds::evaluation_max_examples(evaluators);
+  CHECK(most == 120);
+  auto sum = rounds::evaluation_sum({.enabled = true, .replication = 3, .threshold = 3}, evaluators, 7).value();
+  for (std::size_t d = 0; d < std::size(examples); ++d) {
+    bool clipped = true;
+    const auto v = core::score_vector({.examples = examples[d], .loss_sum = losses[d], .correct = correct[d]}, most,
+                                      rounds::k_evaluation_loss_bound, &clipped).value();
+    CHECK_FALSE(clipped);
+    REQUIRE(sum.add_plain(evaluators[d].id, v).ok());
+  }
+  const auto released = sum.finish().value();
+  CHECK(released.survivors.size() == std::size(examples));
+  REQUIRE(rounds::add_released_scores(released, most, masked).ok());
+  rounds::round_metrics a, b;
+  plain.fill(a, true);
+  masked.fill(b, true);
+  CHECK(*b.fed.examples == *a.fed.examples);
+  CHECK(*b.fed.accuracy == *a.fed.accuracy);  // counts come back exact
+  CHECK(*b.fed.loss == doctest::Approx(*a.fed.loss).epsilon(1e-6));
+  CHECK(*b.fed.devices == 5);
+  CHECK_FALSE(b.fed.accuracy_min.has_value());  // no device's own accuracy
+  CHECK(a.fed.accuracy_min.has_value());
+}
