@@ -329,6 +329,13 @@ void agent::on_evaluated(std::uint64_t generation, core::result<net::msg::evalua
   if (generation != generation_ || !job_ || stopped_) return;  // superseded meanwhile
   const auto round = job_->round();
   job_.reset();  // the arena goes back
+  if (!score && summing_ && summing_->round->round() == round && summing_->request.pass == 0) {
+    // A masked evaluation: a refusal in the clear would tell the hub, which chose the model, something
+    // of this device's data. The score goes in at the loss bound, none correct; the reason stays here.
+    log(log_level::warning, summing_->label + ": " + score.error().message + "; scored at the loss bound, none correct");
+    const auto n = static_cast<std::uint64_t>(data_->validation_examples());
+    score = net::msg::evaluation{.round = round, .examples = n, .loss_sum = summing_->request.bounds.at(0) * static_cast<double>(n), .correct = 0};
+  }
   if (!score) {
     refuse("the evaluation after round " + std::to_string(round), score.error());
     if (leaving_) boost::asio::post(io_, [this] { stop(); });

@@ -3,7 +3,6 @@
 // aggregation a pass is a masked sum (DESIGN §6): the keys go out with the request's answer begun, the
 // vector is masked once both it and the inbox are in, and only the masked vector leaves the device. The
 // rest of the agent is in agent.cpp.
-#include <algorithm>
 #include <thread>
 
 #include "tessera/core/data/fed_stats.hpp"
@@ -103,13 +102,6 @@ void agent::on_measured(std::uint64_t generation, const net::msg::stats& q, core
 
 void agent::start_masked_evaluation(const net::msg::assign& a) {
   const std::string what = "the evaluation of round " + std::to_string(a.round);
-  if (std::find(scored_.begin(), scored_.end(), a.sha256) != scored_.end()) {
-    job_.reset();
-    return refuse(what, make_error(errc::privacy_policy, "this device scored this model in a masked evaluation already: a second sum "
-                                                         "over other devices would let the hub single its score out"));
-  }
-  if (scored_.size() == 16) scored_.erase(scored_.begin());
-  scored_.push_back(a.sha256);
   // Keys signed over the whole request (the model's digest, the score's scale): every evaluator was sent
   // the same, or its neighbours refuse the roster.
   auto round = secure_round::start_sum(*a.secure, a.round, net::sum_request_digest(a), core::k_score_vector_length, *secure_, config_.privacy);

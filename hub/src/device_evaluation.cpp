@@ -81,7 +81,7 @@ void device_evaluation::send_all() {
 void device_evaluation::send(device_entry& d, const std::string& id) {
   const rounds::evaluator& e = waiting_.at(id);
   const auto& [bytes, sha] = model_.at(e.codec);
-  if (!d.session) return;  // it gets the model when it reconnects
+  if (!d.session) return;  // it gets the model when it reconnects (scores in the clear; a masked sum waits for its steps' deadlines)
   d.download_id = devices_->next_transfer();  // fresh, so a restarted agent never resumes another download
   d.download = std::make_shared<download_slot>(d.download_id, bytes, sha);
   net::msg::assign a{.round = round_,
@@ -103,6 +103,7 @@ void device_evaluation::send(device_entry& d, const std::string& id) {
 }
 
 bool device_evaluation::on_reply(const std::string& id, device_entry& d, const net::msg::evaluation& e) {
+  if (party_ != nullptr && party_->uploaded(id)) return false;  // sent again after a reconnect: its first is in the sum
   if (!expects(id) || e.round != round_ || e.transfer != d.download_id) {
     ctx_->say(log_level::warning, unasked(id, e.round));
     return false;

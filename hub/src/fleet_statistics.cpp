@@ -107,6 +107,7 @@ bool fleet_statistics::expects(const std::string& id, std::uint64_t pass) const 
 
 bool fleet_statistics::on_reply(const std::string& id, const net::msg::stats_reply& r) {
   if (party_ != nullptr) {
+    if (party_->uploaded(id)) return false;  // sent again after a reconnect: its first is in the sum
     auto ok = r.masked.empty() ? core::result<void>(core::make_error(core::errc::invalid_argument, "its statistics came in the clear, not masked"))
                                : party_->add_masked(id, r.masked);
     if (!ok) {

@@ -84,8 +84,9 @@ class sum_party final : public secure_party {
   [[nodiscard]] const rounds::secure_sum& sum() const noexcept { return sum_; }
   // A member's masked vector (the ring's values packed), added to the server's sum.
   [[nodiscard]] core::result<void> add_masked(const std::string& id, std::span<const std::byte> packed);
-  // Every member still in has sent its masked vector.
+  // Every member still in has sent its masked vector; `id` has sent its own.
   [[nodiscard]] bool all_uploaded() const;
+  [[nodiscard]] bool uploaded(const std::string& id) const { return uploaded_.contains(id); }
 
  private:
   rounds::secure_sum sum_;

@@ -53,7 +53,7 @@ enum class rogue {
   masked_statistics,  // not rogue: the feature statistics (pass 1) as a masked sum with sa-1 and sa-2
   other_question,     // the statistics as a masked sum, sa-1 asked another question (its keys sign another digest)
   other_scale,        // the statistics as a masked sum, sa-1 asked with another scale (so the sum is the agent's alone)
-  evaluated_twice,    // a masked evaluation of the model, then the same model again (to take two sums apart)
+  masked_evaluation,  // not rogue: the model scored as a masked sum with sa-1 and sa-2
 };
 
 // Two more devices of the fleet's CA ("sa-1", "sa-2"), whose protocol clients the scripted hub runs.
@@ -89,7 +89,7 @@ class scripted_hub {
     p_.clip = 1.0;
     p_.threshold = 2;
     p_.segments = {{.length = core::param_count(arch_) + 1, .min_aggregate = 2}};
-    if (r == rogue::evaluated_twice) {  // an evaluation's masked score (core::score_vector): by its round
+    if (r == rogue::masked_evaluation) {  // an evaluation's masked score (core::score_vector): by its round
       p_.bits = 64;
       p_.summands = 3;
       p_.segments = {{.length = core::k_score_vector_length, .min_aggregate = 2}};
@@ -126,7 +126,7 @@ class scripted_hub {
     c.tls = {.ca_cert = pki.ca.cert, .cert = pki.dev_a.cert, .key = pki.dev_a.key, .hub_name = "localhost"};
     c.tls.crl = pki.ca.crl;  // the device holds the CA's list
     c.data.source = {.format = core::data_format::idx, .features = dir_.file("images"), .labels = dir_.file("labels")};
-    c.data.validation_fraction = rogue_ == rogue::evaluated_twice ? 0.25 : 0;
+    c.data.validation_fraction = rogue_ == rogue::masked_evaluation ? 0.25 : 0;
     c.backoff_initial = 50ms;
     c.backoff_max = 200ms;
     c.privacy = policy;
@@ -305,9 +305,7 @@ class scripted_hub {
       ask_check(s);
     } else if (const auto* r = std::get_if<net::msg::secagg_unmask_reply>(&m)) {
       unmask_reply = *r;
-      if (rogue_ != rogue::evaluated_twice || evaluated_again_) return done();
-      evaluated_again_ = true;  // the same model, to be scored in a second sum
-      send_assign(s);
+      done();
     } else if (const auto* f = std::get_if<net::msg::refuse>(&m)) {
       refused = *f;
       done();
@@ -326,9 +324,8 @@ class scripted_hub {
     if (rogue_ != rogue::clear_round)
       a.secure = net::msg::secure_assign{.params = p_, .segments = {0}, .rounding_key = {},
                                          .upload_size = p_.segments[0].length * 4};
-    if (rogue_ == rogue::evaluated_twice) {
+    if (rogue_ == rogue::masked_evaluation) {
       a.evaluate = true;
-      a.transfer = evaluated_again_ ? 78 : 77;
       a.secure->upload_size = p_.segments[0].length * 8;
       a.max_examples = 64;
       a.loss_bound = 1e6;
@@ -340,7 +337,6 @@ class scripted_hub {
 
   rogue rogue_;
   std::uint64_t msg_round_ = 1;  // the round the SECAGG_* messages name
-  bool evaluated_again_ = false;
   const testing::temp_dir& dir_;
   boost::asio::io_context io_;
   std::shared_ptr<net::server> server_;
@@ -552,21 +548,19 @@ TEST_CASE("rogue hub: statistics whose neighbours were given another scale, to s
                 "edge.secure_step", edge::secure_mode::require);
 }
 
-TEST_CASE("rogue hub: the same model scored twice in masked evaluations, to take the two sums apart") {
-  testing::temp_dir dir("rogue_evaluated_twice");
-  scripted_hub hub(rogue::evaluated_twice, dir);
+TEST_CASE("secure agent: its score of the model reaches the hub as a masked vector only, and it unmasks the sum") {
+  testing::temp_dir dir("secure_agent_evaluation");
+  scripted_hub hub(rogue::masked_evaluation, dir);
   hub.run();
   INFO(hub.agent_log);
-  // The first evaluation: a masked score only (round, transfer, the three ring values), then unmasked.
+  CHECK_FALSE(hub.refused.has_value());
+  // Round, transfer and the three masked ring values: no count, no loss, no correct predictions.
   REQUIRE(hub.evaluation.has_value());
   CHECK(hub.evaluation->masked.size() == core::k_score_vector_length * 8);
   CHECK((hub.evaluation->examples == 0 && hub.evaluation->correct == 0 && hub.evaluation->loss_sum == 0.0));
   CHECK(nlohmann::json::parse(net::to_json(*hub.evaluation)).size() == 3);
+  CHECK(testing::contains(hub.agent_log, "the evaluation of round 1 masked and sent"));
   REQUIRE(hub.unmask_reply.has_value());
-  // The second: refused by name.
-  REQUIRE(hub.refused.has_value());
-  CHECK(hub.refused->code == "edge.privacy_policy");
-  CHECK_MESSAGE(hub.refused->reason.find("this device scored this model in a masked evaluation already") != std::string::npos, hub.refused->reason);
 }
 
 TEST_CASE("rogue hub: masked statistics with a threshold below the device's privacy.min_threshold") {

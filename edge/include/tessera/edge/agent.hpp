@@ -146,9 +146,6 @@ class agent {
     std::optional<std::vector<float>> values;
   };
   std::optional<masked_sum> summing_;
-  // The models this device scored in a masked evaluation (the latest 16): a second sum over the same
-  // model, with other devices, would let the hub take the two apart.
-  std::vector<net::digest> scored_;
   std::uint64_t generation_ = 0;
   std::thread worker_;
   std::atomic<bool> cancel_{false};

@@ -81,8 +81,8 @@ struct stats_scale {
 
 // A device's score of a model on its validation split (an evaluation) as a vector: [n, Σloss, correct]
 // over the scales [C, C·loss_bound, C], C the counts' scale for the most validation examples an asked
-// device holds. A loss past loss_bound per example is clipped to it (`clipped` says so, for the device's
-// own log: a refusal would tell the hub).
+// device holds. A mean loss per example past loss_bound is clipped to it (`clipped` says so, for the
+// device's own log: a refusal would tell the hub).
 inline constexpr std::size_t k_score_vector_length = 3;
 struct score_sum {
   std::int64_t examples = 0;
