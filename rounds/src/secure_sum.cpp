@@ -43,12 +43,16 @@ core::result<secure_sum> secure_sum::create(const secure_aggregation_config& sa,
   p.clip = 1.0;
   p.neighbors = sa.neighbors;
   p.summands = members.size();
-  p.threshold = crypto::secagg_majority(crypto::secagg_most_holders(sa.neighbors, members.size(), 0));
+  p.threshold = threshold_for(sa, members.size());
   p.segments = {{.length = length, .min_aggregate = sa.min_aggregate()}};
   if (members.size() < p.threshold)
     return make_error(errc::fleet_too_small, std::to_string(members.size()) + " device(s) for a secure sum that needs " +
                                                  std::to_string(p.threshold) + " to unmask");
   return secure_sum(std::make_unique<state>(p, std::move(members), std::string(purpose)));
+}
+
+std::size_t secure_sum::threshold_for(const secure_aggregation_config& sa, std::size_t members) noexcept {
+  return crypto::secagg_majority(crypto::secagg_most_holders(sa.neighbors, members, 0));
 }
 
 const crypto::secagg_params& secure_sum::params() const noexcept { return s_->params; }
@@ -108,6 +112,9 @@ std::int64_t evaluation_max_examples(std::span<const evaluator> evaluators) noex
 core::result<secure_sum> evaluation_sum(const secure_aggregation_config& sa, std::span<const evaluator> evaluators, std::int64_t round) {
   std::vector<std::string> ids;
   for (const auto& e : evaluators) ids.push_back(e.id);
+  if (const std::size_t t = secure_sum::fewest_for(sa, ids.size()); ids.size() < t)
+    return make_error(errc::fleet_too_small, std::to_string(ids.size()) + " device(s) can score the model, and their masked sum is released from " +
+                                                 std::to_string(t) + " or more");
   return secure_sum::create(sa, std::move(ids), core::k_score_vector_length, "evaluation of round " + std::to_string(round));
 }
 

@@ -36,6 +36,11 @@ core::result<std::vector<excluded_device>> stats_gathering::begin(std::vector<de
     return make_error(errc::no_devices, "no device holds at least min_stats_examples (" + std::to_string(min_examples_) +
                                             ") examples to measure");
   }
+  if (const std::size_t t = masked_ ? secure_sum::fewest_for(*masked_, asked_.size()) : 0; asked_.size() < t) {
+    phase_ = phase::idle;
+    return make_error(errc::fleet_too_small, std::to_string(asked_.size()) + " device(s) to ask, and their statistics' masked sum is released " +
+                                                 "from " + std::to_string(t) + " or more: waiting for more");
+  }
   phase_ = phase::sums;
   return excluded;
 }

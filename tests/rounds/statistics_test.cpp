@@ -112,6 +112,14 @@ TEST_CASE("statistics: small devices are not asked; strangers, repeats and dropo
 
   rounds::stats_gathering none(spec(), 10);
   CHECK(error_of(none.begin({offer("device-0", 3)})).code == rounds::errc::no_devices);
+
+  // Masked, two devices where a sum is released from 3 (secure_aggregation's replication): the
+  // gathering does not start, rather than have every pass withheld.
+  rounds::stats_gathering few(spec(), 10);
+  few.mask_with({.enabled = true});
+  const auto e2 = error_of(few.begin({offer("device-1", 500), offer("device-2", 200)}));
+  CHECK(e2.code == rounds::errc::fleet_too_small);
+  CHECK(e2.message == "2 device(s) to ask, and their statistics' masked sum is released from 3 or more: waiting for more");
 }
 
 namespace {

@@ -15,6 +15,7 @@
 //   auto r = s.finish();            // the survivors and their sum
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <memory>
@@ -44,6 +45,14 @@ class secure_sum {
   // the sum in the rounding keys (no secret: each device's is derived from it and its id).
   [[nodiscard]] static core::result<secure_sum> create(const secure_aggregation_config& sa, std::vector<std::string> members,
                                                        std::size_t length, std::string_view purpose);
+  // The shares that unmask a sum over `members` devices (a majority of a secret's holders): fewer
+  // members than this and create() refuses (errc::fleet_too_small).
+  [[nodiscard]] static std::size_t threshold_for(const secure_aggregation_config& sa, std::size_t members) noexcept;
+  // The fewest members a sum over `members` devices can be released from: the threshold, and
+  // secure_aggregation's min_aggregate.
+  [[nodiscard]] static std::size_t fewest_for(const secure_aggregation_config& sa, std::size_t members) noexcept {
+    return std::max(threshold_for(sa, members), sa.min_aggregate());
+  }
   secure_sum(secure_sum&&) noexcept;
   secure_sum& operator=(secure_sum&&) noexcept;
   ~secure_sum();
