@@ -93,8 +93,7 @@ void device_evaluation::send(device_entry& d, const std::string& id) {
                      .sha256 = sha,
                      .evaluate = true};
   if (party_ != nullptr) {
-    const crypto::secagg_params& p = party_->params();
-    a.secure = net::msg::secure_assign{.params = p, .segments = {0}, .rounding_key = party_->sum().rounding_key(id), .upload_size = p.segments[0].length * 8};
+    a.secure = party_->part_for(id);
     a.max_examples = static_cast<std::uint64_t>(max_examples_);
     a.loss_bound = rounds::k_evaluation_loss_bound;
   }
@@ -110,7 +109,8 @@ bool device_evaluation::on_reply(const std::string& id, device_entry& d, const n
   }
   if (party_ != nullptr) {
     count_download(d);
-    return take_masked(id, e);
+    waiting_.erase(id);
+    return secure_->take_vector(*party_, id, e.masked);
   }
   // Its score counts as many examples as it said it holds out: a device cannot outweigh the others by
   // claiming more.
@@ -132,21 +132,10 @@ bool device_evaluation::drop(const std::string& id, const std::string& why) {
   count_download((*devices_)[id]);
   if (party_ == nullptr) return waiting_.empty();
   party_->refuse(id, why);
-  return secure_->at() == secure_steps::step::uploads ? party_->all_uploaded() : secure_->done();
+  return secure_->after_leaving();
 }
 
-// A masked score: into the sum (its protocol's uploads step only).
-bool device_evaluation::take_masked(const std::string& id, const net::msg::evaluation& e) {
-  waiting_.erase(id);
-  auto ok = e.masked.empty() ? core::result<void>(core::make_error(core::errc::invalid_argument, "its score came in the clear, not masked"))
-            : secure_->at() != secure_steps::step::uploads ? core::result<void>(core::make_error(core::errc::invalid_argument, "its masked score came outside the uploads"))
-                                                            : party_->add_masked(id, e.masked);
-  if (!ok) {
-    ctx_->say(log_level::warning, "device " + id + " left out of the evaluation after round " + std::to_string(round_) + ": " + ok.error().message);
-    party_->refuse(id, ok.error().message);
-  }
-  return party_->all_uploaded();
-}
+
 
 void device_evaluation::time_out() const {
   if (party_ != nullptr) return;  // the protocol ends it (its unmasking goes on with who uploaded)

@@ -50,7 +50,6 @@ class device_evaluation {
   [[nodiscard]] bool done() const noexcept { return waiting_.empty(); }
   // The masked sum's protocol, or null (scores in the clear).
   [[nodiscard]] secure_steps* secure() noexcept { return secure_ ? &*secure_ : nullptr; }
-  [[nodiscard]] bool all_uploaded() const { return party_ != nullptr && party_->all_uploaded(); }
 
   // The model to every evaluator.
   void send_all();
@@ -75,7 +74,6 @@ class device_evaluation {
   void count_download(device_entry& d);
   // Under secure aggregation: the sum over `evaluators`, all of one codec.
   void mask(std::vector<rounds::evaluator>& evaluators);
-  [[nodiscard]] bool take_masked(const std::string& id, const net::msg::evaluation& e);
 
   const hub_context* ctx_;
   rounds::engine* engine_;

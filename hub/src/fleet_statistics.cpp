@@ -81,8 +81,7 @@ bool fleet_statistics::ask_masked(net::msg::stats m) {
       party_->refuse(id, "it is not connected");
       continue;
     }
-    m.secure = net::msg::secure_assign{
-        .params = p, .segments = {0}, .rounding_key = party_->sum().rounding_key(id), .upload_size = p.segments[0].length * 8};
+    m.secure = party_->part_for(id);
     d->session->send(m);
   }
   ctx_->say(log_level::info, what + " as a masked sum over " + std::to_string(party_->open_members().size()) + " device(s) (threshold " +
@@ -106,16 +105,7 @@ bool fleet_statistics::expects(const std::string& id, std::uint64_t pass) const 
 }
 
 bool fleet_statistics::on_reply(const std::string& id, const net::msg::stats_reply& r) {
-  if (party_ != nullptr) {
-    if (party_->uploaded(id)) return false;  // sent again after a reconnect: its first is in the sum
-    auto ok = r.masked.empty() ? core::result<void>(core::make_error(core::errc::invalid_argument, "its statistics came in the clear, not masked"))
-                               : party_->add_masked(id, r.masked);
-    if (!ok) {
-      ctx_->say(log_level::warning, "device " + id + " left out of " + party_->what() + ": " + ok.error().message);
-      party_->refuse(id, ok.error().message);
-    }
-    return party_->all_uploaded();
-  }
+  if (party_ != nullptr) return secure_->take_vector(*party_, id, r.masked);
   core::result<void> ok;
   if (r.pass == 1) {
     ok = gathering_.add_sums(id, {.examples = static_cast<std::int64_t>(r.examples),
@@ -136,7 +126,7 @@ bool fleet_statistics::drop(const std::string& id, const std::string& why) {
     if (party_->open_segments(id) == nullptr) return false;
     ctx_->say(log_level::warning, "device " + id + " left out of " + party_->what() + ": " + why);
     party_->refuse(id, why);
-    return secure_->at() == secure_steps::step::uploads ? party_->all_uploaded() : secure_->done();
+    return secure_->after_leaving();
   }
   if (!gathering_.is_asked(id)) return false;
   leave_out(id, why);

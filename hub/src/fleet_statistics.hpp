@@ -43,8 +43,6 @@ class fleet_statistics {
   [[nodiscard]] bool ask();
   // The pass's masked sum's protocol, or null (plain figures).
   [[nodiscard]] secure_steps* secure() noexcept { return secure_ ? &*secure_ : nullptr; }
-  // Masked: every device still in has sent its vector.
-  [[nodiscard]] bool all_uploaded() const { return party_ != nullptr && party_->all_uploaded(); }
   // Ends the pass: its figures (plain), or the protocol's released sum (masked), into the gathering.
   [[nodiscard]] core::result<void> finish_pass();
   [[nodiscard]] bool expects(const std::string& id, std::uint64_t pass) const;

@@ -118,7 +118,7 @@ class round_driver {
   void arm_secure_step();
   void end_secure_step();
   void advance_secure();
-  [[nodiscard]] bool uploads_in() const;
+  [[nodiscard]] bool uploads_in();
   void secure_over();
   // Every update in, or the deadline: with secure aggregation the unmasking step comes first.
   void end_collection();

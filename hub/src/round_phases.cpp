@@ -172,9 +172,8 @@ void round_driver::advance_secure() {
   }
 }
 
-bool round_driver::uploads_in() const {
-  if (const auto* st = std::get_if<statistics_phase>(&phase_)) return st->stats.all_uploaded();
-  if (const auto* ep = std::get_if<evaluating_phase>(&phase_)) return ep->eval.all_uploaded();
+bool round_driver::uploads_in() {
+  if (secure_steps* st = active_steps()) return st->party().all_uploaded();
   return engine_->all_reported();
 }
 

@@ -49,6 +49,11 @@ core::result<void> sum_party::add_masked(const std::string& id, std::span<const 
   return {};
 }
 
+net::msg::secure_assign sum_party::part_for(const std::string& id) const {
+  const crypto::secagg_params& p = sum_.params();
+  return {.params = p, .segments = {0}, .rounding_key = sum_.rounding_key(id), .upload_size = p.segments[0].length * crypto::secagg_value_bytes(p.bits)};
+}
+
 bool sum_party::all_uploaded() const {
   const auto open = open_members();
   return std::all_of(open.begin(), open.end(), [&](const std::string& id) { return uploaded_.contains(id); });
@@ -240,6 +245,18 @@ bool secure_steps::on_message(const std::string& id, const net::message& m) {
     return take_reply(replied_, step::unmask, id, what, r->reply.id == id, [&] { return party_->server().add_reply(r->reply); });
   }
   return true;
+}
+
+bool secure_steps::take_vector(sum_party& sum, const std::string& id, std::span<const std::byte> packed) {
+  if (sum.uploaded(id)) return false;  // sent again after a reconnect: its first is in the sum
+  auto ok = packed.empty()             ? core::result<void>(core::make_error(core::errc::invalid_argument, "its figures came in the clear, not masked"))
+            : at_ != step::uploads     ? core::result<void>(core::make_error(core::errc::invalid_argument, "its masked figures came outside the uploads"))
+                                       : sum.add_masked(id, packed);
+  if (!ok) {
+    ctx_->say(log_level::warning, "device " + id + " left out of " + sum.what() + ": " + ok.error().message);
+    sum.refuse(id, ok.error().message);
+  }
+  return sum.all_uploaded();
 }
 
 // A survivor's answer to the step `when`, taken once (a repeat after a reconnect changes nothing); one

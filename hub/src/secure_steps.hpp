@@ -46,6 +46,8 @@ class secure_party {
   [[nodiscard]] virtual const std::vector<std::uint32_t>* open_segments(const std::string& id) const = 0;
   // Leaves `id` out (it missed a step, or the server refused what it sent).
   virtual void refuse(const std::string& id, const std::string& why) = 0;
+  // Every member still in has sent its masked input (UPDATE and its upload, or its masked vector).
+  [[nodiscard]] virtual bool all_uploaded() const = 0;
 
  protected:
   secure_party(std::string what, std::uint64_t round) : what_(std::move(what)), round_(round) {}
@@ -65,6 +67,7 @@ class engine_party final : public secure_party {
   [[nodiscard]] std::vector<std::string> open_members() const override;
   [[nodiscard]] const std::vector<std::uint32_t>* open_segments(const std::string& id) const override;
   void refuse(const std::string& id, const std::string& why) override;
+  [[nodiscard]] bool all_uploaded() const override { return engine_->all_reported(); }
 
  private:
   rounds::engine* engine_;
@@ -82,10 +85,11 @@ class sum_party final : public secure_party {
   void refuse(const std::string& id, const std::string& why) override;
 
   [[nodiscard]] const rounds::secure_sum& sum() const noexcept { return sum_; }
+  // The secure part of a member's request: the sum's parameters, its one segment, the member's rounding key.
+  [[nodiscard]] net::msg::secure_assign part_for(const std::string& id) const;
   // A member's masked vector (the ring's values packed), added to the server's sum.
   [[nodiscard]] core::result<void> add_masked(const std::string& id, std::span<const std::byte> packed);
-  // Every member still in has sent its masked vector; `id` has sent its own.
-  [[nodiscard]] bool all_uploaded() const;
+  [[nodiscard]] bool all_uploaded() const override;
   [[nodiscard]] bool uploaded(const std::string& id) const { return uploaded_.contains(id); }
 
  private:
@@ -126,6 +130,12 @@ class secure_steps {
   [[nodiscard]] next begin_unmask();
   // A device's SECAGG_* message for this round: true if it counted (then the step may be done).
   [[nodiscard]] bool on_message(const std::string& id, const net::message& m);
+  // A sum's member sent its masked vector (`sum` is this protocol's party): into the sum in the uploads
+  // step, else the member is left out, logged. A repeat after a reconnect changes nothing. True when
+  // every member still in has sent its own.
+  [[nodiscard]] bool take_vector(sum_party& sum, const std::string& id, std::span<const std::byte> packed);
+  // A member left: whether the step it was in may be over now.
+  [[nodiscard]] bool after_leaving() const { return at_ == step::uploads ? party_->all_uploaded() : done(); }
   // The protocol is over: what it released (`o`), and how long its steps took.
   void log_outcome(const rounds::secure_outcome& o, std::int64_t round) const;
 
