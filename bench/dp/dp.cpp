@@ -4,7 +4,8 @@
 // (δ 1e-5) the noise multiplier σ is the smallest that keeps the --rounds rounds within it (≈∞:
 // σ = 0.001, sampling and clipping without meaningful noise), for FedAvg and IST (--ist-groups
 // groups), with the noise added by the hub and — with secure aggregation — by the devices (Skellam
-// shares, each sum released from at least t = 70% of its expected contributors, so it carries about
+// shares, each sum's threshold t = 70% of its expected contributors, the shares sized for 70% of the
+// devices assigned to it (dp.expected_dropout 0.3) and never for fewer than t, so a sum carries about
 // 1/0.7 of the variance). Prints the ε spent, the test accuracy at the end and the best seen, and the
 // simulator's peak memory.
 // With --noise self the devices add the noise and sample themselves (dp.self_sampling): every device

@@ -61,7 +61,7 @@ std::vector<std::byte> secagg_signed_message(const secagg_params& p, const std::
   // tables by the hub do not verify each other.
   w.u64(p.round).u32(static_cast<std::uint32_t>(p.bits)).u64(std::bit_cast<std::uint64_t>(p.clip)).u64(p.threshold).u64(p.neighbors);
   w.u64(p.summands).u64(std::bit_cast<std::uint64_t>(p.noise)).u64(std::bit_cast<std::uint64_t>(p.fitted_value));
-  w.u64(std::bit_cast<std::uint64_t>(p.sample_rate));
+  w.u64(std::bit_cast<std::uint64_t>(p.sample_rate)).u64(p.noise_contributors);
   w.u32(static_cast<std::uint32_t>(p.segments.size()));
   for (const auto& s : p.segments) w.u64(s.length).u64(s.min_aggregate);
   put_text(w, id);

@@ -13,6 +13,9 @@ namespace tessera::crypto::detail {
 inline core::result<void> check_noise(const secagg_params& p) {
   if (!(p.noise >= 0 && p.noise <= k_max_skellam_variance))
     return make_error(errc::invalid_argument, "a noise variance of " + std::to_string(p.noise) + " ring steps² (0 to 2^50)");
+  if (p.noise_contributors == 1 || (p.noise_contributors > 0 && !(p.noise > 0)))
+    return make_error(errc::invalid_argument, "noise sized for " + std::to_string(p.noise_contributors) + " contributor(s) in a round " +
+                                                  (p.noise > 0 ? "(at least 2, or 0)" : "without noise"));
   if (!(p.fitted_value >= 0 && p.fitted_value <= p.clip))
     return make_error(errc::invalid_argument, "a fitted-change value of " + std::to_string(p.fitted_value) + " outside [0, clip]");
   return {};
@@ -38,9 +41,13 @@ inline core::result<void> check_segments(const std::vector<std::uint32_t>& segme
   return {};
 }
 
-// Why a segment with `contributors` survivors was not released.
-inline std::string too_few(std::size_t contributors, std::size_t min_aggregate) {
-  return std::to_string(contributors) + " contributor" + (contributors == 1 ? "" : "s") + ", below the threshold " + std::to_string(min_aggregate);
+// Why a segment with `contributors` survivors was not released: below its min_aggregate, or below the
+// contributors the devices' noise is sized for.
+inline std::string too_few(std::size_t contributors, const secagg_params& p, std::size_t segment) {
+  const std::size_t least = secagg_release_minimum(p, segment);
+  return std::to_string(contributors) + " contributor" + (contributors == 1 ? "" : "s") +
+         (least > p.segments[segment].min_aggregate ? ", below the " + std::to_string(least) + " the devices' noise is sized for"
+                                                    : ", below the threshold " + std::to_string(least));
 }
 
 }  // namespace tessera::crypto::detail

@@ -153,8 +153,8 @@ core::result<std::vector<secagg_segment_sum>> secagg_plain_sum::finish() const {
   std::vector<secagg_segment_sum> out(params_.segments.size());
   for (std::size_t seg = 0; seg < out.size(); ++seg) {
     out[seg].contributors = contributors_[seg];
-    if (contributors_[seg] < params_.segments[seg].min_aggregate) {
-      out[seg].withheld = detail::too_few(contributors_[seg], params_.segments[seg].min_aggregate);
+    if (contributors_[seg] < secagg_release_minimum(params_, seg)) {
+      out[seg].withheld = detail::too_few(contributors_[seg], params_, seg);
       continue;
     }
     out[seg].released = true;

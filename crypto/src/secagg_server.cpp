@@ -148,7 +148,7 @@ secagg_unmask_request secagg_server::release() const {
       partnered = partnered &&
                   detail::count_partners(*graph_, params_.segments[seg], seg, u, [&](std::size_t v) { return alive[v] && masked_with(v); }).enough();
     }
-    if (covering >= params_.segments[seg].min_aggregate && recoverable && partnered && graph_->connected(seg, alive)) r.released.push_back(seg);
+    if (covering >= secagg_release_minimum(params_, seg) && recoverable && partnered && graph_->connected(seg, alive)) r.released.push_back(seg);
   }
   return r;
 }
@@ -234,8 +234,8 @@ core::result<std::vector<secagg_segment_sum>> secagg_server::finish() const {
   std::vector<secagg_segment_sum> out(p.segments.size());
   for (std::uint32_t seg = 0; seg < out.size(); ++seg) {  // a withheld segment's count, for the report
     for (const auto& u : req.survivors) out[seg].contributors += covers(*member(u), seg) ? 1 : 0;
-    out[seg].withheld = out[seg].contributors < p.segments[seg].min_aggregate
-                            ? detail::too_few(out[seg].contributors, p.segments[seg].min_aggregate)
+    out[seg].withheld = out[seg].contributors < secagg_release_minimum(p, seg)
+                            ? detail::too_few(out[seg].contributors, p, seg)
                             : std::to_string(out[seg].contributors) + " contributors that too few neighbours could unmask, or their masks did not connect";
   }
   for (std::uint32_t seg : req.released) {

@@ -38,10 +38,12 @@ core::result<std::size_t> check_sum_policy(const net::msg::secure_assign& s, con
   std::size_t least = SIZE_MAX;
   for (const std::uint32_t seg : s.segments) {
     if (seg >= p.segments.size()) return refused("the assignment names segment " + std::to_string(seg) + ", which the round does not have");
-    least = std::min(least, p.segments[seg].min_aggregate);
-    if (p.segments[seg].min_aggregate < policy.min_group)
-      return refused("segment " + std::to_string(seg) + "'s sum may be released from " + std::to_string(p.segments[seg].min_aggregate) +
-                     " device(s) (its min_aggregate), below this device's privacy.min_group " + std::to_string(policy.min_group));
+    const std::size_t fewest = crypto::secagg_release_minimum(p, seg);
+    least = std::min(least, fewest);
+    if (fewest < policy.min_group)
+      return refused("segment " + std::to_string(seg) + "'s sum may be released from " + std::to_string(fewest) +
+                     (fewest > p.segments[seg].min_aggregate ? " device(s) (the contributors its noise is sized for)" : " device(s) (its min_aggregate)") +
+                     ", below this device's privacy.min_group " + std::to_string(policy.min_group));
   }
   return least;
 }
@@ -106,7 +108,7 @@ core::result<void> check_assignment_policy(const net::msg::assign& a, const core
 std::size_t fewest_contributors(const net::msg::secure_assign& s) noexcept {
   std::size_t least = SIZE_MAX;
   for (const std::uint32_t seg : s.segments)
-    if (seg < s.params.segments.size()) least = std::min(least, s.params.segments[seg].min_aggregate);
+    if (seg < s.params.segments.size()) least = std::min(least, crypto::secagg_release_minimum(s.params, seg));
   return least;
 }
 

@@ -214,6 +214,7 @@ json secure_assign_object(const msg::secure_assign& s) {
   if (s.params.noise > 0) j["noise"] = s.params.noise;
   if (s.params.fitted_value > 0) j["fitted_value"] = s.params.fitted_value;
   if (s.params.sample_rate > 0) j["sample_rate"] = s.params.sample_rate;
+  if (s.params.noise_contributors > 0) j["noise_contributors"] = s.params.noise_contributors;
   return j;
 }
 
@@ -250,6 +251,10 @@ void read_secure_assign(reader& r, msg::secure_assign& s) {
       s.params.sample_rate = sr.finite("sample_rate");
       if (!sr.failed() && !(s.params.sample_rate > 0 && s.params.sample_rate <= 1)) sr.fail("sample_rate", "outside (0, 1]");
       if (!sr.failed() && !(s.params.noise > 0)) sr.fail("sample_rate", "without noise: sampling protects nothing the noise does not");
+    }
+    if (sr.has("noise_contributors")) {  // the survivors the noise shares are sized for
+      s.params.noise_contributors = sr.u32("noise_contributors", 2, static_cast<std::uint32_t>(max_secagg_members));
+      if (!sr.failed() && !(s.params.noise > 0)) sr.fail("noise_contributors", "without noise");
     }
     s.rounding_key = key32(sr, "rounding_key");
     s.upload_size = sr.u64("upload_size");

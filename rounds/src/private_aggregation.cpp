@@ -10,8 +10,9 @@
 //            of deviation σ·C (in units, with rounding's margin) added to every coordinate some
 //            group trains, divided by its expected contributors q·N·(groups covering it)/G (a fixed
 //            denominator: the true count is not released); under secure aggregation every device adds
-//            Skellam noise in the ring instead, so that any t contributors carry the variance
-//            (private_ring_for), and the released sums are divided the same way;
+//            Skellam noise in the ring instead, sized so that the round's expected survivors carry the
+//            variance (private_ring_for, noise_contributors_of; a sum with fewer is not released),
+//            and the released sums are divided the same way;
 //   account  the sampled discrete Gaussian mechanism's RDP, or the sampled Skellam mechanism's (both by
 //            Zhu and Wang's bound, core/privacy/rdp.hpp), one step per round.
 // One device changes the released vector by its clipped change only (its group's coordinates and the
@@ -222,7 +223,8 @@ core::result<void> private_aggregation::begin(const round_view& v, const core::r
     TESSERA_ASSIGN_OR_RETURN(const private_ring ring, make_private_ring(config_, params_, population(assignments.size())));
     secure_->set_noise(secure_aggregation::noise_share{.clip = clip(),
                                                        .summands = ring.summands,
-                                                       .variance = ring.share,
+                                                       .sum_variance = ring.mechanism.variance,
+                                                       .expected_dropout = config_.dp.expected_dropout,
                                                        .fitted_value = ring.fitted_per_clip * clip(),
                                                        .sample_rate = config_.dp.self_sampling ? config_.dp.sample_rate : 0.0});
   }

@@ -36,8 +36,10 @@ double change_sigma_of(const dp_config& d, std::size_t population) noexcept {
 //   scale     S = C / step = min(2^10 √d, 2^24 / σ) steps per clip, unless the ring is too small for
 //             it: S·N + 8 σ S √(N / t) (every device sampled, each noise sum within 8 deviations) must
 //             stay below 2^(bits−1), the largest sum the ring reads back;
-//   share     each device adds Skellam noise of variance (σS)² / t to each value: any t contributors
-//             carry (σS)², the variance of N(0, (σC)²) in steps, and more contributors only more;
+//   share     each device adds Skellam noise of variance (σS)² / n_c to each value, n_c the contributors
+//             the round's noise is sized for (at least t, secure_aggregation.cpp): any n_c carry (σS)²,
+//             the variance of N(0, (σC)²) in steps, a sum with fewer is not released, and more
+//             contributors add only more (the ring is sized for N devices' shares at n_c = t);
 //   release   one device moves the sum by its rounded change: L2 at most S + √d (each value's
 //             stochastic rounding moves it by less than a step), L1 at most min(√d, L2)·L2.
 // The accountant composes the Skellam mechanism of these (core/privacy/rdp.hpp); 2^10 √d keeps the rounding's
@@ -79,7 +81,6 @@ core::result<private_ring> make_private_ring(const run_config& c, std::size_t pa
   private_ring r;
   r.summands = static_cast<std::uint64_t>(summands);
   r.limit = static_cast<double>(fp.value().limit());
-  r.share = (sigma * r.limit) * (sigma * r.limit) / t;
   // The count value is one more coordinate for the rounding.
   const double rounded = std::sqrt(dims + (half_k > 0 ? 1.0 : 0.0));
   const double l2 = r.limit * std::sqrt(1.0 + half_k * half_k) + rounded;

@@ -114,6 +114,9 @@ void read_dp(core::config_reader& r, run_config& c) {
     d.self_sampling = dr.boolean("self_sampling", false,
                                  "with secure aggregation: every ready device takes part and draws itself into the sample from its "
                                  "own CSPRNG, so the hub cannot tell who trained (ε against the hub amplified too)");
+    d.expected_dropout = dr.number("expected_dropout", 0.3, 0.0, 1.0,
+                                   "with the devices' noise: the share of a round's devices expected not to finish; each device's "
+                                   "noise is sized for the rest, and a sum with fewer survivors is withheld");
     d.publish_exact = dr.boolean("publish_exact", false,
                                  "also publish the figures that are exact functions of the devices' data (training loss, examples, "
                                  "change norms, clipped counts, the devices' scores): they are not private");

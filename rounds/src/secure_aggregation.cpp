@@ -2,6 +2,7 @@
 #include "secure_aggregation.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "tessera/core/base/endian.hpp"
 #include "tessera/core/math/mlp.hpp"
@@ -40,6 +41,23 @@ core::result<std::size_t> secure_aggregation::admit(const round_view& v, std::ve
   return group_devices;
 }
 
+// The contributors a private round's noise is sized for: a (1 − expected dropout) share of its fewest
+// assigned to one segment (a group, or every device for the shared segment and FedAvg's), never below
+// the sums' min_aggregate. Each device adds the sum's variance over this many; a segment with fewer
+// survivors is not released (crypto::secagg_release_minimum), so every released sum carries σ.
+static std::size_t noise_contributors_of(const core::round_plan& plan, std::span<const assignment> assignments, bool ist, double expected_dropout,
+                                  std::size_t min_aggregate) {
+  std::size_t fewest = assignments.size();
+  if (ist) {
+    std::vector<std::size_t> sizes(plan.groups, 0);
+    for (const auto& a : assignments) ++sizes[a.group];
+    for (const std::size_t n : sizes)
+      if (n > 0) fewest = std::min(fewest, n);
+  }
+  const auto expected = static_cast<std::size_t>(std::floor((1.0 - expected_dropout) * static_cast<double>(fewest)));
+  return std::max(min_aggregate, expected);
+}
+
 // The segments of a secure round: one per group (its subnet's parameters but the output bias, which
 // every IST device trains and has a segment of its own), each with one more value for the weights.
 core::result<void> secure_aggregation::begin(const round_view& v, const core::round_plan& plan, std::span<assignment> assignments) {
@@ -61,7 +79,8 @@ core::result<void> secure_aggregation::begin(const round_view& v, const core::ro
     // L2 clip (no coordinate of a clipped change passes it) and its scale is fixed by the population.
     p.clip = noise_->clip;
     p.summands = noise_->summands;
-    p.noise = noise_->variance;
+    p.noise_contributors = noise_contributors_of(plan, assignments, ist_, noise_->expected_dropout, sa.min_aggregate());
+    p.noise = noise_->sum_variance / static_cast<double>(p.noise_contributors);
     p.fitted_value = noise_->fitted_value;
     p.sample_rate = noise_->sample_rate;
   }

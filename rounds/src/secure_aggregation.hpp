@@ -18,12 +18,15 @@ namespace tessera::rounds {
 
 class secure_aggregation final : public aggregation {
  public:
-  // A private round's ring: the clip, the ring's summands, each device's Skellam variance in steps² and
-  // the count value adaptive clipping adds (private_ring, make_private_ring).
+  // A private round's ring: the clip, the ring's summands, the Skellam variance a released sum carries
+  // in steps² (σ's, split among the contributors the noise is sized for: noise_contributors_of), the
+  // share of the assigned devices expected not to finish, and the count value adaptive clipping adds
+  // (private_ring, make_private_ring).
   struct noise_share {
     double clip = 0;
     std::uint64_t summands = 0;
-    double variance = 0;
+    double sum_variance = 0;
+    double expected_dropout = 0;
     double fitted_value = 0;
     double sample_rate = 0;  // > 0: the devices sample themselves (crypto::secagg_params::sample_rate)
   };

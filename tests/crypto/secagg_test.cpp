@@ -621,6 +621,49 @@ TEST_CASE("secagg with noise: masks still cancel, the sums carry the noise, the 
   }
 }
 
+TEST_CASE("rogue hub: a sum released from fewer survivors than the devices' noise is sized for") {
+  // Noise shares sized for 4 contributors: the groups' segments (3 devices each) cannot carry σ and are
+  // withheld; the shared segment (6) is released. A hub that asks to release a group's sum anyway is
+  // refused by name, and the plain sum (the simulator's) withholds the same segments.
+  auto p = params();
+  p.summands = 64;
+  p.noise = 4.0;
+  p.noise_contributors = 4;
+  const std::vector<leaves> when(6, leaves::never);
+  const outcome o = run(p, when);
+  CHECK(o.request.released == std::vector<std::uint32_t>{2});
+  REQUIRE(o.sums.ok());
+  CHECK_FALSE(o.sums.value()[0].released);
+  CHECK(o.sums.value()[0].withheld == "3 contributors, below the 4 the devices' noise is sized for");
+  crypto::secagg_server server(p);
+  auto clients = masked_fleet(p, server, 6);
+  auto rogue = server.check_request();
+  rogue.released = {0, 2};
+  const auto r = clients[0].check(rogue, signing_key_of(0));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message == "the unmasking releases segment 0 with 3 survivors, below its minimum of 4 (the devices its noise is sized for)");
+  crypto::secagg_plain_sum plain(p, 6);
+  for (std::size_t d = 0; d < 6; ++d) {
+    const crypto::key256 noise_key = crypto::random_key().value();
+    REQUIRE(plain.add(segments_of(d), crypto::secagg_encode(p, 6, segments_of(d), input_of(d, p), crypto::random_key().value(), &noise_key).value()).ok());
+  }
+  const auto sums = plain.finish().value();
+  CHECK_FALSE(sums[0].released);
+  CHECK_FALSE(sums[1].released);
+  CHECK(sums[2].released);
+  // Noise sized for contributors in a round without noise, or for one, is not a round's parameter.
+  auto bare = params();
+  bare.noise_contributors = 4;
+  const auto refused = crypto::secagg_server(bare).add_keys(client(0, p).keys(), segments_of(0));
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message == "noise sized for 4 contributor(s) in a round without noise");
+  const auto& dv = devices::get();
+  const auto device = crypto::secagg_client::create(dv.ids[0], testing::read_text(dv.files[0].cert), signing_key_of(0), dv.ca, bare,
+                                                    {.segments = segments_of(0), .model = {}});
+  REQUIRE_FALSE(device.ok());
+  CHECK(device.error().message == "noise sized for 4 contributor(s) in a round without noise");
+}
+
 TEST_CASE("secagg with noise: a roster beyond the ring's summands is refused by server and client") {
   auto p = params();
   p.summands = 4;

@@ -498,6 +498,21 @@ TEST_CASE("privacy policy: the noise multiplier a device finds in a private roun
   REQUIRE_FALSE(counted.ok());
   CHECK(counted.error().message.find("a noise multiplier of 0.7071") != std::string::npos);
   CHECK(edge::check_assignment_policy(a, task, {.min_noise_multiplier = 0.7}, edge::secure_mode::allow).ok());
+  // Shares sized for 4 contributors (a quarter of the variance each): σ 1 again, counted over the 4
+  // survivors the device then requires of any released sum (crypto::secagg_release_minimum), and a
+  // min_group of 4 is met; without them a quarter share is σ/√2.
+  a.secure->params.fitted_value = 0;
+  a.secure->params.noise = limit * limit / 4.0;
+  CHECK_FALSE(edge::check_assignment_policy(a, task, one, edge::secure_mode::allow).ok());
+  a.secure->params.noise_contributors = 4;
+  CHECK(edge::check_assignment_policy(a, task, {.min_group = 4, .min_noise_multiplier = 1.0}, edge::secure_mode::allow).ok());
+  CHECK(edge::fewest_contributors(*a.secure) == 4);
+  const auto group = edge::check_assignment_policy(a, task, {.min_group = 5}, edge::secure_mode::allow);
+  REQUIRE_FALSE(group.ok());
+  CHECK(group.error().message.find("released from 4 device(s) (the contributors its noise is sized for)") != std::string::npos);
+  a.secure->params.noise = limit * limit / 2.0;
+  a.secure->params.noise_contributors = 0;
+  a.secure->params.fitted_value = 1.0;
   // A clip of the change other than the ring's: the noise is sized for a change it does not bound.
   task.clip_norm = 2.0;
   CHECK(edge::check_assignment_policy(a, task, {.min_noise_multiplier = 0.7}, edge::secure_mode::allow).error().message.find("not its ring's clip") !=

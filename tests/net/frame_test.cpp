@@ -335,7 +335,16 @@ TEST_CASE("secure aggregation messages round-trip, ASSIGN's secure part and UPDA
     a.secure->params.sample_rate = bad;
     CHECK(decode_message_text(net::encode_message(a)).find("sample_rate") != std::string::npos);
   }
+  // The contributors the noise is sized for: with the noise, at least 2.
+  a.secure->params.sample_rate = 0;
+  a.secure->params.noise_contributors = 7;
+  CHECK(std::get<net::msg::assign>(round_trip(a)).secure->params.noise_contributors == 7);
+  a.secure->params.noise_contributors = 1;
+  CHECK(decode_message_text(net::encode_message(a)).find("noise_contributors") != std::string::npos);
+  a.secure->params.noise_contributors = 7;
   a.secure->params.noise = 0;
+  CHECK(decode_message_text(net::encode_message(a)) == "ASSIGN: secure: field 'noise_contributors': without noise");
+  a.secure->params.noise_contributors = 0;
   a.secure->params.sample_rate = 0.25;
   CHECK(decode_message_text(net::encode_message(a)).find("sampling protects nothing") != std::string::npos);
   net::msg::update u{.round = 2, .examples = 1, .steps = 1, .loss = 0.5, .transfer = 1, .size = 4,

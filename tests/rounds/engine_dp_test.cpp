@@ -94,10 +94,15 @@ void report_by_device(rounds::engine& e, const std::function<float(const std::st
 // an agent would (its noise key here from its rounding key), handed over unmasked (the masks cancel).
 // `fitted(d)` (adaptive clipping): whether device d's change fitted within the clip (default: yes).
 void report_all_secure(rounds::engine& e, const std::function<float(std::size_t)>& change,
-                       const std::function<bool(std::size_t)>& fitted = {}, const std::function<bool(std::size_t)>& drawn = {}) {
+                       const std::function<bool(std::size_t)>& fitted = {}, const std::function<bool(std::size_t)>& drawn = {},
+                       const std::function<bool(std::size_t)>& reports = {}) {
   const crypto::secagg_params& p = e.secagg_params();
   for (std::size_t d = 0; d < e.assignments().size(); ++d) {
     auto& a = e.assignments()[d];
+    if (reports && !reports(d)) {
+      e.refuse(a, "no longer on the network");
+      continue;
+    }
     std::vector<float> received(core::param_count(a.sub.arch));
     core::gather(e.full(), a.sub, e.params(), received);
     std::vector<float> trained = received;
@@ -406,10 +411,11 @@ TEST_CASE("dp: adaptive clipping moves the clip to the target quantile of the ch
 }
 
 TEST_CASE("dp under secure aggregation: the devices' noise, the ring from the population, the Skellam accountant") {
-  // FedAvg, q = 1, population 8, threshold 3: each device's share is a third of the variance; with 8
-  // contributors the sums carry 8/3 of it. Every device sends back what it received plus 0.01.
+  // FedAvg, q = 1, population 8, threshold 3, 30% expected to drop out: the noise is sized for 5
+  // contributors (⌊0.7·8⌋, above the threshold), each device's share a fifth of the variance; with 8
+  // contributors the sums carry 8/5 of it. Every device sends back what it received plus 0.01.
   const double clip = 2.0, sigma = 1.5;
-  const auto c = config({{"sample_rate", 1.0}, {"clip", clip}, {"noise_multiplier", sigma}, {"population", 8}},
+  const auto c = config({{"sample_rate", 1.0}, {"clip", clip}, {"noise_multiplier", sigma}, {"population", 8}, {"expected_dropout", 0.3}},
                         {{"strategy", "fedavg"}, {"model", {{"inputs", 400}, {"hidden", {250}}, {"outputs", 10}}},
                          {"secure_aggregation", {{"replication", 3}, {"bits", 40}}}});
   auto e = engine_for(c);
@@ -418,13 +424,14 @@ TEST_CASE("dp under secure aggregation: the devices' noise, the ring from the po
   REQUIRE(e.begin_round(fleet(8)).ok());
   REQUIRE(e.assignments().size() == 8);
   REQUIRE(e.secure_round_open());
-  // The ring: 2^10 √d steps per clip (the ring has room), each device's share (σS)²/3.
+  // The ring: 2^10 √d steps per clip (the ring has room), each device's share (σS)²/5.
   const auto ring = e.private_ring_for(8).value();
   const crypto::secagg_params& p = e.secagg_params();
   CHECK(p.clip == clip);
   CHECK(p.summands == ring.summands);
   CHECK(ring.limit == doctest::Approx(1024.0 * std::sqrt(n)).epsilon(1e-4));
-  CHECK(p.noise == doctest::Approx(sigma * sigma * ring.limit * ring.limit / 3.0).epsilon(1e-12));
+  CHECK(p.noise_contributors == 5);
+  CHECK(p.noise == doctest::Approx(sigma * sigma * ring.limit * ring.limit / 5.0).epsilon(1e-12));
   CHECK(ring.mechanism.l2 == doctest::Approx(ring.limit + std::sqrt(n)).epsilon(1e-12));
   CHECK(ring.mechanism.variance == doctest::Approx(sigma * sigma * ring.limit * ring.limit).epsilon(1e-12));
   report_all_secure(e, [](std::size_t) { return 0.01f; });
@@ -432,7 +439,7 @@ TEST_CASE("dp under secure aggregation: the devices' noise, the ring from the po
   REQUIRE(m.ok());
   CHECK(m.value().dp.noise == "devices");
   CHECK(m.value().secagg.withheld == 0);
-  // Each coordinate moved by (8·0.01 + noise) / 8: noise deviation σC √(8/3) / 8.
+  // Each coordinate moved by (8·0.01 + noise) / 8: noise deviation σC √(8/5) / 8.
   double sum = 0, sq = 0;
   for (std::size_t i = 0; i < before.size(); ++i) {
     const double d = static_cast<double>(e.params()[i]) - before[i] - 0.01;
@@ -440,7 +447,7 @@ TEST_CASE("dp under secure aggregation: the devices' noise, the ring from the po
     sq += d * d;
   }
   const double mean = sum / n, deviation = std::sqrt(sq / n - mean * mean);
-  const double expected = sigma * clip * std::sqrt(8.0 / 3.0) / 8.0;
+  const double expected = sigma * clip * std::sqrt(8.0 / 5.0) / 8.0;
   MESSAGE("noise deviation " << deviation << " over " << n << " coordinates, expected " << expected);
   CHECK(std::abs(deviation / expected - 1.0) < 0.02);
   CHECK(std::abs(mean) < 5 * expected / std::sqrt(n));
@@ -462,6 +469,35 @@ TEST_CASE("dp under secure aggregation: the devices' noise, the ring from the po
   gaussian.compose(1.0, sigma, 1);
   CHECK(*m.value().dp.epsilon >= gaussian.epsilon(1e-5).epsilon);
   CHECK(*m.value().dp.epsilon < gaussian.epsilon(1e-5).epsilon * 1.01);
+}
+
+TEST_CASE("dp under secure aggregation: a sum with fewer survivors than its noise is sized for is withheld, and the round counts") {
+  // 8 devices, threshold 3, noise sized for 5: four survivors would carry 4/5 of σ's variance.
+  const auto c = config({{"sample_rate", 1.0}, {"noise_multiplier", 1.0}, {"population", 8}, {"expected_dropout", 0.3}},
+                        {{"strategy", "fedavg"}, {"secure_aggregation", {{"replication", 3}, {"bits", 40}}}});
+  auto e = engine_for(c);
+  const std::vector<float> before(e.params().begin(), e.params().end());
+  REQUIRE(e.begin_round(fleet(8)).ok());
+  REQUIRE(e.secagg_params().noise_contributors == 5);
+  report_all_secure(e, [](std::size_t) { return 0.01f; }, {}, {}, [](std::size_t d) { return d < 4; });
+  const auto m = e.close_round(nullptr);
+  REQUIRE(m.ok());
+  CHECK(m.value().secagg.withheld == 1u);
+  CHECK(e.last_secure().withheld.find("4 contributors, below the 5 the devices' noise is sized for") != std::string::npos);
+  CHECK(std::equal(before.begin(), before.end(), e.params().begin()));
+  CHECK(m.value().dp.epsilon.has_value());  // the round's noise was drawn: it counts all the same
+  // Five survivors carry it: released.
+  REQUIRE(e.begin_round(fleet(8)).ok());
+  report_all_secure(e, [](std::size_t) { return 0.01f; }, {}, {}, [](std::size_t d) { return d < 5; });
+  const auto five = e.close_round(nullptr);
+  REQUIRE(five.ok());
+  CHECK(five.value().secagg.withheld == 0u);
+  // Sized for the threshold alone (expected_dropout 1): each share a third, and any 3 release it.
+  auto t = engine_for(config({{"sample_rate", 1.0}, {"noise_multiplier", 1.0}, {"population", 8}, {"expected_dropout", 1.0}},
+                             {{"strategy", "fedavg"}, {"secure_aggregation", {{"replication", 3}, {"bits", 40}}}}));
+  REQUIRE(t.begin_round(fleet(8)).ok());
+  CHECK(t.secagg_params().noise_contributors == 3);
+  CHECK(t.secagg_params().noise == doctest::Approx(t.private_ring_for(8).value().mechanism.variance / 3.0).epsilon(1e-12));
 }
 
 TEST_CASE("dp under secure aggregation: fewer devices sampled than a sum needs train nothing, and the round counts") {

@@ -78,7 +78,18 @@ struct secagg_params {
   // change, a count value of 0), masked like any input, so the hub cannot tell who trained and
   // amplification by sampling holds against it too. 0: the hub drew the sample.
   double sample_rate = 0;
+  // Differential privacy: the contributors the noise is sized for (0: each segment's min_aggregate).
+  // Each device's share is the sum's noise over this many, so a segment is released only from at
+  // least this many survivors, whatever its min_aggregate: fewer would carry less noise than σ.
+  std::size_t noise_contributors = 0;
 };
+
+// The fewest survivors a segment is released from: its min_aggregate, and under the devices' noise at
+// least the contributors the noise is sized for.
+[[nodiscard]] constexpr std::size_t secagg_release_minimum(const secagg_params& p, std::size_t segment) noexcept {
+  const std::size_t least = p.segments[segment].min_aggregate;
+  return p.noise > 0 && p.noise_contributors > least ? p.noise_contributors : least;
+}
 
 // The inputs the ring holds: params.summands, or the roster's size.
 [[nodiscard]] constexpr std::uint64_t secagg_summands(const secagg_params& p, std::size_t roster) noexcept {

@@ -12,8 +12,9 @@
 // file (`privacy.ledger`, crash-safe) before its masked input leaves: a round that then fails is
 // counted all the same, never the reverse.
 //
-// The noise counted is the round's fewest contributors' shares (each segment's min_aggregate, which the
-// device checks at unmasking): that is, the figure assumes the other devices in a sum added theirs. A
+// The noise counted is the round's fewest contributors' shares (each segment's release minimum: its
+// min_aggregate, or the contributors the noise is sized for if more, which the device checks at
+// unmasking): that is, the figure assumes the other devices in a sum added theirs. A
 // hub that fills a sum with devices of its own making defeats any noise the others would add; the
 // device's own share alone (one contributor) is the figure for that case.
 //

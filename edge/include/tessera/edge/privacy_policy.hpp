@@ -36,8 +36,8 @@ struct privacy_policy {
   // and above a majority of its holders (its neighbours in the roster and itself), which is always
   // required (and at least 2). 0: the majority alone.
   std::size_t min_threshold = 0;
-  // The fewest devices a released sum that holds this device's input may have (each segment's
-  // min_aggregate, which the device also counts itself at unmasking).
+  // The fewest devices a released sum that holds this device's input may have (each segment's release
+  // minimum, crypto::secagg_release_minimum, which the device also counts itself at unmasking).
   std::size_t min_group = 2;
   // Differential privacy: the least noise multiplier σ the devices' noise must carry (from each
   // device's Skellam share, the ring's scale and the sums' fewest contributors); a round in the clear
@@ -62,7 +62,7 @@ struct privacy_policy {
 [[nodiscard]] core::result<void> check_assignment_policy(const net::msg::assign& a, const core::training_task& task,
                                                          const privacy_policy& policy, secure_mode secure);
 // The fewest devices any sum holding this device's input may be released from (its segments' least
-// min_aggregate); the assignment's segments are checked by check_assignment_policy first.
+// release minimum); the assignment's segments are checked by check_assignment_policy first.
 [[nodiscard]] std::size_t fewest_contributors(const net::msg::secure_assign& s) noexcept;
 // The round's threshold against this device's holders once the roster says who they are.
 [[nodiscard]] core::result<void> check_roster_threshold(std::size_t threshold, std::size_t neighbours, const privacy_policy& policy);

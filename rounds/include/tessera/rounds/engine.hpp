@@ -124,14 +124,13 @@ struct update_bounds {
 // Differential privacy under secure aggregation (DESIGN §6; engine_dp.cpp): each device adds its share
 // of the noise in the ring, whose scale and shares follow from the configuration, the model's size
 // and the population alone, so that ε is known before a round. `summands`: the ring's fixed_point
-// summands; `limit`: steps per clip; `share`: each device's Skellam variance in steps²; `mechanism`:
-// what the accountant composes each round.
+// summands; `limit`: steps per clip; `mechanism`: what the accountant composes each round, whose
+// variance a released sum carries (each device adds its share of it: secure_aggregation.cpp).
 // With adaptive clipping `fitted_per_clip` (× the clip) is what a device's count value carries
 // (crypto::secagg_params::fitted_value) and `change_sigma` the changes' raised noise multiplier.
 struct private_ring {
   std::uint64_t summands = 0;
   double limit = 0;
-  double share = 0;
   core::skellam_mechanism mechanism;
   double fitted_per_clip = 0;
   double change_sigma = 0;

@@ -102,6 +102,10 @@ struct dp_config {
   // like any input. The hub cannot tell who trained, so amplification by sampling holds against it
   // too (ε against the hub = against the users); every device downloads, trains and uploads each round.
   bool self_sampling = false;
+  // With the devices' noise: the share of a round's assigned devices expected not to finish. Each
+  // device's noise share is sized for the rest (at least secure_aggregation's min_aggregate), and a sum
+  // with fewer survivors than that is not released: 1 sizes it for min_aggregate alone.
+  double expected_dropout = 0.3;
 };
 
 // When the devices score the model and when a run stops for want of progress (the fields eval_every,
