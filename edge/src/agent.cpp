@@ -64,10 +64,7 @@ void agent::start() {
                                 {.host = config_.hub.host, .port = config_.hub.port, .backoff_initial = config_.backoff_initial,
                                  .backoff_max = config_.backoff_max, .jitter = config_.jitter, .seed = 0});
   client_->on_session([this](const std::shared_ptr<net::session>& s) { attach(s); });
-  client_->on_connect_failed([this](const core::error& why, std::chrono::milliseconds next) {
-    log(log_level::warning, "cannot reach the hub at " + config_.hub.host + ":" + std::to_string(config_.hub.port) + ": " +
-                                why.message + "; next attempt in " + std::to_string(next.count()) + " ms");
-  });
+  client_->on_connect_failed([this](const core::error& why, std::chrono::milliseconds next) { log_link_ended(why, next); });
   log(log_level::info, "device " + id_ + ": " + std::to_string(data_->train_examples()) + " examples, offering " +
                            core::mib_text(arena_budget_) + " for training (budget " + core::mib_text(config_.budget_bytes) + ")");
   client_->start();
@@ -121,83 +118,6 @@ void agent::refuse_job(std::uint64_t round, const core::error& why) {
 void agent::refuse(const std::string& what, const core::error& why) {
   log(log_level::warning, "refusing " + what + ": " + why.message);
   if (session_) session_->refuse(net::errc::refused, what + ": " + why.message, core::error_name(why.code));
-}
-
-void agent::attach(const std::shared_ptr<net::session>& s) {
-  std::weak_ptr<net::session> weak = s;
-  s->on_ready([this, weak] {
-    if (auto self = weak.lock()) on_ready(self);
-  });
-  s->on_message([this, weak](const net::message& m) {
-    auto self = weak.lock();
-    if (!self || stopped_) return;
-    if (std::holds_alternative<net::msg::welcome>(m)) on_welcome(self);
-    else if (const auto* a = std::get_if<net::msg::assign>(&m)) on_assign(*a);
-    else if (const auto* r = std::get_if<net::msg::result>(&m)) on_result(*r);
-    else if (const auto* q = std::get_if<net::msg::stats>(&m)) on_stats(*q);
-    else if (const auto* f = std::get_if<net::msg::refuse>(&m)) log(log_level::warning, "the hub closed the link: " + f->reason);
-    else if (std::holds_alternative<net::msg::secagg_roster>(m) || std::holds_alternative<net::msg::secagg_inbox>(m) ||
-             std::holds_alternative<net::msg::secagg_check>(m) || std::holds_alternative<net::msg::secagg_unmask>(m))
-      on_secure(m);
-  });
-  s->on_blob_received([this](const std::shared_ptr<net::incoming_transfer>& in) { on_downloaded(in); });
-  s->on_blob_sent([this](const std::shared_ptr<net::outgoing_transfer>& out) {
-    if (job_ && job_->owns(out.get())) {
-      job_->upload_sent();
-      stats_.bytes_up += out->bytes_sent_total();
-    }
-  });
-  s->on_closed([this, weak](const core::error& why) {
-    auto self = weak.lock();
-    if (self && session_ == self) {
-      session_.reset();
-      if (leaving_ && !stopped_) {
-        log(log_level::info, "the hub closed the link: exiting (exit_after_rounds)");
-        boost::asio::post(io_, [this] { stop(); });
-        return;
-      }
-      if (!stopped_) log(log_level::warning, "link to the hub lost: " + why.message + " (reconnecting)");
-    }
-  });
-}
-
-void agent::on_ready(const std::shared_ptr<net::session>& s) {
-  session_ = s;
-  net::msg::hello h{.device_id = id_,
-                    .version = net::protocol_version,
-                    .memory_budget_bytes = arena_budget_,
-                    .examples = static_cast<std::uint64_t>(data_->train_examples()),
-                    .codecs = config_.codecs,
-                    .resume = {},
-                    .data_digest = data_->digest(),
-                    .validation_examples = static_cast<std::uint64_t>(data_->validation_examples())};
-  // What we hold of the current assignment, so the hub resumes it rather than starting over.
-  if (job_) h.resume.push_back({job_->download_id(), job_->download()->received()});
-  s->send(h);
-}
-
-void agent::on_welcome(const std::shared_ptr<net::session>& s) {
-  log(log_level::info, "connected to the hub" + std::string(job_ ? " (resuming round " + std::to_string(job_->round()) + ")" : ""));
-  if (summing_) {  // a masked sum in progress: its keys or its masked vector, which the link may have lost
-    const secure_round& r = *summing_->round;
-    if (r.at() == secure_round::stage::keys) s->send(r.keys_message());
-    if (r.at() == secure_round::stage::masked) {
-      s->send(r.masked_with());
-      s->send(summing_->reply(std::vector<std::byte>(r.upload().begin(), r.upload().end())));
-    }
-  }
-  if (!job_) return;
-  // Keys the hub may not have received; later steps the hub repeats itself, and get the same answers.
-  if (job_->secure() && job_->secure()->at() == secure_round::stage::keys) s->send(job_->secure()->keys_message());
-  switch (job_->on_reconnect()) {
-    case job::resume_action::expect_download: s->expect_blob(job_->download()); break;
-    case job::resume_action::resend_upload:
-      if (job_->secure()) s->send(job_->secure()->masked_with());  // the hub takes the first, ignores repeats
-      s->send(job_->update());
-      s->send_blob(job_->upload());
-      break;
-    case job::resume_action::wait: break;  // on_trained sends the update over this link
-  }
 }
 
 void agent::on_assign(const net::msg::assign& a) {

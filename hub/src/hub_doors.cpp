@@ -3,6 +3,8 @@
 // logged without letting a flood fill the disk. What a device's messages mean for the round is the
 // round driver's.
 #include <chrono>
+
+#include <boost/asio/dispatch.hpp>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,11 @@
 namespace tessera::hub {
 
 using core::log_level;
+
+// How long the session a device already has may take to answer a PING when another connection of
+// the device says HELLO: a link that broke unnoticed does not answer, a live agent does within a round
+// trip.
+constexpr std::chrono::milliseconds k_duplicate_probe{2000};
 
 void hub_service::attach(const std::shared_ptr<net::session>& s) {
   std::weak_ptr<net::session> weak = s;
@@ -49,11 +56,44 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
   const std::string& id = s->peer_device_id();
   if (revoked_->is_revoked(id, s->peer_serial())) {  // its handshake began under the list before, or an operator revoked it
     log(log_level::warning, "device " + id + ": HELLO with a revoked certificate (serial " + s->peer_serial() + "): refused");
-    s->refuse(net::errc::revoked, "this device's certificate is revoked", "revoked");
+    s->refuse(net::errc::revoked, "this device's certificate (serial " + s->peer_serial() + ") is revoked", "revoked", /*lasting=*/true);
     return;
   }
+  if (device_entry* d = devices_->find(id); d != nullptr && d->session && d->session != s) {
+    // Another session of this device: a link that broke unnoticed (it does not answer, and gives way),
+    // or a second agent with the same identity (it answers, and the newcomer is turned away).
+    std::weak_ptr<net::session> newer = s, older = d->session;
+    d->session->probe(k_duplicate_probe, [this, newer, older, h](bool answered) {
+      auto n = newer.lock();
+      if (!n) return;
+      boost::asio::dispatch(n->strand(), [this, n, older, h, answered] {
+        if (n->stopped() || stopped(rounds_->phase())) return;
+        const device_entry* e = devices_->find(n->peer_device_id());
+        if (auto o = older.lock(); answered && o && e != nullptr && e->session == o) refuse_duplicate(n, *o);
+        else admit(n, h);
+      });
+    });
+    return;
+  }
+  admit(s, h);
+}
+
+void hub_service::refuse_duplicate(const std::shared_ptr<net::session>& s, const net::session& holder) {
+  const std::string& id = s->peer_device_id();
+  log(log_level::warning, "device " + id + ": a second connection from " + s->peer_address() + " while its session from " +
+                              holder.peer_address() + " still answers: refused (two agents with one certificate?)");
+  figures_->connections_refused.add("duplicate_identity");
+  s->refuse(net::errc::duplicate_identity,
+            "device " + id + " is already connected from " + holder.peer_address() +
+                " and answering: is a second agent running with this device's certificate?",
+            "duplicate_identity", /*lasting=*/true);
+}
+
+void hub_service::admit(const std::shared_ptr<net::session>& s, const net::msg::hello& h) {
+  const std::string& id = s->peer_device_id();
   device_entry& d = (*devices_)[id];
-  if (d.session && d.session != s) d.session->close();  // a dead link the hub had not noticed yet
+  if (d.session && d.session != s)  // a dead link the hub had not noticed yet: it did not answer
+    d.session->refuse(net::errc::replaced, "a newer connection of this device replaced this one", "replaced");
   const bool known = d.record.id == id;
   d.session = s;
   d.record.id = id;
@@ -119,7 +159,7 @@ void hub_service::close_revoked() {
     if (!d.session || !revoked_->is_revoked(id, d.session->peer_serial())) continue;
     log(log_level::warning, "device " + id + ": its certificate (serial " + d.session->peer_serial() + ") is revoked: session closed");
     auto s = std::move(d.session);
-    s->refuse(net::errc::revoked, "this device's certificate is revoked", "revoked");
+    s->refuse(net::errc::revoked, "this device's certificate (serial " + s->peer_serial() + ") is revoked", "revoked", /*lasting=*/true);
     gone.push_back(id);
   }
   rounds_->on_revoked(gone);

@@ -1,5 +1,7 @@
 #include "tessera/net/client.hpp"
 
+#include <algorithm>
+
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/dispatch.hpp>
@@ -105,8 +107,10 @@ void client::on_connected(const boost::system::error_code& ec) {
     core::error why = raw->lifecycle_.reason();
     asio::post(self->strand_, [self, was_open, why = std::move(why)] {
       // A session that got a message from the hub proves the path works: start the backoff over. (A
-      // finished TLS handshake does not: a revoked certificate is refused right after it.)
-      if (was_open) self->failures_ = 0;
+      // finished TLS handshake does not: a revoked certificate is refused right after it.) A refusal
+      // that reconnecting will not cure waits the longest backoff instead.
+      if (why.code == errc::refused_lasting) self->failures_ = k_failures_at_most;
+      else if (was_open) self->failures_ = 0;
       if (self->stopped_) return;
       self->schedule_retry(why);
     });
@@ -119,7 +123,7 @@ void client::on_connected(const boost::system::error_code& ec) {
 
 void client::schedule_retry(const core::error& why) {
   if (stopped_) return;
-  ++failures_;
+  failures_ = std::min(failures_ + 1, k_failures_at_most);
   const auto delay = backoff_delay(failures_);
   if (on_connect_failed_) on_connect_failed_(why, delay);
   timer_.expires_after(delay);

@@ -171,12 +171,14 @@ void read_fields(reader& r, msg::pong& v) { v.seq = r.u64("seq"); }
 json fields(const msg::refuse& v) {
   json j = {{"reason", v.reason}};
   if (!v.code.empty()) j["code"] = v.code;
+  if (v.lasting) j["lasting"] = true;
   return j;
 }
 
 void read_fields(reader& r, msg::refuse& v) {
   v.reason = r.string("reason", max_reason_chars);
   if (r.has("code")) v.code = r.string("code", max_code_chars);  // absent from older peers
+  if (r.has("lasting")) v.lasting = r.boolean("lasting");
 }
 
 json fields(const msg::stats& v) {

@@ -127,12 +127,17 @@ void server::on_authenticated(session* raw) {
   it->second.authenticated = true;
   it->second.id = s->peer_device_id();
   ++authenticated_;
-  // One session per device: the newer one stays (the older is most likely a link that broke unnoticed).
-  if (auto old = by_identity_.find(it->second.id); old != by_identity_.end() && old->second != raw) {
-    if (auto o = sessions_.count(old->second) ? sessions_[old->second].s.lock() : nullptr)
-      o->refuse(errc::replaced, "a newer connection of this device replaces this one", "replaced");
+  // Two sessions of one device are the owner's to settle at the newer's HELLO: a link that broke
+  // unnoticed gives way, a second agent with the same identity is turned away (hub_doors.cpp). A third
+  // pushes out the second, so that one certificate never holds more than two sessions' buffers.
+  auto& same = by_identity_[it->second.id];
+  if (same.size() >= 2) {
+    session* middle = same.back();
+    same.pop_back();
+    if (auto m = sessions_.count(middle) ? sessions_[middle].s.lock() : nullptr)
+      m->refuse(errc::replaced, "a newer connection of this device replaced this one", "replaced");
   }
-  by_identity_[it->second.id] = raw;
+  same.push_back(raw);
   update_counts();
 }
 
@@ -142,7 +147,10 @@ void server::on_session_finished(session* s) {
   drop_pending(s);
   if (it->second.authenticated) {
     --authenticated_;
-    if (auto id = by_identity_.find(it->second.id); id != by_identity_.end() && id->second == s) by_identity_.erase(id);
+    if (auto id = by_identity_.find(it->second.id); id != by_identity_.end()) {
+      std::erase(id->second, s);
+      if (id->second.empty()) by_identity_.erase(id);
+    }
   }
   sessions_.erase(it);
   update_counts();

@@ -48,11 +48,16 @@ session::session(tcp::socket socket, std::shared_ptr<asio::ssl::context> tls, ro
       role_(r),
       config_(config.checked()),
       lifecycle_(r),
+      probe_(strand_),
       reader_(config_.max_frame_payload),
       send_cap_(strand_),
       receive_cap_(strand_),
       queue_(config_.max_queued_control),
-      transfers_(config_.chunk_bytes, config_.transfer_window_bytes) {}
+      transfers_(config_.chunk_bytes, config_.transfer_window_bytes) {
+  boost::system::error_code ec;
+  const auto at = stream_.lowest_layer().remote_endpoint(ec);
+  if (!ec) peer_.address = (at.address().is_v6() ? "[" + at.address().to_string() + "]" : at.address().to_string()) + ":" + std::to_string(at.port());
+}
 
 session::~session() = default;
 
@@ -170,11 +175,14 @@ bool session::on_control() {
     enqueue(encode_message(msg::pong{p->seq}));
     return true;
   }
-  if (std::holds_alternative<msg::pong>(m)) return true;  // its bytes already counted as progress
+  if (const auto* p = std::get_if<msg::pong>(&m)) {  // its bytes already counted as progress
+    if (!probe_.waiting.empty() && p->seq >= probe_.from_seq) end_probe(true);
+    return true;
+  }
   if (const auto* a = std::get_if<msg::ack>(&m)) return on_ack(*a);
   if (const auto* r = std::get_if<msg::refuse>(&m)) {
     if (on_.message) on_.message(m);
-    fail(make_error(errc::refused, "peer refused: " + r->reason), close_mode::graceful);
+    fail(make_error(r->lasting ? errc::refused_lasting : errc::refused, "peer refused: " + r->reason), close_mode::graceful);
     return false;
   }
   if (on_.message) on_.message(m);
@@ -253,7 +261,7 @@ void session::fail(core::error why, close_mode mode) {
   // misbehaved, a REFUSE says why.
   queue_.drop_unsent_chunks(write_pending_);
   if (mode == close_mode::refuse)
-    queue_.push_final(encode_message(msg::refuse{lifecycle_.reason().message.substr(0, max_reason_chars), refuse_code_}));
+    queue_.push_final(encode_message(msg::refuse{lifecycle_.reason().message.substr(0, max_reason_chars), refuse_code_, refuse_lasting_}));
   continue_close();
 }
 
@@ -285,6 +293,7 @@ void session::finish() {
   chunk_ = {};
   // A pending write may still reference the front frame's bytes until its (aborted) completion runs.
   if (!write_pending_) queue_.clear();
+  end_probe(false);
   auto closed = std::move(on_.closed);
   auto finished = std::move(on_.finished);
   // Handlers often capture the session itself: drop them so the session can be freed.

@@ -56,11 +56,38 @@ void session::close() {
   });
 }
 
-void session::refuse(errc code, std::string reason, std::string wire_code) {
-  asio::dispatch(strand_, [self = shared_from_this(), code, reason = std::move(reason), wire = std::move(wire_code)]() mutable {
+void session::refuse(errc code, std::string reason, std::string wire_code, bool lasting) {
+  asio::dispatch(strand_, [self = shared_from_this(), code, reason = std::move(reason), wire = std::move(wire_code), lasting]() mutable {
     self->refuse_code_ = std::move(wire);
+    self->refuse_lasting_ = lasting;
     self->fail(make_error(code, reason), close_mode::refuse);
   });
+}
+
+void session::probe(std::chrono::milliseconds within, std::function<void(bool)> done) {
+  asio::dispatch(strand_, [self = shared_from_this(), within, done = std::move(done)]() mutable {
+    if (self->lifecycle_.stopped() || !self->lifecycle_.heard_from_peer()) {
+      done(false);
+      return;
+    }
+    self->probe_.waiting.push_back(std::move(done));
+    if (self->probe_.waiting.size() > 1) return;  // the PING already sent answers for this one too
+    self->probe_.from_seq = ++self->ping_seq_;
+    self->activity_.last_tx = clock::now();
+    self->enqueue(encode_message(msg::ping{self->probe_.from_seq}));
+    self->probe_.timer.expires_after(within);
+    self->probe_.timer.async_wait([self](const boost::system::error_code& ec) {
+      if (!ec) self->end_probe(false);
+    });
+  });
+}
+
+void session::end_probe(bool answered) {
+  if (probe_.waiting.empty()) return;
+  probe_.timer.cancel();
+  auto waiting = std::move(probe_.waiting);
+  probe_.waiting.clear();
+  for (auto& done : waiting) done(answered);
 }
 
 void session::enqueue(std::vector<std::byte> frame) {

@@ -115,7 +115,7 @@ class federation {
     c.data.validation_fraction = validation_fraction;
     c.budget_bytes = budget_bytes;
     c.backoff_initial = 20ms;
-    c.backoff_max = 200ms;
+    c.backoff_max = agent_backoff_max_;
     c.link.heartbeat_s = 0.5;
     c.link.idle_timeout_s = 5;
     auto a = edge::agent::create(io_, c, [this](core::log_level, const std::string& line) { agent_log_.push_back(line); });
@@ -160,11 +160,10 @@ class federation {
     for (const auto& l : agent_log_) out += l + "\n";
     return out;
   }
-  [[nodiscard]] std::size_t hub_lines_with(std::string_view needle) const {
-    std::size_t n = 0;
-    for (const auto& l : hub_log_) n += l.find(needle) != std::string::npos ? 1 : 0;
-    return n;
-  }
+  [[nodiscard]] std::size_t hub_lines_with(std::string_view needle) const { return lines_with(hub_log_, needle); }
+  [[nodiscard]] std::size_t agent_lines_with(std::string_view needle) const { return lines_with(agent_log_, needle); }
+  // The longest backoff of the agents started after this (200 ms unless set).
+  void set_agent_backoff_max(std::chrono::milliseconds most) { agent_backoff_max_ = most; }
   void clear() {
     agents_.clear();
     hub_.reset();
@@ -181,6 +180,13 @@ class federation {
   std::vector<std::unique_ptr<testing::scripted_agent>> scripted_;
   std::vector<std::string> hub_log_, agent_log_;
   std::vector<rounds::round_metrics> rounds_;
+  std::chrono::milliseconds agent_backoff_max_ = 200ms;
+
+  static std::size_t lines_with(const std::vector<std::string>& log, std::string_view needle) {
+    std::size_t n = 0;
+    for (const auto& l : log) n += l.find(needle) != std::string::npos ? 1 : 0;
+    return n;
+  }
 };
 
 }  // namespace tessera::hub_testing

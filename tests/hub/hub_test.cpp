@@ -213,6 +213,9 @@ TEST_CASE("hub service: a device whose labels the model cannot learn refuses onc
   CHECK(f.hub_lines_with(" (counting from 0): label 5, but the model has 4 classes (labels 0 to 3)") >= 1);
   CHECK(f.hub_lines_with("device dev-b gets no assignment until its data changes") == 1);
   CHECK(f.hub_lines_with("device dev-b reconnected") >= 1);  // the refusal closed its link; it came back
+  // The agent says it was its own refusal, not an unreachable hub.
+  // (It used to read "cannot reach the hub".)
+  CHECK(f.agent_lines_with("this device ended its link to the hub at 127.0.0.1:") == 1);
   std::size_t refused = 0;
   for (const auto& m : f.recorded()) refused += *m.refused;
   CHECK(refused == 1);

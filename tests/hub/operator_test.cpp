@@ -589,6 +589,74 @@ TEST_CASE("operator actions: revoking a device closes its session within 1 s; it
   for (const auto& m : f.recorded()) CHECK(m.devices == 1);
 }
 
+TEST_CASE("operator actions: a device revoked through the endpoint waits its longest backoff between attempts, and says why") {
+  // Its REFUSE says reconnecting will not help: the agent waits backoff.max_ms (2 s here, less its
+  // jitter) instead of starting its backoff over as after a link that worked.
+  testing::temp_dir dir("operator-revoke-backoff");
+  federation f(dir);
+  f.start_hub(f.hub_config({{"rounds", 100'000}, {"min_devices", 1}, {"device_wait_s", 0.2},
+                            {"http", {{"listen", "127.0.0.1:0"}, {"tls", "on"}}}}));
+  f.set_agent_backoff_max(2s);
+  const http_call base = start_agents_and_operator(f);
+  observations seen;
+  std::chrono::steady_clock::time_point revoked_at;
+  double watched_s = 0;
+  run_with_client(f, [&] {
+    wait_status(base, [](const nlohmann::json& s) { return s["run"]["completed"].get<int>() >= 1 && s["fleet"]["connected"] == 2; });
+    auto call = base;
+    call.method = "POST";
+    call.body = "{}";
+    call.target = "/api/devices/dev-b/revoke";
+    revoked_at = std::chrono::steady_clock::now();
+    seen.expect(http_fetch(call).status == 200, "revoke dev-b");
+    std::this_thread::sleep_for(5s);
+    watched_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - revoked_at).count();
+    call.target = "/api/finish";
+    http_fetch(call);
+  }, false);
+  INFO(f.logs());
+  for (const auto& s : seen.failures) FAIL_CHECK(s);
+  const std::size_t attempts = f.hub_lines_with("device dev-b: HELLO with a revoked certificate");
+  MESSAGE("a revoked device came back " << attempts << " times in " << watched_s << " s");
+  CHECK(attempts <= 5);  // one per 1-2 s; starting the backoff over each time made it ~100
+  CHECK(f.agent_lines_with("turned this device away: this device's certificate (serial ") >= 1);
+  CHECK(f.agent_lines_with("reconnecting will not change that") >= 1);
+}
+
+TEST_CASE("operator: two agents with one device's certificate: the second is turned away naming the first's address, the first trains on") {
+  // The hub probes the session it has (a PING) when another connection of the device says HELLO: the
+  // first agent answers, so the second is refused, told why, and waits its longest backoff (2 s).
+  testing::temp_dir dir("operator-duplicate");
+  federation f(dir);
+  f.start_hub(f.hub_config({{"rounds", 100'000}, {"min_devices", 1}, {"max_devices", 1}, {"device_wait_s", 0.2},
+                            {"http", {{"listen", "127.0.0.1:0"}, {"tls", "on"}}}}));
+  f.set_agent_backoff_max(2s);
+  const auto& pki = test::test_pki::get();
+  f.start_agent(pki.dev_a, f.data_for("dev-a", 300));
+  const http_call base{.port = f.hub().http_port(), .tls = hub_testing::client_tls{pki.ca.cert, pki.operator_cert}};
+  std::int64_t before = -1, after = -1;
+  run_with_client(f, [&] {
+    before = wait_status(base, [](const nlohmann::json& s) { return s["run"]["completed"].get<int>() >= 1; })["run"]["completed"].get<std::int64_t>();
+    boost::asio::post(f.io(), [&f, &pki] { f.start_agent(pki.dev_a, f.data_for("dev-a-twin", 300)); });
+    std::this_thread::sleep_for(5s);
+    after = wait_status(base, [](const nlohmann::json&) { return true; })["run"]["completed"].get<std::int64_t>();
+    auto call = base;
+    call.method = "POST";
+    call.body = "{}";
+    call.target = "/api/finish";
+    http_fetch(call);
+  }, false);
+  INFO(f.logs());
+  const std::size_t refused = f.hub_lines_with("device dev-a: a second connection from 127.0.0.1:");
+  MESSAGE("the twin was turned away " << refused << " times in 5 s; rounds " << before << " → " << after);
+  CHECK(refused >= 1);
+  CHECK(refused <= 5);  // once per 1-2 s backoff, not a flap every few milliseconds
+  CHECK(f.hub_lines_with("still answers: refused (two agents with one certificate?)") == refused);
+  CHECK(f.agent_lines_with("turned this device away: device dev-a is already connected from 127.0.0.1:") >= 1);
+  CHECK(f.hub_lines_with("device dev-a reconnected") == 0);  // the first kept its session throughout
+  CHECK(after > before);                                      // and kept training
+}
+
 // ---- the endpoint's bounds, without a hub --------------------------------------------------------
 
 namespace {

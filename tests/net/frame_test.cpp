@@ -119,6 +119,8 @@ TEST_CASE("every control message round-trips through its frame") {
   CHECK(std::get<net::msg::refuse>(round_trip(net::msg::refuse{"no"})).reason == "no");
   const auto coded = std::get<net::msg::refuse>(round_trip(net::msg::refuse{.reason = "labels", .code = "edge.labels_mismatch"}));
   CHECK(coded.code == "edge.labels_mismatch");
+  CHECK_FALSE(coded.lasting);
+  CHECK(std::get<net::msg::refuse>(round_trip(net::msg::refuse{.reason = "revoked", .code = "revoked", .lasting = true})).lasting);
 
   // The statistics: float64 arrays travel exactly (base64 of their bytes).
   net::msg::stats q{.pass = 2, .task = tessera::core::task_kind::regression, .inputs = 3, .outputs = 1,

@@ -80,6 +80,7 @@ class agent {
  private:
   agent(boost::asio::io_context& io, const agent_config& config, core::log_sink log);
   void log(core::log_level level, const std::string& text) const;
+  void log_link_ended(const core::error& why, std::chrono::milliseconds next) const;
   void attach(const std::shared_ptr<net::session>& s);
   void on_ready(const std::shared_ptr<net::session>& s);
   void on_welcome(const std::shared_ptr<net::session>& s);

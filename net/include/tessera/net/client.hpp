@@ -78,6 +78,7 @@ class client : public std::enable_shared_from_this<client> {
   std::function<void(const std::shared_ptr<session>&)> on_session_;
   std::function<void(const core::error&, std::chrono::milliseconds)> on_connect_failed_;
   std::weak_ptr<session> current_;
+  static constexpr unsigned k_failures_at_most = 64;  // backoff_delay's doubling stops long before
   unsigned failures_ = 0;
   bool stopped_ = false;
   bool connecting_ = false;

@@ -52,6 +52,8 @@ enum class errc {
   evicted,             // a pending handshake pushed out to make room for newer connections
   server_full,         // verified, but the server holds max_sessions sessions already
   resolve_failed,      // the host name did not resolve: not found, no answer by the deadline, bad resolver setup
+  refused_lasting,     // the peer sent REFUSE for a cause reconnecting will not cure (revoked, a duplicate id)
+  duplicate_identity,  // another session of the same device identity is live and answering
 };
 
 [[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.net"

@@ -145,6 +145,9 @@ struct pong {
 struct refuse {
   std::string reason{};
   std::string code{};                  // why, as core::error_name ("edge.labels_mismatch"); optional
+  // The cause outlasts a reconnection (a revoked certificate, another device connected with the same
+  // id): the peer waits its longest backoff before it tries again.
+  bool lasting = false;
 };
 
 // One pass of the feature statistics (core/data/fed_stats.hpp). Pass 1 asks for counts and sums; pass 2 for

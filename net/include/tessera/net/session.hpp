@@ -98,13 +98,22 @@ class session : public std::enable_shared_from_this<session> {
   // Flushes queued frames, exchanges close_notify, closes; on_closed reports errc::stopped.
   void close();
   // Sends REFUSE{reason} and closes; on_closed reports `code`.
-  // `wire_code` (optional) travels in the REFUSE beside the reason (core::error_name of the cause).
-  void refuse(errc code, std::string reason, std::string wire_code = {});
+  // `wire_code` (optional) travels in the REFUSE beside the reason (core::error_name of the cause);
+  // `lasting`: reconnecting will not cure it, and the peer waits its longest backoff (msg::refuse).
+  void refuse(errc code, std::string reason, std::string wire_code = {}, bool lasting = false);
+  // Whether the peer still answers: sends a PING and calls `done(true)` on the strand when a PONG
+  // comes back within `within`, `done(false)` when none does or the session ends first. Probes that
+  // overlap share one PING.
+  void probe(std::chrono::milliseconds within, std::function<void(bool answered)> done);
 
   // Hub role: the device id of the peer certificate (empty before on_ready).
   [[nodiscard]] const std::string& peer_device_id() const noexcept { return peer_.device_id; }
   // Hub role: the peer certificate's serial, lowercase hex (empty before on_ready).
   [[nodiscard]] const std::string& peer_serial() const noexcept { return peer_.serial; }
+  // Whether the session is closing or closed; on its strand only (e.g. inside a handler).
+  [[nodiscard]] bool stopped() const noexcept { return lifecycle_.stopped(); }
+  // The peer's address and port as the socket saw them when the session began ("?" if unknown).
+  [[nodiscard]] const std::string& peer_address() const noexcept { return peer_.address; }
   // Why the TLS handshake failed, as a short label for counting (certificate_revoked, unknown_ca,
   // certificate_expired, no_certificate, wrong_purpose, protocol_version, closed, tls_error); empty
   // when it did not fail.
@@ -135,6 +144,7 @@ class session : public std::enable_shared_from_this<session> {
   void fail(core::error why, close_mode mode);
   void continue_close();
   void finish();
+  void end_probe(bool answered);
   // A completion handler that runs `f` on the strand and keeps the session alive until then.
   template <class... Args>
   auto on_strand(void (session::*f)(Args...)) {
@@ -170,6 +180,14 @@ class session : public std::enable_shared_from_this<session> {
     std::string device_id;
     std::string serial;       // lowercase hex
     std::string tls_failure;  // a short label (see tls_failure())
+    std::string address = "?";
+  };
+  // probe(): who waits for the PONG to the PING numbered `from_seq` (or a later one), until `timer`.
+  struct probe_state {
+    explicit probe_state(const asio::strand<asio::any_io_executor>& strand) : timer(strand) {}
+    std::uint64_t from_seq = 0;
+    std::vector<std::function<void(bool)>> waiting;
+    asio::steady_timer timer;
   };
 
   callbacks on_;
@@ -179,6 +197,8 @@ class session : public std::enable_shared_from_this<session> {
   bool write_pending_ = false;
   peer_facts peer_;
   std::string refuse_code_;  // the code a refuse() sends in its REFUSE
+  bool refuse_lasting_ = false;
+  probe_state probe_;
   session_activity activity_;
   std::uint64_t bytes_rx_ = 0, bytes_tx_ = 0, ping_seq_ = 0;
 
