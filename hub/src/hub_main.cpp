@@ -31,6 +31,9 @@ core::result<int> serve(const core::command_line& line, const hub::hub_config& c
     std::printf("%s\n", json ? m.to_json().dump().c_str() : m.to_line().c_str());
     std::fflush(stdout);
   });
+  // Set before start(): a run that is finished already stops inside it, and io.run() must then return.
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  h.on_stopped([&signals] { signals.cancel(); });  // then io.run() returns once the sessions closed
   TESSERA_ASSIGN_OR_RETURN(const std::uint16_t port, h.start());
   std::string endpoint;
   if (cfg.http.listen)
@@ -43,14 +46,13 @@ core::result<int> serve(const core::command_line& line, const hub::hub_config& c
               cfg.min_devices, cfg.max_devices, static_cast<unsigned long long>(cfg.seed), endpoint.c_str());
   std::fflush(stdout);
 
-  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
     if (ec) return;
     log(core::log_level::warning, std::string("stopping on ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
                                       " (the last checkpoint is kept; restart to resume)");
     h.stop();
   });
-  h.on_stopped([&signals] { signals.cancel(); });  // then io.run() returns once the sessions closed
+  if (h.finished()) signals.cancel();  // finished inside start(): nothing to wait for
   io.run();
   if (!h.failure().empty()) return 1;  // already logged
   if (!h.finished()) return 2;         // stopped by a signal before the last round

@@ -122,6 +122,10 @@ clock_type::time_point round_driver::round_started() const {
 bool round_driver::start() {
   log_run_plan();
   if (engine_->finished()) {
+    ctx_.say(log_level::info, "the run in " + ctx_.config.checkpoint_dir + " is finished already (" + std::to_string(engine_->completed()) +
+                                  " rounds" + (engine_->privacy_stop().empty() ? "" : ", " + engine_->privacy_stop()) + "): " +
+                                  (ctx_.config.output_path.empty() ? "" : "writing " + ctx_.config.output_path + " again and ") +
+                                  "exiting. Raise rounds to train further, or give another checkpoint_dir for a new run");
     finish("");
     return false;
   }
@@ -131,6 +135,7 @@ bool round_driver::start() {
 }
 
 void round_driver::log_run_plan() const {
+  for (const auto& note : rounds::plan_notes(ctx_.config)) ctx_.say(log_level::warning, note);
   const auto eps = [](double e) { return std::to_string(e); };
   if (resumed_from_ > 0)
     ctx_.say(log_level::info, "resumed from checkpoint after round " + std::to_string(resumed_from_) + " (" + std::to_string(devices_.size()) +

@@ -215,4 +215,17 @@ void standardize_with_fleet(core::config_reader& source_reader, core::data_sourc
   source.norm = core::normalization::none;
 }
 
+std::vector<std::string> plan_notes(const run_config& c) {
+  std::vector<std::string> notes;
+  if (c.strategy != strategy_kind::ist) return notes;
+  if (c.whole_model_rounds >= c.rounds)
+    notes.push_back("every round of this run trains the whole model (whole_model_rounds " + std::to_string(c.whole_model_rounds) +
+                    " covers its " + std::to_string(c.rounds) + " rounds): it is FedAvg on the devices that hold the model, not IST; "
+                    "lower whole_model_rounds below rounds to train subnets");
+  else if (c.groups == 1)
+    notes.push_back("IST with groups 1 gives its one group the whole model: every round is a FedAvg round; set groups to 0 (one per "
+                    "device) or 2 or more to train subnets");
+  return notes;
+}
+
 }  // namespace tessera::rounds

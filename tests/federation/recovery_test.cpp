@@ -130,6 +130,19 @@ TEST_CASE("federation: a hub killed mid-round resumes from its checkpoint; the a
   CHECK(model.metadata.at("tessera.rounds") == std::to_string(rounds));
   CHECK(all_finite(model.params));
 
+  // The same command once more: the run is finished, so the hub says so and exits at once (it used to
+  // write the model and then wait for a signal).
+  config["listen"] = "127.0.0.1:0";
+  const auto again_started = std::chrono::steady_clock::now();
+  hub_handle again = f.start_hub("hub-3", config);
+  require_exit_0(again.process, 5s);
+  const double again_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - again_started).count();
+  MESSAGE("a finished run's hub exited 0 after " << again_s << " s");
+  CHECK(again_s < 2.0);
+  CHECK(count_of(again.process.err(), "is finished already (5 rounds): writing " + f.file("model.safetensors") +
+                                          " again and exiting. Raise rounds to train further, or give another checkpoint_dir for a new run") == 1);
+  CHECK(count_of(again.process.out(), "tessera-hub: done after 5 rounds") == 1);
+
   // The crash cost nothing: the run went on from round 2's model and ends as the same run without a
   // crash does, which tessera-sim replays from the same fields and shards (the network run and the
   // simulated one agree to the bit: equivalence_test). Not to the bit here: each agent's data stream

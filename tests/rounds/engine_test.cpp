@@ -394,6 +394,20 @@ TEST_CASE("engine: whole_model_rounds end the run with the whole model on the de
   CHECK(e2.assignments()[0].group != e2.assignments()[1].group);
 }
 
+TEST_CASE("plan notes: an IST run whose every round trains the whole model says so at start") {
+  // The shipped examples end with 20 whole-model rounds: a 5-round run of them is FedAvg throughout.
+  const auto covered = rounds::plan_notes(config({{"rounds", 5}, {"whole_model_rounds", 20}}));
+  REQUIRE(covered.size() == 1);
+  CHECK(covered[0] == "every round of this run trains the whole model (whole_model_rounds 20 covers its 5 rounds): it is FedAvg on the "
+                      "devices that hold the model, not IST; lower whole_model_rounds below rounds to train subnets");
+  CHECK(rounds::plan_notes(config({{"rounds", 50}, {"whole_model_rounds", 20}})).empty());
+  CHECK(rounds::plan_notes(config({{"rounds", 5}})).empty());
+  const auto one = rounds::plan_notes(config({{"groups", 1}}));
+  REQUIRE(one.size() == 1);
+  CHECK(testing::contains(one[0], "IST with groups 1 gives its one group the whole model"));
+  CHECK(rounds::plan_notes(config({{"strategy", "fedavg"}, {"groups", 1}})).empty());
+}
+
 TEST_CASE("engine: repartition_every and whole_model_rounds are IST's, for plain rounds, and refused elsewhere by name unless neutral") {
   CHECK(testing::contains(refused({{"strategy", "fedavg"}, {"whole_model_rounds", 5}}), "whole_model_rounds"));
   CHECK(testing::contains(refused({{"strategy", "central"}, {"repartition_every", 2}}), "repartition_every"));

@@ -38,6 +38,7 @@ core::result<int> simulate(const core::command_line& line, const sim::sim_config
               std::string(core::to_string(cfg.model.compensation)).c_str(), static_cast<long long>(data.train->size()),
               static_cast<unsigned long long>(cfg.seed));
   std::fflush(stdout);
+  for (const auto& note : rounds::plan_notes(cfg)) std::fprintf(stderr, "tessera-sim: warning: %s\n", note.c_str());
   s->on_round([](const rounds::round_metrics& m) {
     std::printf("%s\n", m.to_line().c_str());
     std::fflush(stdout);

@@ -181,4 +181,9 @@ void standardize_with_fleet(core::config_reader& source_reader, core::data_sourc
 // dp.publish_exact says the data is not private.
 void check_private_inputs(core::config_reader& r, const run_config& c);
 
+// What a valid configuration makes of the run that its strategy's name does not say: IST whose every
+// round trains the whole model (whole_model_rounds covering the run, or one group), for the hub and the
+// simulator to say at start. Empty: nothing to say.
+[[nodiscard]] std::vector<std::string> plan_notes(const run_config& c);
+
 }  // namespace tessera::rounds
