@@ -59,6 +59,19 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
     s->refuse(net::errc::revoked, "this device's certificate (serial " + s->peer_serial() + ") is revoked", "revoked", /*lasting=*/true);
     return;
   }
+  // A budget that cannot hold the narrowest subnet (the whole model, for FedAvg) stays that way until the
+  // agent is restarted with another: it is told so, and waits its longest backoff before it asks again.
+  const rounds::device_offer offer{.id = id, .budget_bytes = h.memory_budget_bytes, .examples = h.examples, .codecs = h.codecs,
+                                   .capacity = 0, .validation_examples = h.validation_examples};
+  if (const auto fits = engine().capacity(offer); !fits && fits.error().code == core::errc::over_budget) {
+    log(log_level::warning, "device " + id + " (" + s->peer_address() + ") cannot train this model: " + fits.error().message +
+                                ": turned away until its budget changes");
+    figures_->connections_refused.add("over_budget");
+    s->refuse(net::errc::refused, "this device cannot train the hub's model: " + fits.error().message +
+                                      " (raise its memory_budget_mib, or the hub's operator narrows the model or min_width)",
+              "over_budget", /*lasting=*/true);
+    return;
+  }
   if (device_entry* d = devices_->find(id); d != nullptr && d->session && d->session != s) {
     // Another session of this device: a link that broke unnoticed (it does not answer, and gives way),
     // or a second agent with the same identity (it answers, and the newcomer is turned away).
@@ -106,7 +119,7 @@ void hub_service::admit(const std::shared_ptr<net::session>& s, const net::msg::
   d.validation_examples = h.validation_examples;
   d.codecs = h.codecs;
   log(log_level::info, "device " + id + (known ? " reconnected" : " joined") + ": budget " +
-                           std::to_string(h.memory_budget_bytes >> 20) + " MiB, " + std::to_string(h.examples) + " examples");
+                           core::mib_text(h.memory_budget_bytes) + ", " + std::to_string(h.examples) + " examples");
   if (!d.unfit.empty() && h.data_digest != d.data_digest) {
     d.unfit.clear();
     log(log_level::info, "device " + id + " has other data now: it takes part again");

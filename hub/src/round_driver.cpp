@@ -199,6 +199,17 @@ void round_driver::maybe_start_round() {
   const std::size_t ready = devices_.ready_count();
   const bool waited = clock_type::now() - w->since >= core::seconds_to_ms(ctx_.config.device_wait_s);
   if (ready >= ctx_.config.max_devices || (waited && ready >= ctx_.config.min_devices)) start_round();
+  else if (waited)
+    say_waiting(log_level::info, "round " + std::to_string(engine_->current_round()) + " waits for devices: " + std::to_string(ready) +
+                                     " ready, min_devices is " + std::to_string(ctx_.config.min_devices) + " (" +
+                                     std::to_string(devices_.connected_count()) + " connected)");
+}
+
+void round_driver::say_waiting(log_level level, const std::string& why) {
+  const auto now = clock_type::now();
+  if (why == said_waiting_.why && now - said_waiting_.at < std::chrono::seconds(30)) return;
+  said_waiting_ = {why, now};
+  ctx_.say(level, why);
 }
 
 // ---- a round --------------------------------------------------------------------------------------
@@ -219,7 +230,7 @@ void round_driver::start_round() {
     return;
   }
   if (!excluded) {
-    ctx_.say(log_level::warning, "round " + std::to_string(engine_->current_round()) + " cannot start: " + excluded.error().message);
+    say_waiting(log_level::warning, "round " + std::to_string(engine_->current_round()) + " cannot start: " + excluded.error().message);
     wait_again();
     return;
   }

@@ -122,6 +122,8 @@ class round_driver {
   void secure_over();
   // Every update in, or the deadline: with secure aggregation the unmasking step comes first.
   void end_collection();
+  // Why no round starts yet, said when it changes and at most every 30 s while it does not.
+  void say_waiting(core::log_level level, const std::string& why);
 
   boost::asio::io_context& io_;
   const hub_context& ctx_;
@@ -139,6 +141,10 @@ class round_driver {
   boost::asio::steady_timer secure_timer_;    // a secure protocol's step: secure_step_s
   std::function<void()> before_round_;
   std::function<void()> on_stopped_;
+  struct {
+    std::string why;
+    clock_type::time_point at{};
+  } said_waiting_;
 };
 
 }  // namespace tessera::hub

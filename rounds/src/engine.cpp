@@ -116,6 +116,16 @@ core::result<void> engine::set_normalization(core::input_normalization n, nlohma
   return {};
 }
 
+// No device can take part: why, for the first few left out (an operator's first question).
+static core::error no_device_error(const std::vector<excluded_device>& excluded) {
+  std::string why = "no device can take part in this round";
+  if (excluded.empty()) return make_error(errc::no_devices, why);
+  why += " (";
+  for (std::size_t i = 0; i < excluded.size() && i < 3; ++i) why += (i > 0 ? "; " : "") + excluded[i].id + ": " + excluded[i].reason;
+  if (excluded.size() > 3) why += "; and " + std::to_string(excluded.size() - 3) + " more";
+  return make_error(errc::no_devices, why + ")");
+}
+
 core::result<std::vector<excluded_device>> engine::begin_round(std::vector<device_offer> offers) {
   TESSERA_ASSERT(!in_round_ && !finished());
   if (needs_statistics())
@@ -138,7 +148,9 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
     capacities.push_back(c.value());
     taking.push_back(std::move(o));
   }
-  TESSERA_ASSIGN_OR_RETURN(const std::size_t group_devices, aggregation_->admit(view(), taking, excluded));
+  auto admitted = aggregation_->admit(view(), taking, excluded);
+  if (!admitted && admitted.error().code == errc::no_devices) return no_device_error(excluded);
+  TESSERA_ASSIGN_OR_RETURN(const std::size_t group_devices, std::move(admitted));
   capacities.resize(taking.size());
   TESSERA_ASSIGN_OR_RETURN(const core::round_plan plan, this->plan(taking, capacities, group_devices, excluded));
   plan_seed_ = plan.seed;
@@ -178,7 +190,7 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
     a.upload_bytes = a.blob_bytes;
     assignments_.push_back(std::move(a));
   }
-  if (assignments_.empty() && !aggregation_->runs_empty()) return make_error(errc::no_devices, "no device can take part in this round");
+  if (assignments_.empty() && !aggregation_->runs_empty()) return no_device_error(excluded);
   TESSERA_TRY(aggregation_->begin(view(), plan, assignments_));
   reached_ = reached_mask(full_, !server_opt_.identity());
   folded_ = 0;

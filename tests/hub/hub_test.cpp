@@ -106,7 +106,20 @@ TEST_CASE("hub service: a secure round — three agents mask their updates, the 
   CHECK(uploads == 6);
 }
 
-TEST_CASE("hub service: a device whose budget holds no subnet is left out with the reason; the round goes on") {
+TEST_CASE("hub service: a hub waiting for min_devices says what it waits for, once until that changes") {
+  testing::temp_dir dir("hub-service-waiting");
+  federation f(dir);
+  f.start_hub(f.hub_config({{"rounds", 2}, {"min_devices", 2}, {"device_wait_s", 0.2}}));
+  f.start_agent(test::test_pki::get().dev_a, f.data_for("dev-a", 400));
+  boost::asio::steady_timer stop(f.io(), 3s);
+  stop.async_wait([&f](const boost::system::error_code&) { f.hub().stop(); });
+  f.run();
+  INFO(f.logs());
+  CHECK(f.recorded().empty());
+  CHECK(f.hub_lines_with("round 1 waits for devices: 1 ready, min_devices is 2 (1 connected)") == 1);  // it used to say nothing
+}
+
+TEST_CASE("hub service: a device whose budget holds no subnet is turned away with the reason and the fix; the rounds go on") {
   testing::temp_dir dir("hub-service-budget");
   federation f(dir);
   f.start_hub(f.hub_config({{"rounds", 2}, {"min_devices", 1}, {"device_wait_s", 0.2}}));
@@ -118,8 +131,14 @@ TEST_CASE("hub service: a device whose budget holds no subnet is left out with t
   REQUIRE(f.hub().finished());
   REQUIRE(f.recorded().size() == 2);
   for (const auto& m : f.recorded()) CHECK(m.devices == 1);
-  CHECK(f.hub_lines_with("device dev-b left out of round") >= 1);
-  CHECK(f.hub_lines_with("the budget is") >= 1);
+  INFO(f.logs());
+  // Said at its HELLO, not found out at every round (it used to be only "no device can take part").
+  CHECK(f.hub_lines_with("device dev-b (127.0.0.1:") >= 1);
+  CHECK(f.hub_lines_with("cannot train this model: the narrowest subnet (min_width 4) needs ") >= 1);
+  CHECK(f.hub_lines_with("; the budget is 0.00 MiB: turned away until its budget changes") >= 1);
+  CHECK(f.hub_lines_with("device dev-b left out of round") == 0);
+  CHECK(f.agent_lines_with("turned this device away: this device cannot train the hub's model: the narrowest subnet") >= 1);
+  CHECK(f.agent_lines_with("(raise its memory_budget_mib, or the hub's operator narrows the model or min_width)") >= 1);
   CHECK(tiny.stats().assignments == 0);
 }
 

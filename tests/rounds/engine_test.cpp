@@ -394,6 +394,19 @@ TEST_CASE("engine: whole_model_rounds end the run with the whole model on the de
   CHECK(e2.assignments()[0].group != e2.assignments()[1].group);
 }
 
+TEST_CASE("engine: a round no device can take part in says why for the first few devices") {
+  auto e = engine_for(config({{"strategy", "fedavg"}}));
+  auto empty = offer("e", 64u << 20);
+  empty.examples = 0;
+  const auto r = e.begin_round({offer("a", 1000), offer("b", 1000), offer("c", 1000), offer("d", 1000), empty});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == rounds::errc::no_devices);
+  CAPTURE(r.error().message);
+  CHECK(r.error().message.starts_with("no device can take part in this round (a: FedAvg trains the whole model, which needs "));
+  CHECK(testing::contains(r.error().message, "; the budget is 0.00 MiB; b: "));
+  CHECK(r.error().message.ends_with("; and 2 more)"));  // d's budget, and e holds no examples
+}
+
 TEST_CASE("plan notes: an IST run whose every round trains the whole model says so at start") {
   // The shipped examples end with 20 whole-model rounds: a 5-round run of them is FedAvg throughout.
   const auto covered = rounds::plan_notes(config({{"rounds", 5}, {"whole_model_rounds", 20}}));
