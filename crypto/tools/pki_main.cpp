@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "tessera/core/config/command.hpp"
+#include "tessera/crypto/error.hpp"
 #include "tessera/crypto/pki.hpp"
 #include "tessera/crypto/seal.hpp"
 
@@ -113,7 +114,13 @@ core::result<int> revoke(const core::command_line& line, const crypto::ca_files&
   if (line.has("--cert")) {
     TESSERA_ASSIGN_OR_RETURN(serial, crypto::certificate_serial(line.value("--cert")));
   }
-  TESSERA_TRY(crypto::revoke(ca, serial));
+  // Revoking what is revoked already is what the operator wanted: say so and succeed (a script that
+  // revokes a list of devices may meet one twice).
+  if (auto done = crypto::revoke(ca, serial); !done) {
+    if (done.error().code != crypto::errc::already_revoked) return std::move(done).error();
+    std::printf("serial %s is already revoked in %s: nothing to do\n", serial.c_str(), ca.crl.c_str());
+    return 0;
+  }
   std::printf("revoked serial %s in %s\n", serial.c_str(), ca.crl.c_str());
   return 0;
 }

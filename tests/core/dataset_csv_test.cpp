@@ -227,7 +227,7 @@ const std::vector<csv_rejection>& csv_rejections() {
       {header_only, "header-only.csv", header_line(), errc::bad_format, open,
        {"header-only.csv: no data lines after the header"}},
       {label_column_missing, "narrow.csv", label_column(2), errc::invalid_argument, open,
-       {"narrow.csv: label column 3 does not exist, line 1 has 2 columns"}},
+       {"narrow.csv: label_column 2 (counting from 0) does not exist: line 1 has 2 columns (0 to 1)"}},  // said 'column 3'
       {single_column, "single.csv", {}, errc::bad_format, open, {"single.csv: line 1 has 1 column"}},
       {zero_line_limit, "no-limit.csv", max_line(0), errc::invalid_argument, open,
        {"no-limit.csv: max_line_bytes is 0"}},

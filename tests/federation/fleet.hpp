@@ -117,8 +117,9 @@ class fleet {
     make_pki(ids);
     return ids;
   }
-  void revoke(const std::string& device_id) {
-    run_tool("pki-revoke-" + device_id, {k_pki_binary, "revoke", "--dir", file("pki"), "--cert", pki_file(device_id + ".pem")});
+  // tessera-pki revoke's standard output.
+  std::string revoke(const std::string& device_id, const std::string& run = "") {
+    return run_tool("pki-revoke-" + device_id + run, {k_pki_binary, "revoke", "--dir", file("pki"), "--cert", pki_file(device_id + ".pem")});
   }
 
   // Writes the simulator's shards for `sim` (a tessera-sim configuration) and returns each device's

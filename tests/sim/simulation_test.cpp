@@ -139,6 +139,9 @@ TEST_CASE("sim config: errors name the field") {
   CHECK(config_error({{"data", {{"train", {{"format", "csv"}, {"features", ""}}}}}}).find("'data.train.features'") != std::string::npos);
   CHECK(config_error({{"data", {{"train_images", "x"}}}}).find("renamed: use 'data.train.features'") != std::string::npos);
   CHECK(config_error({{"lr_shedule", "cosine"}}).find("'lr_shedule'") != std::string::npos);
+  // The shipped examples' groups 2 with strategy=central: the fix is named (it used to be '2 groups for 1 devices').
+  CHECK(config_error({{"strategy", "central"}, {"groups", 2}}).find("2 groups for 1 devices (central training is one device: set groups to 0 or 1)") !=
+        std::string::npos);
 }
 
 TEST_CASE("sim config: overrides reach dotted fields and parse JSON values") {

@@ -92,9 +92,9 @@ class csv_stream final : public example_stream {
     columns_ = column_count(line_);
     first_data_line_ = line_no_;
     if (label_column_ >= columns_)
-      return make_error(errc::invalid_argument, path_ + ": label column " + std::to_string(label_column_ + 1) +
-                                                    " does not exist, line " + std::to_string(line_no_) + " has " +
-                                                    std::to_string(columns_) + " columns");
+      return make_error(errc::invalid_argument, path_ + ": label_column " + std::to_string(label_column_) +
+                                                    " (counting from 0) does not exist: line " + std::to_string(line_no_) + " has " +
+                                                    std::to_string(columns_) + " columns (0 to " + std::to_string(columns_ - 1) + ")");
     if (columns_ < 2)
       return make_error(errc::bad_format, path_ + ": line " + std::to_string(line_no_) +
                                               " has 1 column; a label and at least one feature are needed");

@@ -66,7 +66,8 @@ core::result<sim_config> read_sim_config(core::config_reader& r) {
   }
   if (c.strategy == strategy_kind::central) c.devices = 1;
   if (c.groups > c.devices)
-    r.fail("groups", std::to_string(c.groups) + " groups for " + std::to_string(c.devices) + " devices");
+    r.fail("groups", std::to_string(c.groups) + " groups for " + std::to_string(c.devices) + " devices" +
+                         (c.strategy == strategy_kind::central ? " (central training is one device: set groups to 0 or 1)" : ""));
   rounds::check_private_inputs(r, c);
   TESSERA_TRY(r.finish());
   return c;
