@@ -145,6 +145,10 @@ core::result<int> seal_key(const core::command_line& line) {
 
 int main(int argc, char** argv) {
   const std::string command = argc > 1 ? argv[1] : "";
+  if (command == "--version") {
+    std::printf("tessera-pki %.*s\n", static_cast<int>(core::version().size()), core::version().data());
+    return 0;
+  }
   if (command != "init" && command != "issue-hub" && command != "issue-device" && command != "issue-operator" &&
       command != "revoke" && command != "seal-key") {
     // No command, --help, or one we do not know: the usage, on the stream that fits.

@@ -61,6 +61,10 @@ int main(int argc, char** argv) {
   const std::string command = argc > 1 ? argv[1] : "";
   if (command == "run") return core::run_configured(k_run_command, argc, argv, 2, edge::read_agent_config, run);
   if (command == "train-local") return core::run_command(edge::k_train_local_command, argc, argv, 2, {}, edge::train_local);
+  if (command == "--version") {
+    std::printf("tessera-edge %.*s\n", static_cast<int>(core::version().size()), core::version().data());
+    return 0;
+  }
   if (command == "baseline") {
     std::printf("peak resident memory %.2f MiB\n", static_cast<double>(edge::peak_rss_bytes()) / (1024.0 * 1024.0));
     return 0;

@@ -102,4 +102,10 @@ TEST_CASE("run_command: help without running, the body's status, errors as exit 
     return core::make_error(core::errc::io, "x.json: cannot open");
   };
   CHECK(core::run_command(k_tool, 2, plain, 1, {}, failing) == 1);
+  // --version: the name and the build's version, without running (no binary had it).
+  const char* version[] = {"tool", "--version"};
+  CHECK(core::run_command(k_tool, 2, version, 1, {}, body) == 0);
+  CHECK(ran == 1);
+  CHECK(core::version().find('.') != std::string_view::npos);  // major.minor.patch from the build
+  CHECK(core::help_text(k_tool, {}).find("--version") != std::string::npos);
 }

@@ -7,6 +7,8 @@ trap 'rm -rf "$dir"' EXIT
 fail() { echo "pki_cli_test: $*" >&2; exit 1; }
 
 "$pki" --help | grep -q issue-device || fail "--help"
+"$pki" --version | grep -Eq '^tessera-pki [0-9]+\.[0-9]+\.[0-9]+$' || fail "--version"
+"$pki" revoke --version | grep -Eq '^tessera-pki [0-9]+\.[0-9]+\.[0-9]+$' || fail "revoke --version"
 "$pki" init --dir "$dir" --cn "Test CA" --days 30 >/dev/null
 "$pki" issue-hub --dir "$dir" --name localhost --name 127.0.0.1 >/dev/null
 "$pki" issue-device --dir "$dir" --id pi-07 >/dev/null
@@ -20,7 +22,8 @@ if "$pki" init --dir "$dir" 2>/dev/null; then fail "re-initialised the CA withou
 "$pki" issue-device --dir "$dir" --id pi-07 --force >/dev/null
 [ "$(cat "$dir/pi-07.pem")" != "$before" ] || fail "--force did not replace"
 "$pki" revoke --dir "$dir" --cert "$dir/pi-07.pem" | grep -q "revoked serial" || fail "revoke"
-if "$pki" revoke --dir "$dir" --cert "$dir/pi-07.pem" 2>/dev/null; then fail "revoked twice"; fi
+# Twice: said, and not an error (a script revoking a list may meet one again; pki_test: the CRL keeps it once).
+"$pki" revoke --dir "$dir" --cert "$dir/pi-07.pem" | grep -q "is already revoked in $dir/ca.crl: nothing to do" || fail "revoked twice"
 if "$pki" issue-device --dir "$dir" --id 'bad/id' 2>/dev/null; then fail "accepted a bad id"; fi
 if "$pki" frobnicate 2>/dev/null; then fail "accepted an unknown command"; fi
 

@@ -4,6 +4,11 @@
 
 namespace tessera::core {
 
+#ifndef TESSERA_VERSION
+#error "TESSERA_VERSION comes from the build (core/config/CMakeLists.txt)"
+#endif
+std::string_view version() noexcept { return TESSERA_VERSION; }
+
 result<command_line> parse_command_line(const command& cmd, int argc, const char* const* argv, int first) {
   command_line line;
   for (int i = first; i < argc; ++i) {
@@ -14,6 +19,8 @@ result<command_line> parse_command_line(const command& cmd, int argc, const char
     };
     if (arg == "--help" || arg == "-h") {
       line.help = true;
+    } else if (arg == "--version") {
+      line.version = true;
     } else if (arg == "--config" && cmd.configured) {
       TESSERA_ASSIGN_OR_RETURN(line.config_path, value_of(arg));
     } else if (arg == "--log-level") {
@@ -54,6 +61,7 @@ std::string help_text(const command& cmd, const field_table& fields) {
   for (const auto& o : cmd.options) option(o.flag, o.value, o.doc);
   option("--log-level", "LEVEL", "events at this level and above go to standard error: " + k_log_level_names.list());
   option("--help", "", "this text");
+  option("--version", "", "the name and version, then exit");
   if (!fields.fields().empty()) out += "\nConfiguration fields:\n" + fields.render();
   return out;
 }
@@ -64,6 +72,10 @@ int run_command(const command& cmd, int argc, const char* const* argv, int first
   if (!line) {
     std::fprintf(stderr, "%.*s: %s\n", static_cast<int>(cmd.name.size()), cmd.name.data(), line.error().message.c_str());
     return 1;
+  }
+  if (line.value().version) {
+    std::printf("%.*s %.*s\n", static_cast<int>(cmd.name.size()), cmd.name.data(), static_cast<int>(version().size()), version().data());
+    return 0;
   }
   if (line.value().help) {
     field_table fields;

@@ -48,6 +48,7 @@ struct command_line {
   std::map<std::string, std::vector<std::string>, std::less<>> values;  // given options: flag -> values ("" for a switch)
   log_level level = log_level::info;
   bool help = false;
+  bool version = false;  // --version
 
   [[nodiscard]] bool has(std::string_view flag) const { return values.find(flag) != values.end(); }
   // The option's value (the last, if given more than once); empty if absent.
@@ -65,6 +66,10 @@ struct command_line {
 // Parses args[first..]: --config FILE, --log-level info|warning|error, --help (-h), the command's own
 // options and KEY=VALUE overrides. Anything else is an error naming it.
 [[nodiscard]] result<command_line> parse_command_line(const command& cmd, int argc, const char* const* argv, int first);
+
+// Tessera's version, as the build's project() gives it ("0.1.0"); every command answers --version
+// with "<name> <version>".
+[[nodiscard]] std::string_view version() noexcept;
 
 // usage, about, the options, then "Configuration fields" from `fields`.
 [[nodiscard]] std::string help_text(const command& cmd, const field_table& fields);
