@@ -2,10 +2,13 @@
 
 #include <arpa/inet.h>
 
+#include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <openssl/err.h>
+#include <openssl/x509_vfy.h>
 
 #include "ossl.hpp"
 #include "tessera/crypto/pki.hpp"
@@ -14,6 +17,56 @@ namespace tessera::crypto {
 namespace {
 
 using namespace detail;
+
+// A file a TLS field names: there and readable, or an error naming the field (OpenSSL's own words for
+// a missing file are an error stack without it).
+core::result<void> readable(std::string_view field, const std::filesystem::path& p) {
+  if (p.empty()) return make_error(errc::invalid_argument, std::string(field) + " is empty: it names a PEM file");
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(p, ec))
+    return make_error(errc::io, std::string(field) + ": " + p.string() + ": " + (std::filesystem::exists(p, ec) ? "not a file" : "no such file"));
+  if (std::FILE* f = std::fopen(p.c_str(), "rb")) {
+    std::fclose(f);
+    return {};
+  }
+  return make_error(errc::io, std::string(field) + ": " + p.string() + ": cannot be read (its permissions?)");
+}
+
+// One line about a certificate: its subject and when it stops being valid.
+std::string describe(X509* cert) {
+  std::string out = "?";
+  if (char* s = X509_NAME_oneline(X509_get_subject_name(cert), nullptr, 0)) {
+    out = s;
+    OPENSSL_free(s);
+  }
+  if (bio_ptr b(BIO_new(BIO_s_mem())); b && ASN1_TIME_print(b.get(), X509_get0_notAfter(cert)) == 1) {
+    char* data = nullptr;
+    const long n = BIO_get_mem_data(b.get(), &data);
+    out += ", valid until " + std::string(data, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+// This side's own certificate against the CA it trusts (and its own purpose): one that the CA did not
+// sign, or that expired, is refused here, where it can be named, rather than by every peer.
+core::result<void> check_own_certificate(SSL_CTX* ctx, const std::filesystem::path& cert, const std::filesystem::path& ca, int purpose) {
+  X509* own = SSL_CTX_get0_certificate(ctx);
+  if (own == nullptr) return make_error(errc::bad_format, "tls.cert: " + cert.string() + " holds no certificate");
+  using store_ctx_ptr = std::unique_ptr<X509_STORE_CTX, decltype([](X509_STORE_CTX* c) { X509_STORE_CTX_free(c); })>;
+  store_ctx_ptr check(X509_STORE_CTX_new());
+  STACK_OF(X509)* chain = nullptr;
+  SSL_CTX_get0_chain_certs(ctx, &chain);
+  if (!check || X509_STORE_CTX_init(check.get(), SSL_CTX_get_cert_store(ctx), own, chain) != 1) return openssl_error("check tls.cert");
+  X509_STORE_CTX_set_purpose(check.get(), purpose);
+  X509_VERIFY_PARAM_clear_flags(X509_STORE_CTX_get0_param(check.get()), X509_V_FLAG_CRL_CHECK);  // the CRL comes after
+  if (X509_verify_cert(check.get()) == 1) return {};
+  const int why = X509_STORE_CTX_get_error(check.get());
+  return make_error(errc::auth_failed, "tls.cert " + cert.string() + " (" + describe(own) + ") does not verify against tls.ca " + ca.string() +
+                                           ": " + X509_verify_cert_error_string(why) +
+                                           (why == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY || why == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT
+                                                ? " (it was issued by another CA: every peer would refuse it)"
+                                                : ""));
+}
 
 core::result<ssl_ctx_ptr> base_context(const std::filesystem::path& ca_cert, const std::filesystem::path& cert,
                                        const std::filesystem::path& key, int purpose) {
@@ -25,15 +78,24 @@ core::result<ssl_ctx_ptr> base_context(const std::filesystem::path& ca_cert, con
     return openssl_error("pin TLS 1.3");
   SSL_CTX_set_options(ctx.get(), SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
 
+  TESSERA_TRY(readable("tls.ca", ca_cert));
+  TESSERA_TRY(readable("tls.cert", cert));
+  TESSERA_TRY(readable("tls.key", key));
   if (SSL_CTX_use_certificate_chain_file(ctx.get(), cert.c_str()) != 1)
-    return openssl_error("load certificate " + cert.string());
-  if (SSL_CTX_use_PrivateKey_file(ctx.get(), key.c_str(), SSL_FILETYPE_PEM) != 1)
-    return openssl_error("load key " + key.string());
-  if (SSL_CTX_check_private_key(ctx.get()) != 1)
-    return openssl_error(key.string() + " does not match " + cert.string());
+    return openssl_error("tls.cert: " + cert.string() + " is not a PEM certificate");
+  const auto mismatch = [&] {
+    ERR_clear_error();
+    return make_error(errc::invalid_argument, "tls.key " + key.string() + " is not the key of tls.cert " + cert.string());
+  };
+  if (SSL_CTX_use_PrivateKey_file(ctx.get(), key.c_str(), SSL_FILETYPE_PEM) != 1) {
+    if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH) return mismatch();
+    return openssl_error("tls.key: " + key.string() + " is not a PEM private key");
+  }
+  if (SSL_CTX_check_private_key(ctx.get()) != 1) return mismatch();
   // Only our CA is trusted: no default verify paths are loaded.
   if (SSL_CTX_load_verify_locations(ctx.get(), ca_cert.c_str(), nullptr) != 1)
-    return openssl_error("load CA " + ca_cert.string());
+    return openssl_error("tls.ca: " + ca_cert.string() + " is not a PEM certificate");
+  TESSERA_TRY(check_own_certificate(ctx.get(), cert, ca_cert, purpose == X509_PURPOSE_SSL_CLIENT ? X509_PURPOSE_SSL_SERVER : X509_PURPOSE_SSL_CLIENT));
   // The peer must hold the matching extended key usage (clientAuth for devices, serverAuth for the
   // hub), so a device certificate cannot impersonate the hub and vice versa.
   if (SSL_CTX_set_purpose(ctx.get(), purpose) != 1) return openssl_error("set purpose");
@@ -57,6 +119,7 @@ ssl_ctx_st* tls_context::native_handle_add_ref() const noexcept {
 // CRL_CHECK: the peer's serial is looked up in the CA's CRL, whose signature and dates are verified;
 // a missing or stale CRL fails closed.
 static core::result<void> check_against(SSL_CTX* c, const std::filesystem::path& crl_path) {
+  TESSERA_TRY(readable("tls.crl", crl_path));
   auto crl = read_crl(crl_path);
   TESSERA_TRY(crl);
   X509_STORE* store = SSL_CTX_get_cert_store(c);
