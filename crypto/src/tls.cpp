@@ -68,6 +68,24 @@ core::result<void> check_own_certificate(SSL_CTX* ctx, const std::filesystem::pa
                                                 : ""));
 }
 
+// Where a connection keeps the peer certificate that failed verification: OpenSSL does not keep it in
+// the session then, and describe_handshake_failure names it.
+int failed_certificate_index() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr,
+                                                [](void*, void* cert, CRYPTO_EX_DATA*, int, long, void*) { X509_free(static_cast<X509*>(cert)); });
+  return index;
+}
+
+int keep_failed_certificate(int ok, X509_STORE_CTX* store) {
+  if (ok == 1) return ok;
+  auto* ssl = static_cast<SSL*>(X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()));
+  X509* leaf = X509_STORE_CTX_get0_cert(store);
+  if (ssl != nullptr && leaf != nullptr && SSL_get_ex_data(ssl, failed_certificate_index()) == nullptr && X509_up_ref(leaf) == 1 &&
+      SSL_set_ex_data(ssl, failed_certificate_index(), leaf) != 1)
+    X509_free(leaf);
+  return ok;
+}
+
 core::result<ssl_ctx_ptr> base_context(const std::filesystem::path& ca_cert, const std::filesystem::path& cert,
                                        const std::filesystem::path& key, int purpose) {
   ssl_ctx_ptr ctx(SSL_CTX_new(TLS_method()));
@@ -99,7 +117,7 @@ core::result<ssl_ctx_ptr> base_context(const std::filesystem::path& ca_cert, con
   // The peer must hold the matching extended key usage (clientAuth for devices, serverAuth for the
   // hub), so a device certificate cannot impersonate the hub and vice versa.
   if (SSL_CTX_set_purpose(ctx.get(), purpose) != 1) return openssl_error("set purpose");
-  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, keep_failed_certificate);
   SSL_CTX_set_verify_depth(ctx.get(), 2);
   return ctx;
 }
@@ -280,12 +298,99 @@ core::result<std::string> peer_operator(ssl_st* ssl) {
   return operator_name_from_der(der);
 }
 
+namespace {
+
+std::string name_text(const X509_NAME* name) {
+  std::string out = "?";
+  if (char* s = X509_NAME_oneline(name, nullptr, 0)) {
+    out = s;
+    OPENSSL_free(s);
+  }
+  return out;
+}
+
+// The DNS names and addresses a certificate is for.
+std::string names_of(X509* cert) {
+  using names_ptr = std::unique_ptr<GENERAL_NAMES, decltype([](GENERAL_NAMES* n) { GENERAL_NAMES_free(n); })>;
+  names_ptr names(static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr)));
+  std::string out;
+  for (int i = 0; names && i < sk_GENERAL_NAME_num(names.get()); ++i) {
+    const GENERAL_NAME* n = sk_GENERAL_NAME_value(names.get(), i);
+    std::string one;
+    if (n->type == GEN_DNS) {
+      one.assign(reinterpret_cast<const char*>(ASN1_STRING_get0_data(n->d.dNSName)), static_cast<std::size_t>(ASN1_STRING_length(n->d.dNSName)));
+    } else if (n->type == GEN_IPADD && ASN1_STRING_length(n->d.iPAddress) == 4) {
+      const unsigned char* a = ASN1_STRING_get0_data(n->d.iPAddress);
+      one = std::to_string(a[0]) + "." + std::to_string(a[1]) + "." + std::to_string(a[2]) + "." + std::to_string(a[3]);
+    } else if (n->type == GEN_IPADD) {
+      one = "an IPv6 address";
+    }
+    if (!one.empty()) out += (out.empty() ? "" : ", ") + one;
+  }
+  return out.empty() ? "no name" : out;
+}
+
+// The name this side dialled (a client's hub_name), as its verification parameters hold it.
+std::string dialled(ssl_st* ssl) {
+  X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+  if (const char* host = X509_VERIFY_PARAM_get0_host(param, 0)) return host;
+  if (char* ip = X509_VERIFY_PARAM_get1_ip_asc(param)) {
+    std::string out = ip;
+    OPENSSL_free(ip);
+    return out;
+  }
+  return "?";
+}
+
+// What went wrong with the peer's certificate, which this side checked.
+std::string peer_explanation(ssl_st* ssl, long verify, X509* peer) {
+  const std::string who = "the peer's certificate (" + describe(peer) + ")";
+  switch (verify) {
+    case X509_V_ERR_HOSTNAME_MISMATCH:
+    case X509_V_ERR_IP_ADDRESS_MISMATCH:
+      return who + " is for " + names_of(peer) + ", not for " + dialled(ssl) + ", the name this side dialled (hub_name)";
+    case X509_V_ERR_CERT_HAS_EXPIRED: return who + " has expired";
+    case X509_V_ERR_CERT_NOT_YET_VALID: return who + " is not valid yet (a clock behind?)";
+    case X509_V_ERR_CERT_REVOKED: return who + " is revoked by this side's tls.crl";
+    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
+    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
+    case X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
+    case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
+    case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
+      return who + " was issued by " + name_text(X509_get_issuer_name(peer)) + ", not by this side's tls.ca";
+    default: return who + " does not verify: " + X509_verify_cert_error_string(verify);
+  }
+}
+
+// What the peer said of this side's certificate, in its alert.
+std::string own_explanation(ssl_st* ssl, unsigned long openssl_error) {
+  X509* own = SSL_get_certificate(ssl);
+  if (own == nullptr || ERR_GET_LIB(openssl_error) != ERR_LIB_SSL) return {};
+  const std::string mine = "this side's certificate (" + describe(own) + ")";
+  switch (ERR_GET_REASON(openssl_error)) {
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED: return "the peer refused " + mine + ": it has expired";
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_REVOKED: return "the peer refused " + mine + ": it is revoked";
+    case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
+      return "the peer does not trust " + name_text(X509_get_issuer_name(own)) + ", which issued " + mine + ": the two sides' tls.ca differ";
+    case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
+    case SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE:
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN: return "the peer refused " + mine;
+    default: return {};
+  }
+}
+
+}  // namespace
+
 tls_handshake_failure describe_handshake_failure(ssl_st* ssl, unsigned long openssl_error) {
   tls_handshake_failure out;
   const long verify = SSL_get_verify_result(ssl);
   if (verify != X509_V_OK) out.verify_error = X509_verify_cert_error_string(verify);
   out.verify_label = verify_label(verify);
   out.error_label = error_label(openssl_error);
+  X509* peer = SSL_get0_peer_certificate(ssl);
+  if (peer == nullptr) peer = static_cast<X509*>(SSL_get_ex_data(ssl, failed_certificate_index()));
+  if (verify != X509_V_OK && peer != nullptr) out.explanation = peer_explanation(ssl, verify, peer);
+  else if (openssl_error != 0) out.explanation = own_explanation(ssl, openssl_error);
   return out;
 }
 

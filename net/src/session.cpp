@@ -83,8 +83,10 @@ void session::on_handshake(const boost::system::error_code& ec) {
   if (ec) {
     const bool from_openssl = ec.category() == asio::error::get_ssl_category();
     const auto why = crypto::describe_handshake_failure(stream_.native_handle(), from_openssl ? static_cast<unsigned long>(ec.value()) : 0);
-    std::string detail = "TLS handshake: " + ec.message();
-    if (!why.verify_error.empty()) detail += " (peer certificate: " + why.verify_error + ")";
+    std::string detail = "TLS handshake with " + peer_.address + ": ";
+    // The sentence, then OpenSSL's own words (what a search for the error finds).
+    if (!why.explanation.empty()) detail += why.explanation + " (" + ec.message() + (why.verify_error.empty() ? "" : ": " + why.verify_error) + ")";
+    else detail += ec.message() + (why.verify_error.empty() ? "" : " (peer certificate: " + why.verify_error + ")");
     peer_.tls_failure = tls_failure_label(ec, why);
     fail(make_error(errc::tls_handshake, detail), close_mode::hard);
     return;
@@ -143,6 +145,16 @@ void session::on_read(const boost::system::error_code& ec, std::size_t n) {
     return;
   }
   if (ec) {
+    // Under TLS 1.3 a client's handshake is over before the hub has checked its certificate: a refusal
+    // of it arrives as the first read's alert, and is told as the handshake's.
+    if (ec.category() == asio::error::get_ssl_category() && !lifecycle_.heard_from_peer()) {
+      const auto why = crypto::describe_handshake_failure(stream_.native_handle(), static_cast<unsigned long>(ec.value()));
+      if (!why.explanation.empty()) {
+        fail(make_error(errc::tls_handshake, "TLS handshake with " + peer_.address + ": " + why.explanation + " (" + ec.message() + ")"),
+             close_mode::hard);
+        return;
+      }
+    }
     fail(from_read_error(ec, reader_), ec == asio::error::eof ? close_mode::graceful : close_mode::hard);
     return;
   }

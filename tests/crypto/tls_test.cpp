@@ -88,25 +88,37 @@ class handshake {
     SSL_set_accept_state(hub_.get());
     SSL_set_connect_state(agent_.get());
     // Each side steps until both are done or one fails; the last one to fail names the error.
-    for (int i = 0; i < 20 && !(hub_done_ && agent_done_) && error_ == 0; ++i) {
-      step(hub_.get(), hub_done_);
-      step(agent_.get(), agent_done_);
+    for (int i = 0; i < 20 && !(hub_done_ && agent_done_) && (error_ == 0 || agent_error_ == 0); ++i) {
+      step(hub_.get(), hub_done_, error_);
+      step(agent_.get(), agent_done_, agent_error_);
+    }
+    // TLS 1.3: the client is done before the hub checks its certificate; a refusal is its next read.
+    if (agent_done_ && !hub_done_ && agent_error_ == 0) {
+      char byte = 0;
+      ERR_clear_error();
+      if (SSL_read(agent_.get(), &byte, 1) <= 0) {
+        agent_done_ = false;
+        agent_error_ = ERR_peek_last_error();
+      }
     }
   }
   [[nodiscard]] bool done() const { return hub_done_ && agent_done_; }
   [[nodiscard]] ssl_st* hub_side() const { return hub_.get(); }
-  [[nodiscard]] unsigned long error() const { return error_; }
+  [[nodiscard]] ssl_st* agent_side() const { return agent_.get(); }
+  [[nodiscard]] unsigned long error() const { return error_ != 0 ? error_ : agent_error_; }
+  [[nodiscard]] unsigned long agent_error() const { return agent_error_; }
 
  private:
-  void step(SSL* ssl, bool& done) {
-    if (done) return;
+  static void step(SSL* ssl, bool& done, unsigned long& error) {
+    if (done || error != 0) return;
+    ERR_clear_error();
     const int r = SSL_do_handshake(ssl);
     if (r == 1) {
       done = true;
       return;
     }
     const int why = SSL_get_error(ssl, r);
-    if (why != SSL_ERROR_WANT_READ && why != SSL_ERROR_WANT_WRITE && error_ == 0) error_ = ERR_peek_last_error();
+    if (why != SSL_ERROR_WANT_READ && why != SSL_ERROR_WANT_WRITE) error = ERR_peek_last_error();
   }
 
   struct ssl_free {
@@ -114,8 +126,19 @@ class handshake {
   };
   std::unique_ptr<SSL, ssl_free> hub_, agent_;
   bool hub_done_ = false, agent_done_ = false;
-  unsigned long error_ = 0;
+  unsigned long error_ = 0, agent_error_ = 0;
 };
+
+// A client context presenting `cert` whatever it is (an agent's own check refuses expired ones).
+crypto::tls_context client_presenting(const tessera::crypto::cert_files& cert) {
+  const auto& pki = test_pki::get();
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_client_method()), &SSL_CTX_free);
+  REQUIRE(SSL_CTX_load_verify_locations(ctx.get(), pki.ca.cert.c_str(), nullptr) == 1);
+  REQUIRE(SSL_CTX_use_certificate_chain_file(ctx.get(), cert.cert.c_str()) == 1);
+  REQUIRE(SSL_CTX_use_PrivateKey_file(ctx.get(), cert.key.c_str(), SSL_FILETYPE_PEM) == 1);
+  SSL_CTX_up_ref(ctx.get());
+  return crypto::tls_context(std::shared_ptr<void>(ctx.get(), [](void* p) { SSL_CTX_free(static_cast<SSL_CTX*>(p)); }));
+}
 
 }  // namespace
 
@@ -155,6 +178,42 @@ TEST_CASE("tls: a revoked device's handshake fails, and why reads as text and as
   const auto why = crypto::describe_handshake_failure(h.hub_side(), h.error());
   CHECK(why.verify_label == "certificate_revoked");
   CHECK(why.verify_error.find("revoked") != std::string::npos);
+  // The sentence names the device's certificate (its subject, its end date).
+  CAPTURE(why.explanation);
+  CHECK(why.explanation.starts_with("the peer's certificate (/O=Tessera/CN=dev-gone, valid until "));
+  CHECK(why.explanation.ends_with(") is revoked by this side's tls.crl"));
+  ERR_clear_error();
+}
+
+TEST_CASE("tls: failures read as sentences naming both sides' certificates, not OpenSSL's alerts") {
+  const auto& pki = test_pki::get();
+  // The agent dialled a name the hub's certificate does not carry ("hostname mismatch" named neither).
+  handshake wrong_name(pki.hub_tls(), pki.agent_tls(pki.dev_a, "hub.example.org"));
+  REQUIRE_FALSE(wrong_name.done());
+  const auto name = crypto::describe_handshake_failure(wrong_name.agent_side(), wrong_name.agent_error());
+  CAPTURE(name.explanation);
+  CHECK(name.explanation.starts_with("the peer's certificate (/O=Tessera/CN=tessera-hub"));
+  CHECK(name.explanation.ends_with(" is for localhost, 127.0.0.1, not for hub.example.org, the name this side dialled (hub_name)"));
+  ERR_clear_error();
+  // The hub refused the device's expired certificate: the agent heard "sslv3 alert certificate expired".
+  handshake expired(pki.hub_tls(), client_presenting(pki.expired));
+  REQUIRE_FALSE(expired.done());
+  const auto told = crypto::describe_handshake_failure(expired.agent_side(), expired.agent_error());
+  CAPTURE(told.explanation);
+  CHECK(told.explanation.starts_with("the peer refused this side's certificate (/O=Tessera/CN=dev-old, valid until "));
+  CHECK(told.explanation.ends_with("): it has expired"));
+  ERR_clear_error();
+  // A device of another CA: the hub names its issuer; the device hears that the two CAs differ.
+  handshake foreign(pki.hub_tls(), client_presenting(pki.foreign));
+  REQUIRE_FALSE(foreign.done());
+  const auto hub_says = crypto::describe_handshake_failure(foreign.hub_side(), foreign.error());
+  CAPTURE(hub_says.explanation);
+  CHECK(hub_says.explanation.find(") was issued by ") != std::string::npos);
+  CHECK(hub_says.explanation.ends_with(", not by this side's tls.ca"));
+  const auto device_hears = crypto::describe_handshake_failure(foreign.agent_side(), foreign.agent_error());
+  CAPTURE(device_hears.explanation);
+  CHECK(device_hears.explanation.starts_with("the peer does not trust "));
+  CHECK(device_hears.explanation.ends_with(": the two sides' tls.ca differ"));
   ERR_clear_error();
 }
 

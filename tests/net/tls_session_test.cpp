@@ -58,8 +58,19 @@ TEST_CASE("tls: a client certificate from another CA is refused") {
   expect_hub_refuses(client_presenting(test_pki::get().foreign), "certificate verify failed");
 }
 
-TEST_CASE("tls: an expired client certificate is refused") {
-  expect_hub_refuses(client_presenting(test_pki::get().expired), "expired");
+TEST_CASE("tls: an expired client certificate is refused, and the device is told which of its certificates and why") {
+  hub_fixture hub;
+  auto agent = start_agent(hub.io, client_presenting(test_pki::get().expired), hub.port, "dev-a");
+  REQUIRE(run_until(hub.io, [&] { return !hub.closes.empty() && agent->closed.has_value(); }));
+  INFO(hub.closes[0].message);
+  INFO(agent->closed->message);
+  CHECK(hub.closes[0].message.find("the peer's certificate (/O=Tessera/CN=dev-old, valid until ") != std::string::npos);
+  CHECK(hub.closes[0].message.find(") has expired (") != std::string::npos);
+  // It used to read "read: sslv3 alert certificate expired".
+  CHECK(agent->closed->code == net::errc::tls_handshake);
+  CHECK(agent->closed->message.find("the peer refused this side's certificate (/O=Tessera/CN=dev-old, valid until ") != std::string::npos);
+  CHECK(agent->closed->message.find("): it has expired (") != std::string::npos);
+  CHECK(still_serving(hub));
 }
 
 TEST_CASE("tls: a revoked client certificate is refused") {
@@ -73,7 +84,11 @@ TEST_CASE("tls: the agent refuses a hub whose certificate does not carry the dia
   REQUIRE(run_until(hub.io, [&] { return agent->closed.has_value() && !hub.closes.empty(); }));
   CHECK(agent->closed->code == net::errc::tls_handshake);
   INFO(agent->closed->message);
-  CHECK(agent->closed->message.find("hostname mismatch") != std::string::npos);
+  // Both names, the hub's address and its certificate (it used to say "hostname mismatch" alone).
+  CHECK(agent->closed->message.starts_with("TLS handshake with 127.0.0.1:"));
+  CHECK(agent->closed->message.find(": the peer's certificate (/O=Tessera/CN=tessera-hub, valid until ") != std::string::npos);
+  CHECK(agent->closed->message.find(") is for localhost, 127.0.0.1, not for hub.example.org, the name this side dialled (hub_name)") !=
+        std::string::npos);
   CHECK(!agent->ready);
   CHECK(hub.hellos.empty());
   CHECK(still_serving(hub));

@@ -99,6 +99,10 @@ struct tls_handshake_failure {
   std::string verify_error;       // the peer certificate's verification error, OpenSSL's text
   std::string_view verify_label;  // the same as a label: "certificate_revoked", "unknown_ca", "crl_unusable", ...
   std::string_view error_label;   // the handshake error's reason: "no_certificate", "protocol_version", "not_tls"
+  // A sentence for the operator, naming both sides' certificates where they are the cause (subjects,
+  // issuers, end dates, the name dialled against the names carried); empty when OpenSSL names nothing
+  // more than its own text.
+  std::string explanation;
 };
 // `openssl_error`: the handshake's error code when it is OpenSSL's (Asio's ssl category), else 0.
 [[nodiscard]] tls_handshake_failure describe_handshake_failure(ssl_st* ssl, unsigned long openssl_error);
