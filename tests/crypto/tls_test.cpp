@@ -187,34 +187,36 @@ TEST_CASE("tls: a revoked device's handshake fails, and why reads as text and as
 
 TEST_CASE("tls: failures read as sentences naming both sides' certificates, not OpenSSL's alerts") {
   const auto& pki = test_pki::get();
+  // What each side of a failed handshake between `hub` and `agent` would say: the hub's, the agent's.
+  struct said {
+    std::string hub, agent;
+  };
+  const auto failed = [](const crypto::tls_context& hub, const crypto::tls_context& agent) {
+    handshake h(hub, agent);
+    REQUIRE_FALSE(h.done());
+    said out{crypto::describe_handshake_failure(h.hub_side(), h.error()).explanation,
+             crypto::describe_handshake_failure(h.agent_side(), h.agent_error()).explanation};
+    ERR_clear_error();
+    return out;
+  };
   // The agent dialled a name the hub's certificate does not carry ("hostname mismatch" named neither).
-  handshake wrong_name(pki.hub_tls(), pki.agent_tls(pki.dev_a, "hub.example.org"));
-  REQUIRE_FALSE(wrong_name.done());
-  const auto name = crypto::describe_handshake_failure(wrong_name.agent_side(), wrong_name.agent_error());
-  CAPTURE(name.explanation);
-  CHECK(name.explanation.starts_with("the peer's certificate (/O=Tessera/CN=tessera-hub"));
-  CHECK(name.explanation.ends_with(" is for localhost, 127.0.0.1, not for hub.example.org, the name this side dialled (hub_name)"));
-  ERR_clear_error();
+  const said name = failed(pki.hub_tls(), pki.agent_tls(pki.dev_a, "hub.example.org"));
+  CAPTURE(name.agent);
+  CHECK(name.agent.starts_with("the peer's certificate (/O=Tessera/CN=tessera-hub"));
+  CHECK(name.agent.ends_with(" is for localhost, 127.0.0.1, not for hub.example.org, the name this side dialled (hub_name)"));
   // The hub refused the device's expired certificate: the agent heard "sslv3 alert certificate expired".
-  handshake expired(pki.hub_tls(), client_presenting(pki.expired));
-  REQUIRE_FALSE(expired.done());
-  const auto told = crypto::describe_handshake_failure(expired.agent_side(), expired.agent_error());
-  CAPTURE(told.explanation);
-  CHECK(told.explanation.starts_with("the peer refused this side's certificate (/O=Tessera/CN=dev-old, valid until "));
-  CHECK(told.explanation.ends_with("): it has expired"));
-  ERR_clear_error();
+  const said expired = failed(pki.hub_tls(), client_presenting(pki.expired));
+  CAPTURE(expired.agent);
+  CHECK(expired.agent.starts_with("the peer refused this side's certificate (/O=Tessera/CN=dev-old, valid until "));
+  CHECK(expired.agent.ends_with("): it has expired"));
   // A device of another CA: the hub names its issuer; the device hears that the two CAs differ.
-  handshake foreign(pki.hub_tls(), client_presenting(pki.foreign));
-  REQUIRE_FALSE(foreign.done());
-  const auto hub_says = crypto::describe_handshake_failure(foreign.hub_side(), foreign.error());
-  CAPTURE(hub_says.explanation);
-  CHECK(hub_says.explanation.find(") was issued by ") != std::string::npos);
-  CHECK(hub_says.explanation.ends_with(", not by this side's tls.ca"));
-  const auto device_hears = crypto::describe_handshake_failure(foreign.agent_side(), foreign.agent_error());
-  CAPTURE(device_hears.explanation);
-  CHECK(device_hears.explanation.starts_with("the peer does not trust "));
-  CHECK(device_hears.explanation.ends_with(": the two sides' tls.ca differ"));
-  ERR_clear_error();
+  const said foreign = failed(pki.hub_tls(), client_presenting(pki.foreign));
+  CAPTURE(foreign.hub);
+  CAPTURE(foreign.agent);
+  CHECK(foreign.hub.find(") was issued by ") != std::string::npos);
+  CHECK(foreign.hub.ends_with(", not by this side's tls.ca"));
+  CHECK(foreign.agent.starts_with("the peer does not trust "));
+  CHECK(foreign.agent.ends_with(": the two sides' tls.ca differ"));
 }
 
 TEST_CASE("tls: a handshake without a client certificate is labelled so") {

@@ -477,6 +477,15 @@ http_call start_agents_and_operator(federation& f) {
   return {.port = f.hub().http_port(), .tls = hub_testing::client_tls{pki.ca.cert, pki.operator_cert}};
 }
 
+// The operator's action `target` (POST, an empty JSON body) on the endpoint of `base`.
+http_call action(const http_call& base, std::string target) {
+  auto call = base;
+  call.method = "POST";
+  call.body = "{}";
+  call.target = std::move(target);
+  return call;
+}
+
 }  // namespace
 
 TEST_CASE("operator actions: pause holds rounds, resume continues, finish ends the run after the round and exports") {
@@ -603,16 +612,11 @@ TEST_CASE("operator actions: a device revoked through the endpoint waits its lon
   double watched_s = 0;
   run_with_client(f, [&] {
     wait_status(base, [](const nlohmann::json& s) { return s["run"]["completed"].get<int>() >= 1 && s["fleet"]["connected"] == 2; });
-    auto call = base;
-    call.method = "POST";
-    call.body = "{}";
-    call.target = "/api/devices/dev-b/revoke";
     revoked_at = std::chrono::steady_clock::now();
-    seen.expect(http_fetch(call).status == 200, "revoke dev-b");
+    seen.expect(http_fetch(action(base, "/api/devices/dev-b/revoke")).status == 200, "revoke dev-b");
     std::this_thread::sleep_for(5s);
     watched_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - revoked_at).count();
-    call.target = "/api/finish";
-    http_fetch(call);
+    http_fetch(action(base, "/api/finish"));
   }, false);
   INFO(f.logs());
   for (const auto& s : seen.failures) FAIL_CHECK(s);
@@ -640,11 +644,7 @@ TEST_CASE("operator: two agents with one device's certificate: the second is tur
     boost::asio::post(f.io(), [&f, &pki] { f.start_agent(pki.dev_a, f.data_for("dev-a-twin", 300)); });
     std::this_thread::sleep_for(5s);
     after = wait_status(base, [](const nlohmann::json&) { return true; })["run"]["completed"].get<std::int64_t>();
-    auto call = base;
-    call.method = "POST";
-    call.body = "{}";
-    call.target = "/api/finish";
-    http_fetch(call);
+    http_fetch(action(base, "/api/finish"));
   }, false);
   INFO(f.logs());
   const std::size_t refused = f.hub_lines_with("device dev-a: a second connection from 127.0.0.1:");
