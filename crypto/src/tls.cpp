@@ -87,7 +87,7 @@ int keep_failed_certificate(int ok, X509_STORE_CTX* store) {
 }
 
 core::result<ssl_ctx_ptr> base_context(const std::filesystem::path& ca_cert, const std::filesystem::path& cert,
-                                       const std::filesystem::path& key, int purpose) {
+                                       const std::filesystem::path& key, int purpose, own_certificate own = own_certificate::check) {
   ssl_ctx_ptr ctx(SSL_CTX_new(TLS_method()));
   if (!ctx) return openssl_error("SSL_CTX_new");
   // TLS 1.3 only: both bounds pinned, so there is no version to fall back to.
@@ -113,7 +113,8 @@ core::result<ssl_ctx_ptr> base_context(const std::filesystem::path& ca_cert, con
   // Only our CA is trusted: no default verify paths are loaded.
   if (SSL_CTX_load_verify_locations(ctx.get(), ca_cert.c_str(), nullptr) != 1)
     return openssl_error("tls.ca: " + ca_cert.string() + " is not a PEM certificate");
-  TESSERA_TRY(check_own_certificate(ctx.get(), cert, ca_cert, purpose == X509_PURPOSE_SSL_CLIENT ? X509_PURPOSE_SSL_SERVER : X509_PURPOSE_SSL_CLIENT));
+  if (own == own_certificate::check)
+    TESSERA_TRY(check_own_certificate(ctx.get(), cert, ca_cert, purpose == X509_PURPOSE_SSL_CLIENT ? X509_PURPOSE_SSL_SERVER : X509_PURPOSE_SSL_CLIENT));
   // The peer must hold the matching extended key usage (clientAuth for devices, serverAuth for the
   // hub), so a device certificate cannot impersonate the hub and vice versa.
   if (SSL_CTX_set_purpose(ctx.get(), purpose) != 1) return openssl_error("set purpose");
@@ -146,8 +147,8 @@ static core::result<void> check_against(SSL_CTX* c, const std::filesystem::path&
   return {};
 }
 
-core::result<tls_context> make_hub_tls(const hub_tls_files& files) {
-  auto ctx = base_context(files.ca_cert, files.cert, files.key, X509_PURPOSE_SSL_CLIENT);
+core::result<tls_context> make_hub_tls(const hub_tls_files& files, own_certificate own) {
+  auto ctx = base_context(files.ca_cert, files.cert, files.key, X509_PURPOSE_SSL_CLIENT, own);
   TESSERA_TRY(ctx);
   SSL_CTX* c = ctx.value().get();
   TESSERA_TRY(check_against(c, files.crl));
@@ -368,10 +369,12 @@ std::string own_explanation(ssl_st* ssl, unsigned long openssl_error) {
   if (own == nullptr || ERR_GET_LIB(openssl_error) != ERR_LIB_SSL) return {};
   const std::string mine = "this side's certificate (" + describe(own) + ")";
   switch (ERR_GET_REASON(openssl_error)) {
-    case SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED: return "the peer refused " + mine + ": it has expired";
+    // OpenSSL sends the same alerts when the peer's own revocation list is out of date or unusable.
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED: return "the peer refused " + mine + ": it has expired (or its own revocation list is out of date)";
     case SSL_R_SSLV3_ALERT_CERTIFICATE_REVOKED: return "the peer refused " + mine + ": it is revoked";
     case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
-      return "the peer does not trust " + name_text(X509_get_issuer_name(own)) + ", which issued " + mine + ": the two sides' tls.ca differ";
+      return "the peer does not trust " + name_text(X509_get_issuer_name(own)) + ", which issued " + mine +
+             ": the two sides' tls.ca differ (or the peer cannot use its revocation list)";
     case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
     case SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE:
     case SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN: return "the peer refused " + mine;

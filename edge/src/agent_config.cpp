@@ -50,6 +50,10 @@ core::result<void> read_privacy(core::config_reader& r, privacy_policy& p) {
     p.min_noise_multiplier = pr.number("min_noise_multiplier", 0.0, 0.0, 1e6,
                                        "least DP noise multiplier the devices' noise must carry (0: none asked; above 0, rounds, "
                                        "statistics and evaluations in the clear are refused)");
+    p.max_noise_contributors = static_cast<std::size_t>(
+        pr.integer("max_noise_contributors", 0, 0, 1 << 16,
+                   "most devices a private round's noise may be sized for: each adds the noise over that many, and this device's "
+                   "share is all that hides it from the hub with colluding devices (0: no cap)"));
     p.max_epsilon = pr.number("max_epsilon", 0.0, 0.0, 1e6,
                               "most ε this device spends against the hub over the rounds it joins, counted here (0: no limit; "
                               "above 0, rounds without the devices' noise are refused)");

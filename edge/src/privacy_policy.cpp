@@ -89,6 +89,10 @@ core::result<void> check_assignment_policy(const net::msg::assign& a, const core
   }
   const crypto::secagg_params& p = a.secure->params;
   TESSERA_ASSIGN_OR_RETURN(const std::size_t least, check_sum_policy(*a.secure, policy));
+  if (policy.max_noise_contributors > 0 && p.noise > 0 && p.noise_contributors > policy.max_noise_contributors)
+    return refused("the round's noise is sized for " + std::to_string(p.noise_contributors) + " contributors, each adding 1/" +
+                   std::to_string(p.noise_contributors) + " of it; this device's privacy.max_noise_contributors is " +
+                   std::to_string(policy.max_noise_contributors));
   if (policy.min_noise_multiplier <= 0 && policy.max_epsilon <= 0) return {};
   if (!(p.noise > 0))
     return refused("the round asks the devices for no noise (its noise is 0 or absent); this device's " +

@@ -31,8 +31,11 @@ void hub_service::attach(const std::shared_ptr<net::session>& s) {
   s->on_message([this, weak](const net::message& m) {
     auto self = weak.lock();
     if (!self) return;
-    if (const auto* h = std::get_if<net::msg::hello>(&m)) on_hello(self, *h);
-    else if (const auto* u = std::get_if<net::msg::update>(&m)) rounds_->on_update(self, *u);
+    if (const auto* h = std::get_if<net::msg::hello>(&m)) return on_hello(self, *h);
+    // Only the device's admitted session speaks for it: not a second connection while the hub probes
+    // the first (on_hello), nor one it turned away.
+    if (const device_entry* d = devices_->find(self->peer_device_id()); d == nullptr || d->session != self) return;
+    if (const auto* u = std::get_if<net::msg::update>(&m)) rounds_->on_update(self, *u);
     else if (const auto* r = std::get_if<net::msg::refuse>(&m)) rounds_->on_refuse(self, *r);
     else if (const auto* st = std::get_if<net::msg::stats_reply>(&m)) rounds_->on_stats_reply(self, *st);
     else if (const auto* ev = std::get_if<net::msg::evaluation>(&m)) rounds_->on_evaluation(self, *ev);
@@ -96,9 +99,11 @@ void hub_service::refuse_duplicate(const std::shared_ptr<net::session>& s, const
   log(log_level::warning, "device " + id + ": a second connection from " + s->peer_address() + " while its session from " +
                               holder.peer_address() + " still answers: refused (two agents with one certificate?)");
   figures_->connections_refused.add("duplicate_identity");
+  // The holder's address stays in the hub's log: whoever holds a copied key should not learn where the
+  // real device is.
   s->refuse(net::errc::duplicate_identity,
-            "device " + id + " is already connected from " + holder.peer_address() +
-                " and answering: is a second agent running with this device's certificate?",
+            "device " + id + " is already connected and answering: is a second agent running with this device's certificate? "
+                             "(the hub's log names both addresses)",
             "duplicate_identity", /*lasting=*/true);
 }
 

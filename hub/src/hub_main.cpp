@@ -52,7 +52,7 @@ core::result<int> serve(const core::command_line& line, const hub::hub_config& c
                                       " (the last checkpoint is kept; restart to resume)");
     h.stop();
   });
-  if (h.finished()) signals.cancel();  // finished inside start(): nothing to wait for
+  if (h.finished() || !h.failure().empty()) signals.cancel();  // over inside start(): nothing to wait for
   io.run();
   if (!h.failure().empty()) return 1;  // already logged
   if (!h.finished()) return 2;         // stopped by a signal before the last round

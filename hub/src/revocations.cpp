@@ -29,10 +29,13 @@ bool revocations::reload() {
   std::error_code ec;
   const auto t = std::filesystem::last_write_time(files.crl, ec);
   if (ec || t == crl_time_) return false;
-  auto tls = crypto::make_hub_tls(files);
+  // The hub's own certificate was checked at start; a revocation must apply even after it expired.
+  auto tls = crypto::make_hub_tls(files, crypto::own_certificate::skip);
   auto serials = tls ? crypto::revoked_serials(files.crl, files.ca_cert) : core::result<std::set<std::string>>(tls.error());
   if (!serials) {
-    ctx_->say(log_level::error, "revocation list changed but cannot be loaded (keeping the old one): " + serials.error().message);
+    // Said once per change of the file, not at every look (four a second).
+    if (t != crl_failed_time_) ctx_->say(log_level::error, "revocation list changed but cannot be loaded (keeping the old one): " + serials.error().message);
+    crl_failed_time_ = t;
     return false;
   }
   crl_time_ = t;

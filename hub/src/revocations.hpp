@@ -46,6 +46,7 @@ class revocations {
   const hub_context* ctx_;
   crypto::tls_context tls_;
   std::filesystem::file_time_type crl_time_{};
+  std::filesystem::file_time_type crl_failed_time_{};  // the version of the file last found unusable
   std::set<std::string> crl_serials_;  // lowercase hex
   operator_revocations by_operator_;
 };

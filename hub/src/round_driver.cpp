@@ -122,10 +122,14 @@ clock_type::time_point round_driver::round_started() const {
 bool round_driver::start() {
   log_run_plan();
   if (engine_->finished()) {
+    // Raising rounds trains further only where the rounds ran out (not after an early stop or a spent ε).
+    const bool ran_out = engine_->completed() >= ctx_.config.rounds;
+    const std::string why = !engine_->privacy_stop().empty() ? ", " + engine_->privacy_stop() : ran_out ? "" : ", stopped early";
     ctx_.say(log_level::info, "the run in " + ctx_.config.checkpoint_dir + " is finished already (" + std::to_string(engine_->completed()) +
-                                  " rounds" + (engine_->privacy_stop().empty() ? "" : ", " + engine_->privacy_stop()) + "): " +
-                                  (ctx_.config.output_path.empty() ? "" : "writing " + ctx_.config.output_path + " again and ") +
-                                  "exiting. Raise rounds to train further, or give another checkpoint_dir for a new run");
+                                  " of " + std::to_string(ctx_.config.rounds) + " rounds" + why + "): " +
+                                  (ctx_.config.output_path.empty() ? "" : "writing " + ctx_.config.output_path + " again and ") + "exiting. " +
+                                  (ran_out && engine_->privacy_stop().empty() ? "Raise rounds to train further, or give" : "Give") +
+                                  " another checkpoint_dir for a new run");
     finish("");
     return false;
   }

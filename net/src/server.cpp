@@ -128,10 +128,12 @@ void server::on_authenticated(session* raw) {
   it->second.id = s->peer_device_id();
   ++authenticated_;
   // Two sessions of one device are the owner's to settle at the newer's HELLO: a link that broke
-  // unnoticed gives way, a second agent with the same identity is turned away (hub_doors.cpp). A third
-  // pushes out the second, so that one certificate never holds more than two sessions' buffers.
+  // unnoticed gives way, a second agent with the same identity is turned away (hub_doors.cpp). Beyond
+  // three (one that gave way and is still closing, the one the hub holds, a newcomer it probes for) the
+  // newest but one goes, so one certificate never holds more than three sessions' buffers and the
+  // session the hub holds is not pushed out by a newcomer.
   auto& same = by_identity_[it->second.id];
-  if (same.size() >= 2) {
+  if (same.size() >= 3) {
     session* middle = same.back();
     same.pop_back();
     if (auto m = sessions_.count(middle) ? sessions_[middle].s.lock() : nullptr)

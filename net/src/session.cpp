@@ -160,6 +160,8 @@ void session::on_read(const boost::system::error_code& ec, std::size_t n) {
   }
   activity_.last_rx = clock::now();
   bytes_rx_ += n;
+  // Bytes from the peer after a probe began answer it too: its PONG may queue behind a blob's chunks.
+  if (n > 0 && !probe_.waiting.empty()) end_probe(true);
   receive_cap_.bucket.spend(n);
   bool go_on = true;
   switch (reader_.commit(n)) {

@@ -76,8 +76,8 @@ void session::probe(std::chrono::milliseconds within, std::function<void(bool)> 
     self->activity_.last_tx = clock::now();
     self->enqueue(encode_message(msg::ping{self->probe_.from_seq}));
     self->probe_.timer.expires_after(within);
-    self->probe_.timer.async_wait([self](const boost::system::error_code& ec) {
-      if (!ec) self->end_probe(false);
+    self->probe_.timer.async_wait([self, seq = self->probe_.from_seq](const boost::system::error_code& ec) {
+      if (!ec && self->probe_.from_seq == seq) self->end_probe(false);  // not a later probe's
     });
   });
 }

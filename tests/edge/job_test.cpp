@@ -507,6 +507,12 @@ TEST_CASE("privacy policy: the noise multiplier a device finds in a private roun
   a.secure->params.noise_contributors = 4;
   CHECK(edge::check_assignment_policy(a, task, {.min_group = 4, .min_noise_multiplier = 1.0}, edge::secure_mode::allow).ok());
   CHECK(edge::fewest_contributors(*a.secure) == 4);
+  // A device that wants more of the noise its own (against the hub with colluding devices) caps the count.
+  const auto capped = edge::check_assignment_policy(a, task, {.max_noise_contributors = 3}, edge::secure_mode::allow);
+  REQUIRE_FALSE(capped.ok());
+  CHECK(capped.error().message == "the round's noise is sized for 4 contributors, each adding 1/4 of it; this device's "
+                                  "privacy.max_noise_contributors is 3");
+  CHECK(edge::check_assignment_policy(a, task, {.max_noise_contributors = 4}, edge::secure_mode::allow).ok());
   const auto group = edge::check_assignment_policy(a, task, {.min_group = 5}, edge::secure_mode::allow);
   REQUIRE_FALSE(group.ok());
   CHECK(group.error().message.find("released from 4 device(s) (the contributors its noise is sized for)") != std::string::npos);

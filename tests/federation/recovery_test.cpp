@@ -139,7 +139,7 @@ TEST_CASE("federation: a hub killed mid-round resumes from its checkpoint; the a
   const double again_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - again_started).count();
   MESSAGE("a finished run's hub exited 0 after " << again_s << " s");
   CHECK(again_s < 2.0);
-  CHECK(count_of(again.process.err(), "is finished already (5 rounds): writing " + f.file("model.safetensors") +
+  CHECK(count_of(again.process.err(), "is finished already (5 of 5 rounds): writing " + f.file("model.safetensors") +
                                           " again and exiting. Raise rounds to train further, or give another checkpoint_dir for a new run") == 1);
   CHECK(count_of(again.process.out(), "tessera-hub: done after 5 rounds") == 1);
 

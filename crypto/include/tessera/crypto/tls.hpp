@@ -69,7 +69,10 @@ class tls_context {
   std::shared_ptr<void> handle_;
 };
 
-[[nodiscard]] core::result<tls_context> make_hub_tls(const hub_tls_files& files);
+// Its own certificate is checked against files.ca_cert (chain, dates, purpose) unless `own` is skip:
+// a hub reloading its revocation list applies it even after its own certificate expired.
+enum class own_certificate { check, skip };
+[[nodiscard]] core::result<tls_context> make_hub_tls(const hub_tls_files& files, own_certificate own = own_certificate::check);
 [[nodiscard]] core::result<tls_context> make_agent_tls(const agent_tls_files& files);
 
 // The device id of a DER certificate: the URI SAN "urn:tessera:device:<id>", which must agree with the

@@ -44,6 +44,11 @@ struct privacy_policy {
   // or without noise is then refused, since the hub's own noise cannot be checked here, and so are
   // statistics and evaluations, which carry no noise (masked or not). 0: none asked.
   double min_noise_multiplier = 0;
+  // Differential privacy: the most contributors the round's noise may be sized for (its
+  // noise_contributors, crypto/secagg.hpp). Each device adds the sum's variance over that many, so
+  // against the hub and t − 1 colluding devices, who know their own noise, this device's share is
+  // what is left: a device that wants more of it caps the count. 0: no cap.
+  std::size_t max_noise_contributors = 0;
   // The most ε this device spends against the hub over all the rounds it joins, at `delta`, counted by
   // the device in its own file `ledger` (privacy_budget.hpp); above 0, rounds without the devices'
   // noise are refused, as with min_noise_multiplier. 0: no limit, nothing counted.

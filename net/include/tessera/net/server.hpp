@@ -8,8 +8,8 @@
 //                  cost an authenticated session its place;
 //   sessions       verified devices, at most max_sessions (a connection arriving when they are full is
 //                  closed before any TLS). Two sessions of one device identity are the owner's to
-//                  settle (the hub probes the older at the newer's HELLO: hub_doors.cpp); a third
-//                  replaces the second (REFUSE, errc::replaced).
+//                  settle (the hub probes the older at the newer's HELLO: hub_doors.cpp); a fourth
+//                  replaces the newest but one (REFUSE, errc::replaced).
 // It hands each new session to on_session so the hub can attach its handlers, and stops cleanly: close
 // the acceptor, close every session (close_notify, bounded by shutdown_timeout), then report on_drained
 // once the last one is gone.
@@ -93,7 +93,7 @@ class server : public std::enable_shared_from_this<server> {
   std::function<void()> on_drained_;
   std::map<session*, entry> sessions_;
   std::map<std::uint64_t, session*> pending_;
-  std::map<std::string, std::vector<session*>> by_identity_;  // authenticated, oldest first, at most two                                  // in their handshake, by arrival
+  std::map<std::string, std::vector<session*>> by_identity_;  // authenticated, oldest first, at most three                                  // in their handshake, by arrival
   std::map<std::string, std::map<std::uint64_t, session*>> pending_by_source_;  // the same, per address
   std::size_t authenticated_ = 0;
   std::uint64_t next_seq_ = 0;

@@ -101,9 +101,9 @@ class session : public std::enable_shared_from_this<session> {
   // `wire_code` (optional) travels in the REFUSE beside the reason (core::error_name of the cause);
   // `lasting`: reconnecting will not cure it, and the peer waits its longest backoff (msg::refuse).
   void refuse(errc code, std::string reason, std::string wire_code = {}, bool lasting = false);
-  // Whether the peer still answers: sends a PING and calls `done(true)` on the strand when a PONG
-  // comes back within `within`, `done(false)` when none does or the session ends first. Probes that
-  // overlap share one PING.
+  // Whether the peer still answers: sends a PING and calls `done(true)` on the strand when its PONG (or
+  // any other bytes: the PONG may queue behind a blob) comes back within `within`, `done(false)` when
+  // nothing does or the session ends first. Probes that overlap share one PING.
   void probe(std::chrono::milliseconds within, std::function<void(bool answered)> done);
 
   // Hub role: the device id of the peer certificate (empty before on_ready).
