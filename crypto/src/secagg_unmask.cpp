@@ -84,11 +84,10 @@ core::result<void> secagg_client::state::validate(const secagg_unmask_request& r
       return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) + ", which does not exist or twice");
     std::size_t covering = 0;
     for (const auto& u : out.survivors) covering += covers(*member_of(roster, u), seg) ? 1 : 0;
-    if (covering < secagg_release_minimum(p, seg))
+    if (const std::size_t least = secagg_release_minimum(p, seg); covering < least)
       return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) + " with " + std::to_string(covering) +
-                                                    " survivors, below its minimum of " + std::to_string(secagg_release_minimum(p, seg)) +
-                                                    (secagg_release_minimum(p, seg) > p.segments[seg].min_aggregate
-                                                         ? " (the devices its noise is sized for)" : ""));
+                                                    " survivors, below its minimum of " + std::to_string(least) +
+                                                    (least > p.segments[seg].min_aggregate ? " (the devices its noise is sized for)" : ""));
     // Survivors the masks do not connect: the hub would hold each part's sum on its own.
     if (!graph->connected(seg, alive))
       return make_error(errc::invalid_argument, "the unmasking releases segment " + std::to_string(seg) +

@@ -45,15 +45,7 @@ core::result<std::size_t> secure_aggregation::admit(const round_view& v, std::ve
 // assigned to one segment (a group, or every device for the shared segment and FedAvg's), never below
 // the sums' min_aggregate. Each device adds the sum's variance over this many; a segment with fewer
 // survivors is not released (crypto::secagg_release_minimum), so every released sum carries σ.
-static std::size_t noise_contributors_of(const core::round_plan& plan, std::span<const assignment> assignments, bool ist, double expected_dropout,
-                                  std::size_t min_aggregate) {
-  std::size_t fewest = assignments.size();
-  if (ist) {
-    std::vector<std::size_t> sizes(plan.groups, 0);
-    for (const auto& a : assignments) ++sizes[a.group];
-    for (const std::size_t n : sizes)
-      if (n > 0) fewest = std::min(fewest, n);
-  }
+static std::size_t noise_contributors_of(std::size_t fewest, double expected_dropout, std::size_t min_aggregate) {
   const auto expected = static_cast<std::size_t>(std::floor((1.0 - expected_dropout) * static_cast<double>(fewest)));
   return std::max(min_aggregate, expected);
 }
@@ -74,12 +66,22 @@ core::result<void> secure_aggregation::begin(const round_view& v, const core::ro
   p.bits = sa.bits;
   p.clip = sa.clip;
   p.neighbors = sa.neighbors;
+  // The devices of each IST group: the largest sets the threshold, the fewest the noise's contributors.
+  std::size_t largest_group = 0, fewest = assignments.size();
+  if (ist_) {
+    std::vector<std::size_t> sizes(plan.groups, 0);
+    for (const auto& a : assignments) ++sizes[a.group];
+    for (const std::size_t n : sizes) {
+      largest_group = std::max(largest_group, n);
+      if (n > 0) fewest = std::min(fewest, n);
+    }
+  }
   if (noise_) {
     // Each device's clipped change, unweighted, with its share of the noise: the ring's clip is the
     // L2 clip (no coordinate of a clipped change passes it) and its scale is fixed by the population.
     p.clip = noise_->clip;
     p.summands = noise_->summands;
-    p.noise_contributors = noise_contributors_of(plan, assignments, ist_, noise_->expected_dropout, sa.min_aggregate());
+    p.noise_contributors = noise_contributors_of(fewest, noise_->expected_dropout, sa.min_aggregate());
     p.noise = noise_->sum_variance / static_cast<double>(p.noise_contributors);
     p.fitted_value = noise_->fitted_value;
     p.sample_rate = noise_->sample_rate;
@@ -88,11 +90,6 @@ core::result<void> secure_aggregation::begin(const round_view& v, const core::ro
   // each is every other's neighbour; beyond that a device's ring neighbours and, under IST, its
   // group's devices, so the round's largest group counts. Every device's own holders are at most these,
   // so each finds the threshold a majority of its own (as its privacy policy checks).
-  std::size_t largest_group = 0;
-  if (ist_) {
-    std::vector<std::size_t> sizes(plan.groups, 0);
-    for (const auto& a : assignments) largest_group = std::max(largest_group, ++sizes[a.group]);
-  }
   p.threshold = crypto::secagg_majority(crypto::secagg_most_holders(sa.neighbors, assignments.size(), largest_group));
   std::vector<core::subnet> subnets;
   for (std::size_t g = 0; g < plan.groups; ++g) {
