@@ -268,6 +268,31 @@ void engine::fold_ready() {
   }
 }
 
+// After a round's assignments ended: whether no update reached the model (faults_.untrained, with how
+// its devices ended), and the run's end when every device refused it too many rounds in a row.
+core::result<void> engine::note_untrained() {
+  const auto accepted = [](const assignment& a) { return a.state == assignment_state::accepted; };
+  const bool none = std::none_of(assignments_.begin(), assignments_.end(), accepted);
+  faults_.untrained = none && !aggregation_->runs_empty();
+  const bool all_declined = none && !assignments_.empty() && faults_.stragglers == 0;
+  refused_streak_ = all_declined ? refused_streak_ + 1 : 0;
+  if (!none) return {};
+  std::string why;
+  for (std::size_t i = 0; i < assignments_.size() && i < 3; ++i) {
+    const assignment& a = assignments_[i];
+    why += (i > 0 ? "; " : "") + a.device + " " + std::string(to_string(a.state)) +
+           (a.reason.message.empty() ? std::string() : ": " + a.reason.message);
+  }
+  if (assignments_.size() > 3) why += "; and " + std::to_string(assignments_.size() - 3) + " more";
+  faults_.why_untrained = assignments_.empty() ? "no device was assigned" : why;
+  if (refused_streak_ < k_refused_rounds_limit) return {};
+  refused_streak_ = 0;
+  return make_error(errc::nobody_trains, "every device refused round " + std::to_string(current_round()) + " or had its update rejected, " +
+                                             std::to_string(k_refused_rounds_limit) + " rounds in a row (" + why +
+                                             "): no device will train this run as it is set. Change the run's settings or the devices' "
+                                             "policies, then start the hub again; it resumes from its last checkpoint");
+}
+
 core::result<round_metrics> engine::close_round(core::example_table* validation) {
   TESSERA_ASSERT(in_round_);
   round_metrics m;
@@ -289,6 +314,13 @@ core::result<round_metrics> engine::close_round(core::example_table* validation)
   }
   fold_ready();
   TESSERA_ASSERT(folded_ == assignments_.size());
+  TESSERA_TRY(note_untrained());
+  if (faults_.untrained) {
+    (void)aggregation_->finish(view(), assignments_, params_, reached_, m);  // ends its round; nothing was added
+    reached_ = {};
+    in_round_ = false;
+    return m;
+  }
   // The server optimizer steps from the model the round started from (assembly below replaces it).
   std::vector<float> previous;
   if (!server_opt_.identity()) previous.assign(params_.begin(), params_.end());

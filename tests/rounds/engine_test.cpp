@@ -105,6 +105,15 @@ std::vector<float> train_and_report(rounds::engine& e, rounds::assignment& a, fl
   return values;
 }
 
+// Ends the open round the quickest way that still counts: the first device trains, the rest refuse.
+void close_counted(rounds::engine& e) {
+  const auto as = e.assignments();
+  (void)train_and_report(e, as[0], 0.5f, 80);
+  for (std::size_t i = 1; i < as.size(); ++i) e.refuse(as[i], "no");
+  REQUIRE(e.close_round(nullptr).ok());
+  REQUIRE_FALSE(e.last_faults().untrained);
+}
+
 }  // namespace
 
 TEST_CASE("engine: each device's subnet fits the budget it reported, and bigger budgets get bigger subnets") {
@@ -307,6 +316,62 @@ TEST_CASE("engine: a blob with a NaN is rejected and changes nothing; a straggle
   for (std::size_t i = 0; i + shared < c_after.size(); ++i) REQUIRE(c_after[i] == c_before[i]);
 }
 
+TEST_CASE("engine: a round no update reached does not count; the same round runs again") {
+  const auto c = config({{"server_optimizer", {{"kind", "momentum"}, {"lr", 1.0}}}});
+  auto e = engine_for(c);
+  const std::vector<float> before(e.params().begin(), e.params().end());
+  REQUIRE(e.begin_round({offer("a", 64u << 20), offer("b", 64u << 20)}).ok());
+  auto as = e.assignments();
+  e.refuse(as[0], "its policy says no");
+  REQUIRE(e.sent(as[1]).ok());  // b downloads and never reports
+  auto m = e.close_round(nullptr);
+  REQUIRE(m.ok());
+  CHECK(e.last_faults().untrained);
+  CHECK(e.last_faults().why_untrained == "a refused: its policy says no; b straggler");
+  CHECK(e.completed() == 0);
+  CHECK(e.current_round() == 1);
+  CHECK_FALSE(e.in_round());
+  CHECK(std::equal(before.begin(), before.end(), e.params().begin(), e.params().end()));  // no server step either
+
+  // The round runs again, and counts once an update reaches the model.
+  REQUIRE(e.begin_round({offer("a", 64u << 20), offer("b", 64u << 20)}).ok());
+  as = e.assignments();
+  (void)train_and_report(e, as[0], 1.0f, 80);
+  REQUIRE(e.sent(as[1]).ok());
+  m = e.close_round(nullptr);
+  REQUIRE(m.ok());
+  CHECK_FALSE(e.last_faults().untrained);
+  CHECK(m.value().round == 1);
+  CHECK(e.completed() == 1);
+}
+
+TEST_CASE("engine: a run every device refuses ends after k_refused_rounds_limit rounds, naming them; stragglers do not end it") {
+  const auto c = config({{"rounds", 50}});
+  auto e = engine_for(c);
+  const auto refuse_all = [&e] {
+    REQUIRE(e.begin_round({offer("a", 64u << 20), offer("b", 64u << 20)}).ok());
+    auto as = e.assignments();
+    e.refuse(as[0], "rounds in the clear are refused");
+    e.reject(as[1], core::make_error(core::errc::invalid_argument, "a NaN"));
+    return e.close_round(nullptr);
+  };
+  // Stragglers (a fleet that dropped off) break the streak: many rounds of them never end the run.
+  for (std::size_t i = 0; i + 1 < rounds::k_refused_rounds_limit; ++i) REQUIRE(refuse_all().ok());
+  for (int i = 0; i < 10; ++i) {
+    REQUIRE(e.begin_round({offer("a", 64u << 20)}).ok());
+    REQUIRE(e.sent(e.assignments()[0]).ok());
+    REQUIRE(e.close_round(nullptr).ok());
+    CHECK(e.last_faults().untrained);
+  }
+  for (std::size_t i = 0; i + 1 < rounds::k_refused_rounds_limit; ++i) REQUIRE(refuse_all().ok());
+  const auto last = refuse_all();
+  REQUIRE_FALSE(last.ok());
+  CHECK(last.error().code == rounds::errc::nobody_trains);
+  CHECK(last.error().message.find("every device refused round 1") != std::string::npos);
+  CHECK(last.error().message.find("a refused: rounds in the clear are refused; b rejected: a NaN") != std::string::npos);
+  CHECK(e.completed() == 0);
+}
+
 TEST_CASE("engine: the model does not depend on the order in which uploads arrive") {
   const auto c = config({{"strategy", "fedavg"}});
   const std::uint64_t examples[] = {30, 50, 70, 10};
@@ -328,10 +393,7 @@ TEST_CASE("engine: the plan of round r is drawn from the run's seed and r") {
   REQUIRE(e.begin_round({offer("d0", 64u << 20), offer("d1", 64u << 20)}).ok());
   const std::uint64_t first = e.plan_seed();
   CHECK(first == core::plan_seed(11, 0));
-  e.refuse(e.assignments()[0], "no");
-  e.refuse(e.assignments()[1], "no");
-  CHECK(e.all_reported());
-  REQUIRE(e.close_round(nullptr).ok());
+  close_counted(e);
   REQUIRE(e.begin_round({offer("d0", 64u << 20), offer("d1", 64u << 20)}).ok());
   CHECK(e.plan_seed() != first);
   CHECK(e.plan_seed() == core::plan_seed(11, 1));
@@ -345,8 +407,7 @@ TEST_CASE("engine: repartition_every keeps one cut for a span of rounds; the nex
     REQUIRE(e.begin_round({offer("d0", 64u << 20), offer("d1", 64u << 20)}).ok());
     seeds.push_back(e.plan_seed());
     first_neurons.push_back(e.assignments()[0].sub.neurons[0]);
-    for (auto& a : e.assignments()) e.refuse(a, "no");
-    REQUIRE(e.close_round(nullptr).ok());
+    close_counted(e);
   }
   CHECK(seeds[0] == core::plan_seed(11, 0));
   CHECK(seeds[1] == seeds[0]);
@@ -368,8 +429,7 @@ TEST_CASE("engine: whole_model_rounds end the run with the whole model on the de
     CHECK(excluded.value().empty());
     CHECK(e.assignments().size() == 3);
     CHECK(e.assignments()[0].sub.arch.widths[1] < 256);
-    for (auto& a : e.assignments()) e.refuse(a, "no");
-    REQUIRE(e.close_round(nullptr).ok());
+    close_counted(e);
   }
   auto excluded = e.begin_round(fleet());  // the last round: the whole model, on the two that hold it
   REQUIRE(excluded.ok());
@@ -443,7 +503,7 @@ TEST_CASE("engine: repartition_every and whole_model_rounds are IST's, for plain
 }
 
 TEST_CASE("engine: early stopping counts evaluations without a new best, for accuracy and for regression's loss") {
-  // A validation set the model cannot improve on (nobody trains): the first evaluation sets the best,
+  // A validation set the model cannot improve on (its device sends it back unchanged): the first evaluation sets the best,
   // the next `patience` ones do not beat it, and the run stops.
   for (const char* task : {"classification", "regression"}) {
     INFO(task);
@@ -456,7 +516,7 @@ TEST_CASE("engine: early stopping counts evaluations without a new best, for acc
     for (int round = 1; round <= 3; ++round) {
       REQUIRE_FALSE(e.finished());
       REQUIRE(e.begin_round({offer("a", 64u << 20)}).ok());
-      e.refuse(e.assignments()[0], "resting");
+      (void)train_and_report(e, e.assignments()[0], 0.0f, 8);  // sent back unchanged: the model stays
       auto m = e.close_round(&validation);
       REQUIRE(m.ok());
       CHECK(m.value().test_loss.has_value());
@@ -493,7 +553,7 @@ TEST_CASE("engine: devices evaluate the model when their budget holds it for inf
   std::vector<bool> due;
   while (!e.finished()) {
     REQUIRE(e.begin_round({offer("a", 64u << 20)}).ok());
-    e.refuse(e.assignments()[0], "resting");
+    (void)train_and_report(e, e.assignments()[0], 0.0f, 8);  // sent back unchanged: the model stays
     REQUIRE(e.close_round(nullptr).ok());
     due.push_back(e.evaluation_due());
   }
@@ -549,7 +609,7 @@ TEST_CASE("engine: patience can watch the devices' evaluation, with or without a
     auto e = engine_for(config({{"rounds", 10}, {"patience", 2}, {"patience_on", on}}));
     for (int round = 1; round <= 3; ++round) {
       REQUIRE(e.begin_round({offer("a", 64u << 20)}).ok());
-      e.refuse(e.assignments()[0], "resting");
+      (void)train_and_report(e, e.assignments()[0], 0.0f, 8);  // sent back unchanged: the model stays
       auto m = e.close_round(std::string(on) == "federated" ? nullptr : &validation);
       REQUIRE(m.ok());
       rounds::federated_scores s;
@@ -557,7 +617,7 @@ TEST_CASE("engine: patience can watch the devices' evaluation, with or without a
       e.note_federated(s, m.value());
       CHECK(m.value().fed.accuracy.has_value());
     }
-    // Three evaluations of a model nobody trains: no new best after the first, whichever figure counts.
+    // Three evaluations of a model nobody changes: no new best after the first, whichever figure counts.
     CHECK(e.stopping().evals_since_best == 2);
     CHECK(e.finished());
   }
@@ -566,7 +626,7 @@ TEST_CASE("engine: patience can watch the devices' evaluation, with or without a
   double accuracy = 0.1;
   for (int round = 1; round <= 4; ++round) {
     REQUIRE(e.begin_round({offer("a", 64u << 20)}).ok());
-    e.refuse(e.assignments()[0], "resting");
+    (void)train_and_report(e, e.assignments()[0], 0.0f, 8);  // sent back unchanged: the model stays
     auto m = e.close_round(nullptr);
     REQUIRE(m.ok());
     rounds::federated_scores s;

@@ -9,6 +9,8 @@
 
 #include "../core/test_files.hpp"
 #include "tessera/core/io/safetensors.hpp"
+#include "tessera/core/math/codec.hpp"
+#include "tessera/core/math/ist.hpp"
 #include "tessera/core/math/mlp.hpp"
 #include "tessera/rounds/recorder.hpp"
 
@@ -26,10 +28,20 @@ rounds::run_config small_config(const std::string& metrics, const std::string& o
   return c;
 }
 
-// One round in which the only device declines: enough for the engine to close a round.
+// One round in which the only device sends its subnet back unchanged: enough for the engine to close a
+// round that counts (a round no update reached does not).
 rounds::round_metrics close_one_round(rounds::engine& e) {
   REQUIRE(e.begin_round({{.id = "d", .budget_bytes = 1u << 30, .examples = 10, .codecs = {}, .capacity = 0}}).ok());
-  e.refuse(e.assignments()[0], "resting");
+  rounds::assignment& a = e.assignments()[0];
+  REQUIRE(e.sent(a).ok());
+  std::vector<float> values(core::param_count(a.sub.arch));
+  core::gather(e.full(), a.sub, e.params(), values);
+  std::vector<std::byte> blob(a.blob_bytes);
+  REQUIRE(core::encode(a.sub.arch, a.codec, values, blob).ok());
+  REQUIRE(e.announce(a, {.round = static_cast<std::uint64_t>(e.current_round()), .examples = 10,
+                         .steps = static_cast<std::uint64_t>(a.task.steps), .loss = 0.5, .size = a.blob_bytes, .codec = a.codec})
+              .ok());
+  REQUIRE(e.receive(a, blob).ok());
   auto m = e.close_round(nullptr);
   REQUIRE(m.ok());
   return m.value();

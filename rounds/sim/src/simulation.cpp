@@ -195,6 +195,11 @@ core::result<rounds::round_metrics> simulation::run_round() {
   for (auto& a : engine_.assignments()) TESSERA_TRY(run_device(a, devices_[by_id_.find(a.device)->second]));
 
   TESSERA_ASSIGN_OR_RETURN(auto m, engine_.close_round(test_));
+  if (const auto& f = engine_.last_faults(); f.untrained) {  // as the hub: the round does not count, and runs again
+    if (log_) log_(core::log_level::warning, "round " + std::to_string(m.round) + ": no device's update reached the model (" + f.why_untrained +
+                                                 "): it does not count, and runs again");
+    return m;
+  }
   // A fault-free round prints as it always has; a rejected (diverged) device is said so.
   if (const auto& f = engine_.last_faults(); f.rejected > 0) {
     m.stragglers = f.stragglers;

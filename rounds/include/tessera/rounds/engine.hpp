@@ -16,7 +16,11 @@
 //   close_round(v)        open assignments become stragglers (their neurons keep their values); the
 //                         accepted updates are combined in device order (so the sums are
 //                         reproducible whatever order uploads arrived in); the model is evaluated on
-//                         `v` when due and early stopping decided. Returns the figures.
+//                         `v` when due and early stopping decided. Returns the figures. A round no
+//                         update reached (outside DP, whose noise is a release) does not count: the
+//                         model stays, last_faults().untrained says why, and the same round runs next;
+//                         k_refused_rounds_limit of them in a row that every device refused or had
+//                         rejected fail with errc::nobody_trains.
 //   plan_evaluation(...)  after a round that evaluates: which devices score the whole model on their
 //   note_federated(s, m)  validation splits (their budget holds it for inference), and their scores
 //                         added in device order into the round's figures (and early stopping's).
@@ -104,7 +108,16 @@ struct early_stop {
 struct round_faults {
   std::size_t stragglers = 0, refused = 0, rejected = 0;
   std::uint64_t resent_bytes = 0;
+  // No update reached the model (and the round released no noise): the round does not count, and the
+  // same round runs again. A model nobody trained is not progress.
+  bool untrained = false;
+  std::string why_untrained{};  // how its devices ended, the first few by name
 };
+
+// Rounds in a row whose every device refused or was rejected before the run gives up (engine::close_round
+// then fails with errc::nobody_trains). Stragglers do not count toward it: a fleet that drops off comes back;
+// a fleet whose every device declines the round's terms does not.
+inline constexpr std::size_t k_refused_rounds_limit = 3;
 
 // How the last closed round's secure aggregation ended.
 struct secure_outcome {
@@ -291,6 +304,7 @@ class engine {
   [[nodiscard]] core::result<core::round_plan> plan(std::vector<device_offer>& taking, std::span<const double> capacities,
                                                     std::size_t group_devices, std::vector<excluded_device>& excluded);
   void fold_ready();
+  core::result<void> note_untrained();
   void note_score(double score);
 
   run_config config_;
@@ -318,6 +332,7 @@ class engine {
   } trained_;
   early_stop stopping_;
   round_faults faults_;
+  std::size_t refused_streak_ = 0;  // rounds in a row whose every device refused or was rejected
   std::shared_ptr<const core::input_normalization> normalization_ = std::make_shared<const core::input_normalization>();
   nlohmann::json statistics_;
 };

@@ -36,6 +36,7 @@ enum class errc {
   checkpoint_corrupt,    // a checkpoint cut short, failing its SHA-256, or failing authentication (or the key is wrong)
   server_state,          // a server optimizer's state that does not fit the run: missing on resume, another kind or size
   checkpoint_mismatch,   // a checkpoint of another run: another seed or strategy, or rounds with no privacy accounted
+  nobody_trains,         // k_refused_rounds_limit rounds in a row, every device refused or was rejected
 };
 
 [[nodiscard]] const std::error_category& category_of(errc) noexcept;  // "tessera.rounds"

@@ -49,7 +49,8 @@ class simulation {
 
   void on_round(std::function<void(const rounds::round_metrics&)> f) { recorder_.on_round(std::move(f)); }
   // Runs and records one round; a device whose update the engine rejects (a diverged loss, say) is
-  // logged and left out, as on a real fleet.
+  // logged and left out, as on a real fleet; a round none reached does not count (the engine's
+  // last_faults().untrained) and runs again.
   [[nodiscard]] core::result<rounds::round_metrics> run_round();
   // Writes the model (config.output_path), if configured.
   [[nodiscard]] core::result<void> finish() { return recorder_.finish(engine_); }
