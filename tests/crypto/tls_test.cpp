@@ -214,7 +214,7 @@ TEST_CASE("tls: failures read as sentences naming both sides' certificates, not 
   CAPTURE(foreign.hub);
   CAPTURE(foreign.agent);
   CHECK(foreign.hub.find(") was issued by ") != std::string::npos);
-  CHECK(foreign.hub.ends_with(", not by this side's tls.ca"));
+  CHECK(foreign.hub.ends_with(", not by this side's tls.ca (/O=Tessera/CN=Tessera CA)"));  // and which CA that is
   CHECK(foreign.agent.starts_with("the peer does not trust "));
   CHECK(foreign.agent.ends_with(": the two sides' tls.ca differ (or the peer cannot use its revocation list)"));
 }
