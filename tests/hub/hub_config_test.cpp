@@ -87,3 +87,12 @@ TEST_CASE("hub config: examples/hub.json loads as shipped and with each change t
   CHECK(testing::contains(fedavg.error().message, "repartition_every"));
   CHECK(testing::contains(fedavg.error().message, "set it to 1"));
 }
+
+TEST_CASE("hub config: --help states the defaults the parser uses (help defaults)") {
+  core::field_table help;
+  core::describe_config(help, [](core::config_reader& r) { return hub::read_hub_config(r); });
+  std::string normalization;
+  for (const auto& f : help.fields())
+    if (f.path == "validation.normalization") normalization = f.fallback;
+  CHECK(normalization == "scale_unit (csv: none)");  // it said scale_unit, which a CSV validation set is not
+}

@@ -565,3 +565,12 @@ TEST_CASE("simulation: a checkpoint of another run is refused, naming the file a
   REQUIRE_FALSE(smaller_fleet.ok());
   CHECK(smaller_fleet.error().message.find("device-3") != std::string::npos);
 }
+
+TEST_CASE("simulator config: --help states the defaults the parser uses (help defaults)") {
+  core::field_table help;
+  core::describe_config(help, [](core::config_reader& r) { return sim::read_sim_config(r); });
+  std::string normalization;
+  for (const auto& f : help.fields())
+    if (f.path == "data.train.normalization") normalization = f.fallback;
+  CHECK(normalization == "scale_unit (csv: standardize)");  // the simulator standardizes CSV with the fleet's statistics
+}

@@ -77,6 +77,11 @@ void field_table::add(field_doc field) {
   fields_.push_back(std::move(field));
 }
 
+void field_table::set_fallback(const std::string& path, std::string words) {
+  for (auto& f : fields_)
+    if (f.path == path) f.fallback = std::move(words);
+}
+
 std::string field_table::render() const {
   std::string out;
   for (const auto& f : fields_) {
@@ -118,6 +123,10 @@ void config_reader::fail(error e) {
 std::string config_reader::where() const { return prefix_.empty() ? source_ : source_ + ": field '" + prefix_ + "'"; }
 
 bool config_reader::has(const std::string& key) const { return object_.is_object() && object_.contains(key); }
+
+void config_reader::default_is(const std::string& key, std::string words) {
+  if (table_) table_->set_fallback(prefix_.empty() ? key : prefix_ + "." + key, std::move(words));
+}
 
 void config_reader::note(const std::string& key, std::string type, std::string fallback, std::string_view doc) {
   if (table_) table_->add({prefix_.empty() ? key : prefix_ + "." + key, std::move(type), std::move(fallback), std::string(doc)});

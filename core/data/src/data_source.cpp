@@ -30,6 +30,9 @@ data_source read_data_source(config_reader& r, const data_source& defaults, cons
   const normalization fallback = s.format == data_format::csv && !r.describing() ? rules.csv_default : defaults.norm;
   s.norm = r.choice("normalization", fallback, k_normalization_names,
                     "none, scale_unit (/255, images) or standardize (per-feature mean and deviation)");
+  if (rules.csv_default != defaults.norm)
+    r.default_is("normalization", std::string(k_normalization_names.name(defaults.norm)) + " (csv: " +
+                                      std::string(k_normalization_names.name(rules.csv_default)) + ")");
   s.max_examples = r.integer("max_examples", defaults.max_examples, 1, std::int64_t{1} << 31,
                              "a bound: a source loaded whole refuses more examples");
   if (s.norm == normalization::standardize && !rules.allow_standardize)

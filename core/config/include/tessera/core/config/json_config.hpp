@@ -66,6 +66,8 @@ struct field_doc {
 class field_table {
  public:
   void add(field_doc field);  // a path already listed keeps its first entry
+  // The default of a listed field in words, where it follows from other fields ("scale_unit; csv: none").
+  void set_fallback(const std::string& path, std::string words);
   [[nodiscard]] const std::vector<field_doc>& fields() const noexcept { return fields_; }
   // Indented text for --help: per field its path and line, then its type and default.
   [[nodiscard]] std::string render() const;
@@ -120,6 +122,9 @@ class config_reader {
   [[nodiscard]] bool has(const std::string& key) const;
   [[nodiscard]] bool describing() const noexcept { return table_ != nullptr; }
 
+  // When describing: `key`'s default as the parser chooses it, in words (the value just read showed
+  // only one case of it). Nothing otherwise.
+  void default_is(const std::string& key, std::string words);
   // Records an error found by the caller (a cross-field check) against `key`.
   void fail(const std::string& key, const std::string& what);
   // Keeps an error found by the caller as it is (its message names the source already).
