@@ -72,7 +72,8 @@ core::result<void> read_privacy(core::config_reader& r, privacy_policy& p) {
 core::result<agent_config> read_agent_config(core::config_reader& r) {
   agent_config c;
   c.hub = r.address("hub", "127.0.0.1:7443", /*allow_port_zero=*/false, "the hub's address");
-  c.tls.hub_name = r.string("hub_name", c.hub.host, "the name (or IP) the hub's certificate must carry (default: hub's host)");
+  c.tls.hub_name = r.string("hub_name", c.hub.host, "the name (or IP) the hub's certificate must carry");
+  r.default_is("hub_name", "the host of 'hub'");
   if (const auto* t = r.object("tls", "this device's certificate and the CA the hub's must chain to")) {
     core::config_reader tr = r.child("tls", *t);
     c.tls.ca_cert = tr.string("ca", c.tls.ca_cert.string(), "the CA certificate (PEM)");
@@ -107,6 +108,9 @@ core::result<agent_config> read_agent_config(core::config_reader& r) {
   c.log_format = r.choice("log_format", core::log_format::text, core::k_log_format_names,
                           "events on standard error: text for people, json for journald and log shippers (one object "
                           "per line: time, level, source, message)");
+  c.after_run = r.choice("after_run", after_run_mode::exit, k_after_run_names,
+                         "when the hub says its run is finished: exit (status 0), or wait for its next run, asking at the "
+                         "longest reconnect backoff");
   c.exit_after_rounds = r.integer("exit_after_rounds", 0, 0, INT64_MAX, "exit after this many accepted updates, and the evaluation that may follow the last (0: serve forever)");
   TESSERA_TRY(r.finish());
   return c;

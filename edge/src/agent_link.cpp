@@ -13,7 +13,7 @@ using core::log_level;
 // Why the link to the hub ended or never came up, and when the next attempt is, in one line: the hub's
 // refusal in its own words (one that reconnecting will not cure says so), this device's own refusal,
 // an unreachable hub, or a link that broke.
-void agent::log_link_ended(const core::error& why, std::chrono::milliseconds next) const {
+void agent::log_link_ended(const core::error& why, std::chrono::milliseconds next) {
   const std::string hub = config_.hub.host + ":" + std::to_string(config_.hub.port);
   constexpr std::string_view k_refused = "peer refused: ";  // the session's words for the hub's REFUSE
   const bool from_hub = why.message.starts_with(k_refused);
@@ -21,15 +21,22 @@ void agent::log_link_ended(const core::error& why, std::chrono::milliseconds nex
   char in[32];
   std::snprintf(in, sizeof in, "%.1f s", static_cast<double>(next.count()) / 1000.0);
   const std::string when = std::string("; next attempt in ") + in;
-  if (why.code == net::errc::refused_lasting) {
+  if (run_over_ != run_end::none) {
+    // The hub finished its run and went: one line says the agent waits for the next (after_run wait).
+    if (run_over_ == run_end::said || config_.after_run == after_run_mode::exit) return;  // said, or exiting
+    run_over_ = run_end::said;
+    std::snprintf(in, sizeof in, "%.1f s", static_cast<double>(config_.backoff_max.count()) / 1000.0);
+    log(log_level::info, "the hub at " + hub + " finished its run: " + said + "; waiting for its next run (after_run wait), asking every " + in);
+  } else if (why.code == net::errc::refused_lasting) {
     log(log_level::error, "the hub at " + hub + " turned this device away: " + said +
                               " (reconnecting will not change that: it tries again after its longest backoff" + when + ")");
   } else if (why.code == net::errc::refused && from_hub) {
     log(log_level::warning, "the hub at " + hub + " ended the link: " + said + when);
   } else if (why.code == net::errc::refused) {  // this device's own REFUSE (agent::refuse)
     log(log_level::warning, "this device ended its link to the hub at " + hub + ": " + said + when);
-  } else if (why.code == net::errc::connect_failed || why.code == net::errc::resolve_failed || why.code == net::errc::tls_handshake ||
-             why.code == net::errc::handshake_timeout) {
+  } else if (why.code == net::errc::tls_handshake) {  // reachable, but the certificates do not agree
+    log(log_level::warning, "no secure link to the hub at " + hub + ": " + why.message + when);
+  } else if (why.code == net::errc::connect_failed || why.code == net::errc::resolve_failed || why.code == net::errc::handshake_timeout) {
     log(log_level::warning, "cannot reach the hub at " + hub + ": " + why.message + when);
   } else {
     log(log_level::warning, "link to the hub lost (" + hub + "): " + why.message + when);
@@ -44,6 +51,7 @@ void agent::attach(const std::shared_ptr<net::session>& s) {
   s->on_message([this, weak](const net::message& m) {
     auto self = weak.lock();
     if (!self || stopped_) return;
+    if (const auto* r = std::get_if<net::msg::refuse>(&m); r != nullptr && r->code == net::msg::k_run_finished) run_over_ = run_end::told;
     if (std::holds_alternative<net::msg::welcome>(m)) on_welcome(self);
     else if (const auto* a = std::get_if<net::msg::assign>(&m)) on_assign(*a);
     else if (const auto* r = std::get_if<net::msg::result>(&m)) on_result(*r);
@@ -59,12 +67,18 @@ void agent::attach(const std::shared_ptr<net::session>& s) {
       stats_.bytes_up += out->bytes_sent_total();
     }
   });
-  s->on_closed([this, weak](const core::error&) {
+  s->on_closed([this, weak](const core::error& why) {
     auto self = weak.lock();
     if (self && session_ == self) {
       session_.reset();
       if (leaving_ && !stopped_) {
         log(log_level::info, "the hub closed the link: exiting (exit_after_rounds)");
+        boost::asio::post(io_, [this] { stop(); });
+        return;
+      }
+      if (run_over_ != run_end::none && config_.after_run == after_run_mode::exit && !stopped_) {
+        const std::string said = why.message.starts_with("peer refused: ") ? why.message.substr(14) : why.message;
+        log(log_level::info, "the hub says " + said + ": exiting (after_run exit; after_run wait stays for its next run)");
         boost::asio::post(io_, [this] { stop(); });
         return;
       }
@@ -89,6 +103,7 @@ void agent::on_ready(const std::shared_ptr<net::session>& s) {
 }
 
 void agent::on_welcome(const std::shared_ptr<net::session>& s) {
+  run_over_ = run_end::none;  // a hub up again: a new run, or the same one raised to more rounds
   log(log_level::info, "connected to the hub" + std::string(job_ ? " (resuming round " + std::to_string(job_->round()) + ")" : ""));
   if (summing_) {  // a masked sum in progress: its keys or its masked vector, which the link may have lost
     const secure_round& r = *summing_->round;

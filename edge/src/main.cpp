@@ -30,7 +30,8 @@ const core::command k_run_command{
     .name = "tessera-edge run",
     .usage = "tessera-edge run --config FILE [KEY=VALUE ...]",
     .about = R"(Serves a hub. Connects over mutual TLS, trains each assigned subnet on this device's data inside the
-memory budget, uploads it, and reconnects on its own (backoff with jitter) whenever the link drops.
+memory budget, uploads it, and reconnects on its own (backoff with jitter) whenever the link drops. When the hub says
+its run is finished it exits with 0 (after_run exit) or waits for the next run (after_run wait).
 Stop it with SIGTERM or SIGINT. Events go to standard error.)",
     .options = {}};
 
@@ -43,7 +44,8 @@ core::result<int> run(const core::command_line& line, const edge::agent_config& 
     if (!ec) agent->stop();
   });
   agent->start();
-  // The agent posts stop() itself when exit_after_rounds is reached; then only the signal wait is left.
+  // The agent posts stop() itself after exit_after_rounds or the hub's finished run (after_run exit);
+  // then only the signal wait is left.
   while (!io.stopped()) {
     io.run_one();
     if (agent->stopped()) signals.cancel();

@@ -86,10 +86,20 @@ void hub_service::stop() {
 
 void hub_service::shut_down() {
   crl_timer_.cancel();
+  if (rounds_->finished()) tell_run_finished();
   devices_->release_sessions();
   if (server_) server_->stop();
   desk_->stop();
   if (on_stopped_) on_stopped_();
+}
+
+// A finished run tells each connected agent so, and it exits or waits for the next run (its after_run)
+// rather than dialling a closed port.
+void hub_service::tell_run_finished() {
+  const std::string why = "its run is finished, after round " + std::to_string(rounds_->engine().completed()) + " of " +
+                          std::to_string(ctx_->config.rounds);
+  for (auto& [id, d] : devices_->entries())
+    if (d.session) d.session->refuse(net::errc::refused, why, std::string(net::msg::k_run_finished), /*lasting=*/true);
 }
 
 }  // namespace tessera::hub

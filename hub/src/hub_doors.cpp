@@ -58,7 +58,7 @@ void hub_service::attach(const std::shared_ptr<net::session>& s) {
 void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::msg::hello& h) {
   const std::string& id = s->peer_device_id();
   if (revoked_->is_revoked(id, s->peer_serial())) {  // its handshake began under the list before, or an operator revoked it
-    log(log_level::warning, "device " + id + ": HELLO with a revoked certificate (serial " + s->peer_serial() + "): refused");
+    turn_away(*s, "revoked", "HELLO with a revoked certificate: refused");
     s->refuse(net::errc::revoked, "this device's certificate (serial " + s->peer_serial() + ") is revoked", "revoked", /*lasting=*/true);
     return;
   }
@@ -67,9 +67,7 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
   const rounds::device_offer offer{.id = id, .budget_bytes = h.memory_budget_bytes, .examples = h.examples, .codecs = h.codecs,
                                    .capacity = 0, .validation_examples = h.validation_examples};
   if (const auto fits = engine().capacity(offer); !fits && fits.error().code == core::errc::over_budget) {
-    log(log_level::warning, "device " + id + " (" + s->peer_address() + ") cannot train this model: " + fits.error().message +
-                                ": turned away until its budget changes");
-    figures_->connections_refused.add("over_budget");
+    turn_away(*s, "over_budget", "cannot train this model: " + fits.error().message + ": turned away until its budget changes");
     s->refuse(net::errc::refused, "this device cannot train the hub's model: " + fits.error().message +
                                       " (raise its memory_budget_mib, or the hub's operator narrows the model or min_width)",
               "over_budget", /*lasting=*/true);
@@ -96,9 +94,8 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
 
 void hub_service::refuse_duplicate(const std::shared_ptr<net::session>& s, const net::session& holder) {
   const std::string& id = s->peer_device_id();
-  log(log_level::warning, "device " + id + ": a second connection from " + s->peer_address() + " while its session from " +
-                              holder.peer_address() + " still answers: refused (two agents with one certificate?)");
-  figures_->connections_refused.add("duplicate_identity");
+  turn_away(*s, "duplicate_identity",
+            "a second connection while its session from " + holder.peer_address() + " still answers: refused (two agents with one certificate?)");
   // The holder's address stays in the hub's log: whoever holds a copied key should not learn where the
   // real device is.
   s->refuse(net::errc::duplicate_identity,
@@ -133,6 +130,15 @@ void hub_service::admit(const std::shared_ptr<net::session>& s, const net::msg::
   rounds_->on_hello(s, d, h);  // WELCOME, and what it resumes
 }
 
+// A device refused at its HELLO: the log line names it by id, address and serial; /metrics counts it
+// by `code`; the status page lists it.
+void hub_service::turn_away(const net::session& s, const std::string& code, const std::string& why) {
+  const std::string& id = s.peer_device_id();
+  log(log_level::warning, "device " + id + " (" + s.peer_address() + ", certificate serial " + s.peer_serial() + "): " + why);
+  figures_->connections_refused.add(code);
+  figures_->turned_away.note({.who = id, .address = s.peer_address(), .serial = s.peer_serial(), .code = code, .reason = why});
+}
+
 void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::error& why) {
   const std::string& id = s->peer_device_id();
   const bool stopping = stopped(rounds_->phase());
@@ -142,6 +148,9 @@ void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::
       // else by the error (a handshake or HELLO deadline, eviction, a certificate without a device id).
       figures_->connections_refused.add(s->tls_failure().empty() ? core::error_name(why.code) : "tls." + s->tls_failure());
       refused_->note(why, ctx_->log);
+      if (!s->tls_failure().empty())  // a certificate's trouble, not a scan: the status page lists it
+        figures_->turned_away.note({.who = host_of(s->peer_address()), .address = s->peer_address(), .serial = {},
+                                    .code = "tls." + s->tls_failure(), .reason = why.message});
     }
     return;
   }
@@ -175,7 +184,7 @@ void hub_service::close_revoked() {
   std::vector<std::string> gone;
   for (auto& [id, d] : devices_->entries()) {
     if (!d.session || !revoked_->is_revoked(id, d.session->peer_serial())) continue;
-    log(log_level::warning, "device " + id + ": its certificate (serial " + d.session->peer_serial() + ") is revoked: session closed");
+    turn_away(*d.session, "revoked", "its certificate is revoked: session closed");
     auto s = std::move(d.session);
     s->refuse(net::errc::revoked, "this device's certificate (serial " + s->peer_serial() + ") is revoked", "revoked", /*lasting=*/true);
     gone.push_back(id);

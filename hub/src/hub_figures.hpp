@@ -14,6 +14,7 @@
 
 #include "tessera/hub/prometheus.hpp"
 #include "tessera/rounds/metrics.hpp"
+#include "turned_away.hpp"
 
 namespace tessera::hub {
 
@@ -34,10 +35,11 @@ struct hub_figures {
   prom::labelled_counter http_requests;        // by status code
   double updates_accepted = 0, stragglers = 0;
   double bytes_sent = 0, bytes_received = 0, bytes_resent = 0;  // blobs: subnets, uploads, models to evaluate
-  double rounds_recorded = 0;
+  double rounds_recorded = 0, rounds_untrained = 0;
   std::optional<double> train_loss, test_accuracy, test_loss, fed_accuracy, fed_loss, epsilon;
   std::optional<double> epsilon_hub;  // with the devices' noise: ε against the hub
   std::vector<nlohmann::json> rounds;  // round_metrics::to_json(), in round order
+  turned_away_list turned_away;        // the devices and certificates refused lately, and why
 
   // A recorded round: its figures join the counters and the series.
   void observe_round(const rounds::round_metrics& m);

@@ -60,6 +60,8 @@ void last_figure_families(prom::exposition& out, const hub_figures& f) {
 
 void counter_families(prom::exposition& out, const hub_figures& f) {
   out.counter("tessera_hub_rounds_recorded_total", "Rounds completed by this hub process", f.rounds_recorded);
+  out.counter("tessera_hub_rounds_untrained_total", "Rounds no device's update reached: they did not count, and ran again",
+              f.rounds_untrained);
   out.counter("tessera_hub_updates_accepted_total", "Updates applied", f.updates_accepted);
   out.counter("tessera_hub_updates_rejected_total", "Updates rejected, by reason", "reason", f.rejections);
   out.counter("tessera_hub_assignments_refused_total", "Assignments the devices refused, by the reason they gave", "reason", f.refusals);

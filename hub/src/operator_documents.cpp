@@ -33,6 +33,7 @@ nlohmann::json run_document(const hub_view& v) {
       {"finish_requested", v.rounds.holds().finish},
       {"resumed_from", v.rounds.resumed_from()},
       {"failure", v.rounds.failure()},
+      {"waiting_for", v.rounds.waiting_for().empty() ? nlohmann::json(nullptr) : nlohmann::json(v.rounds.waiting_for())},
       {"min_devices", c.min_devices},
       {"max_devices", c.max_devices},
       {"round_deadline_s", c.round_deadline_s},
@@ -94,7 +95,8 @@ nlohmann::json fleet_document(const hub_view& v) {
     connected += d.session ? 1 : 0;
     devices.push_back(device_document(id, d, device_state(v, id, d, a), v.config.dp.publishes_exact()));
   }
-  return {{"registered", v.devices.size()}, {"connected", connected}, {"training", training}, {"devices", std::move(devices)}};
+  return {{"registered", v.devices.size()}, {"connected", connected},   {"training", training},
+          {"devices", std::move(devices)},   {"turned_away", v.figures.turned_away.to_json()}};
 }
 
 }  // namespace

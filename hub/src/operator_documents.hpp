@@ -1,7 +1,8 @@
 // Internal: the JSON the operator's API answers with (operator_routes.hpp serves them):
 //
-//   /api/status   {"hub": {version, uptime_s, ...}, "run": {state, round, paused, ε, ...},
-//                  "fleet": {registered, connected, training, "devices": [{id, state, budget_bytes, ...}]}}
+//   /api/status   {"hub": {version, uptime_s, ...}, "run": {state, round, paused, waiting_for, ε, ...},
+//                  "fleet": {registered, connected, training, "devices": [{id, state, budget_bytes, ...}],
+//                            "turned_away": [{who, address, serial, code, reason, times, last_unix}]}}
 //   /api/rounds   {"rounds": [round_metrics::to_json(), ...]}   (the rounds after ?since=N)
 //   the actions   {"paused": true, "state": "paused"}, {"finish_requested": true, ...}, {"revoked": id, ...}
 //

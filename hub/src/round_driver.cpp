@@ -202,14 +202,22 @@ void round_driver::maybe_start_round() {
   if (w == nullptr) return;  // paused, busy or stopped
   const std::size_t ready = devices_.ready_count();
   const bool waited = clock_type::now() - w->since >= core::seconds_to_ms(ctx_.config.device_wait_s);
-  if (ready >= ctx_.config.max_devices || (waited && ready >= ctx_.config.min_devices)) start_round();
-  else if (waited)
-    say_waiting(log_level::info, "round " + std::to_string(engine_->current_round()) + " waits for devices: " + std::to_string(ready) +
-                                     " ready, min_devices is " + std::to_string(ctx_.config.min_devices) + " (" +
-                                     std::to_string(devices_.connected_count()) + " connected)");
+  if (ready >= ctx_.config.max_devices || (waited && ready >= ctx_.config.min_devices)) return start_round();
+  const std::string counts = std::to_string(ready) + " ready (" + std::to_string(devices_.connected_count()) + " connected)";
+  const std::string round = "round " + std::to_string(engine_->current_round());
+  if (waited)
+    say_waiting(log_level::info, round + " waits for devices: " + counts + ", min_devices is " + std::to_string(ctx_.config.min_devices));
+  else if (!said_waiting_.cannot_start)  // a reason why no round can start stays shown while the wait starts over
+    waiting_for_ = round + " waits up to device_wait_s for more devices: " + counts + " of max_devices " + std::to_string(ctx_.config.max_devices);
+}
+
+const std::string& round_driver::waiting_for() const noexcept {
+  static const std::string none;
+  return std::holds_alternative<waiting_phase>(phase_) ? waiting_for_ : none;
 }
 
 void round_driver::say_waiting(log_level level, const std::string& why) {
+  waiting_for_ = why;
   const auto now = clock_type::now();
   if (why == said_waiting_.why && now - said_waiting_.at < std::chrono::seconds(30)) return;
   said_waiting_ = {why, now};
@@ -235,6 +243,7 @@ void round_driver::start_round() {
   }
   if (!excluded) {
     say_waiting(log_level::warning, "round " + std::to_string(engine_->current_round()) + " cannot start: " + excluded.error().message);
+    said_waiting_.cannot_start = true;
     wait_again();
     return;
   }
@@ -246,6 +255,8 @@ void round_driver::start_round() {
 // The round's assignments go out; its deadline starts.
 void round_driver::dispatch(clock_type::time_point planning) {
   phase_.emplace<training_phase>(planning);  // a round's seconds cover planning to checkpoint
+  waiting_for_.clear();
+  said_waiting_.cannot_start = false;
   wait_timer_.cancel();
   for (auto& a : engine_->assignments()) {
     device_entry& d = devices_[a.device];
@@ -277,6 +288,8 @@ void round_driver::close_round() {
     finish("round " + std::to_string(engine_->current_round()) + ": " + m.error().message);
     return;
   }
+  count_outcomes();
+  if (engine_->last_faults().untrained) return run_again();
   if (const auto* sp = in<secure_phase>()) sp->steps.log_outcome(engine_->last_secure(), engine_->completed());
   // The release exists now and the evaluation below sends it out: its spending is recorded first.
   if (auto kept = recorder_.record_privacy(*engine_); !kept) {
@@ -288,14 +301,30 @@ void round_driver::close_round() {
   m.value().refused = f.refused;
   m.value().rejected = f.rejected;
   m.value().resent_bytes = f.resent_bytes;
-  figures_.stragglers += static_cast<double>(f.stragglers);
+  if (engine_->evaluation_due()) return start_evaluation(std::move(m).value(), started);
+  after_round(m.value(), started);
+}
+
+// How the closed round's assignments ended, in the devices' records and the counters.
+void round_driver::count_outcomes() {
+  figures_.stragglers += static_cast<double>(engine_->last_faults().stragglers);
   for (const auto& a : engine_->assignments()) {
     device_entry& d = devices_[a.device];
     if (a.state == assignment_state::accepted) ++d.record.rounds_done;
     else ++d.record.rounds_missed;
   }
-  if (engine_->evaluation_due()) return start_evaluation(std::move(m).value(), started);
-  after_round(m.value(), started);
+}
+
+// A round no update reached does not count: the model stays as it was, and the same round runs again
+// when the fleet allows (engine::close_round ends the run if every device keeps refusing).
+void round_driver::run_again() {
+  const std::string round = std::to_string(engine_->current_round());
+  ctx_.say(log_level::warning, "round " + round + ": no device's update reached the model (" + engine_->last_faults().why_untrained +
+                                   "): it does not count, and round " + round + " runs again");
+  figures_.rounds_untrained += 1;
+  enter_waiting(clock_type::now());
+  maybe_start_round();
+  if (between_rounds()) arm_wait_timer();
 }
 
 void round_driver::after_round(rounds::round_metrics& m, clock_type::time_point started) {

@@ -54,6 +54,9 @@ class round_driver {
   [[nodiscard]] const rounds::engine& engine() const noexcept { return *engine_; }
   [[nodiscard]] std::int64_t resumed_from() const noexcept { return resumed_from_; }
   [[nodiscard]] bool finished() const noexcept { return std::holds_alternative<finished_phase>(phase_); }
+  // Between rounds: what the next round waits for (devices against min_devices, or why none can take
+  // part); empty otherwise.
+  [[nodiscard]] const std::string& waiting_for() const noexcept;
   [[nodiscard]] const std::string& failure() const noexcept;
 
   // What the devices send (round_events.cpp). `d` is the device's entry, its HELLO's figures taken.
@@ -98,6 +101,8 @@ class round_driver {
   void start_round();
   void dispatch(clock_type::time_point planning);
   void close_round();
+  void count_outcomes();
+  void run_again();
   void after_round(rounds::round_metrics& m, clock_type::time_point started);
   void finish(const std::string& failure);
   void cancel_timers();
@@ -144,7 +149,9 @@ class round_driver {
   struct {
     std::string why;
     clock_type::time_point at{};
+    bool cannot_start = false;  // the last try to start a round failed (why is in waiting_for_)
   } said_waiting_;
+  std::string waiting_for_;  // what the waiting phase waits for, as the status page says it
 };
 
 }  // namespace tessera::hub

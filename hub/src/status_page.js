@@ -109,6 +109,16 @@ function renderStatus(st) {
   if (run.paused) runNotices.push(['n-warn', 'Paused', 'no new round starts until the run is resumed']);
   if (run.finish_requested) runNotices.push(['n-warn', 'Finish requested', 'the run stops after the current round']);
   if (num(run.resumed_from) > 0) runNotices.push(['n-info', 'Resumed', 'from the checkpoint of round ' + run.resumed_from]);
+  if (str(run.waiting_for)) runNotices.push(['n-warn waiting', 'Waiting', str(run.waiting_for)]);
+  // Devices and certificates the hub refused lately: the newest few, each with its reason.
+  const away = arr(fleet.turned_away).map(obj), now = num(hub.now_unix);
+  away.slice(0, 5).forEach(t => {
+    const ago = now === null || num(t.last_unix) === null ? '' : ', last ' + fmtAgo(now - t.last_unix);
+    const serial = str(t.serial) ? ', serial ' + str(t.serial) : '';
+    runNotices.push(['n-warn turned-away', 'Turned away: ' + str(t.who),
+                     str(t.reason) + ' (' + str(t.address) + serial + '; ' + fmtInt(t.times) + '\u00d7' + ago + ')', str(t.who)]);
+  });
+  if (away.length > 5) runNotices.push(['n-warn turned-away', 'Turned away', (away.length - 5) + ' more: see api/status']);
 
   const r = num(run.round), n = num(run.rounds);
   document.title = 'Tessera hub \u2014 ' + (r === null ? '' : 'round ' + r + (n === null ? '' : '/' + n) + ' \u00b7 ') + state;
@@ -329,8 +339,9 @@ function renderNotices() {
     const head = lastOk ? 'stale: last update ' + Math.round(age / 1000) + 's ago' : 'no data from the hub yet';
     list.unshift(['n-error', head, lastError || 'waiting for an answer']);
   }
-  box.replaceChildren(...list.map(([cls, head, text]) => {
+  box.replaceChildren(...list.map(([cls, head, text, who]) => {
     const d = el('div', 'notice ' + cls);
+    if (who !== undefined) d.setAttribute('data-who', who);
     d.append(el('b', '', head), ' \u2014 ' + text);
     return d;
   }));

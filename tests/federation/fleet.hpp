@@ -209,9 +209,11 @@ class fleet {
     return {hub, port};
   }
 
-  // The agent configuration for device `id` (certificates of make_pki) against a hub on `port`.
+  // The agent configuration for device `id` (certificates of make_pki) against a hub on `port`. The
+  // agents outlive a hub's run (after_run wait): tests restart hubs under the same agents.
   [[nodiscard]] nlohmann::json agent_config(const std::string& id, const nlohmann::json& data, std::uint16_t port) const {
     return {{"hub", "127.0.0.1:" + std::to_string(port)},
+            {"after_run", "wait"},
             {"hub_name", "127.0.0.1"},
             {"tls", {{"ca", pki_file("ca.pem")}, {"cert", pki_file(id + ".pem")}, {"key", pki_file(id + ".key")}}},
             {"data", data},

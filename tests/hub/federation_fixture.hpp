@@ -118,6 +118,7 @@ class federation {
     c.backoff_max = agent_backoff_max_;
     c.link.heartbeat_s = 0.5;
     c.link.idle_timeout_s = 5;
+    if (agent_tweak_) agent_tweak_(c);
     auto a = edge::agent::create(io_, c, [this](core::log_level, const std::string& line) { agent_log_.push_back(line); });
     REQUIRE_MESSAGE(a.ok(), (a.ok() ? "" : a.error().message));
     agents_.push_back(std::move(a.value()));
@@ -164,6 +165,8 @@ class federation {
   [[nodiscard]] std::size_t agent_lines_with(std::string_view needle) const { return lines_with(agent_log_, needle); }
   // The longest backoff of the agents started after this (200 ms unless set).
   void set_agent_backoff_max(std::chrono::milliseconds most) { agent_backoff_max_ = most; }
+  // Changes the configuration of the agents started after this (their privacy policy, say).
+  void configure_agents(std::function<void(edge::agent_config&)> tweak) { agent_tweak_ = std::move(tweak); }
   void clear() {
     agents_.clear();
     hub_.reset();
@@ -181,6 +184,7 @@ class federation {
   std::vector<std::string> hub_log_, agent_log_;
   std::vector<rounds::round_metrics> rounds_;
   std::chrono::milliseconds agent_backoff_max_ = 200ms;
+  std::function<void(edge::agent_config&)> agent_tweak_;
 
   static std::size_t lines_with(const std::vector<std::string>& log, std::string_view needle) {
     std::size_t n = 0;

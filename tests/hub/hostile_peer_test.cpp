@@ -182,7 +182,7 @@ class hostile_peer : public std::enable_shared_from_this<hostile_peer> {
       results.push_back(*r);
       if (hooks_.result) hooks_.result(*this, *r);
     } else if (const auto* x = std::get_if<net::msg::refuse>(&m)) {
-      refused = *x;
+      if (x->code != net::msg::k_run_finished) refused = *x;  // the run's end is said to every device: no refusal of this one
     }
   }
 

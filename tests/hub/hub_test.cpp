@@ -116,7 +116,80 @@ TEST_CASE("hub service: a hub waiting for min_devices says what it waits for, on
   f.run();
   INFO(f.logs());
   CHECK(f.recorded().empty());
-  CHECK(f.hub_lines_with("round 1 waits for devices: 1 ready, min_devices is 2 (1 connected)") == 1);  // it used to say nothing
+  CHECK(f.hub_lines_with("round 1 waits for devices: 1 ready (1 connected), min_devices is 2") == 1);  // it used to say nothing
+}
+
+TEST_CASE("hub service: every device refusing its rounds ends the run with the reasons, no model written (every device refusing)") {
+  // Devices whose policy asks for the devices' DP noise refuse every round in the clear. The hub used to
+  // count each refused round as done and exit 0 with the untrained model.
+  testing::temp_dir dir("hub-service-all-refuse");
+  federation f(dir);
+  f.start_hub(f.hub_config({{"rounds", 10}, {"min_devices", 2}, {"device_wait_s", 0.2}}));
+  f.configure_agents([](edge::agent_config& c) { c.privacy.min_noise_multiplier = 1.0; });
+  const auto& pki = test::test_pki::get();
+  f.start_agent(pki.dev_a, f.data_for("dev-a", 300));
+  f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
+  f.run();
+  INFO(f.logs());
+  CHECK_FALSE(f.hub().finished());
+  const std::string& failure = f.hub().failure();
+  CHECK(failure.find("every device refused round 1 or had its update rejected, 3 rounds in a row (dev-a refused: ") != std::string::npos);
+  CHECK(failure.find("no device will train this run as it is set") != std::string::npos);
+  CHECK(f.recorded().empty());
+  CHECK(f.hub().engine().completed() == 0);
+  CHECK(f.hub_lines_with("round 1: no device's update reached the model (dev-a refused: ") == 2);  // the third ends the run
+  CHECK(f.hub_lines_with("): it does not count, and round 1 runs again") == 2);
+  CHECK_FALSE(std::filesystem::exists(dir.file("model.safetensors")));
+}
+
+TEST_CASE("hub service: a round nobody trained does not count, and runs again (round nobody trained)") {
+  // A device that downloads its subnet and sits on it past the deadline: round 1 ends with no update. It
+  // used to be recorded as done with loss 0.0000; now round 1 runs again and counts when trained.
+  testing::temp_dir dir("hub-service-untrained");
+  federation f(dir);
+  f.start_hub(f.hub_config({{"rounds", 2}, {"min_devices", 1}, {"max_devices", 1}, {"device_wait_s", 0.2}, {"round_deadline_s", 1}}));
+  auto& held = f.start_scripted(test::test_pki::get().dev_a,
+                                {.id = "dev-a", .client = {.host = "127.0.0.1", .port = f.port(), .backoff_initial = 20ms,
+                                                           .backoff_max = 200ms, .jitter = 0, .seed = 1}});
+  held.hold_after(0);  // holds every round's assignment
+  held.start();
+  boost::asio::steady_timer poll(f.io());
+  std::function<void()> watch = [&] {
+    poll.expires_after(50ms);
+    poll.async_wait([&](const boost::system::error_code& ec) {
+      if (ec) return;
+      if (f.hub_lines_with("round 1: no device's update reached the model (dev-a straggler): it does not count, and round 1 runs again") >= 1)
+        held.hold_after(UINT64_MAX);  // trains from now on
+      else watch();
+    });
+  };
+  watch();
+  f.run();
+  INFO(f.logs());
+  REQUIRE(f.hub().finished());
+  REQUIRE(f.recorded().size() == 2);
+  CHECK(f.recorded()[0].round == 1);
+  CHECK(f.recorded()[0].examples > 0);
+  CHECK(f.recorded()[1].round == 2);
+  CHECK(f.hub_lines_with("device dev-a missed the deadline of round 1") >= 1);
+}
+
+TEST_CASE("hub service: at the run's end every agent hears so, and exits or waits as its after_run says (agents after the run)") {
+  // They used to dial the stopped hub forever, logging "Connection refused".
+  testing::temp_dir dir("hub-service-after-run");
+  federation f(dir);
+  f.start_hub(f.hub_config({{"rounds", 2}, {"min_devices", 2}, {"device_wait_s", 0.2}}));
+  const auto& pki = test::test_pki::get();
+  f.start_agent(pki.dev_a, f.data_for("dev-a", 300));
+  f.configure_agents([](edge::agent_config& c) { c.after_run = edge::after_run_mode::wait; });
+  f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
+  f.run();
+  INFO(f.logs());
+  REQUIRE(f.hub().finished());
+  CHECK(f.agent_lines_with("the hub says its run is finished, after round 2 of 2: exiting (after_run exit") == 1);
+  CHECK(f.agent_lines_with("the hub at 127.0.0.1:") >= 1);
+  CHECK(f.agent_lines_with("finished its run: its run is finished, after round 2 of 2; waiting for its next run (after_run wait)") == 1);
+  CHECK(f.agent_lines_with("cannot reach the hub") == 0);
 }
 
 TEST_CASE("hub service: a device whose budget holds no subnet is turned away with the reason and the fix; the rounds go on") {

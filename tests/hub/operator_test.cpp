@@ -365,6 +365,43 @@ TEST_CASE("operator endpoint: connections refused at the device port are counted
   CHECK(count("net.no_device_id") == 1);
 }
 
+TEST_CASE("operator endpoint: /api/status says what the hub waits for and lists who it turned away, and why (waiting hub, turned away)") {
+  // A hub with one device fit to train, one whose budget holds no subnet, and a connection with another
+  // CA's certificate: it waits for min_devices 2. /api/status used to say neither what it waited for
+  // nor that anyone had been turned away ("unfit" was empty).
+  testing::temp_dir dir("operator-waiting");
+  federation f(dir);
+  f.start_hub(f.hub_config({{"rounds", 2}, {"min_devices", 2}, {"device_wait_s", 0.2}, {"http", {{"listen", "127.0.0.1:0"}}}}));
+  const auto& pki = test::test_pki::get();
+  f.start_agent(pki.dev_a, f.data_for("dev-a", 300));
+  f.start_agent(pki.dev_b, f.data_for("dev-b", 300), 1100);  // no subnet fits
+  nlohmann::json status;
+  run_with_client(f, [&] {
+    (void)http_fetch({.port = f.port(), .target = "/", .tls = hub_testing::client_tls{pki.ca.cert, pki.foreign}});
+    status = wait_status({.port = f.hub().http_port()}, [](const nlohmann::json& s) {
+      return s["run"]["waiting_for"].is_string() && s["run"]["waiting_for"].get<std::string>().find("min_devices is 2") != std::string::npos &&
+             s["fleet"]["turned_away"].size() == 2;
+    });
+  }, true);
+  INFO(status.dump(2));
+  CHECK(status["run"]["waiting_for"] == "round 1 waits for devices: 1 ready (1 connected), min_devices is 2");
+  const nlohmann::json& away = status["fleet"]["turned_away"];
+  REQUIRE(away.size() == 2);
+  const auto entry = [&](const std::string& code) {
+    for (const auto& e : away)
+      if (e["code"] == code) return e;
+    return nlohmann::json();
+  };
+  const nlohmann::json budget = entry("over_budget"), foreign = entry("tls.unknown_ca");
+  CHECK(budget["who"] == "dev-b");
+  CHECK(budget["address"].get<std::string>().starts_with("127.0.0.1:"));
+  CHECK_FALSE(budget["serial"].get<std::string>().empty());
+  CHECK(budget["reason"].get<std::string>().find("cannot train this model: the narrowest subnet") != std::string::npos);
+  CHECK(budget["times"].get<int>() >= 1);
+  CHECK(foreign["who"] == "127.0.0.1");
+  CHECK(foreign["reason"].get<std::string>().find("TLS handshake with 127.0.0.1:") != std::string::npos);
+}
+
 // ---- who may connect over HTTPS (DESIGN §5: operator certificates on the operator port only) ----------
 
 namespace {
@@ -594,7 +631,7 @@ TEST_CASE("operator actions: revoking a device closes its session within 1 s; it
   f.run();
   REQUIRE(f.hub().finished());
   CHECK(f.hub_lines_with("revoked by operators stay refused") == 1);
-  CHECK(f.hub_lines_with("device dev-b: HELLO with a revoked certificate") >= 1);
+  CHECK(f.hub_lines_with("HELLO with a revoked certificate: refused") >= 1);
   for (const auto& m : f.recorded()) CHECK(m.devices == 1);
 }
 
@@ -620,7 +657,7 @@ TEST_CASE("operator actions: a device revoked through the endpoint waits its lon
   }, false);
   INFO(f.logs());
   for (const auto& s : seen.failures) FAIL_CHECK(s);
-  const std::size_t attempts = f.hub_lines_with("device dev-b: HELLO with a revoked certificate");
+  const std::size_t attempts = f.hub_lines_with("HELLO with a revoked certificate: refused");
   MESSAGE("a revoked device came back " << attempts << " times in " << watched_s << " s");
   CHECK(attempts <= 5);  // one per 1-2 s; starting the backoff over each time made it ~100
   CHECK(f.agent_lines_with("turned this device away: this device's certificate (serial ") >= 1);
@@ -647,11 +684,13 @@ TEST_CASE("operator: two agents with one device's certificate: the second is tur
     http_fetch(action(base, "/api/finish"));
   }, false);
   INFO(f.logs());
-  const std::size_t refused = f.hub_lines_with("device dev-a: a second connection from 127.0.0.1:");
+  const std::size_t refused = f.hub_lines_with("a second connection while its session from 127.0.0.1:");
   MESSAGE("the twin was turned away " << refused << " times in 5 s; rounds " << before << " → " << after);
   CHECK(refused >= 1);
   CHECK(refused <= 5);  // once per 1-2 s backoff, not a flap every few milliseconds
   CHECK(f.hub_lines_with("still answers: refused (two agents with one certificate?)") == refused);
+  CHECK(f.hub_lines_with("device dev-a (127.0.0.1:") >= refused);  // the newcomer's address and serial lead the line
+  CHECK(f.hub_lines_with(", certificate serial ") >= refused);
   // The twin hears why, but not where the first device is (a copied key must not locate the device).
   CHECK(f.agent_lines_with("turned this device away: device dev-a is already connected and answering: is a second agent running "
                            "with this device's certificate? (the hub's log names both addresses)") >= 1);

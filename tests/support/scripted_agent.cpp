@@ -91,8 +91,8 @@ void scripted_agent::attach(const std::shared_ptr<net::session>& s) {
       on_assign(*self, *a);
     } else if (const auto* r = std::get_if<net::msg::result>(&m)) {
       on_result(*self, *r);
-    } else if (const auto* f = std::get_if<net::msg::refuse>(&m)) {
-      ++hub_refusals_;
+    } else if (const auto* f = std::get_if<net::msg::refuse>(&m); f != nullptr && f->code != net::msg::k_run_finished) {
+      ++hub_refusals_;  // the run's end, said to every device, is not a refusal of this one
       problem("REFUSE from the hub: " + f->reason);
     }
   });

@@ -80,7 +80,7 @@ class agent {
  private:
   agent(boost::asio::io_context& io, const agent_config& config, core::log_sink log);
   void log(core::log_level level, const std::string& text) const;
-  void log_link_ended(const core::error& why, std::chrono::milliseconds next) const;
+  void log_link_ended(const core::error& why, std::chrono::milliseconds next);
   void attach(const std::shared_ptr<net::session>& s);
   void on_ready(const std::shared_ptr<net::session>& s);
   void on_welcome(const std::shared_ptr<net::session>& s);
@@ -153,6 +153,8 @@ class agent {
   agent_stats stats_;
   bool stopped_ = false;
   bool leaving_ = false;  // exit_after_rounds reached: exits after the hub's evaluation or the link's end
+  // The hub said its run is finished (REFUSE run_finished) and no link came up since; said: logged.
+  enum class run_end { none, told, said } run_over_ = run_end::none;
 };
 
 }  // namespace tessera::edge

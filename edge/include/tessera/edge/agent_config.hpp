@@ -24,6 +24,11 @@
 
 namespace tessera::edge {
 
+// What the agent does when the hub says its run is finished: exit (status 0), or stay and ask at its
+// longest backoff until the hub starts another run.
+enum class after_run_mode { exit, wait };
+inline constexpr auto k_after_run_names = core::names_in_order<after_run_mode>({"exit", "wait"});
+
 struct agent_config {
   core::host_port hub{"127.0.0.1", 7443};
   crypto::agent_tls_files tls{.ca_cert = "pki/ca.pem", .cert = "pki/device.pem", .key = "pki/device.key", .hub_name = ""};
@@ -37,6 +42,7 @@ struct agent_config {
   double jitter = 0.5;
   net::link_settings link;                   // heartbeats, deadlines, chunking, rate caps
   std::int64_t exit_after_rounds = 0;        // 0: serve forever; N: exit after N accepted updates
+  after_run_mode after_run = after_run_mode::exit;  // when the hub says its run is finished
   core::log_format log_format = core::log_format::text;  // events on standard error: for people, or JSON lines
   secure_mode secure_aggregation = secure_mode::allow;
   privacy_policy privacy;                    // what this device lets a hub do (privacy_policy.hpp)

@@ -133,6 +133,8 @@ class hub_service {
   void on_hello(const std::shared_ptr<net::session>& s, const net::msg::hello& h);
   void admit(const std::shared_ptr<net::session>& s, const net::msg::hello& h);
   void refuse_duplicate(const std::shared_ptr<net::session>& s, const net::session& holder);
+  void turn_away(const net::session& s, const std::string& code, const std::string& why);
+  void tell_run_finished();
   void on_closed(const std::shared_ptr<net::session>& s, const core::error& why);
   // The CRL is polled every 250 ms and at every round start: when it changed, new connections get it,
   // and every open session whose certificate it now revokes is closed, its assignment ended.

@@ -149,6 +149,8 @@ struct refuse {
   // id): the peer waits its longest backoff before it tries again.
   bool lasting = false;
 };
+// REFUSE's code when the hub's run is over: the agent exits or waits for the next run (its after_run).
+inline constexpr std::string_view k_run_finished = "run_finished";
 
 // One pass of the feature statistics (core/data/fed_stats.hpp). Pass 1 asks for counts and sums; pass 2 for
 // squared deviations about the fleet's mean, which it carries. Arrays of numbers travel as base64 of
