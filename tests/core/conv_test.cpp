@@ -1,0 +1,183 @@
+// Tests of tessera/core/math/conv.hpp: each kernel against a direct computation in double, the
+// geometry's shapes and errors.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/core/base/rng.hpp"
+#include "tessera/core/math/conv.hpp"
+
+using namespace tessera;
+
+namespace {
+
+std::vector<float> random_values(std::size_t n, std::uint64_t seed) {
+  core::rng r(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(r.uniform() * 2.0 - 1.0);
+  return v;
+}
+
+// The input value the kernel tap (kh, kw) of output (oh, ow) reads, or nullopt in the padding.
+struct direct {
+  const core::conv_geometry& g;
+  const std::vector<float>& x;
+  [[nodiscard]] const float* at(std::int64_t n, std::int64_t oh, std::int64_t ow, std::int64_t kh, std::int64_t kw) const {
+    const std::int64_t ih = oh * g.stride + kh - g.pad_h, iw = ow * g.stride + kw - g.pad_w;
+    if (ih < 0 || ih >= g.in.height || iw < 0 || iw >= g.in.width) return nullptr;
+    return x.data() + n * g.in.size() + (ih * g.in.width + iw) * g.in.channels;
+  }
+};
+
+// Forward and backward of one geometry against the definition, summed in double.
+void check_against_definition(const core::conv_geometry& g, std::int64_t rows, float scale) {
+  const auto x = random_values(static_cast<std::size_t>(rows * g.in.size()), 1);
+  const auto w = random_values(static_cast<std::size_t>(g.weights()), 2);
+  const auto b = random_values(static_cast<std::size_t>(g.out.channels), 3);
+  const auto dy = random_values(static_cast<std::size_t>(rows * g.out.size()), 4);
+  std::vector<float> patches(core::conv_patch_floats(g, rows)), y(static_cast<std::size_t>(rows * g.out.size()));
+  core::conv_forward(g, w, b, x.data(), rows, y.data(), patches, scale);
+  std::vector<float> dw(w.size()), db(b.size()), dx(x.size());
+  core::conv_backward(g, w, x.data(), dy.data(), rows, dw, db, dx.data(), patches, scale);
+
+  std::vector<double> want_y(y.size()), want_dw(w.size()), want_db(b.size()), want_dx(x.size());
+  const direct d{g, x};
+  for (std::int64_t n = 0; n < rows; ++n)
+    for (std::int64_t oh = 0; oh < g.out.height; ++oh)
+      for (std::int64_t ow = 0; ow < g.out.width; ++ow)
+        for (std::int64_t oc = 0; oc < g.out.channels; ++oc) {
+          const std::size_t o = static_cast<std::size_t>(((n * g.out.height + oh) * g.out.width + ow) * g.out.channels + oc);
+          double sum = 0;
+          for (std::int64_t kh = 0; kh < g.kernel_h; ++kh)
+            for (std::int64_t kw = 0; kw < g.kernel_w; ++kw) {
+              const float* in = d.at(n, oh, ow, kh, kw);
+              if (in == nullptr) continue;
+              for (std::int64_t ic = 0; ic < g.in.channels; ++ic) {
+                const std::size_t wi = static_cast<std::size_t>(((oc * g.kernel_h + kh) * g.kernel_w + kw) * g.in.channels + ic);
+                sum += static_cast<double>(w[wi]) * in[ic];
+                want_dw[wi] += static_cast<double>(dy[o]) * in[ic] * scale;
+                want_dx[static_cast<std::size_t>(in + ic - x.data())] += static_cast<double>(dy[o]) * w[wi] * scale;
+              }
+            }
+          want_y[o] = sum * scale + b[static_cast<std::size_t>(oc)];
+          want_db[static_cast<std::size_t>(oc)] += dy[o];
+        }
+  const auto near = [](const std::vector<float>& got, const std::vector<double>& want, const char* what) {
+    INFO(what);
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(got[i] == doctest::Approx(want[i]).epsilon(1e-4).scale(1.0));
+    }
+  };
+  near(y, want_y, "y");
+  near(dw, want_dw, "dw");
+  near(db, want_db, "db");
+  near(dx, want_dx, "dx");
+}
+
+}  // namespace
+
+TEST_CASE("conv: 2-D and 1-D convolutions, forward and backward, equal their definition") {
+  struct case_t {
+    core::tensor_shape in;
+    std::int64_t out_c, kernel, stride;
+    core::padding_kind padding;
+    std::int64_t rows;
+    float scale;
+  };
+  const std::vector<case_t> cases = {
+      {{.height = 6, .width = 5, .channels = 3}, 4, 3, 1, core::padding_kind::same, 2, 1.0f},
+      {{.height = 7, .width = 7, .channels = 2}, 3, 3, 2, core::padding_kind::same, 2, 1.0f},   // odd size, stride 2
+      {{.height = 8, .width = 6, .channels = 2}, 5, 5, 2, core::padding_kind::valid, 3, 0.5f},  // a scaled subnet's layer
+      {{.height = 1, .width = 11, .channels = 4}, 6, 3, 1, core::padding_kind::same, 3, 1.0f},  // 1-D
+      {{.height = 1, .width = 12, .channels = 3}, 2, 4, 2, core::padding_kind::valid, 2, 1.0f}, // 1-D, even kernel
+      // 3 × 12 × 12 = 432 output positions: the patch buffer's chunks of 256 cross an example's boundary.
+      {{.height = 12, .width = 12, .channels = 2}, 3, 3, 1, core::padding_kind::same, 3, 2.0f},
+  };
+  for (const auto& c : cases) {
+    auto g = core::make_conv_geometry(c.in, c.out_c, c.kernel, c.stride, c.padding);
+    REQUIRE_MESSAGE(g.ok(), (g.ok() ? "" : g.error().message));
+    CAPTURE(core::shape_text(c.in));
+    CAPTURE(core::shape_text(g.value().out));
+    check_against_definition(g.value(), c.rows, c.scale);
+  }
+}
+
+TEST_CASE("conv: output shapes follow the padding and the stride; impossible ones are refused naming both shapes") {
+  const auto out = [](core::tensor_shape in, std::int64_t k, std::int64_t s, core::padding_kind p) {
+    auto g = core::make_conv_geometry(in, 8, k, s, p);
+    REQUIRE(g.ok());
+    return g.value().out;
+  };
+  CHECK(out({.height = 28, .width = 28, .channels = 1}, 3, 1, core::padding_kind::same) == core::tensor_shape{28, 28, 8});
+  CHECK(out({.height = 28, .width = 28, .channels = 1}, 3, 2, core::padding_kind::same) == core::tensor_shape{14, 14, 8});
+  CHECK(out({.height = 7, .width = 7, .channels = 1}, 3, 2, core::padding_kind::same) == core::tensor_shape{4, 4, 8});
+  CHECK(out({.height = 28, .width = 28, .channels = 1}, 5, 1, core::padding_kind::valid) == core::tensor_shape{24, 24, 8});
+  CHECK(out({.height = 1, .width = 28, .channels = 28}, 3, 2, core::padding_kind::valid) == core::tensor_shape{1, 13, 8});
+
+  const auto refused = [](core::tensor_shape in, std::int64_t k, std::int64_t s, core::padding_kind p) {
+    auto g = core::make_conv_geometry(in, 8, k, s, p);
+    REQUIRE_FALSE(g.ok());
+    return g.error().message;
+  };
+  CHECK(refused({.height = 4, .width = 4, .channels = 2}, 5, 1, core::padding_kind::valid) ==
+        "a convolution of 5×5 kernels, stride 1, on 4×4×2: the kernel is larger than the valid-padded input");
+  CHECK(refused({.height = 1, .width = 9, .channels = 2}, 4, 1, core::padding_kind::same) ==
+        "a convolution of 4 kernels, stride 1, on 9×2: same padding needs an odd kernel (the zeros go evenly on both sides)");
+  CHECK(refused({.height = 8, .width = 8, .channels = 2}, 3, 3, core::padding_kind::same).ends_with(": the stride must be 1 or 2"));
+}
+
+TEST_CASE("conv: max pooling takes each window's first maximum and sends the gradient there; 1-D pools along the sequence") {
+  // One example, 4×4×2: channel 0 counts 0..15, channel 1 is 1 everywhere (ties: the first position wins).
+  core::tensor_shape in{.height = 4, .width = 4, .channels = 2};
+  std::vector<float> x(32);
+  for (int p = 0; p < 16; ++p) {
+    x[static_cast<std::size_t>(2 * p)] = static_cast<float>(p);
+    x[static_cast<std::size_t>(2 * p + 1)] = 1.0f;
+  }
+  auto shape = core::max_pool_shape(in, 2);
+  REQUIRE(shape.ok());
+  CHECK(shape.value() == core::tensor_shape{2, 2, 2});
+  std::vector<float> y(8);
+  std::vector<std::int32_t> argmax(8);
+  core::max_pool_forward(in, 2, x.data(), 1, y.data(), argmax);
+  CHECK(y == std::vector<float>{5, 1, 7, 1, 13, 1, 15, 1});
+  CHECK(argmax == std::vector<std::int32_t>{10, 1, 14, 5, 26, 17, 30, 21});
+  std::vector<float> dx(32);
+  core::max_pool_backward(in, 2, std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}.data(), 1, argmax, dx.data());
+  std::vector<float> want(32, 0.0f);
+  for (std::size_t i = 0; i < 8; ++i) want[static_cast<std::size_t>(argmax[i])] = static_cast<float>(i + 1);
+  CHECK(dx == want);
+
+  // A sequence of 5 steps, pooled by 2: the fifth step is dropped.
+  core::tensor_shape seq{.height = 1, .width = 5, .channels = 1};
+  REQUIRE(core::max_pool_shape(seq, 2).ok());
+  CHECK(core::max_pool_shape(seq, 2).value() == core::tensor_shape{1, 2, 1});
+  std::vector<float> s{3, -1, 0, 4, 9}, sy(2);
+  std::vector<std::int32_t> sa(2);
+  core::max_pool_forward(seq, 2, s.data(), 1, sy.data(), sa);
+  CHECK(sy == std::vector<float>{3, 4});
+  CHECK(sa == std::vector<std::int32_t>{0, 3});
+  CHECK_FALSE(core::max_pool_shape(seq, 6).ok());
+  CHECK(core::max_pool_shape(seq, 6).error().message == "max pooling over 6 windows on 5×1: the input is smaller than one window");
+}
+
+TEST_CASE("conv: global average pooling is each channel's mean, and spreads its gradient evenly") {
+  core::tensor_shape in{.height = 2, .width = 2, .channels = 3};
+  std::vector<float> x(24);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  std::vector<float> y(6);
+  core::global_avg_pool_forward(in, x.data(), 2, y.data());
+  CHECK(y == std::vector<float>{4.5f, 5.5f, 6.5f, 16.5f, 17.5f, 18.5f});
+  std::vector<float> dx(24);
+  core::global_avg_pool_backward(in, std::vector<float>{4, 8, 12, 0, 0, 4}.data(), 2, dx.data());
+  CHECK(dx[0] == 1.0f);
+  CHECK(dx[1] == 2.0f);
+  CHECK(dx[2] == 3.0f);
+  CHECK(dx[9] == 1.0f);
+  CHECK(dx[23] == 1.0f);
+  CHECK(dx[12] == 0.0f);
+}
