@@ -71,6 +71,7 @@ void scatter_patches(const conv_geometry& g, const float* patches, std::int64_t 
 }  // namespace
 
 std::string shape_text(const tensor_shape& s) {
+  if (s.positions() == 1) return std::to_string(s.channels);
   const std::string tail = std::to_string(s.width) + "×" + std::to_string(s.channels);
   return s.height == 1 ? tail : std::to_string(s.height) + "×" + tail;
 }

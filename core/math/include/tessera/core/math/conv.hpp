@@ -39,7 +39,7 @@ struct tensor_shape {
   [[nodiscard]] std::int64_t positions() const noexcept { return height * width; }
   [[nodiscard]] bool operator==(const tensor_shape&) const = default;
 };
-// "28×28×32", or "28×32" for a sequence (height 1).
+// "28×28×32", "28×32" for a sequence (height 1), "784" for a flat input.
 [[nodiscard]] std::string shape_text(const tensor_shape& s);
 
 struct conv_geometry {
