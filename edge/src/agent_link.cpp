@@ -22,12 +22,17 @@ void agent::log_link_ended(const core::error& why, std::chrono::milliseconds nex
   std::snprintf(in, sizeof in, "%.1f s", static_cast<double>(next.count()) / 1000.0);
   const std::string when = std::string("; next attempt in ") + in;
   if (run_over_ != run_end::none) {
-    // The hub finished its run and went: one line says the agent waits for the next (after_run wait).
-    if (run_over_ == run_end::said || config_.after_run == after_run_mode::exit) return;  // said, or exiting
-    run_over_ = run_end::said;
-    std::snprintf(in, sizeof in, "%.1f s", static_cast<double>(config_.backoff_max.count()) / 1000.0);
-    log(log_level::info, "the hub at " + hub + " finished its run: " + said + "; waiting for its next run (after_run wait), asking every " + in);
-  } else if (why.code == net::errc::refused_lasting) {
+    if (config_.after_run == after_run_mode::exit) return;  // exiting: the link's close says so
+    if (run_over_ == run_end::told) {  // the run's end itself: one line says the agent waits for the next
+      run_over_ = run_end::said;
+      std::snprintf(in, sizeof in, "%.1f s", static_cast<double>(config_.backoff_max.count()) / 1000.0);
+      log(log_level::info, "the hub at " + hub + " finished its run: " + said + "; waiting for its next run (after_run wait), asking every " + in);
+      return;
+    }
+    // Between runs the hub is down: quiet while it is unreachable; anything else is said as always.
+    if (why.code == net::errc::connect_failed || why.code == net::errc::resolve_failed || why.code == net::errc::handshake_timeout) return;
+  }
+  if (why.code == net::errc::refused_lasting) {
     log(log_level::error, "the hub at " + hub + " turned this device away: " + said +
                               " (reconnecting will not change that: it tries again after its longest backoff" + when + ")");
   } else if (why.code == net::errc::refused && from_hub) {

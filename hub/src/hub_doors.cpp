@@ -148,7 +148,7 @@ void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::
       // else by the error (a handshake or HELLO deadline, eviction, a certificate without a device id).
       figures_->connections_refused.add(s->tls_failure().empty() ? core::error_name(why.code) : "tls." + s->tls_failure());
       refused_->note(why, ctx_->log);
-      if (!s->tls_failure().empty())  // a certificate's trouble, not a scan: the status page lists it
+      if (certificate_trouble(s->tls_failure()))  // not a scan, a silent socket or plain HTTP: the status page lists it
         figures_->turned_away.note({.who = host_of(s->peer_address()), .address = s->peer_address(), .serial = {},
                                     .code = "tls." + s->tls_failure(), .reason = why.message});
     }

@@ -67,7 +67,9 @@ void counter_families(prom::exposition& out, const hub_figures& f) {
   out.counter("tessera_hub_assignments_refused_total", "Assignments the devices refused, by the reason they gave", "reason", f.refusals);
   out.counter("tessera_hub_stragglers_total", "Assignments whose update did not arrive by the round's deadline", f.stragglers);
   out.counter("tessera_hub_connections_refused_total",
-              "Connections closed before their HELLO (TLS handshake failures, deadlines, floods), by reason", "reason", f.connections_refused);
+              "Connections refused: before their HELLO (TLS handshake failures, deadlines, floods), or devices turned away at or after "
+              "it (revoked, duplicate, over budget), by reason",
+              "reason", f.connections_refused);
   out.counter("tessera_hub_sent_bytes_total", "Blob bytes sent to devices (subnets, models to evaluate), resent ones included", f.bytes_sent);
   out.counter("tessera_hub_received_bytes_total", "Blob bytes received from devices (updates)", f.bytes_received);
   out.counter("tessera_hub_resent_bytes_total", "Blob bytes sent or received again after broken links", f.bytes_resent);

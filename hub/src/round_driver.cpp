@@ -266,8 +266,9 @@ void round_driver::dispatch(clock_type::time_point planning) {
   }
   if (engine_->secure_round_open()) start_secure(planning);
   deadline_timer_.expires_after(core::seconds_to_ms(ctx_.config.round_deadline_s));
-  deadline_timer_.async_wait([this, round = engine_->current_round()](const boost::system::error_code& ec) {
-    if (ec || stopped() || !engine_->in_round() || engine_->current_round() != round) return;
+  // The planning time tells this dispatch from a later one of the same round (an untrained round runs again).
+  deadline_timer_.async_wait([this, planning](const boost::system::error_code& ec) {
+    if (ec || stopped() || !engine_->in_round() || round_started() != planning) return;
     end_collection();
   });
   if (engine_->all_reported()) end_collection();  // every download failed to encode
@@ -322,6 +323,11 @@ void round_driver::run_again() {
   ctx_.say(log_level::warning, "round " + round + ": no device's update reached the model (" + engine_->last_faults().why_untrained +
                                    "): it does not count, and round " + round + " runs again");
   figures_.rounds_untrained += 1;
+  if (holds_.finish) {  // asked during the round: it ends here, as after a round that counted
+    ctx_.say(log_level::info, "finishing before round " + round + " as the operator asked");
+    finish("");
+    return;
+  }
   enter_waiting(clock_type::now());
   maybe_start_round();
   if (between_rounds()) arm_wait_timer();

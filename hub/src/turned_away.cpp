@@ -25,6 +25,12 @@ nlohmann::json turned_away_list::to_json() const {
   return out;
 }
 
+bool certificate_trouble(std::string_view tls_failure) noexcept {
+  for (std::string_view none : {"", "closed", "not_tls", "protocol_version", "no_certificate", "tls_error"})
+    if (tls_failure == none) return false;
+  return true;
+}
+
 std::string host_of(const std::string& address) {
   if (address.starts_with('[')) {
     const auto close = address.find(']');

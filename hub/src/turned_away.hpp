@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -37,6 +38,11 @@ class turned_away_list {
  private:
   std::deque<turned_away_entry> entries_;  // the most recent first
 };
+
+// Whether a failed handshake's label (net::session::tls_failure) is a certificate's trouble (one side
+// distrusts, a certificate expired, revoked, for another purpose), which the list shows, rather than
+// a connection that never presented one (closed, not TLS, an old protocol, no certificate).
+[[nodiscard]] bool certificate_trouble(std::string_view tls_failure) noexcept;
 
 // The host of "host:port" or "[v6]:port" (a failed handshake's peer, whose port changes every attempt).
 [[nodiscard]] std::string host_of(const std::string& address);

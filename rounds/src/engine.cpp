@@ -135,6 +135,7 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
                                               std::string(core::to_string(config_.server_optimizer.kind)) +
                                               ", whose moments were not restored from the checkpoint");
   std::sort(offers.begin(), offers.end(), [](const auto& a, const auto& b) { return natural_less(a.id, b.id); });
+  refusals_.offered = offers.size();
   TESSERA_ASSIGN_OR_RETURN(offers, aggregation_->sample(view(), std::move(offers)));
   std::vector<excluded_device> excluded;
   std::vector<device_offer> taking;
@@ -274,8 +275,9 @@ core::result<void> engine::note_untrained() {
   const auto accepted = [](const assignment& a) { return a.state == assignment_state::accepted; };
   const bool none = std::none_of(assignments_.begin(), assignments_.end(), accepted);
   faults_.untrained = none && !aggregation_->runs_empty();
-  const bool all_declined = none && !assignments_.empty() && faults_.stragglers == 0;
-  refused_streak_ = all_declined ? refused_streak_ + 1 : 0;
+  const bool whole_fleet = assignments_.size() >= std::max(refusals_.population, refusals_.offered);
+  const bool all_declined = faults_.untrained && !assignments_.empty() && whole_fleet && faults_.stragglers == 0;
+  refusals_.streak = all_declined ? refusals_.streak + 1 : 0;
   if (!none) return {};
   std::string why;
   for (std::size_t i = 0; i < assignments_.size() && i < 3; ++i) {
@@ -285,8 +287,8 @@ core::result<void> engine::note_untrained() {
   }
   if (assignments_.size() > 3) why += "; and " + std::to_string(assignments_.size() - 3) + " more";
   faults_.why_untrained = assignments_.empty() ? "no device was assigned" : why;
-  if (refused_streak_ < k_refused_rounds_limit) return {};
-  refused_streak_ = 0;
+  if (refusals_.streak < k_refused_rounds_limit) return {};
+  refusals_.streak = 0;
   return make_error(errc::nobody_trains, "every device refused round " + std::to_string(current_round()) + " or had its update rejected, " +
                                              std::to_string(k_refused_rounds_limit) + " rounds in a row (" + why +
                                              "): no device will train this run as it is set. Change the run's settings or the devices' "
@@ -314,17 +316,25 @@ core::result<round_metrics> engine::close_round(core::example_table* validation)
   }
   fold_ready();
   TESSERA_ASSERT(folded_ == assignments_.size());
-  TESSERA_TRY(note_untrained());
-  if (faults_.untrained) {
+  if (auto noted = note_untrained(); !noted || faults_.untrained) {
     (void)aggregation_->finish(view(), assignments_, params_, reached_, m);  // ends its round; nothing was added
     reached_ = {};
     in_round_ = false;
+    if (!noted) return std::move(noted).error();
     return m;
   }
   // The server optimizer steps from the model the round started from (assembly below replaces it).
   std::vector<float> previous;
   if (!server_opt_.identity()) previous.assign(params_.begin(), params_.end());
   TESSERA_TRY(aggregation_->finish(view(), assignments_, params_, reached_, m));
+  if (secure_ != nullptr && private_ == nullptr && secure_->outcome().released == 0) {
+    // Masked uploads arrived but no sum was released (too few survivors): nothing reached the model.
+    faults_.untrained = true;
+    faults_.why_untrained = secure_->outcome().withheld.empty() ? "no sum released" : secure_->outcome().withheld;
+    reached_ = {};
+    in_round_ = false;
+    return m;
+  }
   if (!aggregation_->stop_reason().empty()) stopping_.stopped = true;
   if (!server_opt_.identity()) {
     (void)server_opt_.step(previous, params_, reached_.flags());

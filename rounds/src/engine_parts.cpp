@@ -35,6 +35,7 @@ double engine::secure_weight(const assignment& a, std::uint64_t examples) noexce
 }
 
 void engine::set_population(std::size_t registered) noexcept {
+  refusals_.population = registered;
   if (private_ != nullptr) private_->set_population(registered);
 }
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "tessera/core/base/error.hpp"
+#include "tessera/core/config/json_config.hpp"
 #include "tessera/core/data/dataset.hpp"
 #include "tessera/core/math/model_spec.hpp"
 #include "tessera/core/train/train.hpp"
@@ -108,6 +109,17 @@ core::error error_of(core::result<T> r) {
 }
 
 inline bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
+
+// The default --help states for the field at `path` of a configuration `read` parses ("(not listed)" if
+// it reads no such field).
+template <class Read>
+std::string help_default(Read read, const std::string& path) {
+  core::field_table help;
+  core::describe_config(help, read);
+  for (const auto& f : help.fields())
+    if (f.path == path) return f.fallback;
+  return "(not listed)";
+}
 
 // When a reader must refuse a malformed file of a rejection table: as it opens the file (what the
 // header or the file's size shows), or at the read or gather that reaches the bad record.

@@ -1,7 +1,5 @@
 #include <doctest/doctest.h>
 
-#include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/config/json_config.hpp"
@@ -99,15 +97,11 @@ TEST_CASE("agent config: the privacy policy, its defaults and its errors") {
 }
 
 TEST_CASE("agent config: --help states the defaults the parser uses (help defaults)") {
-  core::field_table help;
-  core::describe_config(help, [](core::config_reader& r) { return edge::read_agent_config(r); });
-  std::map<std::string, std::string> fallback;
-  for (const auto& f : help.fields()) fallback[f.path] = f.fallback;
   // It used to say "127.0.0.1" (the describing reader's hub) and "scale_unit" also for CSV, which reads
   // as none.
-  CHECK(fallback["hub_name"] == "the host of 'hub'");
-  CHECK(fallback["data.normalization"] == "scale_unit (csv: none)");
-  CHECK(fallback["after_run"] == "\"exit\"");
+  CHECK(testing::help_default(edge::read_agent_config, "hub_name") == "the host of 'hub'");
+  CHECK(testing::help_default(edge::read_agent_config, "data.normalization") == "scale_unit (csv: none)");
+  CHECK(testing::help_default(edge::read_agent_config, "after_run") == "\"exit\"");
   // And what it says is what a CSV source gets.
   nlohmann::json j = minimal();
   j["data"] = {{"format", "csv"}, {"features", "x.csv"}};

@@ -174,15 +174,41 @@ TEST_CASE("hub service: a round nobody trained does not count, and runs again (r
   CHECK(f.hub_lines_with("device dev-a missed the deadline of round 1") >= 1);
 }
 
+TEST_CASE("hub service: a finish asked during a round nobody trains ends the run after it (round nobody trained)") {
+  // The round runs again only when devices are ready; the operator's finish must not wait for that.
+  testing::temp_dir dir("hub-service-untrained-finish");
+  federation f(dir);
+  f.start_hub(f.hub_config({{"rounds", 5}, {"min_devices", 1}, {"max_devices", 1}, {"device_wait_s", 0.2}, {"round_deadline_s", 1}}));
+  auto& held = f.start_scripted(test::test_pki::get().dev_a,
+                                {.id = "dev-a", .client = {.host = "127.0.0.1", .port = f.port(), .backoff_initial = 20ms,
+                                                           .backoff_max = 200ms, .jitter = 0, .seed = 1}});
+  held.hold_after(0);
+  held.start();
+  bool asked = false;
+  held.hooks().on_assign = [&](const net::msg::assign&) {
+    if (asked) return;
+    asked = true;
+    f.hub().finish_after_round("test");
+  };
+  f.run(30s);
+  INFO(f.logs());
+  CHECK(asked);
+  CHECK(f.hub().finished());
+  CHECK(f.recorded().empty());
+  CHECK(f.hub_lines_with("finishing before round 1 as the operator asked") == 1);
+}
+
 TEST_CASE("hub service: at the run's end every agent hears so, and exits or waits as its after_run says (agents after the run)") {
-  // They used to dial the stopped hub forever, logging "Connection refused".
+  // They used to dial the stopped hub forever, logging "Connection refused". dev-a exits (the default),
+  // dev-b waits for the next run.
+  const auto& pki = test::test_pki::get();
   testing::temp_dir dir("hub-service-after-run");
   federation f(dir);
   f.start_hub(f.hub_config({{"rounds", 2}, {"min_devices", 2}, {"device_wait_s", 0.2}}));
-  const auto& pki = test::test_pki::get();
-  f.start_agent(pki.dev_a, f.data_for("dev-a", 300));
-  f.configure_agents([](edge::agent_config& c) { c.after_run = edge::after_run_mode::wait; });
-  f.start_agent(pki.dev_b, f.data_for("dev-b", 300));
+  for (const auto* cert : {&pki.dev_a, &pki.dev_b}) {
+    if (cert == &pki.dev_b) f.configure_agents([](edge::agent_config& c) { c.after_run = edge::after_run_mode::wait; });
+    f.start_agent(*cert, f.data_for(cert == &pki.dev_a ? "dev-a" : "dev-b", 300));
+  }
   f.run();
   INFO(f.logs());
   REQUIRE(f.hub().finished());

@@ -364,12 +364,18 @@ TEST_CASE("engine: a run every device refuses ends after k_refused_rounds_limit 
     CHECK(e.last_faults().untrained);
   }
   for (std::size_t i = 0; i + 1 < rounds::k_refused_rounds_limit; ++i) REQUIRE(refuse_all().ok());
+  // A fleet of three of which two were asked (max_devices): the third might train, so no end.
+  e.set_population(3);
+  for (int i = 0; i < 5; ++i) REQUIRE(refuse_all().ok());
+  e.set_population(2);
+  for (std::size_t i = 0; i + 1 < rounds::k_refused_rounds_limit; ++i) REQUIRE(refuse_all().ok());
   const auto last = refuse_all();
   REQUIRE_FALSE(last.ok());
   CHECK(last.error().code == rounds::errc::nobody_trains);
   CHECK(last.error().message.find("every device refused round 1") != std::string::npos);
   CHECK(last.error().message.find("a refused: rounds in the clear are refused; b rejected: a NaN") != std::string::npos);
   CHECK(e.completed() == 0);
+  CHECK_FALSE(e.in_round());  // the failed round is closed: the run can be inspected, or stopped
 }
 
 TEST_CASE("engine: the model does not depend on the order in which uploads arrive") {
@@ -699,6 +705,27 @@ closed_round secure_round_with_group1_short(rounds::engine& e) {
 }
 
 }  // namespace
+
+TEST_CASE("engine: a secure round whose sums are all withheld does not count either") {
+  // Group 0 and group 1 each get one masked upload of three: below every sum's minimum, nothing is
+  // released, and the model did not change.
+  auto e = engine_for(config({{"secure_aggregation", {{"replication", 3}}}}));
+  const std::vector<float> before(e.params().begin(), e.params().end());
+  REQUIRE(e.begin_round(fleet(6)).ok());
+  std::set<std::size_t> reported;
+  for (auto& a : e.assignments()) {
+    if (reported.insert(a.group).second) secure_report(e, a, 0.5f);
+    else e.refuse(a, "no longer on the network");
+  }
+  auto m = e.close_round(nullptr);
+  REQUIRE(m.ok());
+  CHECK(e.last_faults().untrained);
+  CAPTURE(e.last_faults().why_untrained);
+  CHECK(testing::contains(e.last_faults().why_untrained, "group 0: 1 contributor, below the threshold 3"));
+  CHECK(e.completed() == 0);
+  CHECK_FALSE(e.in_round());
+  CHECK(std::equal(before.begin(), before.end(), e.params().begin(), e.params().end()));
+}
 
 TEST_CASE("engine: under secure aggregation a device without the run's codec sits out, with the reason") {
   // A group's devices compare the digests of the models they were sent: one codec for all of them.

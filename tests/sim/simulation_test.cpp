@@ -567,10 +567,6 @@ TEST_CASE("simulation: a checkpoint of another run is refused, naming the file a
 }
 
 TEST_CASE("simulator config: --help states the defaults the parser uses (help defaults)") {
-  core::field_table help;
-  core::describe_config(help, [](core::config_reader& r) { return sim::read_sim_config(r); });
-  std::string normalization;
-  for (const auto& f : help.fields())
-    if (f.path == "data.train.normalization") normalization = f.fallback;
-  CHECK(normalization == "scale_unit (csv: standardize)");  // the simulator standardizes CSV with the fleet's statistics
+  // The simulator standardizes CSV with the fleet's statistics.
+  CHECK(testing::help_default(sim::read_sim_config, "data.train.normalization") == "scale_unit (csv: standardize)");
 }

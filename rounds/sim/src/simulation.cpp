@@ -196,6 +196,7 @@ core::result<rounds::round_metrics> simulation::run_round() {
 
   TESSERA_ASSIGN_OR_RETURN(auto m, engine_.close_round(test_));
   if (const auto& f = engine_.last_faults(); f.untrained) {  // as the hub: the round does not count, and runs again
+    note_round();                                            // its devices' records count it, as the hub's do
     if (log_) log_(core::log_level::warning, "round " + std::to_string(m.round) + ": no device's update reached the model (" + f.why_untrained +
                                                  "): it does not count, and runs again");
     return m;

@@ -114,9 +114,10 @@ struct round_faults {
   std::string why_untrained{};  // how its devices ended, the first few by name
 };
 
-// Rounds in a row whose every device refused or was rejected before the run gives up (engine::close_round
-// then fails with errc::nobody_trains). Stragglers do not count toward it: a fleet that drops off comes back;
-// a fleet whose every device declines the round's terms does not.
+// Untrained rounds in a row in which every registered device was asked and refused or had its update
+// rejected, before the run gives up (engine::close_round then fails with errc::nobody_trains).
+// Stragglers do not count toward it (a fleet that drops off comes back), nor do rounds that asked only
+// some of the fleet (max_devices), nor DP rounds (they count: their noise is a release).
 inline constexpr std::size_t k_refused_rounds_limit = 3;
 
 // How the last closed round's secure aggregation ended.
@@ -332,7 +333,13 @@ class engine {
   } trained_;
   early_stop stopping_;
   round_faults faults_;
-  std::size_t refused_streak_ = 0;  // rounds in a row whose every device refused or was rejected
+  // Toward errc::nobody_trains: untrained rounds in a row in which every registered device (or, before
+  // set_population, every device offered) was asked and refused or had its update rejected.
+  struct {
+    std::size_t streak = 0;
+    std::size_t population = 0;  // set_population's registered devices
+    std::size_t offered = 0;     // the open round's offers
+  } refusals_;
   std::shared_ptr<const core::input_normalization> normalization_ = std::make_shared<const core::input_normalization>();
   nlohmann::json statistics_;
 };
