@@ -156,7 +156,7 @@ core::result<int> train_local(const core::command_line& line) {
   for (auto& h : sub_spec.hidden) h = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(o.fraction * static_cast<double>(h))));
   core::mlp_arch arch = sub_spec.full_arch();
   const bool scaled = spec.compensation == core::compensation_kind::scale || spec.compensation == core::compensation_kind::layer_norm_scale;
-  for (std::size_t l = 1; scaled && l < arch.layers(); ++l)
+  for (std::size_t l = 1; scaled && l < arch.layer_count(); ++l)
     arch.input_scale[l] = static_cast<float>(spec.hidden[l - 1]) / static_cast<float>(sub_spec.hidden[l - 1]);
 
   const auto budget = static_cast<std::size_t>(o.budget_mib * 1024 * 1024);

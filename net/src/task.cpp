@@ -94,8 +94,8 @@ core::result<training_task> task_from_assign(const msg::assign& a) {
   if (ln == j.end() || !ln->is_boolean()) return bad("layer_norm", "expected true or false");
   t.arch.layer_norm = ln->get<bool>();
   auto scale = j.find("input_scale");
-  if (scale == j.end() || !scale->is_array() || scale->size() != t.arch.layers())
-    return bad("input_scale", "expected " + std::to_string(t.arch.layers()) + " numbers, one per layer");
+  if (scale == j.end() || !scale->is_array() || scale->size() != t.arch.layer_count())
+    return bad("input_scale", "expected " + std::to_string(t.arch.layer_count()) + " numbers, one per layer");
   for (const auto& s : *scale) {
     if (!s.is_number()) return bad("input_scale", "expected numbers");
     const auto v = s.get<double>();

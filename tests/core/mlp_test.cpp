@@ -59,7 +59,7 @@ double reference_loss(const mlp_arch& arch, const std::vector<double>& p, const 
 }
 
 void check_gradients(mlp_arch arch, std::uint64_t seed) {
-  arch.input_scale.resize(arch.layers(), 1.0f);
+  arch.input_scale.resize(arch.layer_count(), 1.0f);
   const std::int64_t rows = 5;
   network net(arch);
   rng r(seed);

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
+#include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define TESSERA_COUNT_MALLOC 0
@@ -62,6 +63,7 @@ int posix_memalign(void** out, std::size_t a, std::size_t n) noexcept {
 
 #include "tessera/core/base/rng.hpp"
 #include "tessera/core/math/memory.hpp"
+#include "tessera/core/math/mlp.hpp"
 #include "tessera/core/math/model_spec.hpp"
 #include "tessera/core/train/train.hpp"
 #include "tessera/edge/arena.hpp"
@@ -93,15 +95,31 @@ class random_source final : public core::batch_source {
 TEST_CASE("a training step in the arena allocates nothing" * doctest::skip(!TESSERA_COUNT_MALLOC) *
           doctest::description("AddressSanitizer owns malloc in this build; the native build counts")) {
 #if TESSERA_COUNT_MALLOC
+  std::vector<core::mlp_arch> archs;
   for (auto hidden : {std::vector<std::int64_t>{64, 64}, std::vector<std::int64_t>{512, 512}, std::vector<std::int64_t>{2048}}) {
     core::model_spec spec;
     spec.inputs = 784;
     spec.hidden = hidden;
     spec.outputs = 10;
-    const core::mlp_arch arch = spec.full_arch();
+    archs.push_back(spec.full_arch());
+  }
+  // Convolutional networks on the same 784 inputs: an image (28×28×1) and a sequence (28 steps of 28).
+  core::mlp_arch image{.widths = {1, 16, 32, 64, 10}, .task = core::task_kind::classification, .layer_norm = true,
+                       .input_scale = {1, 1, 1, 1}, .input = {.height = 28, .width = 28, .channels = 1}, .layers = {}};
+  image.layers = {{.kind = core::layer_kind::conv2d, .units = 16, .kernel = 3}, {.kind = core::layer_kind::max_pool, .pool = 2},
+                  {.kind = core::layer_kind::conv2d, .units = 32, .kernel = 3, .stride = 2}, {.kind = core::layer_kind::flatten},
+                  {.kind = core::layer_kind::dense, .units = 64}};
+  archs.push_back(image);
+  core::mlp_arch sequence{.widths = {28, 32, 10}, .task = core::task_kind::classification, .layer_norm = true,
+                          .input_scale = {1, 1}, .input = {.height = 1, .width = 28, .channels = 28}, .layers = {}};
+  sequence.layers = {{.kind = core::layer_kind::conv1d, .units = 32, .kernel = 5}, {.kind = core::layer_kind::global_avg_pool}};
+  archs.push_back(sequence);
+  for (const core::mlp_arch& arch : archs) {
+    REQUIRE(core::validate(arch, "arch").ok());
     auto arena = edge::training_arena::reserve(arch, 64, true, core::codec_kind::f32, std::size_t{1} << 30);
     REQUIRE(arena.ok());
-    core::initialize(spec, arena.value()->params());
+    core::rng init(3);
+    for (float& v : arena.value()->params()) v = (init.uniform() - 0.5f) * 0.1f;
     core::local_trainer trainer(arch, 64, arena.value()->buffers());
     random_source source(784);
     const core::local_training_options opt{.steps = 3, .sgd = {.learning_rate = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f}};

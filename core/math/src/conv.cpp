@@ -127,15 +127,17 @@ void conv_forward(const conv_geometry& g, std::span<const float> w, std::span<co
 }
 
 void conv_backward(const conv_geometry& g, std::span<const float> w, const float* x, const float* dy, std::int64_t rows,
-                   std::span<float> dw, std::span<float> db, float* dx, std::span<float> patches, float scale) {
+                   std::span<float> dw, std::span<float> db, float* dx, std::span<float> patches, float scale, bool accumulate) {
   TESSERA_ASSERT(w.size() == sz(g.weights()) && dw.size() == w.size() && db.size() == sz(g.out.channels));
   const std::int64_t total = rows * g.out.positions();
   TESSERA_ASSERT(patches.size() >= conv_patch_floats(g, rows));
   const const_matrix_map weights(w.data(), ix(g.out.channels), ix(g.patch()));
   matrix_map grad_w(dw.data(), ix(g.out.channels), ix(g.patch()));
   Eigen::Map<Eigen::RowVectorXf> grad_b(db.data(), ix(g.out.channels));
-  grad_w.setZero();
-  grad_b.setZero();
+  if (!accumulate) {
+    grad_w.setZero();
+    grad_b.setZero();
+  }
   if (dx != nullptr) std::fill_n(dx, sz(rows * g.in.size()), 0.0f);
   for (std::int64_t first = 0; first < total; first += k_conv_chunk_rows) {
     const std::int64_t count = std::min(k_conv_chunk_rows, total - first);
@@ -143,14 +145,12 @@ void conv_backward(const conv_geometry& g, std::span<const float> w, const float
     grad_b += d_out.colwise().sum();
     gather_patches(g, x, first, count, patches.data());
     matrix_map p(patches.data(), ix(count), ix(g.patch()));
-    grad_w.noalias() += d_out.transpose() * p;
+    if (scale != 1.0f) grad_w.noalias() += (scale * d_out.transpose()) * p;
+    else grad_w.noalias() += d_out.transpose() * p;
     if (dx == nullptr) continue;
-    p.noalias() = d_out * weights;  // the patches are spent: their buffer takes their gradient
+    if (scale != 1.0f) p.noalias() = (scale * d_out) * weights;  // the patches are spent: their buffer takes their gradient
+    else p.noalias() = d_out * weights;
     scatter_patches(g, patches.data(), first, count, dx);
-  }
-  if (scale != 1.0f) {
-    grad_w *= scale;
-    if (dx != nullptr) for (float* v = dx; v != dx + rows * g.in.size(); ++v) *v *= scale;
   }
 }
 
@@ -164,12 +164,10 @@ result<tensor_shape> max_pool_shape(const tensor_shape& in, std::int64_t size) {
   return tensor_shape{.height = two_d ? in.height / size : 1, .width = in.width / size, .channels = in.channels};
 }
 
-void max_pool_forward(const tensor_shape& in, std::int64_t size, const float* x, std::int64_t rows, float* y,
-                      std::span<std::int32_t> argmax) {
+void max_pool_forward(const tensor_shape& in, std::int64_t size, const float* x, std::int64_t rows, float* y, float* argmax) {
   const bool two_d = in.height > 1;
   const tensor_shape out{.height = two_d ? in.height / size : 1, .width = in.width / size, .channels = in.channels};
   const std::int64_t size_h = two_d ? size : 1;
-  TESSERA_ASSERT(argmax.size() >= sz(rows * out.size()));
   for (std::int64_t n = 0; n < rows; ++n) {
     const float* example = x + n * in.size();
     for (std::int64_t oh = 0; oh < out.height; ++oh) {
@@ -188,36 +186,41 @@ void max_pool_forward(const tensor_shape& in, std::int64_t size, const float* x,
             }
           }
           y[at + c] = best;
-          argmax[sz(at + c)] = static_cast<std::int32_t>(where);
+          argmax[at + c] = static_cast<float>(where);
         }
       }
     }
   }
 }
 
-void max_pool_backward(const tensor_shape& in, std::int64_t size, const float* dy, std::int64_t rows,
-                       std::span<const std::int32_t> argmax, float* dx) {
+void max_pool_backward(const tensor_shape& in, std::int64_t size, const float* dy, std::int64_t rows, const float* argmax, float* dx) {
   const bool two_d = in.height > 1;
   const std::int64_t out_size = (two_d ? in.height / size : 1) * (in.width / size) * in.channels;
   std::fill_n(dx, sz(rows * in.size()), 0.0f);
   for (std::int64_t n = 0; n < rows; ++n)
-    for (std::int64_t i = 0; i < out_size; ++i) dx[n * in.size() + argmax[sz(n * out_size + i)]] += dy[n * out_size + i];
+    for (std::int64_t i = 0; i < out_size; ++i) dx[n * in.size() + static_cast<std::int64_t>(argmax[n * out_size + i])] += dy[n * out_size + i];
 }
 
+// Written as plain loops: Eigen's partial reductions and row broadcasts may evaluate into heap
+// temporaries, and a training step must not allocate.
 void global_avg_pool_forward(const tensor_shape& in, const float* x, std::int64_t rows, float* y) {
   const float inv = 1.0f / static_cast<float>(in.positions());
   for (std::int64_t n = 0; n < rows; ++n) {
-    const const_matrix_map example(x + n * in.size(), ix(in.positions()), ix(in.channels));
-    Eigen::Map<Eigen::RowVectorXf>(y + n * in.channels, ix(in.channels)) = example.colwise().sum() * inv;
+    float* out = y + n * in.channels;
+    std::fill_n(out, sz(in.channels), 0.0f);
+    for (std::int64_t p = 0; p < in.positions(); ++p) {
+      const float* row = x + n * in.size() + p * in.channels;
+      for (std::int64_t c = 0; c < in.channels; ++c) out[c] += row[c];
+    }
+    for (std::int64_t c = 0; c < in.channels; ++c) out[c] *= inv;
   }
 }
 
 void global_avg_pool_backward(const tensor_shape& in, const float* dy, std::int64_t rows, float* dx) {
   const float inv = 1.0f / static_cast<float>(in.positions());
-  for (std::int64_t n = 0; n < rows; ++n) {
-    const Eigen::Map<const Eigen::RowVectorXf> d(dy + n * in.channels, ix(in.channels));
-    matrix_map(dx + n * in.size(), ix(in.positions()), ix(in.channels)).rowwise() = d * inv;
-  }
+  for (std::int64_t n = 0; n < rows; ++n)
+    for (std::int64_t p = 0; p < in.positions(); ++p)
+      for (std::int64_t c = 0; c < in.channels; ++c) dx[n * in.size() + p * in.channels + c] = dy[n * in.channels + c] * inv;
 }
 
 }  // namespace tessera::core

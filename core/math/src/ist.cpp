@@ -54,6 +54,8 @@ void for_each_param(const mlp_arch& full, const subnet& sub, F&& f) {
     const layer_slots& ss = sub_slots[i];
     const std::vector<std::int32_t>* rows = i < hidden ? &sub.neurons[i] : nullptr;  // null: every row
     const std::vector<std::int32_t>* cols = i > 0 ? &sub.neurons[i - 1] : nullptr;   // null: every column
+    // A column is tap × units + unit (mlp.hpp): the subnet keeps every tap of the units it keeps.
+    const std::size_t sub_units = sz(ss.cols / ss.taps), full_units = sz(fs.cols / fs.taps);
     for (std::int64_t r = 0; r < ss.rows; ++r) {
       const std::size_t fr = rows ? sz((*rows)[sz(r)]) : sz(r);
       const std::size_t sub_row = ss.weight + sz(r) * sz(ss.cols);
@@ -61,7 +63,8 @@ void for_each_param(const mlp_arch& full, const subnet& sub, F&& f) {
       if (cols == nullptr) {
         for (std::int64_t c = 0; c < ss.cols; ++c) f(sub_row + sz(c), full_row + sz(c));
       } else {
-        for (std::int64_t c = 0; c < ss.cols; ++c) f(sub_row + sz(c), full_row + sz((*cols)[sz(c)]));
+        for (std::size_t t = 0; t < sz(ss.taps); ++t)
+          for (std::size_t j = 0; j < sub_units; ++j) f(sub_row + t * sub_units + j, full_row + t * full_units + sz((*cols)[j]));
       }
       f(ss.bias + sz(r), fs.bias + fr);
       if (ss.has_norm) {
@@ -151,15 +154,17 @@ subnet make_subnet(const mlp_arch& full, compensation_kind compensation, const r
   subnet sub;
   sub.arch.task = full.task;
   sub.arch.layer_norm = full.layer_norm;
-  sub.arch.widths.push_back(full.inputs());
+  sub.arch.input = full.input;
+  sub.arch.layers = full.layers;  // the same layers, narrower (widths)
+  sub.arch.widths.push_back(full.widths.front());
   for (std::size_t h = 0; h < full.hidden_layers(); ++h) {
     sub.neurons.push_back(plan.members[h][group]);
     sub.arch.widths.push_back(static_cast<std::int64_t>(sub.neurons.back().size()));
   }
   sub.arch.widths.push_back(full.outputs());
   const bool scaled = compensation == compensation_kind::scale || compensation == compensation_kind::layer_norm_scale;
-  sub.arch.input_scale.resize(full.layers());
-  for (std::size_t i = 0; i < full.layers(); ++i) {
+  sub.arch.input_scale.resize(full.layer_count());
+  for (std::size_t i = 0; i < full.layer_count(); ++i) {
     // Layer i+1 reads hidden layer i; the subnet sees |G_i| of its n_i neurons (inverted dropout).
     const float ratio = i == 0 ? 1.0f : static_cast<float>(full.widths[i]) / static_cast<float>(sub.arch.widths[i]);
     sub.arch.input_scale[i] = full.input_scale[i] * (scaled ? ratio : 1.0f);

@@ -28,6 +28,11 @@ Eigen::Index ix(std::int64_t v) noexcept { return static_cast<Eigen::Index>(v); 
 }  // namespace
 
 std::size_t param_count(const mlp_arch& arch) noexcept {
+  if (!arch.layers.empty()) {
+    std::size_t total = 0;
+    for (const layer_slots& s : param_slots(arch)) total += sz(s.rows) * sz(s.cols) + sz(s.rows) * (s.has_norm ? 3 : 1);
+    return total;
+  }
   std::size_t total = 0;
   for (std::size_t l = 1; l < arch.widths.size(); ++l) {
     const std::size_t rows = sz(arch.widths[l]);
@@ -40,12 +45,14 @@ std::size_t param_count(const mlp_arch& arch) noexcept {
 
 std::vector<layer_slots> param_slots(const mlp_arch& arch) {
   std::vector<layer_slots> slots;
-  slots.reserve(arch.layers());
+  slots.reserve(arch.layer_count());
+  const std::vector<layer_plan> plans = arch.layers.empty() ? std::vector<layer_plan>{} : plan_layers(arch);
   std::size_t at = 0;
   for (std::size_t l = 1; l < arch.widths.size(); ++l) {
     layer_slots s;
     s.rows = arch.widths[l];
-    s.cols = arch.widths[l - 1];
+    s.taps = plans.empty() ? 1 : plans[l - 1].taps;
+    s.cols = s.taps * arch.widths[l - 1];
     s.weight = at;
     at += sz(s.rows) * sz(s.cols);
     s.bias = at;
@@ -59,7 +66,7 @@ std::vector<layer_slots> param_slots(const mlp_arch& arch) {
     }
     slots.push_back(s);
   }
-  TESSERA_ASSERT(at == param_count(arch));
+  TESSERA_ASSERT(!arch.layers.empty() || at == param_count(arch));
   return slots;
 }
 
@@ -75,9 +82,9 @@ result<void> validate(const mlp_arch& arch, std::string_view what) {
                                                 std::to_string(arch.widths[i]) + ", must be in [1, " +
                                                 std::to_string(k_max_width) + "]");
   }
-  if (arch.input_scale.size() != arch.layers())
+  if (arch.input_scale.size() != arch.layer_count())
     return make_error(errc::invalid_spec, name + ": input_scale has " + std::to_string(arch.input_scale.size()) +
-                                              " entries, expected one per layer (" + std::to_string(arch.layers()) + ")");
+                                              " entries, expected one per layer (" + std::to_string(arch.layer_count()) + ")");
   for (float s : arch.input_scale)
     if (!std::isfinite(s) || s <= 0) return make_error(errc::invalid_spec, name + ": input_scale entries must be finite and > 0");
   double total = 0;
@@ -87,12 +94,14 @@ result<void> validate(const mlp_arch& arch, std::string_view what) {
     return make_error(errc::invalid_spec, name + ": more than " + std::to_string(k_max_params) + " parameters");
   if (arch.task == task_kind::classification && arch.outputs() < 2)
     return make_error(errc::invalid_spec, name + ": classification needs at least 2 outputs");
+  if (!arch.layers.empty()) TESSERA_TRY(validate_layers(arch, name));
   return {};
 }
 
 network::network(mlp_arch arch) : arch_(std::move(arch)) {
   TESSERA_ASSERT(validate(arch_, "network").ok());
   slots_ = param_slots(arch_);
+  if (!arch_.layers.empty()) plans_ = plan_layers(arch_);
   param_count_ = core::param_count(arch_);
   max_width_ = *std::max_element(arch_.widths.begin() + 1, arch_.widths.end());
 }
@@ -115,6 +124,7 @@ network::ws_table network::workspace_slots(std::int64_t rows) const noexcept {
 }
 
 std::size_t network::workspace_floats(std::int64_t rows) const noexcept {
+  if (!plans_.empty()) return layered_floats(rows);
   std::size_t at = 0;
   for (const auto& s : slots_) {
     at += align_up(sz(rows) * sz(s.rows));
@@ -129,6 +139,7 @@ void network::forward(std::span<const float> params, const float* x, std::int64_
   TESSERA_ASSERT(params.size() == param_count_);
   TESSERA_ASSERT(workspace.size() >= workspace_floats(rows));
   TESSERA_ASSERT(rows > 0);
+  if (!plans_.empty()) return forward_layered(params, x, rows, workspace);
   const auto ws = workspace_slots(rows);
   const float* input = x;
   for (std::size_t l = 0; l < slots_.size(); ++l) {
@@ -167,6 +178,7 @@ void network::forward(std::span<const float> params, const float* x, std::int64_
 }
 
 std::span<const float> network::outputs(std::span<const float> workspace, std::int64_t rows) const noexcept {
+  if (!plans_.empty()) return workspace.subspan(layered_output(rows), sz(rows) * sz(arch_.outputs()));
   const auto ws = workspace_slots(rows);
   return workspace.subspan(ws[slots_.size() - 1].act, sz(rows) * sz(arch_.outputs()));
 }
@@ -175,8 +187,7 @@ std::span<const float> network::outputs(std::span<const float> workspace, std::i
 result<void> network::output_gradient(std::span<const float> workspace, const float* y, std::int64_t rows,
                                       float* d_out, double& loss_sum) const {
   const std::int64_t k = arch_.outputs();
-  const auto ws = workspace_slots(rows);
-  const const_matrix_map out(workspace.data() + ws[slots_.size() - 1].act, ix(rows), ix(k));
+  const const_matrix_map out(outputs(workspace, rows).data(), ix(rows), ix(k));
   const float inv_rows = 1.0f / static_cast<float>(rows);
   if (arch_.task == task_kind::classification) {
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -232,6 +243,7 @@ result<double> network::train_step(std::span<float> params, std::span<float> gra
 result<double> network::backward(std::span<float> params, std::span<float> grads, std::span<float> velocity,
                                  const sgd_options* sgd, const float* x, const float* y, std::int64_t rows,
                                  std::span<float> workspace) const {
+  if (!plans_.empty()) return backward_layered(params, grads, velocity, sgd, x, y, rows, workspace);
   TESSERA_ASSERT(sgd != nullptr || velocity.empty());
   // With momentum the gradient is accumulated straight into the velocity, which the
   // previous update left holding μ·v + λ·w: one GEMM with β = 1 instead of a zeroed gradient buffer, a

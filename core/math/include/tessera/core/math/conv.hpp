@@ -67,20 +67,21 @@ inline constexpr std::int64_t k_conv_chunk_rows = 256;
 // compensation, as for dense layers).
 void conv_forward(const conv_geometry& g, std::span<const float> w, std::span<const float> b, const float* x, std::int64_t rows,
                   float* y, std::span<float> patches, float scale = 1.0f);
-// From dy (rows × out.size()): dw and db overwritten with the batch's sums, dx (if not null) overwritten
-// with the input's gradient. `scale` as in the forward pass.
+// From dy (rows × out.size()): dw and db overwritten with the batch's sums (added to them with
+// `accumulate`: a momentum buffer), dx (if not null) overwritten with the input's gradient. `scale` as
+// in the forward pass.
 void conv_backward(const conv_geometry& g, std::span<const float> w, const float* x, const float* dy, std::int64_t rows,
-                   std::span<float> dw, std::span<float> db, float* dx, std::span<float> patches, float scale = 1.0f);
+                   std::span<float> dw, std::span<float> db, float* dx, std::span<float> patches, float scale = 1.0f,
+                   bool accumulate = false);
 
 // Max pooling over size × size windows (along the sequence alone when in.height is 1), stride = size,
 // no padding (a last partial window is dropped). `argmax` (rows × out.size()) records each maximum's
-// offset in the example for the backward pass.
+// offset in the example for the backward pass, as a float (exact: an example holds fewer than 2^24
+// values, layers.hpp) so that it lives in the float workspace.
 [[nodiscard]] result<tensor_shape> max_pool_shape(const tensor_shape& in, std::int64_t size);
-void max_pool_forward(const tensor_shape& in, std::int64_t size, const float* x, std::int64_t rows, float* y,
-                      std::span<std::int32_t> argmax);
+void max_pool_forward(const tensor_shape& in, std::int64_t size, const float* x, std::int64_t rows, float* y, float* argmax);
 // dx overwritten: each dy goes to its window's maximum.
-void max_pool_backward(const tensor_shape& in, std::int64_t size, const float* dy, std::int64_t rows,
-                       std::span<const std::int32_t> argmax, float* dx);
+void max_pool_backward(const tensor_shape& in, std::int64_t size, const float* dy, std::int64_t rows, const float* argmax, float* dx);
 
 // The mean of each channel over the positions: rows × in.channels.
 void global_avg_pool_forward(const tensor_shape& in, const float* x, std::int64_t rows, float* y);

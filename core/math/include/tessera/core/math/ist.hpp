@@ -4,7 +4,10 @@
 // into S disjoint groups sized by the capacities of the devices that train them. Subnet s holds the
 // rows of W_1/b_1 for G_1,s (all inputs), the blocks W_l[G_l,s, G_{l-1},s] and b_l[G_l,s], the columns
 // G_L,s of W_{L+1}, and the shared output bias b_{L+1}; LayerNorm gain and shift go with their neurons.
-// The gathered subnet is itself a valid smaller MLP (its own flat layout, see mlp.hpp).
+// The gathered subnet is itself a valid smaller MLP (its own flat layout, see mlp.hpp). In a
+// convolutional network a convolution's output channels are its neurons: a subnet holds the kernel
+// blocks W_l[G_l,s, every tap, G_{l-1},s], and a dense layer after a flatten every position of the
+// channels it keeps.
 // FedAvg is the plan with one group holding every neuron, replicated to every device.
 //
 //   auto plan = core::make_plan(spec.full_arch(), capacities, groups, {.min_width = 8}, seed);

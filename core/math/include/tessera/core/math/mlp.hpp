@@ -25,15 +25,22 @@
 #include <vector>
 
 #include "tessera/core/base/error.hpp"
+#include "tessera/core/math/conv.hpp"
+#include "tessera/core/math/layers.hpp"
 #include "tessera/core/math/model_spec.hpp"
 #include "tessera/core/math/optimizer.hpp"
 
 namespace tessera::core {
 
-// Where one layer's tensors start in the flat parameter buffer (offsets in floats).
+// Where one layer's tensors start in the flat parameter buffer (offsets in floats). A convolution's
+// weight rows are its output channels, each kernel_h × kernel_w × in_channels (OHWI); a dense layer
+// after a flatten has one column per position and channel (position-major). Either way a column is
+// tap × n_{l-1} + unit, taps being the kernel's positions or the flattened positions (1 for an MLP):
+// IST keeps whole taps of the units it keeps.
 struct layer_slots {
   std::int64_t rows = 0;  // n_l
-  std::int64_t cols = 0;  // n_{l-1}
+  std::int64_t cols = 0;  // taps × n_{l-1}
+  std::int64_t taps = 1;
   std::size_t weight = 0;
   std::size_t bias = 0;
   std::size_t gain = 0;   // only meaningful if has_norm
@@ -41,15 +48,39 @@ struct layer_slots {
   bool has_norm = false;
 };
 
+// A shape operation between parametric layers (max_pool, global_avg_pool, flatten), as it runs.
+struct shape_step {
+  layer_spec layer{};
+  tensor_shape in{}, out{};
+};
+
+// One parametric layer as the network runs it: its kind, units (n_l), the units it reads (n_{l-1}) and
+// their taps, its input and output shapes, a convolution's geometry, and the shape operations that
+// make its input from the previous layer's activations.
+struct layer_plan {
+  layer_kind kind = layer_kind::dense;
+  std::int64_t units = 0, in_units = 0, taps = 1;
+  tensor_shape in{}, out{};
+  conv_geometry conv{};
+  std::vector<shape_step> before{};
+};
+// The parametric layers of a valid arch, first to last (an MLP: dense layers of its widths).
+[[nodiscard]] std::vector<layer_plan> plan_layers(const mlp_arch& arch);
+
 // Floats needed for all parameters of `arch`.
 [[nodiscard]] std::size_t param_count(const mlp_arch& arch) noexcept;
 // The slots of every layer (index 0 = layer 1).
 [[nodiscard]] std::vector<layer_slots> param_slots(const mlp_arch& arch);
 
-// Checks that an arch is well formed (widths > 0, input_scale sizes); `what` names it in messages.
+// Checks that an arch is well formed (widths > 0, input_scale sizes, a layered arch's shapes); `what`
+// names it in messages.
 [[nodiscard]] result<void> validate(const mlp_arch& arch, std::string_view what);
+// A layered arch's part of validate: its widths against its layers and input, and every shape.
+[[nodiscard]] result<void> validate_layers(const mlp_arch& arch, const std::string& what);
 
 inline constexpr float k_layer_norm_epsilon = 1e-5f;
+
+struct layered_slots;  // internal (layered.cpp): where a layered network's passes keep what they compute
 
 class network {
  public:
@@ -97,8 +128,18 @@ class network {
   [[nodiscard]] result<void> output_gradient(std::span<const float> workspace, const float* y, std::int64_t rows,
                                              float* d_out, double& loss_sum) const;
 
+  // A network with convolutions or shape operations (layered.cpp): the same passes over plans_.
+  [[nodiscard]] layered_slots layered_workspace(std::int64_t rows) const noexcept;
+  [[nodiscard]] std::size_t layered_floats(std::int64_t rows) const noexcept;
+  [[nodiscard]] std::size_t layered_output(std::int64_t rows) const noexcept;
+  void forward_layered(std::span<const float> params, const float* x, std::int64_t rows, std::span<float> workspace) const;
+  [[nodiscard]] result<double> backward_layered(std::span<float> params, std::span<float> grads, std::span<float> velocity,
+                                                const sgd_options* sgd, const float* x, const float* y, std::int64_t rows,
+                                                std::span<float> workspace) const;
+
   mlp_arch arch_;
   std::vector<layer_slots> slots_;
+  std::vector<layer_plan> plans_;
   std::size_t param_count_ = 0;
   std::int64_t max_width_ = 0;  // widest of n_1..n_{L+1}: size of the two gradient buffers
 };

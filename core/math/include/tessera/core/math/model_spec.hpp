@@ -29,6 +29,7 @@
 
 #include "tessera/core/base/error.hpp"
 #include "tessera/core/base/names.hpp"
+#include "tessera/core/math/layers.hpp"
 
 namespace tessera::core {
 
@@ -45,18 +46,25 @@ inline constexpr auto k_input_normalization_names = names_in_order<input_normali
 [[nodiscard]] inline std::string_view to_string(init_kind v) noexcept { return k_init_names.name(v); }
 [[nodiscard]] inline std::string_view to_string(compensation_kind v) noexcept { return k_compensation_names.name(v); }
 
-// The shape of one concrete MLP: the full model or a subnet cut out of it.
+// The shape of one concrete network: the full model or a subnet cut out of it.
 // widths = {n0 (inputs), n1..nL (hidden), nL+1 (outputs)}; input_scale[l-1] multiplies the input of
 // layer l (1 for the full model; n/|G| for a scaled subnet).
+// A convolutional network (core/math/layers.hpp) lists its hidden layers in `layers` and the shape of
+// its input in `input`: widths then holds the units of its parametric layers (a dense layer's neurons,
+// a convolution's output channels), n0 being the input's channels, and the layers between them
+// (pooling, flatten) come from `layers`. Empty `layers`: the MLP of widths on a flat input.
 struct mlp_arch {
   std::vector<std::int64_t> widths;
   task_kind task = task_kind::classification;
   bool layer_norm = false;
   std::vector<float> input_scale;
+  tensor_shape input{};
+  std::vector<layer_spec> layers{};
 
-  [[nodiscard]] std::size_t layers() const noexcept { return widths.size() - 1; }  // L + 1
+  [[nodiscard]] std::size_t layer_count() const noexcept { return widths.size() - 1; }  // L + 1 parametric layers
   [[nodiscard]] std::size_t hidden_layers() const noexcept { return widths.size() - 2; }
-  [[nodiscard]] std::int64_t inputs() const noexcept { return widths.front(); }
+  // Features per example (an image's or a sequence's values, flat).
+  [[nodiscard]] std::int64_t inputs() const noexcept { return layers.empty() ? widths.front() : input.size(); }
   [[nodiscard]] std::int64_t outputs() const noexcept { return widths.back(); }
 };
 
