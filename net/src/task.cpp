@@ -35,6 +35,31 @@ core::result<double> number(const json& j, const char* key, double min, double m
   return v;
 }
 
+// A convolutional network's input_shape and layers, when the task has them: checked against `inputs`
+// and the widths, every shape computed before anything is sized by them.
+core::result<void> read_layers(const json& j, std::int64_t inputs, core::mlp_arch& arch) {
+  const auto layers = j.find("layers");
+  const auto shape = j.find("input_shape");
+  if (layers == j.end() && shape == j.end()) return {};
+  if (layers == j.end() || shape == j.end()) return bad(layers == j.end() ? "layers" : "input_shape", "missing (the two go together)");
+  if (!shape->is_array() || shape->size() > 3) return bad("input_shape", "expected one to three integers");
+  std::vector<std::int64_t> dims;
+  for (const auto& d : *shape) {
+    if (!d.is_number_integer()) return bad("input_shape", "expected integers");
+    dims.push_back(d.get<std::int64_t>());
+  }
+  auto in = core::parse_input_shape(dims, "ASSIGN: field 'input_shape'");
+  if (!in) return make_error(errc::bad_field, in.error().message);
+  if (in.value().size() != inputs) return bad("input_shape", "holds " + std::to_string(in.value().size()) + " values, but inputs is " + std::to_string(inputs));
+  auto parsed = core::parse_layers(*layers, "ASSIGN: field 'layers'");
+  if (!parsed) return make_error(errc::bad_field, parsed.error().message);
+  arch.input = in.value();
+  arch.layers = std::move(parsed).value();
+  arch.widths.front() = arch.input.channels;
+  if (auto ok = core::validate(arch, "ASSIGN: field 'layers'"); !ok) return make_error(errc::bad_field, ok.error().message);
+  return {};
+}
+
 }  // namespace
 
 std::vector<std::uint32_t> hidden_widths(const core::mlp_arch& arch) {
@@ -50,6 +75,10 @@ std::string task_to_json(const training_task& t) {
   j["task"] = std::string(core::to_string(t.arch.task));
   j["layer_norm"] = t.arch.layer_norm;
   j["input_scale"] = t.arch.input_scale;
+  if (!t.arch.layers.empty()) {  // a convolutional network: its layers, whose units `widths` gives
+    j["input_shape"] = core::input_dims(t.arch.input);
+    j["layers"] = core::layers_json(t.arch.layers);
+  }
   j["steps"] = t.steps;
   j["batch"] = t.batch;
   j["lr"] = t.sgd.learning_rate;
@@ -102,6 +131,7 @@ core::result<training_task> task_from_assign(const msg::assign& a) {
     if (!std::isfinite(v) || v <= 0 || v > 1e6) return bad("input_scale", "each scale must be finite, positive and at most 1e6");
     t.arch.input_scale.push_back(static_cast<float>(v));
   }
+  TESSERA_TRY(read_layers(j, inputs, t.arch));
   TESSERA_ASSIGN_OR_RETURN(t.steps, integer(j, "steps", 1, max_task_steps));
   TESSERA_ASSIGN_OR_RETURN(t.batch, integer(j, "batch", 1, max_task_batch));
   TESSERA_ASSIGN_OR_RETURN(const double lr, number(j, "lr", 0.0, 100.0));

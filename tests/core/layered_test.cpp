@@ -74,6 +74,12 @@ struct reference {
     double total = 0;
     for (std::int64_t r = 0; r < rows; ++r) {
       std::vector<double> a(x.begin() + r * arch.inputs(), x.begin() + (r + 1) * arch.inputs());
+      if (arch.input.height > 1) {  // an image's features come channel by channel: held channels-last
+        const std::vector<double> chw = a;
+        const std::int64_t c_n = arch.input.channels, p_n = arch.input.positions();
+        for (std::int64_t c = 0; c < c_n; ++c)
+          for (std::int64_t p = 0; p < p_n; ++p) a[static_cast<std::size_t>(p * c_n + c)] = chw[static_cast<std::size_t>(c * p_n + p)];
+      }
       for (std::size_t l = 0; l < plans.size(); ++l) {
         for (const shape_step& st : plans[l].before) a = step(st, a);
         const float scale = arch.input_scale[l];

@@ -84,3 +84,44 @@ TEST_CASE("model spec: initialisation is deterministic and seeded") {
   // He-uniform bound on the first layer: sqrt(6 / fan_in).
   for (int i = 0; i < 30; ++i) CHECK(std::abs(a[static_cast<std::size_t>(i)]) <= std::sqrt(6.0f / 6.0f));
 }
+
+TEST_CASE("model spec: a convolutional network from input_shape and layers, round trip and errors") {
+  const char* text = R"({"input_shape": [1, 28, 28], "outputs": 10, "layers": [
+      {"conv2d": {"channels": 16, "kernel": 3}}, {"max_pool": 2},
+      {"conv2d": {"channels": 32, "kernel": 3, "stride": 2}}, {"global_avg_pool": true}, {"dense": 64}]})";
+  auto r = parse_model_spec(text, "spec.json");
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
+  const model_spec& s = r.value();
+  CHECK(s.inputs == 784);
+  CHECK(s.hidden == std::vector<std::int64_t>{16, 32, 64});  // what IST partitions
+  const mlp_arch a = s.full_arch();
+  CHECK(a.widths == std::vector<std::int64_t>{1, 16, 32, 64, 10});
+  CHECK(a.input == tensor_shape{28, 28, 1});
+  CHECK(a.inputs() == 784);
+  REQUIRE(validate(a, "spec").ok());
+  CHECK(widths_text(s) == "[1,28,28] conv2d 16 k3, max_pool 2, conv2d 32 k3 s2, global_avg_pool, dense 64, 10");
+  auto again = parse_model_spec(to_json(s), "again");
+  REQUIRE(again.ok());
+  CHECK(again.value().layers == s.layers);
+  CHECK(again.value().input_shape == s.input_shape);
+  CHECK(param_count(again.value().full_arch()) == param_count(a));
+  std::vector<float> params(param_count(a));
+  initialize(s, params);  // He's fan-in: a 3×3 kernel over 16 channels is 144
+  const auto slots = param_slots(a);
+  float most = 0;
+  for (std::size_t i = 0; i < static_cast<std::size_t>(slots[1].rows * slots[1].cols); ++i) most = std::max(most, std::abs(params[slots[1].weight + i]));
+  CHECK(most <= std::sqrt(6.0f / 144.0f));
+  CHECK(most > 0.9f * std::sqrt(6.0f / 144.0f));
+
+  CHECK(error_of(R"({"input_shape": [784], "outputs": 10, "layers": [{"conv2d": {"channels": 8, "kernel": 3}}]})") ==
+        "spec.json: field 'layers': layer 1 (conv2d 8 k3) on 784: needs an image: give input_shape as [channels, height, width]");
+  CHECK(error_of(R"({"inputs": 100, "input_shape": [1, 28, 28], "outputs": 10, "layers": [{"flatten": true}]})") ==
+        "spec.json: field 'input_shape': holds 784 values, but inputs is 100");
+  CHECK(error_of(R"({"inputs": 784, "hidden": [64], "outputs": 10, "layers": [{"dense": 64}]})") ==
+        "spec.json: field 'hidden': give either hidden or layers, not both");
+  CHECK(error_of(R"({"input_shape": [28, 28], "outputs": 10, "layers": [{"conv1d": {"channels": 8, "kernel": 3}}]})") ==
+        "spec.json: field 'layers': the last layer gives 28×8, but the output layer (dense 10) takes a flat input: end the list with "
+        "{\"flatten\": true} or {\"global_avg_pool\": true}");
+  CHECK(error_of(R"({"input_shape": [1, 28, 28], "outputs": 10, "layers": [{"conv3d": 2}]})") ==
+        "spec.json: field 'layers': layer 1 (conv3d): unknown layer 'conv3d' (dense, conv1d, conv2d, max_pool, global_avg_pool, flatten)");
+}

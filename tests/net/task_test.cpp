@@ -126,3 +126,38 @@ TEST_CASE("task: the model's input normalization travels with the task, exactly,
   t.normalization = std::make_shared<const core::input_normalization>(n);
   CHECK(net::task_from_assign(assign_of(t)).error().message.find("ASSIGN: field 'input_mean': ") == 0);
 }
+
+TEST_CASE("task: a convolutional subnet's layers travel with it and are checked on arrival") {
+  net::training_task t = sample();
+  t.arch.widths = {1, 8, 12, 10};  // a subnet: 8 of 16 and 12 of 32 channels
+  t.arch.input = {.height = 28, .width = 28, .channels = 1};
+  t.arch.layers = {{.kind = core::layer_kind::conv2d, .units = 16, .kernel = 3},
+                   {.kind = core::layer_kind::max_pool, .pool = 2},
+                   {.kind = core::layer_kind::conv2d, .units = 32, .kernel = 3, .stride = 2},
+                   {.kind = core::layer_kind::global_avg_pool}};
+  REQUIRE(core::validate(t.arch, "subnet").ok());
+  auto back = net::task_from_assign(assign_of(t));
+  REQUIRE_MESSAGE(back.ok(), (back.ok() ? "" : back.error().message));
+  CHECK(back.value().arch.widths == t.arch.widths);
+  CHECK(back.value().arch.input == t.arch.input);
+  CHECK(back.value().arch.layers == t.arch.layers);
+  CHECK(core::param_count(back.value().arch) == core::param_count(t.arch));
+
+  // A hub's ASSIGN that does not add up is refused by name before anything is sized by it.
+  const auto refused = [&](const std::string& key, const nlohmann::json& value) {
+    auto a = assign_of(t);
+    auto j = nlohmann::json::parse(a.hyper_json);
+    if (value.is_null()) j.erase(key);
+    else j[key] = value;
+    a.hyper_json = j.dump();
+    auto r = net::task_from_assign(a);
+    REQUIRE_FALSE(r.ok());
+    return r.error().message;
+  };
+  CHECK(refused("layers", nullptr) == "ASSIGN: field 'layers': missing (the two go together)");
+  CHECK(refused("input_shape", nlohmann::json::array({1, 20, 20})) == "ASSIGN: field 'input_shape': holds 400 values, but inputs is 784");
+  CHECK(refused("layers", nlohmann::json::parse(R"([{"conv2d": {"channels": 16, "kernel": 3}}, {"global_avg_pool": true}])")) ==
+        "ASSIGN: field 'layers': 2 hidden widths for 1 dense and convolutional layers");
+  CHECK(refused("layers", nlohmann::json::parse(R"([{"conv2d": {"channels": 16, "kernel": 99}}])")).starts_with(
+      "ASSIGN: field 'layers': layer 1 (conv2d): kernel is 99, must be in [1, 15]"));
+}

@@ -314,6 +314,12 @@ host_port config_reader::address(const std::string& key, const std::string& fall
   return fallback_address.value();
 }
 
+const nlohmann::json* config_reader::value(const std::string& key, std::string type, std::string_view doc) {
+  note(key, std::move(type), "", doc);
+  const auto* v = find(key);
+  return v != nullptr && v->is_null() ? nullptr : v;
+}
+
 const nlohmann::json* config_reader::object(const std::string& key, std::string_view doc) {
   note(key, "object", "", doc);
   const auto* v = find(key);

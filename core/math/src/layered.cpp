@@ -137,8 +137,23 @@ result<void> validate_layers(const mlp_arch& arch, const std::string& what) {
 struct layered_slots {
   std::array<std::size_t, k_max_layers + 1> act{}, xhat{}, rstd{};
   std::array<std::size_t, k_max_layers> step_out{}, step_argmax{};  // shape operations, numbered through the plan
+  std::size_t input = 0;  // an image of several channels, channels-last (its features arrive channel by channel)
   std::size_t patches = 0, grad_a = 0, grad_b = 0, total = 0;
 };
+
+namespace {
+
+// An image's features arrive as input_shape writes it, channels × height × width; the layers run
+// channels-last. One channel needs no move.
+bool transposes_input(const tensor_shape& in) noexcept { return in.height > 1 && in.channels > 1; }
+
+void channels_last(const tensor_shape& in, const float* x, std::int64_t rows, float* out) {
+  for (std::int64_t n = 0; n < rows; ++n)
+    for (std::int64_t c = 0; c < in.channels; ++c)
+      for (std::int64_t p = 0; p < in.positions(); ++p) out[(n * in.positions() + p) * in.channels + c] = x[(n * in.channels + c) * in.positions() + p];
+}
+
+}  // namespace
 
 layered_slots network::layered_workspace(std::int64_t rows) const noexcept {
   layered_slots ws;
@@ -149,6 +164,7 @@ layered_slots network::layered_workspace(std::int64_t rows) const noexcept {
     widest = std::max(widest, sz(floats));
     return here;
   };
+  if (transposes_input(arch_.input)) ws.input = carve(arch_.input.size());
   for (std::size_t l = 0; l < plans_.size(); ++l) {
     const layer_plan& p = plans_[l];
     widest = std::max(widest, sz(p.in.size()));
@@ -185,6 +201,10 @@ void network::forward_layered(std::span<const float> params, const float* x, std
   float* base = workspace.data();
   std::size_t step = 0;
   const float* input = x;
+  if (transposes_input(arch_.input)) {
+    channels_last(arch_.input, x, rows, base + ws.input);
+    input = base + ws.input;
+  }
   for (std::size_t l = 0; l < plans_.size(); ++l) {
     const layer_plan& p = plans_[l];
     const layer_slots& s = slots_[l];
@@ -285,8 +305,9 @@ result<double> network::backward_layered(std::span<float> params, std::span<floa
   std::array<std::size_t, k_max_layers + 2> first_step{};  // each layer's first shape operation
   for (std::size_t l = 0; l < plans_.size(); ++l) first_step[l + 1] = first_step[l] + plans_[l].before.size();
   // Layer l's input: x or the previous activations, after the shape operations before it.
+  const float* first_input = transposes_input(arch_.input) ? v.base + ws.input : x;  // as forward_layered left it
   const auto input_of = [&](std::size_t l) {
-    const float* in = l == 0 ? x : v.base + ws.act[l - 1];
+    const float* in = l == 0 ? first_input : v.base + ws.act[l - 1];
     for (std::size_t k = 0; k < plans_[l].before.size(); ++k)
       if (plans_[l].before[k].layer.kind != layer_kind::flatten) in = v.base + ws.step_out[first_step[l] + k];
     return in;

@@ -118,6 +118,12 @@ result<tensor_shape> parse_input_shape(std::span<const std::int64_t> dims, std::
   }
 }
 
+std::vector<std::int64_t> input_dims(const tensor_shape& s) {
+  if (s.positions() == 1) return {s.channels};
+  if (s.height == 1) return {s.width, s.channels};
+  return {s.channels, s.height, s.width};
+}
+
 result<std::vector<layer_spec>> parse_layers(const nlohmann::json& array, std::string_view where) {
   const std::string w(where);
   if (!array.is_array()) return make_error(errc::invalid_spec, w + ": expects a list of layers");

@@ -1,5 +1,6 @@
 #include "tessera/core/math/model_spec.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tessera/core/base/rng.hpp"
@@ -10,7 +11,13 @@ namespace tessera::core {
 
 mlp_arch model_spec::full_arch() const {
   mlp_arch a;
-  a.widths.push_back(inputs);
+  if (!layers.empty()) {
+    // A spec that was read is valid; one built in code and not validated gets an empty input, which validate refuses.
+    if (auto in = parse_input_shape(input_shape.empty() ? std::vector<std::int64_t>{inputs} : input_shape, "input_shape"); in) a.input = in.value();
+    else a.input = {.height = 1, .width = 1, .channels = 0};
+    a.layers = layers;
+  }
+  a.widths.push_back(layers.empty() ? inputs : a.input.channels);
   a.widths.insert(a.widths.end(), hidden.begin(), hidden.end());
   a.widths.push_back(outputs);
   a.task = task;
@@ -22,6 +29,37 @@ mlp_arch model_spec::full_arch() const {
 result<void> validate(const model_spec& spec, std::string_view source) {
   return validate(spec.full_arch(), source);
 }
+
+namespace {
+
+// input_shape and layers: a convolutional network instead of the hidden widths.
+void read_layers(config_reader& r, const model_spec& defaults, model_spec& spec) {
+  spec.input_shape = r.integers("input_shape", defaults.input_shape, 1, k_max_dimension,
+                                "an example's shape: [n], [steps, features] (a sequence) or [channels, height, width] (an image); "
+                                "its product is inputs (with layers)");
+  spec.layers = defaults.layers;
+  if (const auto* l = r.value("layers", "list of layers",
+                              "the hidden layers one by one, instead of hidden: {\"conv2d\": {\"channels\", \"kernel\", \"stride\", "
+                              "\"padding\"}}, {\"conv1d\": {...}}, {\"max_pool\": 2}, {\"global_avg_pool\": true}, "
+                              "{\"flatten\": true}, {\"dense\": n}")) {
+    auto parsed = parse_layers(*l, r.where("layers"));
+    if (!parsed) r.fail(std::move(parsed).error());
+    else spec.layers = std::move(parsed).value();
+    if (r.has("hidden")) r.fail("hidden", "give either hidden or layers, not both");
+  }
+  if (spec.layers.empty()) return;
+  spec.hidden = hidden_units(spec.layers);
+  if (spec.input_shape.empty()) spec.input_shape = {spec.inputs};
+  std::int64_t product = 1;
+  for (const std::int64_t d : spec.input_shape) product *= std::min<std::int64_t>(d, k_max_width + 1);
+  if (r.has("inputs") && product != spec.inputs)
+    r.fail("input_shape", "holds " + std::to_string(product) + " values, but inputs is " + std::to_string(spec.inputs));
+  else spec.inputs = product;
+  if (auto in = parse_input_shape(spec.input_shape, r.where("input_shape")); !in) r.fail(std::move(in).error());
+  else if (auto shapes = layer_shapes(in.value(), spec.layers, spec.outputs, r.where("layers")); !shapes) r.fail(std::move(shapes).error());
+}
+
+}  // namespace
 
 model_spec read_model_spec(config_reader& r, const model_spec& defaults) {
   model_spec spec;
@@ -39,6 +77,7 @@ model_spec read_model_spec(config_reader& r, const model_spec& defaults) {
                                                    "seed of the initial weights"));
   if (spec.hidden.size() > k_max_hidden_layers)
     r.fail("hidden", "more than " + std::to_string(k_max_hidden_layers) + " hidden layers");
+  read_layers(r, defaults, spec);
   if (auto v = validate(spec, r.where()); !v) r.fail(std::move(v).error());
   return spec;
 }
@@ -46,7 +85,7 @@ model_spec read_model_spec(config_reader& r, const model_spec& defaults) {
 result<model_spec> parse_model_spec(std::string_view json_text, std::string_view source) {
   TESSERA_ASSIGN_OR_RETURN(const nlohmann::json json, parse_json(json_text, source));
   config_reader r(json, std::string(source));
-  if (!r.has("inputs")) r.fail("inputs", "required");
+  if (!r.has("inputs") && !r.has("input_shape")) r.fail("inputs", "required (or input_shape)");
   if (!r.has("outputs")) r.fail("outputs", "required");
   model_spec spec = read_model_spec(r, model_spec{});
   TESSERA_TRY(r.finish());
@@ -59,6 +98,13 @@ result<model_spec> load_model_spec(const std::string& path) {
 }
 
 std::string widths_text(const model_spec& spec) {
+  if (!spec.layers.empty()) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < spec.input_shape.size(); ++i) out += (i > 0 ? "," : "") + std::to_string(spec.input_shape[i]);
+    out += "]";
+    for (const layer_spec& l : spec.layers) out += " " + layer_text(l) + ",";
+    return out + " " + std::to_string(spec.outputs);
+  }
   std::string out = std::to_string(spec.inputs);
   for (auto w : spec.hidden) out += "-" + std::to_string(w);
   return out + "-" + std::to_string(spec.outputs);
@@ -67,7 +113,12 @@ std::string widths_text(const model_spec& spec) {
 std::string to_json(const model_spec& spec) {
   nlohmann::json j;
   j["inputs"] = spec.inputs;
-  j["hidden"] = spec.hidden;
+  if (spec.layers.empty()) {
+    j["hidden"] = spec.hidden;
+  } else {  // the layers say the hidden widths
+    j["input_shape"] = spec.input_shape;
+    j["layers"] = layers_json(spec.layers);
+  }
   j["outputs"] = spec.outputs;
   j["task"] = to_string(spec.task);
   j["init"] = to_string(spec.init);

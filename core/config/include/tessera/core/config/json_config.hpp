@@ -114,6 +114,9 @@ class config_reader {
   // HOST:PORT (see parse_host_port).
   [[nodiscard]] host_port address(const std::string& key, const std::string& fallback, bool allow_port_zero,
                                   std::string_view doc);
+  // A field whose structure the caller checks itself (a list of objects, say): its JSON, or nullptr if
+  // absent or null. `type` is what --help says it is.
+  [[nodiscard]] const nlohmann::json* value(const std::string& key, std::string type, std::string_view doc);
   // A nested object (nullptr if absent or null; an empty object when describing); read it with `child`.
   [[nodiscard]] const nlohmann::json* object(const std::string& key, std::string_view doc);
   [[nodiscard]] config_reader child(const std::string& key, const nlohmann::json& object) const;

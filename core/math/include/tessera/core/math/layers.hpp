@@ -11,9 +11,11 @@
 //              {"global_avg_pool": true},  // or {"flatten": true}: a dense layer takes a flat input
 //              {"dense": 128}]
 //
-// `hidden: [512, 512]` stays valid as the shorthand of dense layers on a flat input. Shapes are
-// channels-last (core/math/conv.hpp): an image [C, H, W] is held as H × W × C, a sequence [T, F] as
-// 1 × T × F, a flat input [n] as 1 × 1 × n. IST partitions the units of every parametric hidden layer:
+// `hidden: [512, 512]` stays valid as the shorthand of dense layers on a flat input. An example's
+// features are in the order input_shape writes (numpy's reshape): an image channel by channel, a
+// sequence step by step. The layers run channels-last (core/math/conv.hpp): an image [C, H, W] is held
+// as H × W × C (the network moves a many-channel image there first), a sequence [T, F] as 1 × T × F,
+// a flat input [n] as 1 × 1 × n. IST partitions the units of every parametric hidden layer:
 // a dense layer's neurons, a convolution's output channels (hidden_units).
 //
 //   auto layers = core::parse_layers(json["layers"], "hub.json: field 'model.layers'");
@@ -58,6 +60,8 @@ inline constexpr std::int64_t k_max_dimension = 1 << 16;  // of input_shape's en
 // input_shape as written ([n], [steps, features] or [channels, height, width]) held channels-last;
 // `where` names the field in errors.
 [[nodiscard]] result<tensor_shape> parse_input_shape(std::span<const std::int64_t> dims, std::string_view where);
+// The shape as input_shape writes it: [n], [steps, features] or [channels, height, width].
+[[nodiscard]] std::vector<std::int64_t> input_dims(const tensor_shape& shape);
 // The layers of a JSON array, each an object with one key: {"dense": 128}, {"conv2d": {"channels": 32,
 // "kernel": 3, "stride": 1, "padding": "same"}} (stride 1 and same padding by default), {"max_pool": 2},
 // {"global_avg_pool": true}, {"flatten": true}. Errors name the entry ("…: layer 3 (conv2d): …").

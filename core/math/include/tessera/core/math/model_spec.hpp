@@ -2,7 +2,7 @@
 //
 // A model specification is a small JSON object. Every field but the widths has a default:
 //
-//   { "inputs": 784, "hidden": [512, 512], "outputs": 10,
+//   { "inputs": 784, "hidden": [512, 512], "outputs": 10,   // or "input_shape" and "layers" (layers.hpp)
 //     "task": "classification",            // or "regression" (MSE)
 //     "init": "he_uniform",                // or "he_normal", "xavier_uniform"
 //     "compensation": "layer_norm",        // how narrow subnets match the full model, see below
@@ -79,6 +79,11 @@ struct model_spec {
   // fleet before round 1 (the values live beside the parameters: core/data/input_normalization.hpp).
   input_normalization_kind input_normalization = input_normalization_kind::none;
   std::uint64_t seed = 1;
+  // A convolutional network (layers.hpp): an example's shape as written ([n], [steps, features] or
+  // [channels, height, width]; its product is `inputs`) and the hidden layers one by one. `hidden` then
+  // holds the units of the parametric ones, what IST partitions. Both empty: the MLP of `hidden`.
+  std::vector<std::int64_t> input_shape{};
+  std::vector<layer_spec> layers{};
 
   // The full model's architecture (all input scales 1).
   [[nodiscard]] mlp_arch full_arch() const;
