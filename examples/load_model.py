@@ -7,8 +7,9 @@
     python3 examples/load_model.py model.safetensors --npy features.npy labels.npy
 
 With the `safetensors` and `torch` packages the same file loads with safetensors.torch.load_file;
-the tensors are named layers.N.weight / layers.N.bias (shapes as torch.nn.Linear) and, when the model
-uses layer normalisation, layers.N.norm.weight / layers.N.norm.bias. A model trained with
+the tensors are named layers.N.weight / layers.N.bias (shapes as torch.nn.Linear, torch.nn.Conv1d and
+torch.nn.Conv2d, N counting the dense and convolutional layers) and, when the model uses layer
+normalisation, layers.N.norm.weight / layers.N.norm.bias (per channel: GroupNorm with one group). A model trained with
 input_normalization "standardize" holds the fleet's statistics as input.mean and input.std: inputs are
 standardized with them, (x - mean) / std in float32, before the first layer. The spec is in the metadata.
 IDX images are scaled to [0, 1] (as the agents' default scale_unit); CSV and .npy values are used as
@@ -38,12 +39,79 @@ def read_safetensors(path):
     return tensors, meta
 
 
-def forward(tensors, spec, x):
-    layers = len(spec["hidden"]) + 1
+def norm_relu(tensors, i, h, layer_norm):
+    """A hidden layer's LayerNorm (each example over its channels and positions, a gain and a shift per
+    channel: GroupNorm with one group) and ReLU; h is (N, channels, positions...)."""
+    if layer_norm:
+        axes = tuple(range(1, h.ndim))
+        mu = h.mean(axis=axes, keepdims=True)
+        var = h.var(axis=axes, keepdims=True)
+        per_channel = (1, -1) + (1,) * (h.ndim - 2)
+        h = (h - mu) / np.sqrt(var + 1e-5) * tensors[f"layers.{i}.norm.weight"].reshape(per_channel) \
+            + tensors[f"layers.{i}.norm.bias"].reshape(per_channel)
+    return np.maximum(h, 0)
+
+
+def conv(h, w, b, stride, padding):
+    """A convolution as torch.nn.Conv1d/Conv2d: h (N, C, L) or (N, C, H, W), w OIW or OIHW; "same" pads
+    (k - 1) / 2 zeros on each side."""
+    window = np.lib.stride_tricks.sliding_window_view
+    k = w.shape[2:]
+    pad = [(kk - 1) // 2 if padding == "same" else 0 for kk in k]
+    h = np.pad(h, [(0, 0), (0, 0)] + [(p, p) for p in pad])
+    if w.ndim == 4:
+        win = window(h, k, axis=(2, 3))[:, :, ::stride, ::stride]  # (N, C, OH, OW, KH, KW)
+        return np.einsum("ncyxij,ocij->noyx", win, w, optimize=True) + b[None, :, None, None]
+    win = window(h, k[0], axis=2)[:, :, ::stride]  # (N, C, OL, K)
+    return np.einsum("nclk,ock->nol", win, w, optimize=True) + b[None, :, None]
+
+
+def max_pool(h, size):
+    if h.ndim == 4:
+        n, c, height, width = h.shape
+        h = h[:, :, : height // size * size, : width // size * size]
+        return h.reshape(n, c, height // size, size, width // size, size).max(axis=(3, 5))
+    n, c, length = h.shape
+    return h[:, :, : length // size * size].reshape(n, c, length // size, size).max(axis=3)
+
+
+def forward_layers(tensors, spec, h):
+    """A convolutional network: spec["layers"] on examples shaped as spec["input_shape"] ([n], [steps,
+    features] or [channels, height, width]), in PyTorch's layout (a sequence becomes (N, features, steps))."""
     layer_norm = spec["compensation"] in ("layer_norm", "layer_norm_scale")
+    shape = spec["input_shape"]
+    n = h.shape[0]
+    if len(shape) == 2:
+        h = h.reshape(n, shape[0], shape[1]).transpose(0, 2, 1)
+    elif len(shape) == 3:
+        h = h.reshape(n, *shape)
+    i = 0
+    for layer in spec["layers"]:
+        ((kind, arg),) = layer.items()
+        if kind in ("conv1d", "conv2d"):
+            h = conv(h, tensors[f"layers.{i}.weight"], tensors[f"layers.{i}.bias"], arg.get("stride", 1), arg.get("padding", "same"))
+        elif kind == "dense":
+            h = h @ tensors[f"layers.{i}.weight"].T + tensors[f"layers.{i}.bias"]
+        elif kind == "max_pool":
+            h = max_pool(h, arg)
+        elif kind == "global_avg_pool":
+            h = h.mean(axis=tuple(range(2, h.ndim)))
+        elif kind == "flatten":
+            h = h.reshape(n, -1)
+        if kind in ("conv1d", "conv2d", "dense"):
+            h = norm_relu(tensors, i, h, layer_norm)
+            i += 1
+    return h @ tensors[f"layers.{i}.weight"].T + tensors[f"layers.{i}.bias"]
+
+
+def forward(tensors, spec, x):
     h = x.astype(np.float32)
     if "input.mean" in tensors:  # the model's own input standardization, part of it like its weights
         h = (h - tensors["input.mean"]) / tensors["input.std"]
+    if spec.get("layers"):
+        return forward_layers(tensors, spec, h)
+    layers = len(spec["hidden"]) + 1
+    layer_norm = spec["compensation"] in ("layer_norm", "layer_norm_scale")
     for i in range(layers):
         h = h @ tensors[f"layers.{i}.weight"].T + tensors[f"layers.{i}.bias"]
         if i + 1 < layers:

@@ -105,3 +105,35 @@ TEST_CASE("model file: a model that standardizes its inputs stores input.mean an
   REQUIRE(save_model(dir.file("plain.safetensors"), plain, params).ok());
   CHECK(read_safetensors(dir.file("plain.safetensors")).value().find("input.mean") == nullptr);
 }
+
+TEST_CASE("model file: a convolutional model is written in PyTorch's layouts and read back exactly") {
+  temp_dir dir;
+  auto spec = parse_model_spec(R"({"input_shape": [2, 6, 6], "outputs": 3, "layers": [
+      {"conv2d": {"channels": 4, "kernel": 3}}, {"max_pool": 2}, {"flatten": true}, {"dense": 5}]})", "spec");
+  REQUIRE(spec.ok());
+  const mlp_arch arch = spec.value().full_arch();
+  std::vector<float> params(param_count(arch));
+  for (std::size_t i = 0; i < params.size(); ++i) params[i] = static_cast<float>(i);  // each value says where it was
+  const std::string path = dir.file("cnn.safetensors");
+  REQUIRE(save_model(path, spec.value(), params, {}).ok());
+  auto raw = read_safetensors(path);
+  REQUIRE(raw.ok());
+  const auto slots = param_slots(arch);
+  // The convolution: memory [o][kh][kw][i] (OHWI), file [o][i][kh][kw] (OIHW).
+  const tensor_f32* conv = raw.value().find("layers.0.weight");
+  REQUIRE(conv != nullptr);
+  CHECK(conv->shape == std::vector<std::int64_t>{4, 2, 3, 3});
+  const auto at_oihw = [&](std::size_t o, std::size_t i, std::size_t kh, std::size_t kw) { return conv->data[((o * 2 + i) * 3 + kh) * 3 + kw]; };
+  CHECK(at_oihw(1, 1, 2, 0) == params[slots[0].weight + ((1 * 3 + 2) * 3 + 0) * 2 + 1]);
+  CHECK(at_oihw(3, 0, 0, 2) == params[slots[0].weight + ((3 * 3 + 0) * 3 + 2) * 2 + 0]);
+  // The dense layer after the flatten of 3×3×4: memory column p·4 + c, file column c·9 + p.
+  const tensor_f32* dense = raw.value().find("layers.1.weight");
+  REQUIRE(dense != nullptr);
+  CHECK(dense->shape == std::vector<std::int64_t>{5, 36});
+  CHECK(dense->data[2 * 36 + 3 * 9 + 7] == params[slots[1].weight + 2 * 36 + 7 * 4 + 3]);
+  CHECK(raw.value().find("layers.0.norm.weight")->shape == std::vector<std::int64_t>{4});
+  auto loaded = load_model(path);
+  REQUIRE(loaded.ok());
+  CHECK(loaded.value().params == params);
+  CHECK(loaded.value().spec.layers == spec.value().layers);
+}

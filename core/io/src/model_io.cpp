@@ -13,18 +13,43 @@ constexpr const char* k_spec_key = "tessera.spec";
 constexpr const char* k_input_mean = "input.mean";
 constexpr const char* k_input_std = "input.std";
 
+// How a weight is laid out in the file against its layout in memory (mlp.hpp): a convolution's OHWI
+// is written OIHW (OIW for 1-D), and a dense layer after a flatten has its columns channel-major, as
+// PyTorch's flatten of an NCHW tensor gives them (position-major in memory, channels-last).
+enum class file_order { same, oihw, channel_major };
+
 struct named_slot {
   std::string name;
   std::vector<std::int64_t> shape;
   std::size_t offset;
+  file_order order = file_order::same;
+  std::int64_t taps = 1, units = 0;  // a reordered weight's taps and input units
 };
+
+// The index in memory of the weight's value at `i` in the file.
+std::size_t memory_index(const named_slot& t, std::size_t i) {
+  if (t.order == file_order::same) return i;
+  const auto taps = static_cast<std::size_t>(t.taps), units = static_cast<std::size_t>(t.units);
+  const std::size_t row = i / (taps * units), col = i % (taps * units);
+  const std::size_t unit = col / taps, tap = col % taps;  // the file: unit-major; memory: tap-major
+  return row * taps * units + tap * units + unit;
+}
 
 std::vector<named_slot> tensor_table(const mlp_arch& arch) {
   std::vector<named_slot> out;
   const auto slots = param_slots(arch);
+  const auto plans = plan_layers(arch);
   for (std::size_t i = 0; i < slots.size(); ++i) {
     const std::string base = "layers." + std::to_string(i);
-    out.push_back({base + ".weight", {slots[i].rows, slots[i].cols}, slots[i].weight});
+    const layer_plan& p = plans[i];
+    if (p.kind == layer_kind::conv2d)
+      out.push_back({base + ".weight", {p.units, p.in_units, p.conv.kernel_h, p.conv.kernel_w}, slots[i].weight, file_order::oihw, p.taps, p.in_units});
+    else if (p.kind == layer_kind::conv1d)
+      out.push_back({base + ".weight", {p.units, p.in_units, p.conv.kernel_w}, slots[i].weight, file_order::oihw, p.taps, p.in_units});
+    else if (p.taps > 1)
+      out.push_back({base + ".weight", {slots[i].rows, slots[i].cols}, slots[i].weight, file_order::channel_major, p.taps, p.in_units});
+    else
+      out.push_back({base + ".weight", {slots[i].rows, slots[i].cols}, slots[i].weight});
     out.push_back({base + ".bias", {slots[i].rows}, slots[i].bias});
     if (slots[i].has_norm) {
       out.push_back({base + ".norm.weight", {slots[i].rows}, slots[i].gain});
@@ -71,8 +96,9 @@ result<void> save_model(const std::string& path, const model_spec& spec, std::sp
     tensors.push_back({k_input_std, {spec.inputs}, normalization.std});
   }
   for (const auto& t : tensor_table(arch)) {
-    const auto first = params.begin() + static_cast<std::ptrdiff_t>(t.offset);
-    tensors.push_back({t.name, t.shape, std::vector<float>(first, first + static_cast<std::ptrdiff_t>(elements(t.shape)))});
+    std::vector<float> values(elements(t.shape));
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = params[t.offset + memory_index(t, i)];
+    tensors.push_back({t.name, t.shape, std::move(values)});
   }
   auto metadata = extra_metadata;
   metadata[k_spec_key] = to_json(spec);
@@ -96,7 +122,7 @@ result<stored_model> load_model(const std::string& path) {
       return make_error(errc::bad_format, path + ": tensor '" + t.name + "' has shape " + shape_text(found->shape) +
                                               ", the spec needs " + shape_text(t.shape));
     }
-    std::copy(found->data.begin(), found->data.end(), model.params.begin() + static_cast<std::ptrdiff_t>(t.offset));
+    for (std::size_t i = 0; i < found->data.size(); ++i) model.params[t.offset + memory_index(t, i)] = found->data[i];
   }
   if (model.spec.input_normalization == input_normalization_kind::standardize) {
     for (const char* name : {k_input_mean, k_input_std}) {

@@ -6,6 +6,10 @@
 // metadata holds the model spec as JSON under "tessera.spec" plus any extra entries given. Inference in
 // numpy: h = (x − input.mean) / input.std in float32 (when present); for each hidden N:
 // h = relu(norm_N(h @ W_N.T + b_N)); logits = h @ W_L.T + b_L.
+// A convolutional network's tensors are in PyTorch's layouts: a convolution's weight OIHW (OIW for
+// 1-D, torch.nn.Conv2d/Conv1d), a dense layer after a flatten with the columns of torch.flatten on
+// NCHW (channel-major); its LayerNorm normalises each example over channels and positions with a gain
+// and shift per channel (torch.nn.GroupNorm with one group). examples/load_model.py runs both kinds.
 //
 //   auto saved = core::save_model("model.safetensors", spec, params, {{"tessera.round", "50"}});
 //   auto model = core::load_model("model.safetensors");  // checks every shape against the spec
