@@ -56,7 +56,7 @@ difference compare(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist, fedavg, ist with FedAdam, a kept cut, a whole-model round)") {
+TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist, fedavg, ist with FedAdam, a kept cut, a whole-model round, a CNN)") {
   fleet f("fed_equal");
   INFO(f.diagnostics());
   const auto ids = f.make_device_pki(k_devices);
@@ -68,7 +68,12 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
   // The same run keeps its first cut for rounds 1 and 2 (repartition_every) and ends with one round of
   // the whole model on every device (whole_model_rounds: the agents' budgets hold it).
   const nlohmann::json fedadam = {{"server_optimizer", {{"kind", "adam"}, {"lr", 0.01}}}, {"repartition_every", 2}, {"whole_model_rounds", 1}};
-  const variant variants[] = {{"ist", "ist"}, {"fedavg", "fedavg"}, {"ist-adam", "ist", fedadam}};
+  // A convolutional network: the channels of its two convolutions and the dense layer's neurons are cut
+  // into the devices' groups, its layers travel in ASSIGN, and the agents train it in their arenas.
+  const nlohmann::json cnn = {{"model", nlohmann::json::parse(R"({"input_shape": [1, 28, 28], "outputs": 10, "layers": [
+      {"conv2d": {"channels": 8, "kernel": 3}}, {"max_pool": 2}, {"conv2d": {"channels": 8, "kernel": 3, "stride": 2}},
+      {"flatten": true}, {"dense": 32}]})")}};
+  const variant variants[] = {{"ist", "ist"}, {"fedavg", "fedavg"}, {"ist-adam", "ist", fedadam}, {"ist-cnn", "ist", cnn}};
   for (const variant& v : variants) {
     const std::string& name = v.name;
     const std::string& strategy = v.strategy;
