@@ -90,8 +90,8 @@ def forward_layers(tensors, spec, h):
         ((kind, arg),) = layer.items()
         if kind in ("conv1d", "conv2d"):
             h = conv(h, tensors[f"layers.{i}.weight"], tensors[f"layers.{i}.bias"], arg.get("stride", 1), arg.get("padding", "same"))
-        elif kind == "dense":
-            h = h @ tensors[f"layers.{i}.weight"].T + tensors[f"layers.{i}.bias"]
+        elif kind == "dense":  # on one position (the only input a dense layer takes) its channels in order
+            h = h.reshape(n, -1) @ tensors[f"layers.{i}.weight"].T + tensors[f"layers.{i}.bias"]
         elif kind == "max_pool":
             h = max_pool(h, arg)
         elif kind == "global_avg_pool":
@@ -101,7 +101,7 @@ def forward_layers(tensors, spec, h):
         if kind in ("conv1d", "conv2d", "dense"):
             h = norm_relu(tensors, i, h, layer_norm)
             i += 1
-    return h @ tensors[f"layers.{i}.weight"].T + tensors[f"layers.{i}.bias"]
+    return h.reshape(n, -1) @ tensors[f"layers.{i}.weight"].T + tensors[f"layers.{i}.bias"]
 
 
 def forward(tensors, spec, x):

@@ -8,9 +8,9 @@ namespace tessera::hub {
 void hub_figures::observe_round(const rounds::round_metrics& m) {
   rounds_recorded += 1;
   round_seconds.observe(m.seconds);
-  bytes_sent += static_cast<double>(m.bytes_down + m.fed.bytes_down.value_or(0));
-  bytes_received += static_cast<double>(m.bytes_up);
-  bytes_resent += static_cast<double>(m.resent_bytes.value_or(0));
+  bytes.sent += static_cast<double>(m.bytes_down + m.fed.bytes_down.value_or(0));
+  bytes.received += static_cast<double>(m.bytes_up);
+  bytes.resent += static_cast<double>(m.resent_bytes.value_or(0));
   train_loss = m.train_loss;
   if (m.test_accuracy) test_accuracy = m.test_accuracy;
   if (m.test_loss) test_loss = m.test_loss;

@@ -34,7 +34,9 @@ struct hub_figures {
   prom::labelled_counter connections_refused;  // before a HELLO: TLS failures, timeouts, floods, by error code
   prom::labelled_counter http_requests;        // by status code
   double updates_accepted = 0, stragglers = 0;
-  double bytes_sent = 0, bytes_received = 0, bytes_resent = 0;  // blobs: subnets, uploads, models to evaluate
+  struct {
+    double sent = 0, received = 0, resent = 0;
+  } bytes;  // blobs: subnets, uploads, models to evaluate
   double rounds_recorded = 0, rounds_untrained = 0;
   std::optional<double> train_loss, test_accuracy, test_loss, fed_accuracy, fed_loss, epsilon;
   std::optional<double> epsilon_hub;  // with the devices' noise: ε against the hub

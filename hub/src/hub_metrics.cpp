@@ -70,9 +70,9 @@ void counter_families(prom::exposition& out, const hub_figures& f) {
               "Connections refused: before their HELLO (TLS handshake failures, deadlines, floods), or devices turned away at or after "
               "it (revoked, duplicate, over budget), by reason",
               "reason", f.connections_refused);
-  out.counter("tessera_hub_sent_bytes_total", "Blob bytes sent to devices (subnets, models to evaluate), resent ones included", f.bytes_sent);
-  out.counter("tessera_hub_received_bytes_total", "Blob bytes received from devices (updates)", f.bytes_received);
-  out.counter("tessera_hub_resent_bytes_total", "Blob bytes sent or received again after broken links", f.bytes_resent);
+  out.counter("tessera_hub_sent_bytes_total", "Blob bytes sent to devices (subnets, models to evaluate), resent ones included", f.bytes.sent);
+  out.counter("tessera_hub_received_bytes_total", "Blob bytes received from devices (updates)", f.bytes.received);
+  out.counter("tessera_hub_resent_bytes_total", "Blob bytes sent or received again after broken links", f.bytes.resent);
   out.histogram("tessera_hub_round_duration_seconds", "A round from planning to its checkpoint", f.round_seconds);
   out.histogram("tessera_hub_download_duration_seconds", "A subnet's download, from its ASSIGN to its last acknowledged byte",
                 f.download_seconds);

@@ -1,8 +1,6 @@
 // The round driver's life: set-up from the latest checkpoint, waiting for the fleet, a round's start and
-// close, its record, the run's end, and the operator's holds.
+// close, its record, and the run's end (the operator's holds: round_holds.cpp).
 #include "round_driver.hpp"
-
-#include <boost/asio/post.hpp>
 
 #include "tessera/core/data/targets.hpp"
 #include "tessera/rounds/checkpoint.hpp"
@@ -368,45 +366,6 @@ void round_driver::finish(const std::string& failure) {
   if (was_stopped) return;
   cancel_timers();
   if (on_stopped_) on_stopped_();
-}
-
-// ---- the operator's holds -------------------------------------------------------------------------
-
-void round_driver::pause(const std::string& by) {
-  if (holds_.pause || stopped()) return;
-  holds_.pause = true;
-  if (const auto* w = in<waiting_phase>()) {
-    const auto since = w->since;
-    phase_.emplace<paused_phase>(since);
-  }
-  ctx_.say(log_level::info, "operator " + by + " paused the run: no round starts until resumed" +
-                                (engine_->in_round() ? " (round " + std::to_string(engine_->current_round()) + " runs to its end)" : ""));
-}
-
-void round_driver::resume(const std::string& by) {
-  if (!holds_.pause || stopped()) return;
-  holds_.pause = false;
-  if (const auto* p = in<paused_phase>()) {
-    const auto since = p->since;
-    phase_.emplace<waiting_phase>(since);
-  }
-  ctx_.say(log_level::info, "operator " + by + " resumed the run");
-  // Deferred: the endpoint's reply goes out before a round starts sending subnets.
-  boost::asio::post(io_, [this] { maybe_start_round(); });
-}
-
-void round_driver::finish_after_round(const std::string& by) {
-  if (holds_.finish || stopped()) return;
-  holds_.finish = true;
-  const bool now = !busy(phase_);
-  ctx_.say(log_level::info, "operator " + by + " asked the run to finish " +
-                                (now ? std::string("now") : "after round " + std::to_string(engine_->current_round())) +
-                                (ctx_.config.output_path.empty() ? "" : " and write " + ctx_.config.output_path));
-  if (now) {
-    boost::asio::post(io_, [this] {
-      if (!stopped()) finish("");
-    });
-  }
 }
 
 }  // namespace tessera::hub

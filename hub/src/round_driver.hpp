@@ -72,9 +72,9 @@ class round_driver {
   // Their sessions are closed (revoked certificates): no phase waits for them any more.
   void on_revoked(const std::vector<std::string>& ids);
 
-  // The operator's actions (the desk's POSTs); `by` names the operator for the log. No round starts
-  // while paused (the round in progress runs to its end); finish ends the run after the round in
-  // progress (at once between rounds) and writes the model, as after its last round.
+  // The operator's actions (the desk's POSTs; round_holds.cpp); `by` names the operator for the log.
+  // No round starts while paused (the round in progress runs to its end); finish ends the run after
+  // the round in progress (at once between rounds) and writes the model, as after its last round.
   void pause(const std::string& by);
   void resume(const std::string& by);
   void finish_after_round(const std::string& by);

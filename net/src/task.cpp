@@ -53,6 +53,7 @@ core::result<void> read_layers(const json& j, std::int64_t inputs, core::mlp_arc
   if (in.value().size() != inputs) return bad("input_shape", "holds " + std::to_string(in.value().size()) + " values, but inputs is " + std::to_string(inputs));
   auto parsed = core::parse_layers(*layers, "ASSIGN: field 'layers'");
   if (!parsed) return make_error(errc::bad_field, parsed.error().message);
+  if (parsed.value().empty()) return bad("layers", "empty (an MLP sends no layers)");
   arch.input = in.value();
   arch.layers = std::move(parsed).value();
   arch.widths.front() = arch.input.channels;

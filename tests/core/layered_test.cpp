@@ -239,9 +239,23 @@ TEST_CASE("layered network: IST cuts channels; a subnet is a narrower network of
     std::vector<float> local(param_count(sub.arch));
     gather(full, sub, params, local);
     // Its first weight row is the full model's row of the channel it keeps, every tap of every input.
-    const auto fs = param_slots(full);
+    const auto fs = param_slots(full), ss = param_slots(sub.arch);
     const std::size_t c0 = static_cast<std::size_t>(sub.neurons[0][0]);
     CHECK(std::equal(local.begin(), local.begin() + 18, params.begin() + static_cast<std::ptrdiff_t>(fs[0].weight + c0 * 18)));
+    // Layers 1 (a convolution: 9 taps) and 2 (dense after the flatten: 4 positions): every value is the
+    // full model's at (kept row, tap, kept input unit), the taps in the full layer's stride of units.
+    for (std::size_t l = 1; l <= 2; ++l) {
+      const std::size_t taps = static_cast<std::size_t>(fs[l].taps), sub_in = sub.neurons[l - 1].size();
+      REQUIRE(ss[l].taps == fs[l].taps);
+      const auto full_in = static_cast<std::size_t>(fs[l].cols) / taps;
+      for (std::size_t r = 0; r < static_cast<std::size_t>(ss[l].rows); ++r)
+        for (std::size_t t = 0; t < taps; ++t)
+          for (std::size_t j = 0; j < sub_in; ++j) {
+            const std::size_t row = static_cast<std::size_t>(sub.neurons[l][r]), unit = static_cast<std::size_t>(sub.neurons[l - 1][j]);
+            REQUIRE(local[ss[l].weight + r * static_cast<std::size_t>(ss[l].cols) + t * sub_in + j] ==
+                    params[fs[l].weight + row * static_cast<std::size_t>(fs[l].cols) + t * full_in + unit]);
+          }
+    }
     network net(sub.arch);  // and it runs
     std::vector<float> ws(net.workspace_floats(2));
     const auto x = random_values(static_cast<std::size_t>(2 * full.inputs()), 10, 1.0f);

@@ -55,6 +55,8 @@ TEST_CASE("layers: input_shape is held channels-last: [n] flat, [steps, features
   CHECK(refused({1, 2, 3, 4}).ends_with("not 4 numbers"));
   CHECK(refused({0, 28}) == "m.json: field 'model.input_shape': 0 is not in [1, 65536]");
   CHECK(refused({3, 2048, 2048}) == "m.json: field 'model.input_shape': 12582912 inputs per example, more than 1048576");
+  CHECK(refused({3, 1, 28}) == "m.json: field 'model.input_shape': an image of height 1: write it as a sequence, [width, channels], "
+                               "its features position by position");
 }
 
 TEST_CASE("layers: the JSON list parses with its defaults, round-trips, and names a bad entry") {
@@ -127,6 +129,10 @@ TEST_CASE("layers: shapes that do not fit are refused, naming the layer and both
   CHECK(shapes_error(input({1, 28, 28}), R"([{"conv2d": {"channels": 8, "kernel": 3}}])"_json) ==
         "m.json: field 'model.layers': the last layer gives 28×28×8, but the output layer (dense 10) takes a flat input: end the list with "
         "{\"flatten\": true} or {\"global_avg_pool\": true}");
+  // An image pooled down to one row would switch to a sequence's rules (and PyTorch's layers refuse it).
+  CHECK(shapes_error(input({1, 4, 16}), R"([{"conv2d": {"channels": 4, "kernel": 3, "padding": "valid"}}, {"max_pool": 2}, {"flatten": true}])"_json) ==
+        where + "layer 2 (max_pool 2) on 2×14×4 gives 7×4: an image may not shrink to one row (pool or convolve it to a single position, "
+                "or keep more rows)");
   CHECK(shapes_error(input({1, 1024, 1024}), R"([{"conv2d": {"channels": 64, "kernel": 3}}, {"flatten": true}])"_json) ==
         where + "layer 1 (conv2d 64 k3) on 1024×1024×1 gives 1024×1024×64, more than 16777216 values per example");
 }

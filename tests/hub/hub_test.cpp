@@ -142,17 +142,28 @@ TEST_CASE("hub service: every device refusing its rounds ends the run with the r
   CHECK_FALSE(std::filesystem::exists(dir.file("model.safetensors")));
 }
 
+namespace {
+
+// A hub of `rounds` rounds with 1 s deadlines, and its one device: scripted, holding every round's
+// assignment (downloaded, never answered) until the test raises the hold.
+testing::scripted_agent& start_with_held_device(federation& f, int rounds) {
+  f.start_hub(f.hub_config({{"rounds", rounds}, {"min_devices", 1}, {"max_devices", 1}, {"device_wait_s", 0.2}, {"round_deadline_s", 1}}));
+  auto& held = f.start_scripted(test::test_pki::get().dev_a,
+                                {.id = "dev-a", .client = {.host = "127.0.0.1", .port = f.port(), .backoff_initial = 20ms,
+                                                           .backoff_max = 200ms, .jitter = 0, .seed = 1}});
+  held.hold_after(0);
+  held.start();
+  return held;
+}
+
+}  // namespace
+
 TEST_CASE("hub service: a round nobody trained does not count, and runs again (round nobody trained)") {
   // A device that downloads its subnet and sits on it past the deadline: round 1 ends with no update. It
   // used to be recorded as done with loss 0.0000; now round 1 runs again and counts when trained.
   testing::temp_dir dir("hub-service-untrained");
   federation f(dir);
-  f.start_hub(f.hub_config({{"rounds", 2}, {"min_devices", 1}, {"max_devices", 1}, {"device_wait_s", 0.2}, {"round_deadline_s", 1}}));
-  auto& held = f.start_scripted(test::test_pki::get().dev_a,
-                                {.id = "dev-a", .client = {.host = "127.0.0.1", .port = f.port(), .backoff_initial = 20ms,
-                                                           .backoff_max = 200ms, .jitter = 0, .seed = 1}});
-  held.hold_after(0);  // holds every round's assignment
-  held.start();
+  auto& held = start_with_held_device(f, 2);
   boost::asio::steady_timer poll(f.io());
   std::function<void()> watch = [&] {
     poll.expires_after(50ms);
@@ -178,12 +189,7 @@ TEST_CASE("hub service: a finish asked during a round nobody trains ends the run
   // The round runs again only when devices are ready; the operator's finish must not wait for that.
   testing::temp_dir dir("hub-service-untrained-finish");
   federation f(dir);
-  f.start_hub(f.hub_config({{"rounds", 5}, {"min_devices", 1}, {"max_devices", 1}, {"device_wait_s", 0.2}, {"round_deadline_s", 1}}));
-  auto& held = f.start_scripted(test::test_pki::get().dev_a,
-                                {.id = "dev-a", .client = {.host = "127.0.0.1", .port = f.port(), .backoff_initial = 20ms,
-                                                           .backoff_max = 200ms, .jitter = 0, .seed = 1}});
-  held.hold_after(0);
-  held.start();
+  auto& held = start_with_held_device(f, 5);
   bool asked = false;
   held.hooks().on_assign = [&](const net::msg::assign&) {
     if (asked) return;

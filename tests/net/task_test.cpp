@@ -25,9 +25,9 @@ net::msg::assign assign_of(const net::training_task& t) {
           .blob_codec = net::codec::f32, .sha256 = {}};
 }
 
-// The ASSIGN with one field of hyper_json replaced (or removed, with a null value).
-std::string error_with(const std::string& key, const nlohmann::json& value) {
-  auto a = assign_of(sample());
+// The ASSIGN of `task` with one field of hyper_json replaced (or removed, with a null value).
+std::string error_with(const std::string& key, const nlohmann::json& value, const net::training_task& task = sample()) {
+  auto a = assign_of(task);
   auto j = nlohmann::json::parse(a.hyper_json);
   if (value.is_null()) j.erase(key);
   else j[key] = value;
@@ -144,17 +144,9 @@ TEST_CASE("task: a convolutional subnet's layers travel with it and are checked 
   CHECK(core::param_count(back.value().arch) == core::param_count(t.arch));
 
   // A hub's ASSIGN that does not add up is refused by name before anything is sized by it.
-  const auto refused = [&](const std::string& key, const nlohmann::json& value) {
-    auto a = assign_of(t);
-    auto j = nlohmann::json::parse(a.hyper_json);
-    if (value.is_null()) j.erase(key);
-    else j[key] = value;
-    a.hyper_json = j.dump();
-    auto r = net::task_from_assign(a);
-    REQUIRE_FALSE(r.ok());
-    return r.error().message;
-  };
+  const auto refused = [&](const std::string& key, const nlohmann::json& value) { return error_with(key, value, t); };
   CHECK(refused("layers", nullptr) == "ASSIGN: field 'layers': missing (the two go together)");
+  CHECK(refused("layers", nlohmann::json::array()) == "ASSIGN: field 'layers': empty (an MLP sends no layers)");
   CHECK(refused("input_shape", nlohmann::json::array({1, 20, 20})) == "ASSIGN: field 'input_shape': holds 400 values, but inputs is 784");
   CHECK(refused("layers", nlohmann::json::parse(R"([{"conv2d": {"channels": 16, "kernel": 3}}, {"global_avg_pool": true}])")) ==
         "ASSIGN: field 'layers': 2 hidden widths for 1 dense and convolutional layers");

@@ -6,16 +6,12 @@
 
 #include <Eigen/Core>
 
+#include "eigen_views.hpp"
+
 namespace tessera::core {
 namespace {
 
-using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using matrix_map = Eigen::Map<matrix>;
-using const_matrix_map = Eigen::Map<const matrix>;
-
-std::size_t sz(std::int64_t v) noexcept { return static_cast<std::size_t>(v); }
-// Eigen::Index is 32 bits on armhf; every size here indexes an allocated arena, so it fits.
-Eigen::Index ix(std::int64_t v) noexcept { return static_cast<Eigen::Index>(v); }
+using namespace detail;
 
 // Where output position `pos` (counted over the batch) reads its patch: its example and top-left corner.
 struct patch_origin {

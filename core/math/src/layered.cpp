@@ -12,21 +12,13 @@
 
 #include <Eigen/Core>
 
+#include "eigen_views.hpp"
 #include "tessera/core/math/mlp.hpp"
 
 namespace tessera::core {
 namespace {
 
-using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using matrix_map = Eigen::Map<matrix>;
-using const_matrix_map = Eigen::Map<const matrix>;
-using row_vector_map = Eigen::Map<Eigen::RowVectorXf>;
-using const_row_vector_map = Eigen::Map<const Eigen::RowVectorXf>;
-
-constexpr std::size_t k_align_floats = 16;  // 64 bytes, as the MLP's workspace
-constexpr std::size_t align_up(std::size_t n) noexcept { return (n + k_align_floats - 1) / k_align_floats * k_align_floats; }
-std::size_t sz(std::int64_t v) noexcept { return static_cast<std::size_t>(v); }
-Eigen::Index ix(std::int64_t v) noexcept { return static_cast<Eigen::Index>(v); }
+using namespace detail;
 
 // The shape after a shape operation on `in` (the layer list was validated).
 tensor_shape shape_after_step(const layer_spec& l, const tensor_shape& in) {
@@ -46,17 +38,7 @@ void normalize_activate(std::int64_t rows, const tensor_shape& out, float* z, fl
     a = a.cwiseMax(0.0f);  // z was written into act
     return;
   }
-  matrix_map zm(z, ix(rows), ix(n));
-  const float inv_n = 1.0f / static_cast<float>(n);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    auto zr = zm.row(ix(r));
-    const float mean = zr.sum() * inv_n;
-    zr.array() -= mean;
-    const float var = zr.squaredNorm() * inv_n;
-    const float inv = 1.0f / std::sqrt(var + k_layer_norm_epsilon);
-    rstd[r] = inv;
-    zr *= inv;
-  }
+  standardize_rows(matrix_map(z, ix(rows), ix(n)), rstd, k_layer_norm_epsilon);
   const const_matrix_map xhat(z, ix(rows * out.positions()), ix(out.channels));
   matrix_map a(act, ix(rows * out.positions()), ix(out.channels));
   const const_row_vector_map g(gain, ix(out.channels)), b(shift, ix(out.channels));

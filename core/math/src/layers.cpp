@@ -111,6 +111,9 @@ result<tensor_shape> parse_input_shape(std::span<const std::int64_t> dims, std::
   }
   if (size > k_max_width)
     return make_error(errc::invalid_spec, w + ": " + std::to_string(size) + " inputs per example, more than " + std::to_string(k_max_width));
+  if (dims.size() == 3 && dims[1] == 1)  // held as a sequence, it would read the features in the wrong order
+    return make_error(errc::invalid_spec, w + ": an image of height 1: write it as a sequence, [width, channels], its features "
+                                              "position by position");
   switch (dims.size()) {
     case 1: return tensor_shape{.height = 1, .width = 1, .channels = dims[0]};
     case 2: return tensor_shape{.height = 1, .width = dims[0], .channels = dims[1]};
@@ -187,6 +190,10 @@ result<std::vector<tensor_shape>> layer_shapes(const tensor_shape& input, std::s
     if (next.value().size() > k_max_activation)
       return make_error(errc::invalid_spec, w + ": " + name + " gives " + shape_text(next.value()) + ", more than " +
                                                 std::to_string(k_max_activation) + " values per example");
+    if (input.height > 1 && next.value().height == 1 && next.value().width > 1)  // 1-D rules would apply from here
+      return make_error(errc::invalid_spec, w + ": " + name + " gives " + shape_text(next.value()) +
+                                                ": an image may not shrink to one row (pool or convolve it to a single position, or "
+                                                "keep more rows)");
     at = next.value();
     shapes.push_back(at);
   }

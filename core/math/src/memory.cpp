@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "tessera/core/math/mlp.hpp"
@@ -39,11 +40,34 @@ std::size_t encoded_bytes(const mlp_arch& arch, codec_kind codec) noexcept {
 
 namespace {
 
+// More than every region below takes, in bytes, summed in 64 bits: on a 32-bit board (armhf) the exact
+// sizes would wrap for a network whose activations pass 4 GiB (a hostile ASSIGN can ask for one with
+// few parameters), and a wrapped total would pass any budget.
+std::uint64_t memory_bound(const mlp_arch& arch, std::int64_t batch) {
+  const auto rows = static_cast<std::uint64_t>(batch);
+  std::uint64_t floats = 4 * static_cast<std::uint64_t>(param_count(arch)) + rows * static_cast<std::uint64_t>(arch.inputs() + arch.outputs());
+  std::uint64_t widest = 0;
+  for (const layer_plan& p : plan_layers(arch)) {
+    const auto in = static_cast<std::uint64_t>(p.in.size()), out = static_cast<std::uint64_t>(p.out.size());
+    floats += rows * (3 * out + 1) + static_cast<std::uint64_t>(k_conv_chunk_rows) * static_cast<std::uint64_t>(p.taps * p.in_units);
+    widest = std::max({widest, in, out});
+    for (const shape_step& st : p.before) {
+      floats += 2 * rows * static_cast<std::uint64_t>(st.out.size());
+      widest = std::max(widest, static_cast<std::uint64_t>(st.in.size()));
+    }
+  }
+  return 4 * (floats + 2 * rows * widest) + 64 * 64 * (arch.widths.size() + k_max_layers);
+}
+
 // The arena's regions in order; `optimizer` false leaves out gradients and velocity (inference).
 training_memory plan_memory(const mlp_arch& arch, std::int64_t batch, bool optimizer, bool momentum, codec_kind codec) noexcept {
+  training_memory m;
+  if (memory_bound(arch, batch) > std::numeric_limits<std::size_t>::max() / 2) {
+    m.total = std::numeric_limits<std::size_t>::max();  // no budget holds it
+    return m;
+  }
   const network net(arch);
   const auto b = static_cast<std::size_t>(batch);
-  training_memory m;
   std::size_t at = 0;
   auto region = [&](std::size_t& offset, std::size_t& size, std::size_t bytes) {
     offset = at;

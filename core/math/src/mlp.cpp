@@ -6,26 +6,11 @@
 
 #include <Eigen/Core>
 
+#include "eigen_views.hpp"
 
 namespace tessera::core {
-namespace {
 
-using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using matrix_map = Eigen::Map<matrix>;
-using const_matrix_map = Eigen::Map<const matrix>;
-using row_vector_map = Eigen::Map<Eigen::RowVectorXf>;
-using const_row_vector_map = Eigen::Map<const Eigen::RowVectorXf>;
-using vector_map = Eigen::Map<Eigen::VectorXf>;
-
-// Workspace slots start on 64-byte boundaries (16 floats) so Eigen's packets never straddle them.
-constexpr std::size_t k_align_floats = 16;
-constexpr std::size_t align_up(std::size_t n) noexcept { return (n + k_align_floats - 1) / k_align_floats * k_align_floats; }
-
-std::size_t sz(std::int64_t v) noexcept { return static_cast<std::size_t>(v); }
-// Eigen::Index is std::ptrdiff_t, 32 bits on armhf; every size here indexes an allocated arena, so it fits.
-Eigen::Index ix(std::int64_t v) noexcept { return static_cast<Eigen::Index>(v); }
-
-}  // namespace
+using namespace detail;
 
 std::size_t param_count(const mlp_arch& arch) noexcept {
   if (!arch.layers.empty()) {
@@ -155,19 +140,9 @@ void network::forward(std::span<const float> params, const float* x, std::int64_
     if (hidden) {
       matrix_map a(workspace.data() + ws[l].act, ix(rows), ix(s.rows));
       if (s.has_norm) {
-        vector_map rstd(workspace.data() + ws[l].rstd, ix(rows));
         const const_row_vector_map gain(params.data() + s.gain, ix(s.rows));
         const const_row_vector_map shift(params.data() + s.shift, ix(s.rows));
-        const float inv_n = 1.0f / static_cast<float>(s.rows);
-        for (std::int64_t r = 0; r < rows; ++r) {
-          auto zr = z.row(ix(r));
-          const float mean = zr.sum() * inv_n;
-          zr.array() -= mean;
-          const float var = zr.squaredNorm() * inv_n;
-          const float inv = 1.0f / std::sqrt(var + k_layer_norm_epsilon);
-          rstd(ix(r)) = inv;
-          zr *= inv;
-        }
+        standardize_rows(z, workspace.data() + ws[l].rstd, k_layer_norm_epsilon);
         a.array() = ((z.array().rowwise() * gain.array()).rowwise() + shift.array()).cwiseMax(0.0f);
       } else {
         a = a.cwiseMax(0.0f);
@@ -229,21 +204,22 @@ result<double> network::forward_backward(std::span<const float> params, std::spa
                                          const float* y, std::int64_t rows, std::span<float> workspace) const {
   forward(params, x, rows, workspace);
   // Without an optimizer the parameters are only read.
-  return backward(std::span<float>(const_cast<float*>(params.data()), params.size()), grads, {}, nullptr, x, y, rows,
-                  workspace);
+  const std::span<float> read_only(const_cast<float*>(params.data()), params.size());
+  if (!plans_.empty()) return backward_layered(read_only, grads, {}, nullptr, x, y, rows, workspace);
+  return backward(read_only, grads, {}, nullptr, x, y, rows, workspace);
 }
 
 result<double> network::train_step(std::span<float> params, std::span<float> grads, std::span<float> velocity,
                                    const sgd_options& sgd, const float* x, const float* y, std::int64_t rows,
                                    std::span<float> workspace) const {
   forward(params, x, rows, workspace);
+  if (!plans_.empty()) return backward_layered(params, grads, velocity, &sgd, x, y, rows, workspace);
   return backward(params, grads, velocity, &sgd, x, y, rows, workspace);
 }
 
 result<double> network::backward(std::span<float> params, std::span<float> grads, std::span<float> velocity,
                                  const sgd_options* sgd, const float* x, const float* y, std::int64_t rows,
                                  std::span<float> workspace) const {
-  if (!plans_.empty()) return backward_layered(params, grads, velocity, sgd, x, y, rows, workspace);
   TESSERA_ASSERT(sgd != nullptr || velocity.empty());
   // With momentum the gradient is accumulated straight into the velocity, which the
   // previous update left holding μ·v + λ·w: one GEMM with β = 1 instead of a zeroed gradient buffer, a

@@ -1,0 +1,44 @@
+// Internal to core/math: row-major Eigen views over the flat buffers the passes use (parameters,
+// workspace, patches), the workspace's alignment, the index conversions, and what the MLP's and the
+// layered passes share of LayerNorm.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include <Eigen/Core>
+
+namespace tessera::core::detail {
+
+using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using matrix_map = Eigen::Map<matrix>;
+using const_matrix_map = Eigen::Map<const matrix>;
+using row_vector_map = Eigen::Map<Eigen::RowVectorXf>;
+using const_row_vector_map = Eigen::Map<const Eigen::RowVectorXf>;
+using vector_map = Eigen::Map<Eigen::VectorXf>;
+
+// Workspace slots start on 64-byte boundaries (16 floats) so Eigen's packets never straddle them.
+inline constexpr std::size_t k_align_floats = 16;
+constexpr std::size_t align_up(std::size_t n) noexcept { return (n + k_align_floats - 1) / k_align_floats * k_align_floats; }
+
+inline std::size_t sz(std::int64_t v) noexcept { return static_cast<std::size_t>(v); }
+// Eigen::Index is std::ptrdiff_t, 32 bits on armhf; every size here indexes an allocated arena, so it fits.
+inline Eigen::Index ix(std::int64_t v) noexcept { return static_cast<Eigen::Index>(v); }
+
+// LayerNorm's first half: each row of z standardised in place (mean 0, variance 1 with `epsilon`), and
+// each row's 1/σ into rstd (the backward pass needs it).
+inline void standardize_rows(matrix_map z, float* rstd, float epsilon) {
+  const float inv_n = 1.0f / static_cast<float>(z.cols());
+  for (Eigen::Index r = 0; r < z.rows(); ++r) {
+    auto zr = z.row(r);
+    const float mean = zr.sum() * inv_n;
+    zr.array() -= mean;
+    const float var = zr.squaredNorm() * inv_n;
+    const float inv = 1.0f / std::sqrt(var + epsilon);
+    rstd[r] = inv;
+    zr *= inv;
+  }
+}
+
+}  // namespace tessera::core::detail
