@@ -47,7 +47,11 @@ result<layer_spec> parse_conv(layer_kind kind, const nlohmann::json& v) {
 result<layer_spec> parse_layer(const nlohmann::json& entry) {
   if (!entry.is_object() || entry.size() != 1)
     return make_error(errc::invalid_spec, "must be an object with one key: dense, conv1d, conv2d, max_pool, global_avg_pool or flatten");
-  const auto& [key, value] = *entry.items().begin();
+  // The object's one member, through its iterator: the items() proxy is a temporary that a reference
+  // into it would outlive.
+  const auto member = entry.begin();
+  const std::string key = member.key();
+  const nlohmann::json& value = member.value();
   const auto kind = k_layer_names.find(key);
   if (!kind) return make_error(errc::invalid_spec, "unknown layer '" + key + "' (dense, conv1d, conv2d, max_pool, global_avg_pool, flatten)");
   switch (*kind) {
@@ -137,7 +141,7 @@ result<std::vector<layer_spec>> parse_layers(const nlohmann::json& array, std::s
     auto l = parse_layer(array[i]);
     if (!l) {
       const auto& e = array[i];
-      const std::string kind = e.is_object() && e.size() == 1 ? " (" + e.items().begin().key() + ")" : "";
+      const std::string kind = e.is_object() && e.size() == 1 ? " (" + e.begin().key() + ")" : "";
       return make_error(errc::invalid_spec, w + ": layer " + std::to_string(i + 1) + kind + ": " + l.error().message);
     }
     out.push_back(l.value());
