@@ -10,14 +10,24 @@ namespace tessera::edge {
 
 using core::log_level;
 
+namespace {
+
+constexpr std::string_view k_refused = "peer refused: ";  // the session's words for the hub's REFUSE
+
+// What the hub said in its REFUSE, without the session's prefix; any other reason as it is.
+std::string hub_words(const core::error& why) {
+  return why.message.starts_with(k_refused) ? why.message.substr(k_refused.size()) : why.message;
+}
+
+}  // namespace
+
 // Why the link to the hub ended or never came up, and when the next attempt is, in one line: the hub's
 // refusal in its own words (one that reconnecting will not cure says so), this device's own refusal,
 // an unreachable hub, or a link that broke.
 void agent::log_link_ended(const core::error& why, std::chrono::milliseconds next) {
   const std::string hub = config_.hub.host + ":" + std::to_string(config_.hub.port);
-  constexpr std::string_view k_refused = "peer refused: ";  // the session's words for the hub's REFUSE
   const bool from_hub = why.message.starts_with(k_refused);
-  const std::string said = from_hub ? why.message.substr(k_refused.size()) : why.message;
+  const std::string said = hub_words(why);
   char in[32];
   std::snprintf(in, sizeof in, "%.1f s", static_cast<double>(next.count()) / 1000.0);
   const std::string when = std::string("; next attempt in ") + in;
@@ -82,8 +92,7 @@ void agent::attach(const std::shared_ptr<net::session>& s) {
         return;
       }
       if (run_over_ != run_end::none && config_.after_run == after_run_mode::exit && !stopped_) {
-        const std::string said = why.message.starts_with("peer refused: ") ? why.message.substr(14) : why.message;
-        log(log_level::info, "the hub says " + said + ": exiting (after_run exit; after_run wait stays for its next run)");
+        log(log_level::info, "the hub says " + hub_words(why) + ": exiting (after_run exit; after_run wait stays for its next run)");
         boost::asio::post(io_, [this] { stop(); });
         return;
       }

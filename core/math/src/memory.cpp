@@ -62,7 +62,9 @@ std::uint64_t memory_bound(const mlp_arch& arch, std::int64_t batch) {
 // The arena's regions in order; `optimizer` false leaves out gradients and velocity (inference).
 training_memory plan_memory(const mlp_arch& arch, std::int64_t batch, bool optimizer, bool momentum, codec_kind codec) noexcept {
   training_memory m;
-  if (memory_bound(arch, batch) > std::numeric_limits<std::size_t>::max() / 2) {
+  // Only where size_t is narrower than the bound: with 64 bits the model's limits keep every size far
+  // from wrapping, and the hub plans budgets (bisecting) often enough not to pay for it twice.
+  if (sizeof(std::size_t) < sizeof(std::uint64_t) && memory_bound(arch, batch) > std::numeric_limits<std::size_t>::max() / 2) {
     m.total = std::numeric_limits<std::size_t>::max();  // no budget holds it
     return m;
   }
