@@ -4,6 +4,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include "tessera/core/math/layers.hpp"
 #include "tessera/edge/agent.hpp"
 
 namespace tessera::edge {
@@ -110,7 +111,8 @@ void agent::on_ready(const std::shared_ptr<net::session>& s) {
                     .codecs = config_.codecs,
                     .resume = {},
                     .data_digest = data_->digest(),
-                    .validation_examples = static_cast<std::uint64_t>(data_->validation_examples())};
+                    .validation_examples = static_cast<std::uint64_t>(data_->validation_examples()),
+                    .layer_kinds = core::layer_kind_names()};
   // What we hold of the current assignment, so the hub resumes it rather than starting over.
   if (job_) h.resume.push_back({job_->download_id(), job_->download()->received()});
   s->send(h);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/core/math/layers.hpp"
 #include "tessera/hub/hub.hpp"
 #include "device_registry.hpp"
 #include "hub_context.hpp"
@@ -60,6 +61,15 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
   if (revoked_->is_revoked(id, s->peer_serial())) {  // its handshake began under the list before, or an operator revoked it
     turn_away(*s, "revoked", "HELLO with a revoked certificate: refused");
     s->refuse(net::errc::revoked, "this device's certificate (serial " + s->peer_serial() + ") is revoked", "revoked", /*lasting=*/true);
+    return;
+  }
+  // A model with layers the agent cannot run (an agent from before convolutional networks) is refused at
+  // the door, by name, not by a download of the wrong size later; until the agent is upgraded.
+  if (const std::string missing = core::missing_layer_kinds(engine().config().model.layers, h.layer_kinds); !missing.empty()) {
+    turn_away(*s, "model_unsupported", "its agent cannot run this model's layers (" + missing + "): turned away until it is upgraded");
+    s->refuse(net::errc::refused, "this device's agent cannot run the hub's model: it does not know the layer kinds " + missing +
+                                      " (upgrade tessera-edge on it)",
+              "model_unsupported", /*lasting=*/true);
     return;
   }
   // A budget that cannot hold the narrowest subnet (the whole model, for FedAvg) stays that way until the

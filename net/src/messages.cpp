@@ -32,6 +32,7 @@ json fields(const msg::hello& v) {
             {"examples", v.examples}, {"codecs", codecs}, {"resume", resume}};
   if (!v.data_digest.empty()) j["data_digest"] = v.data_digest;
   if (v.validation_examples > 0) j["validation_examples"] = v.validation_examples;
+  if (!v.layer_kinds.empty()) j["layer_kinds"] = v.layer_kinds;
   return j;
 }
 
@@ -66,6 +67,15 @@ void read_fields(reader& r, msg::hello& h) {
   }
   if (r.has("data_digest")) h.data_digest = r.string("data_digest", max_code_chars);
   if (r.has("validation_examples")) h.validation_examples = r.u64("validation_examples");
+  if (const json* kinds = r.has("layer_kinds") ? r.array("layer_kinds", max_layer_kinds) : nullptr) {
+    for (const auto& k : *kinds) {  // names this side does not know are kept: the hub compares names
+      if (!k.is_string() || k.get_ref<const std::string&>().size() > max_code_chars) {
+        r.fail("layer_kinds", "expected names of at most " + std::to_string(max_code_chars) + " characters");
+        break;
+      }
+      h.layer_kinds.push_back(k.get<std::string>());
+    }
+  }
 }
 
 json fields(const msg::welcome& v) {

@@ -136,3 +136,15 @@ TEST_CASE("layers: shapes that do not fit are refused, naming the layer and both
   CHECK(shapes_error(input({1, 1024, 1024}), R"([{"conv2d": {"channels": 64, "kernel": 3}}, {"flatten": true}])"_json) ==
         where + "layer 1 (conv2d 64 k3) on 1024×1024×1 gives 1024×1024×64, more than 16777216 values per example");
 }
+
+TEST_CASE("layers: the kinds an agent announces, and those a model uses that an agent does not know") {
+  const std::vector<std::string> all = core::layer_kind_names();
+  CHECK(all == std::vector<std::string>{"dense", "conv1d", "conv2d", "max_pool", "global_avg_pool", "flatten"});
+  const auto cnn = layers_of(R"([{"conv2d": {"channels": 8, "kernel": 3}}, {"max_pool": 2}, {"conv2d": {"channels": 8, "kernel": 3}},
+                                 {"max_pool": 2}, {"flatten": true}, {"dense": 32}])"_json);
+  CHECK(core::missing_layer_kinds(cnn, all).empty());
+  CHECK(core::missing_layer_kinds(cnn, {}) == "conv2d, max_pool, flatten");  // each once, dense never
+  const std::vector<std::string> some{"conv2d", "flatten", "a-later-kind"};
+  CHECK(core::missing_layer_kinds(cnn, some) == "max_pool");
+  CHECK(core::missing_layer_kinds(layers_of(R"([{"dense": 64}, {"dense": 32}])"_json), {}).empty());  // the hidden shorthand's
+}

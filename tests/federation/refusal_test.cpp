@@ -14,6 +14,7 @@
 #include "fleet.hpp"
 #include "support/scripted_agent.hpp"
 #include "support/test_pki.hpp"
+#include "tessera/core/math/layers.hpp"
 #include "tessera/crypto/tls.hpp"
 #include "tessera/net/client.hpp"
 
@@ -100,18 +101,19 @@ struct handshake_probe {
   std::optional<core::error> closed;
 };
 
-handshake_probe try_connect(const fleet& f, const std::string& id, std::uint16_t port) {
+// `layer_kinds`: what its HELLO says it can run (none: an agent from before convolutional networks).
+handshake_probe try_connect(const fleet& f, const std::string& id, std::uint16_t port, const std::vector<std::string>& layer_kinds = {}) {
   asio::io_context io;
   handshake_probe p;
   auto client = net::client::create(io, device_tls(f, id), net::session_config{},
                                     {.host = "127.0.0.1", .port = port, .backoff_initial = 10'000ms, .backoff_max = 10'000ms, .jitter = 0, .seed = 1});
-  client->on_session([&p, &client, &id](const std::shared_ptr<net::session>& s) {
+  client->on_session([&p, &client, &id, &layer_kinds](const std::shared_ptr<net::session>& s) {
     std::weak_ptr<net::session> weak = s;
-    s->on_ready([&p, &id, weak] {
+    s->on_ready([&p, &id, &layer_kinds, weak] {
       p.ready = true;
       if (auto self = weak.lock())
         self->send(net::msg::hello{.device_id = id, .version = net::protocol_version, .memory_budget_bytes = 64u << 20,
-                                   .examples = 500, .codecs = {net::codec::f32}, .resume = {}});
+                                   .examples = 500, .codecs = {net::codec::f32}, .resume = {}, .layer_kinds = layer_kinds});
     });
     s->on_message([&p](const net::message& m) {
       if (std::holds_alternative<net::msg::welcome>(m)) p.welcomed = true;
@@ -340,6 +342,29 @@ TEST_CASE("federation: a rogue device uploading 1e30 and an output bias of 3e38 
     CHECK(std::abs(a - b) <= 0.005);
     CHECK(with[static_cast<std::size_t>(r)].at("rejected") == 1);
   }
+}
+
+TEST_CASE("federation: an agent that cannot run the model's layers is turned away at HELLO, naming them; one that can is welcomed") {
+  // An agent from before convolutional networks says nothing of layer kinds: offered a CNN, it would
+  // have refused the download by its size, round after round. The hub refuses it at the door instead.
+  fleet f("fed_layer_kinds");
+  INFO(f.diagnostics());
+  f.make_pki({"older", "newer"});
+  hub_handle hub = f.start_hub("hub", {{"model", nlohmann::json::parse(R"({"input_shape": [1, 28, 28], "outputs": 10, "layers": [
+                                           {"conv2d": {"channels": 4, "kernel": 3}}, {"max_pool": 2}, {"flatten": true}, {"dense": 16}]})")},
+                                       {"strategy", "ist"}, {"rounds", 1}, {"min_devices", 2}, {"device_wait_s", 60},
+                                       {"metrics", f.file("metrics.jsonl")}});
+  const handshake_probe older = try_connect(f, "older", hub.port);
+  CHECK_FALSE(older.welcomed);
+  REQUIRE(older.closed.has_value());
+  CAPTURE(older.closed->message);
+  CHECK(older.closed->message.find("does not know the layer kinds conv2d, max_pool, flatten (upgrade tessera-edge on it)") != std::string::npos);
+  CHECK(wait_for_log(hub.process, "device older (127.0.0.1:", 10s));
+  CHECK(count_of(hub.process.err(), "its agent cannot run this model's layers (conv2d, max_pool, flatten): turned away until it is upgraded") == 1);
+
+  const handshake_probe newer = try_connect(f, "newer", hub.port, core::layer_kind_names());
+  CHECK(newer.welcomed);
+  hub.process.kill();
 }
 
 }  // namespace tessera::testing

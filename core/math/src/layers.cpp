@@ -1,5 +1,7 @@
 #include "tessera/core/math/layers.hpp"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/math/model_spec.hpp"
@@ -213,6 +215,23 @@ std::vector<std::int64_t> hidden_units(std::span<const layer_spec> layers) {
   std::vector<std::int64_t> out;
   for (const layer_spec& l : layers)
     if (l.parametric()) out.push_back(l.units);
+  return out;
+}
+
+std::vector<std::string> layer_kind_names() {
+  std::vector<std::string> out;
+  for (const auto& e : k_layer_names.entries()) out.emplace_back(e.name);
+  return out;
+}
+
+std::string missing_layer_kinds(std::span<const layer_spec> layers, std::span<const std::string> known) {
+  std::vector<layer_kind> missing;
+  for (const layer_spec& l : layers) {
+    const bool named = std::find(known.begin(), known.end(), k_layer_names.name(l.kind)) != known.end();
+    if (l.kind != layer_kind::dense && !named && std::find(missing.begin(), missing.end(), l.kind) == missing.end()) missing.push_back(l.kind);
+  }
+  std::string out;
+  for (layer_kind k : missing) (out += out.empty() ? "" : ", ") += k_layer_names.name(k);
   return out;
 }
 

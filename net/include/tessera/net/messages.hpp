@@ -56,6 +56,7 @@ inline constexpr std::size_t max_secagg_segments = 4097;
 inline constexpr std::size_t max_certificate_chars = 8192;
 inline constexpr std::size_t max_signature_bytes = 256;
 inline constexpr std::size_t max_box_bytes = 16384;
+inline constexpr std::size_t max_layer_kinds = 32;
 
 namespace msg {
 
@@ -73,6 +74,9 @@ struct hello {
   std::vector<resume_entry> resume{};    // downloads in progress, so the hub resumes them
   std::string data_digest{};             // identifies the device's data (shape and targets); optional
   std::uint64_t validation_examples = 0; // held out for evaluation; optional (0: cannot evaluate)
+  // The layer kinds the agent can train (core::k_layer_names); optional. An agent that sends none
+  // predates convolutional networks: it trains the `hidden` shorthand's dense layers only.
+  std::vector<std::string> layer_kinds{};
 };
 
 struct welcome {

@@ -81,4 +81,10 @@ inline constexpr std::int64_t k_max_dimension = 1 << 16;  // of input_shape's en
 // The units IST partitions, per parametric hidden layer in order (dense neurons, output channels).
 [[nodiscard]] std::vector<std::int64_t> hidden_units(std::span<const layer_spec> layers);
 
+// The layer kinds this build trains, by name: what an agent announces in HELLO.
+[[nodiscard]] std::vector<std::string> layer_kind_names();
+// The kinds `layers` uses that `known` does not name, each once, in the list's order ("conv2d,
+// max_pool"); empty when `known` names them all. Dense layers need no name: every agent trains them.
+[[nodiscard]] std::string missing_layer_kinds(std::span<const layer_spec> layers, std::span<const std::string> known);
+
 }  // namespace tessera::core
