@@ -229,6 +229,10 @@ TEST_CASE("layered network: IST cuts channels; a subnet is a narrower network of
   const std::vector<double> caps = {0.5, 0.5};
   auto plan = make_plan(full, caps, 2, {.min_width = 1}, 3);
   REQUIRE(plan.ok());
+  // A cut too narrow for min_width names a convolution's units as channels.
+  const auto narrow = make_plan(full, caps, 2, {.min_width = 3}, 3);
+  REQUIRE_FALSE(narrow.ok());
+  CHECK(narrow.error().message.find("hidden layer 1 (4 channels) would give group 0 only 2 channels, fewer than min_width 3") != std::string::npos);
   const auto params = random_values(param_count(full), 9, 0.5f);
   std::vector<float> back(params.size(), std::numeric_limits<float>::quiet_NaN());
   for (std::size_t g = 0; g < 2; ++g) {

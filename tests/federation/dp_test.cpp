@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fleet.hpp"
+#include "tessera/core/math/mlp.hpp"
 #include "tessera/core/privacy/rdp.hpp"
 #include "tessera/rounds/metrics.hpp"
 
@@ -128,58 +129,72 @@ TEST_CASE("federation: differential privacy — the hub's ε is tessera-sim's, s
 
 namespace tessera::testing {
 
-TEST_CASE("federation: differential privacy under secure aggregation — the devices add the noise, the hub's ε is tessera-sim's") {
-  fleet f("fed_dp_secure");
-  INFO(f.diagnostics());
-  const prepared devices = prepare(f, 7);
-  const nlohmann::json run = {{"model", {{"inputs", 784}, {"hidden", {32}}, {"outputs", 10}}},
-                              {"strategy", "ist"},
-                              {"groups", 2},
-                              {"rounds", 3},
-                              {"local_steps", 20},
-                              {"batch", 16},
-                              {"lr", 0.05},
-                              {"seed", 7},
-                              {"secure_aggregation", {{"replication", 3}, {"threshold", 2}}},
-                              {"dp", {{"sample_rate", 0.8}, {"noise_multiplier", k_sigma}, {"clip", 0.5}, {"delta", k_delta},
-                                      {"adaptive_clip", {{"count_noise", 1.0}}}}}};
+TEST_CASE("federation: differential privacy under secure aggregation — the devices add the noise, the hub's ε is tessera-sim's (an MLP, a CNN)") {
+  // The CNN: the clip and the devices' noise over a convolutional subnet's channel blocks.
+  const nlohmann::json cnn = nlohmann::json::parse(R"({"input_shape": [1, 28, 28], "outputs": 10, "layers": [
+      {"conv2d": {"channels": 16, "kernel": 3}}, {"max_pool": 2}, {"conv2d": {"channels": 16, "kernel": 3, "stride": 2}},
+      {"flatten": true}, {"dense": 16}]})");
+  const nlohmann::json mlp = {{"inputs", 784}, {"hidden", {32}}, {"outputs", 10}};
+  for (const bool with_cnn : {false, true}) {
+    fleet f(with_cnn ? "fed_dp_secure_cnn" : "fed_dp_secure");
+    INFO(f.diagnostics());
+    CAPTURE(with_cnn);
+    const prepared devices = prepare(f, 7);
+    const nlohmann::json run = {{"model", with_cnn ? cnn : mlp},
+                                {"strategy", "ist"},
+                                {"groups", 2},
+                                {"rounds", 3},
+                                {"local_steps", 20},
+                                {"batch", 16},
+                                {"lr", 0.05},
+                                {"seed", 7},
+                                {"secure_aggregation", {{"replication", 3}, {"threshold", 2}}},
+                                {"dp", {{"sample_rate", 0.8}, {"noise_multiplier", k_sigma}, {"clip", 0.5}, {"delta", k_delta},
+                                        {"adaptive_clip", {{"count_noise", 1.0}}}}}};
 
-  const auto sim_metrics = simulate(f, run, devices, 3);
+    const auto sim_metrics = simulate(f, run, devices, 3);
 
-  nlohmann::json hub_json = run;
-  hub_json.update({{"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 60},
-                   {"metrics", f.file("hub.jsonl")}, {"output", f.file("hub.safetensors")}});
-  hub_handle hub = f.start_hub("hub", hub_json);
-  const auto agents = f.start_agents(devices.ids, devices.data, hub.port);
-  CHECK(wait_for_log(hub.process, "differential privacy: each device adds its share of the noise under secure aggregation", 10s));
-  const auto code = hub.process.wait_exit(180s);
-  REQUIRE_MESSAGE(code.has_value(), "the hub did not finish within 180 s");
-  CHECK(*code == 0);
+    nlohmann::json hub_json = run;
+    hub_json.update({{"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 60},
+                     {"metrics", f.file("hub.jsonl")}, {"output", f.file("hub.safetensors")}});
+    hub_handle hub = f.start_hub("hub", hub_json);
+    const auto agents = f.start_agents(devices.ids, devices.data, hub.port);
+    CHECK(wait_for_log(hub.process, "differential privacy: each device adds its share of the noise under secure aggregation", 10s));
+    const auto code = hub.process.wait_exit(180s);
+    REQUIRE_MESSAGE(code.has_value(), "the hub did not finish within 180 s");
+    CHECK(*code == 0);
 
-  // The same ε round by round as the simulator (it depends on q, σ, the clip, the ring and the
-  // population only), the noise the devices', and each uploading agent saying it added its share.
-  const auto hub_metrics = read_metrics(f.file("hub.jsonl"));
-  REQUIRE(hub_metrics.size() == 3);
-  std::size_t released = 0;
-  for (std::size_t r = 0; r < 3; ++r) {
-    CAPTURE(hub_metrics[r].dump());
-    CHECK(hub_metrics[r].at("epsilon").get<double>() == sim_metrics[r].at("epsilon").get<double>());
-    CHECK(hub_metrics[r].at("epsilon").get<double>() > 0);
-    CHECK(hub_metrics[r].at("dp_noise") == "devices");
-    CHECK(sim_metrics[r].at("dp_noise") == "devices");
-    if (hub_metrics[r].at("devices").get<std::size_t>() >= 2) released += 3 - hub_metrics[r].at("secagg_withheld").get<std::size_t>();
+    // The same ε round by round as the simulator (it depends on q, σ, the clip, the ring and the
+    // population only), the noise the devices', and each uploading agent saying it added its share.
+    const auto hub_metrics = read_metrics(f.file("hub.jsonl"));
+    REQUIRE(hub_metrics.size() == 3);
+    std::size_t released = 0;
+    for (std::size_t r = 0; r < 3; ++r) {
+      CAPTURE(hub_metrics[r].dump());
+      CHECK(hub_metrics[r].at("epsilon").get<double>() == sim_metrics[r].at("epsilon").get<double>());
+      CHECK(hub_metrics[r].at("epsilon").get<double>() > 0);
+      CHECK(hub_metrics[r].at("dp_noise") == "devices");
+      CHECK(sim_metrics[r].at("dp_noise") == "devices");
+      if (hub_metrics[r].at("devices").get<std::size_t>() >= 2) released += 3 - hub_metrics[r].at("secagg_withheld").get<std::size_t>();
+    }
+    CHECK(released > 0);
+    // Adaptive clipping with the count in the ring: the clip starts at dp.clip and moves, as the
+    // simulator's does (the noise differs: the agents draw theirs from their CSPRNG).
+    CHECK(hub_metrics[0].at("dp_clip").get<double>() == 0.5);
+    CHECK(hub_metrics[2].at("dp_clip").get<double>() != 0.5);
+    std::size_t carried = 0;
+    for (auto* a : agents) carried += count_of(a->err(), "share of the privacy noise");
+    CHECK(carried > 0);
+    const core::stored_model model = load_model_or_fail(f.file("hub.safetensors"));
+    CHECK(std::stod(model.metadata.at("tessera.dp.epsilon")) == doctest::Approx(hub_metrics.back().at("epsilon").get<double>()).epsilon(1e-5));
+    CHECK(all_finite(model.params));
+    if (with_cnn) {  // the convolutional model, trained away from its seeded start under the devices' noise
+      CHECK(model.spec.layers.size() == 5);
+      std::vector<float> initial(model.params.size());
+      core::initialize(model.spec, initial);
+      CHECK(model.params != initial);
+    }
   }
-  CHECK(released > 0);
-  // Adaptive clipping with the count in the ring: the clip starts at dp.clip and moves, as the
-  // simulator's does (the noise differs: the agents draw theirs from their CSPRNG).
-  CHECK(hub_metrics[0].at("dp_clip").get<double>() == 0.5);
-  CHECK(hub_metrics[2].at("dp_clip").get<double>() != 0.5);
-  std::size_t carried = 0;
-  for (auto* a : agents) carried += count_of(a->err(), "share of the privacy noise");
-  CHECK(carried > 0);
-  const core::stored_model model = load_model_or_fail(f.file("hub.safetensors"));
-  CHECK(std::stod(model.metadata.at("tessera.dp.epsilon")) == doctest::Approx(hub_metrics.back().at("epsilon").get<double>()).epsilon(1e-5));
-  CHECK(all_finite(model.params));
 }
 
 }  // namespace tessera::testing

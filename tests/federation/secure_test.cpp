@@ -27,8 +27,16 @@ std::size_t round_lines(const std::string& log, const std::string& what) {
 constexpr int k_devices = 6;
 constexpr int k_rounds = 3;
 
-nlohmann::json run_fields(bool secure, const std::string& strategy = "ist", int neighbors = 64) {
+// A small convolutional network: its channel groups are secure aggregation's segments as neurons are.
+nlohmann::json small_cnn() {
+  return nlohmann::json::parse(R"({"input_shape": [1, 28, 28], "outputs": 10, "layers": [
+      {"conv2d": {"channels": 16, "kernel": 3}}, {"max_pool": 2}, {"conv2d": {"channels": 16, "kernel": 3, "stride": 2}},
+      {"flatten": true}, {"dense": 16}]})");
+}
+
+nlohmann::json run_fields(bool secure, const std::string& strategy = "ist", int neighbors = 64, bool cnn = false) {
   nlohmann::json j = short_run(strategy, k_rounds, 11);
+  if (cnn) j["model"] = small_cnn();
   if (secure) j["secure_aggregation"] = {{"replication", 3}, {"clip", 2.0}, {"neighbors", neighbors}};
   else if (strategy == "ist") j["groups"] = 2;  // the plan secure aggregation makes: two groups of three
   return j;
@@ -75,24 +83,26 @@ std::vector<std::vector<std::byte>> audited_uploads(const std::string& dir) {
 
 }  // namespace
 
-TEST_CASE("federation: secure aggregation — the hub holds only masked uploads and ends with tessera-sim's model (ist, fedavg)") {
+TEST_CASE("federation: secure aggregation — the hub holds only masked uploads and ends with tessera-sim's model (ist, fedavg, a CNN)") {
   fleet f("fed_secure");
   INFO(f.diagnostics());
   const auto [ids, data, train, test] = prepare(f, 1000);
 
   // secure-sparse: each device masks the output bias with 2 ring neighbours only (Bell et al.'s graphs).
-  for (const std::string tag : {"clear", "secure", "secure-fedavg", "secure-sparse"}) {
+  // secure-cnn: IST over a convolutional network's channels, its kernel blocks masked like neurons' rows.
+  for (const std::string tag : {"clear", "secure", "secure-fedavg", "secure-sparse", "secure-cnn"}) {
     const bool secure = tag != "clear";
     const std::string strategy = tag == "secure-fedavg" ? "fedavg" : "ist";
     const int neighbors = tag == "secure-sparse" ? 2 : 64;
+    const bool cnn = tag == "secure-cnn";
     const std::size_t groups = strategy == "ist" ? 2 : 1;
     CAPTURE(tag);
-    nlohmann::json sim = run_fields(secure, strategy, neighbors);
+    nlohmann::json sim = run_fields(secure, strategy, neighbors, cnn);
     sim.update({{"devices", k_devices}, {"data", {{"train", train}, {"test", test}}}, {"output", f.file("sim-" + tag + ".safetensors")},
                 {"metrics", f.file("sim-" + tag + ".jsonl")}});
     f.run_sim("sim-" + tag, sim);
 
-    nlohmann::json hub_json = run_fields(secure, strategy, neighbors);
+    nlohmann::json hub_json = run_fields(secure, strategy, neighbors, cnn);
     hub_json.update({{"min_devices", k_devices}, {"max_devices", k_devices}, {"device_wait_s", 60}, {"round_deadline_s", 60},
                      {"output", f.file("hub-" + tag + ".safetensors")}, {"metrics", f.file("hub-" + tag + ".jsonl")},
                      {"audit_uploads", f.file("audit-" + tag)}});
@@ -103,7 +113,7 @@ TEST_CASE("federation: secure aggregation — the hub holds only masked uploads 
       check_agent_left(*a, k_rounds);
       if (secure) CHECK(round_lines(a->err(), "unmasking shares sent") == k_rounds);
       // Everyone is everyone's neighbour, or (sparse) the 2 on the ring and the group's other 2 at most.
-      if (tag == "secure" || tag == "secure-fedavg") CHECK(round_lines(a->err(), "a roster of 6 devices; keys of 5 neighbours") == k_rounds);
+      if (tag == "secure" || tag == "secure-fedavg" || tag == "secure-cnn") CHECK(round_lines(a->err(), "a roster of 6 devices; keys of 5 neighbours") == k_rounds);
       if (tag == "secure-sparse") {
         CHECK(round_lines(a->err(), "a roster of 6 devices; keys of") == k_rounds);
         CHECK(round_lines(a->err(), "a roster of 6 devices; keys of 5 neighbours") == 0);

@@ -14,6 +14,14 @@ namespace {
 
 std::size_t sz(std::int64_t v) noexcept { return static_cast<std::size_t>(v); }
 
+// What the units of parametric hidden layer h are: a convolution's channels, a dense layer's neurons.
+std::string unit_word(const mlp_arch& arch, std::size_t h) {
+  std::size_t seen = 0;
+  for (const layer_spec& l : arch.layers)
+    if (l.parametric() && seen++ == h) return l.kind == layer_kind::dense ? "neurons" : "channels";
+  return "neurons";
+}
+
 // Group sizes for one layer of n neurons given group capacities (fractions of the layer).
 std::vector<std::int64_t> group_sizes(std::int64_t n, std::span<const double> caps) {
   const double total = std::accumulate(caps.begin(), caps.end(), 0.0);
@@ -107,8 +115,9 @@ result<round_plan> make_plan(const mlp_arch& full, std::span<const double> capac
     for (std::size_t s = 0; s < groups; ++s) {
       if (sizes[s] < min_width)
         return make_error(errc::invalid_argument,
-                          "plan: hidden layer " + std::to_string(h + 1) + " (" + std::to_string(n) + " neurons) would give group " +
-                              std::to_string(s) + " only " + std::to_string(sizes[s]) + " neurons, fewer than min_width " +
+                          "plan: hidden layer " + std::to_string(h + 1) + " (" + std::to_string(n) + " " + unit_word(full, h) +
+                              ") would give group " + std::to_string(s) + " only " + std::to_string(sizes[s]) + " " + unit_word(full, h) +
+                              ", fewer than min_width " +
                               std::to_string(min_width) + "; use fewer groups or devices with more memory");
     }
     std::vector<std::int32_t> perm(sz(n));
