@@ -154,6 +154,9 @@ core::result<int> train_local(const core::command_line& line) {
   // never materialised on the device), with the input scales the compensation asks for.
   core::model_spec sub_spec = spec;
   for (auto& h : sub_spec.hidden) h = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(o.fraction * static_cast<double>(h))));
+  std::size_t narrowed = 0;  // a convolutional network's layers hold their units too: its channels, its neurons
+  for (auto& l : sub_spec.layers)
+    if (l.parametric()) l.units = sub_spec.hidden[narrowed++];
   core::mlp_arch arch = sub_spec.full_arch();
   const bool scaled = spec.compensation == core::compensation_kind::scale || spec.compensation == core::compensation_kind::layer_norm_scale;
   for (std::size_t l = 1; scaled && l < arch.layer_count(); ++l)
