@@ -2,7 +2,10 @@
 // device gets (1/8 and 1/4 of 784-512-512-10) and the whole model, at batch 16, 32 and 64. Data are
 // random examples already in memory, as in the PyTorch peer (torch_speed.py), so both time the same
 // thing: forward, backward, SGD with momentum, in the model's default architecture (layer norm).
-// Output: one line per case, "tessera WIDTHS BATCH EXAMPLES_PER_S", and the GEMM reference rate.
+// Then the Fashion-MNIST CNN (bench/common/cnn.hpp: 32 and 64 channels, dense 128) and its 1/4-channel
+// subnet (8, 16, 32).
+// Output: one line per case, "tessera NAME BATCH EXAMPLES_PER_S MACS MACS_WITH_INPUT_GRAD" (multiply-adds
+// per example: bench/common/cnn.hpp), and the GEMM reference rate.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -11,6 +14,7 @@
 #include "tessera/core/base/rng.hpp"
 #include "tessera/core/math/model_spec.hpp"
 #include "tessera/core/train/train.hpp"
+#include "../common/cnn.hpp"
 #include "../common/timing.hpp"
 
 namespace {
@@ -38,6 +42,27 @@ class memory_source final : public tessera::core::batch_source {
 
 }  // namespace
 
+namespace {
+
+void rows(const std::string& name, const tessera::core::model_spec& spec) {
+  using namespace tessera;
+  const auto macs = bench::macs_of(spec.full_arch());
+  for (std::int64_t batch : {16, 32, 64}) {
+    core::local_trainer trainer(spec.full_arch(), batch);
+    std::vector<float> params(core::param_count(spec.full_arch()));
+    core::initialize(spec, params);
+    memory_source source(spec.full_arch().inputs(), batch);
+    const std::int64_t steps = 20;
+    const core::local_training_options opt{.steps = steps, .sgd = {.learning_rate = 0.01f, .momentum = 0.9f}};
+    const double s = bench::best_seconds([&] { if (!trainer.run(params, source, opt).ok()) std::abort(); }, 3, 5);
+    std::printf("tessera %s %lld %.0f %.0f %.0f\n", name.c_str(), static_cast<long long>(batch), static_cast<double>(steps * batch) / s,
+                macs.all, macs.with_input_grad);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
 int main() {
   using namespace tessera;
   Eigen::setNbThreads(1);
@@ -47,18 +72,9 @@ int main() {
     spec.inputs = 784;
     spec.hidden = {hidden, hidden};
     spec.outputs = 10;
-    for (std::int64_t batch : {16, 32, 64}) {
-      core::local_trainer trainer(spec.full_arch(), batch);
-      std::vector<float> params(core::param_count(spec.full_arch()));
-      core::initialize(spec, params);
-      memory_source source(784, batch);
-      const std::int64_t steps = 20;
-      const core::local_training_options opt{.steps = steps, .sgd = {.learning_rate = 0.01f, .momentum = 0.9f}};
-      const double s = bench::best_seconds([&] { if (!trainer.run(params, source, opt).ok()) std::abort(); }, 3, 5);
-      std::printf("tessera 784-%lld-%lld-10 %lld %.0f\n", static_cast<long long>(hidden), static_cast<long long>(hidden),
-                  static_cast<long long>(batch), static_cast<double>(steps * batch) / s);
-      std::fflush(stdout);
-    }
+    rows("784-" + std::to_string(hidden) + "-" + std::to_string(hidden) + "-10", spec);
   }
+  rows("cnn-32-64-128", bench::fashion_cnn(32, 64, 128));
+  rows("cnn-8-16-32", bench::fashion_cnn(8, 16, 32));
   return 0;
 }
