@@ -41,6 +41,10 @@ void check_against_definition(const core::conv_geometry& g, std::int64_t rows, f
   core::conv_forward(g, w, b, x.data(), rows, y.data(), patches, scale);
   std::vector<float> dw(w.size()), db(b.size()), dx(x.size());
   core::conv_backward(g, w, x.data(), dy.data(), rows, dw, db, dx.data(), patches, scale);
+  // A first layer's backward pass: no input gradient (and, with few channels, its patches gathered
+  // another way); the weights' gradient is the same.
+  std::vector<float> dw_first(w.size()), db_first(b.size());
+  core::conv_backward(g, w, x.data(), dy.data(), rows, dw_first, db_first, nullptr, patches, scale);
 
   std::vector<double> want_y(y.size()), want_dw(w.size()), want_db(b.size()), want_dx(x.size());
   const direct d{g, x};
@@ -76,6 +80,8 @@ void check_against_definition(const core::conv_geometry& g, std::int64_t rows, f
   near(dw, want_dw, "dw");
   near(db, want_db, "db");
   near(dx, want_dx, "dx");
+  near(dw_first, want_dw, "dw without dx");
+  near(db_first, want_db, "db without dx");
 }
 
 }  // namespace
@@ -96,6 +102,13 @@ TEST_CASE("conv: 2-D and 1-D convolutions, forward and backward, equal their def
       {{.height = 1, .width = 12, .channels = 3}, 2, 4, 2, core::padding_kind::valid, 2, 1.0f}, // 1-D, even kernel
       // 3 × 12 × 12 = 432 output positions: the patch buffer's chunks of 256 cross an example's boundary.
       {{.height = 12, .width = 12, .channels = 2}, 3, 3, 1, core::padding_kind::same, 3, 2.0f},
+      // One channel (an image's first layer), its patches gathered transposed: stride 1 and 2, valid
+      // padding with a kernel of 5; and 5 channels, gathered row by row.
+      {{.height = 28, .width = 28, .channels = 1}, 4, 3, 1, core::padding_kind::same, 2, 1.0f},
+      {{.height = 9, .width = 11, .channels = 1}, 3, 3, 2, core::padding_kind::same, 3, 1.0f},
+      {{.height = 9, .width = 10, .channels = 1}, 2, 5, 2, core::padding_kind::valid, 2, 1.0f},
+      {{.height = 1, .width = 13, .channels = 1}, 3, 5, 2, core::padding_kind::same, 2, 1.0f},
+      {{.height = 5, .width = 6, .channels = 5}, 3, 3, 1, core::padding_kind::same, 2, 1.0f},
   };
   for (const auto& c : cases) {
     auto g = core::make_conv_geometry(c.in, c.out_c, c.kernel, c.stride, c.padding);

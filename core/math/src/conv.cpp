@@ -1,6 +1,7 @@
 #include "tessera/core/math/conv.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 
@@ -13,52 +14,137 @@ namespace {
 
 using namespace detail;
 
-// Where output position `pos` (counted over the batch) reads its patch: its example and top-left corner.
+// Where output position `pos` (counted over the batch) reads its patch: its example and top-left
+// corner; next() steps to the following position without a division.
 struct patch_origin {
-  std::int64_t example, top, left;
+  std::int64_t example = 0, row = 0, col = 0;  // the output position's
+  std::int64_t top = 0, left = 0;              // its patch's corner in the input (negative in the padding)
+
+  patch_origin(const conv_geometry& g, std::int64_t pos) noexcept
+      : example(pos / g.out.positions()), row(pos % g.out.positions() / g.out.width), col(pos % g.out.width) {
+    place(g);
+  }
+  // Steps `n` positions along the output row (n ≤ the row's remaining width).
+  void advance(const conv_geometry& g, std::int64_t n) noexcept {
+    col += n - 1;
+    next(g);
+  }
+  void next(const conv_geometry& g) noexcept {
+    if (++col == g.out.width) {
+      col = 0;
+      if (++row == g.out.height) {
+        row = 0;
+        ++example;
+      }
+    }
+    place(g);
+  }
+  void place(const conv_geometry& g) noexcept {
+    top = row * g.stride - g.pad_h;
+    left = col * g.stride - g.pad_w;
+  }
 };
-patch_origin origin_of(const conv_geometry& g, std::int64_t pos) noexcept {
-  const std::int64_t per_example = g.out.positions();
-  const std::int64_t q = pos % per_example;
-  return {pos / per_example, (q / g.out.width) * g.stride - g.pad_h, (q % g.out.width) * g.stride - g.pad_w};
+
+// n floats from src to dst: Eigen's vectorised copy, no call per run (runs are a few channels long).
+void copy_run(const float* src, std::int64_t n, float* dst) {
+  Eigen::Map<Eigen::VectorXf>(dst, ix(n)) = Eigen::Map<const Eigen::VectorXf>(src, ix(n));
+}
+void add_run(const float* src, std::int64_t n, float* dst) {
+  Eigen::Map<Eigen::VectorXf>(dst, ix(n)) += Eigen::Map<const Eigen::VectorXf>(src, ix(n));
 }
 
 // The patches of output positions [first, first + count), one row each (im2col); zeros where the
-// kernel reaches into the padding.
+// kernel reaches into the padding. Channels-last, a kernel row's taps are one run of kernel_w ×
+// channels floats in the input as in the patch: one copy per kernel row where it lies inside.
 void gather_patches(const conv_geometry& g, const float* x, std::int64_t first, std::int64_t count, float* patches) {
-  const std::size_t c = sz(g.in.channels);
-  for (std::int64_t r = 0; r < count; ++r) {
-    const patch_origin o = origin_of(g, first + r);
+  const std::int64_t c = g.in.channels, run = g.kernel_w * c;
+  patch_origin o(g, first);
+  for (std::int64_t r = 0; r < count; ++r, o.next(g)) {
     const float* example = x + o.example * g.in.size();
     float* row = patches + r * g.patch();
+    const bool whole_width = o.left >= 0 && o.left + g.kernel_w <= g.in.width;
+    for (std::int64_t kh = 0; kh < g.kernel_h; ++kh) {
+      const std::int64_t ih = o.top + kh;
+      float* dst = row + kh * run;
+      if (ih < 0 || ih >= g.in.height) {
+        std::fill_n(dst, sz(run), 0.0f);
+        continue;
+      }
+      const float* line = example + ih * g.in.width * c;
+      if (whole_width) {
+        copy_run(line + o.left * c, run, dst);
+        continue;
+      }
+      for (std::int64_t kw = 0; kw < g.kernel_w; ++kw) {
+        const std::int64_t iw = o.left + kw;
+        if (iw < 0 || iw >= g.in.width) std::fill_n(dst + kw * c, sz(c), 0.0f);
+        else copy_run(line + iw * c, c, dst + kw * c);
+      }
+    }
+  }
+}
+
+// Few input channels (the first layer of an image network): a patch row is a handful of floats, and
+// gathering it costs more than its GEMM. The patches are then gathered transposed, one row per tap and
+// channel and one column per position, so that a tap's values for the positions along an output row
+// are one strided run of the input (a contiguous one at stride 1 with one channel).
+bool gather_transposed(const conv_geometry& g) noexcept { return g.in.channels < 4; }
+
+// The patches of positions [first, first + count) as columns of `pt` (patch × count), zeros in the padding.
+void gather_patches_transposed(const conv_geometry& g, const float* x, std::int64_t first, std::int64_t count, float* pt) {
+  const std::int64_t c = g.in.channels, s = g.stride;
+  patch_origin o(g, first);
+  for (std::int64_t r = 0; r < count;) {
+    const std::int64_t seg = std::min(count - r, g.out.width - o.col);  // positions left on this output row
+    const float* example = x + o.example * g.in.size();
     for (std::int64_t kh = 0; kh < g.kernel_h; ++kh) {
       const std::int64_t ih = o.top + kh;
       for (std::int64_t kw = 0; kw < g.kernel_w; ++kw) {
-        const std::int64_t iw = o.left + kw;
-        float* dst = row + (kh * g.kernel_w + kw) * g.in.channels;
-        if (ih < 0 || ih >= g.in.height || iw < 0 || iw >= g.in.width) std::fill_n(dst, c, 0.0f);
-        else std::memcpy(dst, example + (ih * g.in.width + iw) * g.in.channels, c * sizeof(float));
+        // Position j of the segment reads column iw = o.left + kw + j·s: inside for j in [lo, hi).
+        const std::int64_t start = o.left + kw;
+        const std::int64_t lo = std::clamp<std::int64_t>(start >= 0 ? 0 : (-start + s - 1) / s, 0, seg);
+        const std::int64_t hi = std::clamp<std::int64_t>(start >= g.in.width ? 0 : (g.in.width - start + s - 1) / s, lo, seg);
+        for (std::int64_t ch = 0; ch < c; ++ch) {
+          float* dst = pt + ((kh * g.kernel_w + kw) * c + ch) * count + r;
+          if (ih < 0 || ih >= g.in.height) {
+            std::fill_n(dst, sz(seg), 0.0f);
+            continue;
+          }
+          const float* src = example + (ih * g.in.width + start) * c + ch;
+          std::fill_n(dst, sz(lo), 0.0f);
+          if (s * c == 1) std::copy(src + lo, src + hi, dst + lo);  // one channel, stride 1: a run of the input row
+          else
+            for (std::int64_t j = lo; j < hi; ++j) dst[j] = src[j * s * c];
+          std::fill_n(dst + hi, sz(seg - hi), 0.0f);
+        }
       }
     }
+    r += seg;
+    o.advance(g, seg);
   }
 }
 
 // The reverse of gather_patches (col2im): each patch value added back to the input position it came
 // from; the padding's share is dropped.
 void scatter_patches(const conv_geometry& g, const float* patches, std::int64_t first, std::int64_t count, float* dx) {
-  for (std::int64_t r = 0; r < count; ++r) {
-    const patch_origin o = origin_of(g, first + r);
+  const std::int64_t c = g.in.channels, run = g.kernel_w * c;
+  patch_origin o(g, first);
+  for (std::int64_t r = 0; r < count; ++r, o.next(g)) {
     float* example = dx + o.example * g.in.size();
     const float* row = patches + r * g.patch();
+    const bool whole_width = o.left >= 0 && o.left + g.kernel_w <= g.in.width;
     for (std::int64_t kh = 0; kh < g.kernel_h; ++kh) {
       const std::int64_t ih = o.top + kh;
       if (ih < 0 || ih >= g.in.height) continue;
+      const float* src = row + kh * run;
+      float* line = example + ih * g.in.width * c;
+      if (whole_width) {
+        add_run(src, run, line + o.left * c);
+        continue;
+      }
       for (std::int64_t kw = 0; kw < g.kernel_w; ++kw) {
         const std::int64_t iw = o.left + kw;
-        if (iw < 0 || iw >= g.in.width) continue;
-        const float* src = row + (kh * g.kernel_w + kw) * g.in.channels;
-        float* dst = example + (ih * g.in.width + iw) * g.in.channels;
-        for (std::int64_t ch = 0; ch < g.in.channels; ++ch) dst[ch] += src[ch];
+        if (iw >= 0 && iw < g.in.width) add_run(src + kw * c, c, line + iw * c);
       }
     }
   }
@@ -113,10 +199,14 @@ void conv_forward(const conv_geometry& g, std::span<const float> w, std::span<co
   const Eigen::Map<const Eigen::RowVectorXf> bias(b.data(), ix(g.out.channels));
   for (std::int64_t first = 0; first < total; first += k_conv_chunk_rows) {
     const std::int64_t count = std::min(k_conv_chunk_rows, total - first);
-    gather_patches(g, x, first, count, patches.data());
-    const const_matrix_map p(patches.data(), ix(count), ix(g.patch()));
     matrix_map out(y + first * g.out.channels, ix(count), ix(g.out.channels));
-    out.noalias() = p * weights.transpose();
+    if (gather_transposed(g)) {
+      gather_patches_transposed(g, x, first, count, patches.data());
+      out.noalias() = const_matrix_map(patches.data(), ix(g.patch()), ix(count)).transpose() * weights.transpose();
+    } else {
+      gather_patches(g, x, first, count, patches.data());
+      out.noalias() = const_matrix_map(patches.data(), ix(count), ix(g.patch())) * weights.transpose();
+    }
     if (scale != 1.0f) out *= scale;
     out.rowwise() += bias;
   }
@@ -138,7 +228,14 @@ void conv_backward(const conv_geometry& g, std::span<const float> w, const float
   for (std::int64_t first = 0; first < total; first += k_conv_chunk_rows) {
     const std::int64_t count = std::min(k_conv_chunk_rows, total - first);
     const const_matrix_map d_out(dy + first * g.out.channels, ix(count), ix(g.out.channels));
-    grad_b += d_out.colwise().sum();
+    add_column_sums(d_out.data(), count, g.out.channels, grad_b.data());
+    if (dx == nullptr && gather_transposed(g)) {  // the first layer: no input gradient, the patches transposed
+      gather_patches_transposed(g, x, first, count, patches.data());
+      const const_matrix_map pt(patches.data(), ix(g.patch()), ix(count));
+      if (scale != 1.0f) grad_w.noalias() += (scale * d_out.transpose()) * pt.transpose();
+      else grad_w.noalias() += d_out.transpose() * pt.transpose();
+      continue;
+    }
     gather_patches(g, x, first, count, patches.data());
     matrix_map p(patches.data(), ix(count), ix(g.patch()));
     if (scale != 1.0f) grad_w.noalias() += (scale * d_out.transpose()) * p;
@@ -152,38 +249,54 @@ void conv_backward(const conv_geometry& g, std::span<const float> w, const float
 
 result<tensor_shape> max_pool_shape(const tensor_shape& in, std::int64_t size) {
   const bool two_d = in.height > 1;
-  if (size < 2)
-    return make_error(errc::invalid_spec, "max pooling over " + std::to_string(size) + " positions: the window must be at least 2");
+  if (size < 2 || size > k_max_pool)
+    return make_error(errc::invalid_spec, "max pooling over " + std::to_string(size) + " positions: the window must be 2 to " +
+                                              std::to_string(k_max_pool));
   if (in.width < size || (two_d && in.height < size))
     return make_error(errc::invalid_spec, "max pooling over " + std::to_string(size) + (two_d ? "×" + std::to_string(size) : "") +
                                               " windows on " + shape_text(in) + ": the input is smaller than one window");
   return tensor_shape{.height = two_d ? in.height / size : 1, .width = in.width / size, .channels = in.channels};
 }
 
+namespace {
+
+// One window position's values (window index k) against the best so far, every channel at once; a
+// value takes over only when larger. Eigen's select is a vectorised blend: no per-lane branch, no
+// conditional store.
+void take_larger(const float* v, float k, std::int64_t channels, float* best, float* where) {
+  const Eigen::Map<const Eigen::ArrayXf> candidate(v, ix(channels));
+  Eigen::Map<Eigen::ArrayXf> held(best, ix(channels)), index(where, ix(channels));
+  index = (candidate > held).select(k, index);
+  held = (candidate > held).select(candidate, held);
+}
+
+}  // namespace
+
 void max_pool_forward(const tensor_shape& in, std::int64_t size, const float* x, std::int64_t rows, float* y, float* argmax) {
   const bool two_d = in.height > 1;
   const tensor_shape out{.height = two_d ? in.height / size : 1, .width = in.width / size, .channels = in.channels};
   const std::int64_t size_h = two_d ? size : 1;
+  const std::int64_t c = in.channels;
+  TESSERA_ASSERT(size >= 2 && size <= k_max_pool);
+  // Each window index's offset from the window's corner, as a float (exact: an example holds fewer than
+  // 2^24 values): the last step turns indices into offsets without a division.
+  std::array<float, k_max_pool * k_max_pool> relative{};
+  for (std::int64_t k = 0; k < size_h * size; ++k) relative[sz(k)] = static_cast<float>(((k / size) * in.width + k % size) * c);
   for (std::int64_t n = 0; n < rows; ++n) {
     const float* example = x + n * in.size();
     for (std::int64_t oh = 0; oh < out.height; ++oh) {
       for (std::int64_t ow = 0; ow < out.width; ++ow) {
-        const std::int64_t at = (n * out.positions() + oh * out.width + ow) * out.channels;
-        for (std::int64_t c = 0; c < in.channels; ++c) {
-          float best = -std::numeric_limits<float>::infinity();
-          std::int64_t where = ((oh * size_h) * in.width + ow * size) * in.channels + c;
-          for (std::int64_t kh = 0; kh < size_h; ++kh) {
-            for (std::int64_t kw = 0; kw < size; ++kw) {
-              const std::int64_t offset = ((oh * size_h + kh) * in.width + ow * size + kw) * in.channels + c;
-              if (example[offset] > best) {  // the first of equal maxima takes the gradient, as in PyTorch
-                best = example[offset];
-                where = offset;
-              }
-            }
-          }
-          y[at + c] = best;
-          argmax[at + c] = static_cast<float>(where);
-        }
+        const std::int64_t at = (n * out.positions() + oh * out.width + ow) * c;
+        float* best = y + at;
+        float* where = argmax + at;
+        // The window's positions in order, every channel at once: the first of equal maxima takes the
+        // gradient, as in PyTorch. `where` holds the window index, then the offset in the example.
+        const auto offset = [&](std::int64_t kh, std::int64_t kw) { return ((oh * size_h + kh) * in.width + ow * size + kw) * c; };
+        std::copy_n(example + offset(0, 0), sz(c), best);
+        std::fill_n(where, sz(c), 0.0f);
+        for (std::int64_t k = 1; k < size_h * size; ++k) take_larger(example + offset(k / size, k % size), static_cast<float>(k), c, best, where);
+        const auto corner = static_cast<float>(offset(0, 0));
+        for (std::int64_t ch = 0; ch < c; ++ch) where[ch] = corner + static_cast<float>(ch) + relative[static_cast<std::size_t>(where[ch])];
       }
     }
   }

@@ -41,4 +41,22 @@ inline void standardize_rows(matrix_map z, float* rstd, float epsilon) {
   }
 }
 
+// out += the column sums of a (or of a ⊙ b), a and b rows × cols row-major: row by row, in plain loops
+// the compiler vectorises. Eigen's colwise() on a row-major matrix with many rows and few columns
+// strides down each column, and its row-by-row expressions cost more per row than a row of a few
+// channels is worth.
+inline void add_column_sums(const float* a, std::int64_t rows, std::int64_t cols, float* __restrict out) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* __restrict row = a + r * cols;
+    for (std::int64_t c = 0; c < cols; ++c) out[c] += row[c];
+  }
+}
+inline void add_column_dots(const float* a, const float* b, std::int64_t rows, std::int64_t cols, float* __restrict out) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* __restrict ra = a + r * cols;
+    const float* __restrict rb = b + r * cols;
+    for (std::int64_t c = 0; c < cols; ++c) out[c] += ra[c] * rb[c];
+  }
+}
+
 }  // namespace tessera::core::detail

@@ -249,13 +249,12 @@ void back_to_previous(const backward_view& v, const layer_plan& p, std::size_t f
   const const_matrix_map xhat_c(v.base + ws.xhat[prev_index], ix(rp), ix(c));
   matrix_map da_c(*d, ix(rp), ix(c));
   row_vector_map dgain(v.gbase + prev.gain, ix(c)), dshift(v.gbase + prev.shift, ix(c));
-  if (v.accumulate) {
-    dgain.noalias() += (da_c.array() * xhat_c.array()).colwise().sum().matrix();
-    dshift.noalias() += da_c.colwise().sum();
-  } else {
-    dgain.noalias() = (da_c.array() * xhat_c.array()).colwise().sum().matrix();
-    dshift.noalias() = da_c.colwise().sum();
+  if (!v.accumulate) {
+    dgain.setZero();
+    dshift.setZero();
   }
+  add_column_dots(da_c.data(), xhat_c.data(), rp, c, dgain.data());  // over every example's positions
+  add_column_sums(da_c.data(), rp, c, dshift.data());
   da_c.array().rowwise() *= const_row_vector_map(params.data() + prev.gain, ix(c)).array();
   const const_matrix_map xhat(v.base + ws.xhat[prev_index], ix(v.rows), ix(n));
   const float inv_n = 1.0f / static_cast<float>(n);

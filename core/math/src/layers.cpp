@@ -64,7 +64,7 @@ result<layer_spec> parse_layer(const nlohmann::json& entry) {
     case layer_kind::conv1d:
     case layer_kind::conv2d: return parse_conv(*kind, value);
     case layer_kind::max_pool: {
-      TESSERA_ASSIGN_OR_RETURN(const std::int64_t n, integer_in(value, 2, 8, "its window"));
+      TESSERA_ASSIGN_OR_RETURN(const std::int64_t n, integer_in(value, 2, k_max_pool, "its window"));
       return layer_spec{.kind = layer_kind::max_pool, .pool = n};
     }
     case layer_kind::global_avg_pool:

@@ -78,6 +78,7 @@ void conv_backward(const conv_geometry& g, std::span<const float> w, const float
 // no padding (a last partial window is dropped). `argmax` (rows × out.size()) records each maximum's
 // offset in the example for the backward pass, as a float (exact: an example holds fewer than 2^24
 // values, layers.hpp) so that it lives in the float workspace.
+inline constexpr std::int64_t k_max_pool = 8;  // the largest window
 [[nodiscard]] result<tensor_shape> max_pool_shape(const tensor_shape& in, std::int64_t size);
 void max_pool_forward(const tensor_shape& in, std::int64_t size, const float* x, std::int64_t rows, float* y, float* argmax);
 // dx overwritten: each dy goes to its window's maximum.
