@@ -1,8 +1,8 @@
 #!/bin/sh
 # The exported model is usable elsewhere: models trained by tessera-sim on Fashion-MNIST, loaded by
 # examples/load_model.py with numpy alone, classify the test set exactly as tessera-sim measured: the
-# shipped MLP, a 2-D convolutional network and a 1-D one over the image's rows as a sequence (their
-# tensors in PyTorch's layouts: OIHW, OIW, channel-major flatten).
+# shipped MLP, a 2-D convolutional network, one whose input has 4 channels, and a 1-D one over the
+# image's rows as a sequence (their tensors in PyTorch's layouts: OIHW, OIW, channel-major flatten).
 #   export_test.sh TESSERA_SIM SOURCE_DIR
 set -eu
 sim=$1
@@ -27,6 +27,11 @@ print(f"{name}: tessera-sim {sim:.2f}%, numpy {numpy:.2f}%")
 sys.exit(0 if abs(sim - numpy) <= 0.02 else 1)  # at most 2 of 10 000 examples on a rounding tie
 PY
 }
+# An image of several channels: the 784 values read as 4 channels of 14 × 14 (channel-major, as numpy's
+# reshape), which the network moves channels-last and the file holds as OIHW with 4 input channels.
+rgba='model={"input_shape": [4, 14, 14], "outputs": 10, "layers": [{"conv2d": {"channels": 8, "kernel": 3}}, {"max_pool": 2},
+  {"flatten": true}, {"dense": 16}]}'
 check mlp
 check cnn "$cnn" whole_model_rounds=0
 check seq "$seq" whole_model_rounds=0
+check rgba "$rgba" whole_model_rounds=0

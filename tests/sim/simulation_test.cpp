@@ -477,6 +477,22 @@ TEST_CASE("sim config: examples/sim-fashion-ist.json loads as shipped and as the
   }
 }
 
+TEST_CASE("sim config: the convolutional examples load: sim-fashion-cnn.json (2-D) and sim-fashion-seq.json (1-D over the rows)") {
+  for (const auto& [name, input] : std::vector<std::pair<std::string, std::vector<std::int64_t>>>{{"sim-fashion-cnn.json", {1, 28, 28}},
+                                                                                                   {"sim-fashion-seq.json", {28, 28}}}) {
+    CAPTURE(name);
+    const auto c = core::load_config(std::string(TESSERA_EXAMPLES_DIR) + "/" + name, {}, sim::read_sim_config);
+    REQUIRE_MESSAGE(c.ok(), (c.ok() ? std::string() : c.error().message));
+    const core::model_spec& m = c.value().model;
+    CHECK(m.input_shape == input);
+    CHECK(m.inputs == 784);
+    REQUIRE(m.layers.size() == 6);
+    CHECK(m.layers[0].kind == (input.size() == 3 ? core::layer_kind::conv2d : core::layer_kind::conv1d));
+    CHECK(m.hidden == (input.size() == 3 ? std::vector<std::int64_t>{32, 64, 128} : std::vector<std::int64_t>{64, 128, 128}));
+    CHECK(core::validate(m, name).ok());
+  }
+}
+
 // ---- resume
 
 namespace {
