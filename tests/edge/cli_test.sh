@@ -2,7 +2,8 @@
 # tessera-edge's commands that need no hub, end to end:
 #   train-local  trains a subnet of the size --fraction gives on a CSV file inside --budget-mib, learns a
 #                task a model that does not train cannot (validation accuracy), and refuses a budget it
-#                cannot fit and options it cannot use, each with its reason and a non-zero exit;
+#                cannot fit and options it cannot use, each with its reason and a non-zero exit; the
+#                same for a convolutional network, at its exact budget and one byte short;
 #   baseline     prints the process's peak memory with no model: more than nothing, and below a
 #                train-local run's by at least the arena that run reports.
 # Usage: cli_test.sh TESSERA_EDGE
@@ -72,7 +73,36 @@ if "$edge" train-local --widths 8,32,3 --format csv >/dev/null 2>"$work/err"; th
 grep -q -- "--features is required" "$work/err" || fail "no reason for a missing --features: $(cat "$work/err")"
 if "$edge" train-local --widths 8 --features "$work/data.csv" --format csv >/dev/null 2>"$work/err"; then fail "took one width"; fi
 
-# 4. baseline: the process with no model. A wide model's train-local run peaks above it by at least
+# 4. A convolutional network from a configuration's model (--model takes one): the 8 features as a
+#    sequence of 8 steps, conv1d 16 (kernel 3), pooling, dense 16; half of each is conv1d 8 and dense 8:
+#    355 parameters (8 x 3 + 8, LayerNorm's 16; 8 x (4 positions x 8) + 8, 16; 3 x 8 + 3). It learns
+#    the task; at a budget of exactly what it reported it trains, at one byte less it is refused,
+#    naming both byte counts.
+printf '%s' '{"model": {"input_shape": [8, 1], "outputs": 3, "layers": [{"conv1d": {"channels": 16, "kernel": 3}},
+  {"max_pool": 2}, {"flatten": true}, {"dense": 16}]}}' >"$work/conv.json"
+conv() {  # conv BUDGET_MIB [MORE OPTIONS]
+  budget_mib=$1
+  shift
+  # shellcheck disable=SC2086
+  "$edge" train-local --model "$work/conv.json" --fraction 0.5 $csv --validation 0.2 --batch 32 --lr 0.05 --seed 3 \
+    --budget-mib "$budget_mib" "$@" >"$work/out" 2>"$work/err"
+}
+conv 4 --epochs 3 --progress-every 75 || fail "train-local of the convolutional network exited non-zero"
+cat "$work/out"
+grep -q '^subnet \[8,1\] conv1d 8 k3, max_pool 2, flatten, dense 8, 3 (355 parameters), batch 32' "$work/out" ||
+  fail "not the half-channel subnet of 355 parameters"
+accuracy=$(field "$work/out" 's/^validation: 600 examples, loss [0-9.]*, accuracy \([0-9.]*\)%/\1/p')
+[ -n "$accuracy" ] && at_least "$accuracy" 90 || fail "the convolutional network's validation accuracy is '$accuracy'%, not over 90%"
+need=$(field "$work/out" 's/^memory: arena [0-9]* bytes + data buffers [0-9]* bytes = \([0-9]*\) of.*/\1/p')
+arena=$(field "$work/out" 's/^memory: arena \([0-9]*\) bytes.*/\1/p')
+exact=$(python3 -c "print(f'{$need / 1048576:.20f}')")      # n / 2^20 is exact in 20 decimals
+short=$(python3 -c "print(f'{($need - 1) / 1048576:.20f}')")
+conv "$exact" --steps 5 || fail "refused a budget of exactly the $need bytes it reported needing: $(cat "$work/err")"
+if conv "$short" --steps 5; then fail "trained at one byte below the $need bytes it needs"; fi
+grep -q "needs $arena bytes, the memory budget is $((arena - 1)) bytes" "$work/err" ||
+  fail "the refusal one byte short does not name both byte counts: $(cat "$work/err")"
+
+# 5. baseline: the process with no model. A wide model's train-local run peaks above it by at least
 #    three quarters of the arena it reports (the arena's pages are written: initial weights, velocity).
 "$edge" baseline >"$work/base" 2>"$work/err" || fail "baseline exited non-zero"
 cat "$work/base"

@@ -94,6 +94,9 @@ result<model_spec> parse_model_spec(std::string_view json_text, std::string_view
 
 result<model_spec> load_model_spec(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(const nlohmann::json json, load_json_file(path));
+  // A hub's or simulator's configuration: its model (a spec has no field of that name).
+  if (const auto model = json.find("model"); json.is_object() && model != json.end() && model->is_object())
+    return parse_model_spec(model->dump(), path + ": field 'model'");
   return parse_model_spec(json.dump(), path);
 }
 

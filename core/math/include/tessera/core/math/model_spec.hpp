@@ -100,7 +100,7 @@ inline constexpr std::int64_t k_max_params = std::int64_t{1} << 31;
 // `defaults`'; the spec is validated. Errors are kept by the reader; the result is the spec read.
 class config_reader;
 [[nodiscard]] model_spec read_model_spec(config_reader& r, const model_spec& defaults);
-// Reads a JSON file holding a model spec.
+// Reads a JSON file holding a model spec, or a configuration (hub, simulator) whose `model` is one.
 [[nodiscard]] result<model_spec> load_model_spec(const std::string& path);
 // The widths as people write them: "784-512-512-10".
 [[nodiscard]] std::string widths_text(const model_spec& spec);
