@@ -8,33 +8,32 @@ linear, cross_entropy), with autograd's gradients.
 Each tensor's largest difference is measured relative to the tensor's largest magnitude; all must be
 within TOLERANCE. Prints one line per case with its worst difference. Exit 1 on any miss."""
 import json
-import struct
+import os
 import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
+from load_model import read_safetensors  # noqa: E402  (the example's reader: the file format is one)
+
 TOLERANCE = 1e-5  # float32 against float64, relative to the tensor's scale (measured: at most 1.1e-6)
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        data = f.read()
-    meta = header.pop("__metadata__", {})
-    tensors = {}
-    for name, t in header.items():
-        begin, end = t["data_offsets"]
-        tensors[name] = np.frombuffer(data[begin:end], dtype="<f4").reshape(t["shape"])
-    return tensors, meta
 
 
 def hidden_layer(params, i, h, layer_norm):
     if layer_norm:  # each example over its channels and positions, a gain and a shift per channel
         h = F.group_norm(h, 1, params[f"layers.{i}.norm.weight"], params[f"layers.{i}.norm.bias"], eps=1e-5)
     return F.relu(h)
+
+
+def shaped(x, shape):
+    """Examples as PyTorch holds them: an image (N, C, H, W), a sequence [steps, features] (N, features, steps)."""
+    if len(shape) == 3:
+        return x.reshape(x.shape[0], *shape)
+    if len(shape) == 2:
+        return x.reshape(x.shape[0], shape[0], shape[1]).transpose(1, 2)
+    return x
 
 
 def forward(params, spec, x):
@@ -46,15 +45,10 @@ def forward(params, spec, x):
             h = hidden_layer(params, i, F.linear(h, params[f"layers.{i}.weight"], params[f"layers.{i}.bias"]), layer_norm)
         i = len(spec["hidden"])
         return F.linear(h, params[f"layers.{i}.weight"], params[f"layers.{i}.bias"])
-    shape = spec["input_shape"]
-    h = x
-    if len(shape) == 2:  # a sequence [steps, features]: PyTorch's (N, features, steps)
-        h = x.reshape(n, shape[0], shape[1]).transpose(1, 2)
-    elif len(shape) == 3:
-        h = x.reshape(n, *shape)
+    h = shaped(x, spec["input_shape"])
     i = 0
     for layer in spec["layers"]:
-        ((kind, arg),) = layer.items()
+        kind, arg = next(iter(layer.items()))
         if kind in ("conv1d", "conv2d"):
             w, b = params[f"layers.{i}.weight"], params[f"layers.{i}.bias"]
             pad = (w.shape[-1] - 1) // 2 if arg.get("padding", "same") == "same" else 0
