@@ -2,7 +2,9 @@
 // geometry's shapes and errors.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -109,6 +111,8 @@ TEST_CASE("conv: 2-D and 1-D convolutions, forward and backward, equal their def
       {{.height = 9, .width = 10, .channels = 1}, 2, 5, 2, core::padding_kind::valid, 2, 1.0f},
       {{.height = 1, .width = 13, .channels = 1}, 3, 5, 2, core::padding_kind::same, 2, 1.0f},
       {{.height = 5, .width = 6, .channels = 5}, 3, 3, 1, core::padding_kind::same, 2, 1.0f},
+      // One channel at stride 2 over 2 examples of 14 × 14 outputs: the chunk at 256 starts mid-row.
+      {{.height = 28, .width = 28, .channels = 1}, 2, 3, 2, core::padding_kind::same, 2, 1.0f},
   };
   for (const auto& c : cases) {
     auto g = core::make_conv_geometry(c.in, c.out_c, c.kernel, c.stride, c.padding);
@@ -176,6 +180,19 @@ TEST_CASE("conv: max pooling takes each window's first maximum and sends the gra
   CHECK(sa == std::vector<float>{0, 3});
   CHECK_FALSE(core::max_pool_shape(seq, 6).ok());
   CHECK(core::max_pool_shape(seq, 6).error().message == "max pooling over 6 windows on 5×1: the input is smaller than one window");
+  CHECK(core::max_pool_shape({.height = 16, .width = 16, .channels = 1}, 9).error().message ==
+        "max pooling over 9 positions: the window must be 2 to 8");
+
+  // A NaN anywhere in a window is the window's output (the first NaN takes the gradient), as in PyTorch.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  core::tensor_shape pairs{.height = 1, .width = 8, .channels = 1};
+  std::vector<float> n{nan, 5, 5, nan, nan, nan, 2, 3}, ny(4), na(4);
+  core::max_pool_forward(pairs, 2, n.data(), 1, ny.data(), na.data());
+  CHECK(std::isnan(ny[0]));
+  CHECK(std::isnan(ny[1]));
+  CHECK(std::isnan(ny[2]));
+  CHECK(ny[3] == 3);
+  CHECK(na == std::vector<float>{0, 3, 4, 7});
 }
 
 TEST_CASE("conv: global average pooling is each channel's mean, and spreads its gradient evenly") {

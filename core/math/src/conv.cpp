@@ -110,11 +110,13 @@ void gather_patches_transposed(const conv_geometry& g, const float* x, std::int6
             std::fill_n(dst, sz(seg), 0.0f);
             continue;
           }
-          const float* src = example + (ih * g.in.width + start) * c + ch;
           std::fill_n(dst, sz(lo), 0.0f);
-          if (s * c == 1) std::copy(src + lo, src + hi, dst + lo);  // one channel, stride 1: a run of the input row
-          else
-            for (std::int64_t j = lo; j < hi; ++j) dst[j] = src[j * s * c];
+          if (lo < hi) {  // the first value read, iw = start + lo·s, is inside the row: so is the pointer
+            const float* src = example + (ih * g.in.width + start + lo * s) * c + ch;
+            if (s * c == 1) std::copy(src, src + (hi - lo), dst + lo);  // one channel, stride 1: a run of the input row
+            else
+              for (std::int64_t j = lo; j < hi; ++j) dst[j] = src[(j - lo) * s * c];
+          }
           std::fill_n(dst + hi, sz(seg - hi), 0.0f);
         }
       }
@@ -260,14 +262,17 @@ result<tensor_shape> max_pool_shape(const tensor_shape& in, std::int64_t size) {
 
 namespace {
 
-// One window position's values (window index k) against the best so far, every channel at once; a
-// value takes over only when larger. Eigen's select is a vectorised blend: no per-lane branch, no
-// conditional store.
+// One window position's values (window index k) against the best so far, every channel at once: a
+// value takes over when larger, and a NaN takes over a number (so that a NaN anywhere in the window
+// comes out, as in PyTorch; the first one). Written as selects over whole rows, no conditional store:
+// GCC compiles them without a branch per lane here (measured). The index is chosen before `held`
+// changes.
 void take_larger(const float* v, float k, std::int64_t channels, float* best, float* where) {
   const Eigen::Map<const Eigen::ArrayXf> candidate(v, ix(channels));
   Eigen::Map<Eigen::ArrayXf> held(best, ix(channels)), index(where, ix(channels));
-  index = (candidate > held).select(k, index);
-  held = (candidate > held).select(candidate, held);
+  const auto takes_over = (candidate > held) || (candidate.isNaN() && !held.isNaN());
+  index = takes_over.select(k, index);
+  held = takes_over.select(candidate, held);
 }
 
 }  // namespace
