@@ -270,7 +270,9 @@ namespace {
 void take_larger(const float* v, float k, std::int64_t channels, float* best, float* where) {
   const Eigen::Map<const Eigen::ArrayXf> candidate(v, ix(channels));
   Eigen::Map<Eigen::ArrayXf> held(best, ix(channels)), index(where, ix(channels));
-  const auto takes_over = (candidate > held) || (candidate.isNaN() && !held.isNaN());
+  // "Not at most held" is true when larger or when either is NaN; a held NaN stays: two plain
+  // comparisons, no isNaN() calls.
+  const auto takes_over = !(candidate <= held) && (held == held);
   index = takes_over.select(k, index);
   held = takes_over.select(candidate, held);
 }
