@@ -10,10 +10,12 @@ core::result<core::training_block> allocate(const core::training_memory& layout,
                                             const char* what, std::size_t budget_bytes) {
   std::string widths;
   for (auto w : arch.widths) widths += (widths.empty() ? "" : "-") + std::to_string(w);
-  if (layout.total > budget_bytes)
+  if (layout.needed() > budget_bytes)
     return core::make_error(core::errc::over_budget, std::string(what) + " " + widths + " at batch " + std::to_string(batch) + " needs " +
-                                                         std::to_string(layout.total) + " bytes, the memory budget is " +
-                                                         std::to_string(budget_bytes) + " bytes");
+                                                         std::to_string(layout.needed()) + " bytes, the memory budget is " +
+                                                         std::to_string(budget_bytes) + " bytes (an arena of " +
+                                                         std::to_string(layout.total) + " bytes and " + std::to_string(layout.stack_bytes) +
+                                                         " bytes of stack for its matrix products)");
   // Touched at allocation, so the arena's memory is resident from the start and never faulted in mid-round.
   auto block = core::training_block::allocate(layout);
   if (!block)

@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command == "baseline") {
-    std::printf("peak resident memory %.2f MiB\n", static_cast<double>(edge::peak_rss_bytes()) / (1024.0 * 1024.0));
+    std::printf("peak resident memory %.2f MiB; anonymous now %zu KiB\n", static_cast<double>(edge::peak_rss_bytes()) / (1024.0 * 1024.0),
+                edge::anonymous_rss_bytes() >> 10);
     return 0;
   }
   std::fputs(k_overview, command == "--help" || command == "-h" ? stdout : stderr);

@@ -53,7 +53,8 @@ TEST_CASE("memory plan: inference keeps the parameters, workspace and batch, wit
     CHECK(infer.staging_bytes == train.staging_bytes);
     // The velocity (one float per parameter) is what inference saves.
     CHECK(train.total - infer.total >= train.velocity_bytes);
-    CHECK(inference_bytes(arch, 32, codec) == infer.total);
+    CHECK(inference_bytes(arch, 32, codec) == infer.needed());
+    CHECK(infer.stack_bytes == train.stack_bytes);
     CHECK(infer.total < bytes_needed(arch, 32, false, codec));
   }
 }

@@ -117,7 +117,7 @@ TEST_CASE("job: download, train, upload, each stage in turn; the update describe
     auto j = started.value();
     CHECK(j->at() == edge::job::stage::downloading);
     CHECK(j->on_reconnect() == edge::job::resume_action::expect_download);
-    CHECK(j->arena().size_bytes() == core::bytes_needed(t.arch, t.batch, true, codec));
+    CHECK(j->arena().layout().needed() == core::bytes_needed(t.arch, t.batch, true, codec));
     auto in = j->download();
     CHECK(j->owns(in.get()));
     REQUIRE(in->size() == blob.size());
@@ -201,7 +201,7 @@ TEST_CASE("job: an evaluating ASSIGN scores the whole model on the validation sp
   REQUIRE(started.ok());
   auto j = started.value();
   CHECK(j->evaluates());
-  CHECK(j->arena().size_bytes() == need);
+  CHECK(j->arena().layout().needed() == need);
   std::memcpy(j->download()->data().data(), model.data(), model.size());
   REQUIRE(j->downloaded().ok());
   auto score = j->evaluate(*data.value());

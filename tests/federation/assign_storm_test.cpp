@@ -42,7 +42,7 @@ core::mlp_arch arch_within(std::size_t bytes) {
   for (std::int64_t h = 16;; h += 8) {
     spec.hidden = {h};
     const core::mlp_arch a = spec.full_arch();
-    if (core::plan_training_memory(a, k_batch, /*momentum=*/true, core::codec_kind::f32).total > bytes) return best;
+    if (core::bytes_needed(a, k_batch, /*momentum=*/true, core::codec_kind::f32) > bytes) return best;
     best = a;
   }
 }

@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "tessera/core/math/conv.hpp"
 #include "tessera/core/math/mlp.hpp"
 
 namespace tessera::core {
@@ -59,6 +60,37 @@ std::uint64_t memory_bound(const mlp_arch& arch, std::int64_t batch) {
   return 4 * (floats + 2 * rows * widest) + 64 * 64 * (arch.widths.size() + k_max_layers);
 }
 
+}  // namespace
+
+#if !defined(EIGEN_TEST_SPECIFIC_BLOCKING_SIZES) || EIGEN_TEST_SPECIFIC_BLOCKING_SIZE_K != 256 || \
+    EIGEN_TEST_SPECIFIC_BLOCKING_SIZE_M != 128 || EIGEN_TEST_SPECIFIC_BLOCKING_SIZE_N != 128
+#error "core/math/CMakeLists.txt must fix Eigen's blocking to k_product_block_depth and k_product_block_width"
+#endif
+
+std::size_t product_stack_bytes(const mlp_arch& arch, std::int64_t batch) {
+  // One product: rows × depth times depth × cols. Each buffer is over-allocated by its alignment.
+  const auto packed = [](std::int64_t rows, std::int64_t cols, std::int64_t depth) {
+    const std::int64_t kc = std::min(depth, k_product_block_depth);
+    return static_cast<std::size_t>(kc * (std::min(rows, k_product_block_width) + std::min(cols, k_product_block_width))) * sizeof(float) +
+           2 * k_arena_alignment;
+  };
+  std::size_t most = 0;
+  for (const layer_plan& p : plan_layers(arch)) {
+    if (p.kind == layer_kind::conv1d || p.kind == layer_kind::conv2d) {
+      // conv.cpp: chunks of c output positions; patches c × P, weights C × P.
+      const std::int64_t c = std::min(batch * p.conv.out.positions(), k_conv_chunk_rows), P = p.conv.patch(), C = p.conv.out.channels;
+      most = std::max({most, packed(c, C, P), packed(C, P, c), packed(c, P, C)});
+    } else {
+      // Forward, the weights' gradient, the input's gradient.
+      const std::int64_t in = p.in.size(), out = p.units;
+      most = std::max({most, packed(batch, out, in), packed(out, in, batch), packed(batch, in, out)});
+    }
+  }
+  return most;
+}
+
+namespace {
+
 // The arena's regions in order; `optimizer` false leaves out gradients and velocity (inference).
 training_memory plan_memory(const mlp_arch& arch, std::int64_t batch, bool optimizer, bool momentum, codec_kind codec) noexcept {
   training_memory m;
@@ -86,6 +118,7 @@ training_memory plan_memory(const mlp_arch& arch, std::int64_t batch, bool optim
   region(m.targets, m.targets_bytes, b * tw * sizeof(float));
   region(m.staging, m.staging_bytes, codec == codec_kind::f32 ? 0 : encoded_bytes(arch, codec));
   m.total = at;
+  m.stack_bytes = product_stack_bytes(arch, batch);
   return m;
 }
 

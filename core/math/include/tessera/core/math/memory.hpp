@@ -6,11 +6,12 @@
 //   gradients for one mini-batch (network::workspace_floats), the input batch and its targets, and the
 //   codec's staging buffer (the encoded blob of the received subnet before it is decoded into the
 //   parameters; none for f32, which is received straight into them).
+// Beside the arena, on the stack, the matrix products' packing buffers (product_stack_bytes).
 // The hub sizes each device's subnet with this formula and the agent checks it again before it accepts
 // an assignment; the arena is carved by the same layout, so "needed" and "used" cannot drift apart.
 //
 //   core::training_memory m = core::plan_training_memory(sub.arch, 32, /*momentum=*/true, core::codec_kind::f32);
-//   if (m.total > budget_bytes) refuse("needs " + std::to_string(m.total) + " bytes");
+//   if (m.needed() > budget_bytes) refuse("needs " + std::to_string(m.needed()) + " bytes");
 #pragma once
 
 #include <cstddef>
@@ -36,19 +37,31 @@ inline constexpr std::size_t k_arena_alignment = 64;
 // A byte count as a reader meets it in a refusal: "1.50 MiB" (two decimals).
 [[nodiscard]] std::string mib_text(std::uint64_t bytes);
 
-// Byte offsets of each region in the arena, and the total.
+// Eigen's matrix products pack blocks of their two operands into scratch buffers on the stack: at most
+// min(depth, 256) × min(rows, 128) and min(depth, 256) × min(columns, 128) floats. core/math/CMakeLists.txt
+// fixes this blocking (Eigen would otherwise size it from the CPU's caches), so that hub and device
+// count the same bytes, and keeps both buffers under Eigen's stack limit, so that no step allocates.
+inline constexpr std::int64_t k_product_block_depth = 256, k_product_block_width = 128;
+// The largest pair of packing buffers any matrix product of a training step (or an evaluation) of
+// `arch` at `batch` rows takes, in bytes with their alignment: memory the device needs beside its arena.
+[[nodiscard]] std::size_t product_stack_bytes(const mlp_arch& arch, std::int64_t batch);
+
+// Byte offsets of each region in the arena, and the total; and the stack the matrix products take.
 struct training_memory {
   std::size_t params = 0, grads = 0, velocity = 0, workspace = 0, features = 0, targets = 0, staging = 0;
   std::size_t params_bytes = 0, grads_bytes = 0, velocity_bytes = 0, workspace_bytes = 0, features_bytes = 0,
               targets_bytes = 0, staging_bytes = 0;
-  std::size_t total = 0;  // bytes of the whole arena
+  std::size_t total = 0;        // bytes of the whole arena
+  std::size_t stack_bytes = 0;  // product_stack_bytes: beside the arena, on the training thread's stack
+  [[nodiscard]] std::size_t needed() const noexcept { return total + stack_bytes; }
 };
 
 [[nodiscard]] training_memory plan_training_memory(const mlp_arch& arch, std::int64_t batch, bool momentum,
                                                    codec_kind codec) noexcept;
+// What training needs: the arena and the products' stack.
 [[nodiscard]] inline std::size_t bytes_needed(const mlp_arch& arch, std::int64_t batch, bool momentum,
                                               codec_kind codec) noexcept {
-  return plan_training_memory(arch, batch, momentum, codec).total;
+  return plan_training_memory(arch, batch, momentum, codec).needed();
 }
 
 // What evaluating a model needs (a device scoring the full model on its validation split): the same
@@ -56,7 +69,7 @@ struct training_memory {
 // budget holds it; the agent checks it again and evaluates inside exactly this.
 [[nodiscard]] training_memory plan_inference_memory(const mlp_arch& arch, std::int64_t batch, codec_kind codec) noexcept;
 [[nodiscard]] inline std::size_t inference_bytes(const mlp_arch& arch, std::int64_t batch, codec_kind codec) noexcept {
-  return plan_inference_memory(arch, batch, codec).total;
+  return plan_inference_memory(arch, batch, codec).needed();
 }
 
 // Secure aggregation's memory on a device besides the arena (crypto/secagg.hpp): the received
