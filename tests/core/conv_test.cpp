@@ -2,6 +2,7 @@
 // geometry's shapes and errors.
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -193,6 +194,44 @@ TEST_CASE("conv: max pooling takes each window's first maximum and sends the gra
   CHECK(std::isnan(ny[2]));
   CHECK(ny[3] == 3);
   CHECK(na == std::vector<float>{0, 3, 4, 7});
+}
+
+// The usual windows (2×2, and 2 along a sequence) take a vectorised path that ranks floats as ints; every
+// window size must give what the rule says, for every value a float can hold: ties (the first wins, also
+// -0 against +0), infinities, and NaNs of either sign (the first NaN wins over any number).
+TEST_CASE("conv: max pooling of every window size agrees with the rule on ties, zeros, infinities and NaNs") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> special{0.0f, -0.0f, 1.0f, -1.0f, 1.0f, inf, -inf, nan, -nan, 3.5f, -2.0f, 1e-40f, -1e-40f};
+  core::rng r(13);
+  for (const std::int64_t size : {2, 3, 4}) {
+    for (const bool two_d : {true, false}) {
+      const core::tensor_shape in{.height = two_d ? 2 * size : 1, .width = 3 * size, .channels = 11};
+      std::vector<float> x(static_cast<std::size_t>(2 * in.size()));
+      for (auto& v : x) v = r.below(3) == 0 ? special[r.below(special.size())] : static_cast<float>(r.below(5)) - 2.0f;
+      const std::int64_t out_h = two_d ? 2 : 1, out_w = 3, size_h = two_d ? size : 1;
+      const std::size_t outs = static_cast<std::size_t>(2 * out_h * out_w * in.channels);
+      std::vector<float> y(outs), where(outs);
+      core::max_pool_forward(in, size, x.data(), 2, y.data(), where.data());
+      std::size_t at = 0;
+      for (std::int64_t n = 0; n < 2; ++n)
+        for (std::int64_t oh = 0; oh < out_h; ++oh)
+          for (std::int64_t ow = 0; ow < out_w; ++ow)
+            for (std::int64_t c = 0; c < in.channels; ++c, ++at) {
+              std::int64_t best = -1;
+              for (std::int64_t kh = 0; kh < size_h; ++kh)
+                for (std::int64_t kw = 0; kw < size; ++kw) {
+                  const std::int64_t i = ((oh * size_h + kh) * in.width + ow * size + kw) * in.channels + c;
+                  const float v = x[static_cast<std::size_t>(n * in.size() + i)];
+                  const float held = best < 0 ? 0.0f : x[static_cast<std::size_t>(n * in.size() + best)];
+                  if (best < 0 || (!(v <= held) && held == held)) best = i;
+                }
+              INFO("size ", size, two_d ? " 2-D" : " 1-D", ", output ", at);
+              CHECK(where[at] == static_cast<float>(best));
+              const float want = x[static_cast<std::size_t>(n * in.size() + best)];
+              CHECK(std::bit_cast<std::uint32_t>(y[at]) == std::bit_cast<std::uint32_t>(want));
+            }
+    }
+  }
 }
 
 TEST_CASE("conv: global average pooling is each channel's mean, and spreads its gradient evenly") {
