@@ -37,7 +37,7 @@ nlohmann::json run_document(const hub_view& v) {
       {"min_devices", c.min_devices},
       {"max_devices", c.max_devices},
       {"round_deadline_s", c.round_deadline_s},
-      {"aggregate", std::string(core::k_aggregate_names.name(c.aggregate))},
+      {"aggregate", std::string(core::k_aggregate_names.name(c.aggregate.kind))},
       {"secure_aggregation", c.secure_aggregation.enabled},
       {"dp", c.dp.enabled},
       {"epsilon", optional_number(f.epsilon)},

@@ -212,7 +212,8 @@ core::result<core::round_plan> engine::plan(std::vector<device_offer>& taking, s
                                                 : core::default_group_count(full_, group_devices, config_.min_width);
   // A kept partition: every round of a span of repartition_every rounds cuts with the span's seed.
   const auto span = static_cast<std::uint64_t>(completed_ / config_.repartition_every);
-  return core::make_plan(full_, capacities, groups, {.min_width = config_.min_width}, core::plan_seed(config_.seed, span));
+  return core::make_plan(full_, capacities, groups, {.min_width = config_.min_width, .cut = config_.cut, .roll = span},
+                         core::plan_seed(config_.seed, span));
 }
 
 const assignment* engine::find(std::string_view device) const noexcept {

@@ -11,7 +11,7 @@
 namespace tessera::rounds {
 
 plain_aggregation::plain_aggregation(const run_config& config, const core::mlp_arch& full)
-    : aggregator_(full, config.aggregate, config.trim_fraction) {}
+    : aggregator_(full, config.aggregate.kind, config.aggregate.trim_fraction) {}
 
 core::result<std::size_t> plain_aggregation::admit(const round_view&, std::vector<device_offer>& taking,
                                                    std::vector<excluded_device>&) const {

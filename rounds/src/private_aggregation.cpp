@@ -208,7 +208,8 @@ core::result<std::optional<core::round_plan>> private_aggregation::own_plan(cons
                                                 : std::max<std::size_t>(1, core::default_group_count(v.full, std::max<std::size_t>(1, expected / 10),
                                                                                                      config_.min_width));
   const std::vector<double> equal(groups, 1.0);
-  TESSERA_ASSIGN_OR_RETURN(core::round_plan plan, core::make_plan(v.full, equal, groups, {.min_width = config_.min_width},
+  TESSERA_ASSIGN_OR_RETURN(core::round_plan plan, core::make_plan(v.full, equal, groups, {.min_width = config_.min_width, .cut = config_.cut,
+                                                                                                  .roll = static_cast<std::uint64_t>(v.completed)},
                                                                   core::plan_seed(config_.seed, static_cast<std::uint64_t>(v.completed))));
   plan.device_group.clear();
   for (const auto& o : taking) {

@@ -26,12 +26,16 @@ core::result<void> read_plan_fields(core::config_reader& r, run_config& c, bool 
   c.min_width = r.integer("min_width", 8, 1, core::k_max_width, "no group gets fewer neurons of a hidden layer than this");
   c.rounds = r.integer("rounds", 50, 1, 10'000'000, "rounds to run");
   c.repartition_every = r.integer("repartition_every", 1, 1, 10'000'000, "IST: rounds one partition is kept (1: a fresh cut every round)");
+  c.cut = r.choice("cut", core::cut_kind::random, core::k_cut_names,
+                   "IST: how each cut orders a layer's neurons: random (from the cut's seed) or rolling (FedRolex: windows that "
+                   "move by one neuron per cut)");
   c.whole_model_rounds = r.integer("whole_model_rounds", 0, 0, 10'000'000,
                                    "IST: the last rounds train the whole model on the devices whose budget holds it");
   // Refused only where they would change something, so that an IST file runs as FedAvg with
   // strategy=fedavg repartition_every=1 whole_model_rounds=0.
   if (c.strategy != strategy_kind::ist) {
     if (c.repartition_every != 1) r.fail("repartition_every", "only IST partitions the model (set it to 1 or leave it out)");
+    if (c.cut != core::cut_kind::random) r.fail("cut", "only IST cuts the model (leave it out)");
     if (c.whole_model_rounds != 0)
       r.fail("whole_model_rounds", "only IST trains subnets; every FedAvg round trains the whole model (set it to 0 or leave it out)");
   }
@@ -136,11 +140,11 @@ void read_dp(core::config_reader& r, run_config& c) {
 
 // How reports combine, and the combinations of modes that cannot work, refused in one place.
 void read_aggregate_and_check(core::config_reader& r, run_config& c) {
-  c.aggregate = r.choice("aggregate", core::aggregate_kind::mean, core::k_aggregate_names,
+  c.aggregate.kind = r.choice("aggregate", core::aggregate_kind::mean, core::k_aggregate_names,
                          "how a parameter's reports combine: their example-weighted mean, or (replicated groups, 3 reports or "
                          "more) their median or trimmed mean");
-  c.trim_fraction = r.number("trim_fraction", 0.2, 0.0, 0.49, "aggregate trimmed_mean: the share of reports dropped at each end");
-  if (c.aggregate != core::aggregate_kind::mean) {
+  c.aggregate.trim_fraction = r.number("trim_fraction", 0.2, 0.0, 0.49, "aggregate trimmed_mean: the share of reports dropped at each end");
+  if (c.aggregate.kind != core::aggregate_kind::mean) {
     if (c.secure_aggregation.enabled)
       r.fail("aggregate", "a robust aggregate needs each device's update; under secure aggregation the hub sees only sums");
     else if (c.dp.enabled)

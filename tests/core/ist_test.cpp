@@ -32,6 +32,40 @@ round_plan equal_plan(const mlp_arch& full, std::size_t groups, std::uint64_t se
 
 }  // namespace
 
+// FedRolex's rolling windows: group s holds a contiguous window of each layer (mod its width), the
+// windows of the next cut start one neuron on, and the run's seed plays no part.
+TEST_CASE("plan: a rolling cut gives each group a window that moves by one neuron per cut") {
+  const auto full = arch_of({10, 12, 9, 3}, false);
+  const std::vector<double> caps(3, 1.0);
+  const auto cut = [&](std::uint64_t roll, std::uint64_t seed) {
+    auto plan = make_plan(full, caps, 3, {.min_width = 2, .cut = cut_kind::rolling, .roll = roll}, seed);
+    REQUIRE(plan.ok());
+    return std::move(plan).value();
+  };
+  const auto window = [](std::int32_t start, std::int32_t size, std::int32_t n) {
+    std::vector<std::int32_t> w;
+    for (std::int32_t i = 0; i < size; ++i) w.push_back((start + i) % n);
+    std::sort(w.begin(), w.end());
+    return w;
+  };
+  for (const std::uint64_t roll : {0u, 1u, 5u, 13u}) {
+    const round_plan p = cut(roll, 3);
+    CHECK(p.members == cut(roll, 99).members);  // the seed does not matter
+    for (std::size_t h = 0; h < 2; ++h) {
+      const auto n = static_cast<std::int32_t>(full.widths[h + 1]);
+      const std::int32_t size = n / 3;
+      for (std::size_t s = 0; s < 3; ++s) {
+        const auto start = static_cast<std::int32_t>((roll + s * static_cast<std::uint64_t>(size)) % static_cast<std::uint64_t>(n));
+        CHECK(p.members[h][s] == window(start, size, n));
+      }
+    }
+  }
+  // A random cut of the same layers is another partition, and changes with the seed.
+  auto random = make_plan(full, caps, 3, {.min_width = 2}, 3);
+  REQUIRE(random.ok());
+  CHECK(random.value().members != cut(0, 3).members);
+}
+
 TEST_CASE("plan: every neuron of every layer is in at most one group, and all of them when capacity allows") {
   const auto full = arch_of({10, 64, 48, 3}, false);
   const std::vector<double> caps(4, 1.0);

@@ -487,6 +487,32 @@ TEST_CASE("plan notes: an IST run whose every round trains the whole model says 
   CHECK(rounds::plan_notes(config({{"strategy", "fedavg"}, {"groups", 1}})).empty());
 }
 
+TEST_CASE("engine: cut rolling moves each device's windows by one neuron per span; refused where nothing is cut") {
+  auto e = engine_for(config({{"seed", 11}, {"rounds", 5}, {"repartition_every", 2}, {"cut", "rolling"}}));
+  std::vector<std::vector<std::int32_t>> first_neurons;
+  for (int r = 0; r < 5; ++r) {
+    REQUIRE(e.begin_round({offer("d0", 64u << 20), offer("d1", 64u << 20)}).ok());
+    first_neurons.push_back(e.assignments()[0].sub.neurons[0]);
+    close_counted(e);
+  }
+  // Spans of two rounds: cuts 0, 0, 1, 1, 2. Device d0's window of layer 1 starts at the cut's index.
+  const auto shifted = [](std::vector<std::int32_t> w, std::int32_t by, std::int32_t n) {
+    for (auto& v : w) v = (v + by) % n;
+    std::sort(w.begin(), w.end());
+    return w;
+  };
+  const auto n = static_cast<std::int32_t>(e.full_arch().widths[1]);
+  CHECK(first_neurons[0].front() == 0);
+  CHECK(first_neurons[1] == first_neurons[0]);
+  CHECK(first_neurons[2] == shifted(first_neurons[0], 1, n));
+  CHECK(first_neurons[3] == first_neurons[2]);
+  CHECK(first_neurons[4] == shifted(first_neurons[0], 2, n));
+  CHECK(config({{"cut", "rolling"}}).cut == core::cut_kind::rolling);
+  CHECK(config().cut == core::cut_kind::random);
+  CHECK(testing::contains(refused({{"strategy", "fedavg"}, {"cut", "rolling"}}), "only IST cuts the model"));
+  CHECK(testing::contains(refused({{"cut", "sideways"}}), "cut"));
+}
+
 TEST_CASE("engine: repartition_every and whole_model_rounds are IST's, for plain rounds, and refused elsewhere by name unless neutral") {
   CHECK(testing::contains(refused({{"strategy", "fedavg"}, {"whole_model_rounds", 5}}), "whole_model_rounds"));
   CHECK(testing::contains(refused({{"strategy", "central"}, {"repartition_every", 2}}), "repartition_every"));
@@ -1224,7 +1250,7 @@ TEST_CASE("engine server optimizer: its fields, their defaults, and central trai
   CHECK(config({{"server_optimizer", {{"kind", "adam"}}}, {"secure_aggregation", {{"replication", 3}}}}).server_optimizer.kind ==
         core::server_optimizer_kind::adam);
   CHECK(config({{"server_optimizer", {{"kind", "yogi"}}}, {"dp", {{"noise_multiplier", 1.0}}}}).dp.enabled);
-  CHECK(config({{"server_optimizer", {{"kind", "momentum"}}}, {"aggregate", "median"}}).aggregate == core::aggregate_kind::median);
+  CHECK(config({{"server_optimizer", {{"kind", "momentum"}}}, {"aggregate", "median"}}).aggregate.kind == core::aggregate_kind::median);
 
   // --help lists them from the same parser.
   core::field_table help;

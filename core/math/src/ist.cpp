@@ -122,8 +122,12 @@ result<round_plan> make_plan(const mlp_arch& full, std::span<const double> capac
     }
     std::vector<std::int32_t> perm(sz(n));
     std::iota(perm.begin(), perm.end(), 0);
-    rng r(mix_seed(seed, h));
-    shuffle(perm.begin(), perm.end(), r);
+    if (options.cut == cut_kind::rolling) {
+      std::rotate(perm.begin(), perm.begin() + static_cast<std::ptrdiff_t>(options.roll % static_cast<std::uint64_t>(n)), perm.end());
+    } else {
+      rng r(mix_seed(seed, h));
+      shuffle(perm.begin(), perm.end(), r);
+    }
     plan.members[h].resize(groups);
     std::size_t at = 0;
     for (std::size_t s = 0; s < groups; ++s) {

@@ -134,6 +134,9 @@ struct run_config {
   // IST: rounds one random partition is kept before the next cut (1: a fresh cut every round). Kept
   // partitions let a subnet adapt to its cut over several rounds at a small learning rate.
   std::int64_t repartition_every = 1;
+  // IST: how each cut orders the neurons (core::cut_kind): at random from the span's seed, or rolling
+  // windows that move by one neuron per cut (FedRolex).
+  core::cut_kind cut = core::cut_kind::random;
   // IST: the last this-many rounds train the whole model (a FedAvg round) on the devices whose budget
   // holds it; the others sit those rounds out. A round where no device holds it stays an IST round.
   std::int64_t whole_model_rounds = 0;
@@ -152,8 +155,10 @@ struct run_config {
   // How the reports of one parameter combine (core::aggregate_kind): the example-weighted mean, or a
   // robust aggregate for replicated groups (plain rounds only: under secure aggregation the hub sees
   // only sums, and differential privacy's sensitivity is the mean's).
-  core::aggregate_kind aggregate = core::aggregate_kind::mean;
-  double trim_fraction = 0.2;  // trimmed_mean: the share dropped at each end
+  struct aggregate_settings {
+    core::aggregate_kind kind = core::aggregate_kind::mean;
+    double trim_fraction = 0.2;  // trimmed_mean: the share dropped at each end
+  } aggregate;
   // The hub's step after assembly (core/math/server_optimizer.hpp): (assembled − previous) as a pseudo-gradient
   // for FedAvgM, FedAdam or FedYogi, on the coordinates some update reached. The default, kind none with
   // lr 1, is the plain assembly (the engine then takes no step at all). It composes with everything that

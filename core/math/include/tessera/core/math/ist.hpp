@@ -1,7 +1,8 @@
 // tessera/core/math/ist.hpp — Independent Subnet Training: plans, subnets, gather, scatter, aggregation.
 //
-// Each round (DESIGN.md §2) a plan cuts every hidden layer's neurons, in a fresh seeded random order,
-// into S disjoint groups sized by the capacities of the devices that train them. Subnet s holds the
+// Each round (DESIGN.md §2) a plan cuts every hidden layer's neurons, in a fresh seeded random order
+// (or in rolling windows: cut_kind), into S disjoint groups sized by the capacities of the devices
+// that train them. Subnet s holds the
 // rows of W_1/b_1 for G_1,s (all inputs), the blocks W_l[G_l,s, G_{l-1},s] and b_l[G_l,s], the columns
 // G_L,s of W_{L+1}, and the shared output bias b_{L+1}; LayerNorm gain and shift go with their neurons.
 // The gathered subnet is itself a valid smaller MLP (its own flat layout, see mlp.hpp). In a
@@ -30,8 +31,17 @@
 
 namespace tessera::core {
 
+// How a plan orders each hidden layer's neurons before cutting them into groups: a fresh random order
+// from the plan's seed, or rolling windows (FedRolex, Alam et al., NeurIPS 2022): the neurons in
+// their own order, started `roll` places on (mod the layer's width), so that group s holds a contiguous
+// window that moves by one neuron from one cut to the next and every neuron is trained as often.
+enum class cut_kind { random, rolling };
+inline constexpr auto k_cut_names = names_in_order<cut_kind>({"random", "rolling"});
+
 struct plan_options {
   std::int64_t min_width = 8;  // no group of a layer is narrower than this
+  cut_kind cut = cut_kind::random;
+  std::uint64_t roll = 0;      // rolling: the cut's index (the engine's span of kept rounds)
 };
 
 // The partition of one round. members[h][s] lists, sorted, the neurons of hidden layer h (0-based)
