@@ -184,7 +184,8 @@ TEST_CASE("conv: max pooling takes each window's first maximum and sends the gra
   CHECK(core::max_pool_shape({.height = 16, .width = 16, .channels = 1}, 9).error().message ==
         "max pooling over 9 positions: the window must be 2 to 8");
 
-  // A NaN anywhere in a window is the window's output (the first NaN takes the gradient), as in PyTorch.
+  // A NaN anywhere in a window is the window's output, as in PyTorch (the first NaN takes the gradient;
+  // PyTorch's kernel gives it to the last).
   const float nan = std::numeric_limits<float>::quiet_NaN();
   core::tensor_shape pairs{.height = 1, .width = 8, .channels = 1};
   std::vector<float> n{nan, 5, 5, nan, nan, nan, 2, 3}, ny(4), na(4);

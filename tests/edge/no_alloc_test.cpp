@@ -92,7 +92,7 @@ class random_source final : public core::batch_source {
 
 }  // namespace
 
-TEST_CASE("a training step in the arena allocates nothing" * doctest::skip(!TESSERA_COUNT_MALLOC) *
+TEST_CASE("a training step and an evaluation in the arena allocate nothing, whatever the shapes" * doctest::skip(!TESSERA_COUNT_MALLOC) *
           doctest::description("AddressSanitizer owns malloc in this build; the native build counts")) {
 #if TESSERA_COUNT_MALLOC
   std::vector<core::mlp_arch> archs;
@@ -114,26 +114,51 @@ TEST_CASE("a training step in the arena allocates nothing" * doctest::skip(!TESS
                           .input_scale = {1, 1}, .input = {.height = 1, .width = 28, .channels = 28}, .layers = {}};
   sequence.layers = {{.kind = core::layer_kind::conv1d, .units = 32, .kernel = 5}, {.kind = core::layer_kind::global_avg_pool}};
   archs.push_back(sequence);
+  // Shapes where Eigen turns a product into a matrix-vector one (a result of one row or one column):
+  // a regression's single output, and a convolution of one channel with a dense layer of one neuron.
+  core::model_spec regression;
+  regression.inputs = 784;
+  regression.hidden = {64};
+  regression.outputs = 1;
+  regression.task = core::task_kind::regression;
+  archs.push_back(regression.full_arch());
+  core::mlp_arch thin{.widths = {1, 1, 1, 10}, .task = core::task_kind::classification, .layer_norm = false,
+                      .input_scale = {1, 2, 1}, .input = {.height = 28, .width = 28, .channels = 1}, .layers = {}};
+  thin.layers = {{.kind = core::layer_kind::conv2d, .units = 1, .kernel = 3}, {.kind = core::layer_kind::max_pool, .pool = 2},
+                 {.kind = core::layer_kind::flatten}, {.kind = core::layer_kind::dense, .units = 1}};
+  archs.push_back(thin);
   for (const core::mlp_arch& arch : archs) {
-    REQUIRE(core::validate(arch, "arch").ok());
-    auto arena = edge::training_arena::reserve(arch, 64, true, core::codec_kind::f32, std::size_t{1} << 30);
-    REQUIRE(arena.ok());
-    core::rng init(3);
-    for (float& v : arena.value()->params()) v = (init.uniform() - 0.5f) * 0.1f;
-    core::local_trainer trainer(arch, 64, arena.value()->buffers());
-    random_source source(784);
-    const core::local_training_options opt{.steps = 3, .sgd = {.learning_rate = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f}};
-    REQUIRE(trainer.run(arena.value()->params(), source, opt).ok());  // warm-up outside the armed region
+    // Batches of 64 and of one example (one row: the matrix-vector case for every layer).
+    for (const std::int64_t batch : {64, 1}) {
+      INFO("widths ", arch.widths.size(), " layers, ", arch.layers.size(), " layer specs, batch ", batch);
+      REQUIRE(core::validate(arch, "arch").ok());
+      auto arena = edge::training_arena::reserve(arch, batch, true, core::codec_kind::f32, std::size_t{1} << 30);
+      REQUIRE(arena.ok());
+      core::rng init(3);
+      for (float& v : arena.value()->params()) v = (init.uniform() - 0.5f) * 0.1f;
+      core::local_trainer trainer(arch, batch, arena.value()->buffers());
+      random_source source(784);
+      const core::local_training_options opt{.steps = 3, .sgd = {.learning_rate = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f}};
+      REQUIRE(trainer.run(arena.value()->params(), source, opt).ok());  // warm-up outside the armed region
+      // An evaluation whose last batch holds one example.
+      std::vector<float> x(static_cast<std::size_t>(784 * (batch + 1))), y(static_cast<std::size_t>(batch + 1), 1.0f);
+      for (float& v : x) v = init.uniform();
+      core::memory_table held_out(784, x, y, "held out");
+      REQUIRE(core::evaluate_in(trainer.net(), arena.value()->params(), held_out, arena.value()->buffers(), batch, nullptr).ok());
 
-    Eigen::internal::set_is_malloc_allowed(false);
-    allocations = 0;
-    armed = true;
-    auto report = trainer.run(arena.value()->params(), source, opt);
-    armed = false;
-    Eigen::internal::set_is_malloc_allowed(true);
-    REQUIRE(report.ok());
-    CHECK(report.value().steps == 3);
-    CHECK(allocations.load() == 0);
+      Eigen::internal::set_is_malloc_allowed(false);
+      allocations = 0;
+      armed = true;
+      auto report = trainer.run(arena.value()->params(), source, opt);
+      auto scored = core::evaluate_in(trainer.net(), arena.value()->params(), held_out, arena.value()->buffers(), batch, nullptr);
+      armed = false;
+      Eigen::internal::set_is_malloc_allowed(true);
+      REQUIRE(report.ok());
+      REQUIRE(scored.ok());
+      CHECK(report.value().steps == 3);
+      CHECK(scored.value().examples == batch + 1);
+      CHECK(allocations.load() == 0);
+    }
   }
   // The counter does count: an allocation while armed is seen.
   allocations = 0;

@@ -235,17 +235,14 @@ void conv_backward(const conv_geometry& g, std::span<const float> w, const float
     if (dx == nullptr && gather_transposed(g)) {  // the first layer: no input gradient, the patches transposed
       gather_patches_transposed(g, x, first, count, patches.data());
       const const_matrix_map pt(patches.data(), ix(g.patch()), ix(count));
-      if (scale != 1.0f) grad_w.noalias() += (scale * d_out.transpose()) * pt.transpose();
-      else grad_w.noalias() += d_out.transpose() * pt.transpose();
+      scaled_product(grad_w, scale, d_out.transpose(), pt.transpose(), /*accumulate=*/true);
       continue;
     }
     gather_patches(g, x, first, count, patches.data());
     matrix_map p(patches.data(), ix(count), ix(g.patch()));
-    if (scale != 1.0f) grad_w.noalias() += (scale * d_out.transpose()) * p;
-    else grad_w.noalias() += d_out.transpose() * p;
+    scaled_product(grad_w, scale, d_out.transpose(), p, /*accumulate=*/true);
     if (dx == nullptr) continue;
-    if (scale != 1.0f) p.noalias() = (scale * d_out) * weights;  // the patches are spent: their buffer takes their gradient
-    else p.noalias() = d_out * weights;
+    scaled_product(p, scale, d_out, weights, /*accumulate=*/false);  // the patches are spent: their buffer takes their gradient
     scatter_patches(g, patches.data(), first, count, dx);
   }
 }
@@ -265,7 +262,7 @@ namespace {
 
 // One window position's values (window index k) against the best so far, every channel at once: a
 // value takes over when larger, and a NaN takes over a number (so that a NaN anywhere in the window
-// comes out, as in PyTorch; the first one). Written as selects over whole rows, no conditional store:
+// comes out, as in PyTorch; here the first NaN, where PyTorch's kernel keeps the last). Written as selects over whole rows, no conditional store:
 // GCC compiles them without a branch per lane here (measured). The index is chosen before `held`
 // changes.
 void take_larger(const float* v, float k, std::int64_t channels, float* best, float* where) {

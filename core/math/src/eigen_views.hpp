@@ -59,4 +59,20 @@ inline void add_column_dots(const float* a, const float* b, std::int64_t rows, s
   }
 }
 
+// dst = a·b·scale, or dst += it. A product whose result has one column (or one row) Eigen computes as a
+// matrix-vector product of the other operand with a column of b (a row of a); a slice of a scaled
+// operand has no direct access, and Eigen copies it into a heap temporary (a batch of one row, a layer
+// of one unit, a last chunk of one position). The scale rides on the operand that is not sliced, where
+// Eigen takes it as the product's factor, as it does in the blocked product: the same floats either way.
+template <class Dst, class A, class B>
+void scaled_product(Dst&& dst, float scale, const A& a, const B& b, bool accumulate) {
+  if (dst.cols() != 1 && dst.rows() == 1) {
+    if (accumulate) dst.noalias() += a * (scale * b);
+    else dst.noalias() = a * (scale * b);
+  } else {
+    if (accumulate) dst.noalias() += (scale * a) * b;
+    else dst.noalias() = (scale * a) * b;
+  }
+}
+
 }  // namespace tessera::core::detail

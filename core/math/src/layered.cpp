@@ -205,7 +205,7 @@ void network::forward_layered(std::span<const float> params, const float* x, std
       const const_matrix_map w(params.data() + s.weight, ix(s.rows), ix(s.cols));
       matrix_map zm(z, ix(rows), ix(s.rows));
       zm.rowwise() = const_row_vector_map(params.data() + s.bias, ix(s.rows));
-      zm.noalias() += (scale * u) * w.transpose();
+      scaled_product(zm, scale, u, w.transpose(), /*accumulate=*/true);
     } else {
       conv_forward(p.conv, params.subspan(s.weight, sz(s.rows * s.cols)), params.subspan(s.bias, sz(s.rows)), input, rows, z,
                    workspace.subspan(ws.patches, conv_patch_floats(p.conv, rows)), scale);
@@ -307,15 +307,11 @@ result<double> network::backward_layered(std::span<float> params, std::span<floa
       const const_matrix_map dz(d, ix(rows), ix(s.rows)), um(u, ix(rows), ix(s.cols));
       matrix_map dw(v.gbase + s.weight, ix(s.rows), ix(s.cols));
       row_vector_map db(v.gbase + s.bias, ix(s.rows));
-      if (into_velocity) {
-        dw.noalias() += (scale * dz.transpose()) * um;
-        db.noalias() += dz.colwise().sum();
-      } else {
-        dw.noalias() = (scale * dz.transpose()) * um;
-        db.noalias() = dz.colwise().sum();
-      }
+      scaled_product(dw, scale, dz.transpose(), um, into_velocity);
+      if (into_velocity) db.noalias() += dz.colwise().sum();
+      else db.noalias() = dz.colwise().sum();
       if (du != nullptr)
-        matrix_map(du, ix(rows), ix(s.cols)).noalias() = (scale * dz) * const_matrix_map(params.data() + s.weight, ix(s.rows), ix(s.cols));
+        scaled_product(matrix_map(du, ix(rows), ix(s.cols)), scale, dz, const_matrix_map(params.data() + s.weight, ix(s.rows), ix(s.cols)), false);
     } else {
       conv_backward(p.conv, params.subspan(s.weight, sz(s.rows * s.cols)), u, d, rows, std::span(v.gbase + s.weight, sz(s.rows * s.cols)),
                     std::span(v.gbase + s.bias, sz(s.rows)), du, workspace.subspan(ws.patches, conv_patch_floats(p.conv, rows)), scale,

@@ -62,10 +62,16 @@ std::uint64_t memory_bound(const mlp_arch& arch, std::int64_t batch) {
 
 }  // namespace
 
-#if !defined(EIGEN_TEST_SPECIFIC_BLOCKING_SIZES) || EIGEN_TEST_SPECIFIC_BLOCKING_SIZE_K != 256 || \
-    EIGEN_TEST_SPECIFIC_BLOCKING_SIZE_M != 128 || EIGEN_TEST_SPECIFIC_BLOCKING_SIZE_N != 128
-#error "core/math/CMakeLists.txt must fix Eigen's blocking to k_product_block_depth and k_product_block_width"
+// Every build of these sources (CMake's, and tests/fuzz/run-fuzz's own) must define what
+// core/math/CMakeLists.txt does: the blocking counted here, and a stack limit of one block.
+#if !defined(EIGEN_TEST_SPECIFIC_BLOCKING_SIZES) || !defined(EIGEN_STACK_ALLOCATION_LIMIT)
+#error "Eigen's blocking and stack limit must be set as core/math/CMakeLists.txt sets them"
 #endif
+static_assert(EIGEN_STACK_ALLOCATION_LIMIT == k_product_block_depth * k_product_block_width * sizeof(float),
+              "Eigen's stack limit must be one packing block, as core/math/CMakeLists.txt sets it");
+static_assert(EIGEN_TEST_SPECIFIC_BLOCKING_SIZE_K == k_product_block_depth && EIGEN_TEST_SPECIFIC_BLOCKING_SIZE_M == k_product_block_width &&
+                  EIGEN_TEST_SPECIFIC_BLOCKING_SIZE_N == k_product_block_width,
+              "core/math/CMakeLists.txt fixes Eigen's blocking to other sizes than memory.hpp counts");
 
 std::size_t product_stack_bytes(const mlp_arch& arch, std::int64_t batch) {
   // One product: rows × depth times depth × cols. Each buffer is over-allocated by its alignment.

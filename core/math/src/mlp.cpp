@@ -135,7 +135,7 @@ void network::forward(std::span<const float> params, const float* x, std::int64_
     float* z_ptr = workspace.data() + (s.has_norm ? ws[l].norm : ws[l].act);
     matrix_map z(z_ptr, ix(rows), ix(s.rows));
     z.rowwise() = b;
-    z.noalias() += (arch_.input_scale[l] * a_prev) * w.transpose();
+    scaled_product(z, arch_.input_scale[l], a_prev, w.transpose(), /*accumulate=*/true);
     const bool hidden = l + 1 < slots_.size();
     if (hidden) {
       matrix_map a(workspace.data() + ws[l].act, ix(rows), ix(s.rows));
@@ -259,7 +259,7 @@ result<double> network::backward(std::span<float> params, std::span<float> grads
     const const_matrix_map a_prev(a_prev_ptr, ix(rows), ix(s.cols));
     matrix_map dw(gbase + s.weight, ix(s.rows), ix(s.cols));
     row_vector_map db(gbase + s.bias, ix(s.rows));
-    put(dw, (scale * dz.transpose()) * a_prev);
+    scaled_product(dw, scale, dz.transpose(), a_prev, into_velocity);
     put(db, dz.colwise().sum());
     if (l == 0) {
       update(s.weight, s.bias + sz(s.rows) - s.weight);
@@ -270,7 +270,7 @@ result<double> network::backward(std::span<float> params, std::span<float> grads
     const layer_slots& p = slots_[l - 1];
     const const_matrix_map w(params.data() + s.weight, ix(s.rows), ix(s.cols));
     matrix_map da(g_next, ix(rows), ix(s.cols));
-    da.noalias() = (scale * dz) * w;
+    scaled_product(da, scale, dz, w, /*accumulate=*/false);
     update(s.weight, s.bias + sz(s.rows) - s.weight);  // W_l was last needed just above
     const const_matrix_map a(workspace.data() + ws[l - 1].act, ix(rows), ix(p.rows));
     da.array() = (a.array() > 0.0f).select(da.array(), 0.0f);

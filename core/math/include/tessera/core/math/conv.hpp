@@ -77,8 +77,9 @@ void conv_backward(const conv_geometry& g, std::span<const float> w, const float
 // Max pooling over size × size windows (along the sequence alone when in.height is 1), stride = size,
 // no padding (a last partial window is dropped). `argmax` (rows × out.size()) records each maximum's
 // offset in the example for the backward pass, as a float (exact: an example holds fewer than 2^24
-// values, layers.hpp) so that it lives in the float workspace. The first of equal maxima takes it, and
-// a NaN in a window is its output (the first NaN), as in PyTorch.
+// values, layers.hpp) so that it lives in the float workspace. The first of equal maxima takes it, as in
+// PyTorch, and a NaN in a window is its output, as in PyTorch; the first NaN takes the gradient, where
+// PyTorch's kernel gives it to the last (a difference only between NaNs).
 inline constexpr std::int64_t k_max_pool = 8;  // the largest window
 [[nodiscard]] result<tensor_shape> max_pool_shape(const tensor_shape& in, std::int64_t size);
 void max_pool_forward(const tensor_shape& in, std::int64_t size, const float* x, std::int64_t rows, float* y, float* argmax);

@@ -32,9 +32,12 @@
 namespace tessera::core {
 
 // How a plan orders each hidden layer's neurons before cutting them into groups: a fresh random order
-// from the plan's seed, or rolling windows (FedRolex, Alam et al., NeurIPS 2022): the neurons in
+// from the plan's seed, or rolling windows after FedRolex (Alam et al., NeurIPS 2022): the neurons in
 // their own order, started `roll` places on (mod the layer's width), so that group s holds a contiguous
-// window that moves by one neuron from one cut to the next and every neuron is trained as often.
+// window that moves by one neuron from one cut to the next. FedRolex's windows all start at the same
+// neuron and overlap; these are disjoint, one per group. As in FedRolex, neurons that no group holds
+// (capacities summing below 1) form one block that also moves by one neuron per cut: every neuron is
+// trained equally often only over as many cuts as the layer is wide.
 enum class cut_kind { random, rolling };
 inline constexpr auto k_cut_names = names_in_order<cut_kind>({"random", "rolling"});
 
