@@ -269,14 +269,16 @@ class agent_run {
     check(transfers_.attach(job_->download()).offset == 0);
   }
 
-  // The arena is the memory formula's, and with what lives beside it, within the budget.
+  // The arena and its products' stack are the memory formula's, and with what lives beside them,
+  // within the budget.
   void check_reservation(const net::msg::assign& a) const {
     const core::training_task& t = job_->task();
     check(job_->at() == edge::job::stage::downloading && job_->round() == a.round && job_->download_id() == a.transfer);
     check(job_->codec() == a.blob_codec && job_->evaluates() == a.evaluate);
     const std::size_t arena = a.evaluate ? core::inference_bytes(t.arch, t.batch, a.blob_codec)
                                          : core::bytes_needed(t.arch, t.batch, t.sgd.momentum != 0.0f, a.blob_codec);
-    check(job_->arena().size_bytes() == arena);
+    check(job_->arena().layout().needed() == arena);
+    check(job_->arena().size_bytes() + job_->arena().layout().stack_bytes == arena);
     const bool secure = a.secure.has_value() && !a.evaluate;
     const std::size_t beside =
         core::beside_arena(t.arch, secure ? a.secure->segments.size() : 0, t.clip_norm > 0 && !a.evaluate);
