@@ -8,7 +8,7 @@ namespace {
 // doctest only counts the cases a `doctest::skip` decorator leaves out; this names each on standard
 // output with its reason (the case's `doctest::description`), one line that ctest's log keeps and
 // tests/run's skip summary reads:
-//   SKIPPED: "a training step in the arena allocates nothing": AddressSanitizer owns malloc here
+//   SKIPPED: "a training step and an evaluation in the arena allocate nothing, whatever the shapes": AddressSanitizer owns malloc here
 // Every case a skip decorator holds back is named, also in a run filtered to other cases.
 struct skip_listener : doctest::IReporter {
   explicit skip_listener(const doctest::ContextOptions& options) : options_(options) {}
