@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""The equal-memory map: FedAvg on the widest model every device holds against the strategies that train
+a bigger model in the same device memory, over tasks, budgets, fleets and data splits.
+
+Every cell (task, model family, FedAvg's width W, which sets every device's budget B(W), fleet size,
+split) runs each method at every point of one shared grid (learning rate x local steps, the same
+rounds), seed 1; each method's setting is chosen on the validation split (accuracy after the last
+round) and reported on the test set. Where the two winners are within a point of each other, both
+run seeds 2 and 3 as well and the cell reports the means. `central` (one device with all the data,
+no budget) at every width says where capacity binds: a width is capacity-bound on a task when its
+central accuracy is at least 2 points below the widest width's.
+
+Runs are kept in results/map/runs.jsonl (one line each, keyed by every setting): a run already there
+is not run again, so the map grows across invocations and the report is rebuilt from the file alone.
+
+  bench/equal_budget/map.py [--tasks letter,fashion,mnist] [--models mlp] [--widths 16,32,64,128]
+                            [--fleets 8,32,128] [--splits iid,dir0.3] [--methods fedavg,ist]
+                            [--jobs 2] [--report-only] [--results DIR]
+"""
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CELL = os.path.join(ROOT, "build", "release", "bench", "bench_equal_budget_cell")
+
+LRS = [0.03, 0.1]
+EPOCHS = [1, 3]  # local work per round: passes over the device's own shard (local steps = epochs x shard / batch)
+ROUNDS = 60
+EVAL_EVERY = 10
+BATCH = 32
+CENTRAL_WIDTHS = [8, 16, 32, 64, 128, 256, 512]
+TRAIN_EXAMPLES = {"fashion": 60000, "mnist": 60000, "letter": 16000}
+VALIDATION_FRACTION = 0.1  # bench_equal_budget_cell's
+# IST's variants: the global model's width is groups x W; the cut rolls (FedRolex's windows), or is a
+# random one kept for 20 rounds in 2 groups (the shipped IST settings, less their whole-model rounds,
+# which no device here could run).
+IST_VARIANTS = [{"groups": g, "ist": {"cut": "rolling"}} for g in (2, 4, 8)] + [{"groups": 2, "ist": {"repartition_every": 20}}]
+# Where every device holds the whole model (--unconstrained-width W, 8 devices, IID): FedAvg against IST
+# with the shipped settings (examples/sim-fashion-ist.json: 2 groups, the cut kept 20 rounds, the last
+# tenth of the rounds whole-model, the rate ending at 0.2 of lr) and with 2 rolling groups.
+SHIPPED = [{"method": "fedavg", "groups": 1, "ist": {}},
+           {"method": "ist", "groups": 2, "ist": {"repartition_every": 20, "whole_model_rounds": ROUNDS // 10, "lr_final_fraction": 0.2}},
+           {"method": "ist", "groups": 2, "ist": {"cut": "rolling"}}]
+TIE = 0.01  # winners closer than this (test accuracy) get seeds 2 and 3
+
+
+def key(run):
+    return json.dumps({k: run.get(k, False) for k in key_fields()}, sort_keys=True)
+
+
+class Store:
+    def __init__(self, path):
+        self.path, self.lock, self.runs = path, threading.Lock(), {}
+        if os.path.exists(path):
+            with open(path) as f:
+                for line in f:
+                    if line.strip():
+                        r = json.loads(line)
+                        self.runs[key(r)] = r
+
+    def add(self, run):
+        with self.lock:
+            self.runs[key(run)] = run
+            with open(self.path, "a") as f:
+                f.write(json.dumps(run, separators=(",", ":")) + "\n")
+
+
+def local_steps(task, devices, epochs):
+    held = round(VALIDATION_FRACTION * TRAIN_EXAMPLES[task])
+    return max(1, round(epochs * (TRAIN_EXAMPLES[task] - held) / devices / BATCH))
+
+
+def spec(task, model, width, devices, split, method, groups=1, ist=None, lr=0.05, epochs=1, seed=1):
+    return {"task": task, "model": model, "width": width, "devices": devices, "split": split, "method": method, "groups": groups,
+            "ist": ist or {}, "lr": lr, "steps": local_steps(task, devices, epochs), "rounds": ROUNDS, "seed": seed,
+            "unconstrained": False}
+
+
+def run_cell(store, s, log):
+    if key(s) in store.runs:
+        return store.runs[key(s)]
+    out = os.path.join(store.tmp, f"run-{threading.get_ident()}.json")
+    cmd = [CELL, "--task", s["task"], "--model", s["model"], "--width", str(s["width"]), "--devices", str(s["devices"]),
+           "--split", s["split"], "--method", s["method"], "--groups", str(s["groups"]), "--lr", str(s["lr"]),
+           "--steps", str(s["steps"]), "--rounds", str(s["rounds"]), "--eval-every", str(EVAL_EVERY), "--seed", str(s["seed"]),
+           "--ist", json.dumps(s["ist"]), "--datasets", os.path.join(ROOT, "build", "datasets"), "--out", out] + \
+        (["--unconstrained"] if s["unconstrained"] else [])
+    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1", EIGEN_NUM_THREADS="1"))
+    if p.returncode != 0:
+        raise SystemExit(f"map: {' '.join(cmd)} failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    with open(out) as f:
+        r = json.load(f)
+    os.remove(out)
+    r["epochs"] = s.get("epochs")
+    store.add(r)
+    last = r["curve"][-1]
+    log(f"{label(r)}: val {100 * last['val']:.2f}% test {100 * last['test']:.2f}% ({r['wall_s']:.0f} s)")
+    return r
+
+
+def label(r):
+    m = r["method"] if r["method"] != "ist" else f"ist/{r['groups']} {json.dumps(r['ist'], separators=(',', ':'))}"
+    return (f"{r['task']} {r['model']} W={r['width']} N={r['devices']} {r['split']} {m} lr {r['lr']} steps {r['steps']}"
+            f" seed {r['seed']}")
+
+
+def variants(methods):
+    out = []
+    if "fedavg" in methods:
+        out.append({"method": "fedavg", "groups": 1, "ist": {}})
+    if "ist" in methods:
+        out += [{"method": "ist", **v} for v in IST_VARIANTS]
+    return out
+
+
+def grid(cell, v, seed=1):
+    return [dict(spec(*cell, v["method"], v["groups"], v["ist"], lr, e, seed), epochs=e) for lr in LRS for e in EPOCHS]
+
+
+def final(r, split="val"):
+    return r["curve"][-1][split]
+
+
+def best_of(runs):
+    return max(runs, key=lambda r: (final(r), -r["lr"], -r["steps"]))
+
+
+def within(r, field, limit):
+    acc = r["curve"][0]["test"]
+    for p in r["curve"]:
+        if p[field] <= limit * (1 + 1e-12):
+            acc = p["test"]
+    return acc
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", default="letter,fashion,mnist")
+    ap.add_argument("--models", default="mlp")
+    ap.add_argument("--widths", default="16,32,64,128")
+    ap.add_argument("--fleets", default="8,32,128")
+    ap.add_argument("--splits", default="iid,dir0.3")
+    ap.add_argument("--methods", default="fedavg,ist")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--unconstrained-width", type=int, default=256, help="the model of the comparison without a memory limit (0: none)")
+    ap.add_argument("--results", default=os.path.join(HERE, "results", "map"))
+    a = ap.parse_args()
+    os.makedirs(a.results, exist_ok=True)
+    store = Store(os.path.join(a.results, "runs.jsonl"))
+    store.tmp = a.results
+    lock = threading.Lock()
+
+    def log(text):
+        with lock:
+            print(text, flush=True)
+
+    tasks, models, splits = a.tasks.split(","), a.models.split(","), a.splits.split(",")
+    widths, fleets = [int(w) for w in a.widths.split(",")], [int(n) for n in a.fleets.split(",")]
+    cells = [c for c in itertools.product(tasks, models, widths, fleets, splits) if not (c[1] == "cnn" and c[0] == "letter")]
+    if not a.report_only:
+        with ThreadPoolExecutor(max_workers=a.jobs) as pool:
+            # The capacity reference first: central training at every width of every task and model.
+            refs = [s for t, m in itertools.product(tasks, models) if not (m == "cnn" and t == "letter") for w in CENTRAL_WIDTHS
+                    for s in grid((t, m, w, 1, "iid"), {"method": "central", "groups": 1, "ist": {}})]
+            list(pool.map(lambda s: run_cell(store, s, log), refs))
+            if a.unconstrained_width:
+                free = [dict(s, unconstrained=True) for t in tasks for v in SHIPPED
+                        for s in grid((t, "mlp", a.unconstrained_width, 8, "iid"), v)]
+                list(pool.map(lambda s: run_cell(store, s, log), free))
+            for cell in cells:
+                vs = variants(a.methods.split(","))
+                list(pool.map(lambda s: run_cell(store, s, log), [s for v in vs for s in grid(cell, v)]))
+                winners = [best_of([store.runs[key(s)] for s in grid(cell, v)]) for v in vs]
+                fed = [w for w in winners if w["method"] == "fedavg"]
+                other = [w for w in winners if w["method"] != "fedavg"]
+                if fed and other:
+                    top = max(other, key=final)
+                    if abs(final(top, "test") - final(fed[0], "test")) < TIE:
+                        again = [dict({k: w[k] for k in key_fields()}, seed=sd, epochs=w["epochs"]) for w in (fed[0], top) for sd in (2, 3)]
+                        list(pool.map(lambda s: run_cell(store, s, log), again))
+    import report  # noqa: E402  (beside this file)
+    report.write(store, a.results, tasks, models, widths, fleets, splits, CENTRAL_WIDTHS, variants(a.methods.split(",")), grid,
+                 a.unconstrained_width, SHIPPED)
+
+
+def key_fields():
+    return ("task", "model", "width", "devices", "split", "method", "groups", "ist", "lr", "steps", "rounds", "seed", "unconstrained")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, HERE)
+    main()
