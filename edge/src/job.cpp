@@ -27,9 +27,10 @@ core::result<core::training_task> check_assignment(const net::msg::assign& a, co
   if (limits.check_targets) {
     if (auto ok = limits.check_targets(t.arch.task, t.arch.outputs()); !ok) return make_error(errc::labels_mismatch, ok.error().message);
   }
-  if (t.batch > limits.max_batch)
-    return make_error(errc::batch_too_large, "batch " + std::to_string(t.batch) + " exceeds this device's data.max_batch " +
-                                                 std::to_string(limits.max_batch));
+  // The data reader hands out at most a micro-batch at a time when the step is taken in parts.
+  if (core::memory_rows(t) > limits.max_batch)
+    return make_error(errc::batch_too_large, (t.micro_batch > 0 ? "micro_batch " : "batch ") + std::to_string(core::memory_rows(t)) +
+                                                 " exceeds this device's data.max_batch " + std::to_string(limits.max_batch));
   if (std::find(limits.codecs.begin(), limits.codecs.end(), a.blob_codec) == limits.codecs.end())
     return make_error(errc::codec_disabled, "codec " + std::string(core::to_string(a.blob_codec)) + " is not enabled on this device");
   if (a.secure && limits.secure == nullptr)
@@ -64,8 +65,9 @@ core::result<std::shared_ptr<job>> job::start(const net::msg::assign& a, const d
   if (extra >= limits.arena_budget)
     return core::make_error(core::errc::over_budget, std::string(secure ? "secure aggregation" : "clipping the change") + " alone needs " +
                                                          std::to_string(extra) + " bytes, the budget is " + std::to_string(limits.arena_budget));
-  TESSERA_ASSIGN_OR_RETURN(auto arena, a.evaluate ? training_arena::reserve_for_evaluation(task.arch, task.batch, a.blob_codec, limits.arena_budget)
-                                                  : training_arena::reserve(task.arch, task.batch, task.sgd.momentum != 0.0f,
+  const std::int64_t rows = core::memory_rows(task);  // a micro-batch's activations, when the step is taken in parts
+  TESSERA_ASSIGN_OR_RETURN(auto arena, a.evaluate ? training_arena::reserve_for_evaluation(task.arch, rows, a.blob_codec, limits.arena_budget)
+                                                  : training_arena::reserve(task.arch, rows, task.sgd.momentum != 0.0f,
                                                                             a.blob_codec, limits.arena_budget - extra));
   std::unique_ptr<secure_round> secure_part;
   if (secure) {
@@ -113,7 +115,7 @@ core::result<void> job::downloaded() {
 core::result<net::msg::evaluation> job::evaluate(device_data& data) {
   TESSERA_ASSERT(evaluate_ && at_ == stage::training);
   const core::network net(task_.arch);
-  auto ev = data.validate(net, arena_->params(), arena_->buffers(), task_.batch, task_.normalization.get());
+  auto ev = data.validate(net, arena_->params(), arena_->buffers(), core::memory_rows(task_), task_.normalization.get());
   if (!ev) return make_error(errc::training_failed, "evaluation: " + ev.error().message);
   // A model whose outputs overflow scores no loss: said as such, not sent as a null the hub cannot read.
   if (!std::isfinite(ev.value().loss_sum))

@@ -25,7 +25,7 @@ core::result<void> check_frame_room(const hub_config& config) {
 }
 
 fleet_statistics::fleet_statistics(const hub_context& ctx, device_registry& devices)
-    : ctx_(&ctx), devices_(&devices), gathering_(ctx.config.model, ctx.config.min_stats_examples) {
+    : ctx_(&ctx), devices_(&devices), gathering_(ctx.config.model, ctx.config.statistics.min_examples) {
   if (ctx.config.secure_aggregation.enabled) gathering_.mask_with(ctx.config.secure_aggregation);
 }
 

@@ -82,6 +82,7 @@ std::string task_to_json(const training_task& t) {
   }
   j["steps"] = t.steps;
   j["batch"] = t.batch;
+  if (t.micro_batch > 0) j["micro_batch"] = t.micro_batch;  // absent: the whole batch at once
   j["lr"] = t.sgd.learning_rate;
   j["momentum"] = t.sgd.momentum;
   j["weight_decay"] = t.sgd.weight_decay;
@@ -135,6 +136,10 @@ core::result<training_task> task_from_assign(const msg::assign& a) {
   TESSERA_TRY(read_layers(j, inputs, t.arch));
   TESSERA_ASSIGN_OR_RETURN(t.steps, integer(j, "steps", 1, max_task_steps));
   TESSERA_ASSIGN_OR_RETURN(t.batch, integer(j, "batch", 1, max_task_batch));
+  if (j.contains("micro_batch")) {  // the step's batch in parts of this many examples: memory for them only
+    TESSERA_ASSIGN_OR_RETURN(t.micro_batch, integer(j, "micro_batch", 1, t.batch));
+    if (t.micro_batch == t.batch) t.micro_batch = 0;
+  }
   TESSERA_ASSIGN_OR_RETURN(const double lr, number(j, "lr", 0.0, 100.0));
   TESSERA_ASSIGN_OR_RETURN(const double momentum, number(j, "momentum", 0.0, 0.9999));
   TESSERA_ASSIGN_OR_RETURN(const double decay, number(j, "weight_decay", 0.0, 1.0));

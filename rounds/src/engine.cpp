@@ -60,7 +60,7 @@ core::result<double> engine::capacity(const device_offer& offer) const {
   if (offer.examples == 0) return core::make_error(core::errc::invalid_argument, "it holds no examples");
   if (config_.strategy != strategy_kind::ist) {
     if (offer.capacity > 0) return 1.0;
-    const std::size_t need = core::bytes_needed(full_, config_.batch, config_.momentum != 0.0f, codec_for(offer)) + beside_arena(full_);
+    const std::size_t need = core::bytes_needed(full_, config_.memory_rows(), config_.momentum != 0.0f, codec_for(offer)) + beside_arena(full_);
     if (offer.budget_bytes < need)
       return core::make_error(core::errc::over_budget, "FedAvg trains the whole model, which needs " + core::mib_text(need) +
                                                            "; the budget is " + core::mib_text(offer.budget_bytes));
@@ -69,14 +69,14 @@ core::result<double> engine::capacity(const device_offer& offer) const {
   if (offer.capacity > 0) return std::min(offer.capacity, 1.0);
   const bool momentum = config_.momentum != 0.0f;
   const core::codec_kind codec = codec_for(offer);
-  const double c = core::capacity_for_budget(full_, config_.batch, momentum, codec,
+  const double c = core::capacity_for_budget(full_, config_.memory_rows(), momentum, codec,
                                              static_cast<std::size_t>(offer.budget_bytes), config_.min_width,
                                              aggregation_->masked_segments(), aggregation_->clips());
   if (c <= 0) {
     core::mlp_arch narrow = full_;
     for (std::size_t l = 1; l + 1 < narrow.widths.size(); ++l) narrow.widths[l] = std::min(narrow.widths[l], config_.min_width);
     return core::make_error(core::errc::over_budget, "the narrowest subnet (min_width " + std::to_string(config_.min_width) +
-                                                         ") needs " + core::mib_text(core::bytes_needed(narrow, config_.batch, momentum, codec) + beside_arena(narrow)) +
+                                                         ") needs " + core::mib_text(core::bytes_needed(narrow, config_.memory_rows(), momentum, codec) + beside_arena(narrow)) +
                                                          "; the budget is " + core::mib_text(offer.budget_bytes));
   }
   return c;
@@ -176,7 +176,7 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
                                     ", which it does not take (its 'codecs')"});
       continue;
     }
-    const std::size_t need = core::bytes_needed(a.sub.arch, config_.batch, momentum, a.codec) + beside_arena(a.sub.arch);
+    const std::size_t need = core::bytes_needed(a.sub.arch, config_.memory_rows(), momentum, a.codec) + beside_arena(a.sub.arch);
     if (o.capacity <= 0 && need > o.budget_bytes) {  // the planner rounds widths; never send what the device must refuse
       excluded.push_back({o.id, "its subnet needs " + core::mib_text(need) + "; the budget is " + core::mib_text(o.budget_bytes)});
       continue;
@@ -184,6 +184,7 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
     a.task = {.arch = a.sub.arch,
               .steps = config_.local_steps,
               .batch = config_.batch,
+              .micro_batch = config_.micro_batch,
               .sgd = {.learning_rate = lr, .momentum = config_.momentum, .weight_decay = config_.weight_decay},
               .normalization = normalization_->empty() ? nullptr : normalization_,
               .clip_norm = aggregation_->task_clip()};

@@ -30,7 +30,7 @@ std::vector<evaluator> engine::plan_evaluation(std::vector<device_offer> offers,
   for (const auto& o : offers) {
     if (o.validation_examples == 0) continue;
     const core::codec_kind codec = codec_for(o);
-    const std::size_t need = core::inference_bytes(full_, config_.batch, codec);
+    const std::size_t need = core::inference_bytes(full_, config_.memory_rows(), codec);
     if (o.capacity <= 0 && need > o.budget_bytes) {
       excluded.push_back({o.id, "scoring the whole model needs " + core::mib_text(need) + "; the budget is " + core::mib_text(o.budget_bytes)});
       continue;
@@ -43,7 +43,7 @@ std::vector<evaluator> engine::plan_evaluation(std::vector<device_offer> offers,
 core::training_task engine::evaluation_task() const {
   return {.arch = full_,
           .steps = 1,
-          .batch = config_.batch,
+          .batch = config_.memory_rows(),  // scoring holds these rows at a time: within the budget planned
           .sgd = {},
           .normalization = normalization_->empty() ? nullptr : normalization_};
 }

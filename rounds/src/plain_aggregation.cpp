@@ -86,7 +86,7 @@ core::result<void> plain_aggregation::bound_update(const round_view& v, assignme
   }
   if (v.config.update_bounds.action == update_bound_kind::reject) {
     char buf[200];
-    std::snprintf(buf, sizeof buf, "its change passes the bounds: L2 norm %.4g (max_update_norm %.4g), largest value %.4g (max_update_abs %.4g)",
+    std::snprintf(buf, sizeof buf, "its change exceeds the bounds: L2 norm %.4g (max_update_norm %.4g), largest value %.4g (max_update_abs %.4g)",
                   norm, b.norm, largest, b.abs);
     return make_error(errc::update_out_of_bounds, buf);
   }

@@ -15,7 +15,7 @@ core::result<void> read_plan_fields(core::config_reader& r, run_config& c, bool 
   if (const auto* m = r.object("model", "the global model: an MLP")) {
     core::config_reader mr = r.child("model", *m);
     c.model = core::read_model_spec(mr, model_defaults);
-    c.input_normalization_given = mr.has("input_normalization");
+    c.statistics.normalization_given = mr.has("input_normalization");
     TESSERA_TRY(mr.finish());
   }
   c.strategy = allow_central ? r.choice("strategy", strategy_kind::ist, k_strategy_names,
@@ -46,6 +46,11 @@ core::result<void> read_plan_fields(core::config_reader& r, run_config& c, bool 
 void read_training_fields(core::config_reader& r, run_config& c) {
   c.local_steps = r.integer("local_steps", 50, 1, 100'000'000, "SGD steps each device takes per round");
   c.batch = r.integer("batch", 32, 1, 4096, "examples per step");
+  c.micro_batch = r.integer("micro_batch", 0, 0, 4096,
+                            "> 0: each step's batch in parts of this many examples, the same step in their memory (0: whole)");
+  if (c.micro_batch > c.batch)
+    r.fail("micro_batch", std::to_string(c.micro_batch) + " is larger than batch " + std::to_string(c.batch) + ": a part of a batch is at most the batch");
+  if (c.micro_batch == c.batch) c.micro_batch = 0;  // one part of the whole batch is the whole batch
   c.momentum = static_cast<float>(r.number("momentum", 0.9, 0.0, 0.9999, "SGD momentum (0: plain SGD)"));
   c.weight_decay = static_cast<float>(r.number("weight_decay", 0.0, 0.0, 1.0, "L2 weight decay"));
   c.lr.base = static_cast<float>(r.number("lr", 0.05, 0.0, 100.0, "learning rate of local SGD at the schedule's start"));
@@ -61,7 +66,7 @@ void read_training_fields(core::config_reader& r, run_config& c) {
   c.evaluation.patience_on = r.choice("patience_on", patience_kind::automatic, k_patience_names,
                            "the figure patience watches: the hub's validation set, the devices' evaluation, or auto (the "
                            "hub's when it has one)");
-  c.min_stats_examples = r.integer("min_stats_examples", 10, 1, INT64_MAX,
+  c.statistics.min_examples = r.integer("min_stats_examples", 10, 1, INT64_MAX,
                                    "model.input_normalization standardize: devices with fewer examples are not asked for statistics");
   c.update_bounds.max_norm = r.number("max_update_norm", 0.0, 0.0, 1e12,
                                "an update's change may have at most this L2 norm (0: k·max(4, the sent subnet's norm), k = 4·max(1, lr / (1 − momentum) / 0.5))");
@@ -213,7 +218,7 @@ void check_private_inputs(core::config_reader& r, const run_config& c) {
 
 void standardize_with_fleet(core::config_reader& source_reader, core::data_source& source, run_config& c) {
   if (source.norm != core::normalization::standardize) return;
-  if (c.input_normalization_given && c.model.input_normalization != core::input_normalization_kind::standardize)
+  if (c.statistics.normalization_given && c.model.input_normalization != core::input_normalization_kind::standardize)
     source_reader.fail("normalization", "standardize uses the fleet's statistics, but model.input_normalization is none");
   c.model.input_normalization = core::input_normalization_kind::standardize;
   source.norm = core::normalization::none;

@@ -224,6 +224,34 @@ TEST_CASE("layered network: train_step equals forward_backward followed by sgd_s
   for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == doctest::Approx(a[i]).epsilon(1e-5));
 }
 
+TEST_CASE("layered network: a batch taken in parts makes the step the whole batch makes") {
+  const mlp_arch arch = image_arch(true);
+  network net(arch);
+  const std::vector<float> start = random_values(net.param_count(), 9, 0.5f);
+  const auto x = random_values(static_cast<std::size_t>(5 * arch.inputs()), 10, 1.0f);
+  const std::vector<float> y = {0, 2, 1, 1, 0};
+  const auto in = static_cast<std::size_t>(arch.inputs());
+  for (const float momentum : {0.9f, 0.0f}) {
+    const sgd_options opt{.learning_rate = 0.1f, .momentum = momentum, .weight_decay = 0.01f};
+    std::vector<float> a = start, b = start, g(start.size()), va(start.size()), vb(start.size()), ws(net.workspace_floats(5));
+    if (momentum != 0.0f) {
+      sgd_prepare_start(opt, a, va);
+      sgd_prepare_start(opt, b, vb);
+    }
+    const auto velocity = [&](std::vector<float>& v) { return momentum != 0.0f ? std::span<float>(v) : std::span<float>{}; };
+    for (int step = 0; step < 3; ++step) {
+      REQUIRE(net.train_step(a, g, velocity(va), opt, x.data(), y.data(), 5, ws).ok());
+      // Parts of 2, 2 and 1 rows: the gradient summed over them, one update at the end.
+      REQUIRE(net.train_step(b, g, velocity(vb), opt, x.data(), y.data(), 2, ws, {.batch_rows = 5, .first = true, .last = false}).ok());
+      if (step == 0) CHECK(b == start);  // no update before the last part
+      REQUIRE(net.train_step(b, g, velocity(vb), opt, x.data() + 2 * in, y.data() + 2, 2, ws, {.batch_rows = 5, .first = false, .last = false}).ok());
+      REQUIRE(net.train_step(b, g, velocity(vb), opt, x.data() + 4 * in, y.data() + 4, 1, ws, {.batch_rows = 5, .first = false, .last = true}).ok());
+      if (step == 0) CHECK(b != start);
+    }
+    for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == doctest::Approx(a[i]).epsilon(1e-5));
+  }
+}
+
 TEST_CASE("layered network: IST cuts channels; a subnet is a narrower network of the same layers, gathered and scattered whole") {
   const mlp_arch full = image_arch(true);
   const std::vector<double> caps = {0.5, 0.5};

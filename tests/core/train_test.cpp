@@ -199,3 +199,41 @@ TEST_CASE("a cancelled run stops before its next step") {
   CHECK(r.error().code == errc::cancelled);
   CHECK(params == before);
 }
+
+TEST_CASE("micro-batches make the step the whole batch makes, in a micro-batch's memory") {
+  auto data = blobs(400, 6);
+  model_spec spec = small_spec();
+  spec.compensation = compensation_kind::layer_norm;  // per example: nothing couples a batch's rows
+  const mlp_arch arch = spec.full_arch();
+  std::vector<float> start(param_count(arch));
+  initialize(spec, start);
+  for (const float momentum : {0.9f, 0.0f}) {
+    const local_training_options opt{.steps = 25, .sgd = {.learning_rate = 0.05f, .momentum = momentum, .weight_decay = 1e-3f}, .batch = 32};
+    auto train = [&](std::int64_t rows, std::vector<float>& params) {
+      auto block = training_block::allocate(plan_training_memory(arch, rows, momentum != 0.0f, codec_kind::f32));
+      REQUIRE(block.ok());
+      const std::span<float> p = block.value().params();
+      std::copy(start.begin(), start.end(), p.begin());
+      local_trainer trainer(arch, rows, block.value().buffers());
+      table_batches order(data, 3, rows);
+      auto report = trainer.run(p, order, opt);
+      REQUIRE(report.ok());
+      CHECK(report.value().examples == 25 * 32);  // whole batches, whatever the parts
+      params.assign(p.begin(), p.end());
+      return report.value().mean_loss;
+    };
+    std::vector<float> whole, parts, uneven;
+    const double loss_whole = train(32, whole);
+    const double loss_parts = train(4, parts);
+    const double loss_uneven = train(5, uneven);  // 6 parts of 5 and one of 2
+    CHECK(loss_parts == doctest::Approx(loss_whole).epsilon(1e-5));
+    CHECK(loss_uneven == doctest::Approx(loss_whole).epsilon(1e-5));
+    float worst = 0;
+    for (std::size_t i = 0; i < whole.size(); ++i)
+      worst = std::max({worst, std::abs(parts[i] - whole[i]), std::abs(uneven[i] - whole[i])});
+    CHECK(worst < 1e-5f);  // the same step up to the order of the sums
+    CHECK(whole != start);
+  }
+  // The memory is the micro-batch's: activations and inputs for its rows only.
+  CHECK(bytes_needed(arch, 4, true, codec_kind::f32) < bytes_needed(arch, 32, true, codec_kind::f32));
+}

@@ -56,7 +56,7 @@ difference compare(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist, fedavg, ist with FedAdam, a kept cut, a whole-model round, a CNN)") {
+TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist, fedavg, ist with FedAdam, a kept cut, a whole-model round, a CNN, micro-batches)") {
   fleet f("fed_equal");
   INFO(f.diagnostics());
   const auto ids = f.make_device_pki(k_devices);
@@ -73,7 +73,11 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
   const nlohmann::json cnn = {{"model", nlohmann::json::parse(R"({"input_shape": [1, 28, 28], "outputs": 10, "layers": [
       {"conv2d": {"channels": 8, "kernel": 3}}, {"max_pool": 2}, {"conv2d": {"channels": 8, "kernel": 3, "stride": 2}},
       {"flatten": true}, {"dense": 32}]})")}};
-  const variant variants[] = {{"ist", "ist"}, {"fedavg", "fedavg"}, {"ist-adam", "ist", fedadam}, {"ist-cnn", "ist", cnn}};
+  // Steps taken in micro-batches (run_config.micro_batch): the agents' arenas hold a part of a batch at a
+  // time, and the floats are the simulator's.
+  const nlohmann::json micro = {{"micro_batch", 5}};
+  const variant variants[] = {{"ist", "ist"}, {"fedavg", "fedavg"}, {"ist-adam", "ist", fedadam}, {"ist-cnn", "ist", cnn},
+                              {"ist-micro", "ist", micro}};
   for (const variant& v : variants) {
     const std::string& name = v.name;
     const std::string& strategy = v.strategy;

@@ -59,6 +59,19 @@ TEST_CASE("task: what the hub sends is what the agent rebuilds") {
   CHECK((net::upload_transfer_id(9) & ~net::upload_bit) == 9);
 }
 
+TEST_CASE("task: a micro-batch travels when set, and is at most the batch") {
+  auto t = sample();
+  CHECK_FALSE(nlohmann::json::parse(net::task_to_json(t)).contains("micro_batch"));  // the whole batch: not sent
+  CHECK(net::task_from_assign(assign_of(t)).value().micro_batch == 0);
+  t.micro_batch = 4;
+  auto back = net::task_from_assign(assign_of(t));
+  REQUIRE(back.ok());
+  CHECK(back.value().micro_batch == 4);
+  CHECK(back.value().batch == 32);
+  CHECK(error_with("micro_batch", 33).find("'micro_batch'") != std::string::npos);
+  CHECK(error_with("micro_batch", 0).find("'micro_batch'") != std::string::npos);
+}
+
 TEST_CASE("task: \"nesterov\": false is still sent for earlier agents, and a task without the field reads too") {
   auto a = assign_of(sample());
   auto j = nlohmann::json::parse(a.hyper_json);

@@ -140,6 +140,29 @@ TEST_CASE("engine: each device's subnet fits the budget it reported, and bigger 
   CHECK(as[1].sub.arch.widths[1] <= as[2].sub.arch.widths[1]);
 }
 
+TEST_CASE("engine: with micro-batches budgets are planned for a micro-batch's rows, and the task carries it") {
+  const auto c = config({{"micro_batch", 4}});
+  CHECK(c.memory_rows() == 4);
+  auto e = engine_for(c);
+  const std::size_t full = core::bytes_needed(c.model.full_arch(), c.batch, true, core::codec_kind::f32);
+  auto parts = e.begin_round({offer("a", full / 4)});
+  REQUIRE(parts.ok());
+  auto plain = engine_for(config());
+  REQUIRE(plain.begin_round({offer("a", full / 4)}).ok());
+  REQUIRE(e.assignments().size() == 1);
+  REQUIRE(plain.assignments().size() == 1);
+  const auto& a = e.assignments()[0];
+  CHECK(a.task.micro_batch == 4);
+  CHECK(a.task.batch == 16);
+  CHECK(core::bytes_needed(a.sub.arch, 4, true, a.codec) <= full / 4);
+  CHECK(core::bytes_needed(a.sub.arch, 16, true, a.codec) > full / 4);  // the whole batch would not fit it
+  CHECK(a.sub.arch.widths[1] > plain.assignments()[0].sub.arch.widths[1]);  // the same budget, a wider subnet
+  CHECK(plain.assignments()[0].task.micro_batch == 0);
+  // A part is at most the batch; one as large as the batch is the batch.
+  CHECK(refused({{"batch", 16}, {"micro_batch", 17}}).find("micro_batch") != std::string::npos);
+  CHECK(config({{"micro_batch", 16}}).micro_batch == 0);
+}
+
 TEST_CASE("engine: devices are ordered by id with numbers compared as numbers") {
   auto e = engine_for(config());
   REQUIRE(e.begin_round({offer("device-10", 64u << 20), offer("device-2", 64u << 20), offer("device-1", 64u << 20),

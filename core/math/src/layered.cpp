@@ -224,7 +224,7 @@ struct backward_view {
   std::int64_t rows;
   float* base;       // the workspace
   float* gbase;      // where gradients go: grads, or the velocity
-  bool accumulate;   // into the velocity: add, do not overwrite
+  bool accumulate;   // into the velocity, or after an earlier part of the batch: add, do not overwrite
 };
 
 // The gradient of layer l's input (du, rows × p.in.size()) back through the shape operations before
@@ -271,14 +271,15 @@ void back_to_previous(const backward_view& v, const layer_plan& p, std::size_t f
 
 result<double> network::backward_layered(std::span<float> params, std::span<float> grads, std::span<float> velocity,
                                           const sgd_options* sgd, const float* x, const float* y, std::int64_t rows,
-                                          std::span<float> workspace) const {
+                                          std::span<float> workspace, const batch_part& part) const {
   TESSERA_ASSERT(sgd != nullptr || velocity.empty());
   const bool into_velocity = sgd != nullptr && !velocity.empty();  // as the MLP's pass: gradients added into μ·v + λ·w
   TESSERA_ASSERT(into_velocity || grads.size() == param_count_);
+  const bool accumulate = into_velocity || !part.first;  // or after an earlier part of the batch
   const backward_view v{.rows = rows, .base = workspace.data(), .gbase = into_velocity ? velocity.data() : grads.data(),
-                        .accumulate = into_velocity};
+                        .accumulate = accumulate};
   const auto update = [&](std::size_t first, std::size_t count) {
-    if (sgd == nullptr) return;
+    if (sgd == nullptr || !part.last) return;
     if (into_velocity) sgd_apply_prepared(*sgd, params.subspan(first, count), velocity.subspan(first, count));
     else sgd_step(*sgd, params.subspan(first, count), grads.subspan(first, count), velocity.empty() ? velocity : velocity.subspan(first, count));
   };
@@ -296,7 +297,7 @@ result<double> network::backward_layered(std::span<float> params, std::span<floa
   float* d = v.base + ws.grad_a;
   float* spare = v.base + ws.grad_b;
   double loss_sum = 0;
-  TESSERA_TRY(output_gradient(workspace, y, rows, d, loss_sum));
+  TESSERA_TRY(output_gradient(workspace, y, rows, d, loss_sum, part.batch_rows));
   for (std::size_t l = plans_.size(); l-- > 0;) {
     const layer_plan& p = plans_[l];
     const layer_slots& s = slots_[l];
@@ -307,15 +308,15 @@ result<double> network::backward_layered(std::span<float> params, std::span<floa
       const const_matrix_map dz(d, ix(rows), ix(s.rows)), um(u, ix(rows), ix(s.cols));
       matrix_map dw(v.gbase + s.weight, ix(s.rows), ix(s.cols));
       row_vector_map db(v.gbase + s.bias, ix(s.rows));
-      scaled_product(dw, scale, dz.transpose(), um, into_velocity);
-      if (into_velocity) db.noalias() += dz.colwise().sum();
+      scaled_product(dw, scale, dz.transpose(), um, accumulate);
+      if (accumulate) db.noalias() += dz.colwise().sum();
       else db.noalias() = dz.colwise().sum();
       if (du != nullptr)
         scaled_product(matrix_map(du, ix(rows), ix(s.cols)), scale, dz, const_matrix_map(params.data() + s.weight, ix(s.rows), ix(s.cols)), false);
     } else {
       conv_backward(p.conv, params.subspan(s.weight, sz(s.rows * s.cols)), u, d, rows, std::span(v.gbase + s.weight, sz(s.rows * s.cols)),
                     std::span(v.gbase + s.bias, sz(s.rows)), du, workspace.subspan(ws.patches, conv_patch_floats(p.conv, rows)), scale,
-                    into_velocity);
+                    accumulate);
     }
     update(s.weight, s.bias + sz(s.rows) - s.weight);  // W_l was last needed just above
     if (l == 0) break;

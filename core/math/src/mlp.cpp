@@ -160,10 +160,10 @@ std::span<const float> network::outputs(std::span<const float> workspace, std::i
 
 // Writes d(mean loss)/d(outputs) into d_out and adds the batch's summed loss to loss_sum.
 result<void> network::output_gradient(std::span<const float> workspace, const float* y, std::int64_t rows,
-                                      float* d_out, double& loss_sum) const {
+                                      float* d_out, double& loss_sum, std::int64_t mean_over) const {
   const std::int64_t k = arch_.outputs();
   const const_matrix_map out(outputs(workspace, rows).data(), ix(rows), ix(k));
-  const float inv_rows = 1.0f / static_cast<float>(rows);
+  const float inv_rows = 1.0f / static_cast<float>(mean_over > 0 ? mean_over : rows);
   if (arch_.task == task_kind::classification) {
     for (std::int64_t r = 0; r < rows; ++r) {
       const float label = y[r];
@@ -205,32 +205,35 @@ result<double> network::forward_backward(std::span<const float> params, std::spa
   forward(params, x, rows, workspace);
   // Without an optimizer the parameters are only read.
   const std::span<float> read_only(const_cast<float*>(params.data()), params.size());
-  if (!plans_.empty()) return backward_layered(read_only, grads, {}, nullptr, x, y, rows, workspace);
-  return backward(read_only, grads, {}, nullptr, x, y, rows, workspace);
+  if (!plans_.empty()) return backward_layered(read_only, grads, {}, nullptr, x, y, rows, workspace, {});
+  return backward(read_only, grads, {}, nullptr, x, y, rows, workspace, {});
 }
 
 result<double> network::train_step(std::span<float> params, std::span<float> grads, std::span<float> velocity,
                                    const sgd_options& sgd, const float* x, const float* y, std::int64_t rows,
-                                   std::span<float> workspace) const {
+                                   std::span<float> workspace, const batch_part& part) const {
+  TESSERA_ASSERT(part.batch_rows == 0 || part.batch_rows >= rows);
   forward(params, x, rows, workspace);
-  if (!plans_.empty()) return backward_layered(params, grads, velocity, &sgd, x, y, rows, workspace);
-  return backward(params, grads, velocity, &sgd, x, y, rows, workspace);
+  if (!plans_.empty()) return backward_layered(params, grads, velocity, &sgd, x, y, rows, workspace, part);
+  return backward(params, grads, velocity, &sgd, x, y, rows, workspace, part);
 }
 
 result<double> network::backward(std::span<float> params, std::span<float> grads, std::span<float> velocity,
                                  const sgd_options* sgd, const float* x, const float* y, std::int64_t rows,
-                                 std::span<float> workspace) const {
+                                 std::span<float> workspace, const batch_part& part) const {
   TESSERA_ASSERT(sgd != nullptr || velocity.empty());
   // With momentum the gradient is accumulated straight into the velocity, which the
   // previous update left holding μ·v + λ·w: one GEMM with β = 1 instead of a zeroed gradient buffer, a
-  // read of it and a separate velocity pass. Otherwise gradients go to `grads`.
+  // read of it and a separate velocity pass. Otherwise gradients go to `grads`, added to what earlier
+  // parts of the batch left there.
   const bool into_velocity = sgd != nullptr && !velocity.empty();
+  const bool accumulate = into_velocity || !part.first;
   TESSERA_ASSERT(into_velocity || grads.size() == param_count_);
   TESSERA_ASSERT(!into_velocity || velocity.size() == param_count_);
   float* const gbase = into_velocity ? velocity.data() : grads.data();
   // Updates params[first, first + count) from its finished gradient (only when training).
   auto update = [&](std::size_t first, std::size_t count) {
-    if (sgd == nullptr) return;
+    if (sgd == nullptr || !part.last) return;
     if (into_velocity) {
       sgd_apply_prepared(*sgd, params.subspan(first, count), velocity.subspan(first, count));
     } else {
@@ -244,10 +247,10 @@ result<double> network::backward(std::span<float> params, std::span<float> grads
   float* g_next = g_cur + align_up(sz(rows) * sz(max_width_));
 
   double loss_sum = 0;
-  TESSERA_TRY(output_gradient(workspace, y, rows, g_cur, loss_sum));
-  // dst = value, or dst += value when accumulating into the velocity.
-  auto put = [into_velocity](auto&& dst, const auto& value) {
-    if (into_velocity) dst.noalias() += value;
+  TESSERA_TRY(output_gradient(workspace, y, rows, g_cur, loss_sum, part.batch_rows));
+  // dst = value, or dst += value when accumulating (into the velocity, or after an earlier part).
+  auto put = [accumulate](auto&& dst, const auto& value) {
+    if (accumulate) dst.noalias() += value;
     else dst.noalias() = value;
   };
 
@@ -259,7 +262,7 @@ result<double> network::backward(std::span<float> params, std::span<float> grads
     const const_matrix_map a_prev(a_prev_ptr, ix(rows), ix(s.cols));
     matrix_map dw(gbase + s.weight, ix(s.rows), ix(s.cols));
     row_vector_map db(gbase + s.bias, ix(s.rows));
-    scaled_product(dw, scale, dz.transpose(), a_prev, into_velocity);
+    scaled_product(dw, scale, dz.transpose(), a_prev, accumulate);
     put(db, dz.colwise().sum());
     if (l == 0) {
       update(s.weight, s.bias + sz(s.rows) - s.weight);

@@ -46,12 +46,12 @@ double clip_change(std::span<const float> received, std::span<float> params, dou
 result<local_training_report> train_for_upload(training_block& block, const training_task& task, codec_kind codec,
                                                std::span<std::byte> blob, batch_source& data,
                                                const std::atomic<bool>* cancel, std::span<const float> received) {
-  local_trainer trainer(task.arch, task.batch, block.buffers());
+  local_trainer trainer(task.arch, memory_rows(task), block.buffers());
   std::optional<normalized_batches> normalized;
   if (task.normalization && !task.normalization->empty()) normalized.emplace(data, *task.normalization);
   batch_source& source = normalized ? static_cast<batch_source&>(*normalized) : data;
   TESSERA_ASSIGN_OR_RETURN(auto report,
-                           trainer.run(block.params(), source, {.steps = task.steps, .sgd = task.sgd, .cancel = cancel}));
+                           trainer.run(block.params(), source, {.steps = task.steps, .sgd = task.sgd, .batch = task.batch, .cancel = cancel}));
   // Diverged: the report could not even be sent (a loss that is not a number), and the parameters
   // are of no use to anyone.
   if (!std::isfinite(report.mean_loss))

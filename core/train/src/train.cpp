@@ -161,18 +161,29 @@ result<local_training_report> local_trainer::run(std::span<float> params, batch_
     if (momentum) sgd_prepare_start(options.sgd, params, buf_.velocity);
     else std::fill(buf_.velocity.begin(), buf_.velocity.end(), 0.0f);
   }
+  const std::int64_t batch = options.batch > 0 ? options.batch : batch_;
+  const auto inputs = static_cast<std::size_t>(net_.arch().inputs());
+  const auto width = static_cast<std::size_t>(target_width(net_.arch()));
   local_training_report report;
   double loss_sum = 0;
   for (std::int64_t step = 0; step < options.steps; ++step) {
     if (options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed))
       return make_error(errc::cancelled, "training stopped after " + std::to_string(step) + " of " +
                                              std::to_string(options.steps) + " steps");
-    TESSERA_TRY(source.next(buf_.features, buf_.targets.first(static_cast<std::size_t>(batch_))));
-    auto loss = net_.train_step(params, buf_.grads, momentum ? buf_.velocity : std::span<float>{}, options.sgd,
-                                buf_.features.data(), buf_.targets.data(), batch_, buf_.workspace);
-    if (!loss) return make_error(errc::bad_format, source.describe() + ": " + loss.error().message);
-    loss_sum += loss.value();
-    report.examples += batch_;
+    double step_loss = 0;  // summed over the batch's rows
+    for (std::int64_t done = 0; done < batch;) {
+      const std::int64_t rows = std::min(batch_, batch - done);
+      const auto r = static_cast<std::size_t>(rows);
+      TESSERA_TRY(source.next(buf_.features.first(r * inputs), buf_.targets.first(r * width)));
+      auto loss = net_.train_step(params, buf_.grads, momentum ? buf_.velocity : std::span<float>{}, options.sgd, buf_.features.data(),
+                                  buf_.targets.data(), rows, buf_.workspace,
+                                  {.batch_rows = batch, .first = done == 0, .last = done + rows == batch});
+      if (!loss) return make_error(errc::bad_format, source.describe() + ": " + loss.error().message);
+      step_loss += loss.value() * static_cast<double>(rows);
+      done += rows;
+    }
+    loss_sum += step_loss / static_cast<double>(batch);
+    report.examples += batch;
     ++report.steps;
   }
   report.mean_loss = report.steps > 0 ? loss_sum / static_cast<double>(report.steps) : 0.0;

@@ -19,7 +19,7 @@ void read_data_fields(core::config_reader& r, sim_config& c) {
   r.renamed("test_csv", "data.test.features");
   // CSV without units in common gets standardized by default, with the fleet's statistics as a real
   // federation would (rounds/statistics.hpp), unless the model says none.
-  const auto csv_default = c.input_normalization_given && c.model.input_normalization == core::input_normalization_kind::none
+  const auto csv_default = c.statistics.normalization_given && c.model.input_normalization == core::input_normalization_kind::none
                                ? core::normalization::none
                                : core::normalization::standardize;
   const core::data_source_rules rules{.required = true, .allow_standardize = true, .csv_default = csv_default};

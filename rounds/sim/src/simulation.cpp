@@ -135,7 +135,7 @@ std::vector<rounds::device_offer> simulation::offers() const {
 // under secure aggregation, each pass's vectors encoded as the agents encode them and summed unmasked
 // (the masks cancel in the ring): the hub's released bits.
 core::result<void> simulation::measure_statistics() {
-  rounds::stats_gathering g(config_.model, config_.min_stats_examples);
+  rounds::stats_gathering g(config_.model, config_.statistics.min_examples);
   if (config_.secure_aggregation.enabled) g.mask_with(config_.secure_aggregation);
   TESSERA_ASSIGN_OR_RETURN(const auto skipped, g.begin(offers()));
   for (const auto& e : skipped)
@@ -302,7 +302,7 @@ core::result<void> simulation::secure_upload(rounds::assignment& a, std::span<co
 // checked, trained on, and the upload goes back through the codec.
 core::result<void> simulation::run_device(rounds::assignment& a, device& d) {
   TESSERA_ASSIGN_OR_RETURN(auto block, core::training_block::allocate(core::plan_training_memory(
-                                           a.sub.arch, config_.batch, config_.momentum != 0.0f, a.codec)));
+                                           a.sub.arch, config_.memory_rows(), config_.momentum != 0.0f, a.codec)));
   const std::span<std::byte> blob = core::blob_region(block, a.codec, a.blob_bytes);
   TESSERA_TRY(engine_.encode_download(a, blob));
   TESSERA_TRY(engine_.sent(a));

@@ -38,7 +38,7 @@ inline constexpr auto k_fleet_strategy_names = core::names_in_order<strategy_kin
 enum class patience_kind { automatic, validation, federated };
 inline constexpr auto k_patience_names = core::names_in_order<patience_kind>({"auto", "validation", "federated"});
 
-// What happens to an update whose change (trained − what the device was sent) passes the bounds:
+// What happens to an update whose change (trained − what the device was sent) exceeds the bounds:
 // rejected with the reason, scaled and clamped into them (and counted), or nothing (no bound).
 enum class update_bound_kind { reject, clip, off };
 inline constexpr auto k_update_bound_names = core::names_in_order<update_bound_kind>({"reject", "clip", "off"});
@@ -143,14 +143,21 @@ struct run_config {
   std::int64_t rounds = 50;
   std::int64_t local_steps = 50;
   std::int64_t batch = 32;
+  // > 0: devices take each step's batch in micro-batches of this many examples (core::batch_part): the
+  // same step in the memory of this many rows, so a budget holds a wider model or subnet; 0: whole.
+  std::int64_t micro_batch = 0;
+  // The rows a device's training memory holds: what budgets are planned with.
+  [[nodiscard]] std::int64_t memory_rows() const noexcept { return micro_batch > 0 ? micro_batch : batch; }
   core::lr_schedule lr;
   float momentum = 0.9f;
   float weight_decay = 0.0f;
   core::codec_kind codec = core::codec_kind::f32;  // parameters pass through it both ways
   std::uint64_t seed = 1;
   evaluation_schedule evaluation;
-  std::int64_t min_stats_examples = 10;  // devices with fewer are not asked for statistics
-  bool input_normalization_given = false;  // model.input_normalization was in the configuration
+  struct statistics_settings {
+    std::int64_t min_examples = 10;    // min_stats_examples: devices with fewer are not asked for statistics
+    bool normalization_given = false;  // model.input_normalization was in the configuration
+  } statistics;
   update_limits update_bounds;
   // How the reports of one parameter combine (core::aggregate_kind): the example-weighted mean, or a
   // robust aggregate for replicated groups (plain rounds only: under secure aggregation the hub sees

@@ -80,6 +80,17 @@ struct layer_plan {
 
 inline constexpr float k_layer_norm_epsilon = 1e-5f;
 
+// One part of a training step whose batch is taken in micro-batches, so that the workspace holds one
+// micro-batch's activations instead of the whole batch's: every part adds its gradient, scaled to the
+// mean over the whole batch, and only the last part updates the parameters. The parts together make the
+// very step the whole batch makes (the same arithmetic up to the order of its sums: the layers hold
+// nothing across rows, layer norm being per example). The default is a whole batch in one part.
+struct batch_part {
+  std::int64_t batch_rows = 0;  // the whole batch's rows (0: this part is the whole batch)
+  bool first = true;            // plain SGD: the gradient buffer starts afresh (momentum accumulates into the velocity)
+  bool last = true;             // the update is applied
+};
+
 struct layered_slots;  // internal (layered.cpp): where a layered network's passes keep what they compute
 
 class network {
@@ -108,10 +119,11 @@ class network {
 
   // One training step: forward_backward and sgd_step fused, each layer updated as soon as its gradient
   // is complete (and no longer needed below), while its tensors are still in cache. The result equals
-  // forward_backward followed by sgd_step over the whole buffer, bit for bit.
+  // forward_backward followed by sgd_step over the whole buffer, bit for bit. With `part`, one
+  // micro-batch of a step (batch_part); the loss returned is the mean over this part's rows.
   [[nodiscard]] result<double> train_step(std::span<float> params, std::span<float> grads, std::span<float> velocity,
                                           const sgd_options& sgd, const float* x, const float* y, std::int64_t rows,
-                                          std::span<float> workspace) const;
+                                          std::span<float> workspace, const batch_part& part = {}) const;
 
  private:
   struct ws_slots {
@@ -124,9 +136,10 @@ class network {
   [[nodiscard]] ws_table workspace_slots(std::int64_t rows) const noexcept;
   [[nodiscard]] result<double> backward(std::span<float> params, std::span<float> grads, std::span<float> velocity,
                                         const sgd_options* sgd, const float* x, const float* y, std::int64_t rows,
-                                        std::span<float> workspace) const;
+                                        std::span<float> workspace, const batch_part& part) const;
+  // d_out is d(loss summed over rows / mean_over)/d(outputs).
   [[nodiscard]] result<void> output_gradient(std::span<const float> workspace, const float* y, std::int64_t rows,
-                                             float* d_out, double& loss_sum) const;
+                                             float* d_out, double& loss_sum, std::int64_t mean_over = 0) const;
 
   // A network with convolutions or shape operations (layered.cpp): the same passes over plans_.
   [[nodiscard]] layered_slots layered_workspace(std::int64_t rows) const noexcept;
@@ -135,7 +148,7 @@ class network {
   void forward_layered(std::span<const float> params, const float* x, std::int64_t rows, std::span<float> workspace) const;
   [[nodiscard]] result<double> backward_layered(std::span<float> params, std::span<float> grads, std::span<float> velocity,
                                                 const sgd_options* sgd, const float* x, const float* y, std::int64_t rows,
-                                                std::span<float> workspace) const;
+                                                std::span<float> workspace, const batch_part& part) const;
 
   mlp_arch arch_;
   std::vector<layer_slots> slots_;

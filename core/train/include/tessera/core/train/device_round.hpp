@@ -6,7 +6,7 @@
 // parameters themselves for f32, the codec's staging region otherwise), take_download() turns it into
 // parameters, and train_for_upload() trains and writes the upload back into the same region.
 //
-//   auto block = core::training_block::allocate(core::plan_training_memory(task.arch, task.batch, true, codec));
+//   auto block = core::training_block::allocate(core::plan_training_memory(task.arch, core::memory_rows(task), true, codec));
 //   auto blob = core::blob_region(block.value(), codec, core::encoded_bytes(task.arch, codec));
 //   receive_into(blob);                                        // the network, or the engine's encoder
 //   TESSERA_TRY(core::take_download(block.value(), task.arch, codec, blob));
@@ -34,6 +34,9 @@ struct training_task {
   mlp_arch arch;             // the subnet (widths include inputs and outputs)
   std::int64_t steps = 0;
   std::int64_t batch = 0;
+  // > 0: each step is taken in micro-batches of this many rows (network::batch_part): the same step,
+  // with the memory of this many rows of activations and inputs (memory_rows).
+  std::int64_t micro_batch = 0;
   sgd_options sgd;
   // The model's input normalization, applied to every batch (null: none). Shared: a round's tasks all
   // carry the same one.
@@ -42,6 +45,9 @@ struct training_task {
   // scaled down to this L2 norm before the upload; the received parameters must be kept for it.
   double clip_norm = 0;
 };
+
+// The rows a task's training memory holds at a time: its micro-batch, or its whole batch.
+[[nodiscard]] inline std::int64_t memory_rows(const training_task& t) noexcept { return t.micro_batch > 0 ? t.micro_batch : t.batch; }
 
 // Scales params − received down to L2 norm `clip` when it is longer (McMahan et al., ICLR 2018: a
 // device's whole update has norm at most clip, to the precision of the floats it is stored in: the hub

@@ -129,6 +129,9 @@ class normalized_batches final : public batch_source {
 struct local_training_options {
   std::int64_t steps = 100;
   sgd_options sgd;
+  // Examples per step (0: the rows the trainer holds). More than it holds: each step is taken in
+  // micro-batches of those rows (network::batch_part), the same step in less memory.
+  std::int64_t batch = 0;
   // Checked before every step: when it turns true, run() stops with errc::cancelled (the agent uses it
   // when a newer assignment supersedes the one in training).
   const std::atomic<bool>* cancel = nullptr;
@@ -157,7 +160,8 @@ struct training_buffers {
   std::span<float> targets;
 };
 
-// Trains one architecture with a fixed batch size. run() does not allocate.
+// Trains one architecture, holding `batch` rows at a time (a step's batch, or its micro-batch:
+// local_training_options::batch). run() does not allocate.
 class local_trainer {
  public:
   // Owns its buffers (the simulator, tests).
