@@ -28,6 +28,8 @@ struct options {
   std::int64_t steps = 0;
   double epochs = 1;
   std::int64_t batch = 32;
+  std::int64_t micro_batch = 0;  // > 0: each step in parts of this many examples (memory for them only)
+  [[nodiscard]] std::int64_t memory_rows() const noexcept { return micro_batch > 0 ? micro_batch : batch; }
   core::sgd_options sgd{.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 0.0f};
   std::uint64_t seed = 1;
   std::int64_t progress_every = 100;
@@ -106,6 +108,8 @@ core::result<options> options_of(const core::command_line& line) {
   TESSERA_ASSIGN_OR_RETURN(o.steps, integer(line, "--steps", 0, 0, std::int64_t{1} << 40));
   TESSERA_ASSIGN_OR_RETURN(o.epochs, number(line, "--epochs", 1, 1e-6, 1e6));
   TESSERA_ASSIGN_OR_RETURN(o.batch, integer(line, "--batch", 32, 1, 256));
+  TESSERA_ASSIGN_OR_RETURN(o.micro_batch, integer(line, "--micro-batch", 0, 0, o.batch));
+  if (o.micro_batch == o.batch) o.micro_batch = 0;
   TESSERA_ASSIGN_OR_RETURN(const double lr, number(line, "--lr", 0.05, 0, 100));
   TESSERA_ASSIGN_OR_RETURN(const double momentum, number(line, "--momentum", 0.9, 0, 0.9999));
   TESSERA_ASSIGN_OR_RETURN(const double decay, number(line, "--weight-decay", 0, 0, 1));
@@ -114,7 +118,7 @@ core::result<options> options_of(const core::command_line& line) {
   TESSERA_ASSIGN_OR_RETURN(const auto seed, integer(line, "--seed", 1, 0, std::int64_t{1} << 53));
   o.seed = static_cast<std::uint64_t>(seed);
   TESSERA_ASSIGN_OR_RETURN(o.progress_every, integer(line, "--progress-every", 100, 1, std::int64_t{1} << 40));
-  o.data.max_batch = o.batch;
+  o.data.max_batch = o.memory_rows();
   return o;
 }
 
@@ -140,6 +144,7 @@ const core::command k_train_local_command{
                 {.flag = "--steps", .value = "N", .doc = "steps to train (default: --epochs)"},
                 {.flag = "--epochs", .value = "E", .doc = "passes over the data (default 1)"},
                 {.flag = "--batch", .value = "B", .doc = "examples per step, at most 256 (default 32)"},
+                {.flag = "--micro-batch", .value = "M", .doc = "take each step in parts of M examples: the same step in their memory"},
                 {.flag = "--lr", .value = "X", .doc = "learning rate (default 0.05)"},
                 {.flag = "--momentum", .value = "X", .doc = "default 0.9"},
                 {.flag = "--weight-decay", .value = "X", .doc = "default 0"},
@@ -168,14 +173,15 @@ core::result<int> train_local(const core::command_line& line) {
   if (data_bytes >= budget)
     return make_error(errc::over_budget, "the data reader's buffers need " + std::to_string(data_bytes) + " bytes, the memory budget is " +
                                              std::to_string(budget) + " bytes (lower --shuffle-buffer)");
-  auto reserved = training_arena::reserve(arch, o.batch, o.sgd.momentum != 0.0f, core::codec_kind::f32, budget - data_bytes);
+  auto reserved = training_arena::reserve(arch, o.memory_rows(), o.sgd.momentum != 0.0f, core::codec_kind::f32, budget - data_bytes);
   if (!reserved)
     return make_error(errc::over_budget, reserved.error().message + " (after " + std::to_string(data_bytes) + " bytes of data buffers)");
   training_arena& arena = *reserved.value();
   core::initialize(sub_spec, arena.params());
 
-  std::printf("subnet %s (%zu parameters), batch %lld, compensation %s\n", core::widths_text(sub_spec).c_str(), core::param_count(arch),
-              static_cast<long long>(o.batch), std::string(core::to_string(spec.compensation)).c_str());
+  std::printf("subnet %s (%zu parameters), batch %lld%s, compensation %s\n", core::widths_text(sub_spec).c_str(), core::param_count(arch),
+              static_cast<long long>(o.batch), o.micro_batch > 0 ? (" in parts of " + std::to_string(o.micro_batch)).c_str() : "",
+              std::string(core::to_string(spec.compensation)).c_str());
   std::printf("memory: arena %zu bytes + stack %zu bytes + data buffers %zu bytes = %zu of %zu budget; %lld training examples\n",
               arena.size_bytes(), arena.layout().stack_bytes, data_bytes, arena.layout().needed() + data_bytes, budget,
               static_cast<long long>(data->train_examples()));
@@ -184,7 +190,7 @@ core::result<int> train_local(const core::command_line& line) {
   const std::int64_t steps = o.steps > 0 ? o.steps
                                          : std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(
                                                o.epochs * static_cast<double>(data->train_examples()) / static_cast<double>(o.batch))));
-  core::local_trainer trainer(arch, o.batch, arena.buffers());
+  core::local_trainer trainer(arch, o.memory_rows(), arena.buffers());
   const auto start = std::chrono::steady_clock::now();
   std::int64_t done = 0;
   double loss_sum = 0;
@@ -192,7 +198,7 @@ core::result<int> train_local(const core::command_line& line) {
     const std::int64_t chunk = std::min(o.progress_every, steps - done);
     // One run in pieces: the momentum carries over from piece to piece.
     auto r = trainer.run(arena.params(), data->train(),
-                         {.steps = chunk, .sgd = o.sgd, .cancel = nullptr, .keep_velocity = done > 0});
+                         {.steps = chunk, .sgd = o.sgd, .batch = o.batch, .cancel = nullptr, .keep_velocity = done > 0});
     if (!r) return std::move(r).error();
     done += chunk;
     loss_sum += r.value().mean_loss * static_cast<double>(chunk);
@@ -207,7 +213,7 @@ core::result<int> train_local(const core::command_line& line) {
               static_cast<long long>(steps * o.batch), seconds, static_cast<double>(steps * o.batch) / seconds,
               loss_sum / static_cast<double>(steps));
   if (data->has_validation()) {
-    auto ev = data->validate(trainer.net(), arena.params(), arena.buffers(), o.batch);
+    auto ev = data->validate(trainer.net(), arena.params(), arena.buffers(), o.memory_rows());
     if (!ev) return std::move(ev).error();
     std::printf("validation: %lld examples, loss %.4f, accuracy %.2f%%\n", static_cast<long long>(ev.value().examples),
                 ev.value().loss, 100.0 * ev.value().accuracy);

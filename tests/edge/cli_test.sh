@@ -62,6 +62,20 @@ last0=$(sed -n 's/^step .* loss \([0-9.]*\) .*/\1/p' "$work/still" | tail -n 1)
 python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(0 if abs(a - b) <= 0.1 * a else 1)" "$first0" "$last0" ||
   fail "at --lr 0 the loss went from $first0 to $last0"
 
+# 2b. The same run with each step in parts of 4 examples: the same 225 steps of 32, in less memory, to
+# the same loss (the parts' gradients summed: the same step up to the order of its sums).
+# shellcheck disable=SC2086
+"$edge" train-local --widths 8,32,3 --fraction 0.5 $csv --validation 0.2 --epochs 3 --batch 32 --micro-batch 4 --lr 0.05 \
+  --budget-mib 4 --progress-every 25 --seed 3 >"$work/parts" 2>"$work/err" || fail "train-local --micro-batch 4 exited non-zero"
+grep -q "^subnet 8-16-3 (227 parameters), batch 32 in parts of 4" "$work/parts" || fail "the parts are not announced"
+grep -q "^trained 225 steps, 7200 examples" "$work/parts" || fail "--micro-batch changed the steps or the examples"
+used_parts=$(field "$work/parts" 's/^memory: .* = \([0-9]*\) of \([0-9]*\) budget.*/\1/p')
+[ -n "$used_parts" ] && [ "$used_parts" -lt "$used" ] || fail "in parts of 4 it used $used_parts bytes, not less than the $used of whole batches"
+loss_whole=$(sed -n 's/^trained .* mean loss \([0-9.]*\)$/\1/p' "$work/out")
+loss_parts=$(sed -n 's/^trained .* mean loss \([0-9.]*\)$/\1/p' "$work/parts")
+python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(0 if abs(a - b) <= 1e-3 * a else 1)" "$loss_whole" "$loss_parts" ||
+  fail "in parts the mean loss is $loss_parts, whole batches $loss_whole"
+
 # 3. A budget the arena cannot fit, and options it cannot use: refused with the reason, exit non-zero.
 # shellcheck disable=SC2086
 if "$edge" train-local --widths 8,2048,3 $csv --budget-mib 0.05 >/dev/null 2>"$work/err"; then fail "trained over its budget"; fi
