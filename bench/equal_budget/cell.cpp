@@ -17,6 +17,9 @@
 // --unconstrained: IST's global model is the model of width W too, every device can hold it
 // (capacity 1, the budget B(W)); its subnets are the plan's groups, and --ist may ask for whole-model
 // rounds. The comparison where memory does not bind.
+// --micro-batch M: each step's 32 examples are taken in parts of M (run_config.micro_batch), so a
+// device's memory holds M rows of activations: the width trained is the widest whose model fits B(W)
+// at M rows (for IST, subnets of that width in a global model G times as wide). The same steps.
 // Data. The task's training set loses a validation split (10%, a fixed draw, the same for every run),
 // the rest is dealt to the devices (IID, or Dirichlet label skew: --split dir0.3); every device trains
 // on its whole shard. The global model is scored on the validation split (what the map selects
@@ -29,7 +32,7 @@
 //   bench_equal_budget_cell --task fashion|mnist|letter --model mlp|cnn --width W --devices N
 //       --split iid|dirX --method fedavg|ist|central [--groups G] --lr LR --steps S --rounds R
 //       [--eval-every 10] [--seed 1] [--ist JSON] [--rate-kbit 1000] [--latency-ms 100]
-//       [--unconstrained] [--datasets DIR] --out FILE.json
+//       [--unconstrained] [--compensation layer_norm] [--micro-batch M] [--datasets DIR] --out FILE.json
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -67,11 +70,15 @@ constexpr std::uint64_t k_validation_seed = 7;  // the same validation split for
 
 struct options {
   std::string task, model = "mlp", split = "iid", method, ist_text = "{}", datasets = "build/datasets", out;
+  std::string compensation = "layer_norm";  // the model's; none, scale, layer_norm or layer_norm_scale
   std::int64_t width = 0, groups = 1, steps = 0, rounds = 0, eval_every = 10;
   std::size_t devices = 0;
   std::int64_t seed = 1;
   double lr = 0, rate_kbit = 1000, latency_ms = 100;
   bool unconstrained = false;
+  std::int64_t micro_batch = 0;  // > 0: steps in micro-batches, the model widened to what B(W) holds at these rows
+  std::int64_t trained = 0;      // the width trained: W, or with micro-batches the widest that fits B(W)
+  [[nodiscard]] std::int64_t memory_rows() const noexcept { return micro_batch > 0 ? micro_batch : 32; }
 };
 
 struct task {
@@ -101,14 +108,14 @@ task task_named(const options& o) {
   die("--task: \"" + o.task + "\" is not fashion, mnist or letter");
 }
 
-nlohmann::json model_json(const options& o, const task& t, std::int64_t width) {
+nlohmann::json model_json(const options& o, const task& t, std::int64_t width, const std::string& compensation) {
   if (o.model == "mlp")
-    return {{"inputs", t.inputs}, {"hidden", {width, width}}, {"outputs", t.outputs}, {"compensation", "layer_norm"}};
+    return {{"inputs", t.inputs}, {"hidden", {width, width}}, {"outputs", t.outputs}, {"compensation", compensation}};
   if (o.model != "cnn") die("--model: \"" + o.model + "\" is neither mlp nor cnn");
   if (t.image.empty()) die("--model cnn: task " + o.task + " has no image shape");
   return {{"input_shape", t.image},
           {"outputs", t.outputs},
-          {"compensation", "layer_norm"},
+          {"compensation", compensation},
           {"layers",
            {{{"conv2d", {{"channels", width}, {"kernel", 3}}}}, {{"max_pool", 2}}, {{"conv2d", {{"channels", 2 * width}, {"kernel", 3}}}},
             {{"max_pool", 2}}, {{"flatten", true}}, {{"dense", 4 * width}}}}};
@@ -116,12 +123,13 @@ nlohmann::json model_json(const options& o, const task& t, std::int64_t width) {
 
 sim::sim_config config_for(const options& o, const task& t, const std::vector<double>& capacities) {
   const bool ist = o.method == "ist";
-  nlohmann::json j = {{"model", model_json(o, t, ist && !o.unconstrained ? o.groups * o.width : o.width)},
+  nlohmann::json j = {{"model", model_json(o, t, ist && !o.unconstrained ? o.groups * o.trained : o.trained, o.compensation)},
                       {"strategy", o.method},
                       {"devices", o.method == "central" ? 1 : o.devices},
                       {"rounds", o.rounds},
                       {"local_steps", o.steps},
                       {"batch", k_batch},
+                      {"micro_batch", o.micro_batch},
                       {"lr", o.lr},
                       {"momentum", k_momentum},
                       {"lr_schedule", "cosine"},
@@ -144,7 +152,21 @@ sim::sim_config config_for(const options& o, const task& t, const std::vector<do
   return must(sim::parse_sim_config(j, "bench_equal_budget_cell"));
 }
 
-std::size_t needed(const core::mlp_arch& a) { return core::bytes_needed(a, k_batch, k_momentum != 0, k_codec); }
+std::size_t needed(const core::mlp_arch& a, std::int64_t rows = k_batch) { return core::bytes_needed(a, rows, k_momentum != 0, k_codec); }
+
+// The widest width of the family whose model needs at most `budget` with `rows` rows in memory.
+std::int64_t widest_within(const options& o, const task& t, std::size_t budget, std::int64_t rows) {
+  const auto need = [&](std::int64_t w) {
+    return needed(must(sim::parse_sim_config({{"model", model_json(o, t, w, "layer_norm")}}, "width")).model.full_arch(), rows);
+  };
+  std::int64_t lo = 1, hi = 2;
+  while (need(hi) <= budget) lo = hi, hi *= 2;
+  while (hi - lo > 1) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    (need(mid) <= budget ? lo : hi) = mid;
+  }
+  return lo;
+}
 
 std::string widths_of(const core::mlp_arch& a) {
   std::string s;
@@ -198,20 +220,24 @@ int main(int argc, char** argv) {
                         {"--method", o.method}, {"--groups", o.groups}, {"--lr", o.lr}, {"--steps", o.steps}, {"--rounds", o.rounds},
                         {"--eval-every", o.eval_every}, {"--seed", o.seed}, {"--ist", o.ist_text}, {"--rate-kbit", o.rate_kbit},
                         {"--latency-ms", o.latency_ms}, {"--datasets", o.datasets}, {"--out", o.out},
-                        {"--unconstrained", o.unconstrained, true}});
+                        {"--unconstrained", o.unconstrained, true}, {"--compensation", o.compensation}, {"--micro-batch", o.micro_batch}});
   if (o.width < 1 || o.devices < 1 || o.steps < 1 || o.rounds < 1 || o.lr <= 0 || o.groups < 1 || o.eval_every < 1 || o.out.empty())
     die("--width, --devices, --steps, --rounds, --lr and --out are required and positive (see the file's header)");
   if (o.method != "fedavg" && o.method != "ist" && o.method != "central") die("--method: \"" + o.method + "\" is not fedavg, ist or central");
   if (o.method == "ist" && static_cast<std::size_t>(o.groups) > o.devices) die("--groups: more groups than devices");
   const task t = task_named(o);
 
-  // The budget: what FedAvg's model of width W needs; IST's capacities from it, as the hub computes them.
-  auto probe = config_for(o, t, {});
-  const std::size_t budget = needed(must(sim::parse_sim_config({{"model", model_json(o, t, o.width)}}, "budget")).model.full_arch());
-  const core::mlp_arch full = probe.model.full_arch();
+  if (o.micro_batch < 0 || o.micro_batch >= k_batch) die("--micro-batch: a part of the batch of 32, 1 to 31 (0: none)");
+  // The budget: what FedAvg's model of width W needs at batch 32 (with its layer norm, whatever
+  // --compensation the run's model has); IST's capacities from it, as the hub computes them.
+  const std::size_t budget =
+      needed(must(sim::parse_sim_config({{"model", model_json(o, t, o.width, "layer_norm")}}, "budget")).model.full_arch());
+  o.trained = o.micro_batch > 0 && !o.unconstrained ? widest_within(o, t, budget, o.memory_rows()) : o.width;
+  const core::mlp_arch full = config_for(o, t, {}).model.full_arch();
   std::vector<double> capacities;
   if (o.method == "ist") {
-    const double c = o.unconstrained ? 1.0 : core::capacity_for_budget(full, k_batch, k_momentum != 0, k_codec, budget, k_min_width);
+    const double c =
+        o.unconstrained ? 1.0 : core::capacity_for_budget(full, o.memory_rows(), k_momentum != 0, k_codec, budget, k_min_width);
     if (c <= 0) die("no IST subnet of " + widths_of(full) + " fits the budget of " + std::to_string(budget) + " bytes");
     capacities.assign(o.devices, c);
   }
@@ -251,7 +277,7 @@ int main(int argc, char** argv) {
     for (const auto& as : assigned) params += core::param_count(as.sub.arch);
     double slowest = 0;
     for (const auto& as : assigned) {
-      const std::size_t need = needed(as.sub.arch);
+      const std::size_t need = needed(as.sub.arch, o.memory_rows());
       if (o.method != "central" && need > budget)
         die("round " + std::to_string(m.round) + ": " + as.device + "'s " + widths_of(as.sub.arch) + " needs " + std::to_string(need) +
             " bytes, over the budget of " + std::to_string(budget));
@@ -267,6 +293,7 @@ int main(int argc, char** argv) {
   }
   const nlohmann::json out = {
       {"task", o.task},           {"model", o.model},       {"width", o.width},     {"devices", o.devices},
+      {"micro_batch", o.micro_batch}, {"trained_width", o.trained},
       {"split", o.split},         {"method", o.method},     {"groups", o.groups},   {"lr", o.lr}, {"unconstrained", o.unconstrained},
       {"steps", o.steps},         {"rounds", o.rounds},     {"seed", o.seed},       {"ist", bench::json_object_option("--ist", o.ist_text)},
       {"budget_bytes", budget},   {"global", widths_of(full)}, {"global_params", core::param_count(full)},

@@ -27,6 +27,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import report  # noqa: E402  (beside this file)
+from report import final  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CELL = os.path.join(ROOT, "build", "release", "bench", "bench_equal_budget_cell")
 
@@ -42,6 +45,9 @@ VALIDATION_FRACTION = 0.1  # bench_equal_budget_cell's
 # random one kept for 20 rounds in 2 groups (the shipped IST settings, less their whole-model rounds,
 # which no device here could run).
 IST_VARIANTS = [{"groups": g, "ist": {"cut": "rolling"}} for g in (2, 4, 8)] + [{"groups": 2, "ist": {"repartition_every": 20}}]
+# Steps in micro-batches (run_config.micro_batch): the same steps with a micro-batch's activations in
+# memory, so B(W) holds a wider model (FedAvg) or wider subnets (IST).
+MICRO = 4
 # Where every device holds the whole model (--unconstrained-width W, 8 devices, IID): FedAvg against IST
 # with the shipped settings (examples/sim-fashion-ist.json: 2 groups, the cut kept 20 rounds, the last
 # tenth of the rounds whole-model, the rate ending at 0.2 of lr) and with 2 rolling groups.
@@ -52,7 +58,7 @@ TIE = 0.01  # winners closer than this (test accuracy) get seeds 2 and 3
 
 
 def key(run):
-    return json.dumps({k: run.get(k, False) for k in key_fields()}, sort_keys=True)
+    return json.dumps({k: run.get(k, 0 if k == "micro_batch" else False) for k in key_fields()}, sort_keys=True)
 
 
 class Store:
@@ -77,10 +83,10 @@ def local_steps(task, devices, epochs):
     return max(1, round(epochs * (TRAIN_EXAMPLES[task] - held) / devices / BATCH))
 
 
-def spec(task, model, width, devices, split, method, groups=1, ist=None, lr=0.05, epochs=1, seed=1):
+def spec(task, model, width, devices, split, method, groups=1, ist=None, lr=0.05, epochs=1, seed=1, micro=0):
     return {"task": task, "model": model, "width": width, "devices": devices, "split": split, "method": method, "groups": groups,
             "ist": ist or {}, "lr": lr, "steps": local_steps(task, devices, epochs), "rounds": ROUNDS, "seed": seed,
-            "unconstrained": False}
+            "unconstrained": False, "micro_batch": micro}
 
 
 def run_cell(store, s, log):
@@ -91,7 +97,7 @@ def run_cell(store, s, log):
            "--split", s["split"], "--method", s["method"], "--groups", str(s["groups"]), "--lr", str(s["lr"]),
            "--steps", str(s["steps"]), "--rounds", str(s["rounds"]), "--eval-every", str(EVAL_EVERY), "--seed", str(s["seed"]),
            "--ist", json.dumps(s["ist"]), "--datasets", os.path.join(ROOT, "build", "datasets"), "--out", out] + \
-        (["--unconstrained"] if s["unconstrained"] else [])
+        (["--unconstrained"] if s["unconstrained"] else []) + (["--micro-batch", str(s["micro_batch"])] if s["micro_batch"] else [])
     p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1", EIGEN_NUM_THREADS="1"))
     if p.returncode != 0:
         raise SystemExit(f"map: {' '.join(cmd)} failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
@@ -107,6 +113,8 @@ def run_cell(store, s, log):
 
 def label(r):
     m = r["method"] if r["method"] != "ist" else f"ist/{r['groups']} {json.dumps(r['ist'], separators=(',', ':'))}"
+    if r.get("micro_batch"):
+        m += f" micro {r['micro_batch']} (width {r.get('trained_width')})"
     return (f"{r['task']} {r['model']} W={r['width']} N={r['devices']} {r['split']} {m} lr {r['lr']} steps {r['steps']}"
             f" seed {r['seed']}")
 
@@ -117,27 +125,18 @@ def variants(methods):
         out.append({"method": "fedavg", "groups": 1, "ist": {}})
     if "ist" in methods:
         out += [{"method": "ist", **v} for v in IST_VARIANTS]
+    if "micro" in methods:
+        out.append({"method": "fedavg", "groups": 1, "ist": {}, "micro": MICRO})
+        out.append({"method": "ist", "groups": 2, "ist": {"cut": "rolling"}, "micro": MICRO})
     return out
 
 
 def grid(cell, v, seed=1):
-    return [dict(spec(*cell, v["method"], v["groups"], v["ist"], lr, e, seed), epochs=e) for lr in LRS for e in EPOCHS]
-
-
-def final(r, split="val"):
-    return r["curve"][-1][split]
+    return [dict(spec(*cell, v["method"], v["groups"], v["ist"], lr, e, seed, v.get("micro", 0)), epochs=e) for lr in LRS for e in EPOCHS]
 
 
 def best_of(runs):
     return max(runs, key=lambda r: (final(r), -r["lr"], -r["steps"]))
-
-
-def within(r, field, limit):
-    acc = r["curve"][0]["test"]
-    for p in r["curve"]:
-        if p[field] <= limit * (1 + 1e-12):
-            acc = p["test"]
-    return acc
 
 
 def main():
@@ -147,7 +146,7 @@ def main():
     ap.add_argument("--widths", default="16,32,64,128")
     ap.add_argument("--fleets", default="8,32,128")
     ap.add_argument("--splits", default="iid,dir0.3")
-    ap.add_argument("--methods", default="fedavg,ist")
+    ap.add_argument("--methods", default="fedavg,ist,micro")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--unconstrained-width", type=int, default=256, help="the model of the comparison without a memory limit (0: none)")
@@ -179,22 +178,21 @@ def main():
                 vs = variants(a.methods.split(","))
                 list(pool.map(lambda s: run_cell(store, s, log), [s for v in vs for s in grid(cell, v)]))
                 winners = [best_of([store.runs[key(s)] for s in grid(cell, v)]) for v in vs]
-                fed = [w for w in winners if w["method"] == "fedavg"]
-                other = [w for w in winners if w["method"] != "fedavg"]
+                fed = [w for w in winners if w["method"] == "fedavg" and not w.get("micro_batch")]
+                other = [w for w in winners if w["method"] != "fedavg" or w.get("micro_batch")]
                 if fed and other:
                     top = max(other, key=final)
                     if abs(final(top, "test") - final(fed[0], "test")) < TIE:
-                        again = [dict({k: w[k] for k in key_fields()}, seed=sd, epochs=w["epochs"]) for w in (fed[0], top) for sd in (2, 3)]
+                        again = [dict(json.loads(key(w)), seed=sd, epochs=w["epochs"]) for w in (fed[0], top) for sd in (2, 3)]
                         list(pool.map(lambda s: run_cell(store, s, log), again))
-    import report  # noqa: E402  (beside this file)
     report.write(store, a.results, tasks, models, widths, fleets, splits, CENTRAL_WIDTHS, variants(a.methods.split(",")), grid,
                  a.unconstrained_width, SHIPPED)
 
 
 def key_fields():
-    return ("task", "model", "width", "devices", "split", "method", "groups", "ist", "lr", "steps", "rounds", "seed", "unconstrained")
+    return ("task", "model", "width", "devices", "split", "method", "groups", "ist", "lr", "steps", "rounds", "seed", "unconstrained",
+            "micro_batch")
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, HERE)
     main()

@@ -25,12 +25,13 @@ def pct(v):
 
 
 def variant_name(r):
+    micro = f", micro-batches of {r['micro_batch']} (width {r['trained_width']})" if r.get("micro_batch") else ""
     if r["method"] == "fedavg":
-        return "FedAvg"
+        return "FedAvg" + micro
     if r["method"] == "central":
         return "central"
     how = "rolling cut" if r["ist"].get("cut") == "rolling" else f"cut kept {r['ist'].get('repartition_every', 1)} rounds"
-    return f"IST, {r['groups']} groups, {how}"
+    return f"IST, {r['groups']} groups, {how}{micro}"
 
 
 class Map:
@@ -38,7 +39,7 @@ class Map:
         self.store, self.variants, self.grid = store, variants, grid
 
     def runs(self, specs):
-        keys = (json.dumps({f: s.get(f, False) for f in GRID_KEYS}, sort_keys=True) for s in specs)
+        keys = (json.dumps({f: field(s, f) for f in GRID_KEYS}, sort_keys=True) for s in specs)
         return [self.store.runs[k] for k in keys if k in self.store.runs]
 
     def winner(self, cell, v, unconstrained=False):
@@ -48,7 +49,7 @@ class Map:
         if len(runs) < len(specs):
             return None
         best = max(runs, key=lambda r: (final(r), -r["lr"], -r["steps"]))
-        seeds = [best] + self.runs([dict({k: best.get(k, False) for k in GRID_KEYS}, seed=s) for s in (2, 3)])
+        seeds = [best] + self.runs([dict({k: field(best, k) for k in GRID_KEYS}, seed=s) for s in (2, 3)])
         return seeds
 
     def central(self, task, model, width):
@@ -57,7 +58,12 @@ class Map:
         return max(runs, key=lambda r: (final(r), -r["lr"], -r["steps"])) if runs else None
 
 
-GRID_KEYS = ("task", "model", "width", "devices", "split", "method", "groups", "ist", "lr", "steps", "rounds", "seed", "unconstrained")
+GRID_KEYS = ("task", "model", "width", "devices", "split", "method", "groups", "ist", "lr", "steps", "rounds", "seed", "unconstrained",
+             "micro_batch")
+
+
+def field(r, k):
+    return r.get(k, 0 if k == "micro_batch" else False)
 
 
 def mean_test(seeds, field=None, limit=None):
@@ -69,8 +75,8 @@ def cell_row(m, cell, central_top):
     task, model, width, devices, split = cell
     wins = [(v, m.winner(cell, v)) for v in m.variants]
     wins = [(v, w) for v, w in wins if w]
-    fed = next((w for v, w in wins if v["method"] == "fedavg"), None)
-    others = [w for v, w in wins if v["method"] != "fedavg"]
+    fed = next((w for v, w in wins if v["method"] == "fedavg" and not v.get("micro")), None)
+    others = [w for v, w in wins if v["method"] != "fedavg" or v.get("micro")]
     if not fed or not others:
         return None
     best = max(others, key=lambda w: final(w[0]))  # chosen on validation, seed 1, like every setting
@@ -169,8 +175,8 @@ def plot(path, model, rows, m):
     pw, ph, ml, mt, mb = 360, 300, 56, 46, 40
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{pw * len(panels)}" height="{ph + 40}" font-family="sans-serif" '
            f'font-size="11"><rect width="100%" height="100%" fill="white"/>',
-           f'<text x="10" y="16" font-size="13">Equal device memory, {model.upper()}: test accuracy against FedAvg\'s width W '
-           f'(budget B(W)); solid FedAvg, dashed best memory-bounded, grey central; colour = devices</text>']
+           f'<text x="10" y="16" font-size="13">{model.upper()} at equal device memory: test accuracy by FedAvg\'s width W (budget B(W))</text>',
+           '<text x="10" y="32" font-size="11">solid: FedAvg; dashed: the best memory-bounded method; grey: central; colour: devices</text>']
     for i, (task, split) in enumerate(panels):
         rs = [r for r in rows if r["cell"][0] == task and r["cell"][4] == split]
         ws = sorted({r["cell"][2] for r in rs})
