@@ -74,7 +74,8 @@ def mean_test(seeds, field=None, limit=None):
 def cell_row(m, cell, central_top):
     task, model, width, devices, split = cell
     wins = [(v, m.winner(cell, v)) for v in m.variants]
-    wins = [(v, w) for v, w in wins if w]
+    if not all(w for _, w in wins):
+        return None  # a cell is shown once every method has run its whole grid
     fed = next((w for v, w in wins if v["method"] == "fedavg" and not v.get("micro")), None)
     others = [w for v, w in wins if v["method"] != "fedavg" or v.get("micro")]
     if not fed or not others:
