@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import report  # noqa: E402  (beside this file)
-from report import final  # noqa: E402
+from report import best_of, final  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CELL = os.path.join(ROOT, "build", "release", "bench", "bench_equal_budget_cell")
 
@@ -133,10 +133,6 @@ def variants(methods):
 
 def grid(cell, v, seed=1):
     return [dict(spec(*cell, v["method"], v["groups"], v["ist"], lr, e, seed, v.get("micro", 0)), epochs=e) for lr in LRS for e in EPOCHS]
-
-
-def best_of(runs):
-    return max(runs, key=lambda r: (final(r), -r["lr"], -r["steps"]))
 
 
 def main():

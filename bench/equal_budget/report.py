@@ -12,6 +12,12 @@ def final(r, split="val"):
     return r["curve"][-1][split]
 
 
+def best_of(runs):
+    """The run a method's setting is chosen by: the best validation accuracy after the last round (ties:
+    the smaller lr, then the fewer steps)."""
+    return max(runs, key=lambda r: (final(r), -r["lr"], -r["steps"]))
+
+
 def within(r, field, limit):
     acc = r["curve"][0]["test"]
     for p in r["curve"]:
@@ -48,14 +54,14 @@ class Map:
         runs = self.runs(specs)
         if len(runs) < len(specs):
             return None
-        best = max(runs, key=lambda r: (final(r), -r["lr"], -r["steps"]))
+        best = best_of(runs)
         seeds = [best] + self.runs([dict({k: field(best, k) for k in GRID_KEYS}, seed=s) for s in (2, 3)])
         return seeds
 
     def central(self, task, model, width):
         cell = (task, model, width, 1, "iid")
         runs = self.runs(self.grid(cell, {"method": "central", "groups": 1, "ist": {}}))
-        return max(runs, key=lambda r: (final(r), -r["lr"], -r["steps"])) if runs else None
+        return best_of(runs) if runs else None
 
 
 GRID_KEYS = ("task", "model", "width", "devices", "split", "method", "groups", "ist", "lr", "steps", "rounds", "seed", "unconstrained",
