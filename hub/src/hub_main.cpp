@@ -6,6 +6,7 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "tessera/core/config/command.hpp"
+#include "tessera/core/math/memory.hpp"
 #include "tessera/hub/hub.hpp"
 
 namespace {
@@ -40,10 +41,12 @@ core::result<int> serve(const core::command_line& line, const hub::hub_config& c
     endpoint = std::string(", operator endpoint ") +
                (cfg.http.tls == hub::http_tls_kind::on || !hub::is_loopback_address(cfg.http.listen->host) ? "https://" : "http://") +
                cfg.http.listen->host + ":" + std::to_string(h.http_port()) + "/";
-  std::printf("tessera-hub: %s on %s:%u, model %s, rounds %lld (from %lld), devices %zu..%zu, seed %llu%s\n",
+  // What training the whole model takes, so an operator sees which devices can hold it (their HELLO budgets).
+  std::printf("tessera-hub: %s on %s:%u, model %s (%s to train whole), rounds %lld (from %lld), devices %zu..%zu, seed %llu%s\n",
               std::string(rounds::to_string(cfg.strategy)).c_str(), cfg.listen.host.c_str(), static_cast<unsigned>(port),
-              core::widths_text(cfg.model).c_str(), static_cast<long long>(cfg.rounds), static_cast<long long>(h.resumed_from()),
-              cfg.min_devices, cfg.max_devices, static_cast<unsigned long long>(cfg.seed), endpoint.c_str());
+              core::widths_text(cfg.model).c_str(), core::mib_text(h.engine().whole_model_bytes()).c_str(), static_cast<long long>(cfg.rounds),
+              static_cast<long long>(h.resumed_from()), cfg.min_devices, cfg.max_devices, static_cast<unsigned long long>(cfg.seed),
+              endpoint.c_str());
   std::fflush(stdout);
 
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {

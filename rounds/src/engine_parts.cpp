@@ -12,6 +12,10 @@ std::size_t engine::beside_arena(const core::mlp_arch& arch) const noexcept {
   return core::beside_arena(arch, aggregation_->masked_segments(), aggregation_->clips());
 }
 
+std::size_t engine::whole_model_bytes(std::int64_t rows) const noexcept {
+  return core::bytes_needed(full_, rows > 0 ? rows : config_.memory_rows(), config_.momentum != 0.0f, config_.codec) + beside_arena(full_);
+}
+
 const crypto::secagg_params& engine::secagg_params() const {
   TESSERA_ASSERT(secure_ != nullptr);
   return secure_->params();

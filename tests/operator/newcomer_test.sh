@@ -94,7 +94,7 @@ done
 took=$(($(date +%s) - started))
 [ "$took" -le 20 ] || fail "the operator could read it only after $took s"
 
-grep -q "device device-1 (127.0.0.1:[0-9]*, certificate serial [0-9a-f]*): cannot train this model: .*needs .*; the budget is 0.9[0-9] MiB: turned away until its budget changes" hub.err ||
+grep -q "device device-1 (127.0.0.1:[0-9]*, certificate serial [0-9a-f]*): cannot train this model: .*needs .*; the budget is 0.9[0-9]* MiB: turned away until its budget changes" hub.err ||
   fail "the hub's log does not name device-1 and its budget"
 grep -q "connection refused: TLS handshake with 127.0.0.1:[0-9]*: the peer does not trust /O=Tessera/CN=Tessera CA, which issued this side's certificate (/O=Tessera/CN=tessera-hub, valid until .*): the two sides' tls.ca differ" hub.err ||
   fail "the hub's log does not say the peer distrusts its CA"

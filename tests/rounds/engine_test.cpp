@@ -492,7 +492,7 @@ TEST_CASE("engine: a round no device can take part in says why for the first few
   CHECK(r.error().code == rounds::errc::no_devices);
   CAPTURE(r.error().message);
   CHECK(r.error().message.starts_with("no device can take part in this round (a: FedAvg trains the whole model, which needs "));
-  CHECK(testing::contains(r.error().message, "; the budget is 0.00 MiB; b: "));
+  CHECK(testing::contains(r.error().message, "; the budget is 1000 bytes; b: "));
   CHECK(r.error().message.ends_with("; and 2 more)"));  // d's budget, and e holds no examples
 }
 

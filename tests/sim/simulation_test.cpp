@@ -493,6 +493,38 @@ TEST_CASE("sim config: the convolutional examples load: sim-fashion-cnn.json (2-
   }
 }
 
+TEST_CASE("sim config: the constrained examples share one budget: the FedAvg model is the widest it holds at batch 32, the other trains a wider one only in micro-batches") {
+  const auto load = [](const std::string& name) {
+    auto c = core::load_config(std::string(TESSERA_EXAMPLES_DIR) + "/" + name, {}, sim::read_sim_config);
+    REQUIRE_MESSAGE(c.ok(), (c.ok() ? std::string() : c.error().message));
+    return c.value();
+  };
+  const sim::sim_config wide = load("sim-fashion-budget.json"), small = load("sim-fashion-budget-fedavg.json");
+  REQUIRE(wide.budgets_mib == small.budgets_mib);
+  const std::uint64_t budget = sim::device_budget_bytes(wide, 0);
+  const auto need = [](const sim::sim_config& c, std::int64_t width, std::int64_t rows) {
+    core::mlp_arch a = c.model.full_arch();
+    for (std::size_t l = 1; l + 1 < a.widths.size(); ++l) a.widths[l] = width;
+    return core::bytes_needed(a, rows, c.momentum != 0.0f, c.codec);
+  };
+  // FedAvg's model: the widest of its family the budget holds at batch 32.
+  CHECK(small.micro_batch == 0);
+  CHECK(need(small, small.model.hidden.front(), small.batch) <= budget);
+  CHECK(need(small, small.model.hidden.front() + 1, small.batch) > budget);
+  // The constrained configuration's: twice as wide, over the budget at batch 32, within it in parts.
+  CHECK(wide.model.hidden.front() == 2 * small.model.hidden.front());
+  CHECK(need(wide, wide.model.hidden.front(), wide.batch) > budget);
+  CHECK(need(wide, wide.model.hidden.front(), wide.micro_batch) <= budget);
+  CHECK(wide.strategy == small.strategy);
+  CHECK(wide.whole_model_rounds == 0);
+  for (const auto* c : {&wide, &small}) {
+    CHECK(c->devices == 8);
+    CHECK(c->rounds == 60);
+    CHECK(c->local_steps == small.local_steps);
+    CHECK(c->lr.base == small.lr.base);
+  }
+}
+
 // ---- resume
 
 namespace {
@@ -585,4 +617,91 @@ TEST_CASE("simulation: a checkpoint of another run is refused, naming the file a
 TEST_CASE("simulator config: --help states the defaults the parser uses (help defaults)") {
   // The simulator standardizes CSV with the fleet's statistics.
   CHECK(testing::help_default(sim::read_sim_config, "data.train.normalization") == "scale_unit (csv: standardize)");
+}
+
+namespace {
+
+// The toy run with budgets_mib and further fields.
+sim::sim_config budgeted(const std::string& strategy, const nlohmann::json& budgets, const nlohmann::json& extra = nlohmann::json::object()) {
+  nlohmann::json j = {{"model", {{"inputs", 12}, {"hidden", {32, 32}}, {"outputs", 3}}},
+                      {"strategy", strategy}, {"devices", 4}, {"groups", 2}, {"rounds", 3}, {"local_steps", 20},
+                      {"batch", 8}, {"lr", 0.05}, {"min_width", 4}, {"budgets_mib", budgets}};
+  j.update(extra);
+  auto c = sim::parse_sim_config(j, "test.json");
+  REQUIRE_MESSAGE(c.ok(), (c.ok() ? std::string() : c.error().message));
+  return c.value();
+}
+
+core::result<std::vector<rounds::round_metrics>> run_all(const sim::sim_config& c, const core::memory_table& train, core::memory_table* test) {
+  TESSERA_ASSIGN_OR_RETURN(auto s, sim::simulation::create(c, train, test));
+  std::vector<rounds::round_metrics> out;
+  while (!s->done()) {
+    TESSERA_ASSIGN_OR_RETURN(auto m, s->run_round());
+    out.push_back(m);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("simulation: budgets_mib plans each device's subnet within its budget, as the hub plans an agent's, and names a device it cannot fit") {
+  auto train = prototypes(800, 1);
+  auto test = prototypes(300, 2);
+  const double mib = 1024.0 * 1024.0;
+  // The whole 12-32-32-3 model at batch 8, and a budget between what widths 10 and 12 need, below
+  // half of every layer (each of the 2 groups' share).
+  const sim::sim_config unbounded = config_for("ist");
+  const core::mlp_arch whole = unbounded.model.full_arch();
+  const auto need = [&](std::int64_t width) {
+    core::mlp_arch a = whole;
+    a.widths[1] = a.widths[2] = width;
+    return static_cast<double>(core::bytes_needed(a, 8, unbounded.momentum != 0.0f, core::codec_kind::f32));
+  };
+  const double between = (need(10) + need(12)) / 2 / mib;
+
+  auto plain = run_all(budgeted("ist", nlohmann::json::array()), train, &test);
+  auto tight = run_all(budgeted("ist", {between}), train, &test);
+  REQUIRE(plain.ok());
+  REQUIRE_MESSAGE(tight.ok(), (tight.ok() ? std::string() : tight.error().message));
+  // Half of each layer (16 neurons) without budgets; 10 of them within the budget: fewer bytes sent.
+  const auto bytes = [](const std::vector<rounds::round_metrics>& r) { return r.front().bytes_down; };
+  CHECK(bytes(tight.value()) < bytes(plain.value()));
+  core::mlp_arch ten = whole;
+  ten.widths[1] = ten.widths[2] = 10;
+  CHECK(bytes(tight.value()) == 4 * core::encoded_bytes(ten, core::codec_kind::f32));
+
+  // The summary the simulator prints, with the whole model's need.
+  auto s = sim::simulation::create(budgeted("ist", {between}), train, &test);
+  REQUIRE(s.ok());
+  const std::string summary = s.value()->budget_summary();
+  CHECK(summary.find("each device: ") == 0);
+  CHECK(summary.find("; the model needs " + core::mib_text(s.value()->engine().whole_model_bytes()) + " to train at batch 8") != std::string::npos);
+  CHECK(s.value()->engine().whole_model_bytes() == static_cast<std::size_t>(need(32)));
+  auto mixed = sim::simulation::create(budgeted("ist", {1.0, 2.0, 1.0, 1.0}), train, &test);
+  REQUIRE(mixed.ok());
+  CHECK(mixed.value()->budget_summary().find("devices: 1 MiB to 2 MiB; ") == 0);
+  // In micro-batches: what the whole batch needs, and what the parts need.
+  auto parts = sim::simulation::create(budgeted("ist", {1.0}, {{"micro_batch", 2}}), train, &test);
+  REQUIRE(parts.ok());
+  const rounds::engine& e = parts.value()->engine();
+  CHECK(e.whole_model_bytes() == core::bytes_needed(whole, 2, unbounded.momentum != 0.0f, core::codec_kind::f32));
+  CHECK(e.whole_model_bytes() < e.whole_model_bytes(8));
+  CHECK(parts.value()->budget_summary() == "each device: 1 MiB; the model needs " + core::mib_text(e.whole_model_bytes(8)) +
+                                               " to train at batch 8, " + core::mib_text(e.whole_model_bytes()) + " in micro-batches of 2");
+
+  // Refusals, by name: FedAvg on a model a device cannot hold, a device too small for the narrowest
+  // subnet, whole-model rounds the fleet cannot run, a list of the wrong length.
+  const auto fedavg = run_all(budgeted("fedavg", {1.0, 1.0, need(31) / mib, 1.0}), train, &test);
+  REQUIRE(!fedavg.ok());
+  CHECK(fedavg.error().message.find("device-2 cannot take part: FedAvg trains the whole model, which needs") != std::string::npos);
+  const auto narrow = run_all(budgeted("ist", {need(3) / mib}), train, &test);
+  REQUIRE(!narrow.ok());
+  INFO(narrow.error().message);
+  CHECK(narrow.error().message.find("no device can take part in this round (device-0: the narrowest subnet (min_width 4) needs") != std::string::npos);
+  const auto whole_rounds = sim::simulation::create(budgeted("ist", {between}, {{"whole_model_rounds", 1}}), train, &test);
+  REQUIRE(!whole_rounds.ok());
+  CHECK(whole_rounds.error().message.find("whole_model_rounds 1 trains the whole model, which needs") != std::string::npos);
+  CHECK(whole_rounds.error().message.find("device-0's budget is") != std::string::npos);
+  CHECK(config_error({{"devices", 4}, {"budgets_mib", {1.0, 2.0}}}).find("'budgets_mib': 2 entries for 4 devices") != std::string::npos);
+  CHECK(config_error({{"devices", 2}, {"budgets_mib", {1.0}}, {"capacities", {1.0, 0.5}}}).find("'budgets_mib'") != std::string::npos);
 }

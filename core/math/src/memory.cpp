@@ -20,7 +20,13 @@ constexpr std::size_t align_up(std::size_t n) noexcept {
 
 std::string mib_text(std::uint64_t bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  const double mib = static_cast<double>(bytes) / (1024.0 * 1024.0);
+  // Below a MiB two decimals would print a small device's budget and its need alike as "0.26 MiB" or
+  // "0.00 MiB": three significant digits tell them apart, and below 10 KiB the bytes themselves.
+  if (bytes < 10 * 1024)
+    std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, mib < 1.0 ? "%.3g MiB" : "%.2f MiB", mib);
   return buf;
 }
 

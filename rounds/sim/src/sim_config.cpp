@@ -1,5 +1,7 @@
 #include "tessera/rounds/sim/sim_config.hpp"
 
+#include <limits>
+
 namespace tessera::sim {
 
 using rounds::strategy_kind;
@@ -59,6 +61,12 @@ core::result<sim_config> read_sim_config(core::config_reader& r) {
   c.capacities = r.numbers("capacities", {}, 1e-6, 1.0, "per device, the share of every hidden layer it can train (empty: all 1)");
   if (!c.capacities.empty() && c.capacities.size() != c.devices)
     r.fail("capacities", std::to_string(c.capacities.size()) + " entries for " + std::to_string(c.devices) + " devices");
+  c.budgets_mib = r.numbers("budgets_mib", {}, 1.0 / 1024, 1 << 20,
+                            "the memory each device offers for training, in MiB: one entry for all or one per device (empty: unbounded)");
+  if (c.budgets_mib.size() > 1 && c.budgets_mib.size() != c.devices)
+    r.fail("budgets_mib", std::to_string(c.budgets_mib.size()) + " entries for " + std::to_string(c.devices) + " devices (one entry: all of them)");
+  if (!c.budgets_mib.empty() && !c.capacities.empty())
+    r.fail("budgets_mib", "capacities fix each device's share already: give one or the other");
   if (const auto* d = r.object("data", "the examples: a training set and a test set")) {
     core::config_reader dr = r.child("data", *d);
     read_data_fields(dr, c);
@@ -71,6 +79,12 @@ core::result<sim_config> read_sim_config(core::config_reader& r) {
   rounds::check_private_inputs(r, c);
   TESSERA_TRY(r.finish());
   return c;
+}
+
+std::uint64_t device_budget_bytes(const sim_config& c, std::size_t device) noexcept {
+  if (c.budgets_mib.empty()) return std::numeric_limits<std::uint64_t>::max();
+  const double mib = c.budgets_mib.size() == 1 ? c.budgets_mib.front() : c.budgets_mib[device];
+  return static_cast<std::uint64_t>(mib * 1024.0 * 1024.0);
 }
 
 core::result<sim_config> parse_sim_config(const nlohmann::json& json, const std::string& source) {

@@ -37,6 +37,7 @@ core::result<int> simulate(const core::command_line& line, const sim::sim_config
               std::string(rounds::to_string(cfg.strategy)).c_str(), s->shards().size(), core::widths_text(cfg.model).c_str(),
               std::string(core::to_string(cfg.model.compensation)).c_str(), static_cast<long long>(data.train->size()),
               static_cast<unsigned long long>(cfg.seed));
+  if (const std::string budgets = s->budget_summary(); !budgets.empty()) std::printf("tessera-sim: %s\n", budgets.c_str());
   std::fflush(stdout);
   for (const auto& note : rounds::plan_notes(cfg)) std::fprintf(stderr, "tessera-sim: warning: %s\n", note.c_str());
   s->on_round([](const rounds::round_metrics& m) {

@@ -1,5 +1,7 @@
 #include "tessera/rounds/sim/simulation.hpp"
 
+#include <algorithm>
+#include <cstdio>
 #include <optional>
 #include <chrono>
 #include <limits>
@@ -75,15 +77,48 @@ core::result<std::unique_ptr<simulation>> simulation::create(const sim_config& c
                .training = core::make_subset_table(shard, held, /*listed=*/false),
                .validation = held->empty() ? nullptr : core::make_subset_table(shard, held, /*listed=*/true),
                .batches = nullptr,
-               .capacity = config.capacities.empty() ? 1.0 : config.capacities[d]};
+               .capacity = !config.budgets_mib.empty() ? 0.0 : config.capacities.empty() ? 1.0 : config.capacities[d],
+               .budget_bytes = device_budget_bytes(config, d)};
     dev.batches = std::make_unique<core::table_batches>(*dev.training, order, config.batch);
     sim->by_id_.emplace(dev.id, d);
     sim->registry_.push_back({.id = dev.id, .examples = static_cast<std::uint64_t>(dev.training->size())});
     sim->devices_.push_back(std::move(dev));
   }
+  TESSERA_TRY(sim->check_whole_model_rounds());
   if (!config.checkpoint.empty()) TESSERA_TRY(sim->resume());
   if (sim->engine_.needs_statistics()) TESSERA_TRY(sim->measure_statistics());
   return sim;
+}
+
+// IST's last rounds train the whole model on the devices that hold it (whole_model_rounds); in a
+// simulated fleet every device takes every round, so each must hold it, said before round 1 rather
+// than when the first such round comes.
+core::result<void> simulation::check_whole_model_rounds() const {
+  if (config_.strategy != rounds::strategy_kind::ist || config_.whole_model_rounds == 0) return {};
+  const std::size_t need = engine_.whole_model_bytes();
+  for (const auto& d : devices_)
+    if (d.capacity <= 0 && d.budget_bytes < need)
+      return make_error(errc::invalid_spec, "whole_model_rounds " + std::to_string(config_.whole_model_rounds) +
+                                                " trains the whole model, which needs " + core::mib_text(need) + "; " + d.id +
+                                                "'s budget is " + core::mib_text(d.budget_bytes) +
+                                                " (budgets_mib): set whole_model_rounds to 0 for a fleet that cannot hold the model");
+  return {};
+}
+
+std::string simulation::budget_summary() const {
+  if (config_.budgets_mib.empty()) return {};
+  const auto [low, high] = std::minmax_element(config_.budgets_mib.begin(), config_.budgets_mib.end());
+  const auto mib = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g MiB", v);
+    return std::string(buf);
+  };
+  const std::string fleet = *low == *high ? "each device: " + mib(*low) : "devices: " + mib(*low) + " to " + mib(*high);
+  std::string need = "; the model needs " + core::mib_text(engine_.whole_model_bytes(config_.batch)) + " to train at batch " +
+                     std::to_string(config_.batch);
+  if (config_.memory_rows() != config_.batch)
+    need += ", " + core::mib_text(engine_.whole_model_bytes()) + " in micro-batches of " + std::to_string(config_.micro_batch);
+  return fleet + need;
 }
 
 core::result<void> simulation::resume() {
@@ -122,7 +157,7 @@ std::vector<rounds::device_offer> simulation::offers() const {
   out.reserve(devices_.size());
   for (const auto& d : devices_)
     out.push_back({.id = d.id,
-                   .budget_bytes = std::numeric_limits<std::uint64_t>::max(),
+                   .budget_bytes = d.budget_bytes,
                    .examples = static_cast<std::uint64_t>(d.training->size()),
                    .codecs = {config_.codec},
                    .capacity = d.capacity,

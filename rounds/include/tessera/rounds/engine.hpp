@@ -202,6 +202,10 @@ class engine {
   [[nodiscard]] assignment* find(std::string_view device) noexcept;
   [[nodiscard]] const assignment* find(std::string_view device) const noexcept;
 
+  // What a device needs to train the whole model, at the run's codec: its arena with `rows` rows in
+  // memory (0: memory_rows(), the micro-batch's when there is one) plus what a step takes beside it
+  // (core::beside_arena). A budget below it trains subnets only.
+  [[nodiscard]] std::size_t whole_model_bytes(std::int64_t rows = 0) const noexcept;
   // Secure aggregation in the open round: its parameters (segments, ring, clip, the sharing threshold)
   // and the protocol's server, which the hub drives; `secure()` says whether the run uses it.
   [[nodiscard]] bool secure() const noexcept { return config_.secure_aggregation.enabled; }

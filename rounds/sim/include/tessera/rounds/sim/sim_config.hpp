@@ -43,6 +43,10 @@ inline constexpr auto k_partition_names = core::names_in_order<partition_kind>({
 struct sim_config : rounds::run_config {
   std::size_t devices = 8;
   std::vector<double> capacities;    // per device, empty: all 1
+  // Per device, the memory it offers for training in MiB, as an agent's HELLO does (its
+  // memory_budget_mib less its data reader's buffers): one entry for every device, or one per device;
+  // empty: unbounded. The engine plans subnets within it and refuses a device it cannot fit, as the hub does.
+  std::vector<double> budgets_mib;
   partition_kind partition = partition_kind::iid;
   double alpha = 0.5;
   data_config data;
@@ -50,6 +54,9 @@ struct sim_config : rounds::run_config {
   // its ".prev" too): a resumed run ends with the model an uninterrupted one does. Empty: none.
   std::string checkpoint;
 };
+
+// The device's training budget in bytes (unbounded without budgets_mib).
+[[nodiscard]] std::uint64_t device_budget_bytes(const sim_config& c, std::size_t device) noexcept;
 
 // Reads the fields from `r` (a describing reader lists them; see core/config/json_config.hpp).
 [[nodiscard]] core::result<sim_config> read_sim_config(core::config_reader& r);

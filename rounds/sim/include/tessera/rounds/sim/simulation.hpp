@@ -60,6 +60,9 @@ class simulation {
   [[nodiscard]] std::span<const float> params() const noexcept { return engine_.params(); }
   [[nodiscard]] const rounds::engine& engine() const noexcept { return engine_; }
   [[nodiscard]] const std::vector<core::memory_table>& shards() const noexcept { return shards_; }
+  // With budgets_mib: "each device: 0.256 MiB; the model needs 0.46 MiB to train at batch 32, 0.254 MiB
+  // in micro-batches of 4" (the second part with micro_batch only); else empty.
+  [[nodiscard]] std::string budget_summary() const;
 
  private:
   struct device {
@@ -68,7 +71,8 @@ class simulation {
     // The shard's validation split (data.validation_fraction) and the rest, views without copies.
     std::unique_ptr<core::example_table> training, validation;
     std::unique_ptr<core::table_batches> batches;  // persists across rounds: the order carries over
-    double capacity = 1.0;
+    double capacity = 1.0;  // 0: planned from budget_bytes, as the hub plans an agent's
+    std::uint64_t budget_bytes = 0;
   };
   simulation(const sim_config& config, core::memory_table* test, std::vector<float> params, rounds::recorder recorder,
              core::log_sink log);
@@ -85,6 +89,7 @@ class simulation {
   [[nodiscard]] core::result<void> evaluate_on_devices(rounds::round_metrics& m);
   // config.checkpoint exists: the engine continues from it, each device's batch order where it was.
   [[nodiscard]] core::result<void> resume();
+  [[nodiscard]] core::result<void> check_whole_model_rounds() const;
   // Each device's record after a round (rounds done or missed, examples drawn): what a checkpoint keeps.
   void note_round();
 
