@@ -66,7 +66,8 @@ void agent::start() {
   client_->on_session([this](const std::shared_ptr<net::session>& s) { attach(s); });
   client_->on_connect_failed([this](const core::error& why, std::chrono::milliseconds next) { log_link_ended(why, next); });
   log(log_level::info, "device " + id_ + ": " + std::to_string(data_->train_examples()) + " examples, offering " +
-                           core::mib_text(arena_budget_) + " for training (budget " + core::mib_text(config_.budget_bytes) + ")");
+                           core::mib_text(arena_budget_) + " (" + std::to_string(arena_budget_) + " bytes) for training (budget " +
+                           core::mib_text(config_.budget_bytes) + ")");
   client_->start();
 }
 

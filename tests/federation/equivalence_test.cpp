@@ -1,6 +1,7 @@
 // The network run equals the simulated one: tessera-hub with three tessera-edge agents holding the
 // simulator's shards ends with tessera-sim's model, parameter by parameter, for IST and for FedAvg, and
-// for IST with a server optimizer (FedAdam) stepping after assembly.
+// for IST with a server optimizer (FedAdam) stepping after assembly, and for agents whose budgets bind,
+// the simulator's devices given (budgets_mib) what each agent offered.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -19,7 +20,16 @@ struct variant {
   std::string name;
   std::string strategy;
   nlohmann::json extra = nlohmann::json::object();
+  std::vector<double> agent_budgets_mib = {};  // each agent's memory_budget_mib (empty: the fleet's 16)
 };
+
+// What an agent offers for training, from its first line: "offering 0.19 MiB (199680 bytes) for training".
+std::uint64_t offered_bytes(const std::string& log) {
+  const auto at = log.find(" MiB (");
+  const auto bytes_at = log.find(" bytes) for training");
+  REQUIRE_MESSAGE((at != std::string::npos && bytes_at != std::string::npos), "no offer in:\n" << log);
+  return std::stoull(log.substr(at + 6, bytes_at - at - 6));
+}
 
 // The fields tessera-sim and tessera-hub share (rounds/run_config.hpp): same values, same run.
 nlohmann::json run_fields(const std::string& strategy, const nlohmann::json& extra = nlohmann::json::object()) {
@@ -56,7 +66,7 @@ difference compare(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist, fedavg, ist with FedAdam, a kept cut, a whole-model round, a CNN, micro-batches)") {
+TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist, fedavg, ist with FedAdam, a kept cut, a whole-model round, a CNN, micro-batches, budgets that bind)") {
   fleet f("fed_equal");
   INFO(f.diagnostics());
   const auto ids = f.make_device_pki(k_devices);
@@ -76,19 +86,15 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
   // Steps taken in micro-batches (run_config.micro_batch): the agents' arenas hold a part of a batch at a
   // time, and the floats are the simulator's.
   const nlohmann::json micro = {{"micro_batch", 5}};
+  // Budgets that bind: agents of 0.25, 0.28 and 16 MiB hold subnets narrower than, and as wide as, their
+  // group's share; the simulator is given what each agent offered (budgets_mib) and plans alike.
   const variant variants[] = {{"ist", "ist"}, {"fedavg", "fedavg"}, {"ist-adam", "ist", fedadam}, {"ist-cnn", "ist", cnn},
-                              {"ist-micro", "ist", micro}};
+                              {"ist-micro", "ist", micro}, {"ist-budgets", "ist", nlohmann::json::object(), {0.25, 0.28, 16}}};
   for (const variant& v : variants) {
     const std::string& name = v.name;
     const std::string& strategy = v.strategy;
     CAPTURE(name);
-    // The simulator's run.
-    nlohmann::json sim = sim_config(strategy, train, test, v.extra);
-    sim["output"] = f.file("sim-" + name + ".safetensors");
-    sim["metrics"] = f.file("sim-" + name + ".jsonl");
-    f.run_sim("sim-" + name, sim);
-
-    // The same run over the network.
+    // The run over the network.
     nlohmann::json hub_json = run_fields(strategy, v.extra);
     hub_json.update({{"min_devices", k_devices},
                      {"max_devices", k_devices},
@@ -98,10 +104,27 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
                      {"metrics", f.file("hub-" + name + ".jsonl")}});
     hub_handle hub = f.start_hub("hub-" + name, hub_json);
     // exit_after_rounds: each agent leaves after its k_rounds-th accepted update.
-    const auto agents = f.start_agents(ids, data, hub.port, k_rounds, "-" + name);
+    std::vector<child_process*> agents;
+    for (std::size_t d = 0; d < ids.size(); ++d) {
+      nlohmann::json config = f.agent_config(ids[d], data[d], hub.port);
+      config["exit_after_rounds"] = k_rounds;
+      if (!v.agent_budgets_mib.empty()) config["memory_budget_mib"] = v.agent_budgets_mib[d];
+      agents.push_back(&f.start_agent(ids[d] + "-" + name, config));
+    }
     require_exit_0(hub.process, 120s);
     CHECK(count_of(hub.process.out(), "tessera-hub: done after 3 rounds") == 1);
     for (child_process* a : agents) check_agent_left(*a, k_rounds);
+
+    // The simulator's run, its devices offering what the agents offered.
+    nlohmann::json sim = sim_config(strategy, train, test, v.extra);
+    sim["output"] = f.file("sim-" + name + ".safetensors");
+    sim["metrics"] = f.file("sim-" + name + ".jsonl");
+    if (!v.agent_budgets_mib.empty()) {
+      std::vector<double> offered;
+      for (child_process* a : agents) offered.push_back(static_cast<double>(offered_bytes(a->err())) / (1024.0 * 1024.0));
+      sim["budgets_mib"] = offered;
+    }
+    f.run_sim("sim-" + name, sim);
 
     const auto rounds = rounds_beside_sim(f.file("hub-" + name + ".jsonl"), f.file("sim-" + name + ".jsonl"), k_rounds, k_devices);
     for (std::size_t r = 0; r < rounds.size(); ++r) {
@@ -137,6 +160,19 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
       const difference from_plain = compare(from_hub.params, plain.params);
       INFO("largest difference from the plain IST run " << from_plain.max_abs);
       CHECK(from_plain.max_abs > 1e-3);
+    }
+    // The budgets bound: the smallest agent trained fewer than its equal share of each hidden layer
+    // (64 / 3 neurons), the largest more.
+    if (v.name == "ist-budgets") {
+      const auto subnet_params = [](const std::string& log) {
+        const auto at = log.find("round 1: subnet of ");
+        REQUIRE_MESSAGE(at != std::string::npos, "no round-1 assignment in:\n" << log);
+        return std::stoull(log.substr(at + 19));
+      };
+      core::mlp_arch share;
+      share.widths = {784, 21, 21, 10};
+      CHECK(subnet_params(agents.front()->err()) < core::param_count(share));
+      CHECK(subnet_params(agents.back()->err()) > core::param_count(share));
     }
   }
 }
