@@ -247,6 +247,7 @@ void round_driver::start_round() {
   }
   for (const auto& e : excluded.value())
     ctx_.say(log_level::warning, "device " + e.id + " left out of round " + std::to_string(engine_->current_round()) + ": " + e.reason);
+  for (const auto& note : engine_->take_notes()) ctx_.say(log_level::warning, note);
   dispatch(planning);
 }
 

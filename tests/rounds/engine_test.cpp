@@ -481,6 +481,14 @@ TEST_CASE("engine: whole_model_rounds end the run with the whole model on the de
   CHECK(ex2.value().empty());
   CHECK(e2.assignments().size() == 2);
   CHECK(e2.assignments()[0].group != e2.assignments()[1].group);
+  // ... and the driver is told, once a run, so that an operator does not take it for a whole-model round.
+  const auto notes = e2.take_notes();
+  REQUIRE(notes.size() == 1);
+  CHECK(notes[0] == "round 1 is one of the last 1 (whole_model_rounds), but no device's budget holds the whole model, which needs " +
+                        core::mib_text(e2.whole_model_bytes()) + ": such rounds train subnets");
+  CHECK(e2.take_notes().empty());
+  // The first engine's rounds held it or were not among the last: nothing to say.
+  CHECK(e.take_notes().empty());
 }
 
 TEST_CASE("engine: a round no device can take part in says why for the first few devices") {

@@ -227,6 +227,8 @@ core::result<rounds::round_metrics> simulation::run_round() {
   // a private secure round sampled too few devices for any sum (the round runs empty and counts).
   if (!excluded.empty() && !(engine_.private_rounds() && engine_.assignments().empty()))
     return make_error(errc::invalid_spec, excluded.front().id + " cannot take part: " + excluded.front().reason);
+  for (const auto& note : engine_.take_notes())
+    if (log_) log_(core::log_level::warning, note);
   for (auto& a : engine_.assignments()) TESSERA_TRY(run_device(a, devices_[by_id_.find(a.device)->second]));
 
   TESSERA_ASSIGN_OR_RETURN(auto m, engine_.close_round(test_));

@@ -61,6 +61,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tessera/core/data/dataset.hpp"
@@ -170,6 +171,10 @@ class engine {
   [[nodiscard]] std::uint64_t plan_seed() const noexcept { return plan_seed_; }
   [[nodiscard]] const early_stop& stopping() const noexcept { return stopping_; }
   [[nodiscard]] const round_faults& last_faults() const noexcept { return faults_; }
+  // What begin_round decided that an operator would not expect, for the driver to log (each said once
+  // a run): one of the last whole_model_rounds rounds in which no device's budget holds the whole
+  // model, which therefore trains subnets. Taking them empties the list.
+  [[nodiscard]] std::vector<std::string> take_notes() { return std::exchange(notes_.pending, {}); }
 
   // The model's input normalization (model.input_normalization: standardize): empty until the fleet's
   // statistics are in (rounds/statistics.hpp); rounds cannot begin before. Every task carries it and
@@ -337,6 +342,10 @@ class engine {
   } trained_;
   early_stop stopping_;
   round_faults faults_;
+  struct {
+    std::vector<std::string> pending;  // take_notes()
+    bool whole_model_unheld = false;   // said already
+  } notes_;
   // Toward errc::nobody_trains: untrained rounds in a row in which every registered device (or, before
   // set_population, every device offered) was asked and refused or had its update rejected.
   struct {
