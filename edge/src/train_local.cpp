@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/core/math/memory.hpp"
 #include "tessera/core/math/mlp.hpp"
 #include "tessera/core/math/model_spec.hpp"
 #include "tessera/edge/arena.hpp"
@@ -29,7 +30,7 @@ struct options {
   double epochs = 1;
   std::int64_t batch = 32;
   std::int64_t micro_batch = 0;  // > 0: each step in parts of this many examples (memory for them only)
-  [[nodiscard]] std::int64_t memory_rows() const noexcept { return micro_batch > 0 ? micro_batch : batch; }
+  [[nodiscard]] std::int64_t memory_rows() const noexcept { return core::memory_rows(batch, micro_batch); }
   core::sgd_options sgd{.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 0.0f};
   std::uint64_t seed = 1;
   std::int64_t progress_every = 100;

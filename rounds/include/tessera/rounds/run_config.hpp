@@ -147,7 +147,7 @@ struct run_config {
   // same step in the memory of this many rows, so a budget holds a wider model or subnet; 0: whole.
   std::int64_t micro_batch = 0;
   // The rows a device's training memory holds: what budgets are planned with.
-  [[nodiscard]] std::int64_t memory_rows() const noexcept { return micro_batch > 0 ? micro_batch : batch; }
+  [[nodiscard]] std::int64_t memory_rows() const noexcept { return core::memory_rows(batch, micro_batch); }
   core::lr_schedule lr;
   float momentum = 0.9f;
   float weight_decay = 0.0f;

@@ -34,6 +34,13 @@ inline constexpr auto k_codec_names = names_in_order<codec_kind>({"f32", "f16", 
 
 inline constexpr std::size_t k_arena_alignment = 64;
 
+// The rows a training step holds in memory at once: a micro-batch's when steps are taken in parts
+// (micro_batch > 0), else the batch's. Every budget (the hub's plan, the agent's arena, train-local's)
+// is counted at these rows.
+[[nodiscard]] constexpr std::int64_t memory_rows(std::int64_t batch, std::int64_t micro_batch) noexcept {
+  return micro_batch > 0 ? micro_batch : batch;
+}
+
 // A byte count as a reader meets it in a refusal: "1.50 MiB" (two decimals), "0.256 MiB" below one
 // (three significant digits), "76 bytes" below 10 KiB.
 [[nodiscard]] std::string mib_text(std::uint64_t bytes);

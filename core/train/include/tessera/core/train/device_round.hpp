@@ -47,7 +47,7 @@ struct training_task {
 };
 
 // The rows a task's training memory holds at a time: its micro-batch, or its whole batch.
-[[nodiscard]] inline std::int64_t memory_rows(const training_task& t) noexcept { return t.micro_batch > 0 ? t.micro_batch : t.batch; }
+[[nodiscard]] inline std::int64_t memory_rows(const training_task& t) noexcept { return memory_rows(t.batch, t.micro_batch); }
 
 // Scales params − received down to L2 norm `clip` when it is longer (McMahan et al., ICLR 2018: a
 // device's whole update has norm at most clip, to the precision of the floats it is stored in: the hub
