@@ -212,8 +212,8 @@ core::result<core::round_plan> engine::plan(std::vector<device_offer>& taking, s
   if (completed_ >= config_.rounds - config_.whole_model_rounds && !notes_.whole_model_unheld) {
     notes_.whole_model_unheld = true;
     notes_.pending.push_back("round " + std::to_string(completed_ + 1) + " is one of the last " + std::to_string(config_.whole_model_rounds) +
-                             " (whole_model_rounds), but no device's budget holds the whole model, which needs " +
-                             core::mib_text(whole_model_bytes()) + ": such rounds train subnets");
+                             " (whole_model_rounds), but no device of this round holds the whole model, which needs " +
+                             core::mib_text(whole_model_bytes()) + ": such rounds train subnets until one does");
   }
   const std::size_t groups = config_.groups > 0 ? std::min(config_.groups, group_devices)
                                                 : core::default_group_count(full_, group_devices, config_.min_width);

@@ -86,8 +86,8 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
   // Steps taken in micro-batches (run_config.micro_batch): the agents' arenas hold a part of a batch at a
   // time, and the floats are the simulator's.
   const nlohmann::json micro = {{"micro_batch", 5}};
-  // Budgets that bind: agents of 0.25, 0.28 and 16 MiB hold subnets narrower than, and as wide as, their
-  // group's share; the simulator is given what each agent offered (budgets_mib) and plans alike.
+  // Budgets that bind: agents of 0.25 and 0.28 MiB hold subnets narrower than their equal share, and the
+  // 16 MiB agent a wider one; the simulator is given what each agent offered (budgets_mib) and plans alike.
   const variant variants[] = {{"ist", "ist"}, {"fedavg", "fedavg"}, {"ist-adam", "ist", fedadam}, {"ist-cnn", "ist", cnn},
                               {"ist-micro", "ist", micro}, {"ist-budgets", "ist", nlohmann::json::object(), {0.25, 0.28, 16}}};
   for (const variant& v : variants) {
@@ -171,7 +171,8 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
       };
       core::mlp_arch share;
       share.widths = {784, 21, 21, 10};
-      CHECK(subnet_params(agents.front()->err()) < core::param_count(share));
+      CHECK(subnet_params(agents[0]->err()) < core::param_count(share));
+      CHECK(subnet_params(agents[1]->err()) < core::param_count(share));
       CHECK(subnet_params(agents.back()->err()) > core::param_count(share));
     }
   }

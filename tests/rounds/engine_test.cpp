@@ -475,7 +475,7 @@ TEST_CASE("engine: whole_model_rounds end the run with the whole model on the de
   for (std::size_t i = 0; i < before.size(); i += 97) CHECK(e.params()[i] == doctest::Approx(before[i] + 1.0f));
 
   // Nobody holds the whole model: the round stays an IST round.
-  auto e2 = engine_for(config({{"rounds", 1}, {"whole_model_rounds", 1}}));
+  auto e2 = engine_for(config({{"rounds", 2}, {"whole_model_rounds", 2}}));
   auto ex2 = e2.begin_round({offer("a", full / 3), offer("b", full / 3)});
   REQUIRE(ex2.ok());
   CHECK(ex2.value().empty());
@@ -484,8 +484,11 @@ TEST_CASE("engine: whole_model_rounds end the run with the whole model on the de
   // ... and the driver is told, once a run, so that an operator does not take it for a whole-model round.
   const auto notes = e2.take_notes();
   REQUIRE(notes.size() == 1);
-  CHECK(notes[0] == "round 1 is one of the last 1 (whole_model_rounds), but no device's budget holds the whole model, which needs " +
-                        core::mib_text(e2.whole_model_bytes()) + ": such rounds train subnets");
+  CHECK(notes[0] == "round 1 is one of the last 2 (whole_model_rounds), but no device of this round holds the whole model, which needs " +
+                        core::mib_text(e2.whole_model_bytes()) + ": such rounds train subnets until one does");
+  close_counted(e2);
+  REQUIRE(e2.begin_round({offer("a", full / 3), offer("b", full / 3)}).ok());  // the second such round: nothing new to say
+  CHECK(e2.assignments()[0].group != e2.assignments()[1].group);
   CHECK(e2.take_notes().empty());
   // The first engine's rounds held it or were not among the last: nothing to say.
   CHECK(e.take_notes().empty());

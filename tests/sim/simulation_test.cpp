@@ -679,14 +679,14 @@ TEST_CASE("simulation: budgets_mib plans each device's subnet within its budget,
   CHECK(s.value()->engine().whole_model_bytes() == static_cast<std::size_t>(need(32)));
   auto mixed = sim::simulation::create(budgeted("ist", {1.0, 2.0, 1.0, 1.0}), train, &test);
   REQUIRE(mixed.ok());
-  CHECK(mixed.value()->budget_summary().find("devices: 1 MiB to 2 MiB; ") == 0);
+  CHECK(mixed.value()->budget_summary().find("devices: 1.00 MiB to 2.00 MiB; ") == 0);
   // In micro-batches: what the whole batch needs, and what the parts need.
   auto parts = sim::simulation::create(budgeted("ist", {1.0}, {{"micro_batch", 2}}), train, &test);
   REQUIRE(parts.ok());
   const rounds::engine& e = parts.value()->engine();
   CHECK(e.whole_model_bytes() == core::bytes_needed(whole, 2, unbounded.momentum != 0.0f, core::codec_kind::f32));
   CHECK(e.whole_model_bytes() < e.whole_model_bytes(8));
-  CHECK(parts.value()->budget_summary() == "each device: 1 MiB; the model needs " + core::mib_text(e.whole_model_bytes(8)) +
+  CHECK(parts.value()->budget_summary() == "each device: 1.00 MiB; the model needs " + core::mib_text(e.whole_model_bytes(8)) +
                                                " to train at batch 8, " + core::mib_text(e.whole_model_bytes()) + " in micro-batches of 2");
 
   // Refusals, by name: FedAvg on a model a device cannot hold, a device too small for the narrowest
@@ -702,6 +702,14 @@ TEST_CASE("simulation: budgets_mib plans each device's subnet within its budget,
   REQUIRE(!whole_rounds.ok());
   CHECK(whole_rounds.error().message.find("whole_model_rounds 1 trains the whole model, which needs") != std::string::npos);
   CHECK(whole_rounds.error().message.find("device-0's budget is") != std::string::npos);
+  // A capacity below 1 cannot hold the whole model either: said before round 1 too.
+  nlohmann::json partial = {{"model", {{"inputs", 12}, {"hidden", {32, 32}}, {"outputs", 3}}}, {"strategy", "ist"}, {"devices", 2},
+                            {"rounds", 3}, {"whole_model_rounds", 1}, {"capacities", {1.0, 0.5}}};
+  const auto partial_config = sim::parse_sim_config(partial, "test.json");
+  REQUIRE(partial_config.ok());
+  const auto by_capacity = sim::simulation::create(partial_config.value(), train, &test);
+  REQUIRE(!by_capacity.ok());
+  CHECK(by_capacity.error().message.find("whole_model_rounds 1 trains the whole model, but device-1's capacity is 0.5") != std::string::npos);
   CHECK(config_error({{"devices", 4}, {"budgets_mib", {1.0, 2.0}}}).find("'budgets_mib': 2 entries for 4 devices") != std::string::npos);
   CHECK(config_error({{"devices", 2}, {"budgets_mib", {1.0}}, {"capacities", {1.0, 0.5}}}).find("'budgets_mib'") != std::string::npos);
 }

@@ -22,11 +22,11 @@ std::string mib_text(std::uint64_t bytes) {
   char buf[32];
   const double mib = static_cast<double>(bytes) / (1024.0 * 1024.0);
   // Below a MiB two decimals would print a small device's budget and its need alike as "0.26 MiB" or
-  // "0.00 MiB": three significant digits tell them apart, and below 10 KiB the bytes themselves.
+  // "0.00 MiB": three decimals tell them apart, and below 10 KiB the bytes themselves.
   if (bytes < 10 * 1024)
     std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(bytes));
   else
-    std::snprintf(buf, sizeof buf, mib < 1.0 ? "%.3g MiB" : "%.2f MiB", mib);
+    std::snprintf(buf, sizeof buf, mib < 1.0 ? "%.3f MiB" : "%.2f MiB", mib);
   return buf;
 }
 

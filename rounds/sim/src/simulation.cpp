@@ -1,7 +1,6 @@
 #include "tessera/rounds/sim/simulation.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <optional>
 #include <chrono>
 #include <limits>
@@ -96,24 +95,26 @@ core::result<std::unique_ptr<simulation>> simulation::create(const sim_config& c
 core::result<void> simulation::check_whole_model_rounds() const {
   if (config_.strategy != rounds::strategy_kind::ist || config_.whole_model_rounds == 0) return {};
   const std::size_t need = engine_.whole_model_bytes();
-  for (const auto& d : devices_)
+  const std::string rounds = "whole_model_rounds " + std::to_string(config_.whole_model_rounds) + " trains the whole model";
+  const std::string fix = ": set whole_model_rounds to 0, or give every device room for the model (the hub would leave such a device "
+                          "out of those rounds; the simulator runs every device every round)";
+  for (const auto& d : devices_) {
+    if (d.capacity > 0 && d.capacity < 1.0)
+      return make_error(errc::invalid_spec, rounds + ", but " + d.id + "'s capacity is " + std::to_string(d.capacity) + " (capacities)" + fix);
     if (d.capacity <= 0 && d.budget_bytes < need)
-      return make_error(errc::invalid_spec, "whole_model_rounds " + std::to_string(config_.whole_model_rounds) +
-                                                " trains the whole model, which needs " + core::mib_text(need) + "; " + d.id +
-                                                "'s budget is " + core::mib_text(d.budget_bytes) +
-                                                " (budgets_mib): set whole_model_rounds to 0 for a fleet that cannot hold the model");
+      return make_error(errc::invalid_spec, rounds + ", which needs " + core::mib_text(need) + "; " + d.id + "'s budget is " +
+                                                core::mib_text(d.budget_bytes) + " (budgets_mib)" + fix);
+  }
   return {};
 }
 
 std::string simulation::budget_summary() const {
   if (config_.budgets_mib.empty()) return {};
-  const auto [low, high] = std::minmax_element(config_.budgets_mib.begin(), config_.budgets_mib.end());
-  const auto mib = [](double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.3g MiB", v);
-    return std::string(buf);
-  };
-  const std::string fleet = *low == *high ? "each device: " + mib(*low) : "devices: " + mib(*low) + " to " + mib(*high);
+  const auto [low, high] = std::minmax_element(devices_.begin(), devices_.end(),
+                                                [](const device& a, const device& b) { return a.budget_bytes < b.budget_bytes; });
+  const std::string fleet = low->budget_bytes == high->budget_bytes
+                                ? "each device: " + core::mib_text(low->budget_bytes)
+                                : "devices: " + core::mib_text(low->budget_bytes) + " to " + core::mib_text(high->budget_bytes);
   std::string need = "; the model needs " + core::mib_text(engine_.whole_model_bytes(config_.batch)) + " to train at batch " +
                      std::to_string(config_.batch);
   if (config_.memory_rows() != config_.batch)
@@ -252,8 +253,13 @@ core::result<rounds::round_metrics> simulation::run_round() {
 }
 
 core::result<void> simulation::evaluate_on_devices(rounds::round_metrics& m) {
-  std::vector<rounds::excluded_device> excluded;  // none: the simulator's budgets are not consulted
+  std::vector<rounds::excluded_device> excluded;  // with budgets_mib, devices too small to score the model
   const auto evaluators = engine_.plan_evaluation(offers(), excluded);
+  for (const auto& e : excluded) {
+    device& d = devices_[by_id_.find(e.id)->second];
+    if (!d.told_not_evaluating && log_) log_(core::log_level::warning, "device " + e.id + " does not evaluate the model: " + e.reason);
+    d.told_not_evaluating = true;
+  }
   if (evaluators.empty()) return {};
   const core::training_task task = engine_.evaluation_task();
   const core::network net(task.arch);

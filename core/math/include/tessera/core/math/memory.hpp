@@ -42,7 +42,7 @@ inline constexpr std::size_t k_arena_alignment = 64;
 }
 
 // A byte count as a reader meets it in a refusal: "1.50 MiB" (two decimals), "0.256 MiB" below one
-// (three significant digits), "76 bytes" below 10 KiB.
+// (three decimals), "76 bytes" below 10 KiB.
 [[nodiscard]] std::string mib_text(std::uint64_t bytes);
 
 // Eigen's matrix products pack blocks of their two operands into scratch buffers on the stack: at most

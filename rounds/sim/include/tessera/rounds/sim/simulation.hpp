@@ -60,7 +60,7 @@ class simulation {
   [[nodiscard]] std::span<const float> params() const noexcept { return engine_.params(); }
   [[nodiscard]] const rounds::engine& engine() const noexcept { return engine_; }
   [[nodiscard]] const std::vector<core::memory_table>& shards() const noexcept { return shards_; }
-  // With budgets_mib: "each device: 0.256 MiB; the model needs 0.46 MiB to train at batch 32, 0.254 MiB
+  // With budgets_mib: "each device: 0.256 MiB; the model needs 0.387 MiB to train at batch 32, 0.254 MiB
   // in micro-batches of 4" (the second part with micro_batch only); else empty.
   [[nodiscard]] std::string budget_summary() const;
 
@@ -73,6 +73,7 @@ class simulation {
     std::unique_ptr<core::table_batches> batches;  // persists across rounds: the order carries over
     double capacity = 1.0;  // 0: planned from budget_bytes, as the hub plans an agent's
     std::uint64_t budget_bytes = 0;
+    bool told_not_evaluating = false;  // left out of the devices' evaluation (its budget): said once, as the hub does
   };
   simulation(const sim_config& config, core::memory_table* test, std::vector<float> params, rounds::recorder recorder,
              core::log_sink log);
