@@ -98,12 +98,16 @@ core::result<void> simulation::check_whole_model_rounds() const {
   const std::string rounds = "whole_model_rounds " + std::to_string(config_.whole_model_rounds) + " trains the whole model";
   const std::string fix = ": set whole_model_rounds to 0, or give every device room for the model (the hub would leave such a device "
                           "out of those rounds; the simulator runs every device every round)";
-  for (const auto& d : devices_) {
-    if (d.capacity > 0 && d.capacity < 1.0)
+  // The engine's own test of who holds the whole model (capacity 1), on the offers the rounds will see.
+  const auto all = offers();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const auto c = engine_.capacity(all[i]);
+    if (c && c.value() >= 1.0) continue;
+    const device& d = devices_[i];
+    if (d.capacity > 0)
       return make_error(errc::invalid_spec, rounds + ", but " + d.id + "'s capacity is " + std::to_string(d.capacity) + " (capacities)" + fix);
-    if (d.capacity <= 0 && d.budget_bytes < need)
-      return make_error(errc::invalid_spec, rounds + ", which needs " + core::mib_text(need) + "; " + d.id + "'s budget is " +
-                                                core::mib_text(d.budget_bytes) + " (budgets_mib)" + fix);
+    return make_error(errc::invalid_spec, rounds + ", which needs " + core::mib_text(need) + "; " + d.id + "'s budget is " +
+                                              core::mib_text(d.budget_bytes) + " (budgets_mib)" + fix);
   }
   return {};
 }

@@ -172,7 +172,7 @@ class engine {
   [[nodiscard]] const early_stop& stopping() const noexcept { return stopping_; }
   [[nodiscard]] const round_faults& last_faults() const noexcept { return faults_; }
   // What begin_round decided that an operator would not expect, for the driver to log (each said once
-  // a run): one of the last whole_model_rounds rounds in which no device's budget holds the whole
+  // a run): one of the last whole_model_rounds rounds in which no device of the round holds the whole
   // model, which therefore trains subnets. Taking them empties the list.
   [[nodiscard]] std::vector<std::string> take_notes() { return std::exchange(notes_.pending, {}); }
 
