@@ -10,7 +10,9 @@
 
 #include "tessera/core/base/rng.hpp"
 #include "tessera/core/math/ist.hpp"
+#include "tessera/core/math/memory.hpp"
 #include "tessera/core/math/mlp.hpp"
+#include "tessera/core/math/optimizer.hpp"
 
 using namespace tessera;
 using namespace tessera::core;
@@ -315,4 +317,54 @@ TEST_CASE("layered network: the FedAvg plan's subnet is the whole network and co
   std::vector<float> local(params.size());
   gather(full, sub, params, local);
   CHECK(local == params);
+}
+
+TEST_CASE("frozen layers: a step trains the layers after them exactly as the whole network's step, and nothing below") {
+  mlp_arch dense{.widths = {6, 9, 7, 3}, .task = task_kind::classification, .layer_norm = true, .input_scale = {1.0f, 2.0f, 1.5f}};
+  for (const mlp_arch& arch : {image_arch(true), image_arch(false), dense, sequence_arch()}) {
+    const network whole(arch);
+    const std::int64_t rows = 3;
+    const auto start = random_values(whole.param_count(), 7, 0.5f);
+    const auto x = random_values(static_cast<std::size_t>(rows * arch.inputs()), 8, 1.0f);
+    std::vector<float> y(static_cast<std::size_t>(rows));
+    for (std::size_t r = 0; r < y.size(); ++r) y[r] = static_cast<float>(r % static_cast<std::size_t>(arch.outputs()));
+    std::vector<float> ws(whole.workspace_floats(rows)), g_whole(whole.param_count());
+    REQUIRE(whole.forward_backward(start, g_whole, x.data(), y.data(), rows, ws).ok());
+    const sgd_options sgd{.learning_rate = 0.1f, .momentum = 0.9f, .weight_decay = 1e-3f};
+    std::vector<float> p_whole = start, v_whole(whole.param_count());
+    sgd_prepare_start(sgd, p_whole, v_whole);
+    const auto loss_whole = whole.train_step(p_whole, {}, v_whole, sgd, x.data(), y.data(), rows, ws);
+    REQUIRE(loss_whole.ok());
+    for (std::int64_t frozen = 1; frozen < static_cast<std::int64_t>(arch.layer_count()); ++frozen) {
+      CAPTURE(frozen);
+      mlp_arch a = arch;
+      a.frozen = frozen;
+      REQUIRE(validate(a, "arch").ok());
+      const network net(a);
+      const std::size_t off = net.trained_offset();
+      CHECK(off == param_slots(a)[static_cast<std::size_t>(frozen)].weight);
+      CHECK(net.trained_count() == net.param_count() - off);
+      // The gradient of every trained parameter is the whole network's, to the bit.
+      std::vector<float> g(net.trained_count());
+      REQUIRE(net.forward_backward(start, g, x.data(), y.data(), rows, ws).ok());
+      CHECK(std::equal(g.begin(), g.end(), g_whole.begin() + static_cast<std::ptrdiff_t>(off)));
+      // A step: the frozen layers keep their values, the others move as the whole network's step moves them.
+      std::vector<float> p = start, v(net.trained_count());
+      sgd_prepare_start(sgd, std::span<const float>(p).subspan(off), v);
+      const auto loss = net.train_step(p, {}, v, sgd, x.data(), y.data(), rows, ws);
+      REQUIRE(loss.ok());
+      CHECK(loss.value() == loss_whole.value());
+      CHECK(std::equal(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(off), start.begin()));
+      CHECK(std::equal(p.begin() + static_cast<std::ptrdiff_t>(off), p.end(), p_whole.begin() + static_cast<std::ptrdiff_t>(off)));
+      // Their memory: no gradient or velocity for the frozen parameters.
+      const training_memory m = plan_training_memory(a, rows, true, codec_kind::f32);
+      CHECK(m.velocity_bytes == net.trained_count() * sizeof(float));
+      CHECK(m.needed() < plan_training_memory(arch, rows, true, codec_kind::f32).needed());
+    }
+    mlp_arch bad = arch;
+    bad.frozen = static_cast<std::int64_t>(arch.layer_count());
+    const auto r = validate(bad, "subnet");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find("frozen layers") != std::string::npos);
+  }
 }

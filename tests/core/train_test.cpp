@@ -237,3 +237,29 @@ TEST_CASE("micro-batches make the step the whole batch makes, in a micro-batch's
   // The memory is the micro-batch's: activations and inputs for its rows only.
   CHECK(bytes_needed(arch, 4, true, codec_kind::f32) < bytes_needed(arch, 32, true, codec_kind::f32));
 }
+
+TEST_CASE("a trainer keeps frozen layers as they came, in an arena without their optimizer state") {
+  auto data = blobs(400, 6);
+  model_spec spec = small_spec();
+  spec.compensation = compensation_kind::layer_norm;
+  mlp_arch arch = spec.full_arch();
+  arch.frozen = 1;
+  std::vector<float> start(param_count(arch));
+  initialize(spec, start);
+  const std::size_t off = param_slots(arch)[1].weight;
+  for (const float momentum : {0.9f, 0.0f}) {
+    CAPTURE(momentum);
+    const training_memory m = plan_training_memory(arch, 16, momentum != 0.0f, codec_kind::f32);
+    CHECK(m.velocity_bytes + m.grads_bytes == (start.size() - off) * sizeof(float));
+    auto block = training_block::allocate(m);
+    REQUIRE(block.ok());
+    const std::span<float> p = block.value().params();
+    std::copy(start.begin(), start.end(), p.begin());
+    local_trainer trainer(arch, 16, block.value().buffers());
+    table_batches order(data, 3, 16);
+    auto report = trainer.run(p, order, {.steps = 20, .sgd = {.learning_rate = 0.05f, .momentum = momentum, .weight_decay = 1e-3f}});
+    REQUIRE(report.ok());
+    CHECK(std::equal(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(off), start.begin()));
+    CHECK_FALSE(std::equal(p.begin() + static_cast<std::ptrdiff_t>(off), p.end(), start.begin() + static_cast<std::ptrdiff_t>(off)));
+  }
+}

@@ -223,8 +223,11 @@ namespace {
 struct backward_view {
   std::int64_t rows;
   float* base;       // the workspace
-  float* gbase;      // where gradients go: grads, or the velocity
-  bool accumulate;   // into the velocity, or after an earlier part of the batch: add, do not overwrite
+  float* gstart;                // where gradients go (grads, or the velocity): the trained parameters'
+  std::size_t trained_offset;   // the first trained parameter (network::trained_offset)
+  bool accumulate;              // into the velocity, or after an earlier part of the batch: add, do not overwrite
+  // The gradient of the (trained) parameter at `offset`.
+  [[nodiscard]] float* grad(std::size_t offset) const noexcept { return gstart + (offset - trained_offset); }
 };
 
 // The gradient of layer l's input (du, rows × p.in.size()) back through the shape operations before
@@ -248,7 +251,7 @@ void back_to_previous(const backward_view& v, const layer_plan& p, std::size_t f
   const std::int64_t c = prev_plan.out.channels, rp = v.rows * prev_plan.out.positions();
   const const_matrix_map xhat_c(v.base + ws.xhat[prev_index], ix(rp), ix(c));
   matrix_map da_c(*d, ix(rp), ix(c));
-  row_vector_map dgain(v.gbase + prev.gain, ix(c)), dshift(v.gbase + prev.shift, ix(c));
+  row_vector_map dgain(v.grad(prev.gain), ix(c)), dshift(v.grad(prev.shift), ix(c));
   if (!v.accumulate) {
     dgain.setZero();
     dshift.setZero();
@@ -274,15 +277,18 @@ result<double> network::backward_layered(std::span<float> params, std::span<floa
                                           std::span<float> workspace, const batch_part& part) const {
   TESSERA_ASSERT(sgd != nullptr || velocity.empty());
   const bool into_velocity = sgd != nullptr && !velocity.empty();  // as the MLP's pass: gradients added into μ·v + λ·w
-  TESSERA_ASSERT(into_velocity || grads.size() == param_count_);
+  TESSERA_ASSERT(into_velocity || grads.size() == trained_count());
+  TESSERA_ASSERT(!into_velocity || velocity.size() == trained_count());
   const bool accumulate = into_velocity || !part.first;  // or after an earlier part of the batch
-  const backward_view v{.rows = rows, .base = workspace.data(), .gbase = into_velocity ? velocity.data() : grads.data(),
-                        .accumulate = accumulate};
+  const backward_view v{.rows = rows, .base = workspace.data(), .gstart = into_velocity ? velocity.data() : grads.data(),
+                        .trained_offset = trained_offset_, .accumulate = accumulate};
   const auto update = [&](std::size_t first, std::size_t count) {
     if (sgd == nullptr || !part.last) return;
-    if (into_velocity) sgd_apply_prepared(*sgd, params.subspan(first, count), velocity.subspan(first, count));
-    else sgd_step(*sgd, params.subspan(first, count), grads.subspan(first, count), velocity.empty() ? velocity : velocity.subspan(first, count));
+    const std::size_t g = first - trained_offset_;
+    if (into_velocity) sgd_apply_prepared(*sgd, params.subspan(first, count), velocity.subspan(g, count));
+    else sgd_step(*sgd, params.subspan(first, count), grads.subspan(g, count), velocity.empty() ? velocity : velocity.subspan(g, count));
   };
+  const auto first_trained = static_cast<std::size_t>(arch_.frozen);
   const layered_slots ws = layered_workspace(rows);
   std::array<std::size_t, k_max_layers + 2> first_step{};  // each layer's first shape operation
   for (std::size_t l = 0; l < plans_.size(); ++l) first_step[l + 1] = first_step[l] + plans_[l].before.size();
@@ -303,23 +309,23 @@ result<double> network::backward_layered(std::span<float> params, std::span<floa
     const layer_slots& s = slots_[l];
     const float scale = arch_.input_scale[l];
     const float* u = input_of(l);
-    float* du = l == 0 ? nullptr : spare;
+    float* du = l == first_trained ? nullptr : spare;  // nothing below trains: no gradient into the input
     if (p.kind == layer_kind::dense) {
       const const_matrix_map dz(d, ix(rows), ix(s.rows)), um(u, ix(rows), ix(s.cols));
-      matrix_map dw(v.gbase + s.weight, ix(s.rows), ix(s.cols));
-      row_vector_map db(v.gbase + s.bias, ix(s.rows));
+      matrix_map dw(v.grad(s.weight), ix(s.rows), ix(s.cols));
+      row_vector_map db(v.grad(s.bias), ix(s.rows));
       scaled_product(dw, scale, dz.transpose(), um, accumulate);
       if (accumulate) db.noalias() += dz.colwise().sum();
       else db.noalias() = dz.colwise().sum();
       if (du != nullptr)
         scaled_product(matrix_map(du, ix(rows), ix(s.cols)), scale, dz, const_matrix_map(params.data() + s.weight, ix(s.rows), ix(s.cols)), false);
     } else {
-      conv_backward(p.conv, params.subspan(s.weight, sz(s.rows * s.cols)), u, d, rows, std::span(v.gbase + s.weight, sz(s.rows * s.cols)),
-                    std::span(v.gbase + s.bias, sz(s.rows)), du, workspace.subspan(ws.patches, conv_patch_floats(p.conv, rows)), scale,
+      conv_backward(p.conv, params.subspan(s.weight, sz(s.rows * s.cols)), u, d, rows, std::span(v.grad(s.weight), sz(s.rows * s.cols)),
+                    std::span(v.grad(s.bias), sz(s.rows)), du, workspace.subspan(ws.patches, conv_patch_floats(p.conv, rows)), scale,
                     accumulate);
     }
     update(s.weight, s.bias + sz(s.rows) - s.weight);  // W_l was last needed just above
-    if (l == 0) break;
+    if (l == first_trained) break;
     std::swap(d, spare);  // d: the gradient of layer l's input; spare: free
     back_to_previous(v, p, first_step[l], ws, slots_[l - 1], plans_[l - 1], l - 1, params, &d, &spare);
     if (slots_[l - 1].has_norm) update(slots_[l - 1].gain, slots_[l - 1].shift + sz(slots_[l - 1].rows) - slots_[l - 1].gain);

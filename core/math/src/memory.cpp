@@ -120,10 +120,10 @@ training_memory plan_memory(const mlp_arch& arch, std::int64_t batch, bool optim
     size = bytes;
     at += align_up(bytes);
   };
-  const std::size_t p = net.param_count() * sizeof(float);
+  const std::size_t p = net.param_count() * sizeof(float), trained = net.trained_count() * sizeof(float);
   region(m.params, m.params_bytes, p);
-  region(m.grads, m.grads_bytes, optimizer && !momentum ? p : 0);
-  region(m.velocity, m.velocity_bytes, optimizer && momentum ? p : 0);
+  region(m.grads, m.grads_bytes, optimizer && !momentum ? trained : 0);
+  region(m.velocity, m.velocity_bytes, optimizer && momentum ? trained : 0);
   region(m.workspace, m.workspace_bytes, net.workspace_floats(batch) * sizeof(float));
   region(m.features, m.features_bytes, b * static_cast<std::size_t>(arch.inputs()) * sizeof(float));
   const std::size_t tw = arch.task == task_kind::classification ? 1 : static_cast<std::size_t>(arch.outputs());

@@ -79,6 +79,9 @@ result<void> validate(const mlp_arch& arch, std::string_view what) {
     return make_error(errc::invalid_spec, name + ": more than " + std::to_string(k_max_params) + " parameters");
   if (arch.task == task_kind::classification && arch.outputs() < 2)
     return make_error(errc::invalid_spec, name + ": classification needs at least 2 outputs");
+  if (arch.frozen < 0 || static_cast<std::size_t>(arch.frozen) >= arch.layer_count())
+    return make_error(errc::invalid_spec, name + ": " + std::to_string(arch.frozen) + " frozen layers, must be in [0, " +
+                                              std::to_string(arch.layer_count() - 1) + "] (the output layer trains)");
   if (!arch.layers.empty()) TESSERA_TRY(validate_layers(arch, name));
   return {};
 }
@@ -88,6 +91,7 @@ network::network(mlp_arch arch) : arch_(std::move(arch)) {
   slots_ = param_slots(arch_);
   if (!arch_.layers.empty()) plans_ = plan_layers(arch_);
   param_count_ = core::param_count(arch_);
+  trained_offset_ = slots_[static_cast<std::size_t>(arch_.frozen)].weight;
   max_width_ = *std::max_element(arch_.widths.begin() + 1, arch_.widths.end());
 }
 
@@ -228,19 +232,22 @@ result<double> network::backward(std::span<float> params, std::span<float> grads
   // parts of the batch left there.
   const bool into_velocity = sgd != nullptr && !velocity.empty();
   const bool accumulate = into_velocity || !part.first;
-  TESSERA_ASSERT(into_velocity || grads.size() == param_count_);
-  TESSERA_ASSERT(!into_velocity || velocity.size() == param_count_);
-  float* const gbase = into_velocity ? velocity.data() : grads.data();
+  TESSERA_ASSERT(into_velocity || grads.size() == trained_count());
+  TESSERA_ASSERT(!into_velocity || velocity.size() == trained_count());
+  // The gradient of the parameter at `offset` (of the trained ones: frozen layers have none).
+  float* const gstart = into_velocity ? velocity.data() : grads.data();
+  const auto grad = [&](std::size_t offset) { return gstart + (offset - trained_offset_); };
   // Updates params[first, first + count) from its finished gradient (only when training).
   auto update = [&](std::size_t first, std::size_t count) {
     if (sgd == nullptr || !part.last) return;
+    const std::size_t g = first - trained_offset_;
     if (into_velocity) {
-      sgd_apply_prepared(*sgd, params.subspan(first, count), velocity.subspan(first, count));
+      sgd_apply_prepared(*sgd, params.subspan(first, count), velocity.subspan(g, count));
     } else {
-      sgd_step(*sgd, params.subspan(first, count), grads.subspan(first, count),
-               velocity.empty() ? velocity : velocity.subspan(first, count));
+      sgd_step(*sgd, params.subspan(first, count), grads.subspan(g, count), velocity.empty() ? velocity : velocity.subspan(g, count));
     }
   };
+  const auto first_trained = static_cast<std::size_t>(arch_.frozen);
   const auto ws = workspace_slots(rows);
   const std::size_t grad_buf = workspace_floats(rows) - 2 * align_up(sz(rows) * sz(max_width_));
   float* g_cur = workspace.data() + grad_buf;
@@ -260,11 +267,11 @@ result<double> network::backward(std::span<float> params, std::span<float> grads
     const const_matrix_map dz(g_cur, ix(rows), ix(s.rows));
     const float* a_prev_ptr = l == 0 ? x : workspace.data() + ws[l - 1].act;
     const const_matrix_map a_prev(a_prev_ptr, ix(rows), ix(s.cols));
-    matrix_map dw(gbase + s.weight, ix(s.rows), ix(s.cols));
-    row_vector_map db(gbase + s.bias, ix(s.rows));
+    matrix_map dw(grad(s.weight), ix(s.rows), ix(s.cols));
+    row_vector_map db(grad(s.bias), ix(s.rows));
     scaled_product(dw, scale, dz.transpose(), a_prev, accumulate);
     put(db, dz.colwise().sum());
-    if (l == 0) {
+    if (l == first_trained) {  // the first layer, or the first after the frozen ones: nothing below trains
       update(s.weight, s.bias + sz(s.rows) - s.weight);
       break;
     }
@@ -281,8 +288,8 @@ result<double> network::backward(std::span<float> params, std::span<float> grads
       const const_matrix_map xhat(workspace.data() + ws[l - 1].norm, ix(rows), ix(p.rows));
       const Eigen::Map<const Eigen::VectorXf> rstd(workspace.data() + ws[l - 1].rstd, ix(rows));
       const const_row_vector_map gain(params.data() + p.gain, ix(p.rows));
-      row_vector_map dgain(gbase + p.gain, ix(p.rows));
-      row_vector_map dshift(gbase + p.shift, ix(p.rows));
+      row_vector_map dgain(grad(p.gain), ix(p.rows));
+      row_vector_map dshift(grad(p.shift), ix(p.rows));
       put(dgain, (da.array() * xhat.array()).colwise().sum().matrix());
       put(dshift, da.colwise().sum());
       da.array().rowwise() *= gain.array();

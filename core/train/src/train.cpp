@@ -118,7 +118,7 @@ std::int64_t target_width(const mlp_arch& arch) noexcept {
 local_trainer::local_trainer(mlp_arch arch, std::int64_t batch) : net_(std::move(arch)), batch_(batch) {
   TESSERA_ASSERT(batch > 0);
   const auto b = static_cast<std::size_t>(batch);
-  const std::size_t p = net_.param_count();
+  const std::size_t p = net_.trained_count();
   const std::size_t ws = net_.workspace_floats(batch);
   const std::size_t x = b * static_cast<std::size_t>(net_.arch().inputs());
   const std::size_t y = b * static_cast<std::size_t>(target_width(net_.arch()));
@@ -133,8 +133,8 @@ local_trainer::local_trainer(mlp_arch arch, std::int64_t batch, training_buffers
     : net_(std::move(arch)), batch_(batch), buf_(buffers) {
   TESSERA_ASSERT(batch > 0);
   const auto b = static_cast<std::size_t>(batch);
-  TESSERA_ASSERT(buf_.grads.empty() || buf_.grads.size() == net_.param_count());
-  TESSERA_ASSERT(buf_.velocity.empty() || buf_.velocity.size() == net_.param_count());
+  TESSERA_ASSERT(buf_.grads.empty() || buf_.grads.size() == net_.trained_count());
+  TESSERA_ASSERT(buf_.velocity.empty() || buf_.velocity.size() == net_.trained_count());
   TESSERA_ASSERT(!buf_.grads.empty() || !buf_.velocity.empty());
   TESSERA_ASSERT(buf_.workspace.size() >= net_.workspace_floats(batch));
   TESSERA_ASSERT(buf_.features.size() == b * static_cast<std::size_t>(net_.arch().inputs()));
@@ -158,7 +158,7 @@ result<local_training_report> local_trainer::run(std::span<float> params, batch_
   const auto start = std::chrono::steady_clock::now();
   // A fresh velocity each round (the subnet is new), in the prepared form train_step accumulates into.
   if (!options.keep_velocity) {
-    if (momentum) sgd_prepare_start(options.sgd, params, buf_.velocity);
+    if (momentum) sgd_prepare_start(options.sgd, params.subspan(net_.trained_offset()), buf_.velocity);
     else std::fill(buf_.velocity.begin(), buf_.velocity.end(), 0.0f);
   }
   const std::int64_t batch = options.batch > 0 ? options.batch : batch_;

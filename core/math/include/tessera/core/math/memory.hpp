@@ -1,8 +1,9 @@
 // tessera/core/math/memory.hpp — the memory-budget formula: exactly what training a subnet needs.
 //
 // A device trains inside one arena (DESIGN.md §4) holding, each region aligned to 64 bytes:
-//   parameters, the optimizer's state (with momentum a velocity that the backward pass accumulates
-//   gradients into; plain SGD a gradient buffer instead), the activations and their
+//   parameters, the optimizer's state for the trained ones (with momentum a velocity that the backward
+//   pass accumulates gradients into; plain SGD a gradient buffer instead; frozen layers, mlp_arch::frozen,
+//   have none), the activations and their
 //   gradients for one mini-batch (network::workspace_floats), the input batch and its targets, and the
 //   codec's staging buffer (the encoded blob of the received subnet before it is decoded into the
 //   parameters; none for f32, which is received straight into them).

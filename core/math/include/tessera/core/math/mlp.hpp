@@ -100,6 +100,10 @@ class network {
   [[nodiscard]] const mlp_arch& arch() const noexcept { return arch_; }
   [[nodiscard]] std::span<const layer_slots> slots() const noexcept { return slots_; }
   [[nodiscard]] std::size_t param_count() const noexcept { return param_count_; }
+  // The parameters a step trains: [trained_offset(), param_count()), every layer after the frozen ones
+  // (arch().frozen). Gradient and velocity buffers hold exactly these (trained_count() floats).
+  [[nodiscard]] std::size_t trained_offset() const noexcept { return trained_offset_; }
+  [[nodiscard]] std::size_t trained_count() const noexcept { return param_count_ - trained_offset_; }
   // Floats of workspace a batch of `rows` examples needs (activations and their gradients).
   [[nodiscard]] std::size_t workspace_floats(std::int64_t rows) const noexcept;
 
@@ -111,8 +115,8 @@ class network {
   // A class index outside [0, outputs) is an error naming the row.
   [[nodiscard]] result<double> loss(std::span<const float> workspace, const float* y, std::int64_t rows) const;
 
-  // Forward and backward: writes d(mean loss)/d(params) into grads (param_count floats, overwritten)
-  // and returns the mean loss.
+  // Forward and backward: writes d(mean loss)/d(params) of the trained parameters into grads
+  // (trained_count floats, overwritten) and returns the mean loss.
   [[nodiscard]] result<double> forward_backward(std::span<const float> params, std::span<float> grads,
                                                 const float* x, const float* y, std::int64_t rows,
                                                 std::span<float> workspace) const;
@@ -154,6 +158,7 @@ class network {
   std::vector<layer_slots> slots_;
   std::vector<layer_plan> plans_;
   std::size_t param_count_ = 0;
+  std::size_t trained_offset_ = 0;
   std::int64_t max_width_ = 0;  // widest of n_1..n_{L+1}: size of the two gradient buffers
 };
 

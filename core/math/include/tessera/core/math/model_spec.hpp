@@ -53,6 +53,9 @@ inline constexpr auto k_input_normalization_names = names_in_order<input_normali
 // its input in `input`: widths then holds the units of its parametric layers (a dense layer's neurons,
 // a convolution's output channels), n0 being the input's channels, and the layers between them
 // (pooling, flatten) come from `layers`. Empty `layers`: the MLP of widths on a flat input.
+// `frozen` leading parametric layers are held for the forward pass only (successive layer training):
+// no gradient, no optimizer state, and not part of the update a device sends; the output layer is
+// always trained (frozen < layer_count()).
 struct mlp_arch {
   std::vector<std::int64_t> widths;
   task_kind task = task_kind::classification;
@@ -60,6 +63,7 @@ struct mlp_arch {
   std::vector<float> input_scale;
   tensor_shape input{};
   std::vector<layer_spec> layers{};
+  std::int64_t frozen = 0;
 
   [[nodiscard]] std::size_t layer_count() const noexcept { return widths.size() - 1; }  // L + 1 parametric layers
   [[nodiscard]] std::size_t hidden_layers() const noexcept { return widths.size() - 2; }
