@@ -199,7 +199,7 @@ void agent::on_downloaded(const std::shared_ptr<net::incoming_transfer>& in) {
   worker_ = std::thread([this, generation, keep = job_] {
     auto report = keep->train(data_->train(), &cancel_);
     net::digest sha{};
-    if (report) sha = crypto::sha256_of(keep->blob());
+    if (report) sha = crypto::sha256_of(keep->update_blob());
     boost::asio::post(io_, [this, generation, report = std::move(report), sha]() mutable {
       on_trained(generation, std::move(report), sha);
     });

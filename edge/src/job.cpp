@@ -81,6 +81,7 @@ core::result<std::shared_ptr<job>> job::start(const net::msg::assign& a, const d
   j->codec_ = a.blob_codec;
   j->arena_ = std::move(arena);
   j->blob_ = core::blob_region(j->arena_->block(), j->codec_, static_cast<std::size_t>(a.size));
+  j->upload_ = core::update_region(j->arena_->block(), j->task_.arch, j->codec_);
   j->download_state_.emplace(a.transfer, j->blob_, a.sha256);
   j->secure_ = std::move(secure_part);
   if (secure && limits.budget != nullptr) {
@@ -129,7 +130,7 @@ core::result<net::msg::evaluation> job::evaluate(device_data& data) {
 }
 
 core::result<core::local_training_report> job::train(core::batch_source& data, const std::atomic<bool>* cancel) {
-  auto report = core::train_for_upload(arena_->block(), task_, codec_, blob_, data, cancel, received_);
+  auto report = core::train_for_upload(arena_->block(), task_, codec_, upload_, data, cancel, received_);
   if (!report && report.error().code != core::errc::cancelled)
     return make_error(errc::training_failed, report.error().message);
   return report;
@@ -153,7 +154,7 @@ void job::prepare_upload(const core::local_training_report& r, std::span<const s
 void job::trained(const core::local_training_report& r, const net::digest& sha256) {
   TESSERA_ASSERT(at_ == stage::training);
   received_ = {};
-  prepare_upload(r, blob_, sha256, r.mean_loss, r.clipped ? 1 : 0);
+  prepare_upload(r, upload_, sha256, r.mean_loss, r.clipped ? 1 : 0);
 }
 
 void job::training_failed_privately() {

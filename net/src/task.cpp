@@ -80,6 +80,7 @@ std::string task_to_json(const training_task& t) {
     j["input_shape"] = core::input_dims(t.arch.input);
     j["layers"] = core::layers_json(t.arch.layers);
   }
+  if (t.arch.frozen > 0) j["frozen"] = t.arch.frozen;  // successive layer training: absent, none
   j["steps"] = t.steps;
   j["batch"] = t.batch;
   if (t.micro_batch > 0) j["micro_batch"] = t.micro_batch;  // absent: the whole batch at once
@@ -134,6 +135,9 @@ core::result<training_task> task_from_assign(const msg::assign& a) {
     t.arch.input_scale.push_back(static_cast<float>(v));
   }
   TESSERA_TRY(read_layers(j, inputs, t.arch));
+  if (j.contains("frozen")) {  // leading layers held for the forward pass only, not trained nor sent back
+    TESSERA_ASSIGN_OR_RETURN(t.arch.frozen, integer(j, "frozen", 0, static_cast<std::int64_t>(t.arch.layer_count()) - 1));
+  }
   TESSERA_ASSIGN_OR_RETURN(t.steps, integer(j, "steps", 1, max_task_steps));
   TESSERA_ASSIGN_OR_RETURN(t.batch, integer(j, "batch", 1, max_task_batch));
   if (j.contains("micro_batch")) {  // the step's batch in parts of this many examples: memory for them only

@@ -58,6 +58,7 @@ core::codec_kind engine::codec_for(const device_offer& offer) const noexcept {
 
 core::result<double> engine::capacity(const device_offer& offer) const {
   if (offer.examples == 0) return core::make_error(core::errc::invalid_argument, "it holds no examples");
+  if (config_.strategy == strategy_kind::slt) return stage_capacity(offer, stage());
   if (config_.strategy != strategy_kind::ist) {
     if (offer.capacity > 0) return 1.0;
     const std::size_t need = core::bytes_needed(full_, config_.memory_rows(), config_.momentum != 0.0f, codec_for(offer)) + beside_arena(full_);
@@ -189,7 +190,7 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
               .normalization = normalization_->empty() ? nullptr : normalization_,
               .clip_norm = aggregation_->task_clip()};
     a.blob_bytes = core::encoded_bytes(a.sub.arch, a.codec);
-    a.upload_bytes = a.blob_bytes;
+    a.upload_bytes = core::update_bytes(a.sub.arch, a.codec);  // the blob, less any frozen layers
     assignments_.push_back(std::move(a));
   }
   if (assignments_.empty() && !aggregation_->runs_empty()) return no_device_error(excluded);
@@ -207,6 +208,7 @@ core::result<core::round_plan> engine::plan(std::vector<device_offer>& taking, s
                                             std::size_t group_devices, std::vector<excluded_device>& excluded) {
   TESSERA_ASSIGN_OR_RETURN(auto own, aggregation_->own_plan(view(), taking));
   if (own) return std::move(*own);
+  if (config_.strategy == strategy_kind::slt) return stage_plan(capacities, group_devices);
   if (config_.strategy != strategy_kind::ist) return core::make_full_plan(full_, taking.size());
   if (whole_model_round(taking, capacities, excluded)) return core::make_full_plan(full_, taking.size());
   if (completed_ >= config_.rounds - config_.whole_model_rounds && !notes_.whole_model_unheld) {

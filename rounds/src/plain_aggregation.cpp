@@ -28,7 +28,8 @@ core::result<void> plain_aggregation::begin(const round_view&, const core::round
 
 core::result<void> plain_aggregation::receive(const round_view& v, assignment& a, std::span<const std::byte> blob) {
   a.trained.resize(core::param_count(a.sub.arch));
-  if (auto d = core::decode(a.sub.arch, a.codec, blob, a.trained); !d) return make_error(errc::bad_values, d.error().message);
+  if (a.sub.arch.frozen > 0) core::gather(v.full, a.sub, v.params, a.trained);  // frozen layers: as sent, unchanged
+  if (auto d = core::decode_update(a.sub.arch, a.codec, blob, a.trained); !d) return make_error(errc::bad_values, d.error().message);
   return bound_update(v, a);
 }
 

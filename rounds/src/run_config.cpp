@@ -4,6 +4,29 @@ namespace tessera::rounds {
 
 namespace {
 
+// SLT's head and schedule (the slt object), refused for any other strategy.
+void read_slt(core::config_reader& r, run_config& c) {
+  const auto* s = r.object("slt", "successive layer training: the head's share and the rounds of each stage");
+  if (s == nullptr) return;
+  if (c.strategy != strategy_kind::slt) r.fail("slt", "only strategy slt trains in stages (leave slt out)");
+  core::config_reader sr = r.child("slt", *s);
+  c.slt.head_fraction = sr.number("head_fraction", 0.25, 1e-6, 1.0, "the share of each hidden layer above the stage that trains with it "
+                                                                    "(its first units)");
+  c.slt.stage_rounds = sr.integers("stage_rounds", {}, 1, 10'000'000, "the rounds of each stage, one per hidden layer, adding up to rounds "
+                                                                      "(empty: rounds split evenly)");
+  const std::size_t stages = c.model.hidden.size();  // a convolutional model's too: its parametric hidden layers
+  if (!c.slt.stage_rounds.empty()) {
+    std::int64_t total = 0;
+    for (const auto n : c.slt.stage_rounds) total += n;
+    if (c.slt.stage_rounds.size() != stages)
+      sr.fail("stage_rounds", std::to_string(c.slt.stage_rounds.size()) + " entries for a model of " + std::to_string(stages) +
+                                  " hidden layers (one stage each)");
+    else if (total != c.rounds)
+      sr.fail("stage_rounds", "the stages add up to " + std::to_string(total) + " rounds; the run has " + std::to_string(c.rounds));
+  }
+  if (auto done = sr.finish(); !done) r.fail(std::move(done).error());
+}
+
 // The model and how it is cut: strategy, groups, rounds, IST's partition schedule.
 core::result<void> read_plan_fields(core::config_reader& r, run_config& c, bool allow_central) {
   // The model defaults to the Fashion-MNIST MLP of the benchmarks; given fields replace the defaults.
@@ -19,9 +42,10 @@ core::result<void> read_plan_fields(core::config_reader& r, run_config& c, bool 
     TESSERA_TRY(mr.finish());
   }
   c.strategy = allow_central ? r.choice("strategy", strategy_kind::ist, k_strategy_names,
-                                        "ist (subnets), fedavg (the whole model everywhere) or central (one device with all data)")
+                                        "ist (subnets), fedavg (the whole model everywhere), slt (successive layer training) or "
+                                        "central (one device with all data)")
                              : r.choice("strategy", strategy_kind::ist, k_fleet_strategy_names,
-                                        "ist (subnets) or fedavg (the whole model on every device)");
+                                        "ist (subnets), fedavg (the whole model on every device) or slt (successive layer training)");
   c.groups = static_cast<std::size_t>(r.integer("groups", 0, 0, 4096, "IST groups per round (0: one per device, as min_width allows)"));
   c.min_width = r.integer("min_width", 8, 1, core::k_max_width, "no group gets fewer neurons of a hidden layer than this");
   c.rounds = r.integer("rounds", 50, 1, 10'000'000, "rounds to run");
@@ -33,12 +57,16 @@ core::result<void> read_plan_fields(core::config_reader& r, run_config& c, bool 
                                    "IST: the last rounds train the whole model on the devices whose budget holds it");
   // Refused only where they would change something, so that an IST file runs as FedAvg with
   // strategy=fedavg repartition_every=1 whole_model_rounds=0.
-  if (c.strategy != strategy_kind::ist) {
-    if (c.repartition_every != 1) r.fail("repartition_every", "only IST partitions the model (set it to 1 or leave it out)");
-    if (c.cut != core::cut_kind::random) r.fail("cut", "only IST cuts the model (leave it out)");
-    if (c.whole_model_rounds != 0)
-      r.fail("whole_model_rounds", "only IST trains subnets; every FedAvg round trains the whole model (set it to 0 or leave it out)");
+  const bool cuts = c.strategy == strategy_kind::ist || c.strategy == strategy_kind::slt;
+  if (!cuts) {
+    if (c.repartition_every != 1) r.fail("repartition_every", "only IST and SLT partition the model (set it to 1 or leave it out)");
+    if (c.cut != core::cut_kind::random) r.fail("cut", "only IST and SLT cut the model (leave it out)");
   }
+  if (c.strategy != strategy_kind::ist && c.whole_model_rounds != 0)
+    r.fail("whole_model_rounds", "only IST ends with whole-model rounds (set it to 0 or leave it out)");
+  read_slt(r, c);
+  if (c.strategy == strategy_kind::slt && c.model.hidden.empty())
+    r.fail("strategy", "slt trains the hidden layers a stage at a time, and this model has none");
   return {};
 }
 
@@ -162,6 +190,11 @@ void read_aggregate_and_check(core::config_reader& r, run_config& c) {
   // A private round draws each device's group from its own key (plan_private), never from a shared cut.
   if (c.dp.enabled && c.repartition_every != 1)
     r.fail("repartition_every", "a private round draws each device's group from its own key, so there is no cut to keep (set it to 1)");
+  // Secure aggregation's segments and DP's sensitivity assume disjoint groups that send every layer.
+  if (c.strategy == strategy_kind::slt && (c.secure_aggregation.enabled || c.dp.enabled))
+    r.fail(c.secure_aggregation.enabled ? "secure_aggregation" : "dp",
+           "strategy slt sends its frozen layers whole and trains its head on every device: secure aggregation and differential "
+           "privacy are planned for IST's disjoint groups and FedAvg (use strategy ist or fedavg)");
   if (c.whole_model_rounds > 0) {
     if (c.secure_aggregation.enabled)
       r.fail("whole_model_rounds",
@@ -222,6 +255,23 @@ void standardize_with_fleet(core::config_reader& source_reader, core::data_sourc
     source_reader.fail("normalization", "standardize uses the fleet's statistics, but model.input_normalization is none");
   c.model.input_normalization = core::input_normalization_kind::standardize;
   source.norm = core::normalization::none;
+}
+
+std::size_t run_config::slt_stage(std::int64_t completed) const noexcept {
+  const std::size_t stages = model.hidden.size();
+  if (stages == 0) return 0;
+  if (!slt.stage_rounds.empty()) {
+    std::int64_t end = 0;
+    for (std::size_t k = 0; k < slt.stage_rounds.size(); ++k)
+      if (completed < (end += slt.stage_rounds[k])) return k;
+    return slt.stage_rounds.size() - 1;
+  }
+  // Evenly: stage k runs ⌊rounds / S⌋ rounds, one more for the first rounds mod S stages.
+  const auto n = static_cast<std::int64_t>(stages);
+  const std::int64_t base = rounds / n, extra = rounds % n;
+  const std::int64_t long_part = extra * (base + 1);
+  const std::int64_t k = completed < long_part ? completed / (base + 1) : extra + (base > 0 ? (completed - long_part) / base : 0);
+  return static_cast<std::size_t>(std::min(k, n - 1));
 }
 
 std::vector<std::string> plan_notes(const run_config& c) {

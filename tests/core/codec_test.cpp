@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -202,4 +203,35 @@ TEST_CASE("codec: values that cannot be sent are refused at encode time") {
   p[2] = std::numeric_limits<float>::infinity();
   std::vector<std::byte> blob32(encoded_bytes(a, codec_kind::f32));
   CHECK_FALSE(encode(a, codec_kind::f32, p, blob32).ok());
+}
+
+TEST_CASE("codec: an update holds the layers after the frozen ones, and decoding it leaves the frozen values as they are") {
+  for (const codec_kind codec : {codec_kind::f32, codec_kind::f16, codec_kind::q8}) {
+    CAPTURE(to_string(codec));
+    mlp_arch arch = small_arch();
+    arch.frozen = 1;
+    const auto slots = param_slots(arch);
+    const std::size_t off = slots[1].weight;
+    rng r(3);
+    std::vector<float> values(param_count(arch));
+    for (auto& v : values) v = r.uniform() - 0.5f;
+    mlp_arch trained_part = arch;  // what the update holds, counted as a model of its own layers
+    trained_part.frozen = 0;
+    CHECK(update_bytes(arch, codec) < encoded_bytes(arch, codec));
+    CHECK(update_bytes(trained_part, codec) == encoded_bytes(arch, codec));
+    std::vector<std::byte> whole(encoded_bytes(arch, codec)), update(update_bytes(arch, codec));
+    REQUIRE(encode(arch, codec, values, whole).ok());
+    REQUIRE(encode_update(arch, codec, values, update).ok());
+    // The update's bytes are the whole blob's last ones: the same rows, encoded alike.
+    CHECK(std::equal(update.begin(), update.end(), whole.end() - static_cast<std::ptrdiff_t>(update.size())));
+    std::vector<float> back(values.size(), 7.0f), whole_back(values.size());
+    REQUIRE(decode_update(arch, codec, update, back).ok());
+    REQUIRE(decode(arch, codec, whole, whole_back).ok());
+    CHECK(std::all_of(back.begin(), back.begin() + static_cast<std::ptrdiff_t>(off), [](float v) { return v == 7.0f; }));
+    CHECK(std::equal(back.begin() + static_cast<std::ptrdiff_t>(off), back.end(), whole_back.begin() + static_cast<std::ptrdiff_t>(off)));
+    // A blob of the whole subnet is not an update.
+    auto bad = decode_update(arch, codec, whole, back);
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.error().message.find("needs exactly " + std::to_string(update.size())) != std::string::npos);
+  }
 }

@@ -1,7 +1,8 @@
 // The network run equals the simulated one: tessera-hub with three tessera-edge agents holding the
 // simulator's shards ends with tessera-sim's model, parameter by parameter, for IST and for FedAvg, and
-// for IST with a server optimizer (FedAdam) stepping after assembly, and for agents whose budgets bind,
-// the simulator's devices given (budgets_mib) what each agent offered.
+// for IST with a server optimizer (FedAdam) stepping after assembly, for agents whose budgets bind,
+// the simulator's devices given (budgets_mib) what each agent offered, and for successive layer training
+// within such budgets.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -66,7 +67,7 @@ difference compare(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist, fedavg, ist with FedAdam, a kept cut, a whole-model round, a CNN, micro-batches, budgets that bind)") {
+TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist, fedavg, ist with FedAdam, a kept cut, a whole-model round, a CNN, micro-batches, budgets that bind, slt within them)") {
   fleet f("fed_equal");
   INFO(f.diagnostics());
   const auto ids = f.make_device_pki(k_devices);
@@ -88,8 +89,13 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
   const nlohmann::json micro = {{"micro_batch", 5}};
   // Budgets that bind: agents of 0.25 and 0.28 MiB hold subnets narrower than their equal share, and the
   // 16 MiB agent a wider one; the simulator is given what each agent offered (budgets_mib) and plans alike.
+  // Successive layer training: stage 1 (round 1) trains hidden layer 1 with a head of 32 units, stage 2
+  // (rounds 2 and 3) hidden layer 2 with layer 1 frozen and left out of the updates; the two small
+  // agents' budgets cut each stage's layer into groups.
+  const nlohmann::json slt = {{"slt", {{"stage_rounds", {1, 2}}, {"head_fraction", 0.5}}}};
   const variant variants[] = {{"ist", "ist"}, {"fedavg", "fedavg"}, {"ist-adam", "ist", fedadam}, {"ist-cnn", "ist", cnn},
-                              {"ist-micro", "ist", micro}, {"ist-budgets", "ist", nlohmann::json::object(), {0.25, 0.28, 16}}};
+                              {"ist-micro", "ist", micro}, {"ist-budgets", "ist", nlohmann::json::object(), {0.25, 0.28, 16}},
+                              {"slt-budgets", "slt", slt, {0.43, 0.45, 16}}};
   for (const variant& v : variants) {
     const std::string& name = v.name;
     const std::string& strategy = v.strategy;
@@ -160,6 +166,14 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
       const difference from_plain = compare(from_hub.params, plain.params);
       INFO("largest difference from the plain IST run " << from_plain.max_abs);
       CHECK(from_plain.max_abs > 1e-3);
+    }
+    // Each stage said as it began; the budgets cut both stages' layers into groups, and stage 2's
+    // updates left layer 1 out.
+    if (v.name == "slt-budgets") {
+      CHECK(count_of(hub.process.out(), "round 1 trains stage 1 of 2") + count_of(hub.process.err(), "round 1 trains stage 1 of 2") == 1);
+      CHECK(count_of(hub.process.out(), "round 2 trains stage 2 of 2") + count_of(hub.process.err(), "round 2 trains stage 2 of 2") == 1);
+      for (const auto& [h, s] : rounds) CHECK(h.at("groups").get<int>() >= 2);
+      CHECK(rounds[1].hub.at("bytes_up").get<double>() < rounds[0].hub.at("bytes_up").get<double>());
     }
     // The budgets bound: the smallest agent trained fewer than its equal share of each hidden layer
     // (64 / 3 neurons), the largest more.

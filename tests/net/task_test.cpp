@@ -72,6 +72,19 @@ TEST_CASE("task: a micro-batch travels when set, and is at most the batch") {
   CHECK(error_with("micro_batch", 0).find("'micro_batch'") != std::string::npos);
 }
 
+TEST_CASE("task: frozen layers travel when there are some, and leave the output layer to train") {
+  auto t = sample();
+  CHECK_FALSE(nlohmann::json::parse(net::task_to_json(t)).contains("frozen"));  // none: not sent
+  CHECK(net::task_from_assign(assign_of(t)).value().arch.frozen == 0);
+  t.arch.frozen = 2;
+  auto back = net::task_from_assign(assign_of(t));
+  REQUIRE(back.ok());
+  CHECK(back.value().arch.frozen == 2);
+  CHECK(error_with("frozen", 3).find("'frozen'") != std::string::npos);  // the output layer always trains
+  CHECK(error_with("frozen", -1).find("'frozen'") != std::string::npos);
+  CHECK(error_with("frozen", "all").find("'frozen'") != std::string::npos);
+}
+
 TEST_CASE("task: \"nesterov\": false is still sent for earlier agents, and a task without the field reads too") {
   auto a = assign_of(sample());
   auto j = nlohmann::json::parse(a.hyper_json);

@@ -543,7 +543,7 @@ TEST_CASE("engine: cut rolling moves each device's windows by one neuron per spa
   CHECK(first_neurons[4] == shifted(first_neurons[0], 2, n));
   CHECK(config({{"cut", "rolling"}}).cut == core::cut_kind::rolling);
   CHECK(config().cut == core::cut_kind::random);
-  CHECK(testing::contains(refused({{"strategy", "fedavg"}, {"cut", "rolling"}}), "only IST cuts the model"));
+  CHECK(testing::contains(refused({{"strategy", "fedavg"}, {"cut", "rolling"}}), "only IST and SLT cut the model"));
   CHECK(testing::contains(refused({{"cut", "sideways"}}), "cut"));
 }
 

@@ -713,3 +713,33 @@ TEST_CASE("simulation: budgets_mib plans each device's subnet within its budget,
   CHECK(config_error({{"devices", 4}, {"budgets_mib", {1.0, 2.0}}}).find("'budgets_mib': 2 entries for 4 devices") != std::string::npos);
   CHECK(config_error({{"devices", 2}, {"budgets_mib", {1.0}}, {"capacities", {1.0, 0.5}}}).find("'budgets_mib'") != std::string::npos);
 }
+
+TEST_CASE("simulation: slt trains stage by stage within the budgets, and a stage a device cannot train is refused before round 1") {
+  auto train = prototypes(800, 1);
+  auto test = prototypes(300, 2);
+  const double mib = 1024.0 * 1024.0;
+  // groups 0: as few as cover the stage's layer within the budgets.
+  const nlohmann::json stages = {{"slt", {{"stage_rounds", {2, 2}}, {"head_fraction", 0.5}}}, {"rounds", 4}, {"groups", 0}};
+  // Budgets that hold every stage, and one too small for stage 2 (hidden layer 1 frozen whole beside it).
+  const core::mlp_arch whole = budgeted("slt", nlohmann::json::array(), stages).model.full_arch();
+  const auto stage_need = [&](std::size_t k, double share) {
+    const core::mlp_arch a = core::stage_arch(whole, {.stage = k, .head_fraction = 0.5}, share, 4);
+    return static_cast<double>(core::bytes_needed(a, 8, true, core::codec_kind::f32)) / mib;
+  };
+  auto run = run_all(budgeted("slt", {stage_need(1, 1.0)}, stages), train, &test);
+  REQUIRE_MESSAGE(run.ok(), (run.ok() ? std::string() : run.error().message));
+  REQUIRE(run.value().size() == 4);
+  // Stage 2 sends every device the model whole (hidden layer 2 fits it) and takes back layers 2 and 3 only.
+  const core::mlp_arch second = core::stage_arch(whole, {.stage = 1, .head_fraction = 0.5}, 1.0, 4);
+  CHECK(second.widths == whole.widths);
+  CHECK(run.value()[2].bytes_down == 4 * core::encoded_bytes(second, core::codec_kind::f32));
+  CHECK(run.value()[2].bytes_up == 4 * core::update_bytes(second, core::codec_kind::f32));
+  CHECK(core::update_bytes(second, core::codec_kind::f32) < core::encoded_bytes(second, core::codec_kind::f32));
+  CHECK(run.value().back().test_accuracy.value_or(0) > 0.6);  // three prototypes: it learns them
+  const double small = stage_need(1, 0.0) * 0.99;
+  REQUIRE(small > stage_need(0, 0.0));  // stage 1's narrowest subnet fits it, stage 2's does not
+  const auto refused = sim::simulation::create(budgeted("slt", {1.0, 1.0, small, 1.0}, stages), train, &test);
+  REQUIRE(!refused.ok());
+  CHECK(refused.error().message.find("device-2 cannot take part in every stage: stage 2 of 2 (successive layer training) needs") !=
+        std::string::npos);
+}

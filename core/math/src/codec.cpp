@@ -18,10 +18,13 @@ static_assert(std::endian::native == std::endian::little, "f32 blobs copy the ho
 
 constexpr float k_half_max = 65504.0f;
 
-// Calls f(first, count) for every q8 row of the layout: weight rows, then each vector as one row.
+// Calls f(first, count) for every q8 row of layers `from` and after: weight rows, then each vector as
+// one row.
 template <class F>
-void for_each_row(const mlp_arch& arch, F&& f) {
-  for (const layer_slots& s : param_slots(arch)) {
+void for_each_row(const mlp_arch& arch, std::size_t from, F&& f) {
+  const auto slots = param_slots(arch);
+  for (std::size_t l = from; l < slots.size(); ++l) {
+    const layer_slots& s = slots[l];
     const auto rows = static_cast<std::size_t>(s.rows);
     const auto cols = static_cast<std::size_t>(s.cols);
     for (std::size_t r = 0; r < rows; ++r) f(s.weight + r * cols, cols);
@@ -76,12 +79,22 @@ float half_to_float(std::uint16_t h) noexcept {
   return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
-result<void> encode(const mlp_arch& arch, codec_kind codec, std::span<const float> params, std::span<std::byte> out) {
-  TESSERA_ASSERT(params.size() == param_count(arch));
-  TESSERA_ASSERT(out.size() == encoded_bytes(arch, codec));
+namespace {
+
+// The first parameter of layer `from` (param_count for none).
+std::size_t layer_offset(const mlp_arch& arch, std::size_t from) {
+  const auto slots = param_slots(arch);
+  return from < slots.size() ? slots[from].weight : param_count(arch);
+}
+
+// encode and encode_update: the parameters of layers `from` and after, out of all the subnet's.
+result<void> encode_from(const mlp_arch& arch, std::size_t from, codec_kind codec, std::span<const float> all, std::span<std::byte> out) {
+  TESSERA_ASSERT(all.size() == param_count(arch));
+  const std::size_t offset = layer_offset(arch, from);
+  const std::span<const float> params = all.subspan(offset);
   for (std::size_t i = 0; i < params.size(); ++i) {
-    if (!std::isfinite(params[i])) return bad_value(i, params[i], "only finite values are sent");
-    if (codec == codec_kind::f16 && std::fabs(params[i]) > k_half_max) return bad_value(i, params[i], "beyond the range of f16");
+    if (!std::isfinite(params[i])) return bad_value(offset + i, params[i], "only finite values are sent");
+    if (codec == codec_kind::f16 && std::fabs(params[i]) > k_half_max) return bad_value(offset + i, params[i], "beyond the range of f16");
   }
   switch (codec) {
     case codec_kind::f32:
@@ -94,7 +107,8 @@ result<void> encode(const mlp_arch& arch, codec_kind codec, std::span<const floa
     }
     case codec_kind::q8: {
       le_writer w(out);
-      for_each_row(arch, [&](std::size_t first, std::size_t count) {
+      for_each_row(arch, from, [&](std::size_t first, std::size_t count) {
+        first -= offset;
         float max_abs = 0;
         for (std::size_t i = 0; i < count; ++i) max_abs = std::max(max_abs, std::fabs(params[first + i]));
         const float scale = max_abs / 127.0f;
@@ -116,9 +130,12 @@ result<void> encode(const mlp_arch& arch, codec_kind codec, std::span<const floa
   return {};
 }
 
-result<void> decode(const mlp_arch& arch, codec_kind codec, std::span<const std::byte> blob, std::span<float> params) {
-  TESSERA_ASSERT(params.size() == param_count(arch));
-  const std::size_t expected = encoded_bytes(arch, codec);
+// decode and decode_update: into the parameters of layers `from` and after, `expected` bytes.
+result<void> decode_from(const mlp_arch& arch, std::size_t from, codec_kind codec, std::span<const std::byte> blob, std::span<float> all,
+                         std::size_t expected) {
+  TESSERA_ASSERT(all.size() == param_count(arch));
+  const std::size_t offset = layer_offset(arch, from);
+  const std::span<float> params = all.subspan(offset);
   if (blob.size() != expected)
     return make_error(errc::bad_format, std::string(to_string(codec)) + " blob of " + std::to_string(blob.size()) +
                                             " bytes, the subnet needs exactly " + std::to_string(expected));
@@ -140,7 +157,8 @@ result<void> decode(const mlp_arch& arch, codec_kind codec, std::span<const std:
     case codec_kind::q8: {
       le_reader r(blob);
       std::optional<error> failed;
-      for_each_row(arch, [&](std::size_t first, std::size_t count) {
+      for_each_row(arch, from, [&](std::size_t first, std::size_t count) {
+        first -= offset;
         const std::size_t at = r.position();
         float scale = 0;
         bool read = r.f32(scale);
@@ -160,9 +178,29 @@ result<void> decode(const mlp_arch& arch, codec_kind codec, std::span<const std:
   }
   for (std::size_t i = 0; i < params.size(); ++i)
     if (!std::isfinite(params[i]))
-      return make_error(errc::not_finite, std::string(to_string(codec)) + " blob: parameter " + std::to_string(i) +
+      return make_error(errc::not_finite, std::string(to_string(codec)) + " blob: parameter " + std::to_string(offset + i) +
                                               " decodes to " + std::to_string(params[i]) + ", not a finite value");
   return {};
+}
+
+}  // namespace
+
+result<void> encode(const mlp_arch& arch, codec_kind codec, std::span<const float> params, std::span<std::byte> out) {
+  TESSERA_ASSERT(out.size() == encoded_bytes(arch, codec));
+  return encode_from(arch, 0, codec, params, out);
+}
+
+result<void> decode(const mlp_arch& arch, codec_kind codec, std::span<const std::byte> blob, std::span<float> params) {
+  return decode_from(arch, 0, codec, blob, params, encoded_bytes(arch, codec));
+}
+
+result<void> encode_update(const mlp_arch& arch, codec_kind codec, std::span<const float> params, std::span<std::byte> out) {
+  TESSERA_ASSERT(out.size() == update_bytes(arch, codec));
+  return encode_from(arch, static_cast<std::size_t>(arch.frozen), codec, params, out);
+}
+
+result<void> decode_update(const mlp_arch& arch, codec_kind codec, std::span<const std::byte> blob, std::span<float> params) {
+  return decode_from(arch, static_cast<std::size_t>(arch.frozen), codec, blob, params, update_bytes(arch, codec));
 }
 
 }  // namespace tessera::core

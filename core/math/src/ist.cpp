@@ -50,14 +50,15 @@ std::vector<std::int64_t> group_sizes(std::int64_t n, std::span<const double> ca
   return size;
 }
 
-// Calls f(sub_index, full_index) for every parameter the subnet holds.
+// Calls f(sub_index, full_index) for every parameter the subnet holds in layers `from` and after
+// (0: all of them; sub.arch.frozen: the trained ones).
 template <class F>
-void for_each_param(const mlp_arch& full, const subnet& sub, F&& f) {
+void for_each_param(const mlp_arch& full, const subnet& sub, F&& f, std::size_t from = 0) {
   const auto full_slots = param_slots(full);
   const auto sub_slots = param_slots(sub.arch);
   const std::size_t layers = full_slots.size();
   const std::size_t hidden = layers - 1;
-  for (std::size_t i = 0; i < layers; ++i) {
+  for (std::size_t i = from; i < layers; ++i) {
     const layer_slots& fs = full_slots[i];
     const layer_slots& ss = sub_slots[i];
     const std::vector<std::int32_t>* rows = i < hidden ? &sub.neurons[i] : nullptr;  // null: every row
@@ -83,10 +84,11 @@ void for_each_param(const mlp_arch& full, const subnet& sub, F&& f) {
   }
 }
 
-}  // namespace
+std::size_t trained_from(const subnet& sub) noexcept { return static_cast<std::size_t>(sub.arch.frozen); }
 
-result<round_plan> make_plan(const mlp_arch& full, std::span<const double> capacities, std::size_t groups,
-                             const plan_options& options, std::uint64_t seed) {
+// Device d joins group d mod S; a group's capacity is the smallest of its devices'. Errors name the
+// capacity or the group count that cannot be planned.
+result<std::vector<double>> group_capacities(std::span<const double> capacities, std::size_t groups, round_plan& plan) {
   const std::size_t devices = capacities.size();
   if (devices == 0) return make_error(errc::invalid_argument, "plan: no devices");
   if (groups < 1 || groups > devices)
@@ -97,8 +99,6 @@ result<round_plan> make_plan(const mlp_arch& full, std::span<const double> capac
       return make_error(errc::invalid_argument, "plan: capacity of device " + std::to_string(d) + " is " +
                                                     std::to_string(capacities[d]) + ", must be in (0, 1]");
   }
-  round_plan plan;
-  plan.seed = seed;
   plan.groups = groups;
   plan.device_group.resize(devices);
   std::vector<double> group_cap(groups, 1.0);
@@ -106,38 +106,103 @@ result<round_plan> make_plan(const mlp_arch& full, std::span<const double> capac
     plan.device_group[d] = d % groups;
     group_cap[d % groups] = std::min(group_cap[d % groups], capacities[d]);
   }
+  return group_cap;
+}
+
+// Cuts hidden layer h into the plan's groups, sized by their capacities (group_sizes).
+result<void> cut_layer(const mlp_arch& full, std::size_t h, std::span<const double> group_cap, const plan_options& options,
+                       std::uint64_t seed, round_plan& plan) {
+  const std::size_t groups = group_cap.size();
+  const std::int64_t n = full.widths[h + 1];
+  const std::int64_t min_width = std::clamp<std::int64_t>(options.min_width, 1, n);
+  const auto sizes = group_sizes(n, group_cap);
+  for (std::size_t s = 0; s < groups; ++s) {
+    if (sizes[s] < min_width)
+      return make_error(errc::invalid_argument,
+                        "plan: hidden layer " + std::to_string(h + 1) + " (" + std::to_string(n) + " " + unit_word(full, h) +
+                            ") would give group " + std::to_string(s) + " only " + std::to_string(sizes[s]) + " " + unit_word(full, h) +
+                            ", fewer than min_width " + std::to_string(min_width) + "; use fewer groups or devices with more memory");
+  }
+  std::vector<std::int32_t> perm(sz(n));
+  std::iota(perm.begin(), perm.end(), 0);
+  if (options.cut == cut_kind::rolling) {
+    std::rotate(perm.begin(), perm.begin() + static_cast<std::ptrdiff_t>(options.roll % static_cast<std::uint64_t>(n)), perm.end());
+  } else {
+    rng r(mix_seed(seed, h));
+    shuffle(perm.begin(), perm.end(), r);
+  }
+  plan.members[h].resize(groups);
+  std::size_t at = 0;
+  for (std::size_t s = 0; s < groups; ++s) {
+    auto& g = plan.members[h][s];
+    g.assign(perm.begin() + static_cast<std::ptrdiff_t>(at), perm.begin() + static_cast<std::ptrdiff_t>(at + sz(sizes[s])));
+    std::sort(g.begin(), g.end());
+    at += sz(sizes[s]);
+  }
+  return {};
+}
+
+}  // namespace
+
+result<round_plan> make_plan(const mlp_arch& full, std::span<const double> capacities, std::size_t groups,
+                             const plan_options& options, std::uint64_t seed) {
+  round_plan plan;
+  plan.seed = seed;
+  TESSERA_ASSIGN_OR_RETURN(const std::vector<double> group_cap, group_capacities(capacities, groups, plan));
+  plan.members.resize(full.hidden_layers());
+  for (std::size_t h = 0; h < full.hidden_layers(); ++h) TESSERA_TRY(cut_layer(full, h, group_cap, options, seed, plan));
+  return plan;
+}
+
+std::int64_t head_units(const mlp_arch& full, std::size_t h, double head_fraction, std::int64_t min_width) noexcept {
+  const std::int64_t n = full.widths[h + 1];
+  return std::clamp(neurons_for(head_fraction, n), std::min(std::max<std::int64_t>(min_width, 1), n), n);
+}
+
+result<round_plan> make_stage_plan(const mlp_arch& full, std::span<const double> capacities, std::size_t groups,
+                                   const stage_shape& shape, const plan_options& options, std::uint64_t seed) {
   const std::size_t hidden = full.hidden_layers();
+  if (shape.stage >= hidden)
+    return make_error(errc::invalid_argument, "plan: stage " + std::to_string(shape.stage + 1) + " of a model with " +
+                                                  std::to_string(hidden) + " hidden layers");
+  if (!(shape.head_fraction > 0.0 && shape.head_fraction <= 1.0))
+    return make_error(errc::invalid_argument, "plan: head_fraction " + std::to_string(shape.head_fraction) + ", must be in (0, 1]");
+  round_plan plan;
+  plan.seed = seed;
+  plan.frozen = shape.stage;
+  TESSERA_ASSIGN_OR_RETURN(const std::vector<double> group_cap, group_capacities(capacities, groups, plan));
   plan.members.resize(hidden);
   for (std::size_t h = 0; h < hidden; ++h) {
-    const std::int64_t n = full.widths[h + 1];
-    const std::int64_t min_width = std::clamp<std::int64_t>(options.min_width, 1, n);
-    const auto sizes = group_sizes(n, group_cap);
-    for (std::size_t s = 0; s < groups; ++s) {
-      if (sizes[s] < min_width)
-        return make_error(errc::invalid_argument,
-                          "plan: hidden layer " + std::to_string(h + 1) + " (" + std::to_string(n) + " " + unit_word(full, h) +
-                              ") would give group " + std::to_string(s) + " only " + std::to_string(sizes[s]) + " " + unit_word(full, h) +
-                              ", fewer than min_width " +
-                              std::to_string(min_width) + "; use fewer groups or devices with more memory");
+    if (h == shape.stage) {
+      TESSERA_TRY(cut_layer(full, h, group_cap, options, seed, plan));
+      continue;
     }
-    std::vector<std::int32_t> perm(sz(n));
-    std::iota(perm.begin(), perm.end(), 0);
-    if (options.cut == cut_kind::rolling) {
-      std::rotate(perm.begin(), perm.begin() + static_cast<std::ptrdiff_t>(options.roll % static_cast<std::uint64_t>(n)), perm.end());
-    } else {
-      rng r(mix_seed(seed, h));
-      shuffle(perm.begin(), perm.end(), r);
-    }
-    plan.members[h].resize(groups);
-    std::size_t at = 0;
-    for (std::size_t s = 0; s < groups; ++s) {
-      auto& g = plan.members[h][s];
-      g.assign(perm.begin() + static_cast<std::ptrdiff_t>(at), perm.begin() + static_cast<std::ptrdiff_t>(at + sz(sizes[s])));
-      std::sort(g.begin(), g.end());
-      at += sz(sizes[s]);
-    }
+    std::vector<std::int32_t> units(sz(h < shape.stage ? full.widths[h + 1] : head_units(full, h, shape.head_fraction, options.min_width)));
+    std::iota(units.begin(), units.end(), 0);
+    plan.members[h].assign(groups, units);
   }
   return plan;
+}
+
+mlp_arch stage_arch(const mlp_arch& full, const stage_shape& shape, double share, std::int64_t min_width) {
+  mlp_arch a = full;
+  for (std::size_t h = shape.stage; h < full.hidden_layers(); ++h) {
+    const std::int64_t n = full.widths[h + 1];
+    a.widths[h + 1] = h == shape.stage ? std::max<std::int64_t>(std::min(min_width, n), neurons_for(share, n))
+                                       : head_units(full, h, shape.head_fraction, min_width);
+  }
+  a.frozen = static_cast<std::int64_t>(shape.stage);
+  return a;
+}
+
+double capacity_for_stage(const mlp_arch& full, const stage_shape& shape, std::int64_t batch, bool momentum, codec_kind codec,
+                          std::size_t budget_bytes, std::int64_t min_width, bool clip) {
+  return largest_fitting(
+      [&](double f) {
+        const mlp_arch a = stage_arch(full, shape, f, min_width);
+        return bytes_needed(a, batch, momentum, codec) + beside_arena(a, 0, clip);
+      },
+      budget_bytes);
 }
 
 round_plan make_full_plan(const mlp_arch& full, std::size_t devices) {
@@ -175,6 +240,7 @@ subnet make_subnet(const mlp_arch& full, compensation_kind compensation, const r
     sub.arch.widths.push_back(static_cast<std::int64_t>(sub.neurons.back().size()));
   }
   sub.arch.widths.push_back(full.outputs());
+  sub.arch.frozen = static_cast<std::int64_t>(plan.frozen);
   const bool scaled = compensation == compensation_kind::scale || compensation == compensation_kind::layer_norm_scale;
   sub.arch.input_scale.resize(full.layer_count());
   for (std::size_t i = 0; i < full.layer_count(); ++i) {
@@ -194,13 +260,13 @@ void gather(const mlp_arch& full, const subnet& sub, std::span<const float> full
 void scatter(const mlp_arch& full, const subnet& sub, std::span<const float> sub_params, std::span<float> full_params) {
   TESSERA_ASSERT(full_params.size() == param_count(full));
   TESSERA_ASSERT(sub_params.size() == param_count(sub.arch));
-  for_each_param(full, sub, [&](std::size_t s, std::size_t f) { full_params[f] = sub_params[s]; });
+  for_each_param(full, sub, [&](std::size_t s, std::size_t f) { full_params[f] = sub_params[s];  }, trained_from(sub));
 }
 
 void scatter_add(const mlp_arch& full, const subnet& sub, std::span<const std::int64_t> sub_values, std::span<std::int64_t> full_values) {
   TESSERA_ASSERT(full_values.size() == param_count(full));
   TESSERA_ASSERT(sub_values.size() == param_count(sub.arch));
-  for_each_param(full, sub, [&](std::size_t s, std::size_t f) { full_values[f] += sub_values[s]; });
+  for_each_param(full, sub, [&](std::size_t s, std::size_t f) { full_values[f] += sub_values[s];  }, trained_from(sub));
 }
 
 aggregator::aggregator(const mlp_arch& full, aggregate_kind kind, double trim)
@@ -217,10 +283,13 @@ void aggregator::reset() {
 void aggregator::add(const subnet& sub, std::span<const float> sub_params, double examples) {
   TESSERA_ASSERT(examples > 0);
   TESSERA_ASSERT(sub_params.size() == param_count(sub.arch));
-  for_each_param(full_, sub, [&](std::size_t s, std::size_t f) {
-    sum_[f] += examples * static_cast<double>(sub_params[s]);
-    weight_[f] += examples;
-  });
+  for_each_param(
+      full_, sub,
+      [&](std::size_t s, std::size_t f) {
+        sum_[f] += examples * static_cast<double>(sub_params[s]);
+        weight_[f] += examples;
+      },
+      trained_from(sub));
   if (kind_ != aggregate_kind::mean) reports_.push_back({sub, std::vector<float>(sub_params.begin(), sub_params.end())});
 }
 
@@ -242,13 +311,14 @@ void aggregator::finish_robust(std::span<float> full_params) const {
   // Each parameter's reports side by side (counts, then offsets, then the values), in report order.
   const std::size_t n = sum_.size();
   std::vector<std::uint32_t> count(n, 0);
-  for (const auto& r : reports_) for_each_param(full_, r.sub, [&](std::size_t, std::size_t f) { ++count[f]; });
+  for (const auto& r : reports_) for_each_param(full_, r.sub, [&](std::size_t, std::size_t f) { ++count[f]; }, trained_from(r.sub));
   std::vector<std::uint64_t> start(n + 1, 0);
   for (std::size_t i = 0; i < n; ++i) start[i + 1] = start[i] + count[i];
   std::vector<float> values(static_cast<std::size_t>(start[n]));
   std::vector<std::uint64_t> next(start.begin(), start.end() - 1);
   for (const auto& r : reports_)
-    for_each_param(full_, r.sub, [&](std::size_t s, std::size_t f) { values[static_cast<std::size_t>(next[f]++)] = r.params[s]; });
+    for_each_param(full_, r.sub, [&](std::size_t s, std::size_t f) { values[static_cast<std::size_t>(next[f]++)] = r.params[s]; },
+                   trained_from(r.sub));
   for (std::size_t i = 0; i < n; ++i) {
     if (count[i] < k_robust_min_reports) continue;  // the weighted mean finish() wrote stands
     const std::span<float> mine(values.data() + start[i], count[i]);

@@ -30,19 +30,31 @@ std::string mib_text(std::uint64_t bytes) {
   return buf;
 }
 
-std::size_t encoded_bytes(const mlp_arch& arch, codec_kind codec) noexcept {
-  const std::size_t n = param_count(arch);
+namespace {
+
+// Bytes of the parameters of layers `from` and after, encoded.
+std::size_t layers_bytes(const mlp_arch& arch, std::size_t from, codec_kind codec) noexcept {
+  const auto slots = param_slots(arch);
+  const std::size_t n = param_count(arch) - (from < slots.size() ? slots[from].weight : param_count(arch));
   switch (codec) {
     case codec_kind::f32: return 4 * n;
     case codec_kind::f16: return 2 * n;
     case codec_kind::q8: {
       // One byte per value plus one fp32 scale per row of every tensor (a vector is one row).
       std::size_t rows = 0;
-      for (const auto& s : param_slots(arch)) rows += static_cast<std::size_t>(s.rows) + 1 + (s.has_norm ? 2 : 0);
+      for (std::size_t l = from; l < slots.size(); ++l) rows += static_cast<std::size_t>(slots[l].rows) + 1 + (slots[l].has_norm ? 2 : 0);
       return n + 4 * rows;
     }
   }
   return 4 * n;
+}
+
+}  // namespace
+
+std::size_t encoded_bytes(const mlp_arch& arch, codec_kind codec) noexcept { return layers_bytes(arch, 0, codec); }
+
+std::size_t update_bytes(const mlp_arch& arch, codec_kind codec) noexcept {
+  return layers_bytes(arch, static_cast<std::size_t>(arch.frozen), codec);
 }
 
 namespace {
@@ -156,7 +168,7 @@ std::int64_t neurons_for(double fraction, std::int64_t n) noexcept {
 }
 
 double capacity_for_budget(const mlp_arch& full, std::int64_t batch, bool momentum, codec_kind codec,
-                           std::size_t budget_bytes, std::int64_t min_width, std::size_t secure_segments, bool clip) noexcept {
+                           std::size_t budget_bytes, std::int64_t min_width, std::size_t secure_segments, bool clip) {
   const auto bytes_needed = [&](const mlp_arch& a, std::int64_t b, bool m, codec_kind c) {
     return core::bytes_needed(a, b, m, c) + beside_arena(a, secure_segments, clip);
   };
@@ -166,13 +178,17 @@ double capacity_for_budget(const mlp_arch& full, std::int64_t batch, bool moment
       a.widths[h] = std::max<std::int64_t>(std::min(min_width, full.widths[h]), neurons_for(f, full.widths[h]));
     return a;
   };
-  if (bytes_needed(arch_at(1.0), batch, momentum, codec) <= budget_bytes) return 1.0;
-  if (bytes_needed(arch_at(0.0), batch, momentum, codec) > budget_bytes) return 0.0;
+  return largest_fitting([&](double f) { return bytes_needed(arch_at(f), batch, momentum, codec); }, budget_bytes);
+}
+
+double largest_fitting(const std::function<std::size_t(double)>& bytes, std::size_t budget_bytes) {
+  if (bytes(1.0) <= budget_bytes) return 1.0;
+  if (bytes(0.0) > budget_bytes) return 0.0;
   // Memory grows monotonically with f: bisect to a resolution finer than one neuron of the widest layer.
   double lo = 0.0, hi = 1.0;
   for (int i = 0; i < 40; ++i) {
     const double mid = 0.5 * (lo + hi);
-    (bytes_needed(arch_at(mid), batch, momentum, codec) <= budget_bytes ? lo : hi) = mid;
+    (bytes(mid) <= budget_bytes ? lo : hi) = mid;
   }
   return lo;
 }

@@ -15,6 +15,14 @@ std::span<std::byte> blob_region(training_block& block, codec_kind codec, std::s
   return region.first(bytes);
 }
 
+std::span<std::byte> update_region(training_block& block, const mlp_arch& arch, codec_kind codec) noexcept {
+  const std::size_t bytes = update_bytes(arch, codec);
+  if (codec != codec_kind::f32) return blob_region(block, codec, bytes);
+  const std::span<std::byte> params = std::as_writable_bytes(block.params());
+  TESSERA_ASSERT(bytes <= params.size());
+  return params.last(bytes);  // the trained layers are the layout's last parameters
+}
+
 result<void> take_download(training_block& block, const mlp_arch& arch, codec_kind codec, std::span<const std::byte> blob) {
   const std::span<float> params = block.params();
   if (codec != codec_kind::f32) return decode(arch, codec, blob, params);
@@ -44,7 +52,7 @@ double clip_change(std::span<const float> received, std::span<float> params, dou
 }
 
 result<local_training_report> train_for_upload(training_block& block, const training_task& task, codec_kind codec,
-                                               std::span<std::byte> blob, batch_source& data,
+                                               std::span<std::byte> upload, batch_source& data,
                                                const std::atomic<bool>* cancel, std::span<const float> received) {
   local_trainer trainer(task.arch, memory_rows(task), block.buffers());
   std::optional<normalized_batches> normalized;
@@ -61,7 +69,7 @@ result<local_training_report> train_for_upload(training_block& block, const trai
       return make_error(errc::invalid_argument, "clipping the change needs the received parameters");
     report.clipped = clip_change(received, block.params(), task.clip_norm) > task.clip_norm;
   }
-  if (codec != codec_kind::f32) TESSERA_TRY(encode(task.arch, codec, block.params(), blob));
+  if (codec != codec_kind::f32) TESSERA_TRY(encode_update(task.arch, codec, block.params(), upload));
   return report;
 }
 

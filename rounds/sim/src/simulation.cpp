@@ -91,8 +91,9 @@ core::result<std::unique_ptr<simulation>> simulation::create(const sim_config& c
 
 // IST's last rounds train the whole model on the devices that hold it (whole_model_rounds); in a
 // simulated fleet every device takes every round, so each must hold it, said before round 1 rather
-// than when the first such round comes.
+// than when the first such round comes. Likewise an SLT stage that no device can train.
 core::result<void> simulation::check_whole_model_rounds() const {
+  if (auto held = engine_.check_stages(offers()); !held) return make_error(errc::invalid_spec, held.error().message);  // SLT's, likewise
   if (config_.strategy != rounds::strategy_kind::ist || config_.whole_model_rounds == 0) return {};
   const std::size_t need = engine_.whole_model_bytes();
   const std::string rounds = "whole_model_rounds " + std::to_string(config_.whole_model_rounds) + " trains the whole model";
@@ -365,7 +366,8 @@ core::result<void> simulation::run_device(rounds::assignment& a, device& d) {
   std::vector<float> received;
   if (engine_.secure() || a.task.clip_norm > 0) received.assign(block.params().begin(), block.params().end());
 
-  auto report = core::train_for_upload(block, a.task, a.codec, blob, *d.batches, nullptr, received);
+  const std::span<std::byte> upload = core::update_region(block, a.sub.arch, a.codec);  // the blob, less any frozen layers
+  auto report = core::train_for_upload(block, a.task, a.codec, upload, *d.batches, nullptr, received);
   if (report && engine_.secure()) return secure_upload(a, received, block.params(), report.value());
   if (!report) {
     // Parameters that diverged cannot be encoded: the device's update is rejected, as the hub would.
@@ -376,10 +378,10 @@ core::result<void> simulation::run_device(rounds::assignment& a, device& d) {
                                             .examples = static_cast<std::uint64_t>(report.value().examples),
                                             .steps = static_cast<std::uint64_t>(report.value().steps),
                                             .loss = report.value().mean_loss,
-                                            .size = blob.size(),
+                                            .size = upload.size(),
                                             .codec = a.codec});
              ok) {
-    (void)engine_.receive(a, blob);
+    (void)engine_.receive(a, upload);
   }
   if (a.state == rounds::assignment_state::rejected && log_)
     log_(core::log_level::warning, a.device + ": update rejected in round " + std::to_string(engine_.current_round()) + ": " +

@@ -87,6 +87,9 @@ class job : public std::enable_shared_from_this<job> {
   [[nodiscard]] core::codec_kind codec() const noexcept { return codec_; }
   [[nodiscard]] const training_arena& arena() const noexcept { return *arena_; }
   [[nodiscard]] std::span<const std::byte> blob() const noexcept { return blob_; }
+  // The update once trained: the trained layers' part of the arena (core::update_region), which is the
+  // whole blob unless the task froze layers.
+  [[nodiscard]] std::span<const std::byte> update_blob() const noexcept { return upload_; }
   [[nodiscard]] const net::msg::update& update() const noexcept { return update_; }
   // An evaluating ASSIGN: the download is the whole model, scored instead of trained (in an arena of
   // core::plan_inference_memory), and answered with EVALUATION.
@@ -137,7 +140,8 @@ class job : public std::enable_shared_from_this<job> {
   std::vector<float> received_;  // task_.clip_norm > 0: the parameters as downloaded (core::clip_bytes)
   core::codec_kind codec_ = core::codec_kind::f32;
   std::unique_ptr<training_arena> arena_;
-  std::span<std::byte> blob_;  // where the blob lives in the arena: params (f32) or staging
+  std::span<std::byte> blob_;    // where the blob lives in the arena: params (f32) or staging
+  std::span<std::byte> upload_;  // where the update is written: blob_, less any frozen layers
   std::optional<net::incoming_transfer> download_state_;
   std::optional<net::outgoing_transfer> upload_state_;
   net::msg::update update_{};

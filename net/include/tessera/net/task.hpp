@@ -8,6 +8,10 @@
 //    "input_mean": "<base64 f32 × inputs>", "input_std": "<base64 f32 × inputs>"}   // when the model
 //                                                       // standardizes its inputs (core/data/fed_stats.hpp)
 //
+// "frozen": k (successive layer training) holds the first k layers for the forward pass: the device
+// trains the others and sends back only theirs (core::update_bytes). An agent that does not know the
+// field would train and send every layer, which the hub rejects by its size.
+//
 // The agent builds the subnet's architecture from these alone (it never sees the full model), checks
 // it against its data and its memory budget, and trains. Parsing bounds every number before anything
 // is sized from it (a hostile hub cannot make the agent allocate) and names the field that is wrong;

@@ -173,7 +173,7 @@ class engine {
   [[nodiscard]] const round_faults& last_faults() const noexcept { return faults_; }
   // What begin_round decided that an operator would not expect, for the driver to log (each said once
   // a run): one of the last whole_model_rounds rounds in which no device of the round holds the whole
-  // model, which therefore trains subnets. Taking them empties the list.
+  // model, which therefore trains subnets; SLT's stage as it begins. Taking them empties the list.
   [[nodiscard]] std::vector<std::string> take_notes() { return std::exchange(notes_.pending, {}); }
 
   // The model's input normalization (model.input_normalization: standardize): empty until the fleet's
@@ -195,8 +195,12 @@ class engine {
   // and returns true.
   [[nodiscard]] bool whole_model_round(std::vector<device_offer>& taking, std::span<const double> capacities,
                                        std::vector<excluded_device>& excluded) const;
-  // The share of every hidden layer a device can train, in (0, 1], or why it cannot take part.
+  // The share of every hidden layer a device can train, in (0, 1], or why it cannot take part. SLT:
+  // the share of the round's stage's layer.
   [[nodiscard]] core::result<double> capacity(const device_offer& offer) const;
+  // SLT: fails (errc::no_devices) naming the first of `offers` that cannot train a stage from the next
+  // round on, and why (the simulator, whose devices take every round, asks before round 1).
+  [[nodiscard]] core::result<void> check_stages(std::span<const device_offer> offers) const;
 
   // Plans the next round for `offers` (any order) and prepares every assignment. Returns the devices
   // left out, with reasons; fails (errc::no_devices) if nobody can take part.
@@ -313,6 +317,11 @@ class engine {
   [[nodiscard]] std::size_t beside_arena(const core::mlp_arch& arch) const noexcept;
   [[nodiscard]] core::result<core::round_plan> plan(std::vector<device_offer>& taking, std::span<const double> capacities,
                                                     std::size_t group_devices, std::vector<excluded_device>& excluded);
+  // Successive layer training (engine_stages.cpp): the open round's stage, a device's share of its
+  // layer, and the stage's plan (groups enough to cover the layer, unless config.groups says).
+  [[nodiscard]] core::stage_shape stage() const noexcept;
+  [[nodiscard]] core::result<double> stage_capacity(const device_offer& offer, const core::stage_shape& shape) const;
+  [[nodiscard]] core::result<core::round_plan> stage_plan(std::span<const double> capacities, std::size_t group_devices);
   void fold_ready();
   core::result<void> note_untrained();
   void note_score(double score);
@@ -345,6 +354,7 @@ class engine {
   struct {
     std::vector<std::string> pending;  // take_notes()
     bool whole_model_unheld = false;   // said already
+    std::size_t stage_said = 0;        // SLT: stages announced so far (stage k announced once, as it begins)
   } notes_;
   // Toward errc::nobody_trains: untrained rounds in a row in which every registered device (or, before
   // set_population, every device offered) was asked and refused or had its update rejected.

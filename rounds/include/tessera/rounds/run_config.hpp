@@ -27,10 +27,14 @@
 
 namespace tessera::rounds {
 
-enum class strategy_kind { ist, fedavg, central };
-inline constexpr auto k_strategy_names = core::names_in_order<strategy_kind>({"ist", "fedavg", "central"});
+// ist: subnets of every hidden layer (DESIGN §2); fedavg: the whole model everywhere; slt: successive
+// layer training (Pfeiffer, Khalili, Henkel, NeurIPS 2023), one hidden layer a stage, the layers below
+// it frozen, the ones above it a narrower head (core::make_stage_plan); central: the simulator's
+// reference, one device with all the data.
+enum class strategy_kind { ist, fedavg, slt, central };
+inline constexpr auto k_strategy_names = core::names_in_order<strategy_kind>({"ist", "fedavg", "slt", "central"});
 // The strategies a real fleet runs (central is the simulator's reference).
-inline constexpr auto k_fleet_strategy_names = core::names_in_order<strategy_kind>({"ist", "fedavg"});
+inline constexpr auto k_fleet_strategy_names = core::names_in_order<strategy_kind>({"ist", "fedavg", "slt"});
 [[nodiscard]] inline std::string_view to_string(strategy_kind s) noexcept { return k_strategy_names.name(s); }
 
 // Which figure early stopping watches: the hub's validation set, the devices' (federated) evaluation, or
@@ -140,6 +144,16 @@ struct run_config {
   // IST: the last this-many rounds train the whole model (a FedAvg round) on the devices whose budget
   // holds it; the others sit those rounds out. A round where no device holds it stays an IST round.
   std::int64_t whole_model_rounds = 0;
+  // SLT: the head's share of each hidden layer above the stage (its first units), and the rounds of each
+  // stage, one entry per hidden layer adding up to `rounds` (empty: rounds split evenly, the remainder
+  // going to the first stages). The stage's layer is cut into groups as IST cuts (groups, cut,
+  // repartition_every) when the devices' budgets cannot hold it whole.
+  struct slt_settings {
+    double head_fraction = 0.25;
+    std::vector<std::int64_t> stage_rounds{};
+  } slt;
+  // SLT: the stage (a hidden layer, 0-based) of the round after `completed` rounds.
+  [[nodiscard]] std::size_t slt_stage(std::int64_t completed) const noexcept;
   std::int64_t rounds = 50;
   std::int64_t local_steps = 50;
   std::int64_t batch = 32;

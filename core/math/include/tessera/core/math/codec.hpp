@@ -31,6 +31,14 @@ namespace tessera::core {
 [[nodiscard]] result<void> decode(const mlp_arch& arch, codec_kind codec, std::span<const std::byte> blob,
                                   std::span<float> params);
 
+// What a device sends back: the parameters of its trained layers (every layer after arch.frozen, all
+// of them when none is frozen), encoded alike (update_bytes(arch, codec) bytes); decode_update
+// writes them into the subnet's parameters and leaves the frozen ones as they are.
+[[nodiscard]] result<void> encode_update(const mlp_arch& arch, codec_kind codec, std::span<const float> params,
+                                         std::span<std::byte> out);
+[[nodiscard]] result<void> decode_update(const mlp_arch& arch, codec_kind codec, std::span<const std::byte> blob,
+                                         std::span<float> params);
+
 // IEEE binary16 conversions (round to nearest even), exposed for tests.
 [[nodiscard]] std::uint16_t float_to_half(float x) noexcept;
 [[nodiscard]] float half_to_float(std::uint16_t h) noexcept;

@@ -27,6 +27,7 @@
 
 #include "tessera/core/base/error.hpp"
 #include "tessera/core/base/names.hpp"
+#include "tessera/core/math/memory.hpp"
 #include "tessera/core/math/model_spec.hpp"
 
 namespace tessera::core {
@@ -49,11 +50,14 @@ struct plan_options {
 
 // The partition of one round. members[h][s] lists, sorted, the neurons of hidden layer h (0-based)
 // that group s holds; device d trains group device_group[d].
+// `frozen` leading layers are sent whole and trained by nobody (successive layer training: every
+// subnet's mlp_arch::frozen); scatter and the aggregator leave them as they are.
 struct round_plan {
   std::uint64_t seed = 0;
   std::size_t groups = 0;
   std::vector<std::vector<std::vector<std::int32_t>>> members;
   std::vector<std::size_t> device_group;
+  std::size_t frozen = 0;
 };
 
 // Plans a round. capacities[d] in (0, 1] is the largest fraction of every hidden layer that device d
@@ -68,6 +72,29 @@ struct round_plan {
 // The largest S ≤ devices such that every hidden layer can give each group min_width neurons.
 [[nodiscard]] std::size_t default_group_count(const mlp_arch& full, std::size_t devices, std::int64_t min_width) noexcept;
 
+// Successive layer training (Pfeiffer, Khalili, Henkel, NeurIPS 2023), one stage: hidden layer
+// `stage` (0-based) is cut into groups as make_plan cuts every layer (capacities are shares of it);
+// the layers before it go whole to every group and are frozen (plan.frozen = stage); every later hidden
+// layer goes to every group as its first head_fraction of units (at least min_width), the scaled-down
+// head of the paper, trained by all and averaged. Errors as make_plan's, naming the stage's layer.
+struct stage_shape {
+  std::size_t stage = 0;
+  double head_fraction = 1.0;
+};
+[[nodiscard]] result<round_plan> make_stage_plan(const mlp_arch& full, std::span<const double> capacities, std::size_t groups,
+                                                 const stage_shape& shape, const plan_options& options, std::uint64_t seed);
+// The units of hidden layer h (0-based) a stage's head keeps: its first ⌊head_fraction·n⌋, at least
+// min_width (and at most n).
+[[nodiscard]] std::int64_t head_units(const mlp_arch& full, std::size_t h, double head_fraction, std::int64_t min_width) noexcept;
+
+// A stage's subnet with `share` of the stage's layer (at least min_width units): the layers before it
+// whole and frozen, the later hidden layers at head_units. What capacity_for_stage sizes.
+[[nodiscard]] mlp_arch stage_arch(const mlp_arch& full, const stage_shape& shape, double share, std::int64_t min_width);
+// The largest share in (0, 1] of the stage's layer whose stage_arch fits budget_bytes (with the
+// clipping buffers of clip_bytes when `clip`); 0 if not even min_width units fit.
+[[nodiscard]] double capacity_for_stage(const mlp_arch& full, const stage_shape& shape, std::int64_t batch, bool momentum,
+                                        codec_kind codec, std::size_t budget_bytes, std::int64_t min_width, bool clip = false);
+
 // One group's subnet: its architecture and the full-model neurons of each hidden layer it holds.
 struct subnet {
   mlp_arch arch;
@@ -80,9 +107,9 @@ struct subnet {
 
 // Copies the subnet's parameters out of the full model (sub_params: param_count(sub.arch) floats).
 void gather(const mlp_arch& full, const subnet& sub, std::span<const float> full_params, std::span<float> sub_params);
-// Writes the subnet's parameters back to where they came from.
+// Writes the subnet's trained parameters (every layer after sub.arch.frozen) back to where they came from.
 void scatter(const mlp_arch& full, const subnet& sub, std::span<const float> sub_params, std::span<float> full_params);
-// Adds integer values of the subnet's parameters to where they came from (exact sums of quantized
+// Adds integer values of the subnet's trained parameters to where they came from (exact sums of quantized
 // changes: the hub's DP release).
 void scatter_add(const mlp_arch& full, const subnet& sub, std::span<const std::int64_t> sub_values,
                  std::span<std::int64_t> full_values);
@@ -103,7 +130,7 @@ class aggregator {
  public:
   explicit aggregator(const mlp_arch& full, aggregate_kind kind = aggregate_kind::mean, double trim = 0.2);
   void reset();
-  // Adds one device's trained subnet with weight `examples` (> 0).
+  // Adds one device's trained subnet with weight `examples` (> 0); its frozen layers are not a report.
   void add(const subnet& sub, std::span<const float> sub_params, double examples);
   // Writes the means into full_params; returns how many parameters received at least one value.
   std::size_t finish(std::span<float> full_params) const;

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -32,6 +33,8 @@ inline constexpr auto k_codec_names = names_in_order<codec_kind>({"f32", "f16", 
 [[nodiscard]] inline std::string_view to_string(codec_kind c) noexcept { return k_codec_names.name(c); }
 // Bytes of a subnet's parameters encoded with `codec`.
 [[nodiscard]] std::size_t encoded_bytes(const mlp_arch& arch, codec_kind codec) noexcept;
+// Bytes of the update a device sends: its trained layers' parameters (after arch.frozen) encoded.
+[[nodiscard]] std::size_t update_bytes(const mlp_arch& arch, codec_kind codec) noexcept;
 
 inline constexpr std::size_t k_arena_alignment = 64;
 
@@ -90,7 +93,7 @@ struct training_memory {
 [[nodiscard]] std::size_t clip_bytes(const mlp_arch& arch) noexcept;
 // Everything a device holds besides its arena for a subnet: secure aggregation's buffers when
 // `secure_segments` > 0, the received parameters when `clip`.
-[[nodiscard]] inline std::size_t beside_arena(const mlp_arch& arch, std::size_t secure_segments, bool clip) noexcept {
+[[nodiscard]] inline std::size_t beside_arena(const mlp_arch& arch, std::size_t secure_segments, bool clip) {
   return (secure_segments > 0 ? secure_bytes(arch, secure_segments) : 0) + (clip ? clip_bytes(arch) : 0);
 }
 
@@ -106,6 +109,10 @@ struct training_memory {
 // What beside_arena(subnet, secure_segments, clip) gives counts too.
 [[nodiscard]] double capacity_for_budget(const mlp_arch& full, std::int64_t batch, bool momentum, codec_kind codec,
                                          std::size_t budget_bytes, std::int64_t min_width, std::size_t secure_segments = 0,
-                                         bool clip = false) noexcept;
+                                         bool clip = false);
+
+// The largest f in (0, 1] with bytes(f) ≤ budget_bytes, bytes growing with f (to 2⁻⁴⁰); 0 if not
+// even bytes(0) fits. The bisection behind capacity_for_budget and ist.hpp's capacity_for_stage.
+[[nodiscard]] double largest_fitting(const std::function<std::size_t(double)>& bytes, std::size_t budget_bytes);
 
 }  // namespace tessera::core

@@ -4,14 +4,16 @@
 // same memory layout (training_block), which is what lets a simulated federation reproduce a real one
 // bit for bit. The blob travels through the block: a download is written into blob_region() (the
 // parameters themselves for f32, the codec's staging region otherwise), take_download() turns it into
-// parameters, and train_for_upload() trains and writes the upload back into the same region.
+// parameters, and train_for_upload() trains and writes the upload (its trained layers: update_region)
+// back into the same memory.
 //
 //   auto block = core::training_block::allocate(core::plan_training_memory(task.arch, core::memory_rows(task), true, codec));
 //   auto blob = core::blob_region(block.value(), codec, core::encoded_bytes(task.arch, codec));
 //   receive_into(blob);                                        // the network, or the engine's encoder
 //   TESSERA_TRY(core::take_download(block.value(), task.arch, codec, blob));
-//   auto report = core::train_for_upload(block.value(), task, codec, blob, batches, nullptr);
-//   send(blob);
+//   auto upload = core::update_region(block.value(), task.arch, codec);
+//   auto report = core::train_for_upload(block.value(), task, codec, upload, batches, nullptr);
+//   send(upload);
 #pragma once
 
 #include <atomic>
@@ -57,17 +59,22 @@ struct training_task {
 // Where the round's blob of `bytes` bytes (encoded_bytes(arch, codec)) lives in the block.
 [[nodiscard]] std::span<std::byte> blob_region(training_block& block, codec_kind codec, std::size_t bytes) noexcept;
 
+// Where the update lives once train_for_upload has written it (update_bytes(arch, codec) bytes): the
+// trained layers' part of the parameters (f32, in place), or the start of the staging region. With no
+// frozen layers it is the download's blob_region.
+[[nodiscard]] std::span<std::byte> update_region(training_block& block, const mlp_arch& arch, codec_kind codec) noexcept;
+
 // The download is in blob_region: decode it into the parameters (f16, q8), or check that every
 // received parameter is finite (f32, already in place). Errors name the offending value.
 [[nodiscard]] result<void> take_download(training_block& block, const mlp_arch& arch, codec_kind codec,
                                          std::span<const std::byte> blob);
 
 // Trains task.steps steps on the block's parameters (on `data` normalized by task.normalization, if
-// any), then encodes them into `blob` for the upload.
+// any), then encodes the trained ones into `upload` (update_region) for the upload.
 // `cancel` may be null; when it turns true training stops with errc::cancelled.
 // With task.clip_norm > 0, `received` holds the parameters as downloaded (clip_bytes beside the block).
 [[nodiscard]] result<local_training_report> train_for_upload(training_block& block, const training_task& task,
-                                                             codec_kind codec, std::span<std::byte> blob,
+                                                             codec_kind codec, std::span<std::byte> upload,
                                                              batch_source& data, const std::atomic<bool>* cancel,
                                                              std::span<const float> received = {});
 

@@ -1,0 +1,81 @@
+// Successive layer training (Pfeiffer, Khalili, Henkel, NeurIPS 2023) in the engine: which stage a
+// round is in, what share of the stage's layer a device's budget holds, and the stage's plan. Each
+// stage is a hidden layer: the layers below it travel whole and frozen (held for the forward pass
+// only: no gradient, no optimizer state, not in the update), the hidden layers above it as a head of
+// their first slt.head_fraction units, trained by every device. When the budgets cannot hold the
+// stage's layer whole, it is cut into groups as IST cuts a layer.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "tessera/core/base/seeds.hpp"
+#include "tessera/rounds/engine.hpp"
+#include "tessera/rounds/error.hpp"
+
+namespace tessera::rounds {
+namespace {
+
+std::string fraction_text(double f) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", f);
+  return text;
+}
+
+}  // namespace
+
+core::stage_shape engine::stage() const noexcept {
+  return {.stage = config_.slt_stage(completed_), .head_fraction = config_.slt.head_fraction};
+}
+
+core::result<double> engine::stage_capacity(const device_offer& offer, const core::stage_shape& shape) const {
+  if (offer.capacity > 0) return std::min(offer.capacity, 1.0);
+  const bool momentum = config_.momentum != 0.0f;
+  const core::codec_kind codec = codec_for(offer);
+  const double c = core::capacity_for_stage(full_, shape, config_.memory_rows(), momentum, codec, static_cast<std::size_t>(offer.budget_bytes),
+                                            config_.min_width, aggregation_->clips());
+  if (c > 0) return c;
+  const core::mlp_arch narrow = core::stage_arch(full_, shape, 0.0, config_.min_width);
+  return core::make_error(core::errc::over_budget,
+                          "stage " + std::to_string(shape.stage + 1) + " of " + std::to_string(full_.hidden_layers()) +
+                              " (successive layer training) needs " +
+                              core::mib_text(core::bytes_needed(narrow, config_.memory_rows(), momentum, codec) + beside_arena(narrow)) +
+                              " for its narrowest subnet (the layers below it frozen, min_width " + std::to_string(config_.min_width) +
+                              " of it, the head at " + fraction_text(config_.slt.head_fraction) + "); the budget is " +
+                              core::mib_text(offer.budget_bytes));
+}
+
+core::result<void> engine::check_stages(std::span<const device_offer> offers) const {
+  if (config_.strategy != strategy_kind::slt) return {};
+  for (std::size_t k = config_.slt_stage(completed_); k < full_.hidden_layers(); ++k) {
+    const core::stage_shape shape{.stage = k, .head_fraction = config_.slt.head_fraction};
+    for (const device_offer& o : offers)
+      if (auto c = stage_capacity(o, shape); !c) return make_error(errc::no_devices, o.id + " cannot take part in every stage: " + c.error().message);
+  }
+  return {};
+}
+
+core::result<core::round_plan> engine::stage_plan(std::span<const double> capacities, std::size_t group_devices) {
+  const core::stage_shape shape = stage();
+  if (notes_.stage_said <= shape.stage) {
+    notes_.stage_said = shape.stage + 1;
+    const std::int64_t n = full_.widths[shape.stage + 1];
+    std::string head;
+    for (std::size_t h = shape.stage + 1; h < full_.hidden_layers(); ++h)
+      head += (head.empty() ? "" : ", ") + std::to_string(core::head_units(full_, h, shape.head_fraction, config_.min_width)) + " of " +
+              std::to_string(full_.widths[h + 1]);
+    notes_.pending.push_back("round " + std::to_string(completed_ + 1) + " trains stage " + std::to_string(shape.stage + 1) + " of " +
+                             std::to_string(full_.hidden_layers()) + ": hidden layer " + std::to_string(shape.stage + 1) + " (" +
+                             std::to_string(n) + " units) trains" + (shape.stage > 0 ? ", the layers below it frozen" : "") +
+                             (head.empty() ? "" : ", the head above it at " + head + " units"));
+  }
+  // As few groups as cover the layer: the least capacity's inverse, rounded up (1 where every device holds it).
+  const double least = *std::min_element(capacities.begin(), capacities.end());
+  const auto cover = static_cast<std::size_t>(std::ceil(1.0 / least - 1e-9));
+  const std::size_t groups = std::min(config_.groups > 0 ? config_.groups : cover, group_devices);
+  const auto span = static_cast<std::uint64_t>(completed_ / config_.repartition_every);
+  return core::make_stage_plan(full_, capacities, groups, shape, {.min_width = config_.min_width, .cut = config_.cut, .roll = span},
+                               core::plan_seed(config_.seed, span));
+}
+
+}  // namespace tessera::rounds
