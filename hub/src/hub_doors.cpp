@@ -2,6 +2,7 @@
 // connected — the revocation lists watched and applied to open sessions —; and refused connections
 // logged without letting a flood fill the disk. What a device's messages mean for the round is the
 // round driver's.
+#include <algorithm>
 #include <chrono>
 
 #include <boost/asio/dispatch.hpp>
@@ -72,14 +73,27 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
               "model_unsupported", /*lasting=*/true);
     return;
   }
-  // A budget that cannot hold the narrowest subnet (the whole model, for FedAvg) stays that way until the
-  // agent is restarted with another: it is told so, and waits its longest backoff before it asks again.
+  // Successive layer training sends frozen layers, which an agent from before it would train and send
+  // back whole: refused at the door, by name, until it is upgraded.
+  if (engine().config().strategy == rounds::strategy_kind::slt &&
+      std::find(h.features.begin(), h.features.end(), net::k_feature_frozen_layers) == h.features.end()) {
+    turn_away(*s, "model_unsupported", "its agent cannot train with frozen layers (strategy slt): turned away until it is upgraded");
+    s->refuse(net::errc::refused, "this device's agent cannot train with frozen layers, which the hub's strategy slt sends (upgrade "
+                                  "tessera-edge on it)",
+              "model_unsupported", /*lasting=*/true);
+    return;
+  }
+  // A budget that cannot hold the narrowest subnet (the whole model, for FedAvg; for SLT, of every stage
+  // still to come) stays that way until the agent is restarted with another: it is told so, and waits
+  // its longest backoff before it asks again.
   const rounds::device_offer offer{.id = id, .budget_bytes = h.memory_budget_bytes, .examples = h.examples, .codecs = h.codecs,
                                    .capacity = 0, .validation_examples = h.validation_examples};
-  if (const auto fits = engine().capacity(offer); !fits && fits.error().code == core::errc::over_budget) {
+  if (const auto fits = engine().admissible(offer); !fits && fits.error().code == core::errc::over_budget) {
     turn_away(*s, "over_budget", "cannot train this model: " + fits.error().message + ": turned away until its budget changes");
     s->refuse(net::errc::refused, "this device cannot train the hub's model: " + fits.error().message +
-                                      " (raise its memory_budget_mib, or the hub's operator narrows the model or min_width)",
+                                      (engine().config().strategy == rounds::strategy_kind::slt
+                                           ? " (raise its memory_budget_mib, or the hub's operator narrows the model, min_width or slt.head_fraction)"
+                                           : " (raise its memory_budget_mib, or the hub's operator narrows the model or min_width)"),
               "over_budget", /*lasting=*/true);
     return;
   }

@@ -33,6 +33,7 @@ json fields(const msg::hello& v) {
   if (!v.data_digest.empty()) j["data_digest"] = v.data_digest;
   if (v.validation_examples > 0) j["validation_examples"] = v.validation_examples;
   if (!v.layer_kinds.empty()) j["layer_kinds"] = v.layer_kinds;
+  if (!v.features.empty()) j["features"] = v.features;
   return j;
 }
 
@@ -74,6 +75,15 @@ void read_fields(reader& r, msg::hello& h) {
         break;
       }
       h.layer_kinds.push_back(k.get<std::string>());
+    }
+  }
+  if (const json* fs = r.has("features") ? r.array("features", max_layer_kinds) : nullptr) {
+    for (const auto& f : *fs) {  // names this side does not know are kept: the hub looks for the ones it needs
+      if (!f.is_string() || f.get_ref<const std::string&>().size() > max_code_chars) {
+        r.fail("features", "expected names of at most " + std::to_string(max_code_chars) + " characters");
+        break;
+      }
+      h.features.push_back(f.get<std::string>());
     }
   }
 }

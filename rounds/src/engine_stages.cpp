@@ -36,13 +36,22 @@ core::result<double> engine::stage_capacity(const device_offer& offer, const cor
                                             config_.min_width, aggregation_->clips());
   if (c > 0) return c;
   const core::mlp_arch narrow = core::stage_arch(full_, shape, 0.0, config_.min_width);
+  std::string parts = shape.stage > 0 ? "the layers below it frozen, " : "";
+  parts += "min_width " + std::to_string(config_.min_width) + " of it";
+  if (shape.stage + 1 < full_.hidden_layers()) parts += ", the head at " + fraction_text(config_.slt.head_fraction);
   return core::make_error(core::errc::over_budget,
                           "stage " + std::to_string(shape.stage + 1) + " of " + std::to_string(full_.hidden_layers()) +
                               " (successive layer training) needs " +
                               core::mib_text(core::bytes_needed(narrow, config_.memory_rows(), momentum, codec) + beside_arena(narrow)) +
-                              " for its narrowest subnet (the layers below it frozen, min_width " + std::to_string(config_.min_width) +
-                              " of it, the head at " + fraction_text(config_.slt.head_fraction) + "); the budget is " +
-                              core::mib_text(offer.budget_bytes));
+                              " for its narrowest subnet (" + parts + "); the budget is " + core::mib_text(offer.budget_bytes));
+}
+
+core::result<double> engine::admissible(const device_offer& offer) const {
+  auto now = capacity(offer);
+  if (now || config_.strategy != strategy_kind::slt) return now;
+  for (std::size_t k = stage().stage + 1; k < full_.hidden_layers(); ++k)
+    if (auto later = stage_capacity(offer, {.stage = k, .head_fraction = config_.slt.head_fraction})) return later;
+  return now;
 }
 
 core::result<void> engine::check_stages(std::span<const device_offer> offers) const {
@@ -72,7 +81,9 @@ core::result<core::round_plan> engine::stage_plan(std::span<const double> capaci
   // As few groups as cover the layer: the least capacity's inverse, rounded up (1 where every device holds it).
   const double least = *std::min_element(capacities.begin(), capacities.end());
   const auto cover = static_cast<std::size_t>(std::ceil(1.0 / least - 1e-9));
-  const std::size_t groups = std::min(config_.groups > 0 ? config_.groups : cover, group_devices);
+  // and no more than give each group min_width units (as IST's default count), nor than devices.
+  const auto most = static_cast<std::size_t>(std::max<std::int64_t>(1, full_.widths[shape.stage + 1] / std::max<std::int64_t>(1, config_.min_width)));
+  const std::size_t groups = std::min(config_.groups > 0 ? config_.groups : std::min(cover, most), group_devices);
   const auto span = static_cast<std::uint64_t>(completed_ / config_.repartition_every);
   return core::make_stage_plan(full_, capacities, groups, shape, {.min_width = config_.min_width, .cut = config_.cut, .roll = span},
                                core::plan_seed(config_.seed, span));

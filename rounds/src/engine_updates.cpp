@@ -31,7 +31,8 @@ core::result<void> engine::announce(assignment& a, const update_claim& u) {
                                                ", the assignment's is " + std::string(core::to_string(a.codec)));
   else if (u.size != a.upload_bytes)
     bad = make_error(errc::size_mismatch, "update of " + std::to_string(u.size) + " bytes, the assigned " +
-                                              (a.segments.empty() ? "subnet" : "masked input") + " is " + std::to_string(a.upload_bytes) + " bytes");
+                                              (!a.segments.empty() ? "masked input" : a.sub.arch.frozen > 0 ? "update (the layers after the frozen ones)" : "subnet") +
+                                              " is " + std::to_string(a.upload_bytes) + " bytes");
   else if (u.steps != static_cast<std::uint64_t>(a.task.steps))
     bad = make_error(errc::steps_mismatch, "update after " + std::to_string(u.steps) + " steps, " +
                                                std::to_string(a.task.steps) + " were assigned");

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "tessera/core/math/codec.hpp"
+#include "tessera/core/math/mlp.hpp"
 #include "tessera/rounds/error.hpp"
 
 namespace tessera::rounds {
@@ -80,7 +81,8 @@ core::result<void> plain_aggregation::bound_update(const round_view& v, assignme
     largest = std::max(largest, std::abs(d));
   }
   const double norm = std::sqrt(sq);
-  const update_bounds b = bounds_for(v.config, sent, a.task.sgd);
+  // Sized by what was sent to train: frozen layers (successive layer training) neither move nor count.
+  const update_bounds b = bounds_for(v.config, std::span<const float>(sent).subspan(core::param_slots(a.sub.arch)[static_cast<std::size_t>(a.sub.arch.frozen)].weight), a.task.sgd);
   if (v.config.update_bounds.action == update_bound_kind::off || (norm <= b.norm && largest <= b.abs)) {
     update_norm_max_ = std::max(update_norm_max_, norm);
     return {};

@@ -67,6 +67,9 @@ core::result<void> read_plan_fields(core::config_reader& r, run_config& c, bool 
   read_slt(r, c);
   if (c.strategy == strategy_kind::slt && c.model.hidden.empty())
     r.fail("strategy", "slt trains the hidden layers a stage at a time, and this model has none");
+  else if (c.strategy == strategy_kind::slt && c.rounds < static_cast<std::int64_t>(c.model.hidden.size()))
+    r.fail("rounds", std::to_string(c.rounds) + " rounds for " + std::to_string(c.model.hidden.size()) +
+                         " stages of successive layer training (one per hidden layer): at least one round each");
   return {};
 }
 

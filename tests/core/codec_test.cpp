@@ -157,7 +157,7 @@ std::vector<std::byte> bad_blob_bytes(bad_blob kind, const mlp_arch& a, codec_ki
 // How decode must refuse each kind, in the order of the enum.
 std::vector<blob_rejection> blob_rejections(const mlp_arch& a) {
   const auto sizes = [&](codec_kind c, std::size_t got) {
-    return std::string(to_string(c)) + " blob of " + std::to_string(got) + " bytes, the subnet needs exactly " +
+    return std::string(to_string(c)) + " blob of " + std::to_string(got) + " bytes, expected exactly " +
            std::to_string(encoded_bytes(a, c));
   };
   using enum bad_blob;
@@ -215,10 +215,13 @@ TEST_CASE("codec: an update holds the layers after the frozen ones, and decoding
     rng r(3);
     std::vector<float> values(param_count(arch));
     for (auto& v : values) v = r.uniform() - 0.5f;
-    mlp_arch trained_part = arch;  // what the update holds, counted as a model of its own layers
-    trained_part.frozen = 0;
+    // What the update holds: layers 2 and 3, counted as a model of those layers alone (5 inputs).
+    mlp_arch trained_part;
+    trained_part.widths = {5, 4, 3};
+    trained_part.layer_norm = true;
+    trained_part.input_scale.assign(2, 1.0f);
     CHECK(update_bytes(arch, codec) < encoded_bytes(arch, codec));
-    CHECK(update_bytes(trained_part, codec) == encoded_bytes(arch, codec));
+    CHECK(update_bytes(arch, codec) == encoded_bytes(trained_part, codec));
     std::vector<std::byte> whole(encoded_bytes(arch, codec)), update(update_bytes(arch, codec));
     REQUIRE(encode(arch, codec, values, whole).ok());
     REQUIRE(encode_update(arch, codec, values, update).ok());
@@ -232,6 +235,6 @@ TEST_CASE("codec: an update holds the layers after the frozen ones, and decoding
     // A blob of the whole subnet is not an update.
     auto bad = decode_update(arch, codec, whole, back);
     REQUIRE_FALSE(bad.ok());
-    CHECK(bad.error().message.find("needs exactly " + std::to_string(update.size())) != std::string::npos);
+    CHECK(bad.error().message.find("expected exactly " + std::to_string(update.size())) != std::string::npos);
   }
 }

@@ -102,18 +102,20 @@ struct handshake_probe {
 };
 
 // `layer_kinds`: what its HELLO says it can run (none: an agent from before convolutional networks).
-handshake_probe try_connect(const fleet& f, const std::string& id, std::uint16_t port, const std::vector<std::string>& layer_kinds = {}) {
+handshake_probe try_connect(const fleet& f, const std::string& id, std::uint16_t port, const std::vector<std::string>& layer_kinds = {},
+                            const std::vector<std::string>& features = {}) {
   asio::io_context io;
   handshake_probe p;
   auto client = net::client::create(io, device_tls(f, id), net::session_config{},
                                     {.host = "127.0.0.1", .port = port, .backoff_initial = 10'000ms, .backoff_max = 10'000ms, .jitter = 0, .seed = 1});
-  client->on_session([&p, &client, &id, &layer_kinds](const std::shared_ptr<net::session>& s) {
+  client->on_session([&p, &client, &id, &layer_kinds, &features](const std::shared_ptr<net::session>& s) {
     std::weak_ptr<net::session> weak = s;
-    s->on_ready([&p, &id, &layer_kinds, weak] {
+    s->on_ready([&p, &id, &layer_kinds, &features, weak] {
       p.ready = true;
       if (auto self = weak.lock())
         self->send(net::msg::hello{.device_id = id, .version = net::protocol_version, .memory_budget_bytes = 64u << 20,
-                                   .examples = 500, .codecs = {net::codec::f32}, .resume = {}, .layer_kinds = layer_kinds});
+                                   .examples = 500, .codecs = {net::codec::f32}, .resume = {}, .layer_kinds = layer_kinds,
+                                   .features = features});
     });
     s->on_message([&p](const net::message& m) {
       if (std::holds_alternative<net::msg::welcome>(m)) p.welcomed = true;
@@ -363,6 +365,28 @@ TEST_CASE("federation: an agent that cannot run the model's layers is turned awa
   CHECK(count_of(hub.process.err(), "its agent cannot run this model's layers (conv2d, max_pool, flatten): turned away until it is upgraded") == 1);
 
   const handshake_probe newer = try_connect(f, "newer", hub.port, core::layer_kind_names());
+  CHECK(newer.welcomed);
+  hub.process.kill();
+}
+
+TEST_CASE("federation: under strategy slt an agent that cannot train with frozen layers is turned away at HELLO; one that can is welcomed") {
+  // An agent from before successive layer training would ignore ASSIGN's "frozen", train every layer in
+  // more memory than planned and send them all back, rejected by size round after round.
+  fleet f("fed_frozen_layers");
+  INFO(f.diagnostics());
+  f.make_pki({"older", "newer"});
+  hub_handle hub = f.start_hub("hub", {{"strategy", "slt"}, {"rounds", 2}, {"min_devices", 2}, {"device_wait_s", 60},
+                                       {"metrics", f.file("metrics.jsonl")}});
+  const handshake_probe older = try_connect(f, "older", hub.port);
+  CHECK_FALSE(older.welcomed);
+  REQUIRE(older.closed.has_value());
+  CAPTURE(older.closed->message);
+  CHECK(older.closed->message.find("cannot train with frozen layers, which the hub's strategy slt sends (upgrade tessera-edge on it)") !=
+        std::string::npos);
+  CHECK(wait_for_log(hub.process, "device older (127.0.0.1:", 10s));
+  CHECK(count_of(hub.process.err(), "its agent cannot train with frozen layers (strategy slt): turned away until it is upgraded") == 1);
+
+  const handshake_probe newer = try_connect(f, "newer", hub.port, {}, {net::k_feature_frozen_layers});
   CHECK(newer.welcomed);
   hub.process.kill();
 }

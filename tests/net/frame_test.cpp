@@ -71,9 +71,11 @@ TEST_CASE("frame header layout is the documented little-endian one") {
 
 TEST_CASE("every control message round-trips through its frame") {
   net::msg::hello h{.device_id = "pi-07", .version = 1, .memory_budget_bytes = 64u << 20, .examples = 6000,
-                    .codecs = {net::codec::f32, net::codec::q8}, .resume = {{7, 1024}}, .layer_kinds = {"conv2d", "a-later-kind"}};
+                    .codecs = {net::codec::f32, net::codec::q8}, .resume = {{7, 1024}}, .layer_kinds = {"conv2d", "a-later-kind"},
+                    .features = {net::k_feature_frozen_layers, "a-later-feature"}};
   auto h2 = std::get<net::msg::hello>(round_trip(h));
   CHECK(h2.layer_kinds == h.layer_kinds);  // names this side does not know are kept: the hub compares them
+  CHECK(h2.features == h.features);
   CHECK(h2.device_id == "pi-07");
   CHECK(h2.memory_budget_bytes == (64u << 20));
   CHECK(h2.codecs == h.codecs);

@@ -157,7 +157,8 @@ TEST_CASE("slt: a stage trains its layer whole with a narrower head, freezes the
     REQUIRE(e.downloaded(first).ok());
     const auto bad = e.announce(first, {.round = 3, .examples = 80, .steps = 5, .loss = 0.5, .size = first.blob_bytes, .codec = first.codec});
     REQUIRE_FALSE(bad.ok());
-    CHECK(bad.error().message.find("update of " + std::to_string(first.blob_bytes) + " bytes, the assigned subnet is " +
+    CHECK(bad.error().message.find("update of " + std::to_string(first.blob_bytes) +
+                                   " bytes, the assigned update (the layers after the frozen ones) is " +
                                    std::to_string(first.upload_bytes)) != std::string::npos);
   }
   for (std::size_t i = 1; i < e.assignments().size(); ++i) train_stage(e, e.assignments()[i], 0.5f);
@@ -198,4 +199,27 @@ TEST_CASE("slt: budgets that cannot hold the stage's layer cut it into groups wi
   }
   CHECK(seen.size() == total);  // the groups are disjoint
   CHECK(total >= 250);           // and cover (nearly all of) the layer
+}
+
+TEST_CASE("slt: the server optimizer's momentum does not move frozen layers after their stage") {
+  // FedAvgM: layer 1 gathers momentum in stage 1; were its coordinates counted as reached in stage 2,
+  // that momentum would keep moving it although nobody trains it.
+  const auto c = slt_config({{"server_optimizer", {{"kind", "momentum"}, {"lr", 1.0}}}});
+  auto e = slt_engine(c);
+  const core::mlp_arch full = e.full();
+  const std::vector<rounds::device_offer> fleet = {budget_offer("d1", 1ull << 30), budget_offer("d2", 1ull << 30)};
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(e.begin_round(fleet).ok());
+    for (auto& a : e.assignments()) train_stage(e, a, 0.25f);
+    REQUIRE(e.close_round(nullptr).ok());
+  }
+  const std::vector<float> before(e.params().begin(), e.params().end());
+  REQUIRE(e.begin_round(fleet).ok());
+  for (auto& a : e.assignments()) {
+    REQUIRE(a.sub.arch.frozen == 1);
+    train_stage(e, a, 0.25f);
+  }
+  REQUIRE(e.close_round(nullptr).ok());
+  CHECK(layer_values(full, e.params(), 0) == layer_values(full, before, 0));
+  CHECK(layer_values(full, e.params(), 1) != layer_values(full, before, 1));
 }

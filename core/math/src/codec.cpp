@@ -138,7 +138,7 @@ result<void> decode_from(const mlp_arch& arch, std::size_t from, codec_kind code
   const std::span<float> params = all.subspan(offset);
   if (blob.size() != expected)
     return make_error(errc::bad_format, std::string(to_string(codec)) + " blob of " + std::to_string(blob.size()) +
-                                            " bytes, the subnet needs exactly " + std::to_string(expected));
+                                            " bytes, expected exactly " + std::to_string(expected));
   switch (codec) {
     case codec_kind::f32:
       std::memcpy(params.data(), blob.data(), blob.size());

@@ -83,8 +83,8 @@ core::result<std::unique_ptr<simulation>> simulation::create(const sim_config& c
     sim->registry_.push_back({.id = dev.id, .examples = static_cast<std::uint64_t>(dev.training->size())});
     sim->devices_.push_back(std::move(dev));
   }
-  TESSERA_TRY(sim->check_whole_model_rounds());
   if (!config.checkpoint.empty()) TESSERA_TRY(sim->resume());
+  TESSERA_TRY(sim->check_whole_model_rounds());  // the rounds still to run
   if (sim->engine_.needs_statistics()) TESSERA_TRY(sim->measure_statistics());
   return sim;
 }

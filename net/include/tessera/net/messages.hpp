@@ -58,6 +58,10 @@ inline constexpr std::size_t max_signature_bytes = 256;
 inline constexpr std::size_t max_box_bytes = 16384;
 inline constexpr std::size_t max_layer_kinds = 32;
 
+// A HELLO feature: the agent trains tasks with frozen layers ("frozen" in ASSIGN: successive layer
+// training), sending back only the layers after them.
+inline constexpr const char* k_feature_frozen_layers = "frozen_layers";
+
 namespace msg {
 
 struct resume_entry {
@@ -77,6 +81,8 @@ struct hello {
   // The layer kinds the agent can train (core::k_layer_names); optional. An agent that sends none
   // predates convolutional networks: it trains the `hidden` shorthand's dense layers only.
   std::vector<std::string> layer_kinds{};
+  // What the agent can do beyond the protocol's version, by name (k_feature_frozen_layers); optional.
+  std::vector<std::string> features{};
 };
 
 struct welcome {

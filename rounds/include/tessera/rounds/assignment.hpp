@@ -53,8 +53,10 @@ struct assignment {
   core::subnet sub;
   core::codec_kind codec = core::codec_kind::f32;
   core::training_task task;
-  std::size_t blob_bytes = 0;         // the subnet in its codec: the download's size (and the upload's)
-  std::size_t upload_bytes = 0;       // blob_bytes, or with secure aggregation the masked values' bytes
+  std::size_t blob_bytes = 0;         // the subnet in its codec: the download's size
+  // The upload's: the subnet's layers after the frozen ones in its codec (core::update_bytes: blob_bytes
+  // when none is frozen), or with secure aggregation the masked values' bytes.
+  std::size_t upload_bytes = 0;
   // Secure aggregation: the segments this device's masked input covers (its group's, then the shared
   // parameters'), and the key of its stochastic rounding (from the round's plan seed and its id, so the
   // simulator rounds alike; it hides nothing: the masks do). So it is no crypto::key256, which is a

@@ -198,6 +198,9 @@ class engine {
   // The share of every hidden layer a device can train, in (0, 1], or why it cannot take part. SLT:
   // the share of the round's stage's layer.
   [[nodiscard]] core::result<double> capacity(const device_offer& offer) const;
+  // Whether a device can ever take part (the hub's door): capacity(offer), or for SLT its capacity in
+  // the first stage from this round on that it can train; the current stage's refusal if none.
+  [[nodiscard]] core::result<double> admissible(const device_offer& offer) const;
   // SLT: fails (errc::no_devices) naming the first of `offers` that cannot train a stage from the next
   // round on, and why (the simulator, whose devices take every round, asks before round 1).
   [[nodiscard]] core::result<void> check_stages(std::span<const device_offer> offers) const;

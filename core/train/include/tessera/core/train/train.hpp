@@ -149,8 +149,9 @@ struct local_training_report {
 };
 
 // The memory a trainer works in, all of it provided by the caller (on a device: views into its arena).
-// Sizes: with momentum, velocity param_count floats and grads empty (gradients are accumulated into the
-// velocity); plain SGD, grads param_count and velocity empty; workspace
+// Sizes: with momentum, velocity network::trained_count floats (every parameter but the frozen layers')
+// and grads empty (gradients are accumulated into the velocity); plain SGD, grads trained_count and
+// velocity empty; workspace
 // network::workspace_floats(batch), features batch × inputs, targets batch × target width.
 struct training_buffers {
   std::span<float> grads;
