@@ -14,6 +14,11 @@
 //            could run one.
 //   central  the model of width W trained by one device holding every training example, no budget:
 //            the capacity reference (is width W capacity-bound on this task?)
+//   slt      successive layer training (strategy slt): a global model of width G·W (or --widen F: F·W),
+//            every device given
+//            the budget B(W) (budgets_mib), within which the engine plans each stage (the layers below
+//            frozen, the head at --ist's slt.head_fraction) and cuts the stage's layer into as few groups
+//            as cover it. A stage no device can train within B(W): the run is written as infeasible.
 // --unconstrained: IST's global model is the model of width W too, every device can hold it
 // (capacity 1, the budget B(W)); its subnets are the plan's groups, and --ist may ask for whole-model
 // rounds. The comparison where memory does not bind.
@@ -30,9 +35,9 @@
 // compute the device's share, by parameters, of the round measured here on one core.
 //
 //   bench_equal_budget_cell --task fashion|mnist|letter --model mlp|cnn --width W --devices N
-//       --split iid|dirX --method fedavg|ist|central [--groups G] --lr LR --steps S --rounds R
+//       --split iid|dirX --method fedavg|ist|slt|central [--groups G] --lr LR --steps S --rounds R
 //       [--eval-every 10] [--seed 1] [--ist JSON] [--rate-kbit 1000] [--latency-ms 100]
-//       [--unconstrained] [--compensation layer_norm] [--micro-batch M] [--datasets DIR] --out FILE.json
+//       [--unconstrained] [--compensation layer_norm] [--micro-batch M] [--widen F] [--datasets DIR] --out FILE.json
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -78,6 +83,10 @@ struct options {
   bool unconstrained = false;
   std::int64_t micro_batch = 0;  // > 0: steps in micro-batches, the model widened to what B(W) holds at these rows
   std::int64_t trained = 0;      // the width trained: W, or with micro-batches the widest that fits B(W)
+  double widen = 0;              // slt: the global model's width over the width trained (0: --groups)
+  [[nodiscard]] std::int64_t global_width() const noexcept {
+    return widen > 0 ? std::max<std::int64_t>(1, std::llround(widen * static_cast<double>(trained))) : groups * trained;
+  }
   [[nodiscard]] std::int64_t memory_rows() const noexcept { return micro_batch > 0 ? micro_batch : 32; }
 };
 
@@ -121,9 +130,9 @@ nlohmann::json model_json(const options& o, const task& t, std::int64_t width, c
             {{"max_pool", 2}}, {{"flatten", true}}, {{"dense", 4 * width}}}}};
 }
 
-sim::sim_config config_for(const options& o, const task& t, const std::vector<double>& capacities) {
-  const bool ist = o.method == "ist";
-  nlohmann::json j = {{"model", model_json(o, t, ist && !o.unconstrained ? o.groups * o.trained : o.trained, o.compensation)},
+sim::sim_config config_for(const options& o, const task& t, const std::vector<double>& capacities, std::size_t budget = 0) {
+  const bool ist = o.method == "ist", slt = o.method == "slt";
+  nlohmann::json j = {{"model", model_json(o, t, ist && !o.unconstrained ? o.groups * o.trained : slt ? o.global_width() : o.trained, o.compensation)},
                       {"strategy", o.method},
                       {"devices", o.method == "central" ? 1 : o.devices},
                       {"rounds", o.rounds},
@@ -147,6 +156,12 @@ sim::sim_config config_for(const options& o, const task& t, const std::vector<do
     j["min_width"] = k_min_width;
     j["whole_model_rounds"] = 0;
     if (!capacities.empty()) j["capacities"] = capacities;
+    j.update(bench::json_object_option("--ist", o.ist_text));
+  }
+  if (slt) {
+    j["groups"] = 0;  // as few as cover each stage's layer within the budget
+    j["min_width"] = k_min_width;
+    if (budget > 0) j["budgets_mib"] = {static_cast<double>(budget) / (1024.0 * 1024.0)};  // exact: a power of two
     j.update(bench::json_object_option("--ist", o.ist_text));
   }
   return must(sim::parse_sim_config(j, "bench_equal_budget_cell"));
@@ -220,10 +235,12 @@ int main(int argc, char** argv) {
                         {"--method", o.method}, {"--groups", o.groups}, {"--lr", o.lr}, {"--steps", o.steps}, {"--rounds", o.rounds},
                         {"--eval-every", o.eval_every}, {"--seed", o.seed}, {"--ist", o.ist_text}, {"--rate-kbit", o.rate_kbit},
                         {"--latency-ms", o.latency_ms}, {"--datasets", o.datasets}, {"--out", o.out},
-                        {"--unconstrained", o.unconstrained, true}, {"--compensation", o.compensation}, {"--micro-batch", o.micro_batch}});
+                        {"--unconstrained", o.unconstrained, true}, {"--compensation", o.compensation}, {"--micro-batch", o.micro_batch},
+                        {"--widen", o.widen}});
   if (o.width < 1 || o.devices < 1 || o.steps < 1 || o.rounds < 1 || o.lr <= 0 || o.groups < 1 || o.eval_every < 1 || o.out.empty())
     die("--width, --devices, --steps, --rounds, --lr and --out are required and positive (see the file's header)");
-  if (o.method != "fedavg" && o.method != "ist" && o.method != "central") die("--method: \"" + o.method + "\" is not fedavg, ist or central");
+  if (o.method != "fedavg" && o.method != "ist" && o.method != "slt" && o.method != "central")
+    die("--method: \"" + o.method + "\" is not fedavg, ist, slt or central");
   if (o.method == "ist" && static_cast<std::size_t>(o.groups) > o.devices) die("--groups: more groups than devices");
   const task t = task_named(o);
 
@@ -241,7 +258,7 @@ int main(int argc, char** argv) {
     if (c <= 0) die("no IST subnet of " + widths_of(full) + " fits the budget of " + std::to_string(budget) + " bytes");
     capacities.assign(o.devices, c);
   }
-  const auto cfg = config_for(o, t, capacities);
+  const auto cfg = config_for(o, t, capacities, o.method == "slt" ? budget : 0);
 
   auto data = must(sim::load_sim_data(cfg));
   auto test_cfg = cfg;
@@ -251,7 +268,23 @@ int main(int argc, char** argv) {
   if (o.task == "letter") standardize_all(train, validation, test);
 
   const auto started = clock_type::now();
-  auto federation = must(sim::simulation::create(cfg, train, nullptr));
+  auto created = sim::simulation::create(cfg, train, nullptr);
+  // A stage B(W) cannot hold (the simulator's check before round 1): no run, said as such. Any other
+  // failure stops the cell.
+  if (!created && o.method == "slt" && created.error().message.find("cannot take part in every stage") != std::string::npos) {
+    nlohmann::json infeasible{{"task", o.task}, {"model", o.model}, {"width", o.width}, {"devices", o.devices},
+                                           {"micro_batch", o.micro_batch}, {"trained_width", o.trained},
+                                           {"split", o.split},
+                                           {"method", o.method}, {"groups", o.groups}, {"lr", o.lr}, {"unconstrained", o.unconstrained},
+                                           {"steps", o.steps}, {"rounds", o.rounds}, {"seed", o.seed},
+                                           {"ist", bench::json_object_option("--ist", o.ist_text)}, {"budget_bytes", budget},
+                                           {"global", widths_of(full)}, {"infeasible", created.error().message}, {"wall_s", 0},
+                                           {"curve", nlohmann::json::array()}};
+    if (o.widen > 0) infeasible["widen"] = o.widen;  // absent otherwise (the map's keys)
+    std::ofstream(o.out) << infeasible.dump(1) << '\n';
+    return 0;
+  }
+  auto federation = must(std::move(created));
   const core::network net(cfg.model.full_arch());
   const bench::link_time link{.rate_kbit = o.rate_kbit, .latency_ms = o.latency_ms};
   nlohmann::json curve = nlohmann::json::array();
@@ -300,6 +333,8 @@ int main(int argc, char** argv) {
       {"trained", widest},        {"need_max", most},       {"need_min", least},
       {"wall_s", std::chrono::duration<double>(clock_type::now() - started).count()}, {"scoring_s", scoring},
       {"curve", curve}};
-  std::ofstream(o.out) << out.dump(1) << '\n';
+  nlohmann::json written = out;
+  if (o.widen > 0) written["widen"] = o.widen;  // absent for every other run (the map's keys)
+  std::ofstream(o.out) << written.dump(1) << '\n';
   return 0;
 }

@@ -14,7 +14,7 @@ Runs are kept in results/map/runs.jsonl (one line each, keyed by every setting):
 is not run again, so the map grows across invocations and the report is rebuilt from the file alone.
 
   bench/equal_budget/map.py [--tasks letter,fashion,mnist] [--models mlp] [--widths 16,32,64,128]
-                            [--fleets 8,32,128] [--splits iid,dir0.3] [--methods fedavg,ist]
+                            [--fleets 8,32,128] [--splits iid,dir0.3] [--methods fedavg,ist,micro,slt]
                             [--jobs 2] [--report-only] [--results DIR]
 """
 import argparse
@@ -54,6 +54,12 @@ MICRO = 4
 SHIPPED = [{"method": "fedavg", "groups": 1, "ist": {}},
            {"method": "ist", "groups": 2, "ist": {"repartition_every": 20, "whole_model_rounds": ROUNDS // 10, "lr_final_fraction": 0.2}},
            {"method": "ist", "groups": 2, "ist": {"cut": "rolling"}}]
+# Successive layer training (strategy slt), in micro-batches like the two above: a global model 1.5 times
+# as wide as FedAvg's micro-batched one (its frozen first layer, held in f32 for the forward pass, then
+# takes 3/4 of what FedAvg's trained one does; twice as wide no budget of the map holds), the stage's
+# layer cut into groups where B(W) cannot hold it, the head a quarter of each layer above the stage
+# (slt.head_fraction), the rounds split evenly between the stages.
+SLT_VARIANTS = [{"groups": 1, "widen": 1.5, "ist": {"slt": {"head_fraction": 0.25}, "cut": "rolling"}}]
 TIE = 0.01  # winners closer than this (test accuracy) get seeds 2 and 3
 
 
@@ -83,10 +89,13 @@ def local_steps(task, devices, epochs):
     return max(1, round(epochs * (TRAIN_EXAMPLES[task] - held) / devices / BATCH))
 
 
-def spec(task, model, width, devices, split, method, groups=1, ist=None, lr=0.05, epochs=1, seed=1, micro=0):
-    return {"task": task, "model": model, "width": width, "devices": devices, "split": split, "method": method, "groups": groups,
-            "ist": ist or {}, "lr": lr, "steps": local_steps(task, devices, epochs), "rounds": ROUNDS, "seed": seed,
-            "unconstrained": False, "micro_batch": micro}
+def spec(task, model, width, devices, split, method, groups=1, ist=None, lr=0.05, epochs=1, seed=1, micro=0, widen=0):
+    s = {"task": task, "model": model, "width": width, "devices": devices, "split": split, "method": method, "groups": groups,
+         "ist": ist or {}, "lr": lr, "steps": local_steps(task, devices, epochs), "rounds": ROUNDS, "seed": seed,
+         "unconstrained": False, "micro_batch": micro}
+    if widen:
+        s["widen"] = widen
+    return s
 
 
 def run_cell(store, s, log):
@@ -97,7 +106,8 @@ def run_cell(store, s, log):
            "--split", s["split"], "--method", s["method"], "--groups", str(s["groups"]), "--lr", str(s["lr"]),
            "--steps", str(s["steps"]), "--rounds", str(s["rounds"]), "--eval-every", str(EVAL_EVERY), "--seed", str(s["seed"]),
            "--ist", json.dumps(s["ist"]), "--datasets", os.path.join(ROOT, "build", "datasets"), "--out", out] + \
-        (["--unconstrained"] if s["unconstrained"] else []) + (["--micro-batch", str(s["micro_batch"])] if s["micro_batch"] else [])
+        (["--unconstrained"] if s["unconstrained"] else []) + (["--micro-batch", str(s["micro_batch"])] if s["micro_batch"] else []) + \
+        (["--widen", str(s["widen"])] if s.get("widen") else [])
     p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1", EIGEN_NUM_THREADS="1"))
     if p.returncode != 0:
         raise SystemExit(f"map: {' '.join(cmd)} failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
@@ -106,13 +116,16 @@ def run_cell(store, s, log):
     os.remove(out)
     r["epochs"] = s.get("epochs")
     store.add(r)
+    if r.get("infeasible"):
+        log(f"{label(r)}: infeasible ({r['infeasible']})")
+        return r
     last = r["curve"][-1]
     log(f"{label(r)}: val {100 * last['val']:.2f}% test {100 * last['test']:.2f}% ({r['wall_s']:.0f} s)")
     return r
 
 
 def label(r):
-    m = r["method"] if r["method"] != "ist" else f"ist/{r['groups']} {json.dumps(r['ist'], separators=(',', ':'))}"
+    m = r["method"] if r["method"] not in ("ist", "slt") else f"{r['method']}/{r['groups']} {json.dumps(r['ist'], separators=(',', ':'))}"
     if r.get("micro_batch"):
         m += f" micro {r['micro_batch']} (width {r.get('trained_width')})"
     return (f"{r['task']} {r['model']} W={r['width']} N={r['devices']} {r['split']} {m} lr {r['lr']} steps {r['steps']}"
@@ -128,11 +141,14 @@ def variants(methods):
     if "micro" in methods:
         out.append({"method": "fedavg", "groups": 1, "ist": {}, "micro": MICRO})
         out.append({"method": "ist", "groups": 2, "ist": {"cut": "rolling"}, "micro": MICRO})
+    if "slt" in methods:
+        out += [{"method": "slt", **v, "micro": MICRO} for v in SLT_VARIANTS]
     return out
 
 
 def grid(cell, v, seed=1):
-    return [dict(spec(*cell, v["method"], v["groups"], v["ist"], lr, e, seed, v.get("micro", 0)), epochs=e) for lr in LRS for e in EPOCHS]
+    return [dict(spec(*cell, v["method"], v["groups"], v["ist"], lr, e, seed, v.get("micro", 0), v.get("widen", 0)), epochs=e)
+            for lr in LRS for e in EPOCHS]
 
 
 def main():
@@ -142,7 +158,7 @@ def main():
     ap.add_argument("--widths", default="16,32,64,128")
     ap.add_argument("--fleets", default="8,32,128")
     ap.add_argument("--splits", default="iid,dir0.3")
-    ap.add_argument("--methods", default="fedavg,ist,micro")
+    ap.add_argument("--methods", default="fedavg,ist,micro,slt")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--unconstrained-width", type=int, default=256, help="the model of the comparison without a memory limit (0: none)")
@@ -173,7 +189,8 @@ def main():
             for cell in cells:
                 vs = variants(a.methods.split(","))
                 list(pool.map(lambda s: run_cell(store, s, log), [s for v in vs for s in grid(cell, v)]))
-                winners = [best_of([store.runs[key(s)] for s in grid(cell, v)]) for v in vs]
+                feasible = [[r for r in (store.runs[key(s)] for s in grid(cell, v)) if not r.get("infeasible")] for v in vs]
+                winners = [best_of(runs) for runs in feasible if runs]
                 fed = [w for w in winners if w["method"] == "fedavg" and not w.get("micro_batch")]
                 other = [w for w in winners if w["method"] != "fedavg" or w.get("micro_batch")]
                 if fed and other:
@@ -187,7 +204,7 @@ def main():
 
 def key_fields():
     return ("task", "model", "width", "devices", "split", "method", "groups", "ist", "lr", "steps", "rounds", "seed", "unconstrained",
-            "micro_batch")
+            "micro_batch", "widen")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,9 @@ def variant_name(r):
         return "FedAvg" + micro
     if r["method"] == "central":
         return "central"
+    if r["method"] == "slt":
+        wide = r.get("widen") or r["groups"]
+        return f"SLT, {wide}× as wide, head {r['ist'].get('slt', {}).get('head_fraction', 0.25)}{micro}"
     how = "rolling cut" if r["ist"].get("cut") == "rolling" else f"cut kept {r['ist'].get('repartition_every', 1)} rounds"
     return f"IST, {r['groups']} groups, {how}{micro}"
 
@@ -54,6 +57,9 @@ class Map:
         runs = self.runs(specs)
         if len(runs) < len(specs):
             return None
+        runs = [r for r in runs if not r.get("infeasible")]  # SLT stages the budget cannot hold
+        if not runs:
+            return INFEASIBLE
         best = best_of(runs)
         seeds = [best] + self.runs([dict({k: field(best, k) for k in GRID_KEYS}, seed=s) for s in (2, 3)])
         return seeds
@@ -64,8 +70,11 @@ class Map:
         return best_of(runs) if runs else None
 
 
+# A method's grid ran and no setting could run within the budget (an SLT stage B(W) cannot hold).
+INFEASIBLE = ["infeasible"]
+
 GRID_KEYS = ("task", "model", "width", "devices", "split", "method", "groups", "ist", "lr", "steps", "rounds", "seed", "unconstrained",
-             "micro_batch")
+             "micro_batch", "widen")
 
 
 def field(r, k):
@@ -82,6 +91,7 @@ def cell_row(m, cell, central_top):
     wins = [(v, m.winner(cell, v)) for v in m.variants]
     if not all(w for _, w in wins):
         return None  # a cell is shown once every method has run its whole grid
+    wins = [(v, w) for v, w in wins if w is not INFEASIBLE]  # a method the budget cannot run drops out
     fed = next((w for v, w in wins if v["method"] == "fedavg" and not v.get("micro")), None)
     others = [w for v, w in wins if v["method"] != "fedavg" or v.get("micro")]
     if not fed or not others:
