@@ -268,20 +268,20 @@ int main(int argc, char** argv) {
   if (o.task == "letter") standardize_all(train, validation, test);
 
   const auto started = clock_type::now();
+  // What every record of the run says: its settings (the map's keys; widen only where given) and budget.
+  nlohmann::json record = {{"task", o.task},       {"model", o.model},         {"width", o.width},
+                           {"devices", o.devices}, {"micro_batch", o.micro_batch}, {"trained_width", o.trained},
+                           {"split", o.split},     {"method", o.method},       {"groups", o.groups},
+                           {"lr", o.lr},           {"unconstrained", o.unconstrained}, {"steps", o.steps},
+                           {"rounds", o.rounds},   {"seed", o.seed},           {"ist", bench::json_object_option("--ist", o.ist_text)},
+                           {"budget_bytes", budget}, {"global", widths_of(full)}};
+  if (o.widen > 0) record["widen"] = o.widen;
   auto created = sim::simulation::create(cfg, train, nullptr);
   // A stage B(W) cannot hold (the simulator's check before round 1): no run, said as such. Any other
   // failure stops the cell.
   if (!created && o.method == "slt" && created.error().message.find("cannot take part in every stage") != std::string::npos) {
-    nlohmann::json infeasible{{"task", o.task}, {"model", o.model}, {"width", o.width}, {"devices", o.devices},
-                                           {"micro_batch", o.micro_batch}, {"trained_width", o.trained},
-                                           {"split", o.split},
-                                           {"method", o.method}, {"groups", o.groups}, {"lr", o.lr}, {"unconstrained", o.unconstrained},
-                                           {"steps", o.steps}, {"rounds", o.rounds}, {"seed", o.seed},
-                                           {"ist", bench::json_object_option("--ist", o.ist_text)}, {"budget_bytes", budget},
-                                           {"global", widths_of(full)}, {"infeasible", created.error().message}, {"wall_s", 0},
-                                           {"curve", nlohmann::json::array()}};
-    if (o.widen > 0) infeasible["widen"] = o.widen;  // absent otherwise (the map's keys)
-    std::ofstream(o.out) << infeasible.dump(1) << '\n';
+    record.update({{"infeasible", created.error().message}, {"wall_s", 0}, {"curve", nlohmann::json::array()}});
+    std::ofstream(o.out) << record.dump(1) << '\n';
     return 0;
   }
   auto federation = must(std::move(created));
@@ -324,17 +324,13 @@ int main(int argc, char** argv) {
     bytes += m.bytes_down + m.bytes_up;
     if (m.round % o.eval_every == 0 || federation->done()) score(m.round);
   }
-  const nlohmann::json out = {
-      {"task", o.task},           {"model", o.model},       {"width", o.width},     {"devices", o.devices},
-      {"micro_batch", o.micro_batch}, {"trained_width", o.trained},
-      {"split", o.split},         {"method", o.method},     {"groups", o.groups},   {"lr", o.lr}, {"unconstrained", o.unconstrained},
-      {"steps", o.steps},         {"rounds", o.rounds},     {"seed", o.seed},       {"ist", bench::json_object_option("--ist", o.ist_text)},
-      {"budget_bytes", budget},   {"global", widths_of(full)}, {"global_params", core::param_count(full)},
-      {"trained", widest},        {"need_max", most},       {"need_min", least},
-      {"wall_s", std::chrono::duration<double>(clock_type::now() - started).count()}, {"scoring_s", scoring},
-      {"curve", curve}};
-  nlohmann::json written = out;
-  if (o.widen > 0) written["widen"] = o.widen;  // absent for every other run (the map's keys)
-  std::ofstream(o.out) << written.dump(1) << '\n';
+  record.update({{"global_params", core::param_count(full)},
+                 {"trained", widest},
+                 {"need_max", most},
+                 {"need_min", least},
+                 {"wall_s", std::chrono::duration<double>(clock_type::now() - started).count()},
+                 {"scoring_s", scoring},
+                 {"curve", curve}});
+  std::ofstream(o.out) << record.dump(1) << '\n';
   return 0;
 }

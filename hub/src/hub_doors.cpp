@@ -91,9 +91,9 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
   if (const auto fits = engine().admissible(offer); !fits && fits.error().code == core::errc::over_budget) {
     turn_away(*s, "over_budget", "cannot train this model: " + fits.error().message + ": turned away until its budget changes");
     s->refuse(net::errc::refused, "this device cannot train the hub's model: " + fits.error().message +
-                                      (engine().config().strategy == rounds::strategy_kind::slt
-                                           ? " (raise its memory_budget_mib, or the hub's operator narrows the model, min_width or slt.head_fraction)"
-                                           : " (raise its memory_budget_mib, or the hub's operator narrows the model or min_width)"),
+                                      " (raise its memory_budget_mib, or the hub's operator narrows the model" +
+                                      (engine().config().strategy == rounds::strategy_kind::slt ? ", min_width or slt.head_fraction)"
+                                                                                                   : " or min_width)"),
               "over_budget", /*lasting=*/true);
     return;
   }

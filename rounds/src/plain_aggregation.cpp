@@ -28,10 +28,11 @@ core::result<void> plain_aggregation::begin(const round_view&, const core::round
 }
 
 core::result<void> plain_aggregation::receive(const round_view& v, assignment& a, std::span<const std::byte> blob) {
-  a.trained.resize(core::param_count(a.sub.arch));
-  if (a.sub.arch.frozen > 0) core::gather(v.full, a.sub, v.params, a.trained);  // frozen layers: as sent, unchanged
+  std::vector<float> sent(core::param_count(a.sub.arch));
+  core::gather(v.full, a.sub, v.params, sent);
+  a.trained = sent;  // frozen layers (successive layer training) stay as sent: the update holds the others
   if (auto d = core::decode_update(a.sub.arch, a.codec, blob, a.trained); !d) return make_error(errc::bad_values, d.error().message);
-  return bound_update(v, a);
+  return bound_update(v, a, sent);
 }
 
 void plain_aggregation::fold(const round_view&, assignment& a, reached_mask& reached) {
@@ -71,9 +72,7 @@ update_bounds bounds_for(const run_config& config, std::span<const float> sent, 
 
 // A decoded update against what the device was sent: within the bounds, or rejected with the figures,
 // or (update_bound: clip) scaled to the norm and clamped to the largest value, and counted.
-core::result<void> plain_aggregation::bound_update(const round_view& v, assignment& a) {
-  std::vector<float> sent(a.trained.size());
-  core::gather(v.full, a.sub, v.params, sent);
+core::result<void> plain_aggregation::bound_update(const round_view& v, assignment& a, std::span<const float> sent) {
   double sq = 0, largest = 0;
   for (std::size_t i = 0; i < sent.size(); ++i) {
     const double d = static_cast<double>(a.trained[i]) - static_cast<double>(sent[i]);
@@ -82,7 +81,7 @@ core::result<void> plain_aggregation::bound_update(const round_view& v, assignme
   }
   const double norm = std::sqrt(sq);
   // Sized by what was sent to train: frozen layers (successive layer training) neither move nor count.
-  const update_bounds b = bounds_for(v.config, std::span<const float>(sent).subspan(core::param_slots(a.sub.arch)[static_cast<std::size_t>(a.sub.arch.frozen)].weight), a.task.sgd);
+  const update_bounds b = bounds_for(v.config, sent.subspan(core::trained_offset(a.sub.arch)), a.task.sgd);
   if (v.config.update_bounds.action == update_bound_kind::off || (norm <= b.norm && largest <= b.abs)) {
     update_norm_max_ = std::max(update_norm_max_, norm);
     return {};

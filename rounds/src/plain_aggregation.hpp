@@ -28,7 +28,7 @@ class plain_aggregation final : public aggregation {
   void note_bounds(const round_view& v, round_metrics& m) const;
 
  private:
-  [[nodiscard]] core::result<void> bound_update(const round_view& v, assignment& a);
+  [[nodiscard]] core::result<void> bound_update(const round_view& v, assignment& a, std::span<const float> sent);
 
   core::aggregator aggregator_;
   double update_norm_max_ = 0;       // the largest accepted change's L2 norm this round

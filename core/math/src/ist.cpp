@@ -260,13 +260,13 @@ void gather(const mlp_arch& full, const subnet& sub, std::span<const float> full
 void scatter(const mlp_arch& full, const subnet& sub, std::span<const float> sub_params, std::span<float> full_params) {
   TESSERA_ASSERT(full_params.size() == param_count(full));
   TESSERA_ASSERT(sub_params.size() == param_count(sub.arch));
-  for_each_param(full, sub, [&](std::size_t s, std::size_t f) { full_params[f] = sub_params[s];  }, trained_from(sub));
+  for_each_param(full, sub, [&](std::size_t s, std::size_t f) { full_params[f] = sub_params[s]; }, trained_from(sub));
 }
 
 void scatter_add(const mlp_arch& full, const subnet& sub, std::span<const std::int64_t> sub_values, std::span<std::int64_t> full_values) {
   TESSERA_ASSERT(full_values.size() == param_count(full));
   TESSERA_ASSERT(sub_values.size() == param_count(sub.arch));
-  for_each_param(full, sub, [&](std::size_t s, std::size_t f) { full_values[f] += sub_values[s];  }, trained_from(sub));
+  for_each_param(full, sub, [&](std::size_t s, std::size_t f) { full_values[f] += sub_values[s]; }, trained_from(sub));
 }
 
 aggregator::aggregator(const mlp_arch& full, aggregate_kind kind, double trim)

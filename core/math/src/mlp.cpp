@@ -86,12 +86,14 @@ result<void> validate(const mlp_arch& arch, std::string_view what) {
   return {};
 }
 
+std::size_t trained_offset(const mlp_arch& arch) { return param_slots(arch)[static_cast<std::size_t>(arch.frozen)].weight; }
+
 network::network(mlp_arch arch) : arch_(std::move(arch)) {
   TESSERA_ASSERT(validate(arch_, "network").ok());
   slots_ = param_slots(arch_);
   if (!arch_.layers.empty()) plans_ = plan_layers(arch_);
   param_count_ = core::param_count(arch_);
-  trained_offset_ = slots_[static_cast<std::size_t>(arch_.frozen)].weight;
+  trained_offset_ = core::trained_offset(arch_);
   max_width_ = *std::max_element(arch_.widths.begin() + 1, arch_.widths.end());
 }
 

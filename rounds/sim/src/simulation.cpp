@@ -84,7 +84,7 @@ core::result<std::unique_ptr<simulation>> simulation::create(const sim_config& c
     sim->devices_.push_back(std::move(dev));
   }
   if (!config.checkpoint.empty()) TESSERA_TRY(sim->resume());
-  TESSERA_TRY(sim->check_whole_model_rounds());  // the rounds still to run
+  TESSERA_TRY(sim->check_rounds_to_come());  // the rounds still to run
   if (sim->engine_.needs_statistics()) TESSERA_TRY(sim->measure_statistics());
   return sim;
 }
@@ -92,7 +92,7 @@ core::result<std::unique_ptr<simulation>> simulation::create(const sim_config& c
 // IST's last rounds train the whole model on the devices that hold it (whole_model_rounds); in a
 // simulated fleet every device takes every round, so each must hold it, said before round 1 rather
 // than when the first such round comes. Likewise an SLT stage that no device can train.
-core::result<void> simulation::check_whole_model_rounds() const {
+core::result<void> simulation::check_rounds_to_come() const {
   if (auto held = engine_.check_stages(offers()); !held) return make_error(errc::invalid_spec, held.error().message);  // SLT's, likewise
   if (config_.strategy != rounds::strategy_kind::ist || config_.whole_model_rounds == 0) return {};
   const std::size_t need = engine_.whole_model_bytes();

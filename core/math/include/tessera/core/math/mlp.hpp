@@ -71,6 +71,8 @@ struct layer_plan {
 [[nodiscard]] std::size_t param_count(const mlp_arch& arch) noexcept;
 // The slots of every layer (index 0 = layer 1).
 [[nodiscard]] std::vector<layer_slots> param_slots(const mlp_arch& arch);
+// The first parameter a step trains: the first after the frozen layers (arch.frozen; 0 with none).
+[[nodiscard]] std::size_t trained_offset(const mlp_arch& arch);
 
 // Checks that an arch is well formed (widths > 0, input_scale sizes, a layered arch's shapes); `what`
 // names it in messages.

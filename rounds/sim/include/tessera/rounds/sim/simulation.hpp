@@ -90,7 +90,8 @@ class simulation {
   [[nodiscard]] core::result<void> evaluate_on_devices(rounds::round_metrics& m);
   // config.checkpoint exists: the engine continues from it, each device's batch order where it was.
   [[nodiscard]] core::result<void> resume();
-  [[nodiscard]] core::result<void> check_whole_model_rounds() const;
+  // Before round 1 (or after a resume): whole-model rounds and SLT stages every device must be able to run.
+  [[nodiscard]] core::result<void> check_rounds_to_come() const;
   // Each device's record after a round (rounds done or missed, examples drawn): what a checkpoint keeps.
   void note_round();
 
