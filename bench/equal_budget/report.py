@@ -38,7 +38,9 @@ def variant_name(r):
         return "central"
     if r["method"] == "slt":
         wide = r.get("widen") or r["groups"]
-        return f"SLT, {wide}× as wide, head {r['ist'].get('slt', {}).get('head_fraction', 0.25)}{micro}"
+        slt = r["ist"].get("slt", {})
+        held = f", frozen layers in {slt['frozen_codec']}" if slt.get("frozen_codec", "f32") != "f32" else ""
+        return f"SLT, {wide}× as wide, head {slt.get('head_fraction', 0.25)}{held}{micro}"
     how = "rolling cut" if r["ist"].get("cut") == "rolling" else f"cut kept {r['ist'].get('repartition_every', 1)} rounds"
     return f"IST, {r['groups']} groups, {how}{micro}"
 

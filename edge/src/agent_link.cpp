@@ -113,7 +113,7 @@ void agent::on_ready(const std::shared_ptr<net::session>& s) {
                     .data_digest = data_->digest(),
                     .validation_examples = static_cast<std::uint64_t>(data_->validation_examples()),
                     .layer_kinds = core::layer_kind_names(),
-                    .features = {net::k_feature_frozen_layers}};
+                    .features = {net::k_feature_frozen_layers, net::k_feature_compact_frozen}};
   // What we hold of the current assignment, so the hub resumes it rather than starting over.
   if (job_) h.resume.push_back({job_->download_id(), job_->download()->received()});
   s->send(h);

@@ -73,13 +73,17 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
               "model_unsupported", /*lasting=*/true);
     return;
   }
-  // Successive layer training sends frozen layers, which an agent from before it would train and send
-  // back whole: refused at the door, by name, until it is upgraded.
-  if (engine().config().strategy == rounds::strategy_kind::slt &&
-      std::find(h.features.begin(), h.features.end(), net::k_feature_frozen_layers) == h.features.end()) {
-    turn_away(*s, "model_unsupported", "its agent cannot train with frozen layers (strategy slt): turned away until it is upgraded");
-    s->refuse(net::errc::refused, "this device's agent cannot train with frozen layers, which the hub's strategy slt sends (upgrade "
-                                  "tessera-edge on it)",
+  // Successive layer training sends frozen layers (encoded, with slt.frozen_codec f16 or q8), which an
+  // agent from before it would train and send back whole, or could not read: refused at the door, by
+  // name, until it is upgraded.
+  const rounds::run_config& rc = engine().config();
+  const bool compact = rc.slt.frozen_codec != core::codec_kind::f32;
+  const char* needed = rc.strategy != rounds::strategy_kind::slt ? nullptr : compact ? net::k_feature_compact_frozen : net::k_feature_frozen_layers;
+  if (needed != nullptr && std::find(h.features.begin(), h.features.end(), needed) == h.features.end()) {
+    const std::string cannot = compact ? "cannot hold frozen layers in " + std::string(core::to_string(rc.slt.frozen_codec))
+                                       : std::string("cannot train with frozen layers");
+    turn_away(*s, "model_unsupported", "its agent " + cannot + " (strategy slt): turned away until it is upgraded");
+    s->refuse(net::errc::refused, "this device's agent " + cannot + ", which the hub's strategy slt sends (upgrade tessera-edge on it)",
               "model_unsupported", /*lasting=*/true);
     return;
   }

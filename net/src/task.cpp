@@ -1,6 +1,7 @@
 #include "tessera/net/task.hpp"
 
 #include <cmath>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -81,6 +82,7 @@ std::string task_to_json(const training_task& t) {
     j["layers"] = core::layers_json(t.arch.layers);
   }
   if (t.arch.frozen > 0) j["frozen"] = t.arch.frozen;  // successive layer training: absent, none
+  if (core::compact_frozen(t.arch)) j["frozen_codec"] = std::string(core::to_string(t.arch.frozen_codec));  // absent: f32
   j["steps"] = t.steps;
   j["batch"] = t.batch;
   if (t.micro_batch > 0) j["micro_batch"] = t.micro_batch;  // absent: the whole batch at once
@@ -138,6 +140,17 @@ core::result<training_task> task_from_assign(const msg::assign& a) {
   if (j.contains("frozen")) {  // leading layers held for the forward pass only, not trained nor sent back
     TESSERA_ASSIGN_OR_RETURN(t.arch.frozen, integer(j, "frozen", 0, static_cast<std::int64_t>(t.arch.layer_count()) - 1));
   }
+  if (auto fc = j.find("frozen_codec"); fc != j.end()) {  // the frozen layers arrive, and are held, encoded so
+    const auto held = fc->is_string() ? core::k_codec_names.find(fc->get<std::string>()) : std::nullopt;
+    if (!held) return bad("frozen_codec", "expected one of " + core::k_codec_names.list());
+    if (t.arch.frozen == 0 && *held != core::codec_kind::f32) return bad("frozen_codec", "given, but no layer is frozen");
+    t.arch.frozen_codec = *held;
+  }
+  // Frozen layers are planned for training rounds that upload in the clear (a stage of successive layer
+  // training): an evaluation, secure aggregation's masked change or a clipped one has no part for them.
+  if (t.arch.frozen > 0 && (a.evaluate || a.secure))
+    return bad("frozen", std::string("frozen layers in ") + (a.evaluate ? "an evaluation" : "a round with secure aggregation") +
+                             ", which no hub plans: refused");
   TESSERA_ASSIGN_OR_RETURN(t.steps, integer(j, "steps", 1, max_task_steps));
   TESSERA_ASSIGN_OR_RETURN(t.batch, integer(j, "batch", 1, max_task_batch));
   if (j.contains("micro_batch")) {  // the step's batch in parts of this many examples: memory for them only
@@ -154,6 +167,7 @@ core::result<training_task> task_from_assign(const msg::assign& a) {
   t.sgd = {.learning_rate = static_cast<float>(lr), .momentum = static_cast<float>(momentum), .weight_decay = static_cast<float>(decay)};
   if (j.contains("clip_norm")) {  // differential privacy: the change's L2 norm is clipped to it
     TESSERA_ASSIGN_OR_RETURN(t.clip_norm, number(j, "clip_norm", 1e-9, 1e9));
+    if (t.arch.frozen > 0) return bad("clip_norm", "clipping with frozen layers, which no hub plans: refused");
   }
   // The model's input normalization, when it has one: float32 mean and std per input, base64.
   const auto mean = j.find("input_mean");

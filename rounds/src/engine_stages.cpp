@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tessera/core/base/seeds.hpp"
+#include "tessera/core/math/codec.hpp"
 #include "tessera/rounds/engine.hpp"
 #include "tessera/rounds/error.hpp"
 
@@ -25,7 +26,11 @@ std::string fraction_text(double f) {
 }  // namespace
 
 core::stage_shape engine::stage() const noexcept {
-  return {.stage = config_.slt_stage(completed_), .head_fraction = config_.slt.head_fraction};
+  return shape_of(config_.slt_stage(completed_));
+}
+
+core::stage_shape engine::shape_of(std::size_t stage) const noexcept {
+  return {.stage = stage, .head_fraction = config_.slt.head_fraction, .frozen_codec = config_.slt.frozen_codec};
 }
 
 core::result<double> engine::stage_capacity(const device_offer& offer, const core::stage_shape& shape) const {
@@ -50,14 +55,14 @@ core::result<double> engine::admissible(const device_offer& offer) const {
   auto now = capacity(offer);
   if (now || config_.strategy != strategy_kind::slt) return now;
   for (std::size_t k = stage().stage + 1; k < full_.hidden_layers(); ++k)
-    if (auto later = stage_capacity(offer, {.stage = k, .head_fraction = config_.slt.head_fraction})) return later;
+    if (auto later = stage_capacity(offer, shape_of(k))) return later;
   return now;
 }
 
 core::result<void> engine::check_stages(std::span<const device_offer> offers) const {
   if (config_.strategy != strategy_kind::slt) return {};
   for (std::size_t k = config_.slt_stage(completed_); k < full_.hidden_layers(); ++k) {
-    const core::stage_shape shape{.stage = k, .head_fraction = config_.slt.head_fraction};
+    const core::stage_shape shape = shape_of(k);
     for (const device_offer& o : offers)
       if (auto c = stage_capacity(o, shape); !c) return make_error(errc::no_devices, o.id + " cannot take part in every stage: " + c.error().message);
   }
@@ -77,6 +82,16 @@ core::result<core::round_plan> engine::stage_plan(std::span<const double> capaci
                              std::to_string(full_.hidden_layers()) + ": hidden layer " + std::to_string(shape.stage + 1) + " (" +
                              std::to_string(n) + " units) trains" + (shape.stage > 0 ? ", the layers below it frozen" : "") +
                              (head.empty() ? "" : ", the head above it at " + head + " units"));
+  }
+  // As the stage begins, the global model's frozen layers become what the devices will hold of them
+  // (slt.frozen_codec): what they train on top of is then the model itself. Once per stage, also when
+  // the round is planned again; a resumed run rounds the model as checkpointed before the stage, alike.
+  core::mlp_arch held = full_;
+  held.frozen = static_cast<std::int64_t>(shape.stage);
+  held.frozen_codec = shape.frozen_codec;
+  if (core::compact_frozen(held) && config_.slt_stage(completed_ - 1) != shape.stage && notes_.rounded_at != completed_) {
+    TESSERA_TRY(core::round_frozen(held, params_));
+    notes_.rounded_at = completed_;
   }
   // As few groups as cover the layer: the least capacity's inverse, rounded up (1 where every device holds it).
   const double least = *std::min_element(capacities.begin(), capacities.end());

@@ -14,6 +14,9 @@ void read_slt(core::config_reader& r, run_config& c) {
                                                                     "(its first units)");
   c.slt.stage_rounds = sr.integers("stage_rounds", {}, 1, 10'000'000, "the rounds of each stage, one per hidden layer, adding up to rounds "
                                                                       "(empty: rounds split evenly)");
+  c.slt.frozen_codec = sr.choice("frozen_codec", core::codec_kind::f32, core::k_codec_names,
+                                 "how the frozen layers travel and are held on the devices: f32, f16 or q8 (the hub rounds its own "
+                                 "copy of them so when their stage begins)");
   const std::size_t stages = c.model.hidden.size();  // a convolutional model's too: its parametric hidden layers
   if (!c.slt.stage_rounds.empty()) {
     std::int64_t total = 0;

@@ -369,7 +369,7 @@ TEST_CASE("federation: an agent that cannot run the model's layers is turned awa
   hub.process.kill();
 }
 
-TEST_CASE("federation: under strategy slt an agent that cannot train with frozen layers is turned away at HELLO; one that can is welcomed") {
+TEST_CASE("federation: under strategy slt an agent that cannot train with frozen layers (or hold them in q8) is turned away at HELLO; one that can is welcomed") {
   // An agent from before successive layer training would ignore ASSIGN's "frozen", train every layer in
   // more memory than planned and send them all back, rejected by size round after round.
   fleet f("fed_frozen_layers");
@@ -389,6 +389,20 @@ TEST_CASE("federation: under strategy slt an agent that cannot train with frozen
   const handshake_probe newer = try_connect(f, "newer", hub.port, {}, {net::k_feature_frozen_layers});
   CHECK(newer.welcomed);
   hub.process.kill();
+
+  // With slt.frozen_codec q8 the frozen layers arrive in q8 and stay so: an agent that trains with
+  // frozen layers but holds them only in f32 would refuse every such assignment by its size.
+  hub_handle compact = f.start_hub("hub-q8", {{"strategy", "slt"}, {"rounds", 2}, {"min_devices", 2}, {"device_wait_s", 60},
+                                              {"slt", {{"frozen_codec", "q8"}}}, {"metrics", f.file("metrics-q8.jsonl")}});
+  const handshake_probe f32_only = try_connect(f, "older", compact.port, {}, {net::k_feature_frozen_layers});
+  CHECK_FALSE(f32_only.welcomed);
+  REQUIRE(f32_only.closed.has_value());
+  CAPTURE(f32_only.closed->message);
+  CHECK(f32_only.closed->message.find("cannot hold frozen layers in q8, which the hub's strategy slt sends") != std::string::npos);
+  CHECK(wait_for_log(compact.process, "its agent cannot hold frozen layers in q8 (strategy slt): turned away until it is upgraded", 10s));
+  const handshake_probe both = try_connect(f, "newer", compact.port, {}, {net::k_feature_frozen_layers, net::k_feature_compact_frozen});
+  CHECK(both.welcomed);
+  compact.process.kill();
 }
 
 }  // namespace tessera::testing

@@ -85,6 +85,28 @@ TEST_CASE("task: frozen layers travel when there are some, and leave the output 
   CHECK(error_with("frozen", "all").find("'frozen'") != std::string::npos);
 }
 
+TEST_CASE("task: frozen layers held in q8 say so; frozen layers where no hub plans them are refused by name") {
+  auto t = sample();
+  t.arch.frozen = 1;
+  CHECK_FALSE(nlohmann::json::parse(net::task_to_json(t)).contains("frozen_codec"));  // f32: not sent
+  t.arch.frozen_codec = core::codec_kind::q8;
+  CHECK(nlohmann::json::parse(net::task_to_json(t)).at("frozen_codec") == "q8");
+  auto back = net::task_from_assign(assign_of(t));
+  REQUIRE(back.ok());
+  CHECK(back.value().arch.frozen_codec == core::codec_kind::q8);
+  CHECK(error_with("frozen_codec", "q4", t).find("'frozen_codec'") != std::string::npos);
+  CHECK(error_with("frozen_codec", 8, t).find("expected one of f32, f16, q8") != std::string::npos);
+  CHECK(error_with("frozen", nullptr, t).find("given, but no layer is frozen") != std::string::npos);
+  // A hostile hub asking for frozen layers with an evaluation, secure aggregation or clipping, whose
+  // buffers are planned for every parameter held in f32.
+  auto evaluation = assign_of(t);
+  evaluation.evaluate = true;
+  CHECK(net::task_from_assign(evaluation).error().message.find("frozen layers in an evaluation, which no hub plans: refused") != std::string::npos);
+  auto clipped = t;
+  clipped.clip_norm = 1.0;
+  CHECK(net::task_from_assign(assign_of(clipped)).error().message.find("clipping with frozen layers, which no hub plans") != std::string::npos);
+}
+
 TEST_CASE("task: \"nesterov\": false is still sent for earlier agents, and a task without the field reads too") {
   auto a = assign_of(sample());
   auto j = nlohmann::json::parse(a.hyper_json);

@@ -223,3 +223,60 @@ TEST_CASE("slt: the server optimizer's momentum does not move frozen layers afte
   CHECK(layer_values(full, e.params(), 0) == layer_values(full, before, 0));
   CHECK(layer_values(full, e.params(), 1) != layer_values(full, before, 1));
 }
+
+TEST_CASE("slt: frozen_codec q8 sends the frozen layers in q8, the hub rounds its own copy once as their stage begins, and a budget holds more") {
+  const auto c = slt_config({{"slt", {{"frozen_codec", "q8"}}}});
+  CHECK(c.slt.frozen_codec == core::codec_kind::q8);
+  CHECK(slt_refused({{"slt", {{"frozen_codec", "q4"}}}}).find("frozen_codec") != std::string::npos);
+  auto e = slt_engine(c);
+  const core::mlp_arch full = e.full();
+  const std::vector<rounds::device_offer> fleet = {budget_offer("d1", 1ull << 30), budget_offer("d2", 1ull << 30)};
+  for (int round = 1; round <= 2; ++round) {  // stage 1: nothing frozen, nothing rounded
+    const std::vector<float> start(e.params().begin(), e.params().end());
+    REQUIRE(e.begin_round(fleet).ok());
+    CHECK(std::equal(start.begin(), start.end(), e.params().begin()));
+    for (auto& a : e.assignments()) {
+      CHECK_FALSE(core::compact_frozen(a.sub.arch));
+      train_stage(e, a, 0.25f);
+    }
+    REQUIRE(e.close_round(nullptr).ok());
+  }
+  // Stage 2: layer 1 becomes what q8 decodes it to, before anything is sent; the other layers stay.
+  const std::vector<float> before(e.params().begin(), e.params().end());
+  core::mlp_arch held = full;
+  held.frozen = 1;
+  held.frozen_codec = core::codec_kind::q8;
+  std::vector<float> rounded = before;
+  REQUIRE(core::round_frozen(held, rounded).ok());
+  REQUIRE(e.begin_round(fleet).ok());
+  CHECK(layer_values(full, e.params(), 0) == layer_values(full, rounded, 0));
+  CHECK(layer_values(full, e.params(), 0) != layer_values(full, before, 0));
+  CHECK(layer_values(full, e.params(), 1) == layer_values(full, before, 1));
+  const std::vector<float> stage_start(e.params().begin(), e.params().end());
+  for (auto& a : e.assignments()) {
+    CHECK(a.sub.arch.frozen == 1);
+    CHECK(a.sub.arch.frozen_codec == core::codec_kind::q8);
+    CHECK(a.task.arch.frozen_codec == core::codec_kind::q8);
+    CHECK(a.blob_bytes == core::frozen_bytes(a.sub.arch) + core::update_bytes(a.sub.arch, a.codec));
+    CHECK(core::frozen_bytes(a.sub.arch) < 4 * core::trained_offset(a.sub.arch) / 3);
+    // What the device decodes of layer 1 is the hub's model.
+    std::vector<std::byte> down(a.blob_bytes);
+    REQUIRE(e.encode_download(a, down).ok());
+    std::vector<float> values(core::param_count(a.sub.arch));
+    REQUIRE(core::decode(a.sub.arch, a.codec, down, values).ok());
+    CHECK(layer_values(a.sub.arch, values, 0) == layer_values(full, stage_start, 0));
+    train_stage(e, a, 0.5f);
+  }
+  REQUIRE(e.close_round(nullptr).ok());
+  // Round 4 is no stage's first: layer 1 is not rounded again.
+  REQUIRE(e.begin_round(fleet).ok());
+  CHECK(layer_values(full, e.params(), 0) == layer_values(full, stage_start, 0));
+
+  // In q8 a stage's frozen layer takes about a quarter of its f32 bytes: a budget holds a wider share.
+  const core::stage_shape plain{.stage = 1, .head_fraction = 0.25}, compact{.stage = 1, .head_fraction = 0.25, .frozen_codec = core::codec_kind::q8};
+  const std::size_t budget = core::bytes_needed(core::stage_arch(full, plain, 0.5, 8), 16, true, core::codec_kind::f32);
+  const double f32_share = core::capacity_for_stage(full, plain, 16, true, core::codec_kind::f32, budget, 8);
+  const double q8_share = core::capacity_for_stage(full, compact, 16, true, core::codec_kind::f32, budget, 8);
+  CHECK(f32_share == doctest::Approx(0.5).epsilon(0.02));
+  CHECK(q8_share > f32_share);
+}

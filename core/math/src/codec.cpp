@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tessera/core/base/endian.hpp"
 #include "tessera/core/math/mlp.hpp"
@@ -18,12 +19,11 @@ static_assert(std::endian::native == std::endian::little, "f32 blobs copy the ho
 
 constexpr float k_half_max = 65504.0f;
 
-// Calls f(first, count) for every q8 row of layers `from` and after: weight rows, then each vector as
-// one row.
+// Calls f(first, count) for every q8 row of layers [from, to): weight rows, then each vector as one row.
 template <class F>
-void for_each_row(const mlp_arch& arch, std::size_t from, F&& f) {
+void for_each_row(const mlp_arch& arch, std::size_t from, std::size_t to, F&& f) {
   const auto slots = param_slots(arch);
-  for (std::size_t l = from; l < slots.size(); ++l) {
+  for (std::size_t l = from; l < to; ++l) {
     const layer_slots& s = slots[l];
     const auto rows = static_cast<std::size_t>(s.rows);
     const auto cols = static_cast<std::size_t>(s.cols);
@@ -81,36 +81,39 @@ float half_to_float(std::uint16_t h) noexcept {
 
 namespace {
 
-// The first parameter of layer `from` (param_count for none).
-std::size_t layer_offset(const mlp_arch& arch, std::size_t from) {
+// Layers [from, to) of an arch, and where their parameters start and end in its flat layout.
+struct layer_range {
+  std::size_t from = 0, to = 0;
+  std::size_t first = 0, end = 0;
+};
+layer_range range_of(const mlp_arch& arch, std::size_t from, std::size_t to) {
   const auto slots = param_slots(arch);
-  return from < slots.size() ? slots[from].weight : param_count(arch);
+  const auto start = [&](std::size_t l) { return l < slots.size() ? slots[l].weight : param_count(arch); };
+  return {.from = from, .to = to, .first = start(from), .end = start(to)};
 }
 
-// encode and encode_update: the parameters of layers `from` and after, out of all the subnet's.
-result<void> encode_from(const mlp_arch& arch, std::size_t from, codec_kind codec, std::span<const float> all, std::span<std::byte> out) {
-  TESSERA_ASSERT(all.size() == param_count(arch));
-  const std::size_t offset = layer_offset(arch, from);
-  const std::span<const float> params = all.subspan(offset);
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    if (!std::isfinite(params[i])) return bad_value(offset + i, params[i], "only finite values are sent");
-    if (codec == codec_kind::f16 && std::fabs(params[i]) > k_half_max) return bad_value(offset + i, params[i], "beyond the range of f16");
+// The layers' parameters (values: exactly theirs) encoded into out.
+result<void> encode_range(const mlp_arch& arch, const layer_range& range, codec_kind codec, std::span<const float> values, std::span<std::byte> out) {
+  TESSERA_ASSERT(values.size() == range.end - range.first);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) return bad_value(range.first + i, values[i], "only finite values are sent");
+    if (codec == codec_kind::f16 && std::fabs(values[i]) > k_half_max) return bad_value(range.first + i, values[i], "beyond the range of f16");
   }
   switch (codec) {
     case codec_kind::f32:
-      std::memcpy(out.data(), params.data(), params.size_bytes());
+      if (out.data() != reinterpret_cast<const std::byte*>(values.data())) std::memcpy(out.data(), values.data(), values.size_bytes());
       return {};
     case codec_kind::f16: {
       le_writer w(out);
-      for (const float p : params) w.u16(float_to_half(p));
+      for (const float p : values) w.u16(float_to_half(p));
       return {};
     }
     case codec_kind::q8: {
       le_writer w(out);
-      for_each_row(arch, from, [&](std::size_t first, std::size_t count) {
-        first -= offset;
+      for_each_row(arch, range.from, range.to, [&](std::size_t first, std::size_t count) {
+        first -= range.first;
         float max_abs = 0;
-        for (std::size_t i = 0; i < count; ++i) max_abs = std::max(max_abs, std::fabs(params[first + i]));
+        for (std::size_t i = 0; i < count; ++i) max_abs = std::max(max_abs, std::fabs(values[first + i]));
         const float scale = max_abs / 127.0f;
         w.f32(scale);
         // A row below ~3.7e-37 has a subnormal scale whose inverse overflows (0 · inf would be NaN):
@@ -118,7 +121,7 @@ result<void> encode_from(const mlp_arch& arch, std::size_t from, codec_kind code
         const bool normal = std::isnormal(scale);
         const float inv = normal ? 1.0f / scale : 0.0f;
         for (std::size_t i = 0; i < count; ++i) {
-          const float x = normal ? params[first + i] * inv : (scale > 0 ? params[first + i] / scale : 0.0f);
+          const float x = normal ? values[first + i] * inv : (scale > 0 ? values[first + i] / scale : 0.0f);
           const float q = std::clamp(std::nearbyint(x), -127.0f, 127.0f);
           w.u8(static_cast<std::uint8_t>(static_cast<std::int8_t>(q)));
         }
@@ -130,77 +133,147 @@ result<void> encode_from(const mlp_arch& arch, std::size_t from, codec_kind code
   return {};
 }
 
-// decode and decode_update: into the parameters of layers `from` and after, `expected` bytes.
-result<void> decode_from(const mlp_arch& arch, std::size_t from, codec_kind codec, std::span<const std::byte> blob, std::span<float> all,
-                         std::size_t expected) {
-  TESSERA_ASSERT(all.size() == param_count(arch));
-  const std::size_t offset = layer_offset(arch, from);
-  const std::span<float> params = all.subspan(offset);
-  if (blob.size() != expected)
-    return make_error(errc::bad_format, std::string(to_string(codec)) + " blob of " + std::to_string(blob.size()) +
-                                            " bytes, expected exactly " + std::to_string(expected));
+error bad_size(codec_kind codec, std::size_t got, std::size_t expected) {
+  return make_error(errc::bad_format, std::string(to_string(codec)) + " blob of " + std::to_string(got) + " bytes, expected exactly " +
+                                          std::to_string(expected));
+}
+
+// A q8 row's scale: finite, not negative, and small enough that 127 of it stays finite.
+std::optional<error> bad_scale(float scale, std::size_t at) {
+  if (std::isfinite(scale) && scale >= 0 && std::isfinite(127.0f * scale)) return std::nullopt;
+  return make_error(errc::not_finite, "q8 blob: row scale at byte " + std::to_string(at) + " is " + std::to_string(scale) +
+                                          ", must be finite, >= 0 and at most the largest float / 127");
+}
+
+// The blob (its size checked) decoded into the layers' parameters (values: exactly theirs).
+result<void> decode_range(const mlp_arch& arch, const layer_range& range, codec_kind codec, std::span<const std::byte> blob, std::span<float> values) {
+  TESSERA_ASSERT(values.size() == range.end - range.first);
   switch (codec) {
     case codec_kind::f32:
-      std::memcpy(params.data(), blob.data(), blob.size());
+      if (blob.data() != reinterpret_cast<const std::byte*>(values.data())) std::memcpy(values.data(), blob.data(), blob.size());
       break;
-    case codec_kind::f16: {
-      // The size was checked above: every read fits.
-      le_reader r(blob);
-      for (float& p : params) {
-        std::uint16_t h = 0;
-        const bool read = r.u16(h);
-        TESSERA_ASSERT(read);
-        p = half_to_float(h);
-      }
+    case codec_kind::f16:
+      decode_rows(codec, blob.data(), 1, values.size(), values.data());
       break;
-    }
     case codec_kind::q8: {
-      le_reader r(blob);
+      std::size_t at = 0;
       std::optional<error> failed;
-      for_each_row(arch, from, [&](std::size_t first, std::size_t count) {
-        first -= offset;
-        const std::size_t at = r.position();
+      for_each_row(arch, range.from, range.to, [&](std::size_t first, std::size_t count) {
         float scale = 0;
-        bool read = r.f32(scale);
-        if (!failed && !(std::isfinite(scale) && scale >= 0))
-          failed = make_error(errc::not_finite, "q8 blob: row scale at byte " + std::to_string(at) + " is " +
-                                                    std::to_string(scale) + ", must be finite and >= 0");
-        for (std::size_t i = 0; i < count; ++i) {
-          std::uint8_t q = 0;
-          read = r.u8(q) && read;
-          params[first + i] = static_cast<float>(static_cast<std::int8_t>(q)) * scale;
-        }
-        TESSERA_ASSERT(read);
+        std::memcpy(&scale, blob.data() + at, sizeof scale);
+        if (!failed) failed = bad_scale(scale, at);
+        decode_rows(codec, blob.data() + at, 1, count, values.data() + (first - range.first));
+        at += row_bytes(codec, count);
       });
+      TESSERA_ASSERT(at == blob.size());
       if (failed) return *failed;
       break;
     }
   }
-  for (std::size_t i = 0; i < params.size(); ++i)
-    if (!std::isfinite(params[i]))
-      return make_error(errc::not_finite, std::string(to_string(codec)) + " blob: parameter " + std::to_string(offset + i) +
-                                              " decodes to " + std::to_string(params[i]) + ", not a finite value");
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (!std::isfinite(values[i]))
+      return make_error(errc::not_finite, std::string(to_string(codec)) + " blob: parameter " + std::to_string(range.first + i) +
+                                              " decodes to " + std::to_string(values[i]) + ", not a finite value");
   return {};
+}
+
+// The trained layers' values out of `params`: all of the subnet's, or only the trained ones.
+template <class T>
+std::span<T> trained_part(const mlp_arch& arch, const layer_range& range, std::span<T> params) {
+  if (params.size() == param_count(arch)) return params.subspan(range.first);
+  TESSERA_ASSERT(params.size() == range.end - range.first);
+  return params;
 }
 
 }  // namespace
 
+std::size_t row_bytes(codec_kind codec, std::size_t cols) noexcept {
+  switch (codec) {
+    case codec_kind::f32: return 4 * cols;
+    case codec_kind::f16: return 2 * cols;
+    case codec_kind::q8: return 4 + cols;
+  }
+  return 4 * cols;
+}
+
+void decode_rows(codec_kind codec, const std::byte* at, std::size_t rows, std::size_t cols, float* out) noexcept {
+  switch (codec) {
+    case codec_kind::f32:
+      std::memcpy(out, at, rows * cols * sizeof(float));
+      return;
+    case codec_kind::f16:
+      for (std::size_t i = 0; i < rows * cols; ++i)
+        out[i] = half_to_float(static_cast<std::uint16_t>(std::to_integer<unsigned>(at[2 * i]) | (std::to_integer<unsigned>(at[2 * i + 1]) << 8)));
+      return;
+    case codec_kind::q8:
+      for (std::size_t r = 0; r < rows; ++r, at += 4 + cols, out += cols) {
+        float scale = 0;
+        std::memcpy(&scale, at, sizeof scale);
+        for (std::size_t i = 0; i < cols; ++i) out[i] = static_cast<float>(static_cast<std::int8_t>(std::to_integer<std::uint8_t>(at[4 + i]))) * scale;
+      }
+      return;
+  }
+}
+
 result<void> encode(const mlp_arch& arch, codec_kind codec, std::span<const float> params, std::span<std::byte> out) {
-  TESSERA_ASSERT(out.size() == encoded_bytes(arch, codec));
-  return encode_from(arch, 0, codec, params, out);
+  TESSERA_ASSERT(params.size() == param_count(arch) && out.size() == encoded_bytes(arch, codec));
+  const std::size_t frozen = compact_frozen(arch) ? static_cast<std::size_t>(arch.frozen) : 0;
+  const layer_range held = range_of(arch, 0, frozen), rest = range_of(arch, frozen, arch.layer_count());
+  const std::size_t fb = frozen_bytes(arch);
+  TESSERA_TRY(encode_range(arch, held, arch.frozen_codec, params.first(held.end), out.first(fb)));
+  return encode_range(arch, rest, codec, params.subspan(rest.first), out.subspan(fb));
 }
 
 result<void> decode(const mlp_arch& arch, codec_kind codec, std::span<const std::byte> blob, std::span<float> params) {
-  return decode_from(arch, 0, codec, blob, params, encoded_bytes(arch, codec));
+  TESSERA_ASSERT(params.size() == param_count(arch));
+  if (blob.size() != encoded_bytes(arch, codec)) return bad_size(codec, blob.size(), encoded_bytes(arch, codec));
+  const std::size_t frozen = compact_frozen(arch) ? static_cast<std::size_t>(arch.frozen) : 0;
+  const layer_range held = range_of(arch, 0, frozen), rest = range_of(arch, frozen, arch.layer_count());
+  const std::size_t fb = frozen_bytes(arch);
+  TESSERA_TRY(decode_range(arch, held, arch.frozen_codec, blob.first(fb), params.first(held.end)));
+  return decode_range(arch, rest, codec, blob.subspan(fb), params.subspan(rest.first));
 }
 
 result<void> encode_update(const mlp_arch& arch, codec_kind codec, std::span<const float> params, std::span<std::byte> out) {
   TESSERA_ASSERT(out.size() == update_bytes(arch, codec));
-  return encode_from(arch, static_cast<std::size_t>(arch.frozen), codec, params, out);
+  const layer_range trained = range_of(arch, static_cast<std::size_t>(arch.frozen), arch.layer_count());
+  return encode_range(arch, trained, codec, trained_part(arch, trained, params), out);
 }
 
 result<void> decode_update(const mlp_arch& arch, codec_kind codec, std::span<const std::byte> blob, std::span<float> params) {
-  return decode_from(arch, static_cast<std::size_t>(arch.frozen), codec, blob, params, update_bytes(arch, codec));
+  if (blob.size() != update_bytes(arch, codec)) return bad_size(codec, blob.size(), update_bytes(arch, codec));
+  const layer_range trained = range_of(arch, static_cast<std::size_t>(arch.frozen), arch.layer_count());
+  return decode_range(arch, trained, codec, blob, trained_part(arch, trained, params));
+}
+
+result<void> round_frozen(const mlp_arch& arch, std::span<float> params) {
+  TESSERA_ASSERT(params.size() == param_count(arch));
+  if (!compact_frozen(arch)) return {};
+  const layer_range held = range_of(arch, 0, static_cast<std::size_t>(arch.frozen));
+  std::vector<std::byte> blob(frozen_bytes(arch));
+  TESSERA_TRY(encode_range(arch, held, arch.frozen_codec, params.first(held.end), blob));
+  return decode_range(arch, held, arch.frozen_codec, blob, params.first(held.end));
+}
+
+result<void> check_frozen(const mlp_arch& arch, std::span<const std::byte> blob) {
+  if (blob.size() != frozen_bytes(arch)) return bad_size(arch.frozen_codec, blob.size(), frozen_bytes(arch));
+  if (!compact_frozen(arch)) return {};  // none held encoded
+  if (arch.frozen_codec == codec_kind::f16) {
+    for (std::size_t i = 0; i + 1 < blob.size(); i += 2)
+      if ((std::to_integer<unsigned>(blob[i + 1]) & 0x7cu) == 0x7cu)
+        return make_error(errc::not_finite, "frozen layers (f16): value " + std::to_string(i / 2) + " is not finite");
+    return {};
+  }
+  std::size_t at = 0;
+  std::optional<error> failed;
+  for_each_row(arch, 0, static_cast<std::size_t>(arch.frozen), [&](std::size_t, std::size_t count) {
+    float scale = 0;
+    std::memcpy(&scale, blob.data() + at, sizeof scale);
+    if (!failed) failed = bad_scale(scale, at);
+    at += row_bytes(codec_kind::q8, count);
+  });
+  if (failed) return *failed;
+  return {};
 }
 
 }  // namespace tessera::core

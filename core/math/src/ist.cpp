@@ -170,6 +170,7 @@ result<round_plan> make_stage_plan(const mlp_arch& full, std::span<const double>
   round_plan plan;
   plan.seed = seed;
   plan.frozen = shape.stage;
+  plan.frozen_codec = shape.frozen_codec;
   TESSERA_ASSIGN_OR_RETURN(const std::vector<double> group_cap, group_capacities(capacities, groups, plan));
   plan.members.resize(hidden);
   for (std::size_t h = 0; h < hidden; ++h) {
@@ -192,6 +193,7 @@ mlp_arch stage_arch(const mlp_arch& full, const stage_shape& shape, double share
                                        : head_units(full, h, shape.head_fraction, min_width);
   }
   a.frozen = static_cast<std::int64_t>(shape.stage);
+  a.frozen_codec = shape.frozen_codec;
   return a;
 }
 
@@ -241,6 +243,7 @@ subnet make_subnet(const mlp_arch& full, compensation_kind compensation, const r
   }
   sub.arch.widths.push_back(full.outputs());
   sub.arch.frozen = static_cast<std::int64_t>(plan.frozen);
+  sub.arch.frozen_codec = plan.frozen_codec;
   const bool scaled = compensation == compensation_kind::scale || compensation == compensation_kind::layer_norm_scale;
   sub.arch.input_scale.resize(full.layer_count());
   for (std::size_t i = 0; i < full.layer_count(); ++i) {

@@ -200,19 +200,24 @@ void network::forward_layered(std::span<const float> params, const float* x, std
     const bool hidden = l + 1 < plans_.size();
     float* z = base + (s.has_norm ? ws.xhat[l] : ws.act[l]);
     const float scale = arch_.input_scale[l];
-    if (p.kind == layer_kind::dense) {
-      const const_matrix_map u(input, ix(rows), ix(s.cols));
-      const const_matrix_map w(params.data() + s.weight, ix(s.rows), ix(s.cols));
-      matrix_map zm(z, ix(rows), ix(s.rows));
-      zm.rowwise() = const_row_vector_map(params.data() + s.bias, ix(s.rows));
-      scaled_product(zm, scale, u, w.transpose(), /*accumulate=*/true);
+    const std::span<float> patches = p.kind == layer_kind::dense ? std::span<float>{} : workspace.subspan(ws.patches, conv_patch_floats(p.conv, rows));
+    norm_vectors norm;
+    if (decodes(l)) {
+      norm = frozen_forward(l, input, rows, z, patches);
     } else {
-      conv_forward(p.conv, params.subspan(s.weight, sz(s.rows * s.cols)), params.subspan(s.bias, sz(s.rows)), input, rows, z,
-                   workspace.subspan(ws.patches, conv_patch_floats(p.conv, rows)), scale);
+      if (p.kind == layer_kind::dense) {
+        const const_matrix_map u(input, ix(rows), ix(s.cols));
+        const const_matrix_map w(params.data() + held(s.weight), ix(s.rows), ix(s.cols));
+        matrix_map zm(z, ix(rows), ix(s.rows));
+        zm.rowwise() = const_row_vector_map(params.data() + held(s.bias), ix(s.rows));
+        scaled_product(zm, scale, u, w.transpose(), /*accumulate=*/true);
+      } else {
+        conv_forward(p.conv, params.subspan(held(s.weight), sz(s.rows * s.cols)), params.subspan(held(s.bias), sz(s.rows)), input, rows, z,
+                     patches, scale);
+      }
+      if (s.has_norm) norm = {.gain = params.data() + held(s.gain), .shift = params.data() + held(s.shift)};
     }
-    if (hidden)
-      normalize_activate(rows, p.out, z, base + ws.act[l], s.has_norm ? base + ws.rstd[l] : nullptr,
-                         s.has_norm ? params.data() + s.gain : nullptr, s.has_norm ? params.data() + s.shift : nullptr);
+    if (hidden) normalize_activate(rows, p.out, z, base + ws.act[l], s.has_norm ? base + ws.rstd[l] : nullptr, norm.gain, norm.shift);
     input = base + ws.act[l];
   }
 }
@@ -225,6 +230,7 @@ struct backward_view {
   float* base;       // the workspace
   float* gstart;                // where gradients go (grads, or the velocity): the trained parameters'
   std::size_t trained_offset;   // the first trained parameter (network::trained_offset)
+  std::size_t param_base;       // the first parameter the parameter buffer holds (network::held)
   bool accumulate;              // into the velocity, or after an earlier part of the batch: add, do not overwrite
   // The gradient of the (trained) parameter at `offset`.
   [[nodiscard]] float* grad(std::size_t offset) const noexcept { return gstart + (offset - trained_offset); }
@@ -258,7 +264,7 @@ void back_to_previous(const backward_view& v, const layer_plan& p, std::size_t f
   }
   add_column_dots(da_c.data(), xhat_c.data(), rp, c, dgain.data());  // over every example's positions
   add_column_sums(da_c.data(), rp, c, dshift.data());
-  da_c.array().rowwise() *= const_row_vector_map(params.data() + prev.gain, ix(c)).array();
+  da_c.array().rowwise() *= const_row_vector_map(params.data() + (prev.gain - v.param_base), ix(c)).array();
   const const_matrix_map xhat(v.base + ws.xhat[prev_index], ix(v.rows), ix(n));
   const float inv_n = 1.0f / static_cast<float>(n);
   for (std::int64_t r = 0; r < v.rows; ++r) {
@@ -281,12 +287,12 @@ result<double> network::backward_layered(std::span<float> params, std::span<floa
   TESSERA_ASSERT(!into_velocity || velocity.size() == trained_count());
   const bool accumulate = into_velocity || !part.first;  // or after an earlier part of the batch
   const backward_view v{.rows = rows, .base = workspace.data(), .gstart = into_velocity ? velocity.data() : grads.data(),
-                        .trained_offset = trained_offset_, .accumulate = accumulate};
+                        .trained_offset = trained_offset_, .param_base = param_base_, .accumulate = accumulate};
   const auto update = [&](std::size_t first, std::size_t count) {
     if (sgd == nullptr || !part.last) return;
     const std::size_t g = first - trained_offset_;
-    if (into_velocity) sgd_apply_prepared(*sgd, params.subspan(first, count), velocity.subspan(g, count));
-    else sgd_step(*sgd, params.subspan(first, count), grads.subspan(g, count), velocity.empty() ? velocity : velocity.subspan(g, count));
+    if (into_velocity) sgd_apply_prepared(*sgd, params.subspan(held(first), count), velocity.subspan(g, count));
+    else sgd_step(*sgd, params.subspan(held(first), count), grads.subspan(g, count), velocity.empty() ? velocity : velocity.subspan(g, count));
   };
   const auto first_trained = static_cast<std::size_t>(arch_.frozen);
   const layered_slots ws = layered_workspace(rows);
@@ -318,9 +324,9 @@ result<double> network::backward_layered(std::span<float> params, std::span<floa
       if (accumulate) db.noalias() += dz.colwise().sum();
       else db.noalias() = dz.colwise().sum();
       if (du != nullptr)
-        scaled_product(matrix_map(du, ix(rows), ix(s.cols)), scale, dz, const_matrix_map(params.data() + s.weight, ix(s.rows), ix(s.cols)), false);
+        scaled_product(matrix_map(du, ix(rows), ix(s.cols)), scale, dz, const_matrix_map(params.data() + held(s.weight), ix(s.rows), ix(s.cols)), false);
     } else {
-      conv_backward(p.conv, params.subspan(s.weight, sz(s.rows * s.cols)), u, d, rows, std::span(v.grad(s.weight), sz(s.rows * s.cols)),
+      conv_backward(p.conv, params.subspan(held(s.weight), sz(s.rows * s.cols)), u, d, rows, std::span(v.grad(s.weight), sz(s.rows * s.cols)),
                     std::span(v.grad(s.bias), sz(s.rows)), du, workspace.subspan(ws.patches, conv_patch_floats(p.conv, rows)), scale,
                     accumulate);
     }

@@ -32,17 +32,18 @@ std::string mib_text(std::uint64_t bytes) {
 
 namespace {
 
-// Bytes of the parameters of layers `from` and after, encoded.
-std::size_t layers_bytes(const mlp_arch& arch, std::size_t from, codec_kind codec) noexcept {
+// Bytes of the parameters of layers [from, to), encoded.
+std::size_t layers_bytes(const mlp_arch& arch, std::size_t from, std::size_t to, codec_kind codec) noexcept {
   const auto slots = param_slots(arch);
-  const std::size_t n = param_count(arch) - (from < slots.size() ? slots[from].weight : param_count(arch));
+  const auto start = [&](std::size_t l) { return l < slots.size() ? slots[l].weight : param_count(arch); };
+  const std::size_t n = start(to) - start(from);
   switch (codec) {
     case codec_kind::f32: return 4 * n;
     case codec_kind::f16: return 2 * n;
     case codec_kind::q8: {
       // One byte per value plus one fp32 scale per row of every tensor (a vector is one row).
       std::size_t rows = 0;
-      for (std::size_t l = from; l < slots.size(); ++l) rows += static_cast<std::size_t>(slots[l].rows) + 1 + (slots[l].has_norm ? 2 : 0);
+      for (std::size_t l = from; l < to && l < slots.size(); ++l) rows += static_cast<std::size_t>(slots[l].rows) + 1 + (slots[l].has_norm ? 2 : 0);
       return n + 4 * rows;
     }
   }
@@ -51,10 +52,16 @@ std::size_t layers_bytes(const mlp_arch& arch, std::size_t from, codec_kind code
 
 }  // namespace
 
-std::size_t encoded_bytes(const mlp_arch& arch, codec_kind codec) noexcept { return layers_bytes(arch, 0, codec); }
+std::size_t encoded_bytes(const mlp_arch& arch, codec_kind codec) noexcept {
+  return frozen_bytes(arch) + layers_bytes(arch, compact_frozen(arch) ? static_cast<std::size_t>(arch.frozen) : 0, arch.layer_count(), codec);
+}
 
 std::size_t update_bytes(const mlp_arch& arch, codec_kind codec) noexcept {
-  return layers_bytes(arch, static_cast<std::size_t>(arch.frozen), codec);
+  return layers_bytes(arch, static_cast<std::size_t>(arch.frozen), arch.layer_count(), codec);
+}
+
+std::size_t frozen_bytes(const mlp_arch& arch) noexcept {
+  return compact_frozen(arch) ? layers_bytes(arch, 0, static_cast<std::size_t>(arch.frozen), arch.frozen_codec) : 0;
 }
 
 namespace {
@@ -132,15 +139,25 @@ training_memory plan_memory(const mlp_arch& arch, std::int64_t batch, bool optim
     size = bytes;
     at += align_up(bytes);
   };
-  const std::size_t p = net.param_count() * sizeof(float), trained = net.trained_count() * sizeof(float);
-  region(m.params, m.params_bytes, p);
+  const std::size_t trained = net.trained_count() * sizeof(float);
+  const std::size_t tw = arch.task == task_kind::classification ? 1 : static_cast<std::size_t>(arch.outputs());
+  if (compact_frozen(arch)) {
+    // The frozen blob ends on an alignment boundary, where the rest of the download begins.
+    m.frozen_bytes = frozen_bytes(arch);
+    m.frozen = align_up(m.frozen_bytes) - m.frozen_bytes;
+    at = align_up(m.frozen_bytes);
+    if (codec != codec_kind::f32) region(m.staging, m.staging_bytes, update_bytes(arch, codec));
+    region(m.params, m.params_bytes, trained);
+  } else {
+    region(m.params, m.params_bytes, net.param_count() * sizeof(float));
+  }
   region(m.grads, m.grads_bytes, optimizer && !momentum ? trained : 0);
   region(m.velocity, m.velocity_bytes, optimizer && momentum ? trained : 0);
   region(m.workspace, m.workspace_bytes, net.workspace_floats(batch) * sizeof(float));
   region(m.features, m.features_bytes, b * static_cast<std::size_t>(arch.inputs()) * sizeof(float));
-  const std::size_t tw = arch.task == task_kind::classification ? 1 : static_cast<std::size_t>(arch.outputs());
   region(m.targets, m.targets_bytes, b * tw * sizeof(float));
-  region(m.staging, m.staging_bytes, codec == codec_kind::f32 ? 0 : encoded_bytes(arch, codec));
+  if (!compact_frozen(arch)) region(m.staging, m.staging_bytes, codec == codec_kind::f32 ? 0 : encoded_bytes(arch, codec));
+  region(m.scratch, m.scratch_bytes, frozen_scratch_floats(arch) * sizeof(float));
   m.total = at;
   m.stack_bytes = product_stack_bytes(arch, batch);
   return m;

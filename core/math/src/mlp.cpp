@@ -88,12 +88,16 @@ result<void> validate(const mlp_arch& arch, std::string_view what) {
 
 std::size_t trained_offset(const mlp_arch& arch) { return param_slots(arch)[static_cast<std::size_t>(arch.frozen)].weight; }
 
-network::network(mlp_arch arch) : arch_(std::move(arch)) {
+network::network(mlp_arch arch, frozen_layers frozen) : arch_(std::move(arch)) {
   TESSERA_ASSERT(validate(arch_, "network").ok());
   slots_ = param_slots(arch_);
   if (!arch_.layers.empty()) plans_ = plan_layers(arch_);
   param_count_ = core::param_count(arch_);
   trained_offset_ = core::trained_offset(arch_);
+  if (compact_frozen(arch_)) {
+    param_base_ = trained_offset_;
+    frozen_ = frozen;
+  }
   max_width_ = *std::max_element(arch_.widths.begin() + 1, arch_.widths.end());
 }
 
@@ -127,7 +131,7 @@ std::size_t network::workspace_floats(std::int64_t rows) const noexcept {
 
 void network::forward(std::span<const float> params, const float* x, std::int64_t rows,
                       std::span<float> workspace) const {
-  TESSERA_ASSERT(params.size() == param_count_);
+  TESSERA_ASSERT(params.size() == held_count());
   TESSERA_ASSERT(workspace.size() >= workspace_floats(rows));
   TESSERA_ASSERT(rows > 0);
   if (!plans_.empty()) return forward_layered(params, x, rows, workspace);
@@ -135,19 +139,24 @@ void network::forward(std::span<const float> params, const float* x, std::int64_
   const float* input = x;
   for (std::size_t l = 0; l < slots_.size(); ++l) {
     const layer_slots& s = slots_[l];
-    const const_matrix_map a_prev(input, ix(rows), ix(s.cols));
-    const const_matrix_map w(params.data() + s.weight, ix(s.rows), ix(s.cols));
-    const const_row_vector_map b(params.data() + s.bias, ix(s.rows));
     float* z_ptr = workspace.data() + (s.has_norm ? ws[l].norm : ws[l].act);
     matrix_map z(z_ptr, ix(rows), ix(s.rows));
-    z.rowwise() = b;
-    scaled_product(z, arch_.input_scale[l], a_prev, w.transpose(), /*accumulate=*/true);
+    norm_vectors norm;
+    if (decodes(l)) {
+      norm = frozen_forward(l, input, rows, z_ptr, {});
+    } else {
+      const const_matrix_map a_prev(input, ix(rows), ix(s.cols));
+      const const_matrix_map w(params.data() + held(s.weight), ix(s.rows), ix(s.cols));
+      z.rowwise() = const_row_vector_map(params.data() + held(s.bias), ix(s.rows));
+      scaled_product(z, arch_.input_scale[l], a_prev, w.transpose(), /*accumulate=*/true);
+      if (s.has_norm) norm = {.gain = params.data() + held(s.gain), .shift = params.data() + held(s.shift)};
+    }
     const bool hidden = l + 1 < slots_.size();
     if (hidden) {
       matrix_map a(workspace.data() + ws[l].act, ix(rows), ix(s.rows));
       if (s.has_norm) {
-        const const_row_vector_map gain(params.data() + s.gain, ix(s.rows));
-        const const_row_vector_map shift(params.data() + s.shift, ix(s.rows));
+        const const_row_vector_map gain(norm.gain, ix(s.rows));
+        const const_row_vector_map shift(norm.shift, ix(s.rows));
         standardize_rows(z, workspace.data() + ws[l].rstd, k_layer_norm_epsilon);
         a.array() = ((z.array().rowwise() * gain.array()).rowwise() + shift.array()).cwiseMax(0.0f);
       } else {
@@ -244,9 +253,9 @@ result<double> network::backward(std::span<float> params, std::span<float> grads
     if (sgd == nullptr || !part.last) return;
     const std::size_t g = first - trained_offset_;
     if (into_velocity) {
-      sgd_apply_prepared(*sgd, params.subspan(first, count), velocity.subspan(g, count));
+      sgd_apply_prepared(*sgd, params.subspan(held(first), count), velocity.subspan(g, count));
     } else {
-      sgd_step(*sgd, params.subspan(first, count), grads.subspan(g, count), velocity.empty() ? velocity : velocity.subspan(g, count));
+      sgd_step(*sgd, params.subspan(held(first), count), grads.subspan(g, count), velocity.empty() ? velocity : velocity.subspan(g, count));
     }
   };
   const auto first_trained = static_cast<std::size_t>(arch_.frozen);
@@ -280,7 +289,7 @@ result<double> network::backward(std::span<float> params, std::span<float> grads
 
     // Gradient into the previous hidden layer's activations, then through its ReLU (and LayerNorm).
     const layer_slots& p = slots_[l - 1];
-    const const_matrix_map w(params.data() + s.weight, ix(s.rows), ix(s.cols));
+    const const_matrix_map w(params.data() + held(s.weight), ix(s.rows), ix(s.cols));
     matrix_map da(g_next, ix(rows), ix(s.cols));
     scaled_product(da, scale, dz, w, /*accumulate=*/false);
     update(s.weight, s.bias + sz(s.rows) - s.weight);  // W_l was last needed just above
@@ -289,7 +298,7 @@ result<double> network::backward(std::span<float> params, std::span<float> grads
     if (p.has_norm) {
       const const_matrix_map xhat(workspace.data() + ws[l - 1].norm, ix(rows), ix(p.rows));
       const Eigen::Map<const Eigen::VectorXf> rstd(workspace.data() + ws[l - 1].rstd, ix(rows));
-      const const_row_vector_map gain(params.data() + p.gain, ix(p.rows));
+      const const_row_vector_map gain(params.data() + held(p.gain), ix(p.rows));
       row_vector_map dgain(grad(p.gain), ix(p.rows));
       row_vector_map dshift(grad(p.shift), ix(p.rows));
       put(dgain, (da.array() * xhat.array()).colwise().sum().matrix());

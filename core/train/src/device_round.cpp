@@ -10,14 +10,21 @@
 namespace tessera::core {
 
 std::span<std::byte> blob_region(training_block& block, codec_kind codec, std::size_t bytes) noexcept {
-  const std::span<std::byte> region = codec == codec_kind::f32 ? std::as_writable_bytes(block.params()) : block.staging();
-  TESSERA_ASSERT(bytes <= region.size());
-  return region.first(bytes);
+  const training_memory& m = block.layout();
+  // Compact frozen layers: the blob starts with them, in their region, which ends where the rest begins.
+  const std::size_t first = m.frozen_bytes > 0 ? m.frozen : codec == codec_kind::f32 ? m.params : m.staging;
+  const std::span<std::byte> all = block.all();
+  TESSERA_ASSERT(first + bytes <= all.size());
+  TESSERA_ASSERT(bytes <= m.frozen_bytes + (codec == codec_kind::f32 ? m.params_bytes : m.staging_bytes));
+  return all.subspan(first, bytes);
 }
 
 std::span<std::byte> update_region(training_block& block, const mlp_arch& arch, codec_kind codec) noexcept {
   const std::size_t bytes = update_bytes(arch, codec);
-  if (codec != codec_kind::f32) return blob_region(block, codec, bytes);
+  if (codec != codec_kind::f32) {
+    TESSERA_ASSERT(bytes <= block.staging().size());
+    return block.staging().first(bytes);
+  }
   const std::span<std::byte> params = std::as_writable_bytes(block.params());
   TESSERA_ASSERT(bytes <= params.size());
   return params.last(bytes);  // the trained layers are the layout's last parameters
@@ -25,7 +32,12 @@ std::span<std::byte> update_region(training_block& block, const mlp_arch& arch, 
 
 result<void> take_download(training_block& block, const mlp_arch& arch, codec_kind codec, std::span<const std::byte> blob) {
   const std::span<float> params = block.params();
-  if (codec != codec_kind::f32) return decode(arch, codec, blob, params);
+  const std::size_t held = frozen_bytes(arch);
+  if (held > 0) TESSERA_TRY(check_frozen(arch, blob.first(std::min(held, blob.size()))));
+  if (codec != codec_kind::f32) {
+    if (held == 0) return decode(arch, codec, blob, params);
+    return decode_update(arch, codec, blob.subspan(std::min(held, blob.size())), params);
+  }
   // f32 arrived in place; its digest matched, but the values must still be finite before training.
   const auto bad = std::find_if(params.begin(), params.end(), [](float v) { return !std::isfinite(v); });
   if (bad != params.end())

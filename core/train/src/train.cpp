@@ -116,7 +116,7 @@ std::int64_t target_width(const mlp_arch& arch) noexcept {
 }
 
 local_trainer::local_trainer(mlp_arch arch, std::int64_t batch) : net_(std::move(arch)), batch_(batch) {
-  TESSERA_ASSERT(batch > 0);
+  TESSERA_ASSERT(batch > 0 && !compact_frozen(net_.arch()));
   const auto b = static_cast<std::size_t>(batch);
   const std::size_t p = net_.trained_count();
   const std::size_t ws = net_.workspace_floats(batch);
@@ -130,7 +130,7 @@ local_trainer::local_trainer(mlp_arch arch, std::int64_t batch) : net_(std::move
 }
 
 local_trainer::local_trainer(mlp_arch arch, std::int64_t batch, training_buffers buffers)
-    : net_(std::move(arch)), batch_(batch), buf_(buffers) {
+    : net_(std::move(arch), {.blob = buffers.frozen, .scratch = buffers.frozen_scratch}), batch_(batch), buf_(buffers) {
   TESSERA_ASSERT(batch > 0);
   const auto b = static_cast<std::size_t>(batch);
   TESSERA_ASSERT(buf_.grads.empty() || buf_.grads.size() == net_.trained_count());
@@ -143,7 +143,7 @@ local_trainer::local_trainer(mlp_arch arch, std::int64_t batch, training_buffers
 
 result<local_training_report> local_trainer::run(std::span<float> params, batch_source& source,
                                                  const local_training_options& options) {
-  TESSERA_ASSERT(params.size() == net_.param_count());
+  TESSERA_ASSERT(params.size() == net_.held_count());
   TESSERA_TRY(check_feature_count(net_.arch(), source.feature_count(), source.describe()));
   if (net_.arch().task == task_kind::regression && net_.arch().outputs() != 1)
     return make_error(errc::unsupported, source.describe() + ": the data readers give one target per example; a "
@@ -158,7 +158,7 @@ result<local_training_report> local_trainer::run(std::span<float> params, batch_
   const auto start = std::chrono::steady_clock::now();
   // A fresh velocity each round (the subnet is new), in the prepared form train_step accumulates into.
   if (!options.keep_velocity) {
-    if (momentum) sgd_prepare_start(options.sgd, params.subspan(net_.trained_offset()), buf_.velocity);
+    if (momentum) sgd_prepare_start(options.sgd, params.last(net_.trained_count()), buf_.velocity);
     else std::fill(buf_.velocity.begin(), buf_.velocity.end(), 0.0f);
   }
   const std::int64_t batch = options.batch > 0 ? options.batch : batch_;

@@ -25,7 +25,8 @@ result<training_block> training_block::allocate(const training_memory& layout) {
 training_buffers training_block::buffers() noexcept {
   return {floats(layout_.grads, layout_.grads_bytes), floats(layout_.velocity, layout_.velocity_bytes),
           floats(layout_.workspace, layout_.workspace_bytes), floats(layout_.features, layout_.features_bytes),
-          floats(layout_.targets, layout_.targets_bytes)};
+          floats(layout_.targets, layout_.targets_bytes), std::span<const std::byte>(base() + layout_.frozen, layout_.frozen_bytes),
+          floats(layout_.scratch, layout_.scratch_bytes)};
 }
 
 }  // namespace tessera::core

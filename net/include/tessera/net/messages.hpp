@@ -61,6 +61,8 @@ inline constexpr std::size_t max_layer_kinds = 32;
 // A HELLO feature: the agent trains tasks with frozen layers ("frozen" in ASSIGN: successive layer
 // training), sending back only the layers after them.
 inline constexpr const char* k_feature_frozen_layers = "frozen_layers";
+// A HELLO feature: the agent holds frozen layers encoded ("frozen_codec" f16 or q8 in ASSIGN).
+inline constexpr const char* k_feature_compact_frozen = "compact_frozen_layers";
 
 namespace msg {
 

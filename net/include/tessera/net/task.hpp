@@ -10,7 +10,11 @@
 //
 // "frozen": k (successive layer training) holds the first k layers for the forward pass: the device
 // trains the others and sends back only theirs (core::update_bytes). An agent that does not know the
-// field would train and send every layer, which the hub rejects by its size.
+// field would train and send every layer, which the hub rejects by its size. "frozen_codec": "f16" or
+// "q8" (absent: f32) sends the frozen layers so encoded, first in the blob, and the device holds them so
+// (core::compact_frozen), agents saying net::k_feature_compact_frozen in HELLO. Frozen layers come only
+// in a training assignment that uploads in the clear: with an evaluation, secure aggregation or
+// clip_norm they are refused by name.
 //
 // The agent builds the subnet's architecture from these alone (it never sees the full model), checks
 // it against its data and its memory budget, and trains. Parsing bounds every number before anything

@@ -323,6 +323,7 @@ class engine {
   // Successive layer training (engine_stages.cpp): the open round's stage, a device's share of its
   // layer, and the stage's plan (groups enough to cover the layer, unless config.groups says).
   [[nodiscard]] core::stage_shape stage() const noexcept;
+  [[nodiscard]] core::stage_shape shape_of(std::size_t stage) const noexcept;
   [[nodiscard]] core::result<double> stage_capacity(const device_offer& offer, const core::stage_shape& shape) const;
   [[nodiscard]] core::result<core::round_plan> stage_plan(std::span<const double> capacities, std::size_t group_devices);
   void fold_ready();
@@ -358,6 +359,7 @@ class engine {
     std::vector<std::string> pending;  // take_notes()
     bool whole_model_unheld = false;   // said already
     std::size_t stage_said = 0;        // SLT: stages announced so far (stage k announced once, as it begins)
+    std::int64_t rounded_at = -1;      // SLT: the completed rounds when the frozen layers were last rounded (slt.frozen_codec)
   } notes_;
   // Toward errc::nobody_trains: untrained rounds in a row in which every registered device (or, before
   // set_population, every device offered) was asked and refused or had its update rejected.

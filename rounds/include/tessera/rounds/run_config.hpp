@@ -147,10 +147,14 @@ struct run_config {
   // SLT: the head's share of each hidden layer above the stage (its first units), and the rounds of each
   // stage, one entry per hidden layer adding up to `rounds` (empty: rounds split evenly, the remainder
   // going to the first stages). The stage's layer is cut into groups as IST cuts (groups, cut,
-  // repartition_every) when the devices' budgets cannot hold it whole.
+  // repartition_every) when the devices' budgets cannot hold it whole. frozen_codec f16 or q8: the
+  // layers below the stage travel and are held in it (core::compact_frozen), in a half or a quarter of
+  // the memory, and the hub rounds the global model's frozen layers through it as each stage begins, so
+  // that what the devices compute with is the model.
   struct slt_settings {
     double head_fraction = 0.25;
     std::vector<std::int64_t> stage_rounds{};
+    core::codec_kind frozen_codec = core::codec_kind::f32;
   } slt;
   // SLT: the stage (a hidden layer, 0-based) of the round after `completed` rounds.
   [[nodiscard]] std::size_t slt_stage(std::int64_t completed) const noexcept;

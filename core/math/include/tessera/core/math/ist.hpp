@@ -51,13 +51,14 @@ struct plan_options {
 // The partition of one round. members[h][s] lists, sorted, the neurons of hidden layer h (0-based)
 // that group s holds; device d trains group device_group[d].
 // `frozen` leading layers are sent whole and trained by nobody (successive layer training: every
-// subnet's mlp_arch::frozen); scatter and the aggregator leave them as they are.
+// subnet's mlp_arch::frozen, held in frozen_codec); scatter and the aggregator leave them as they are.
 struct round_plan {
   std::uint64_t seed = 0;
   std::size_t groups = 0;
   std::vector<std::vector<std::vector<std::int32_t>>> members;
   std::vector<std::size_t> device_group;
   std::size_t frozen = 0;
+  codec_kind frozen_codec = codec_kind::f32;
 };
 
 // Plans a round. capacities[d] in (0, 1] is the largest fraction of every hidden layer that device d
@@ -80,6 +81,7 @@ struct round_plan {
 struct stage_shape {
   std::size_t stage = 0;
   double head_fraction = 1.0;
+  codec_kind frozen_codec = codec_kind::f32;  // how the frozen layers travel and are held (mlp_arch::frozen_codec)
 };
 [[nodiscard]] result<round_plan> make_stage_plan(const mlp_arch& full, std::span<const double> capacities, std::size_t groups,
                                                  const stage_shape& shape, const plan_options& options, std::uint64_t seed);

@@ -7,6 +7,10 @@
 //   gradients for one mini-batch (network::workspace_floats), the input batch and its targets, and the
 //   codec's staging buffer (the encoded blob of the received subnet before it is decoded into the
 //   parameters; none for f32, which is received straight into them).
+// Frozen layers held encoded (compact_frozen) are not among the parameters: their blob has a region of
+// its own (frozen_bytes) that ends where the rest of the download begins (the parameters for f32, the
+// staging buffer otherwise, which then holds only the trained layers), so that the download is received
+// whole into one span; and the forward pass decodes them through a scratch (frozen_scratch_floats).
 // Beside the arena, on the stack, the matrix products' packing buffers (product_stack_bytes).
 // The hub sizes each device's subnet with this formula and the agent checks it again before it accepts
 // an assignment; the arena is carved by the same layout, so "needed" and "used" cannot drift apart.
@@ -27,14 +31,19 @@
 
 namespace tessera::core {
 
-// How parameters travel (DESIGN.md §3): fp32, fp16, or int8 with one fp32 scale per row.
-enum class codec_kind { f32, f16, q8 };
-inline constexpr auto k_codec_names = names_in_order<codec_kind>({"f32", "f16", "q8"});
-[[nodiscard]] inline std::string_view to_string(codec_kind c) noexcept { return k_codec_names.name(c); }
-// Bytes of a subnet's parameters encoded with `codec`.
+// Bytes of a subnet's parameters encoded with `codec` (its frozen layers with arch.frozen_codec when
+// compact_frozen).
 [[nodiscard]] std::size_t encoded_bytes(const mlp_arch& arch, codec_kind codec) noexcept;
 // Bytes of the update a device sends: its trained layers' parameters (after arch.frozen) encoded.
 [[nodiscard]] std::size_t update_bytes(const mlp_arch& arch, codec_kind codec) noexcept;
+// Bytes of the frozen layers encoded with arch.frozen_codec when compact_frozen(arch), else 0: what the
+// device holds of them, and the download's first part.
+[[nodiscard]] std::size_t frozen_bytes(const mlp_arch& arch) noexcept;
+// A compact frozen layer runs a block of this many rows (output units) at a time, decoded into a
+// scratch (a convolution's whole kernel: it is small); frozen_scratch_floats(arch) floats of it, 0
+// when the frozen layers are not compact.
+inline constexpr std::int64_t k_frozen_block_rows = 32;
+[[nodiscard]] std::size_t frozen_scratch_floats(const mlp_arch& arch);
 
 inline constexpr std::size_t k_arena_alignment = 64;
 
@@ -60,9 +69,9 @@ inline constexpr std::int64_t k_product_block_depth = 256, k_product_block_width
 
 // Byte offsets of each region in the arena, and the total; and the stack the matrix products take.
 struct training_memory {
-  std::size_t params = 0, grads = 0, velocity = 0, workspace = 0, features = 0, targets = 0, staging = 0;
+  std::size_t params = 0, grads = 0, velocity = 0, workspace = 0, features = 0, targets = 0, staging = 0, frozen = 0, scratch = 0;
   std::size_t params_bytes = 0, grads_bytes = 0, velocity_bytes = 0, workspace_bytes = 0, features_bytes = 0,
-              targets_bytes = 0, staging_bytes = 0;
+              targets_bytes = 0, staging_bytes = 0, frozen_bytes = 0, scratch_bytes = 0;
   std::size_t total = 0;        // bytes of the whole arena
   std::size_t stack_bytes = 0;  // product_stack_bytes: beside the arena, on the training thread's stack
   [[nodiscard]] std::size_t needed() const noexcept { return total + stack_bytes; }

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -93,11 +94,21 @@ struct batch_part {
   bool last = true;             // the update is applied
 };
 
+// Frozen layers held encoded (compact_frozen(arch): successive layer training in less memory): their
+// blob (frozen_bytes(arch) bytes, checked by check_frozen) and a scratch of frozen_scratch_floats(arch)
+// floats that the forward pass decodes them into, a block of rows at a time. The network reads both on
+// every forward pass; the parameter buffers it is given then hold only the trained layers.
+struct frozen_layers {
+  std::span<const std::byte> blob{};
+  std::span<float> scratch{};
+};
+
 struct layered_slots;  // internal (layered.cpp): where a layered network's passes keep what they compute
 
 class network {
  public:
-  explicit network(mlp_arch arch);
+  // `frozen`: where a compact_frozen arch's frozen layers are (ignored otherwise).
+  explicit network(mlp_arch arch, frozen_layers frozen = {});
 
   [[nodiscard]] const mlp_arch& arch() const noexcept { return arch_; }
   [[nodiscard]] std::span<const layer_slots> slots() const noexcept { return slots_; }
@@ -106,6 +117,9 @@ class network {
   // (arch().frozen). Gradient and velocity buffers hold exactly these (trained_count() floats).
   [[nodiscard]] std::size_t trained_offset() const noexcept { return trained_offset_; }
   [[nodiscard]] std::size_t trained_count() const noexcept { return param_count_ - trained_offset_; }
+  // Floats of the parameter buffer the passes take: param_count(), or trained_count() when the frozen
+  // layers are held encoded (compact_frozen).
+  [[nodiscard]] std::size_t held_count() const noexcept { return param_count_ - param_base_; }
   // Floats of workspace a batch of `rows` examples needs (activations and their gradients).
   [[nodiscard]] std::size_t workspace_floats(std::int64_t rows) const noexcept;
 
@@ -147,6 +161,18 @@ class network {
   [[nodiscard]] result<void> output_gradient(std::span<const float> workspace, const float* y, std::int64_t rows,
                                              float* d_out, double& loss_sum, std::int64_t mean_over = 0) const;
 
+  // A compact frozen layer's pre-activations z (rows × units) from its input, its weights decoded a
+  // block of rows at a time (frozen.cpp); returns its gain and shift decoded into the scratch (null
+  // without LayerNorm). `patches`: a convolution's.
+  struct norm_vectors {
+    const float* gain = nullptr;
+    const float* shift = nullptr;
+  };
+  norm_vectors frozen_forward(std::size_t l, const float* input, std::int64_t rows, float* z, std::span<float> patches) const;
+  [[nodiscard]] bool decodes(std::size_t l) const noexcept { return param_base_ > 0 && l < static_cast<std::size_t>(arch_.frozen); }
+  // Where the parameter at `offset` of the flat layout is in the buffer the passes take.
+  [[nodiscard]] std::size_t held(std::size_t offset) const noexcept { return offset - param_base_; }
+
   // A network with convolutions or shape operations (layered.cpp): the same passes over plans_.
   [[nodiscard]] layered_slots layered_workspace(std::int64_t rows) const noexcept;
   [[nodiscard]] std::size_t layered_floats(std::int64_t rows) const noexcept;
@@ -161,6 +187,8 @@ class network {
   std::vector<layer_plan> plans_;
   std::size_t param_count_ = 0;
   std::size_t trained_offset_ = 0;
+  std::size_t param_base_ = 0;  // trained_offset_ when the frozen layers are held encoded, else 0
+  frozen_layers frozen_{};
   std::int64_t max_width_ = 0;  // widest of n_1..n_{L+1}: size of the two gradient buffers
 };
 

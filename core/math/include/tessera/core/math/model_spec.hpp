@@ -37,6 +37,8 @@ enum class task_kind { classification, regression };
 enum class init_kind { he_uniform, he_normal, xavier_uniform };
 enum class compensation_kind { none, scale, layer_norm, layer_norm_scale };
 enum class input_normalization_kind { none, standardize };
+// How parameters travel (DESIGN.md §3): fp32, fp16, or int8 with one fp32 scale per row (codec.hpp).
+enum class codec_kind { f32, f16, q8 };
 
 inline constexpr auto k_task_names = names_in_order<task_kind>({"classification", "regression"});
 inline constexpr auto k_init_names = names_in_order<init_kind>({"he_uniform", "he_normal", "xavier_uniform"});
@@ -45,6 +47,8 @@ inline constexpr auto k_input_normalization_names = names_in_order<input_normali
 [[nodiscard]] inline std::string_view to_string(task_kind v) noexcept { return k_task_names.name(v); }
 [[nodiscard]] inline std::string_view to_string(init_kind v) noexcept { return k_init_names.name(v); }
 [[nodiscard]] inline std::string_view to_string(compensation_kind v) noexcept { return k_compensation_names.name(v); }
+inline constexpr auto k_codec_names = names_in_order<codec_kind>({"f32", "f16", "q8"});
+[[nodiscard]] inline std::string_view to_string(codec_kind c) noexcept { return k_codec_names.name(c); }
 
 // The shape of one concrete network: the full model or a subnet cut out of it.
 // widths = {n0 (inputs), n1..nL (hidden), nL+1 (outputs)}; input_scale[l-1] multiplies the input of
@@ -55,7 +59,9 @@ inline constexpr auto k_input_normalization_names = names_in_order<input_normali
 // (pooling, flatten) come from `layers`. Empty `layers`: the MLP of widths on a flat input.
 // `frozen` leading parametric layers are held for the forward pass only (successive layer training):
 // no gradient, no optimizer state, and not part of the update a device sends; the output layer is
-// always trained (frozen < layer_count()).
+// always trained (frozen < layer_count()). `frozen_codec` is how the frozen layers travel and are held:
+// f32 in the parameters like the others, or f16/q8 encoded (codec.hpp), each layer read a block of
+// rows at a time in the forward pass, in a fraction of the memory (compact_frozen; frozen.hpp).
 struct mlp_arch {
   std::vector<std::int64_t> widths;
   task_kind task = task_kind::classification;
@@ -64,6 +70,7 @@ struct mlp_arch {
   tensor_shape input{};
   std::vector<layer_spec> layers{};
   std::int64_t frozen = 0;
+  codec_kind frozen_codec = codec_kind::f32;
 
   [[nodiscard]] std::size_t layer_count() const noexcept { return widths.size() - 1; }  // L + 1 parametric layers
   [[nodiscard]] std::size_t hidden_layers() const noexcept { return widths.size() - 2; }
@@ -71,6 +78,9 @@ struct mlp_arch {
   [[nodiscard]] std::int64_t inputs() const noexcept { return layers.empty() ? widths.front() : input.size(); }
   [[nodiscard]] std::int64_t outputs() const noexcept { return widths.back(); }
 };
+
+// The frozen layers are held encoded: a network's parameter buffer then holds only the trained ones.
+[[nodiscard]] inline bool compact_frozen(const mlp_arch& arch) noexcept { return arch.frozen > 0 && arch.frozen_codec != codec_kind::f32; }
 
 struct model_spec {
   std::int64_t inputs = 0;

@@ -152,20 +152,24 @@ struct local_training_report {
 // Sizes: with momentum, velocity network::trained_count floats (every parameter but the frozen layers')
 // and grads empty (gradients are accumulated into the velocity); plain SGD, grads trained_count and
 // velocity empty; workspace
-// network::workspace_floats(batch), features batch × inputs, targets batch × target width.
+// network::workspace_floats(batch), features batch × inputs, targets batch × target width; with the
+// frozen layers held encoded (compact_frozen), their blob and the scratch it is decoded into
+// (frozen_layers), and the parameters are then the trained ones only (network::held_count).
 struct training_buffers {
   std::span<float> grads;
   std::span<float> velocity;
   std::span<float> workspace;
   std::span<float> features;
   std::span<float> targets;
+  std::span<const std::byte> frozen{};
+  std::span<float> frozen_scratch{};
 };
 
 // Trains one architecture, holding `batch` rows at a time (a step's batch, or its micro-batch:
 // local_training_options::batch). run() does not allocate.
 class local_trainer {
  public:
-  // Owns its buffers (the simulator, tests).
+  // Owns its buffers (the simulator, tests); not for compact frozen layers (they live in a training_block).
   local_trainer(mlp_arch arch, std::int64_t batch);
   // Works in caller-provided memory (the device's arena); asserts the sizes.
   local_trainer(mlp_arch arch, std::int64_t batch, training_buffers buffers);
