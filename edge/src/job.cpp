@@ -33,6 +33,9 @@ core::result<core::training_task> check_assignment(const net::msg::assign& a, co
                                                  " exceeds this device's data.max_batch " + std::to_string(limits.max_batch));
   if (std::find(limits.codecs.begin(), limits.codecs.end(), a.blob_codec) == limits.codecs.end())
     return make_error(errc::codec_disabled, "codec " + std::string(core::to_string(a.blob_codec)) + " is not enabled on this device");
+  if (std::find(limits.codecs.begin(), limits.codecs.end(), t.arch.frozen_codec) == limits.codecs.end())
+    return make_error(errc::codec_disabled, "the frozen layers come in " + std::string(core::to_string(t.arch.frozen_codec)) +
+                                                ", a codec not enabled on this device");
   if (a.secure && limits.secure == nullptr)
     return make_error(errc::secure_refused, std::string(a.evaluate ? "the evaluation" : "the assignment") +
                                                 " uses secure aggregation, which this device's secure_aggregation (off) refuses");

@@ -56,6 +56,11 @@ core::codec_kind engine::codec_for(const device_offer& offer) const noexcept {
   return speaks ? config_.codec : core::codec_kind::f32;
 }
 
+core::codec_kind engine::frozen_codec_for(const device_offer& offer) const noexcept {
+  const core::codec_kind held = config_.slt.frozen_codec;
+  return std::find(offer.codecs.begin(), offer.codecs.end(), held) != offer.codecs.end() ? held : core::codec_kind::f32;
+}
+
 core::result<double> engine::capacity(const device_offer& offer) const {
   if (offer.examples == 0) return core::make_error(core::errc::invalid_argument, "it holds no examples");
   if (config_.strategy == strategy_kind::slt) return stage_capacity(offer, stage());
@@ -169,6 +174,7 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
     a.index = assignments_.size();
     a.group = plan.device_group[i];
     a.sub = core::make_subnet(full_, config_.model.compensation, plan, a.group);
+    if (a.sub.arch.frozen > 0) a.sub.arch.frozen_codec = frozen_codec_for(o);
     a.codec = codec_for(o);
     // Under secure aggregation the devices of a group check that they were sent the same model (the
     // digest they sign, crypto/secagg.hpp): one codec for everyone, so a device without it sits out.

@@ -33,8 +33,10 @@ core::stage_shape engine::shape_of(std::size_t stage) const noexcept {
   return {.stage = stage, .head_fraction = config_.slt.head_fraction, .frozen_codec = config_.slt.frozen_codec};
 }
 
-core::result<double> engine::stage_capacity(const device_offer& offer, const core::stage_shape& shape) const {
+core::result<double> engine::stage_capacity(const device_offer& offer, const core::stage_shape& stage_of) const {
   if (offer.capacity > 0) return std::min(offer.capacity, 1.0);
+  core::stage_shape shape = stage_of;
+  shape.frozen_codec = frozen_codec_for(offer);
   const bool momentum = config_.momentum != 0.0f;
   const core::codec_kind codec = codec_for(offer);
   const double c = core::capacity_for_stage(full_, shape, config_.memory_rows(), momentum, codec, static_cast<std::size_t>(offer.budget_bytes),
@@ -90,7 +92,10 @@ core::result<core::round_plan> engine::stage_plan(std::span<const double> capaci
   held.frozen = static_cast<std::int64_t>(shape.stage);
   held.frozen_codec = shape.frozen_codec;
   if (core::compact_frozen(held) && config_.slt_stage(completed_ - 1) != shape.stage && notes_.rounded_at != completed_) {
-    TESSERA_TRY(core::round_frozen(held, params_));
+    if (auto rounded = core::round_frozen(held, params_); !rounded)
+      return make_error(errc::bad_values, "slt.frozen_codec " + std::string(core::to_string(held.frozen_codec)) +
+                                                    " cannot hold the frozen layers of stage " + std::to_string(shape.stage + 1) + ": " +
+                                                    rounded.error().message);
     notes_.rounded_at = completed_;
   }
   // As few groups as cover the layer: the least capacity's inverse, rounded up (1 where every device holds it).

@@ -29,7 +29,7 @@ std::vector<float> held_values(std::size_t n, std::uint64_t seed) {
   return v;
 }
 
-// A dense layer of 70 units: two whole blocks of rows and a part of one.
+// A dense layer of 70 units: eight whole blocks of rows and a part of one.
 mlp_arch held_dense_arch() {
   return {.widths = {20, 70, 9, 3}, .task = task_kind::classification, .layer_norm = true, .input_scale = {1.0f, 2.0f, 1.5f}};
 }
@@ -130,7 +130,9 @@ TEST_CASE("compact frozen layers: the arena holds them encoded, in a quarter (q8
     CHECK(m.frozen_bytes == frozen_bytes(a));
     CHECK(m.frozen_bytes == (held == codec_kind::f16 ? frozen_f32 / 2 : 784 * 256 + 3 * 256 + 4 * (256 + 3)));
     CHECK(m.params_bytes == 4 * (param_count(a) - trained_offset(a)));
-    CHECK(m.scratch_bytes == 4 * (32 * 784 + 3 * 256));
+    CHECK(m.scratch_bytes == 4 * (8 * 784 + 3 * 256));
+    // Their product packs a block of 8 columns, not the layer's 256, and has no backward products.
+    CHECK(m.stack_bytes < f32.stack_bytes);
     // The download is one span: the frozen blob ends where the parameters begin.
     CHECK(m.frozen + m.frozen_bytes == m.params);
     CHECK(m.needed() + frozen_f32 - m.frozen_bytes - m.scratch_bytes - k_arena_alignment <= f32.needed());
@@ -186,13 +188,14 @@ TEST_CASE("compact frozen layers: a blob whose frozen part would decode to what 
     std::vector<unsigned char> bytes;
     const char* message;
   };
-  // q8: the first row's scale infinite, or so large that 127 of it is not finite; f16: value 3 infinite.
-  const float inf = INFINITY, huge = 3e38f;
+  // q8: the first row's scale infinite, or so large that -128 of it (a byte no encoder writes) is not
+  // finite though 127 of it is; f16: value 3 infinite.
+  const float inf = INFINITY, huge = 2.67e36f;
   std::vector<unsigned char> inf_bytes(4), huge_bytes(4);
   std::memcpy(inf_bytes.data(), &inf, 4);
   std::memcpy(huge_bytes.data(), &huge, 4);
   for (const bad_case& c : {bad_case{codec_kind::q8, 0, inf_bytes, "q8 blob: row scale at byte 0 is inf"},
-                            bad_case{codec_kind::q8, 0, huge_bytes, "at most the largest float / 127"},
+                            bad_case{codec_kind::q8, 0, huge_bytes, "at most the largest float / 128"},
                             bad_case{codec_kind::f16, 6, {0x00, 0x7c}, "frozen layers (f16): value 3 is not finite"}}) {
     CAPTURE(c.message);
     a.frozen_codec = c.held;

@@ -531,3 +531,42 @@ TEST_CASE("privacy policy: the noise multiplier a device finds in a private roun
   CHECK(edge::check_roster_threshold(3, 4, {.min_threshold = 2}).ok());
   CHECK_FALSE(edge::check_roster_threshold(3, 4, {.min_threshold = 4}).ok());
 }
+
+TEST_CASE("job: frozen layers in q8 come first in the download, stay so in the arena, and leave the upload; a device without q8 refuses them") {
+  auto t = small_task();
+  t.arch.frozen = 1;
+  t.arch.frozen_codec = core::codec_kind::q8;
+  std::vector<float> sent(core::param_count(t.arch));
+  for (std::size_t i = 0; i < sent.size(); ++i) sent[i] = 0.01f * static_cast<float>(i % 37) - 0.1f;
+  std::vector<std::byte> blob(core::encoded_bytes(t.arch, core::codec_kind::f32));
+  REQUIRE(core::encode(t.arch, core::codec_kind::f32, sent, blob).ok());
+  CHECK(blob.size() == core::frozen_bytes(t.arch) + core::update_bytes(t.arch, core::codec_kind::f32));
+
+  auto f32_only = roomy();
+  f32_only.codecs = {core::codec_kind::f32};
+  const auto refused = edge::check_assignment(assign_for(t, core::codec_kind::f32, blob), f32_only);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == edge::errc::codec_disabled);
+  CHECK(refused.error().message.find("the frozen layers come in q8, a codec not enabled on this device") != std::string::npos);
+
+  auto started = edge::job::start(assign_for(t, core::codec_kind::f32, blob), roomy());
+  REQUIRE(started.ok());
+  auto j = started.value();
+  CHECK(j->arena().layout().needed() == core::bytes_needed(t.arch, t.batch, true, core::codec_kind::f32));
+  CHECK(j->arena().layout().frozen_bytes == core::frozen_bytes(t.arch));
+  auto in = j->download();
+  REQUIRE(in->size() == blob.size());
+  std::memcpy(in->data().data(), blob.data(), blob.size());
+  REQUIRE(j->downloaded().ok());
+  testing::constant_batches data(12, 0.5f, 1.0f);
+  auto report = j->train(data, nullptr);
+  REQUIRE(report.ok());
+  j->trained(report.value(), crypto::sha256_of(j->update_blob()));
+  CHECK(j->update().size == core::update_bytes(t.arch, core::codec_kind::f32));
+  // The hub lays the update over what it sent: the trained layers moved, the frozen one is as sent.
+  std::vector<float> back = sent;
+  REQUIRE(core::decode_update(t.arch, core::codec_kind::f32, j->update_blob(), back).ok());
+  const std::size_t off = core::trained_offset(t.arch);
+  CHECK(std::equal(back.begin(), back.begin() + static_cast<std::ptrdiff_t>(off), sent.begin()));
+  CHECK_FALSE(std::equal(back.begin() + static_cast<std::ptrdiff_t>(off), back.end(), sent.begin() + static_cast<std::ptrdiff_t>(off)));
+}

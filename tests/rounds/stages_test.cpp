@@ -224,13 +224,14 @@ TEST_CASE("slt: the server optimizer's momentum does not move frozen layers afte
   CHECK(layer_values(full, e.params(), 1) != layer_values(full, before, 1));
 }
 
-TEST_CASE("slt: frozen_codec q8 sends the frozen layers in q8, the hub rounds its own copy once as their stage begins, and a budget holds more") {
+TEST_CASE("slt: frozen_codec q8 sends the frozen layers in q8 (f32 to a device without it), the hub rounds its own copy once as their stage begins, and a budget holds more") {
   const auto c = slt_config({{"slt", {{"frozen_codec", "q8"}}}});
   CHECK(c.slt.frozen_codec == core::codec_kind::q8);
   CHECK(slt_refused({{"slt", {{"frozen_codec", "q4"}}}}).find("frozen_codec") != std::string::npos);
   auto e = slt_engine(c);
   const core::mlp_arch full = e.full();
-  const std::vector<rounds::device_offer> fleet = {budget_offer("d1", 1ull << 30), budget_offer("d2", 1ull << 30)};
+  std::vector<rounds::device_offer> fleet = {budget_offer("d1", 1ull << 30), budget_offer("d2", 1ull << 30), budget_offer("f32-only", 1ull << 30)};
+  fleet[0].codecs = fleet[1].codecs = {core::codec_kind::f32, core::codec_kind::q8};
   for (int round = 1; round <= 2; ++round) {  // stage 1: nothing frozen, nothing rounded
     const std::vector<float> start(e.params().begin(), e.params().end());
     REQUIRE(e.begin_round(fleet).ok());
@@ -254,12 +255,15 @@ TEST_CASE("slt: frozen_codec q8 sends the frozen layers in q8, the hub rounds it
   CHECK(layer_values(full, e.params(), 1) == layer_values(full, before, 1));
   const std::vector<float> stage_start(e.params().begin(), e.params().end());
   for (auto& a : e.assignments()) {
+    CAPTURE(a.device);
+    const core::codec_kind held_in = a.device == "f32-only" ? core::codec_kind::f32 : core::codec_kind::q8;
     CHECK(a.sub.arch.frozen == 1);
-    CHECK(a.sub.arch.frozen_codec == core::codec_kind::q8);
-    CHECK(a.task.arch.frozen_codec == core::codec_kind::q8);
-    CHECK(a.blob_bytes == core::frozen_bytes(a.sub.arch) + core::update_bytes(a.sub.arch, a.codec));
-    CHECK(core::frozen_bytes(a.sub.arch) < 4 * core::trained_offset(a.sub.arch) / 3);
-    // What the device decodes of layer 1 is the hub's model.
+    CHECK(a.sub.arch.frozen_codec == held_in);
+    CHECK(a.task.arch.frozen_codec == held_in);
+    CHECK(a.blob_bytes == core::frozen_bytes(a.sub.arch) + core::update_bytes(a.sub.arch, a.codec) +
+                              (held_in == core::codec_kind::f32 ? 4 * core::trained_offset(a.sub.arch) : 0));
+    if (held_in == core::codec_kind::q8) CHECK(core::frozen_bytes(a.sub.arch) < 4 * core::trained_offset(a.sub.arch) / 3);
+    // What the device decodes of layer 1 is the hub's model (already rounded: f32 carries it exactly).
     std::vector<std::byte> down(a.blob_bytes);
     REQUIRE(e.encode_download(a, down).ok());
     std::vector<float> values(core::param_count(a.sub.arch));

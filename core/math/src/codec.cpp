@@ -138,11 +138,12 @@ error bad_size(codec_kind codec, std::size_t got, std::size_t expected) {
                                           std::to_string(expected));
 }
 
-// A q8 row's scale: finite, not negative, and small enough that 127 of it stays finite.
+// A q8 row's scale: finite, not negative, and small enough that any int8 of it (-128 too, which no
+// encoder writes but a hostile blob may hold) stays finite.
 std::optional<error> bad_scale(float scale, std::size_t at) {
-  if (std::isfinite(scale) && scale >= 0 && std::isfinite(127.0f * scale)) return std::nullopt;
+  if (std::isfinite(scale) && scale >= 0 && std::isfinite(128.0f * scale)) return std::nullopt;
   return make_error(errc::not_finite, "q8 blob: row scale at byte " + std::to_string(at) + " is " + std::to_string(scale) +
-                                          ", must be finite, >= 0 and at most the largest float / 127");
+                                          ", must be finite, >= 0 and at most the largest float / 128");
 }
 
 // The blob (its size checked) decoded into the layers' parameters (values: exactly theirs).

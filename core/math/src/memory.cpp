@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "tessera/core/math/conv.hpp"
 #include "tessera/core/math/mlp.hpp"
@@ -106,11 +107,16 @@ std::size_t product_stack_bytes(const mlp_arch& arch, std::int64_t batch) {
            2 * k_arena_alignment;
   };
   std::size_t most = 0;
-  for (const layer_plan& p : plan_layers(arch)) {
+  const std::vector<layer_plan> plans = plan_layers(arch);
+  for (std::size_t l = 0; l < plans.size(); ++l) {
+    const layer_plan& p = plans[l];
+    const bool held = compact_frozen(arch) && l < static_cast<std::size_t>(arch.frozen);  // forward only, in blocks (frozen.cpp)
     if (p.kind == layer_kind::conv1d || p.kind == layer_kind::conv2d) {
       // conv.cpp: chunks of c output positions; patches c × P, weights C × P.
       const std::int64_t c = std::min(batch * p.conv.out.positions(), k_conv_chunk_rows), P = p.conv.patch(), C = p.conv.out.channels;
-      most = std::max({most, packed(c, C, P), packed(C, P, c), packed(c, P, C)});
+      most = std::max(most, held ? packed(c, C, P) : std::max({packed(c, C, P), packed(C, P, c), packed(c, P, C)}));
+    } else if (held) {
+      most = std::max(most, packed(batch, std::min(p.units, k_frozen_block_rows), p.in.size()));
     } else {
       // Forward, the weights' gradient, the input's gradient.
       const std::int64_t in = p.in.size(), out = p.units;

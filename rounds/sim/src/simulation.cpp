@@ -161,11 +161,14 @@ void simulation::note_round() {
 std::vector<rounds::device_offer> simulation::offers() const {
   std::vector<rounds::device_offer> out;
   out.reserve(devices_.size());
+  // Every device speaks the run's codec and the one slt's frozen layers travel in.
+  std::vector<core::codec_kind> codecs = {config_.codec};
+  if (config_.slt.frozen_codec != config_.codec) codecs.push_back(config_.slt.frozen_codec);
   for (const auto& d : devices_)
     out.push_back({.id = d.id,
                    .budget_bytes = d.budget_bytes,
                    .examples = static_cast<std::uint64_t>(d.training->size()),
-                   .codecs = {config_.codec},
+                   .codecs = codecs,
                    .capacity = d.capacity,
                    .validation_examples = d.validation ? static_cast<std::uint64_t>(d.validation->size()) : 0});
   return out;

@@ -190,6 +190,8 @@ class engine {
 
   // The codec a device gets: the configured one if it speaks it, else f32.
   [[nodiscard]] core::codec_kind codec_for(const device_offer& offer) const noexcept;
+  // How the device is sent, and holds, a stage's frozen layers: slt.frozen_codec if it speaks it, else f32.
+  [[nodiscard]] core::codec_kind frozen_codec_for(const device_offer& offer) const noexcept;
   // One of the last whole_model_rounds rounds with a device whose budget holds the whole model: keeps
   // those devices in `taking` (the full plan then needs no capacities), moves the others to `excluded`
   // and returns true.

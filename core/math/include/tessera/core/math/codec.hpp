@@ -47,7 +47,7 @@ namespace tessera::core {
 // so computes with. Nothing changes unless compact_frozen(arch). Errors as encode's.
 [[nodiscard]] result<void> round_frozen(const mlp_arch& arch, std::span<float> params);
 // Checks a compact frozen blob (frozen_bytes(arch) bytes in arch.frozen_codec): every f16 value finite,
-// every q8 scale finite and at most the largest float / 127, so that decode_rows yields finite values.
+// every q8 scale finite and at most the largest float / 128, so that decode_rows yields finite values.
 [[nodiscard]] result<void> check_frozen(const mlp_arch& arch, std::span<const std::byte> blob);
 // Bytes of one row of `cols` values (q8: its scale, then the values).
 [[nodiscard]] std::size_t row_bytes(codec_kind codec, std::size_t cols) noexcept;

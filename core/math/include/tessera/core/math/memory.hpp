@@ -41,8 +41,9 @@ namespace tessera::core {
 [[nodiscard]] std::size_t frozen_bytes(const mlp_arch& arch) noexcept;
 // A compact frozen layer runs a block of this many rows (output units) at a time, decoded into a
 // scratch (a convolution's whole kernel: it is small); frozen_scratch_floats(arch) floats of it, 0
-// when the frozen layers are not compact.
-inline constexpr std::int64_t k_frozen_block_rows = 32;
+// when the frozen layers are not compact. Eight rows of a 784-input layer are 25 KiB, and the block's
+// product packs no more than eight columns (product_stack_bytes counts the block's product alone).
+inline constexpr std::int64_t k_frozen_block_rows = 8;
 [[nodiscard]] std::size_t frozen_scratch_floats(const mlp_arch& arch);
 
 inline constexpr std::size_t k_arena_alignment = 64;
