@@ -39,6 +39,12 @@ ROUNDS = 60
 EVAL_EVERY = 10
 BATCH = 32
 CENTRAL_WIDTHS = [8, 16, 32, 64, 128, 256, 512]
+# Each model family's protocol, the same for every method of its cells. The CNN (conv2d(W) pool
+# conv2d(2W) pool dense(4W)) costs ten to a hundred times the MLP per example at the same W, so its map
+# is smaller: 20 rounds of half a local epoch, one epoch setting, W 4 and 8, central widths up to 32,
+# and a subset of the variants (cnn_variants).
+PROTOCOL = {"mlp": {"rounds": ROUNDS, "epochs": EPOCHS, "central_widths": CENTRAL_WIDTHS, "eval_every": EVAL_EVERY},
+            "cnn": {"rounds": 20, "epochs": [0.5], "central_widths": [4, 8, 16, 32], "eval_every": 5}}
 TRAIN_EXAMPLES = {"fashion": 60000, "mnist": 60000, "letter": 16000}
 VALIDATION_FRACTION = 0.1  # bench_equal_budget_cell's
 # IST's variants: the global model's width is groups x W; the cut rolls (FedRolex's windows), or is a
@@ -59,7 +65,10 @@ SHIPPED = [{"method": "fedavg", "groups": 1, "ist": {}},
 # takes 3/4 of what FedAvg's trained one does; twice as wide no budget of the map holds), the stage's
 # layer cut into groups where B(W) cannot hold it, the head a quarter of each layer above the stage
 # (slt.head_fraction), the rounds split evenly between the stages.
-SLT_VARIANTS = [{"groups": 1, "widen": 1.5, "ist": {"slt": {"head_fraction": 0.25}, "cut": "rolling"}}]
+# With the frozen layers held in q8 (slt.frozen_codec) they take about a quarter of their f32 bytes:
+# a global model 3 or 4 times as wide fits B(W).
+SLT_VARIANTS = [{"groups": 1, "widen": 1.5, "ist": {"slt": {"head_fraction": 0.25}, "cut": "rolling"}}] + \
+    [{"groups": 1, "widen": w, "ist": {"slt": {"head_fraction": 0.25, "frozen_codec": "q8"}, "cut": "rolling"}} for w in (3, 4)]
 TIE = 0.01  # winners closer than this (test accuracy) get seeds 2 and 3
 
 
@@ -91,7 +100,7 @@ def local_steps(task, devices, epochs):
 
 def spec(task, model, width, devices, split, method, groups=1, ist=None, lr=0.05, epochs=1, seed=1, micro=0, widen=0):
     s = {"task": task, "model": model, "width": width, "devices": devices, "split": split, "method": method, "groups": groups,
-         "ist": ist or {}, "lr": lr, "steps": local_steps(task, devices, epochs), "rounds": ROUNDS, "seed": seed,
+         "ist": ist or {}, "lr": lr, "steps": local_steps(task, devices, epochs), "rounds": PROTOCOL[model]["rounds"], "seed": seed,
          "unconstrained": False, "micro_batch": micro}
     if widen:
         s["widen"] = widen
@@ -104,7 +113,7 @@ def run_cell(store, s, log):
     out = os.path.join(store.tmp, f"run-{threading.get_ident()}.json")
     cmd = [CELL, "--task", s["task"], "--model", s["model"], "--width", str(s["width"]), "--devices", str(s["devices"]),
            "--split", s["split"], "--method", s["method"], "--groups", str(s["groups"]), "--lr", str(s["lr"]),
-           "--steps", str(s["steps"]), "--rounds", str(s["rounds"]), "--eval-every", str(EVAL_EVERY), "--seed", str(s["seed"]),
+           "--steps", str(s["steps"]), "--rounds", str(s["rounds"]), "--eval-every", str(PROTOCOL[s["model"]]["eval_every"]), "--seed", str(s["seed"]),
            "--ist", json.dumps(s["ist"]), "--datasets", os.path.join(ROOT, "build", "datasets"), "--out", out] + \
         (["--unconstrained"] if s["unconstrained"] else []) + (["--micro-batch", str(s["micro_batch"])] if s["micro_batch"] else []) + \
         (["--widen", str(s["widen"])] if s.get("widen") else [])
@@ -132,6 +141,13 @@ def label(r):
             f" seed {r['seed']}")
 
 
+def cnn_variants(methods):
+    """The CNN's: FedAvg, IST in 2 rolling groups, both in micro-batches, SLT with q8 frozen layers 3 times as wide."""
+    keep = [v for v in variants(methods) if v["method"] == "fedavg" or (v["method"] == "ist" and v["groups"] == 2 and v["ist"].get("cut") == "rolling")
+            or (v["method"] == "slt" and v.get("widen") == 3)]
+    return keep
+
+
 def variants(methods):
     out = []
     if "fedavg" in methods:
@@ -148,7 +164,7 @@ def variants(methods):
 
 def grid(cell, v, seed=1):
     return [dict(spec(*cell, v["method"], v["groups"], v["ist"], lr, e, seed, v.get("micro", 0), v.get("widen", 0)), epochs=e)
-            for lr in LRS for e in EPOCHS]
+            for lr in LRS for e in PROTOCOL[cell[1]]["epochs"]]
 
 
 def main():
@@ -174,12 +190,16 @@ def main():
             print(text, flush=True)
 
     tasks, models, splits = a.tasks.split(","), a.models.split(","), a.splits.split(",")
+    methods = a.methods.split(",")
+
+    def variants_of(model):
+        return cnn_variants(methods) if model == "cnn" else variants(methods)
     widths, fleets = [int(w) for w in a.widths.split(",")], [int(n) for n in a.fleets.split(",")]
     cells = [c for c in itertools.product(tasks, models, widths, fleets, splits) if not (c[1] == "cnn" and c[0] == "letter")]
     if not a.report_only:
         with ThreadPoolExecutor(max_workers=a.jobs) as pool:
             # The capacity reference first: central training at every width of every task and model.
-            refs = [s for t, m in itertools.product(tasks, models) if not (m == "cnn" and t == "letter") for w in CENTRAL_WIDTHS
+            refs = [s for t, m in itertools.product(tasks, models) if not (m == "cnn" and t == "letter") for w in PROTOCOL[m]["central_widths"]
                     for s in grid((t, m, w, 1, "iid"), {"method": "central", "groups": 1, "ist": {}})]
             list(pool.map(lambda s: run_cell(store, s, log), refs))
             if a.unconstrained_width:
@@ -187,7 +207,7 @@ def main():
                         for s in grid((t, "mlp", a.unconstrained_width, 8, "iid"), v)]
                 list(pool.map(lambda s: run_cell(store, s, log), free))
             for cell in cells:
-                vs = variants(a.methods.split(","))
+                vs = variants_of(cell[1])
                 list(pool.map(lambda s: run_cell(store, s, log), [s for v in vs for s in grid(cell, v)]))
                 feasible = [[r for r in (store.runs[key(s)] for s in grid(cell, v)) if not r.get("infeasible")] for v in vs]
                 winners = [best_of(runs) for runs in feasible if runs]
@@ -198,7 +218,7 @@ def main():
                     if abs(final(top, "test") - final(fed[0], "test")) < TIE:
                         again = [dict(json.loads(key(w)), seed=sd, epochs=w["epochs"]) for w in (fed[0], top) for sd in (2, 3)]
                         list(pool.map(lambda s: run_cell(store, s, log), again))
-    report.write(store, a.results, tasks, models, widths, fleets, splits, CENTRAL_WIDTHS, variants(a.methods.split(",")), grid,
+    report.write(store, a.results, tasks, models, widths, fleets, splits, {m: PROTOCOL[m]["central_widths"] for m in models}, variants_of, grid,
                  a.unconstrained_width, SHIPPED)
 
 

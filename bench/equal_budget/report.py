@@ -90,7 +90,7 @@ def mean_test(seeds, field=None, limit=None):
 
 def cell_row(m, cell, central_top):
     task, model, width, devices, split = cell
-    wins = [(v, m.winner(cell, v)) for v in m.variants]
+    wins = [(v, m.winner(cell, v)) for v in m.variants(model)]
     if not all(w for _, w in wins):
         return None  # a cell is shown once every method has run its whole grid
     wins = [(v, w) for v, w in wins if w is not INFEASIBLE]  # a method the budget cannot run drops out
@@ -148,7 +148,7 @@ def write(store, out, tasks, models, widths, fleets, splits, central_widths, var
         for model in models:
             if model == "cnn" and task == "letter":
                 continue
-            refs = [(w, m.central(task, model, w)) for w in central_widths]
+            refs = [(w, m.central(task, model, w)) for w in central_widths[model]]
             refs = [(w, r) for w, r in refs if r]
             top = max((r for _, r in refs), key=lambda r: final(r, "test"), default=None)
             md += [f"## {TASK_NAMES.get(task, task)}, {model.upper()}", ""]

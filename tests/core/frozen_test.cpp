@@ -16,6 +16,7 @@
 #include "tessera/core/math/optimizer.hpp"
 #include "tessera/core/train/device_round.hpp"
 #include "tessera/core/train/training_block.hpp"
+#include "test_archs.hpp"
 
 using namespace tessera;
 using namespace tessera::core;
@@ -32,20 +33,6 @@ std::vector<float> held_values(std::size_t n, std::uint64_t seed) {
 // A dense layer of 70 units: eight whole blocks of rows and a part of one.
 mlp_arch held_dense_arch() {
   return {.widths = {20, 70, 9, 3}, .task = task_kind::classification, .layer_norm = true, .input_scale = {1.0f, 2.0f, 1.5f}};
-}
-
-mlp_arch held_image_arch(bool layer_norm) {
-  mlp_arch a;
-  a.input = {.height = 8, .width = 8, .channels = 2};
-  a.layers = {{.kind = layer_kind::conv2d, .units = 4, .kernel = 3},
-              {.kind = layer_kind::max_pool, .pool = 2},
-              {.kind = layer_kind::conv2d, .units = 5, .kernel = 3, .stride = 2},
-              {.kind = layer_kind::flatten},
-              {.kind = layer_kind::dense, .units = 40}};
-  a.widths = {2, 4, 5, 40, 3};
-  a.layer_norm = layer_norm;
-  a.input_scale = {1.0f, 1.25f, 0.8f, 1.0f};
-  return a;
 }
 
 // The subnet's frozen blob (the start of its download) and its parameters as a device holding them
@@ -72,7 +59,7 @@ void check_close(std::span<const float> got, std::span<const float> want) {
 }  // namespace
 
 TEST_CASE("compact frozen layers: the passes equal a network holding their decoded values in f32") {
-  for (const mlp_arch& arch : {held_dense_arch(), held_image_arch(true), held_image_arch(false)}) {
+  for (const mlp_arch& arch : {held_dense_arch(), testing::small_image_arch(true, 40), testing::small_image_arch(false, 40)}) {
     for (const codec_kind held : {codec_kind::f16, codec_kind::q8}) {
       for (std::int64_t frozen = 1; frozen < static_cast<std::int64_t>(arch.layer_count()); ++frozen) {
         CAPTURE(arch.widths.size());

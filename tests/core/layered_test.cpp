@@ -13,6 +13,7 @@
 #include "tessera/core/math/memory.hpp"
 #include "tessera/core/math/mlp.hpp"
 #include "tessera/core/math/optimizer.hpp"
+#include "test_archs.hpp"
 
 using namespace tessera;
 using namespace tessera::core;
@@ -113,19 +114,7 @@ std::vector<float> random_values(std::size_t n, std::uint64_t seed, float spread
   return v;
 }
 
-mlp_arch image_arch(bool layer_norm) {
-  mlp_arch a;
-  a.input = {.height = 8, .width = 8, .channels = 2};
-  a.layers = {{.kind = layer_kind::conv2d, .units = 4, .kernel = 3},
-              {.kind = layer_kind::max_pool, .pool = 2},
-              {.kind = layer_kind::conv2d, .units = 5, .kernel = 3, .stride = 2},
-              {.kind = layer_kind::flatten},
-              {.kind = layer_kind::dense, .units = 6}};
-  a.widths = {2, 4, 5, 6, 3};
-  a.layer_norm = layer_norm;
-  a.input_scale = {1.0f, 1.25f, 0.8f, 1.0f};
-  return a;
-}
+mlp_arch image_arch(bool layer_norm) { return testing::small_image_arch(layer_norm, 6); }
 
 mlp_arch sequence_arch() {
   mlp_arch a;
