@@ -68,7 +68,7 @@ SHIPPED = [{"method": "fedavg", "groups": 1, "ist": {}},
 # With the frozen layers held in q8 (slt.frozen_codec) they take about a quarter of their f32 bytes:
 # a global model 3 or 4 times as wide fits B(W).
 SLT_VARIANTS = [{"groups": 1, "widen": 1.5, "ist": {"slt": {"head_fraction": 0.25}, "cut": "rolling"}}] + \
-    [{"groups": 1, "widen": w, "ist": {"slt": {"head_fraction": 0.25, "frozen_codec": "q8"}, "cut": "rolling"}} for w in (3, 4)]
+    [{"groups": 1, "widen": w, "ist": {"slt": {"head_fraction": 0.25, "frozen_codec": "q8"}, "cut": "rolling"}} for w in (3.0, 4.0)]
 TIE = 0.01  # winners closer than this (test accuracy) get seeds 2 and 3
 
 
@@ -144,7 +144,7 @@ def label(r):
 def cnn_variants(methods):
     """The CNN's: FedAvg, IST in 2 rolling groups, both in micro-batches, SLT with q8 frozen layers 3 times as wide."""
     keep = [v for v in variants(methods) if v["method"] == "fedavg" or (v["method"] == "ist" and v["groups"] == 2 and v["ist"].get("cut") == "rolling")
-            or (v["method"] == "slt" and v.get("widen") == 3)]
+            or (v["method"] == "slt" and v.get("widen") == 3.0)]
     return keep
 
 
