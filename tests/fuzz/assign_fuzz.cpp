@@ -356,12 +356,14 @@ class agent_run {
       check(job_->at() == edge::job::stage::masking);
       return;
     }
-    const net::digest sha = crypto::sha256_of(job_->blob());
+    // The update: the trained layers' part of the blob (all of it without frozen layers), as the agent sends it.
+    const net::digest sha = crypto::sha256_of(job_->update_blob());
     job_->trained(r, sha);
     check(job_->at() == edge::job::stage::uploading);
     const net::msg::update& u = job_->update();
     check(u.round == job_->round() && u.transfer == net::upload_transfer_id(job_->download_id()));
-    check(u.size == job_->blob().size() && u.blob_codec == job_->codec() && u.sha256 == sha);
+    check(u.size == core::update_bytes(job_->task().arch, job_->codec()) && u.size == job_->update_blob().size());
+    check(u.size <= job_->blob().size() && u.blob_codec == job_->codec() && u.sha256 == sha);
     check(u.steps == static_cast<std::uint64_t>(r.steps) && u.examples == static_cast<std::uint64_t>(r.examples));
     check_sendable(u);
     const auto out = job_->upload();

@@ -140,7 +140,7 @@ class job : public std::enable_shared_from_this<job> {
   std::vector<float> received_;  // task_.clip_norm > 0: the parameters as downloaded (core::clip_bytes)
   core::codec_kind codec_ = core::codec_kind::f32;
   std::unique_ptr<training_arena> arena_;
-  std::span<std::byte> blob_;    // where the blob lives in the arena: params (f32) or staging
+  std::span<std::byte> blob_;    // where the blob lives in the arena: params (f32) or staging, after any frozen layers held encoded
   std::span<std::byte> upload_;  // where the update is written: blob_, less any frozen layers
   std::optional<net::incoming_transfer> download_state_;
   std::optional<net::outgoing_transfer> upload_state_;
