@@ -91,9 +91,11 @@ def mean_test(seeds, field=None, limit=None):
 def cell_row(m, cell, central_top):
     task, model, width, devices, split = cell
     wins = [(v, m.winner(cell, v)) for v in m.variants(model)]
-    if not all(w for _, w in wins):
-        return None  # a cell is shown once every method has run its whole grid
-    wins = [(v, w) for v, w in wins if w is not INFEASIBLE]  # a method the budget cannot run drops out
+    # A cell is shown once FedAvg and a memory-bounded method have run their whole grids; variants not
+    # run yet (the map grows across sittings) are named beside it.
+    missing = [variant_name(dict(v, method=v["method"], groups=v["groups"], ist=v["ist"], micro_batch=v.get("micro", 0),
+                                 trained_width="W′", widen=v.get("widen", 0))) for v, w in wins if not w]
+    wins = [(v, w) for v, w in wins if w and w is not INFEASIBLE]  # a method the budget cannot run drops out
     fed = next((w for v, w in wins if v["method"] == "fedavg" and not v.get("micro")), None)
     others = [w for v, w in wins if v["method"] != "fedavg" or v.get("micro")]
     if not fed or not others:
@@ -110,7 +112,7 @@ def cell_row(m, cell, central_top):
         "after": (mean_test(fa), mean_test(ot)),
         "bytes": (mean_test(fa, "bytes", eq_bytes), mean_test(ot, "bytes", eq_bytes), eq_bytes),
         "time": (mean_test(fa, "seconds", eq_time), mean_test(ot, "seconds", eq_time), eq_time),
-        "all": [(v, w) for v, w in wins],
+        "all": [(v, w) for v, w in wins], "missing": missing,
     }
 
 
@@ -156,6 +158,7 @@ def write(store, out, tasks, models, widths, fleets, splits, central_widths, var
                 md += ["Central training (one device, all the data, no budget), test accuracy at its best setting:", "",
                        "| width | " + " | ".join(str(w) for w, _ in refs) + " |", "|---|" + "---|" * len(refs),
                        "| accuracy | " + " | ".join(pct(final(r, "test")) for _, r in refs) + " |", ""]
+            not_run = set()
             md += ["| W (budget) | capacity-bound | fleet | split | FedAvg (lr, local epochs) | best memory-bounded (global model; lr, local epochs) | "
                    "Δ equal rounds | Δ equal bytes | Δ equal modelled time | seeds |", "|---|---|---|---|---|---|---|---|---|---|"]
             for width in widths:
@@ -166,11 +169,15 @@ def write(store, out, tasks, models, widths, fleets, splits, central_widths, var
                             continue
                         rows_by_model.setdefault(model, []).append(row)
                         f0, b0 = row["fed"][0], row["best"][0]
-                        md.append(f"| {width} ({row['budget'] / MIB:.3f} MiB) | {'yes' if row['bound'] else 'no'} | {devices} | {split} | "
+                        if row["missing"]:
+                            not_run.update(row["missing"])
+                        md.append(f"| {width}{'†' if row['missing'] else ''} ({row['budget'] / MIB:.3f} MiB) | {'yes' if row['bound'] else 'no'} | {devices} | {split} | "
                                   f"{pct(row['after'][0])} ({f0['lr']}, {f0['epochs']}) | {variant_name(b0)}: {pct(row['after'][1])} "
                                   f"({b0['global']}; {b0['lr']}, {b0['epochs']}) | {delta(row['after'])} | "
                                   f"{delta(row['bytes'])} ({row['bytes'][2] / 1e6:.0f} MB) | {delta(row['time'])} "
                                   f"({row['time'][2] / 60:.1f} min) | {row['seeds']} |")
+            if not_run:
+                md += ["", "† Not run yet in this cell: " + "; ".join(sorted(not_run)) + "."]
             md.append("")
     if unconstrained_width:
         md += unconstrained_section(m, tasks, unconstrained_width, shipped)
