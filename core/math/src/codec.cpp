@@ -88,8 +88,17 @@ struct layer_range {
 };
 layer_range range_of(const mlp_arch& arch, std::size_t from, std::size_t to) {
   const auto slots = param_slots(arch);
-  const auto start = [&](std::size_t l) { return l < slots.size() ? slots[l].weight : param_count(arch); };
-  return {.from = from, .to = to, .first = start(from), .end = start(to)};
+  return {.from = from, .to = to, .first = layer_start(slots, from), .end = layer_start(slots, to)};
+}
+
+// A download's two parts: the frozen layers held encoded (none unless compact_frozen), then the rest.
+struct download_parts {
+  layer_range held, rest;
+  std::size_t held_bytes = 0;
+};
+download_parts parts_of(const mlp_arch& arch) {
+  const std::size_t frozen = compact_frozen(arch) ? static_cast<std::size_t>(arch.frozen) : 0;
+  return {.held = range_of(arch, 0, frozen), .rest = range_of(arch, frozen, arch.layer_count()), .held_bytes = frozen_bytes(arch)};
 }
 
 // The layers' parameters (values: exactly theirs) encoded into out.
@@ -218,21 +227,17 @@ void decode_rows(codec_kind codec, const std::byte* at, std::size_t rows, std::s
 
 result<void> encode(const mlp_arch& arch, codec_kind codec, std::span<const float> params, std::span<std::byte> out) {
   TESSERA_ASSERT(params.size() == param_count(arch) && out.size() == encoded_bytes(arch, codec));
-  const std::size_t frozen = compact_frozen(arch) ? static_cast<std::size_t>(arch.frozen) : 0;
-  const layer_range held = range_of(arch, 0, frozen), rest = range_of(arch, frozen, arch.layer_count());
-  const std::size_t fb = frozen_bytes(arch);
-  TESSERA_TRY(encode_range(arch, held, arch.frozen_codec, params.first(held.end), out.first(fb)));
-  return encode_range(arch, rest, codec, params.subspan(rest.first), out.subspan(fb));
+  const download_parts p = parts_of(arch);
+  TESSERA_TRY(encode_range(arch, p.held, arch.frozen_codec, params.first(p.held.end), out.first(p.held_bytes)));
+  return encode_range(arch, p.rest, codec, params.subspan(p.rest.first), out.subspan(p.held_bytes));
 }
 
 result<void> decode(const mlp_arch& arch, codec_kind codec, std::span<const std::byte> blob, std::span<float> params) {
   TESSERA_ASSERT(params.size() == param_count(arch));
   if (blob.size() != encoded_bytes(arch, codec)) return bad_size(codec, blob.size(), encoded_bytes(arch, codec));
-  const std::size_t frozen = compact_frozen(arch) ? static_cast<std::size_t>(arch.frozen) : 0;
-  const layer_range held = range_of(arch, 0, frozen), rest = range_of(arch, frozen, arch.layer_count());
-  const std::size_t fb = frozen_bytes(arch);
-  TESSERA_TRY(decode_range(arch, held, arch.frozen_codec, blob.first(fb), params.first(held.end)));
-  return decode_range(arch, rest, codec, blob.subspan(fb), params.subspan(rest.first));
+  const download_parts p = parts_of(arch);
+  TESSERA_TRY(decode_range(arch, p.held, arch.frozen_codec, blob.first(p.held_bytes), params.first(p.held.end)));
+  return decode_range(arch, p.rest, codec, blob.subspan(p.held_bytes), params.subspan(p.rest.first));
 }
 
 result<void> encode_update(const mlp_arch& arch, codec_kind codec, std::span<const float> params, std::span<std::byte> out) {
@@ -250,10 +255,10 @@ result<void> decode_update(const mlp_arch& arch, codec_kind codec, std::span<con
 result<void> round_frozen(const mlp_arch& arch, std::span<float> params) {
   TESSERA_ASSERT(params.size() == param_count(arch));
   if (!compact_frozen(arch)) return {};
-  const layer_range held = range_of(arch, 0, static_cast<std::size_t>(arch.frozen));
-  std::vector<std::byte> blob(frozen_bytes(arch));
-  TESSERA_TRY(encode_range(arch, held, arch.frozen_codec, params.first(held.end), blob));
-  return decode_range(arch, held, arch.frozen_codec, blob, params.first(held.end));
+  const download_parts p = parts_of(arch);
+  std::vector<std::byte> blob(p.held_bytes);
+  TESSERA_TRY(encode_range(arch, p.held, arch.frozen_codec, params.first(p.held.end), blob));
+  return decode_range(arch, p.held, arch.frozen_codec, blob, params.first(p.held.end));
 }
 
 result<void> check_frozen(const mlp_arch& arch, std::span<const std::byte> blob) {

@@ -36,8 +36,7 @@ namespace {
 // Bytes of the parameters of layers [from, to), encoded.
 std::size_t layers_bytes(const mlp_arch& arch, std::size_t from, std::size_t to, codec_kind codec) noexcept {
   const auto slots = param_slots(arch);
-  const auto start = [&](std::size_t l) { return l < slots.size() ? slots[l].weight : param_count(arch); };
-  const std::size_t n = start(to) - start(from);
+  const std::size_t n = layer_start(slots, to) - layer_start(slots, from);
   switch (codec) {
     case codec_kind::f32: return 4 * n;
     case codec_kind::f16: return 2 * n;

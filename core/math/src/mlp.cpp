@@ -86,7 +86,13 @@ result<void> validate(const mlp_arch& arch, std::string_view what) {
   return {};
 }
 
-std::size_t trained_offset(const mlp_arch& arch) { return param_slots(arch)[static_cast<std::size_t>(arch.frozen)].weight; }
+std::size_t layer_start(std::span<const layer_slots> slots, std::size_t l) noexcept {
+  if (l < slots.size()) return slots[l].weight;
+  const layer_slots& s = slots.back();
+  return (s.has_norm ? s.shift : s.bias) + sz(s.rows);
+}
+
+std::size_t trained_offset(const mlp_arch& arch) { return layer_start(param_slots(arch), static_cast<std::size_t>(arch.frozen)); }
 
 network::network(mlp_arch arch, frozen_layers frozen) : arch_(std::move(arch)) {
   TESSERA_ASSERT(validate(arch_, "network").ok());

@@ -72,6 +72,8 @@ struct layer_plan {
 [[nodiscard]] std::size_t param_count(const mlp_arch& arch) noexcept;
 // The slots of every layer (index 0 = layer 1).
 [[nodiscard]] std::vector<layer_slots> param_slots(const mlp_arch& arch);
+// Where layer l's parameters start in the flat layout (0-based; param_count for l = layer_count()).
+[[nodiscard]] std::size_t layer_start(std::span<const layer_slots> slots, std::size_t l) noexcept;
 // The first parameter a step trains: the first after the frozen layers (arch.frozen; 0 with none).
 [[nodiscard]] std::size_t trained_offset(const mlp_arch& arch);
 
