@@ -493,15 +493,18 @@ TEST_CASE("sim config: the convolutional examples load: sim-fashion-cnn.json (2-
   }
 }
 
-TEST_CASE("sim config: the constrained examples share one budget: the FedAvg model is the widest it holds at batch 32, the other trains a wider one only in micro-batches") {
+TEST_CASE("sim config: the constrained examples share one budget: FedAvg's model is the widest it holds at batch 32, micro-batches "
+          "hold one twice as wide, SLT trains one eight times as wide a stage at a time") {
   const auto load = [](const std::string& name) {
     auto c = core::load_config(std::string(TESSERA_EXAMPLES_DIR) + "/" + name, {}, sim::read_sim_config);
     REQUIRE_MESSAGE(c.ok(), (c.ok() ? std::string() : c.error().message));
     return c.value();
   };
-  const sim::sim_config wide = load("sim-fashion-budget.json"), small = load("sim-fashion-budget-fedavg.json");
-  REQUIRE(wide.budgets_mib == small.budgets_mib);
-  const std::uint64_t budget = sim::device_budget_bytes(wide, 0);
+  const sim::sim_config slt = load("sim-fashion-budget.json"), micro = load("sim-fashion-budget-micro.json"),
+                        small = load("sim-fashion-budget-fedavg.json");
+  REQUIRE(slt.budgets_mib == small.budgets_mib);
+  REQUIRE(micro.budgets_mib == small.budgets_mib);
+  const std::uint64_t budget = sim::device_budget_bytes(small, 0);
   const auto need = [](const sim::sim_config& c, std::int64_t width, std::int64_t rows) {
     core::mlp_arch a = c.model.full_arch();
     for (std::size_t l = 1; l + 1 < a.widths.size(); ++l) a.widths[l] = width;
@@ -511,13 +514,25 @@ TEST_CASE("sim config: the constrained examples share one budget: the FedAvg mod
   CHECK(small.micro_batch == 0);
   CHECK(need(small, small.model.hidden.front(), small.batch) <= budget);
   CHECK(need(small, small.model.hidden.front() + 1, small.batch) > budget);
-  // The constrained configuration's: twice as wide, over the budget at batch 32, within it in parts.
-  CHECK(wide.model.hidden.front() == 2 * small.model.hidden.front());
-  CHECK(need(wide, wide.model.hidden.front(), wide.batch) > budget);
-  CHECK(need(wide, wide.model.hidden.front(), wide.micro_batch) <= budget);
-  CHECK(wide.strategy == small.strategy);
-  CHECK(wide.whole_model_rounds == 0);
-  for (const auto* c : {&wide, &small}) {
+  // Micro-batched FedAvg's: twice as wide, over the budget at batch 32, within it in parts.
+  CHECK(micro.model.hidden.front() == 2 * small.model.hidden.front());
+  CHECK(need(micro, micro.model.hidden.front(), micro.batch) > budget);
+  CHECK(need(micro, micro.model.hidden.front(), micro.micro_batch) <= budget);
+  CHECK(micro.strategy == small.strategy);
+  // SLT's: eight times as wide, over the budget whole even in micro-batches; every stage holds on every
+  // device (the simulator checks each stage's plan against the budgets before round 1).
+  CHECK(slt.strategy == rounds::strategy_kind::slt);
+  CHECK(slt.slt.frozen_codec == core::codec_kind::q8);
+  CHECK(slt.model.hidden.front() == 8 * small.model.hidden.front());
+  CHECK(need(slt, slt.model.hidden.front(), slt.micro_batch) > budget);
+  std::vector<float> x(16 * 784, 0.5f), y(16);
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(i % 10);
+  sim::sim_config few = slt;
+  few.local_steps = 1;
+  const auto created = sim::simulation::create(few, core::memory_table(784, std::move(x), std::move(y), "few"), nullptr);
+  CHECK_MESSAGE(created.ok(), (created.ok() ? std::string() : created.error().message));
+  for (const auto* c : {&slt, &micro, &small}) {
+    CHECK(c->whole_model_rounds == 0);
     CHECK(c->devices == 8);
     CHECK(c->rounds == 60);
     CHECK(c->local_steps == small.local_steps);
