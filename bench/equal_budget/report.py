@@ -100,6 +100,7 @@ def cell_row(m, cell, central_top):
     # run yet (the map grows across sittings) are named beside it.
     missing = [variant_name(dict(v, method=v["method"], groups=v["groups"], ist=v["ist"], micro_batch=v.get("micro", 0),
                                  trained_width="W′", widen=v.get("widen", 0))) for v, w in wins if not w]
+    unheld = [variant_name(dict(v, micro_batch=v.get("micro", 0), trained_width="W′", widen=v.get("widen", 0))) for v, w in wins if w is INFEASIBLE]
     wins = [(v, w) for v, w in wins if w and w is not INFEASIBLE]  # a method the budget cannot run drops out
     fed = next((w for v, w in wins if v["method"] == "fedavg" and not v.get("micro")), None)
     others = [w for v, w in wins if v["method"] != "fedavg" or v.get("micro")]
@@ -121,7 +122,7 @@ def cell_row(m, cell, central_top):
         "after": (mean_test(fa), mean_test(ot)),
         "bytes": (mean_test(fa, "bytes", eq_bytes, curve), mean_test(ot, "bytes", eq_bytes, curve), eq_bytes),
         "time": (mean_test(fa, "seconds", eq_time, curve), mean_test(ot, "seconds", eq_time, curve), eq_time),
-        "all": [(v, w) for v, w in wins], "missing": missing, "every_round": fine,
+        "all": [(v, w) for v, w in wins], "missing": missing, "every_round": fine, "unheld": unheld,
     }
 
 
@@ -198,7 +199,8 @@ def write(store, out, tasks, models, widths, fleets, splits, central_widths, var
         for row in rows:
             cell = row["cell"]
             md.append(f"- {TASK_NAMES.get(cell[0], cell[0])} {model} W={cell[2]} N={cell[3]} {cell[4]}: " +
-                      "; ".join(f"{variant_name(w[0])} {pct(final(w[0], 'test'))} (val {pct(final(w[0]))})" for _, w in row["all"]))
+                      "; ".join(f"{variant_name(w[0])} {pct(final(w[0], 'test'))} (val {pct(final(w[0]))})" for _, w in row["all"]) +
+                      "".join(f"; {name}: no setting fits B(W)" for name in row["unheld"]))
     with open(os.path.join(out, "map.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     for model, rows in rows_by_model.items():
