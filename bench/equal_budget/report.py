@@ -51,11 +51,11 @@ class Map:
 
     def scored_every_round(self, r):
         """r's curve scored after every round (fine.jsonl), or None if that rerun has not run."""
-        f = self.fine.runs.get(json.dumps({k: field(r, k) for k in GRID_KEYS}, sort_keys=True)) if self.fine else None
+        f = self.fine.runs.get(grid_key(r)) if self.fine else None
         return f["curve"] if f else None
 
     def runs(self, specs):
-        keys = (json.dumps({f: field(s, f) for f in GRID_KEYS}, sort_keys=True) for s in specs)
+        keys = (grid_key(s) for s in specs)
         return [self.store.runs[k] for k in keys if k in self.store.runs]
 
     def winner(self, cell, v, unconstrained=False):
@@ -84,12 +84,16 @@ GRID_KEYS = ("task", "model", "width", "devices", "split", "method", "groups", "
              "micro_batch", "widen")
 
 
+def grid_key(r):
+    return json.dumps({k: field(r, k) for k in GRID_KEYS}, sort_keys=True)
+
+
 def field(r, k):
     return r.get(k, 0 if k == "micro_batch" else False)
 
 
 def mean_test(seeds, field=None, limit=None, curve=None):
-    vals = [final(r, "test") if field is None else within((curve or (lambda x: x["curve"]))(r), field, limit) for r in seeds]
+    vals = [final(r, "test") if field is None else within(curve(r), field, limit) for r in seeds]
     return sum(vals) / len(vals)
 
 
@@ -98,9 +102,10 @@ def cell_row(m, cell, central_top):
     wins = [(v, m.winner(cell, v)) for v in m.variants(model)]
     # A cell is shown once FedAvg and a memory-bounded method have run their whole grids; variants not
     # run yet (the map grows across sittings) are named beside it.
-    missing = [variant_name(dict(v, method=v["method"], groups=v["groups"], ist=v["ist"], micro_batch=v.get("micro", 0),
-                                 trained_width="W′", widen=v.get("widen", 0))) for v, w in wins if not w]
-    unheld = [variant_name(dict(v, micro_batch=v.get("micro", 0), trained_width="W′", widen=v.get("widen", 0))) for v, w in wins if w is INFEASIBLE]
+    def name(v):
+        return variant_name(dict(v, micro_batch=v.get("micro", 0), trained_width="W′", widen=v.get("widen", 0)))
+    missing = [name(v) for v, w in wins if not w]
+    unheld = [name(v) for v, w in wins if w is INFEASIBLE]
     wins = [(v, w) for v, w in wins if w and w is not INFEASIBLE]  # a method the budget cannot run drops out
     fed = next((w for v, w in wins if v["method"] == "fedavg" and not v.get("micro")), None)
     others = [w for v, w in wins if v["method"] != "fedavg" or v.get("micro")]
@@ -115,8 +120,8 @@ def cell_row(m, cell, central_top):
     # Equal bytes and time from the curves scored after every round where both winners have them; the
     # modelled seconds include measured compute, so the rerun's total is not the first run's to the digit.
     fine = all(m.scored_every_round(r) for r in fa + ot)
-    curve = (lambda r: m.scored_every_round(r)) if fine else None
-    eq_time = min((curve or (lambda r: r["curve"]))(r)[-1]["seconds"] for r in (fa[0], ot[0]))
+    curve = m.scored_every_round if fine else (lambda r: r["curve"])
+    eq_time = min(curve(r)[-1]["seconds"] for r in (fa[0], ot[0]))
     return {
         "cell": cell, "budget": fa[0]["budget_bytes"], "bound": bound, "central": c, "fed": fa, "best": ot, "seeds": n,
         "after": (mean_test(fa), mean_test(ot)),
