@@ -9,7 +9,12 @@ using core::log_level;
 
 std::vector<rounds::evaluator> device_evaluation::plan(const hub_context& ctx, const rounds::engine& engine, device_registry& devices) {
   std::vector<rounds::excluded_device> excluded;
-  auto evaluators = engine.plan_evaluation(devices.ready_offers(ctx.config.max_devices), excluded);
+  auto drawn = engine.draw_cohort(devices.ready_offers(), "tessera evaluation v1");
+  if (!drawn) {
+    ctx.say(log_level::error, "no device evaluates round " + std::to_string(engine.completed()) + ": " + drawn.error().message);
+    return {};
+  }
+  auto evaluators = engine.plan_evaluation(std::move(drawn).value(), excluded);
   for (const auto& e : excluded) {
     device_entry& d = devices[e.id];
     if (d.told_over_budget) continue;

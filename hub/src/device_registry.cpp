@@ -23,11 +23,10 @@ std::size_t device_registry::connected_count() const {
   return n;
 }
 
-std::vector<rounds::device_offer> device_registry::ready_offers(std::size_t cap) const {
+std::vector<rounds::device_offer> device_registry::ready_offers() const {
   std::vector<rounds::device_offer> offers;
   for (const auto& [id, d] : devices_) {
     if (!d.ready()) continue;
-    if (offers.size() >= cap) break;
     offers.push_back({.id = id,
                       .budget_bytes = d.record.budget_bytes,
                       .examples = d.record.examples,

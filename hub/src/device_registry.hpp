@@ -5,7 +5,7 @@
 //
 //   device_entry& d = devices["dev-a"];                   // made empty on first sight
 //   d.download_id = devices.next_transfer();
-//   engine.begin_round(devices.ready_offers(config.max_devices));
+//   engine.begin_round(devices.ready_offers());            // the engine draws the cohort
 #pragma once
 
 #include <chrono>
@@ -70,8 +70,6 @@ struct device_entry {
 
 class device_registry {
  public:
-  static constexpr std::size_t k_no_cap = std::numeric_limits<std::size_t>::max();
-
   // Downloads get transfer ids from `first_transfer` on (its upload bit and low 16 bits clear).
   explicit device_registry(std::uint64_t first_transfer) : next_transfer_(first_transfer) {}
 
@@ -84,8 +82,8 @@ class device_registry {
   [[nodiscard]] std::size_t ready_count() const;
   [[nodiscard]] std::size_t connected_count() const;
 
-  // The ready devices, at most `cap` of them (in id order), as the round engine takes them.
-  [[nodiscard]] std::vector<rounds::device_offer> ready_offers(std::size_t cap) const;
+  // Every ready device, as the round engine takes them (it draws a round's cohort from them).
+  [[nodiscard]] std::vector<rounds::device_offer> ready_offers() const;
   // What the checkpoint keeps of every device; restore() takes it back after a restart.
   [[nodiscard]] std::vector<rounds::device_record> records() const;
   void restore(std::span<const rounds::device_record> records);

@@ -5,7 +5,7 @@
 // says the pass is over.
 //
 //   fleet_statistics stats(ctx, devices);
-//   TESSERA_TRY(stats.begin(devices.ready_offers(max)));   // logs who is left out
+//   TESSERA_TRY(stats.begin(engine.draw_cohort(devices.ready_offers(), purpose).value()));  // logs who is left out
 //   if (stats.ask()) end_pass();                          // STATS to every asked device
 //   ... if (stats.on_reply(id, reply)) end_pass();        // or drop(id, why), or time_out()
 //   TESSERA_TRY(stats.finish_pass());

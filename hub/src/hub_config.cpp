@@ -16,8 +16,12 @@ core::result<hub_config> read_hub_config(core::config_reader& r) {
   }
   c.min_devices = static_cast<std::size_t>(r.integer("min_devices", 1, 1, 100'000, "a round starts with at least this many devices"));
   c.max_devices = static_cast<std::size_t>(r.integer("max_devices", 1000, 1, 100'000,
-                                                     "and at most this many; at once when this many are connected"));
+                                                     "and at once when this many are ready; a round takes this many of them at most, "
+                                                     "drawn at random"));
   if (c.max_devices < c.min_devices) r.fail("max_devices", "is below min_devices (" + std::to_string(c.min_devices) + ")");
+  if (c.devices_per_round > c.max_devices)
+    r.fail("devices_per_round", std::to_string(c.devices_per_round) + " is above max_devices (" + std::to_string(c.max_devices) +
+                                    "): a round never takes more than max_devices");
   c.device_wait_s = r.number("device_wait_s", 30, 0, 86400 * 30, "seconds to wait for max_devices before starting with fewer");
   c.round_deadline_s = r.number("round_deadline_s", 300, 0.1, 86400 * 30,
                                 "seconds from dispatch to close; a straggler's neurons keep their values");

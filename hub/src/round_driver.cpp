@@ -229,11 +229,10 @@ void round_driver::start_round() {
   const hub_config& config = ctx_.config;
   if (holds_.finish) return finish("");
   if (before_round_) before_round_();
-  if (engine_->needs_statistics()) return start_statistics(devices_.ready_offers(config.max_devices));
+  engine_->set_round_cap(config.max_devices);  // a round's cohort (or private sample) is drawn at random within it
+  if (engine_->needs_statistics()) return start_statistics(devices_.ready_offers());
   engine_->set_population(devices_.size());  // differential privacy: every registered device, connected or not
-  engine_->set_private_round_cap(config.max_devices);
-  // A private round draws its sample from every ready device and caps it itself (at random, not by id).
-  auto excluded = engine_->begin_round(devices_.ready_offers(engine_->private_rounds() ? device_registry::k_no_cap : config.max_devices));
+  auto excluded = engine_->begin_round(devices_.ready_offers());
   if (!excluded && excluded.error().code == rounds::errc::privacy_budget) {
     ctx_.say(log_level::info, "stopping: " + excluded.error().message);
     finish("");

@@ -12,7 +12,8 @@ using core::log_level;
 
 void round_driver::start_statistics(std::vector<rounds::device_offer> offers) {
   fleet_statistics stats(ctx_, devices_);
-  if (auto ok = stats.begin(std::move(offers)); !ok) {
+  auto drawn = engine_->draw_cohort(std::move(offers), "tessera statistics v1");
+  if (auto ok = drawn ? stats.begin(std::move(drawn).value()) : core::result<void>(drawn.error()); !ok) {
     ctx_.say(log_level::warning, "the fleet's statistics cannot start: " + ok.error().message);
     wait_again();
     return;

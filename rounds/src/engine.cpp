@@ -30,6 +30,7 @@ engine::engine(const run_config& config, std::vector<float> params, std::int64_t
       stopping_(stopping) {
   TESSERA_ASSERT(params_.size() == core::param_count(full_));
   if (private_ != nullptr) secure_ = private_->secure_part();
+  if (private_ != nullptr) private_->set_cap(cohort_size());
 }
 
 engine::~engine() = default;
@@ -142,6 +143,12 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
                                               ", whose moments were not restored from the checkpoint");
   std::sort(offers.begin(), offers.end(), [](const auto& a, const auto& b) { return natural_less(a.id, b.id); });
   refusals_.offered = offers.size();
+  // A private round's sample is its cohort (drawn and capped by the sampler, which accounts for the cap).
+  cohort_.drawn_from.reset();
+  if (!private_rounds() && cohort_size() > 0 && offers.size() > cohort_size()) {
+    cohort_.drawn_from = offers.size();
+    TESSERA_ASSIGN_OR_RETURN(offers, draw_cohort(std::move(offers), "tessera cohort v1"));
+  }
   TESSERA_ASSIGN_OR_RETURN(offers, aggregation_->sample(view(), std::move(offers)));
   std::vector<excluded_device> excluded;
   std::vector<device_offer> taking;
@@ -317,6 +324,7 @@ core::result<round_metrics> engine::close_round(core::example_table* validation)
   m.round = current_round();
   m.strategy = std::string(to_string(config_.strategy));
   m.devices = assignments_.size();
+  m.ready = cohort_.drawn_from;
   m.groups = groups_;
   m.plan_seed = plan_seed_;
   m.learning_rate = core::learning_rate_at(config_.lr, completed_);

@@ -1,10 +1,14 @@
 // What the drivers reach of the run's secure and private parts (secure_aggregation.hpp,
-// private_aggregation.hpp): the hub drives the secure protocol's steps, restores the accountant from
-// its checkpoint and reports ε; the simulator seeds the privacy draws and adds plain encodings.
+// private_aggregation.hpp) and of its cohorts: the hub drives the secure protocol's steps, restores the
+// accountant from its checkpoint and reports ε; the simulator seeds the draws and adds plain encodings.
+#include <algorithm>
+
+#include "cohort.hpp"
 #include "private_aggregation.hpp"
 #include "secure_aggregation.hpp"
 #include "tessera/core/math/memory.hpp"
 #include "tessera/rounds/engine.hpp"
+#include "tessera/rounds/natural_order.hpp"
 
 namespace tessera::rounds {
 
@@ -43,12 +47,32 @@ void engine::set_population(std::size_t registered) noexcept {
   if (private_ != nullptr) private_->set_population(registered);
 }
 
-void engine::set_private_round_cap(std::size_t most) noexcept {
-  if (private_ != nullptr) private_->set_cap(most);
+void engine::set_round_cap(std::size_t most) noexcept {
+  cohort_.cap = most;
+  if (private_ != nullptr) private_->set_cap(cohort_size());
 }
 
-void engine::use_seeded_privacy() noexcept {
+void engine::use_seeded_draws() noexcept {
+  cohort_.seeded = true;
   if (private_ != nullptr) private_->use_seeded();
+}
+
+std::size_t engine::cohort_size() const noexcept {
+  const std::size_t a = config_.devices_per_round, b = cohort_.cap;
+  return a == 0 ? b : b == 0 ? a : std::min(a, b);
+}
+
+core::result<std::vector<device_offer>> engine::draw_cohort(std::vector<device_offer> offers, std::string_view purpose) const {
+  std::sort(offers.begin(), offers.end(), [](const auto& a, const auto& b) { return natural_less(a.id, b.id); });
+  const std::size_t k = cohort_size();
+  if (k == 0 || offers.size() <= k) return offers;
+  TESSERA_ASSIGN_OR_RETURN(const crypto::key256 key, draw_key(cohort_.seeded, config_.seed, current_round(), purpose));
+  const std::vector<bool> kept = random_subset(key, offers.size(), k);
+  std::vector<device_offer> drawn;
+  drawn.reserve(k);
+  for (std::size_t i = 0; i < offers.size(); ++i)
+    if (kept[i]) drawn.push_back(std::move(offers[i]));
+  return drawn;
 }
 
 const core::rdp_accountant& engine::privacy() const noexcept {

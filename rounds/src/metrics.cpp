@@ -43,6 +43,7 @@ nlohmann::json round_metrics::to_json() const {
   j["round"] = round;
   j["strategy"] = strategy;
   j["devices"] = devices;
+  if (ready) j["ready"] = *ready;
   j["groups"] = groups;
   j["bytes_down"] = bytes_down;
   j["bytes_up"] = bytes_up;
@@ -103,6 +104,10 @@ std::string round_metrics::to_line() const {
                 static_cast<long long>(round), strategy.c_str(), devices, static_cast<double>(bytes_down) / 1e6,
                 static_cast<double>(bytes_up) / 1e6, loss, acc.c_str(), learning_rate, seconds);
   std::string line = buf;
+  if (ready) {
+    std::snprintf(buf, sizeof buf, "  drawn from %zu ready", *ready);
+    line += buf;
+  }
   if (fed.devices && exact_withheld) {
     std::snprintf(buf, sizeof buf, "  fed scored on %zu device%s (withheld)", *fed.devices, *fed.devices == 1 ? "" : "s");
     line += buf;

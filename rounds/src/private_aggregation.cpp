@@ -31,18 +31,13 @@
 #include "tessera/crypto/discrete_gaussian.hpp"
 #include "tessera/crypto/masking.hpp"
 #include "tessera/rounds/error.hpp"
+#include "cohort.hpp"
 #include "plain_aggregation.hpp"
 #include "private_aggregation.hpp"
 #include "secure_aggregation.hpp"
 
 namespace tessera::rounds {
 namespace {
-
-std::vector<std::byte> bytes_of(std::uint64_t a, std::uint64_t b, std::string_view text = {}) {
-  std::vector<std::byte> out;
-  core::le_writer(out).u64(a).u64(b).bytes(std::span(text.data(), text.size()));
-  return out;
-}
 
 // A device's draws for a round: whether it is sampled (uniform in [0, 1) against q) and its group.
 struct device_draws {
@@ -146,11 +141,7 @@ core::result<std::vector<device_offer>> private_aggregation::sample(const round_
     TESSERA_TRY(hub_noise_variance(change_noise_multiplier() * unit_sensitivity(), "the changes"));
     if (config_.dp.adaptive_clip) TESSERA_TRY(hub_noise_variance(2.0 * count_noise(), "the fitting count"));
   }
-  if (seeded_) {
-    TESSERA_ASSIGN_OR_RETURN(key_, crypto::derive_key(bytes_of(config_.seed, static_cast<std::uint64_t>(v.round())), "tessera dp round v1"));
-  } else {
-    TESSERA_ASSIGN_OR_RETURN(key_, crypto::random_key());
-  }
+  TESSERA_ASSIGN_OR_RETURN(key_, draw_key(seeded_, config_.seed, v.round(), "tessera dp round v1"));
   std::vector<device_offer> sampled;
   for (auto& o : offers) {
     TESSERA_ASSIGN_OR_RETURN(const device_draws d, draws_of(key_, o.id));
@@ -159,15 +150,10 @@ core::result<std::vector<device_offer>> private_aggregation::sample(const round_
   }
   over_cap_.clear();
   if (cap_ > 0 && sampled.size() > cap_) {
-    // A uniformly random cap_ of the drawn (a partial Fisher–Yates from the round's key), kept in
-    // device order: the cap lowers every drawn device's chance alike, never by its id.
+    // A uniformly random cap_ of the drawn, kept in device order: the cap lowers every drawn device's
+    // chance alike, never by its id.
     TESSERA_ASSIGN_OR_RETURN(const crypto::key256 k, crypto::derive_key(key_, "tessera dp cap v1"));
-    crypto::keystream ks(k);
-    std::vector<std::size_t> order(sampled.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    for (std::size_t i = 0; i < cap_; ++i) std::swap(order[i], order[i + static_cast<std::size_t>(ks.next() % (order.size() - i))]);
-    std::vector<bool> kept(sampled.size(), false);
-    for (std::size_t i = 0; i < cap_; ++i) kept[order[i]] = true;
+    const std::vector<bool> kept = random_subset(k, sampled.size(), cap_);
     std::vector<device_offer> taken;
     for (std::size_t i = 0; i < sampled.size(); ++i) {
       if (kept[i]) taken.push_back(std::move(sampled[i]));

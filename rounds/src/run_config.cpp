@@ -52,6 +52,8 @@ core::result<void> read_plan_fields(core::config_reader& r, run_config& c, bool 
   c.groups = static_cast<std::size_t>(r.integer("groups", 0, 0, 4096, "IST groups per round (0: one per device, as min_width allows)"));
   c.min_width = r.integer("min_width", 8, 1, core::k_max_width, "no group gets fewer neurons of a hidden layer than this");
   c.rounds = r.integer("rounds", 50, 1, 10'000'000, "rounds to run");
+  c.devices_per_round = static_cast<std::size_t>(r.integer("devices_per_round", 0, 0, 1'000'000,
+                                                          "each round's cohort: this many of the ready devices, drawn at random (0: all)"));
   c.repartition_every = r.integer("repartition_every", 1, 1, 10'000'000, "IST: rounds one partition is kept (1: a fresh cut every round)");
   c.cut = r.choice("cut", core::cut_kind::random, core::k_cut_names,
                    "IST: how each cut orders a layer's neurons: random (from the cut's seed) or rolling (FedRolex: windows that "

@@ -51,6 +51,8 @@ TEST_CASE("hub config: secure aggregation from the command line, off by default"
 TEST_CASE("hub config: errors name the file and the field") {
   CHECK(error_of({{"listen", "nowhere"}}).find("hub.json: field 'listen'") != std::string::npos);
   CHECK(error_of({{"min_devices", 5}, {"max_devices", 2}}).find("'max_devices'") != std::string::npos);
+  CHECK(error_of({{"max_devices", 100}, {"devices_per_round", 200}}).find("'devices_per_round': 200 is above max_devices (100)") !=
+        std::string::npos);
   CHECK(error_of({{"seal_key", "k"}}).find("'seal_key'") != std::string::npos);
   CHECK(error_of({{"strategy", "central"}}).find("'strategy'") != std::string::npos);
   CHECK(error_of({{"nesterov", true}}).find("'nesterov'") != std::string::npos);

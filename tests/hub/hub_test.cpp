@@ -428,3 +428,34 @@ TEST_CASE("hub service: devices score the model after evaluating rounds; an infl
   CHECK(real.stats().evaluations == 3);
   CHECK(scripted.evaluations() == 3);
 }
+
+TEST_CASE("hub service: a round's cohort is drawn at random from the ready devices (devices_per_round), not by id") {
+  testing::temp_dir dir("hub-service-cohort");
+  federation f(dir);
+  f.start_hub(f.hub_config({{"rounds", 10}, {"min_devices", 4}, {"max_devices", 4}, {"devices_per_round", 2}, {"eval_every", 10}}));
+  const auto& pki = test::test_pki::get();
+  std::vector<edge::agent*> agents{&f.start_agent(pki.dev_a, f.data_for("dev-a", 200)), &f.start_agent(pki.dev_b, f.data_for("dev-b", 200))};
+  for (const char* id : {"dev-c", "dev-d"}) {
+    const crypto::cert_files files{pki.dir / (std::string(id) + ".pem"), pki.dir / (std::string(id) + ".key")};
+    if (!std::filesystem::exists(files.cert)) REQUIRE(crypto::issue(pki.ca, {.device_id = id}, files, false).ok());
+    agents.push_back(&f.start_agent(files, f.data_for(id, 200)));
+  }
+  f.run();
+  INFO(f.logs());
+  REQUIRE(f.hub().finished());
+  CHECK(f.hub().failure().empty());
+  REQUIRE(f.recorded().size() == 10);
+  for (const auto& m : f.recorded()) {
+    CHECK(m.devices == 2);
+    CHECK(m.ready == 4u);
+  }
+  // Twenty places over ten rounds; from the CSPRNG, the same two devices every round has odds (1/6)^9.
+  std::uint64_t places = 0;
+  std::size_t took_part = 0;
+  for (const auto* a : agents) {
+    places += a->stats().accepted;
+    took_part += a->stats().accepted > 0 ? 1 : 0;
+  }
+  CHECK(places == 20);
+  CHECK(took_part >= 3);
+}

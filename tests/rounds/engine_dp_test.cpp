@@ -45,7 +45,7 @@ rounds::engine engine_for(const rounds::run_config& c, bool seeded = true) {
   std::vector<float> params(core::param_count(c.model.full_arch()));
   core::initialize(c.model, params);
   rounds::engine e(c, std::move(params), 0);
-  if (seeded) e.use_seeded_privacy();
+  if (seeded) e.use_seeded_draws();
   return e;
 }
 
@@ -686,7 +686,7 @@ TEST_CASE("dp: the sample is drawn from every device offered; past the cap a ran
   // q = 1 of 10 devices with a cap of 3 (the hub's max_devices): each round 3 take part, the other 7 are
   // named; over rounds every device gets its turn, where a cap by id order would always keep d0..d2.
   auto e = engine_for(config({{"sample_rate", 1.0}, {"noise_multiplier", 1.0}, {"population", 10}}, {{"strategy", "fedavg"}}));
-  e.set_private_round_cap(3);
+  e.set_round_cap(3);
   std::set<std::string> took_part;
   for (int r = 0; r < 8; ++r) {
     const auto excluded = e.begin_round(fleet(10));
@@ -711,7 +711,7 @@ TEST_CASE("dp: the sample is drawn from every device offered; past the cap a ran
   // ε after `rounds` rounds of ten devices at q with a cap.
   const auto capped_run = [](double q, std::size_t cap, int rounds) {
     auto run = engine_for(config({{"sample_rate", q}, {"noise_multiplier", 1.0}, {"population", 10}}, {{"strategy", "fedavg"}}));
-    run.set_private_round_cap(cap);
+    run.set_round_cap(cap);
     for (int r = 0; r < rounds; ++r) {
       REQUIRE(run.begin_round(fleet(10)).ok());
       report_all(run, [](std::size_t) { return 0.01f; });

@@ -19,6 +19,7 @@
 #include "tessera/rounds/checkpoint.hpp"
 #include "tessera/rounds/engine.hpp"
 #include "tessera/rounds/error.hpp"
+#include "tessera/rounds/natural_order.hpp"
 #include "tessera/rounds/recorder.hpp"
 
 using namespace tessera;
@@ -1297,4 +1298,120 @@ TEST_CASE("engine server optimizer: its fields, their defaults, and central trai
   for (const char* p : {"server_optimizer", "server_optimizer.kind", "server_optimizer.lr", "server_optimizer.beta1",
                         "server_optimizer.beta2", "server_optimizer.epsilon"})
     CHECK(paths.count(p) == 1);
+}
+
+namespace {
+
+std::vector<rounds::device_offer> fleet_of(std::size_t n) {
+  std::vector<rounds::device_offer> offers;
+  for (std::size_t i = 0; i < n; ++i) offers.push_back(offer("d" + std::to_string(i), 64u << 20));
+  return offers;
+}
+
+// Each round's assigned ids over `rounds` counted rounds of `e` with `n` devices offered.
+std::vector<std::set<std::string>> cohorts(rounds::engine& e, std::size_t n, int rounds) {
+  std::vector<std::set<std::string>> out;
+  for (int r = 0; r < rounds; ++r) {
+    REQUIRE(e.begin_round(fleet_of(n)).ok());
+    std::set<std::string> ids;
+    for (const auto& a : e.assignments()) ids.insert(a.device);
+    out.push_back(ids);
+    close_counted(e);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("engine cohort: devices_per_round draws that many of the ready devices each round, at random, never by id") {
+  const auto c = config({{"strategy", "fedavg"}, {"devices_per_round", 4}, {"rounds", 40}, {"seed", 5}});
+  auto seeded = [&](const rounds::run_config& rc) {
+    auto e = engine_for(rc);
+    e.use_seeded_draws();
+    return e;
+  };
+  auto e = seeded(c);
+  REQUIRE(e.begin_round(fleet_of(16)).ok());
+  CHECK(e.assignments().size() == 4);
+  for (std::size_t i = 1; i < e.assignments().size(); ++i)  // kept in natural order of the ids
+    CHECK(rounds::natural_less(e.assignments()[i - 1].device, e.assignments()[i].device));
+  close_counted(e);
+  // The metrics say what the cohort was drawn from.
+  auto m = seeded(c);
+  REQUIRE(m.begin_round(fleet_of(16)).ok());
+  (void)train_and_report(m, m.assignments()[0], 0.5f, 80);
+  for (std::size_t i = 1; i < m.assignments().size(); ++i) m.refuse(m.assignments()[i], "no");
+  auto metrics = m.close_round(nullptr);
+  REQUIRE(metrics.ok());
+  CHECK(metrics.value().devices == 4);
+  CHECK(metrics.value().ready == 16u);
+  CHECK(metrics.value().to_json()["ready"] == 16);
+  CHECK(metrics.value().to_line().find("drawn from 16 ready") != std::string::npos);
+
+  // Forty rounds: every device takes part, none far more than its share (10), the cohorts change.
+  auto first = seeded(c);
+  const auto drawn = cohorts(first, 16, 40);
+  std::map<std::string, int> times;
+  for (const auto& ids : drawn) {
+    CHECK(ids.size() == 4);
+    for (const auto& id : ids) ++times[id];
+  }
+  CHECK(times.size() == 16);
+  for (const auto& [id, n] : times) CHECK_MESSAGE(n <= 22, id << " drawn " << n << " times in 40 rounds");
+  CHECK(std::set(drawn.begin(), drawn.end()).size() > 30);
+  // Seeded (the simulator): the same seed draws the same cohorts, another seed others.
+  auto again = seeded(c);
+  CHECK(cohorts(again, 16, 40) == drawn);
+  auto other = seeded(config({{"strategy", "fedavg"}, {"devices_per_round", 4}, {"rounds", 40}, {"seed", 6}}));
+  CHECK(cohorts(other, 16, 40) != drawn);
+  // The hub's draws come from the CSPRNG: two engines with one seed draw different cohorts.
+  auto hub_a = engine_for(c);
+  auto hub_b = engine_for(c);
+  CHECK(cohorts(hub_a, 16, 5) != cohorts(hub_b, 16, 5));
+}
+
+TEST_CASE("engine cohort: the driver's cap draws at random as well; the smaller bound holds; fewer ready devices all take part") {
+  auto size_of = [](nlohmann::json extra, std::size_t cap, std::size_t n) {
+    auto e = engine_for(config(std::move(extra)));
+    e.set_round_cap(cap);
+    REQUIRE(e.begin_round(fleet_of(n)).ok());
+    return e.assignments().size();
+  };
+  const nlohmann::json fedavg = {{"strategy", "fedavg"}};
+  CHECK(size_of(fedavg, 3, 10) == 3);
+  CHECK(size_of({{"strategy", "fedavg"}, {"devices_per_round", 5}}, 3, 10) == 3);
+  CHECK(size_of({{"strategy", "fedavg"}, {"devices_per_round", 5}}, 8, 10) == 5);
+  CHECK(size_of({{"strategy", "fedavg"}, {"devices_per_round", 5}}, 0, 4) == 4);
+  CHECK(size_of({{"devices_per_round", 6}}, 0, 10) == 6);  // IST plans its groups on the cohort
+  // The cap no longer takes the first devices by id: over 30 rounds of 3 of 10, all ten take part.
+  auto e = engine_for(config({{"strategy", "fedavg"}, {"rounds", 30}}));
+  e.set_round_cap(3);
+  e.use_seeded_draws();
+  std::set<std::string> seen;
+  for (const auto& ids : cohorts(e, 10, 30)) seen.insert(ids.begin(), ids.end());
+  CHECK(seen.size() == 10);
+  CHECK(refused({{"devices_per_round", -1}}).find("devices_per_round") != std::string::npos);
+}
+
+TEST_CASE("engine cohort: each of 16 devices is drawn into cohorts of 4 with probability 1/4, pairs alike") {
+  auto e = engine_for(config({{"devices_per_round", 4}}));
+  e.use_seeded_draws();
+  std::map<std::string, int> times;
+  std::map<std::pair<std::string, std::string>, int> pairs;
+  const int draws = 4000;
+  for (int i = 0; i < draws; ++i) {
+    auto drawn = e.draw_cohort(fleet_of(16), "test draw " + std::to_string(i));
+    REQUIRE(drawn.ok());
+    REQUIRE(drawn.value().size() == 4);
+    for (const auto& a : drawn.value()) {
+      ++times[a.id];
+      for (const auto& b : drawn.value())
+        if (rounds::natural_less(a.id, b.id)) ++pairs[{a.id, b.id}];
+    }
+  }
+  // Each device: binomial(4000, 1/4), mean 1000, sd 27.4; each pair: p = 1/20, mean 200, sd 13.8.
+  REQUIRE(times.size() == 16);
+  for (const auto& [id, n] : times) CHECK_MESSAGE(std::abs(n - 1000) < 140, id << ": " << n);
+  REQUIRE(pairs.size() == 120);
+  for (const auto& [p, n] : pairs) CHECK_MESSAGE(std::abs(n - 200) < 75, p.first << "+" << p.second << ": " << n);
 }

@@ -758,3 +758,30 @@ TEST_CASE("simulation: slt trains stage by stage within the budgets, and a stage
   CHECK(refused.error().message.find("device-2 cannot take part in every stage: stage 2 of 2 (successive layer training) needs") !=
         std::string::npos);
 }
+
+TEST_CASE("simulation: devices_per_round trains a cohort drawn from the seed each round: the same seed, the same model") {
+  auto train = prototypes(800, 5);
+  auto cfg = config_for("fedavg");
+  cfg.devices = 8;
+  cfg.devices_per_round = 3;
+  auto run = [&](std::uint64_t seed) {
+    auto c = cfg;
+    c.seed = seed;
+    auto sim = sim::simulation::create(c, train, nullptr);
+    REQUIRE(sim.ok());
+    while (!sim.value()->done()) {
+      auto m = sim.value()->run_round();
+      REQUIRE(m.ok());
+      CHECK(m.value().devices == (c.devices_per_round > 0 ? 3u : 8u));
+      CHECK(m.value().ready == (c.devices_per_round > 0 ? std::optional<std::size_t>(8) : std::nullopt));
+    }
+    auto p = sim.value()->params();
+    return std::vector<float>(p.begin(), p.end());
+  };
+  const auto a = run(1);
+  CHECK(run(1) == a);
+  CHECK(run(2) != a);
+  // All eight devices take part in one round each when the cohort is the fleet: another model.
+  cfg.devices_per_round = 0;
+  CHECK(run(1) != a);
+}

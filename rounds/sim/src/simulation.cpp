@@ -57,7 +57,7 @@ core::result<std::unique_ptr<simulation>> simulation::create(const sim_config& c
   const std::size_t devices = device_count(config);
   // Differential privacy: the fleet is the population, and sampling and noise come from the seed.
   sim->engine_.set_population(devices);
-  sim->engine_.use_seeded_privacy();
+  sim->engine_.use_seeded_draws();
   for (std::size_t d = 0; d < devices; ++d) {
     if (shards[d].empty()) return make_error(errc::invalid_spec, "device " + std::to_string(d) + " got no examples");
     sim->shards_.push_back(train.subset(shards[d], "device " + std::to_string(d)));

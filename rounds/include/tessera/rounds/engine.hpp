@@ -171,6 +171,12 @@ class engine {
   [[nodiscard]] std::uint64_t plan_seed() const noexcept { return plan_seed_; }
   [[nodiscard]] const early_stop& stopping() const noexcept { return stopping_; }
   [[nodiscard]] const round_faults& last_faults() const noexcept { return faults_; }
+  // The most devices a round takes (config.devices_per_round, the driver's cap; 0: all offered).
+  [[nodiscard]] std::size_t cohort_size() const noexcept;
+  // A uniformly random cohort_size() of `offers` (all of them when fewer), in natural order of their ids,
+  // keyed by the round and `purpose`: begin_round draws a plain round's cohort with it, the hub the
+  // devices it asks for statistics or an evaluation.
+  [[nodiscard]] core::result<std::vector<device_offer>> draw_cohort(std::vector<device_offer> offers, std::string_view purpose) const;
   // What begin_round decided that an operator would not expect, for the driver to log (each said once
   // a run): one of the last whole_model_rounds rounds in which no device of the round holds the whole
   // model, which therefore trains subnets; SLT's stage as it begins. Taking them empties the list.
@@ -241,10 +247,12 @@ class engine {
   // draws each round's sampling and noise from the CSPRNG; the simulator, seeded, from the run's seed.
   [[nodiscard]] bool private_rounds() const noexcept { return config_.dp.enabled; }
   void set_population(std::size_t registered) noexcept;
-  // The most devices a private round takes (the hub's max_devices): the driver offers every ready
-  // device, the sample is drawn from all of them, and a random subset of this size takes part.
-  void set_private_round_cap(std::size_t most) noexcept;
-  void use_seeded_privacy() noexcept;
+  // The most devices a round takes (the hub's max_devices; 0: no bound beyond devices_per_round): the
+  // driver offers every ready device, and the round's cohort — or, in a private round, its sample — is
+  // a uniformly random subset of the smaller bound, never the first devices by id.
+  void set_round_cap(std::size_t most) noexcept;
+  // The simulator: cohorts, DP's sampling and noise drawn from the run's seed (the hub: the CSPRNG).
+  void use_seeded_draws() noexcept;
   [[nodiscard]] const core::rdp_accountant& privacy() const noexcept;
   // With the devices' noise, the accountant against the hub (which drew the sample, so nothing is
   // amplified against it); std::nullopt otherwise.
@@ -370,6 +378,11 @@ class engine {
     std::size_t population = 0;  // set_population's registered devices
     std::size_t offered = 0;     // the open round's offers
   } refusals_;
+  struct {
+    std::size_t cap = 0;   // set_round_cap
+    bool seeded = false;   // use_seeded_draws
+    std::optional<std::size_t> drawn_from;  // the open round's cohort: the devices it was drawn from
+  } cohort_;
   std::shared_ptr<const core::input_normalization> normalization_ = std::make_shared<const core::input_normalization>();
   nlohmann::json statistics_;
 };

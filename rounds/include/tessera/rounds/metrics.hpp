@@ -23,6 +23,7 @@ struct round_metrics {
   std::int64_t round = 0;        // 1-based
   std::string strategy;
   std::size_t devices = 0;       // devices assigned this round
+  std::optional<std::size_t> ready;  // the ready devices this round's cohort was drawn from (absent: no draw)
   std::size_t groups = 0;
   std::uint64_t bytes_down = 0;  // what the devices received this round, summed
   std::uint64_t bytes_up = 0;    // what they sent

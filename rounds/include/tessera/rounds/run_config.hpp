@@ -159,6 +159,10 @@ struct run_config {
   // SLT: the stage (a hidden layer, 0-based) of the round after `completed` rounds.
   [[nodiscard]] std::size_t slt_stage(std::int64_t completed) const noexcept;
   std::int64_t rounds = 50;
+  // > 0: each round's cohort, this many devices drawn uniformly at random from those ready (the hub from
+  // the CSPRNG, the simulator from the seed); 0: every ready device (up to the hub's max_devices, which
+  // caps a round the same way, at random).
+  std::size_t devices_per_round = 0;
   std::int64_t local_steps = 50;
   std::int64_t batch = 32;
   // > 0: devices take each step's batch in micro-batches of this many examples (core::batch_part): the

@@ -1,0 +1,25 @@
+// rounds/src/cohort.hpp — a uniformly random subset, for a round's cohort and the cap of a private
+// round's sample: who takes part never depends on a device's id or the order devices arrived in.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "tessera/core/base/error.hpp"
+#include "tessera/crypto/masking.hpp"
+
+namespace tessera::rounds {
+
+// `k` of `n` positions, each subset equally likely: a partial Fisher–Yates shuffle whose draws come from
+// ChaCha20 under `key`, each uniform below its bound by rejection (no modulo bias). kept[i]: position i
+// is in. k ≥ n keeps every position.
+[[nodiscard]] std::vector<bool> random_subset(crypto::key256_view key, std::size_t n, std::size_t k);
+
+// The key of a round's draw: derived from the run's seed and the round (the simulator, and a hub told
+// to, so that runs repeat), or fresh from the CSPRNG (a hub: nobody, devices included, can predict the
+// cohort). `purpose` keeps draws of different kinds apart.
+[[nodiscard]] core::result<crypto::key256> draw_key(bool seeded, std::uint64_t seed, std::int64_t round, std::string_view purpose);
+
+}  // namespace tessera::rounds
