@@ -31,9 +31,9 @@ core::result<hub_config> read_hub_config(core::config_reader& r) {
   net::read_link_settings(r, c.link, /*rate_limits=*/false);
   c.max_sessions = static_cast<std::size_t>(r.integer("max_sessions", 4096, 1, 1'000'000, "devices connected at once (verified sessions)"));
   c.max_handshakes = static_cast<std::size_t>(r.integer("max_handshakes", 256, 1, 1'000'000,
-                                                        "connections in their TLS handshake at once; the oldest goes to make room"));
+                                                        "connections in their TLS handshake at once, and as many again that have sent nothing yet; the oldest of each goes to make room"));
   c.max_handshakes_per_source = static_cast<std::size_t>(r.integer("max_handshakes_per_source", 16, 1, 1'000'000,
-                                                                   "connections in their TLS handshake from one address"));
+                                                                   "connections in their TLS handshake from one address, and as many silent ones"));
   c.handshake_timeout_s = r.number("handshake_timeout_s", 10, 0.1, 3600, "seconds for a connection's TLS handshake and its HELLO");
   if (const auto* v = r.object("validation", "the hub's own test set (optional: a federation needs none)")) {
     core::config_reader vr = r.child("validation", *v);

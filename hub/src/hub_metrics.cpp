@@ -36,8 +36,12 @@ void fleet_families(prom::exposition& out, const hub_view& v) {
   if (v.agents != nullptr) {
     out.gauge("tessera_hub_sessions", "Verified TLS sessions", static_cast<double>(v.agents->authenticated_count()));
     out.gauge("tessera_hub_handshakes_pending", "Connections in their TLS handshake", static_cast<double>(v.agents->handshake_count()));
-    out.counter("tessera_hub_handshakes_evicted_total", "Pending handshakes pushed out to make room for newer ones",
+    out.gauge("tessera_hub_connections_silent", "Connections that have sent nothing yet (no TLS state until they do)",
+              static_cast<double>(v.agents->silent_count()));
+    out.counter("tessera_hub_handshakes_evicted_total", "Silent connections and pending handshakes pushed out to make room for newer ones",
                 static_cast<double>(v.agents->evicted_count()));
+    out.counter("tessera_hub_connections_silent_expired_total", "Silent connections closed at handshake_timeout_s",
+                static_cast<double>(v.agents->silent_expired_count()));
   }
 }
 

@@ -1,5 +1,7 @@
 #include "tessera/net/server.hpp"
 
+#include <optional>
+
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
@@ -21,7 +23,8 @@ server::server(asio::io_context& io, const crypto::tls_context& tls, const sessi
       acceptor_(strand_),
       retry_timer_(strand_),
       session_cfg_(session_cfg),
-      cfg_(cfg) {}
+      cfg_(cfg),
+      silent_timer_(strand_) {}
 
 core::result<std::uint16_t> server::listen(const std::string& address, std::uint16_t port) {
   boost::system::error_code ec;
@@ -66,13 +69,22 @@ void server::on_accept(const boost::system::error_code& ec, tcp::socket socket) 
     return do_accept();
   }
   const std::string source = remote.address().to_string();
+  socket.set_option(tcp::no_delay(true), ignored);
+  // A connection whose first bytes are already here goes straight to its handshake; the others wait
+  // apart until they send something.
+  const std::size_t ready = socket.available(ignored);
+  if (!ignored && ready > 0) start_handshake(std::move(socket), source);
+  else wait_silent(std::move(socket), source);
+  do_accept();
+}
+
+void server::start_handshake(tcp::socket socket, const std::string& source) {
   // Room in the handshake pool: the address's oldest pending connection goes if the address is at its
   // bound, else the oldest of all if the pool is full.
   if (auto it = pending_by_source_.find(source); it != pending_by_source_.end() && it->second.size() >= cfg_.max_handshakes_per_source)
     evict(it->second.begin()->first);
   else if (pending_.size() >= cfg_.max_handshakes && !pending_.empty())
     evict(pending_.begin()->first);
-  socket.set_option(tcp::no_delay(true), ignored);
   auto s = std::make_shared<session>(std::move(socket), tls_, role::hub, session_cfg_);
   const std::uint64_t seq = next_seq_++;
   sessions_[s.get()] = {.s = s, .source = source, .seq = seq, .authenticated = false, .id = {}};
@@ -89,7 +101,77 @@ void server::on_accept(const boost::system::error_code& ec, tcp::socket socket) 
     if (self->on_session_) self->on_session_(s);
     s->start();
   });
-  do_accept();
+}
+
+// ---- silent connections: a socket and a deadline each, until their first byte -------------------
+
+void server::wait_silent(tcp::socket socket, const std::string& source) {
+  // Room in the pool: the address's oldest silent connection goes if the address is at its bound, else
+  // the oldest of all if the pool is full.
+  std::optional<std::uint64_t> out;
+  if (auto it = silent_.by_source.find(source); it != silent_.by_source.end() && it->second.size() >= cfg_.max_handshakes_per_source)
+    out = *it->second.begin();
+  else if (silent_.by_seq.size() >= cfg_.max_handshakes && !silent_.by_seq.empty())
+    out = silent_.by_seq.begin()->first;
+  if (out) {
+    close_silent(*out);
+    ++evicted_;
+  }
+  const std::uint64_t seq = next_seq_++;
+  auto& c = silent_.by_seq[seq];
+  c.socket = std::make_unique<tcp::socket>(std::move(socket));
+  c.source = source;
+  c.deadline = std::chrono::steady_clock::now() + session_cfg_.handshake_timeout;
+  silent_.by_source[source].insert(seq);
+  c.socket->async_wait(tcp::socket::wait_read,
+                       asio::bind_executor(strand_, [self = shared_from_this(), seq](const boost::system::error_code& ec) {
+                         self->on_first_bytes(seq, ec);
+                       }));
+  if (silent_.by_seq.size() == 1) arm_silent_deadline();
+  update_counts();
+}
+
+void server::on_first_bytes(std::uint64_t seq, const boost::system::error_code& ec) {
+  const auto it = silent_.by_seq.find(seq);
+  if (it == silent_.by_seq.end()) return;  // closed already (pushed out, expired, stopping)
+  auto socket = std::move(it->second.socket);
+  const std::string source = it->second.source;
+  close_silent(seq);  // out of the pool; the socket itself lives on
+  if (ec || stopping_) return;
+  start_handshake(std::move(*socket), source);
+}
+
+// Forgets the silent connection `seq`, closing its socket if the pool still holds it.
+void server::close_silent(std::uint64_t seq) {
+  const auto it = silent_.by_seq.find(seq);
+  if (it == silent_.by_seq.end()) return;
+  if (auto by = silent_.by_source.find(it->second.source); by != silent_.by_source.end()) {
+    by->second.erase(seq);
+    if (by->second.empty()) silent_.by_source.erase(by);
+  }
+  boost::system::error_code ignored;
+  if (it->second.socket) it->second.socket->close(ignored);
+  silent_.by_seq.erase(it);
+  update_counts();
+}
+
+// One timer for the pool: every silent connection waits handshake_timeout, so the oldest's deadline is
+// the nearest.
+void server::arm_silent_deadline() {
+  if (silent_.by_seq.empty() || stopping_) return;
+  silent_timer_.expires_at(silent_.by_seq.begin()->second.deadline);
+  silent_timer_.async_wait(asio::bind_executor(strand_, [self = shared_from_this()](const boost::system::error_code& ec) {
+    if (!ec) self->expire_silent();
+  }));
+}
+
+void server::expire_silent() {
+  const auto now = std::chrono::steady_clock::now();
+  while (!silent_.by_seq.empty() && silent_.by_seq.begin()->second.deadline <= now) {
+    close_silent(silent_.by_seq.begin()->first);
+    ++silent_expired_;
+  }
+  arm_silent_deadline();
 }
 
 void server::drop_pending(session* s) {
@@ -163,6 +245,7 @@ void server::update_counts() {
   count_ = sessions_.size();
   authenticated_count_ = authenticated_;
   handshake_count_ = pending_.size();
+  silent_count_ = silent_.by_seq.size();
 }
 
 void server::stop(std::function<void()> on_drained) {
@@ -173,6 +256,8 @@ void server::stop(std::function<void()> on_drained) {
     boost::system::error_code ignored;
     self->acceptor_.close(ignored);
     self->retry_timer_.cancel();
+    self->silent_timer_.cancel();
+    while (!self->silent_.by_seq.empty()) self->close_silent(self->silent_.by_seq.begin()->first);
     for (auto& [raw, e] : self->sessions_) {
       if (auto s = e.s.lock()) s->close();
     }

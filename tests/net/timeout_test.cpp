@@ -61,6 +61,24 @@ TEST_CASE("handshake: a peer that never starts TLS is dropped at the handshake d
   tcp::socket plain(hub.io);
   plain.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), hub.port));
   const auto start = std::chrono::steady_clock::now();
+  REQUIRE(run_until(hub.io, [&] { return hub.server->silent_expired_count() == 1; }));
+  CHECK(std::chrono::steady_clock::now() - start >= 280ms);
+  CHECK(hub.closes.empty());  // it never became a session
+  std::array<char, 8> buf{};
+  boost::system::error_code ec;
+  (void)plain.read_some(asio::buffer(buf), ec);
+  CHECK(ec == asio::error::eof);
+}
+
+TEST_CASE("handshake: a peer that starts TLS and stalls is dropped at the handshake deadline") {
+  auto cfg = fast_config();
+  cfg.handshake_timeout = 300ms;
+  hub_fixture hub(cfg);
+  tcp::socket plain(hub.io);
+  plain.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), hub.port));
+  const std::array<std::uint8_t, 5> header{0x16, 0x03, 0x01, 0x02, 0x00};  // a record header, then nothing
+  asio::write(plain, asio::buffer(header));
+  const auto start = std::chrono::steady_clock::now();
   REQUIRE(run_until(hub.io, [&] { return !hub.closes.empty(); }));
   CHECK(hub.closes[0].code == net::errc::handshake_timeout);
   CHECK(std::chrono::steady_clock::now() - start >= 280ms);

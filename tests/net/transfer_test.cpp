@@ -293,7 +293,8 @@ TEST_CASE("server: silent connections from one address cannot crowd out a device
   hub_fixture hub(cfg, {.max_sessions = 4, .max_handshakes = 8, .max_handshakes_per_source = 4});
   auto flood = silent_connections(hub.io, "127.0.0.2", hub.port, 40);
   run_for(hub.io, 200ms);
-  CHECK(hub.server->handshake_count() == 4);   // the address's bound: each newer one pushed out its oldest
+  CHECK(hub.server->silent_count() == 4);   // the address's bound: each newer one pushed out its oldest
+  CHECK(hub.server->handshake_count() == 0);  // none has begun a handshake: no TLS state for them
   CHECK(hub.server->evicted_count() == 36);
   CHECK(hub.server->authenticated_count() == 0);
   auto a = start_agent(hub.io, asio_tls(test_pki::get().agent_tls(test_pki::get().dev_a)), hub.port, "dev-a");
@@ -303,12 +304,77 @@ TEST_CASE("server: silent connections from one address cannot crowd out a device
   auto more = silent_connections(hub.io, "127.0.0.3", hub.port, 4);
   auto yet = silent_connections(hub.io, "127.0.0.4", hub.port, 4);
   run_for(hub.io, 200ms);
-  CHECK(hub.server->handshake_count() == 8);
+  CHECK(hub.server->silent_count() == 8);
   CHECK(hub.server->evicted_count() == 36 + 4);
   CHECK(!a->closed.has_value());
   auto b = start_agent(hub.io, asio_tls(test_pki::get().agent_tls(test_pki::get().dev_b)), hub.port, "dev-b");
   REQUIRE(run_until(hub.io, [&] { return b->welcomed; }));
   CHECK(hub.server->authenticated_count() == 2);
+}
+
+TEST_CASE("server: a silent connection gives its place before one mid-handshake, from the devices' own address") {
+  net::session_config cfg = fast_config();
+  cfg.handshake_timeout = 10'000ms;
+  hub_fixture hub(cfg, {.max_sessions = 4, .max_handshakes = 8, .max_handshakes_per_source = 4});
+  // Four connections from 127.0.0.1 that began a handshake and stalled: five bytes of a TLS record header.
+  std::vector<std::unique_ptr<tcp::socket>> stalled;
+  for (int i = 0; i < 4; ++i) {
+    auto s = std::make_unique<tcp::socket>(hub.io);
+    s->connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), hub.port));
+    const std::array<std::uint8_t, 5> header{0x16, 0x03, 0x01, 0x02, 0x00};
+    asio::write(*s, asio::buffer(header));
+    stalled.push_back(std::move(s));
+  }
+  REQUIRE(run_until(hub.io, [&] { return hub.server->handshake_count() == 4; }));
+  // Forty silent connections from the same address push out only each other.
+  auto flood = silent_connections(hub.io, "127.0.0.1", hub.port, 40);
+  run_for(hub.io, 200ms);
+  CHECK(hub.server->silent_count() == 4);
+  CHECK(hub.server->handshake_count() == 4);
+  CHECK(hub.server->evicted_count() == 36);
+  for (auto& s : stalled) {  // still held open by the hub: nothing to read, no end of file
+    s->non_blocking(true);
+    std::array<char, 16> buf{};
+    boost::system::error_code ec;
+    (void)s->read_some(asio::buffer(buf), ec);
+    CHECK(ec == asio::error::would_block);
+  }
+  // A device from that address is a fifth handshake: the oldest stalled one goes, never the device.
+  auto a = start_agent(hub.io, asio_tls(test_pki::get().agent_tls(test_pki::get().dev_a)), hub.port, "dev-a");
+  REQUIRE(run_until(hub.io, [&] { return a->welcomed; }));
+  CHECK(hub.server->authenticated_count() == 1);
+  run_for(hub.io, 100ms);
+  for (std::size_t i = 0; i < stalled.size(); ++i) {
+    std::array<char, 16> buf{};
+    boost::system::error_code ec;
+    (void)stalled[i]->read_some(asio::buffer(buf), ec);
+    CHECK_MESSAGE((ec == asio::error::would_block) == (i > 0), "stalled connection " << i << ": " << ec.message());
+  }
+  // More silence after it changes nothing for the device.
+  auto more = silent_connections(hub.io, "127.0.0.1", hub.port, 40);
+  run_for(hub.io, 200ms);
+  CHECK(!a->closed.has_value());
+  CHECK(hub.server->silent_count() == 4);
+}
+
+TEST_CASE("server: a silent connection is closed at the handshake deadline, with no session made for it") {
+  net::session_config cfg = fast_config();
+  cfg.handshake_timeout = 300ms;
+  hub_fixture hub(cfg, {});
+  auto quiet = silent_connections(hub.io, "127.0.0.1", hub.port, 3);
+  run_for(hub.io, 100ms);
+  CHECK(hub.server->silent_count() == 3);
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(run_until(hub.io, [&] { return hub.server->silent_count() == 0; }, 3000ms));
+  CHECK(std::chrono::steady_clock::now() - start >= 150ms);
+  CHECK(hub.server->silent_expired_count() == 3);
+  CHECK(hub.server->session_count() == 0);
+  for (auto& s : quiet) {  // the hub closed them: end of file
+    std::array<char, 16> buf{};
+    boost::system::error_code ec;
+    (void)s->read_some(asio::buffer(buf), ec);
+    CHECK(ec == asio::error::eof);
+  }
 }
 
 TEST_CASE("server: two sessions of one device are left to the owner; a probe tells a peer that answers from one that is gone") {

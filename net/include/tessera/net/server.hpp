@@ -1,11 +1,15 @@
 // tessera/net/server.hpp — accepts agents' connections and runs one hub-role session for each.
 //
-// The server owns the listening socket and the TLS context (built by crypto::make_hub_tls). Two pools:
-//   handshakes     connections whose TLS handshake has not verified a device certificate yet, at most
-//                  max_handshakes in all and max_handshakes_per_source from one address; a new one
-//                  beyond either bound pushes out the oldest pending one (of that address, or of all),
-//                  so silent or slow connections cannot keep real devices from handshaking, and never
-//                  cost an authenticated session its place;
+// The server owns the listening socket and the TLS context (built by crypto::make_hub_tls). Three pools:
+//   silent         connections that have sent nothing yet: a socket and a deadline each, no TLS state.
+//                  At most max_handshakes of them and max_handshakes_per_source from one address; a new
+//                  one beyond either bound closes the oldest silent one (of that address, or of all).
+//                  The first byte moves a connection on to the handshakes; handshake_timeout closes it.
+//   handshakes     connections whose TLS handshake has begun and not verified a device certificate
+//                  yet, bounded the same way and apart: a new one beyond a bound pushes out the oldest
+//                  pending handshake. So a flood of silent connections, even from the devices' own
+//                  address (a NAT), only ever pushes out its own, never a device mid-handshake, and no
+//                  connection before authentication costs an authenticated session its place;
 //   sessions       verified devices, at most max_sessions (a connection arriving when they are full is
 //                  closed before any TLS). Two sessions of one device identity are the owner's to
 //                  settle (the hub probes the older at the newer's HELLO: hub_doors.cpp); a fourth
@@ -25,8 +29,10 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <chrono>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,10 +61,13 @@ class server : public std::enable_shared_from_this<server> {
   // already open keep theirs.
   void set_tls(const crypto::tls_context& tls);
   [[nodiscard]] std::size_t session_count() const noexcept { return count_.load(); }
-  // Verified sessions, and connections still in their handshake (a snapshot, from any thread).
+  // Verified sessions, connections in their handshake, and silent ones (a snapshot, from any thread).
   [[nodiscard]] std::size_t authenticated_count() const noexcept { return authenticated_count_.load(); }
   [[nodiscard]] std::size_t handshake_count() const noexcept { return handshake_count_.load(); }
-  // Pending handshakes pushed out to make room, since the start.
+  [[nodiscard]] std::size_t silent_count() const noexcept { return silent_count_.load(); }
+  // Silent connections closed at the handshake deadline, since the start.
+  [[nodiscard]] std::uint64_t silent_expired_count() const noexcept { return silent_expired_.load(); }
+  // Connections before authentication (silent or pending handshakes) pushed out to make room, since the start.
   [[nodiscard]] std::uint64_t evicted_count() const noexcept { return evicted_.load(); }
 
   server(asio::io_context& io, const crypto::tls_context& tls, const session_config& session_cfg,
@@ -67,12 +76,28 @@ class server : public std::enable_shared_from_this<server> {
  private:
   void do_accept();
   void on_accept(const boost::system::error_code& ec, tcp::socket socket);
+  void start_handshake(tcp::socket socket, const std::string& source);
+  void wait_silent(tcp::socket socket, const std::string& source);
+  void on_first_bytes(std::uint64_t seq, const boost::system::error_code& ec);
+  void close_silent(std::uint64_t seq);
+  void arm_silent_deadline();
+  void expire_silent();
   void on_session_finished(session* s);
   void on_authenticated(session* s);
   void evict(std::uint64_t seq);
   void drop_pending(session* s);
   void update_counts();
   void check_drained();
+
+  struct silent_connection {
+    std::unique_ptr<tcp::socket> socket;
+    std::string source;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  struct silent_pool {
+    std::map<std::uint64_t, silent_connection> by_seq;  // oldest first
+    std::map<std::string, std::set<std::uint64_t>> by_source;
+  };
 
   struct entry {
     std::weak_ptr<session> s;
@@ -92,13 +117,15 @@ class server : public std::enable_shared_from_this<server> {
   std::function<void(const std::shared_ptr<session>&)> on_session_;
   std::function<void()> on_drained_;
   std::map<session*, entry> sessions_;
-  std::map<std::uint64_t, session*> pending_;
-  std::map<std::string, std::vector<session*>> by_identity_;  // authenticated, oldest first, at most three                                  // in their handshake, by arrival
+  std::map<std::uint64_t, session*> pending_;  // in their handshake, by arrival
   std::map<std::string, std::map<std::uint64_t, session*>> pending_by_source_;  // the same, per address
+  std::map<std::string, std::vector<session*>> by_identity_;  // authenticated, oldest first, at most three
+  silent_pool silent_;
+  asio::steady_timer silent_timer_;  // the oldest silent connection's deadline
   std::size_t authenticated_ = 0;
   std::uint64_t next_seq_ = 0;
-  std::atomic<std::size_t> count_{0}, authenticated_count_{0}, handshake_count_{0};
-  std::atomic<std::uint64_t> evicted_{0};
+  std::atomic<std::size_t> count_{0}, authenticated_count_{0}, handshake_count_{0}, silent_count_{0};
+  std::atomic<std::uint64_t> evicted_{0}, silent_expired_{0};
   bool stopping_ = false;
 };
 
