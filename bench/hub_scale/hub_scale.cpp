@@ -33,7 +33,10 @@
 // (a monitoring system at that rate), and before the agents connect the benchmark measures the hub's CPU
 // per scrape from 1000 scrapes back to back; run it with and without to compare the hub's CPU per round.
 //
-//   bench_hub_scale [--hub PATH] [--agents 500] [--rounds 5] [--model 784-512-512-10] [--min-width 8]
+// With --cohort C, each round's devices are C drawn at random from the N agents (devices_per_round):
+// the others stay connected and idle, which is what a fleet of N with cohorts of C costs the hub.
+//
+//   bench_hub_scale [--hub PATH] [--agents 500] [--cohort 0] [--rounds 5] [--model 784-512-512-10] [--min-width 8]
 //                   [--steps 1] [--threads 1] [--timeout 600] [--scrape-ms 0] [--keep]
 #include <sys/resource.h>
 

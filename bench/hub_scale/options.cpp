@@ -27,7 +27,7 @@ std::optional<std::vector<std::int64_t>> parse_widths(const std::string& text) {
 }  // namespace
 
 const char* const k_usage =
-    "usage: bench_hub_scale [--hub PATH] [--agents N] [--rounds R] [--model 784-512-512-10] [--min-width W]\n"
+    "usage: bench_hub_scale [--hub PATH] [--agents N] [--cohort C] [--rounds R] [--model 784-512-512-10] [--min-width W]\n"
     "                       [--steps S] [--threads T] [--timeout SECONDS] [--scrape-ms MS] [--keep]\n";
 
 std::optional<options> parse_options(int argc, char** argv) {
@@ -53,6 +53,8 @@ std::optional<options> parse_options(int argc, char** argv) {
       o.keep = true;
     } else if (arg == "--agents" && (v = number(1, 20000))) {
       o.agents = static_cast<std::size_t>(*v);
+    } else if (arg == "--cohort" && (v = number(0, 20000))) {
+      o.cohort = static_cast<std::size_t>(*v);
     } else if (arg == "--rounds" && (v = number(1, 10000))) {
       o.rounds = static_cast<std::int64_t>(*v);
     } else if (arg == "--min-width" && (v = number(1, 1 << 20))) {

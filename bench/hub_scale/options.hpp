@@ -14,6 +14,7 @@ inline constexpr int k_batch = 32;  // the batch size of every assignment
 struct options {
   std::string hub;  // tessera-hub; default: next to this binary in the build tree
   std::size_t agents = 500;
+  std::size_t cohort = 0;  // devices_per_round: each round's cohort drawn from the agents (0: all of them)
   std::int64_t rounds = 5;
   std::vector<std::int64_t> widths{784, 512, 512, 10};
   std::int64_t min_width = 8;

@@ -127,11 +127,12 @@ void print_connect_and_hub(const run_facts& f, const round_sums& s) {
 }  // namespace
 
 bool print_summary(const run_facts& f) {
-  const round_sums s = sum_rounds(f.rows, f.o.agents);
-  std::printf("\nagents %zu, rounds completed %zu of %lld with every update accepted (hub exit: %s)\n", f.o.agents, s.complete,
-              static_cast<long long>(f.o.rounds), f.timed_out ? "killed at the deadline" : f.hub_exit.c_str());
+  const std::size_t per_round = f.o.cohort > 0 ? std::min(f.o.cohort, f.o.agents) : f.o.agents;  // each round's cohort
+  const round_sums s = sum_rounds(f.rows, per_round);
+  std::printf("\nagents %zu (cohorts of %zu), rounds completed %zu of %lld with every update accepted (hub exit: %s)\n", f.o.agents,
+              per_round, s.complete, static_cast<long long>(f.o.rounds), f.timed_out ? "killed at the deadline" : f.hub_exit.c_str());
   std::printf("model %s: %zu parameters, %.2f MiB f32; per device %.1f KB each way\n", widths_text(f.o.widths).c_str(), f.params,
-              mib(static_cast<double>(f.params) * 4), f.rows.empty() ? 0.0 : s.down / s.n / static_cast<double>(f.o.agents) / 1e3);
+              mib(static_cast<double>(f.params) * 4), f.rows.empty() ? 0.0 : s.down / s.n / static_cast<double>(per_round) / 1e3);
   print_connect_and_hub(f, s);
   std::printf("bytes per round: %.2f MB down + %.2f MB up (blob payload, all devices)\n", s.down / s.n / 1e6, s.up / s.n / 1e6);
   double load[3] = {0, 0, 0};
@@ -149,7 +150,7 @@ bool print_summary(const run_facts& f) {
   std::printf("hub log: %zu warnings, %zu errors\n", log_warnings, log_errors);
   const bool every_update = s.complete == f.rows.size();
   return !f.timed_out && f.hub_exit_ok && every_update && s.complete == static_cast<std::size_t>(f.o.rounds) &&
-         t.accepted == f.o.agents * static_cast<std::uint64_t>(f.o.rounds);
+         t.accepted == per_round * static_cast<std::uint64_t>(f.o.rounds);
 }
 
 }  // namespace tessera::bench::hub_scale

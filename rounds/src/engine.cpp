@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <utility>
 
 #include "tessera/core/base/seeds.hpp"
@@ -207,6 +208,9 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
     assignments_.push_back(std::move(a));
   }
   if (assignments_.empty() && !aggregation_->runs_empty()) return no_device_error(excluded);
+  by_device_.resize(assignments_.size());
+  std::iota(by_device_.begin(), by_device_.end(), std::size_t{0});
+  std::sort(by_device_.begin(), by_device_.end(), [this](std::size_t i, std::size_t j) { return assignments_[i].device < assignments_[j].device; });
   TESSERA_TRY(aggregation_->begin(view(), plan, assignments_));
   reached_ = reached_mask(full_, !server_opt_.identity());
   folded_ = 0;
@@ -238,11 +242,13 @@ core::result<core::round_plan> engine::plan(std::vector<device_offer>& taking, s
                          core::plan_seed(config_.seed, span));
 }
 
+// A binary search over the round's assignments by id: the hub looks a device up at every message, and
+// its status page every device of the fleet.
 const assignment* engine::find(std::string_view device) const noexcept {
   if (!in_round_) return nullptr;
-  for (const auto& a : assignments_)
-    if (a.device == device) return &a;
-  return nullptr;
+  const auto it = std::lower_bound(by_device_.begin(), by_device_.end(), device,
+                                   [this](std::size_t i, std::string_view id) { return std::string_view(assignments_[i].device) < id; });
+  return it != by_device_.end() && assignments_[*it].device == device ? &assignments_[*it] : nullptr;
 }
 
 assignment* engine::find(std::string_view device) noexcept {

@@ -1415,3 +1415,23 @@ TEST_CASE("engine cohort: each of 16 devices is drawn into cohorts of 4 with pro
   REQUIRE(pairs.size() == 120);
   for (const auto& [p, n] : pairs) CHECK_MESSAGE(std::abs(n - 200) < 75, p.first << "+" << p.second << ": " << n);
 }
+
+TEST_CASE("engine: find names each assignment of the round by its device id, and nothing else") {
+  auto e = engine_for(config({{"strategy", "fedavg"}, {"devices_per_round", 7}}));
+  e.use_seeded_draws();
+  CHECK(e.find("d3") == nullptr);  // no round open
+  auto offers = fleet_of(20);
+  offers.push_back(offer("d010", 64u << 20));  // numbers compare as numbers, ids as strings
+  REQUIRE(e.begin_round(offers).ok());
+  std::set<std::string> assigned;
+  for (const auto& a : e.assignments()) {
+    assigned.insert(a.device);
+    const rounds::assignment* found = e.find(a.device);
+    REQUIRE(found != nullptr);
+    CHECK(found == &a);
+  }
+  for (const auto& o : offers)
+    if (!assigned.count(o.id)) CHECK(e.find(o.id) == nullptr);
+  CHECK(e.find("") == nullptr);
+  CHECK(e.find("d99") == nullptr);
+}

@@ -356,6 +356,7 @@ class engine {
   std::uint64_t plan_seed_ = 0;
   std::size_t groups_ = 0;
   std::vector<assignment> assignments_;
+  std::vector<std::size_t> by_device_;  // assignments_'s positions in order of their device ids (find)
   std::size_t folded_ = 0;           // assignments [0, folded_) are in the round's sums
   // The accepted updates' examples, and the loss over those that told one (a secure round's do not).
   struct {
