@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -140,6 +141,17 @@ std::vector<std::byte> bio_contents(BIO* bio) {
 }
 
 secret_bytes bio_secret_contents(BIO* bio) { return secret_bytes(bio_bytes(bio)); }
+
+std::string serial_hex(const ASN1_INTEGER* serial) {
+  bignum_ptr bn(ASN1_INTEGER_to_BN(serial, nullptr));
+  if (!bn) return {};
+  char* hex = BN_bn2hex(bn.get());
+  if (!hex) return {};
+  std::string out(hex);
+  OPENSSL_free(hex);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
 
 }  // namespace detail
 }  // namespace tessera::crypto

@@ -60,5 +60,7 @@ using bignum_ptr = ossl_ptr<BIGNUM, BN_free>;
 [[nodiscard]] core::result<x509_crl_ptr> read_crl(const std::filesystem::path& path);
 [[nodiscard]] std::vector<std::byte> bio_contents(BIO* bio);
 [[nodiscard]] secret_bytes bio_secret_contents(BIO* bio);  // a private key's PEM
+// A certificate's serial number in lower-case hex, as tessera-pki prints it; empty if it cannot be read.
+[[nodiscard]] std::string serial_hex(const ASN1_INTEGER* serial);
 
 }  // namespace tessera::crypto::detail

@@ -55,17 +55,6 @@ core::result<void> set_random_serial(X509* cert) {
   return {};
 }
 
-std::string serial_hex(const ASN1_INTEGER* serial) {
-  bignum_ptr bn(ASN1_INTEGER_to_BN(serial, nullptr));
-  if (!bn) return {};
-  char* hex = BN_bn2hex(bn.get());
-  if (!hex) return {};
-  std::string out(hex);
-  OPENSSL_free(hex);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
 core::result<void> add_ext(X509* cert, X509* issuer, int nid, const std::string& value) {
   X509V3_CTX ctx;
   X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);

@@ -165,12 +165,11 @@ struct named_roles {
   std::string common_name;
 };
 
-core::result<named_roles> roles_of(std::span<const std::uint8_t> der) {
-  const unsigned char* p = der.data();
-  x509_ptr cert(d2i_X509(nullptr, &p, static_cast<long>(der.size())));
-  if (!cert) return openssl_error("parse peer certificate");
+// From the certificate OpenSSL already parsed in the handshake: decoding its DER again costs OpenSSL 3's
+// key decoders, most of the hub's CPU for a handshake.
+named_roles roles_of(const X509* cert) {
   using names_ptr = std::unique_ptr<GENERAL_NAMES, decltype([](GENERAL_NAMES* n) { GENERAL_NAMES_free(n); })>;
-  names_ptr names(static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert.get(), NID_subject_alt_name, nullptr, nullptr)));
+  names_ptr names(static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr)));
   named_roles out;
   if (names) {
     for (int i = 0; i < sk_GENERAL_NAME_num(names.get()); ++i) {
@@ -183,15 +182,19 @@ core::result<named_roles> roles_of(std::span<const std::uint8_t> der) {
     }
   }
   char cn[80] = {};
-  const int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert.get()), NID_commonName, cn, sizeof cn);
+  const int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn);
   if (n >= 0) out.common_name.assign(cn, static_cast<std::size_t>(n));
   return out;
 }
 
-}  // namespace
+core::result<named_roles> roles_of(std::span<const std::uint8_t> der) {
+  const unsigned char* p = der.data();
+  x509_ptr cert(d2i_X509(nullptr, &p, static_cast<long>(der.size())));
+  if (!cert) return openssl_error("parse peer certificate");
+  return roles_of(cert.get());
+}
 
-core::result<std::string> device_id_from_der(std::span<const std::uint8_t> der) {
-  TESSERA_ASSIGN_OR_RETURN(const named_roles roles, roles_of(der));
+core::result<std::string> device_id_of(const named_roles& roles) {
   if (roles.devices.empty() && roles.operators.size() == 1 && valid_device_id(roles.operators[0]))
     return make_error(errc::no_device_id, "peer certificate is operator " + roles.operators[0] +
                                               "'s: operator certificates are for the hub's operator endpoint, not for devices");
@@ -202,8 +205,7 @@ core::result<std::string> device_id_from_der(std::span<const std::uint8_t> der) 
   return roles.devices[0];
 }
 
-core::result<std::string> operator_name_from_der(std::span<const std::uint8_t> der) {
-  TESSERA_ASSIGN_OR_RETURN(const named_roles roles, roles_of(der));
+core::result<std::string> operator_name_of(const named_roles& roles) {
   if (roles.operators.empty() && roles.devices.size() == 1 && valid_device_id(roles.devices[0]))
     return make_error(errc::not_operator, "peer certificate is device " + roles.devices[0] +
                                               "'s: the operator endpoint takes operator certificates only (tessera-pki issue-operator)");
@@ -214,34 +216,32 @@ core::result<std::string> operator_name_from_der(std::span<const std::uint8_t> d
   return roles.operators[0];
 }
 
-namespace {
-
-// The certificate the peer presented in the handshake, DER-encoded; `code` and `none` if there is none.
-core::result<std::vector<std::uint8_t>> peer_certificate_der(ssl_st* ssl, errc code, const char* none) {
-  const X509* cert = SSL_get0_peer_certificate(ssl);
-  const int n = cert != nullptr ? i2d_X509(cert, nullptr) : 0;
-  if (n <= 0) return make_error(code, none);
-  std::vector<std::uint8_t> der(static_cast<std::size_t>(n));
-  unsigned char* p = der.data();
-  if (i2d_X509(cert, &p) != n) return make_error(code, none);
-  return der;
-}
-
 }  // namespace
 
+core::result<std::string> device_id_from_der(std::span<const std::uint8_t> der) {
+  TESSERA_ASSIGN_OR_RETURN(const named_roles roles, roles_of(der));
+  return device_id_of(roles);
+}
+
+core::result<std::string> operator_name_from_der(std::span<const std::uint8_t> der) {
+  TESSERA_ASSIGN_OR_RETURN(const named_roles roles, roles_of(der));
+  return operator_name_of(roles);
+}
+
 core::result<tls_device_peer> peer_device(ssl_st* ssl) {
-  TESSERA_ASSIGN_OR_RETURN(const auto der, peer_certificate_der(ssl, errc::no_device_id, "no peer certificate"));
+  const X509* cert = SSL_get0_peer_certificate(ssl);
+  if (cert == nullptr) return make_error(errc::no_device_id, "no peer certificate");
   tls_device_peer out;
-  TESSERA_ASSIGN_OR_RETURN(out.id, device_id_from_der(der));
-  auto serial = certificate_serial_der(der);
-  if (!serial) return make_error(errc::no_device_id, serial.error().message);
-  out.serial = std::move(serial).value();
+  TESSERA_ASSIGN_OR_RETURN(out.id, device_id_of(roles_of(cert)));
+  out.serial = serial_hex(X509_get0_serialNumber(cert));
+  if (out.serial.empty()) return make_error(errc::no_device_id, "peer certificate's serial number cannot be read");
   return out;
 }
 
 core::result<std::string> peer_operator(ssl_st* ssl) {
-  TESSERA_ASSIGN_OR_RETURN(const auto der, peer_certificate_der(ssl, errc::not_operator, "no client certificate"));
-  return operator_name_from_der(der);
+  const X509* cert = SSL_get0_peer_certificate(ssl);
+  if (cert == nullptr) return make_error(errc::not_operator, "no client certificate");
+  return operator_name_of(roles_of(cert));
 }
 
 }  // namespace tessera::crypto
