@@ -59,7 +59,7 @@ hub_view operator_desk::view() const {
 }
 
 std::string operator_desk::metrics() const { return metrics_document(view()); }
-nlohmann::json operator_desk::status() const { return status_document(view()); }
+nlohmann::json operator_desk::status(fleet_page page) const { return status_document(view(), page); }
 nlohmann::json operator_desk::rounds(std::int64_t since) const { return rounds_document(figures_, since); }
 
 nlohmann::json operator_desk::pause(const std::string& by) {

@@ -45,7 +45,7 @@ class operator_desk final : public operator_api {
   [[nodiscard]] core::result<std::string> revoke_device(const std::string& id, const std::string& by);
 
   [[nodiscard]] std::string metrics() const override;
-  [[nodiscard]] nlohmann::json status() const override;
+  [[nodiscard]] nlohmann::json status(fleet_page page) const override;
   [[nodiscard]] nlohmann::json rounds(std::int64_t since) const override;
   nlohmann::json pause(const std::string& by) override;
   nlohmann::json resume(const std::string& by) override;

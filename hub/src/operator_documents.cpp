@@ -5,8 +5,11 @@
 #include <cmath>
 #include <ctime>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "tessera/core/math/model_spec.hpp"
+#include "tessera/rounds/natural_order.hpp"
 
 namespace tessera::hub {
 namespace {
@@ -85,23 +88,34 @@ nlohmann::json device_document(const std::string& id, const device_entry& d, std
   return doc;
 }
 
-nlohmann::json fleet_document(const hub_view& v) {
+nlohmann::json fleet_document(const hub_view& v, fleet_page page) {
   const rounds::engine& engine = v.rounds.engine();
-  nlohmann::json devices = nlohmann::json::array();
   std::size_t connected = 0, training = 0;
-  for (const auto& [id, d] : v.devices.entries()) {
-    const rounds::assignment* a = engine.in_round() ? engine.find(id) : nullptr;
+  std::vector<const std::pair<const std::string, device_entry>*> order;
+  order.reserve(v.devices.size());
+  for (const auto& e : v.devices.entries()) {
+    const rounds::assignment* a = engine.in_round() ? engine.find(e.first) : nullptr;
     training += a != nullptr && rounds::is_open(a->state) ? 1 : 0;
-    connected += d.session ? 1 : 0;
-    devices.push_back(device_document(id, d, device_state(v, id, d, a), v.config.dp.publishes_exact()));
+    connected += e.second.session ? 1 : 0;
+    order.push_back(&e);
   }
-  return {{"registered", v.devices.size()}, {"connected", connected},   {"training", training},
+  // Only the page is sorted into place and documented.
+  const std::size_t from = std::min(page.from, order.size()), to = std::min(order.size(), from + std::min(page.limit, order.size() - from));
+  const auto natural = [](const auto* a, const auto* b) { return rounds::natural_less(a->first, b->first); };
+  std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(from), order.end(), natural);
+  std::partial_sort(order.begin() + static_cast<std::ptrdiff_t>(from), order.begin() + static_cast<std::ptrdiff_t>(to), order.end(), natural);
+  nlohmann::json devices = nlohmann::json::array();
+  for (std::size_t i = from; i < to; ++i) {
+    const auto& [id, d] = *order[i];
+    devices.push_back(device_document(id, d, device_state(v, id, d, engine.in_round() ? engine.find(id) : nullptr), v.config.dp.publishes_exact()));
+  }
+  return {{"registered", v.devices.size()}, {"connected", connected}, {"training", training}, {"devices_from", from},
           {"devices", std::move(devices)},   {"turned_away", v.figures.turned_away.to_json()}};
 }
 
 }  // namespace
 
-nlohmann::json status_document(const hub_view& v) {
+nlohmann::json status_document(const hub_view& v, fleet_page page) {
   const auto now = std::chrono::steady_clock::now();
   return {{"hub",
            {{"version", std::string(k_hub_version)},
@@ -109,7 +123,7 @@ nlohmann::json status_document(const hub_view& v) {
             {"started_unix", v.figures.started_unix},
             {"now_unix", static_cast<std::int64_t>(std::time(nullptr))}}},
           {"run", run_document(v)},
-          {"fleet", fleet_document(v)}};
+          {"fleet", fleet_document(v, page)}};
 }
 
 nlohmann::json rounds_document(const hub_figures& figures, std::int64_t since) {

@@ -44,19 +44,27 @@ http_response status_page() {
   return page;
 }
 
-// "since=12" from a query string; 0 when absent or not a number.
-std::int64_t since_of(const std::string& query) {
+// "since=12" from a query string (key "since"); `otherwise` when absent or not a number, 0 below 0.
+std::int64_t query_number(const std::string& query, std::string_view key, std::int64_t otherwise) {
   for (std::size_t at = 0; at < query.size();) {
     const auto end = std::min(query.find('&', at), query.size());
     const std::string_view kv(query.data() + at, end - at);
-    if (kv.starts_with("since=")) {
+    if (kv.size() > key.size() && kv.starts_with(key) && kv[key.size()] == '=') {
       std::int64_t n = 0;
-      const auto v = kv.substr(6);
+      const auto v = kv.substr(key.size() + 1);
       if (std::from_chars(v.data(), v.data() + v.size(), n).ec == std::errc{}) return std::max<std::int64_t>(n, 0);
     }
     at = end + 1;
   }
-  return 0;
+  return otherwise;
+}
+
+std::int64_t since_of(const std::string& query) { return query_number(query, "since", 0); }
+
+fleet_page page_of(const std::string& query) {
+  const auto limit = query_number(query, "devices", static_cast<std::int64_t>(fleet_page::k_default));
+  return {.from = static_cast<std::size_t>(query_number(query, "devices_from", 0)),
+          .limit = std::min(static_cast<std::size_t>(limit), fleet_page::k_most)};
 }
 
 bool is_revoke(const std::string& path) { return path.starts_with(k_devices_prefix) && path.ends_with(k_revoke_suffix); }
@@ -87,7 +95,7 @@ http_response dispatch(const http_request& r, operator_api& api) {
   if (r.path == "/metrics")
     return get ? http_response{.status = 200, .content_type = std::string(prom::content_type), .body = api.metrics(), .headers = {}}
                : allow("GET");
-  if (r.path == "/api/status") return get ? json_reply(200, api.status()) : allow("GET");
+  if (r.path == "/api/status") return get ? json_reply(200, api.status(page_of(r.query))) : allow("GET");
   if (r.path == "/api/rounds") return get ? json_reply(200, api.rounds(since_of(r.query))) : allow("GET");
   return action(r, api);
 }

@@ -2,7 +2,9 @@
 //
 //   GET  /                          the status page (one self-contained file; its script reads the API)
 //   GET  /metrics                   Prometheus text format 0.0.4
-//   GET  /api/status                the run and its fleet
+//   GET  /api/status[?devices_from=N&devices=M]   the run and its fleet: the counts of every device, the
+//                                   documents of M (default 200, at most 1000) from the N-th in natural
+//                                   order of their ids, so that a fleet of 10 000 costs a page per poll
 //   GET  /api/rounds[?since=N]      the per-round series (rounds after N)
 //   POST /api/pause | /api/resume | /api/finish | /api/devices/<id>/revoke     operator certificate only
 //
@@ -22,11 +24,18 @@
 
 namespace tessera::hub {
 
+// The devices /api/status documents: `limit` of them from the `from`-th, in natural order of their ids.
+struct fleet_page {
+  static constexpr std::size_t k_default = 200, k_most = 1000;
+  std::size_t from = 0;
+  std::size_t limit = k_default;
+};
+
 class operator_api {
  public:
   virtual ~operator_api() = default;
   [[nodiscard]] virtual std::string metrics() const = 0;
-  [[nodiscard]] virtual nlohmann::json status() const = 0;
+  [[nodiscard]] virtual nlohmann::json status(fleet_page page) const = 0;
   [[nodiscard]] virtual nlohmann::json rounds(std::int64_t since) const = 0;  // the rounds after `since`
   // The actions answer with their reply; `by` names the operator. A device to revoke may be unknown
   // (errc::unknown_device).

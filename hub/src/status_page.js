@@ -127,6 +127,11 @@ function renderStatus(st) {
 // ---- fleet table --------------------------------------------------------------------------------------
 const byId = new Intl.Collator('en', { numeric: true, sensitivity: 'base' }); // pi-2 before pi-10
 
+// The hub sends one page of the fleet (api/status?devices_from=N&devices=FLEET_PAGE), in natural order
+// of the ids; the counts cover every device.
+const FLEET_PAGE = 200;
+let fleetFrom = 0;
+
 function renderFleet(st) {
   const fleet = obj(st.fleet), now = num(obj(st.hub).now_unix);
   const devices = devicesOf(fleet).sort((a, b) => byId.compare(str(a.id), str(b.id)));
@@ -162,8 +167,23 @@ function renderFleet(st) {
     rows[0].append(td);
   }
   body.replaceChildren(...rows);
-  const connected = devices.filter(d => d.connected === true).length;
-  setText('fleet-summary', devices.length + ' registered \u00b7 ' + connected + ' connected');
+  const registered = num(fleet.registered) ?? devices.length;
+  const connected = num(fleet.connected) ?? devices.filter(d => d.connected === true).length;
+  const from = num(fleet.devices_from) ?? 0;
+  const shown = devices.length ? ' \u00b7 showing ' + fmtInt(from + 1) + '\u2013' + fmtInt(from + devices.length) : '';
+  setText('fleet-summary', fmtInt(registered) + ' registered \u00b7 ' + fmtInt(connected) + ' connected' + (registered > devices.length ? shown : ''));
+  if (from > 0 && !devices.length) fleetFrom = Math.max(0, registered - FLEET_PAGE); // the fleet shrank under the page
+  $('fleet-prev').disabled = from <= 0;
+  $('fleet-next').disabled = from + devices.length >= registered;
+  $('fleet-pager').hidden = registered <= FLEET_PAGE && from === 0;
+}
+
+function fleetUrl() { return 'api/status?devices_from=' + fleetFrom + '&devices=' + FLEET_PAGE; }
+
+// Another page now, not at the next poll.
+async function turnFleetPage(by) {
+  fleetFrom = Math.max(0, fleetFrom + by * FLEET_PAGE);
+  try { renderFleet(obj(parse('api/status', await getText(fleetUrl())))); } catch (e) { lastError = (e && e.message) || String(e); }
 }
 
 // ---- charts -------------------------------------------------------------------------------------------
@@ -356,7 +376,7 @@ function parse(url, text) {
 async function poll() {
   try {
     const since = lastRound;
-    const [st, rd] = await Promise.all([getText('api/status'), getText('api/rounds?since=' + since)]);
+    const [st, rd] = await Promise.all([getText(fleetUrl()), getText('api/rounds?since=' + since)]);
     const status = obj(parse('api/status', st));
     const fresh = arr(obj(parse('api/rounds', rd)).rounds).map(obj).filter(r => num(r.round) !== null && r.round > since);
     renderStatus(status);
@@ -386,6 +406,8 @@ async function poll() {
   }
 }
 
+$('fleet-prev').addEventListener('click', () => turnFleetPage(-1));
+$('fleet-next').addEventListener('click', () => turnFleetPage(1));
 renderRounds({}); // empty frames until the hub answers
 setInterval(renderNotices, 1000); // keeps "Ns ago" honest between polls
 poll();

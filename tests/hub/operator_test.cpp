@@ -184,6 +184,7 @@ TEST_CASE("operator endpoint: /metrics, /api/status, /api/rounds and the page du
 
   observations seen;
   http_result metrics, status, rounds, after_first, after_all, page, missing, wrong_method, action, head;
+  http_result first_device, second_device, past_the_end;
   nlohmann::json during;
   run_with_client(f, [&] {
     const http_call base{.port = port};
@@ -194,6 +195,9 @@ TEST_CASE("operator endpoint: /metrics, /api/status, /api/rounds and the page du
     after_first = http_fetch({.port = port, .target = "/api/rounds?since=1"});
     after_all = http_fetch({.port = port, .target = "/api/rounds?since=1000000000"});
     status = http_fetch({.port = port, .target = "/api/status"});
+    first_device = http_fetch({.port = port, .target = "/api/status?devices=1"});
+    second_device = http_fetch({.port = port, .target = "/api/status?devices_from=1&devices=1"});
+    past_the_end = http_fetch({.port = port, .target = "/api/status?devices_from=7"});
     page = http_fetch({.port = port, .target = "/"});
     head = http_fetch({.port = port, .method = "HEAD", .target = "/metrics"});
     missing = http_fetch({.port = port, .target = "/api/nothing"});
@@ -266,6 +270,22 @@ TEST_CASE("operator endpoint: /metrics, /api/status, /api/rounds and the page du
   CHECK(d0["subnet_params"].get<std::uint64_t>() > 0);
   CHECK(d0["codec"] == "f32");
   CHECK(d0["down_bytes_per_s"].is_number());
+  // The fleet in pages: the counts cover every device, the documents only the page asked for.
+  for (const auto* r : {&first_device, &second_device, &past_the_end}) {
+    REQUIRE(r->status == 200);
+    const auto fleet = json_of(*r)["fleet"];
+    CHECK(fleet["registered"] == 2);
+    CHECK(fleet["connected"] == 2);
+  }
+  const auto one = json_of(first_device)["fleet"], two = json_of(second_device)["fleet"], none = json_of(past_the_end)["fleet"];
+  REQUIRE(one["devices"].size() == 1);
+  CHECK(one["devices"][0]["id"] == "dev-a");
+  CHECK(one["devices_from"] == 0);
+  REQUIRE(two["devices"].size() == 1);
+  CHECK(two["devices"][0]["id"] == "dev-b");
+  CHECK(two["devices_from"] == 1);
+  CHECK(none["devices"].empty());
+  CHECK(none["devices_from"] == 2);
 
   REQUIRE(page.status == 200);
   CHECK(page.content_type == "text/html; charset=utf-8");
