@@ -173,8 +173,8 @@ core::result<std::size_t> private_aggregation::admit(const round_view&, std::vec
                                                      std::vector<excluded_device>& excluded) const {
   for (const auto& id : over_cap_)
     excluded.push_back({id, config_.dp.self_sampling
-                                ? "not among the " + std::to_string(cap_) + " devices chosen at random to take part (max_devices)"
-                                : "drawn by the sample, but " + std::to_string(cap_) + " others drawn at random fill this round (max_devices)"});
+                                ? "not among the " + std::to_string(cap_) + " devices chosen at random to take part (max_devices, devices_per_round)"
+                                : "drawn by the sample, but " + std::to_string(cap_) + " others drawn at random fill this round (max_devices, devices_per_round)"});
   const std::size_t least = config_.secure_aggregation.min_aggregate();
   if (secure_ && taking.size() < least) {
     for (const auto& o : taking)

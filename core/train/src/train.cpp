@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <Eigen/Core>
+
 #include "tessera/core/base/rng.hpp"
 
 namespace tessera::core {
@@ -253,9 +255,13 @@ result<evaluation> evaluate(const network& net, std::span<const float> params, e
   const auto inputs = static_cast<std::size_t>(arch.inputs());
   const auto width = static_cast<std::size_t>(target_width(arch));
   const auto b = static_cast<std::size_t>(batch);
-  std::vector<float> ws(net.workspace_floats(batch));
-  std::vector<float> x(b * inputs);
-  std::vector<float> y(b * width);
+  // Aligned as the training arena is: a vectorized sum peels its first elements by the address, so the
+  // loss of the same model would otherwise depend on where the allocator put the buffers (it does under
+  // Open MPI's allocator hooks, say).
+  using aligned_floats = std::vector<float, Eigen::aligned_allocator<float>>;
+  aligned_floats ws(net.workspace_floats(batch));
+  aligned_floats x(b * inputs);
+  aligned_floats y(b * width);
   std::vector<std::uint32_t> idx(b);
   evaluation ev;
   for (std::int64_t start = 0; start < data.size(); start += batch) {

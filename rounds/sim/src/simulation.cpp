@@ -15,6 +15,7 @@
 #include "tessera/rounds/sim/shards.hpp"
 #include "tessera/rounds/secure_sum.hpp"
 #include "tessera/rounds/statistics.hpp"
+#include "ranks.hpp"
 
 namespace tessera::sim {
 namespace {
@@ -44,8 +45,9 @@ simulation::simulation(const sim_config& config, core::memory_table* test, std::
       recorder_(std::move(recorder)),
       log_(std::move(log)) {}
 
-core::result<std::unique_ptr<simulation>> simulation::create(const sim_config& config, const core::memory_table& train,
+core::result<std::unique_ptr<simulation>> simulation::create(const sim_config& given, const core::memory_table& train,
                                                              core::memory_table* test, core::log_sink log) {
+  TESSERA_ASSIGN_OR_RETURN(const sim_config config, for_this_rank(given));
   TESSERA_TRY(check_data(train, config));
   if (test) TESSERA_TRY(check_data(*test, config));
   TESSERA_ASSIGN_OR_RETURN(auto shards, make_shards(config, train));
@@ -232,13 +234,15 @@ core::result<void> simulation::statistics_pass(rounds::stats_gathering& g,
 core::result<rounds::round_metrics> simulation::run_round() {
   const auto started = rounds::recorder::clock::now();
   TESSERA_ASSIGN_OR_RETURN(const auto excluded, engine_.begin_round(offers()));
-  // The simulator's budgets are not consulted, so a device left out means a wrong specification — unless
-  // a private secure round sampled too few devices for any sum (the round runs empty and counts).
-  if (!excluded.empty() && !(engine_.private_rounds() && engine_.assignments().empty()))
+  // The simulator's budgets are checked before round 1, so a device left out means a wrong specification
+  // — unless a private round's sample left it out (beyond the cohort's size, or too few for any sum).
+  if (!excluded.empty() && !engine_.private_rounds())
     return make_error(errc::invalid_spec, excluded.front().id + " cannot take part: " + excluded.front().reason);
   for (const auto& note : engine_.take_notes())
     if (log_) log_(core::log_level::warning, note);
-  for (auto& a : engine_.assignments()) TESSERA_TRY(run_device(a, devices_[by_id_.find(a.device)->second]));
+  if (ranks::world().size() > 1) TESSERA_TRY(run_devices_over_ranks());
+  else
+    for (auto& a : engine_.assignments()) TESSERA_TRY(run_device(a, devices_[by_id_.find(a.device)->second]));
 
   TESSERA_ASSIGN_OR_RETURN(auto m, engine_.close_round(test_));
   if (const auto& f = engine_.last_faults(); f.untrained) {  // as the hub: the round does not count, and runs again

@@ -78,6 +78,9 @@ class simulation {
   simulation(const sim_config& config, core::memory_table* test, std::vector<float> params, rounds::recorder recorder,
              core::log_sink log);
   [[nodiscard]] core::result<void> run_device(rounds::assignment& a, device& d);
+  // Under mpirun (src/ranks.hpp): the round's devices spread over the ranks, every report to every engine.
+  [[nodiscard]] core::result<void> run_devices_over_ranks();
+  [[nodiscard]] core::result<void> train_owned(rounds::assignment& a, device& d, std::size_t index, std::vector<std::byte>& out);
   [[nodiscard]] core::result<void> secure_upload(rounds::assignment& a, std::span<const float> received, std::span<const float> trained,
                                                  const core::local_training_report& report);
   [[nodiscard]] std::vector<rounds::device_offer> offers() const;
