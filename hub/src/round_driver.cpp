@@ -256,6 +256,7 @@ void round_driver::dispatch(clock_type::time_point planning) {
   waiting_for_.clear();
   said_waiting_.cannot_start = false;
   wait_timer_.cancel();
+  transfers_.forget_encodings();
   for (auto& a : engine_->assignments()) {
     device_entry& d = devices_[a.device];
     d.upload.reset();
@@ -274,6 +275,7 @@ void round_driver::dispatch(clock_type::time_point planning) {
 
 void round_driver::close_round() {
   deadline_timer_.cancel();
+  transfers_.forget_encodings();
   secure_timer_.cancel();
   for (const auto& a : engine_->assignments()) {
     if (is_open(a.state))

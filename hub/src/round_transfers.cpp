@@ -23,6 +23,9 @@ void round_transfers::send_assignment(device_entry& d, assignment& a) {
   if (d.download) {  // a resend: the agent lost its copy; the model has not changed within the round
     bytes = d.download->bytes;
     sha = d.download->out.sha256();
+  } else if (auto it = encoded_.find({a.group, a.codec, a.sub.arch.frozen_codec}); it != encoded_.end()) {
+    bytes = it->second.bytes;  // another device of the group got these bytes in this dispatch
+    sha = it->second.sha;
   } else {
     auto fresh = std::make_shared<std::vector<std::byte>>(a.blob_bytes);
     if (auto ok = engine_->encode_download(a, *fresh); !ok) {
@@ -32,6 +35,7 @@ void round_transfers::send_assignment(device_entry& d, assignment& a) {
     }
     sha = crypto::sha256_of(*fresh);
     bytes = std::move(fresh);
+    encoded_[{a.group, a.codec, a.sub.arch.frozen_codec}] = {bytes, sha};
   }
   d.download = std::make_shared<download_slot>(d.download_id, std::move(bytes), sha);
   d.download_started = clock_type::now();

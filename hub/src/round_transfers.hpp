@@ -4,8 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "device_registry.hpp"
 #include "hub_context.hpp"
@@ -21,6 +24,8 @@ class round_transfers {
 
   // ASSIGN and the subnet's download (the same bytes again when the device lost them in this round).
   void send_assignment(device_entry& d, rounds::assignment& a);
+  // Before a dispatch's assignments go out, and once the round is over: forgets the shared encodings.
+  void forget_encodings() { encoded_.clear(); }
   // While `uploads_over` (a secure round checks or unmasks), its survivors are fixed and no masked input
   // joins. Each returns true when every assignment has reported since: the collection is over.
   [[nodiscard]] bool on_update(const std::shared_ptr<net::session>& s, const net::msg::update& u, bool uploads_over);
@@ -39,6 +44,13 @@ class round_transfers {
   // Every upload as received, under audit_uploads.
   void audit(const std::string& id, const upload_slot& upload) const;
 
+  // The dispatch's downloads by what tells them apart: a group's subnet in one codec, its frozen layers in
+  // another. A group's devices share one encoding and one digest, not one each.
+  struct encoded_download {
+    std::shared_ptr<const std::vector<std::byte>> bytes;
+    net::digest sha{};
+  };
+  std::map<std::tuple<std::size_t, core::codec_kind, core::codec_kind>, encoded_download> encoded_;
   const hub_context* ctx_;
   rounds::engine* engine_;
   device_registry* devices_;
