@@ -48,4 +48,10 @@ if mpirun --oversubscribe -n 2 "$sim" rounds=1 devices=4 'secure_aggregation={"e
   echo "FAIL: secure aggregation over two ranks was not refused"; exit 1
 fi
 grep -q "secure_aggregation is not spread over ranks yet" "$out/secure.out" || { echo "FAIL: the refusal does not name secure_aggregation"; exit 1; }
+# A run that fails on one rank only (rank 0 alone opens the metrics file) ends every rank, not just its own.
+if timeout 60 mpirun --oversubscribe -n 2 "$sim" rounds=1 devices=4 metrics=/nonexistent/m.jsonl > "$out/one.out" 2>&1; then
+  echo "FAIL: a metrics file that cannot be opened was not an error"; exit 1
+elif [ $? -eq 124 ]; then
+  echo "FAIL: a failure on rank 0 left the other rank waiting (killed after 60 s)"; exit 1
+fi
 echo "PASS: tessera-sim over Open MPI ranks equals one process"

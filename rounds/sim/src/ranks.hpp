@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "tessera/core/base/error.hpp"
@@ -40,9 +41,16 @@ class rank_scope {
   ~rank_scope();
   rank_scope(const rank_scope&) = delete;
   rank_scope& operator=(const rank_scope&) = delete;
+  // Launched by mpirun for several processes but not one of several ranks (a build without MPI, or
+  // MPI_Init failed): why, so that N copies do not each run the whole simulation into the same files.
+  [[nodiscard]] const std::string& problem() const noexcept { return problem_; }
+  // A run that failed on one rank ends every rank (MPI_Abort): the others would wait in the next
+  // exchange for ever. Returns `status` where there is nothing to abort.
+  int end(int status);
 
  private:
   bool started_ = false;
+  std::string problem_;
 };
 
 // The run as this rank runs it: only rank 0 writes the metrics and the model. What cannot be spread yet

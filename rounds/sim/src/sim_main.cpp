@@ -27,6 +27,7 @@ so a real fleet (tessera-hub and tessera-edge) can run exactly the simulated fed
 
 core::result<int> write_shards(const core::command_line& line, const sim::sim_config& cfg) {
   if (!line.has("--out")) return core::make_error(core::errc::invalid_argument, "shards needs --out DIR");
+  if (sim::ranks::world().size() > 1) return core::make_error(core::errc::invalid_argument, "shards writes one folder: run it in one process");
   TESSERA_ASSIGN_OR_RETURN(const auto folders, sim::write_shards(cfg, line.value("--out")));
   for (const auto& f : folders) std::printf("%s\n", f.c_str());
   return 0;
@@ -64,6 +65,10 @@ core::result<int> simulate(const core::command_line& line, const sim::sim_config
 
 int main(int argc, char** argv) {
   tessera::sim::rank_scope mpi(argc, argv);
+  if (!mpi.problem().empty()) {
+    std::fprintf(stderr, "tessera-sim: error: %s\n", mpi.problem().c_str());
+    return 2;
+  }
   const bool shards = argc > 1 && std::strcmp(argv[1], "shards") == 0;
-  return core::run_configured(k_command, argc, argv, shards ? 2 : 1, sim::read_sim_config, shards ? write_shards : simulate);
+  return mpi.end(core::run_configured(k_command, argc, argv, shards ? 2 : 1, sim::read_sim_config, shards ? write_shards : simulate));
 }
