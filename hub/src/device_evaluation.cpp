@@ -9,19 +9,18 @@ using core::log_level;
 
 std::vector<rounds::evaluator> device_evaluation::plan(const hub_context& ctx, const rounds::engine& engine, device_registry& devices) {
   std::vector<rounds::excluded_device> excluded;
-  auto drawn = engine.draw_cohort(devices.ready_offers(), "tessera evaluation v1");
-  if (!drawn) {
-    ctx.say(log_level::error, "no device evaluates round " + std::to_string(engine.completed()) + ": " + drawn.error().message);
+  auto evaluators = engine.plan_evaluation(devices.ready_offers(), excluded);
+  if (!evaluators) {
+    ctx.say(log_level::error, "no device evaluates round " + std::to_string(engine.completed()) + ": " + evaluators.error().message);
     return {};
   }
-  auto evaluators = engine.plan_evaluation(std::move(drawn).value(), excluded);
   for (const auto& e : excluded) {
     device_entry& d = devices[e.id];
     if (d.told_over_budget) continue;
     d.told_over_budget = true;  // once per device (until its HELLO changes)
     ctx.say(log_level::warning, "device " + e.id + " does not evaluate the model: " + e.reason);
   }
-  return evaluators;
+  return std::move(evaluators).value();
 }
 
 device_evaluation::device_evaluation(const hub_context& ctx, rounds::engine& engine, device_registry& devices,

@@ -304,7 +304,8 @@ core::result<void> engine::note_untrained() {
   const auto accepted = [](const assignment& a) { return a.state == assignment_state::accepted; };
   const bool none = std::none_of(assignments_.begin(), assignments_.end(), accepted);
   faults_.untrained = none && !aggregation_->runs_empty();
-  const bool whole_fleet = assignments_.size() >= std::max(refusals_.population, refusals_.offered);
+  // A cohort drawn at random stands for the fleet: k of them in a row refusing, the fleet refuses.
+  const bool whole_fleet = assignments_.size() >= std::max(refusals_.population, refusals_.offered) || cohort_.drawn_from.has_value();
   const bool all_declined = faults_.untrained && !assignments_.empty() && whole_fleet && faults_.stragglers == 0;
   refusals_.streak = all_declined ? refusals_.streak + 1 : 0;
   if (!none) return {};

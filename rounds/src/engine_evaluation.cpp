@@ -6,6 +6,8 @@
 #include "tessera/core/math/codec.hpp"
 #include "tessera/core/math/memory.hpp"
 #include "tessera/rounds/engine.hpp"
+#include "tessera/rounds/natural_order.hpp"
+#include "cohort.hpp"
 
 namespace tessera::rounds {
 
@@ -24,7 +26,7 @@ bool engine::evaluation_due() const noexcept {
   return !in_round_ && completed_ > 0 && (completed_ % config_.evaluation.every == 0 || completed_ == config_.rounds || !aggregation_->stop_reason().empty());
 }
 
-std::vector<evaluator> engine::plan_evaluation(std::vector<device_offer> offers, std::vector<excluded_device>& excluded) const {
+core::result<std::vector<evaluator>> engine::plan_evaluation(std::vector<device_offer> offers, std::vector<excluded_device>& excluded) const {
   std::sort(offers.begin(), offers.end(), [](const auto& a, const auto& b) { return natural_less(a.id, b.id); });
   std::vector<evaluator> out;
   for (const auto& o : offers) {
@@ -37,7 +39,15 @@ std::vector<evaluator> engine::plan_evaluation(std::vector<device_offer> offers,
     }
     out.push_back({.id = o.id, .codec = codec, .blob_bytes = core::encoded_bytes(full_, codec), .examples = o.validation_examples});
   }
-  return out;
+  // A cohort of those who can score, as a round's: at random, never the first by id.
+  const std::size_t k = cohort_size();
+  if (k == 0 || out.size() <= k) return out;
+  TESSERA_ASSIGN_OR_RETURN(const crypto::key256 key, draw_key(cohort_.seeded, config_.seed, completed_, "tessera evaluation v1"));
+  const std::vector<bool> kept = random_subset(key, out.size(), k);
+  std::vector<evaluator> drawn;
+  for (std::size_t i = 0; i < out.size(); ++i)
+    if (kept[i]) drawn.push_back(std::move(out[i]));
+  return drawn;
 }
 
 core::training_task engine::evaluation_task() const {

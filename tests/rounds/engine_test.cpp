@@ -608,7 +608,8 @@ TEST_CASE("engine: devices evaluate the model when their budget holds it for inf
   std::vector<rounds::excluded_device> excluded;
   const auto evaluators = e.plan_evaluation({with(offer("device-10", 64u << 20), 50), with(offer("device-2", need), 30),
                                              with(offer("device-3", need - 1), 30), with(offer("device-4", 64u << 20), 0)},
-                                            excluded);
+                                            excluded)
+                              .value();
   REQUIRE(evaluators.size() == 2);
   CHECK(evaluators[0].id == "device-2");  // natural order, and a budget of exactly the need is enough
   CHECK(evaluators[1].id == "device-10");
@@ -1434,4 +1435,35 @@ TEST_CASE("engine: find names each assignment of the round by its device id, and
     if (!assigned.count(o.id)) CHECK(e.find(o.id) == nullptr);
   CHECK(e.find("") == nullptr);
   CHECK(e.find("d99") == nullptr);
+}
+
+TEST_CASE("engine cohort: cohorts drawn at random that all refuse, k_refused_rounds_limit rounds in a row, end the run") {
+  auto e = engine_for(config({{"strategy", "fedavg"}, {"rounds", 50}, {"devices_per_round", 2}}));
+  std::size_t rounds_run = 0;
+  core::result<rounds::round_metrics> last = rounds::round_metrics{};
+  while (last.ok() && rounds_run < 2 * rounds::k_refused_rounds_limit) {
+    REQUIRE(e.begin_round(fleet_of(6)).ok());
+    for (auto& a : e.assignments()) e.refuse(a, "no rounds in the clear");
+    last = e.close_round(nullptr);
+    ++rounds_run;
+  }
+  REQUIRE_FALSE(last.ok());
+  CHECK(last.error().code == rounds::errc::nobody_trains);
+  CHECK(rounds_run == rounds::k_refused_rounds_limit);
+}
+
+TEST_CASE("engine cohort: the devices that score the model are a cohort of those that can, drawn at random") {
+  auto e = engine_for(config({{"devices_per_round", 3}}));
+  e.use_seeded_draws();
+  std::vector<rounds::device_offer> offers;
+  for (int i = 0; i < 12; ++i) {
+    auto o = offer("v" + std::to_string(i), 64u << 20);
+    o.validation_examples = i % 2 == 0 ? 40 : 0;  // six can score
+    offers.push_back(o);
+  }
+  std::vector<rounds::excluded_device> excluded;
+  const auto evaluators = e.plan_evaluation(offers, excluded);
+  REQUIRE(evaluators.ok());
+  REQUIRE(evaluators.value().size() == 3);  // drawn after the filter: never fewer because some cannot score
+  for (const auto& v : evaluators.value()) CHECK(std::stoi(v.id.substr(1)) % 2 == 0);
 }

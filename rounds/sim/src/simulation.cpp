@@ -183,7 +183,8 @@ std::vector<rounds::device_offer> simulation::offers() const {
 core::result<void> simulation::measure_statistics() {
   rounds::stats_gathering g(config_.model, config_.statistics.min_examples);
   if (config_.secure_aggregation.enabled) g.mask_with(config_.secure_aggregation);
-  TESSERA_ASSIGN_OR_RETURN(const auto skipped, g.begin(offers()));
+  TESSERA_ASSIGN_OR_RETURN(auto asked, engine_.draw_cohort(offers(), "tessera statistics v1"));  // as the hub asks
+  TESSERA_ASSIGN_OR_RETURN(const auto skipped, g.begin(std::move(asked)));
   for (const auto& e : skipped)
     if (log_) log_(core::log_level::warning, e.id + " is not asked for statistics: " + e.reason);
   const auto stream_of = [this](const std::string& id) { return core::make_table_stream(*devices_[by_id_.find(id)->second].training); };
@@ -266,7 +267,7 @@ core::result<rounds::round_metrics> simulation::run_round() {
 
 core::result<void> simulation::evaluate_on_devices(rounds::round_metrics& m) {
   std::vector<rounds::excluded_device> excluded;  // with budgets_mib, devices too small to score the model
-  const auto evaluators = engine_.plan_evaluation(offers(), excluded);
+  TESSERA_ASSIGN_OR_RETURN(const auto evaluators, engine_.plan_evaluation(offers(), excluded));
   for (const auto& e : excluded) {
     device& d = devices_[by_id_.find(e.id)->second];
     if (!d.told_not_evaluating && log_) log_(core::log_level::warning, "device " + e.id + " does not evaluate the model: " + e.reason);

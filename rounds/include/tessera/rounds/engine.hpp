@@ -315,8 +315,9 @@ class engine {
   // Who scores it: the offered devices that hold validation examples and whose budget holds the whole
   // model for inference (core::inference_bytes in their codec; a budget fixed by the driver is not
   // consulted), in natural order of their ids. Devices without validation examples are left out
-  // silently, those over budget in `excluded` with the reason.
-  [[nodiscard]] std::vector<evaluator> plan_evaluation(std::vector<device_offer> offers,
+  // silently, those over budget in `excluded` with the reason. Of those left, a cohort (cohort_size(),
+  // drawn at random as a round's) scores.
+  [[nodiscard]] core::result<std::vector<evaluator>> plan_evaluation(std::vector<device_offer> offers,
                                                        std::vector<excluded_device>& excluded) const;
   [[nodiscard]] core::training_task evaluation_task() const;
   [[nodiscard]] core::result<void> encode_model(core::codec_kind codec, std::span<std::byte> out) const;
