@@ -1,5 +1,6 @@
 #include "tessera/net/server.hpp"
 
+#include <array>
 #include <optional>
 
 #include <boost/asio/bind_executor.hpp>
@@ -9,6 +10,30 @@
 #include "tessera/net/tls_adopt.hpp"
 
 namespace tessera::net {
+namespace {
+
+// Where a connection stands before its handshake: its first TLS record (a ClientHello: type 22, version
+// 3.x, a length within a record's) has arrived whole, not yet, or it is not TLS or is gone.
+enum class first_record { whole, partial, refused };
+
+first_record first_record_of(tcp::socket& socket) {
+  boost::system::error_code ec;
+  std::array<std::uint8_t, 5> header{};
+  socket.non_blocking(true, ec);
+  const std::size_t n = ec ? 0 : socket.receive(asio::buffer(header), tcp::socket::message_peek, ec);
+  boost::system::error_code ignored;
+  const std::size_t queued = socket.available(ignored);
+  socket.non_blocking(false, ignored);
+  if (ec == asio::error::would_block) return first_record::partial;  // nothing yet
+  if (ec || n == 0) return first_record::refused;                     // closed, reset
+  if (header[0] != 22) return first_record::refused;                  // not a TLS handshake record
+  if (n < header.size()) return first_record::partial;
+  const std::size_t length = static_cast<std::size_t>(header[3]) << 8 | header[4];
+  if (header[1] != 3 || length == 0 || length > (16u << 10) + 2048) return first_record::refused;
+  return queued >= header.size() + length ? first_record::whole : first_record::partial;
+}
+
+}  // namespace
 
 std::shared_ptr<server> server::create(asio::io_context& io, const crypto::tls_context& tls,
                                        const session_config& session_cfg, const server_config& cfg) {
@@ -70,11 +95,13 @@ void server::on_accept(const boost::system::error_code& ec, tcp::socket socket) 
   }
   const std::string source = remote.address().to_string();
   socket.set_option(tcp::no_delay(true), ignored);
-  // A connection whose first bytes are already here goes straight to its handshake; the others wait
-  // apart until they send something.
-  const std::size_t ready = socket.available(ignored);
-  if (!ignored && ready > 0) start_handshake(std::move(socket), source);
-  else wait_silent(std::move(socket), source);
+  // A connection whose first TLS record is here whole goes straight to its handshake; the others wait
+  // apart until it is (a byte, a FIN or a record header alone do not move a connection on).
+  switch (first_record_of(socket)) {
+    case first_record::whole: start_handshake(std::move(socket), source); break;
+    case first_record::partial: wait_silent(std::move(socket), source); break;
+    case first_record::refused: socket.close(ignored); break;
+  }
   do_accept();
 }
 
@@ -123,22 +150,28 @@ void server::wait_silent(tcp::socket socket, const std::string& source) {
   c.source = source;
   c.deadline = std::chrono::steady_clock::now() + session_cfg_.handshake_timeout;
   silent_.by_source[source].insert(seq);
-  c.socket->async_wait(tcp::socket::wait_read,
-                       asio::bind_executor(strand_, [self = shared_from_this(), seq](const boost::system::error_code& ec) {
-                         self->on_first_bytes(seq, ec);
-                       }));
+  await_bytes(seq);
   if (silent_.by_seq.size() == 1) arm_silent_deadline();
   update_counts();
+}
+
+// Wakes when bytes arrive (edge-triggered: a record that came in part wakes it again with its rest).
+void server::await_bytes(std::uint64_t seq) {
+  silent_.by_seq.at(seq).socket->async_wait(
+      tcp::socket::wait_read, asio::bind_executor(strand_, [self = shared_from_this(), seq](const boost::system::error_code& ec) {
+        self->on_first_bytes(seq, ec);
+      }));
 }
 
 void server::on_first_bytes(std::uint64_t seq, const boost::system::error_code& ec) {
   const auto it = silent_.by_seq.find(seq);
   if (it == silent_.by_seq.end()) return;  // closed already (pushed out, expired, stopping)
+  const first_record state = ec || stopping_ ? first_record::refused : first_record_of(*it->second.socket);
+  if (state == first_record::partial) return await_bytes(seq);  // its place and deadline stay
   auto socket = std::move(it->second.socket);
   const std::string source = it->second.source;
-  close_silent(seq);  // out of the pool; the socket itself lives on
-  if (ec || stopping_) return;
-  start_handshake(std::move(*socket), source);
+  close_silent(seq);  // out of the pool; the socket itself lives on, or closes as it goes
+  if (state == first_record::whole) start_handshake(std::move(*socket), source);
 }
 
 // Forgets the silent connection `seq`, closing its socket if the pool still holds it.

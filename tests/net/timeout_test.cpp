@@ -74,10 +74,12 @@ TEST_CASE("handshake: a peer that starts TLS and stalls is dropped at the handsh
   auto cfg = fast_config();
   cfg.handshake_timeout = 300ms;
   hub_fixture hub(cfg);
-  tcp::socket plain(hub.io);
-  plain.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), hub.port));
-  const std::array<std::uint8_t, 5> header{0x16, 0x03, 0x01, 0x02, 0x00};  // a record header, then nothing
-  asio::write(plain, asio::buffer(header));
+  asio::io_context stalled_io;  // sends its ClientHello, then never runs again
+  const auto client_tls = asio_tls(test_pki::get().agent_tls(test_pki::get().dev_a));
+  asio::ssl::stream<tcp::socket> stalled(stalled_io, *client_tls);
+  stalled.lowest_layer().connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), hub.port));
+  stalled.async_handshake(asio::ssl::stream_base::client, [](const boost::system::error_code&) {});
+  stalled_io.poll();
   const auto start = std::chrono::steady_clock::now();
   REQUIRE(run_until(hub.io, [&] { return !hub.closes.empty(); }));
   CHECK(hub.closes[0].code == net::errc::handshake_timeout);

@@ -312,19 +312,36 @@ TEST_CASE("server: silent connections from one address cannot crowd out a device
   CHECK(hub.server->authenticated_count() == 2);
 }
 
+// Whether the hub still holds `s` open: whatever it sent is read, and no end of file or reset follows.
+bool held_open(tcp::socket& s) {
+  s.non_blocking(true);
+  std::array<char, 4096> buf{};
+  for (;;) {
+    boost::system::error_code ec;
+    (void)s.read_some(asio::buffer(buf), ec);
+    if (ec == asio::error::would_block) return true;
+    if (ec) return false;
+  }
+}
+
 TEST_CASE("server: a silent connection gives its place before one mid-handshake, from the devices' own address") {
   net::session_config cfg = fast_config();
   cfg.handshake_timeout = 10'000ms;
   hub_fixture hub(cfg, {.max_sessions = 4, .max_handshakes = 8, .max_handshakes_per_source = 4});
-  // Four connections from 127.0.0.1 that began a handshake and stalled: five bytes of a TLS record header.
-  std::vector<std::unique_ptr<tcp::socket>> stalled;
+  // Four connections from 127.0.0.1 that began a handshake and stalled: a real ClientHello sent from an
+  // io_context that then never runs again, so the hub's answer is never read.
+  asio::io_context stalled_io;
+  const auto client_tls = asio_tls(test_pki::get().agent_tls(test_pki::get().dev_b));
+  std::vector<std::unique_ptr<asio::ssl::stream<tcp::socket>>> stalled_tls;
+  std::vector<tcp::socket*> stalled;
   for (int i = 0; i < 4; ++i) {
-    auto s = std::make_unique<tcp::socket>(hub.io);
-    s->connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), hub.port));
-    const std::array<std::uint8_t, 5> header{0x16, 0x03, 0x01, 0x02, 0x00};
-    asio::write(*s, asio::buffer(header));
-    stalled.push_back(std::move(s));
+    auto s = std::make_unique<asio::ssl::stream<tcp::socket>>(stalled_io, *client_tls);
+    s->lowest_layer().connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), hub.port));
+    s->async_handshake(asio::ssl::stream_base::client, [](const boost::system::error_code&) {});
+    stalled.push_back(&s->next_layer());
+    stalled_tls.push_back(std::move(s));
   }
+  stalled_io.poll();  // the ClientHellos go out
   REQUIRE(run_until(hub.io, [&] { return hub.server->handshake_count() == 4; }));
   // Forty silent connections from the same address push out only each other.
   auto flood = silent_connections(hub.io, "127.0.0.1", hub.port, 40);
@@ -332,29 +349,49 @@ TEST_CASE("server: a silent connection gives its place before one mid-handshake,
   CHECK(hub.server->silent_count() == 4);
   CHECK(hub.server->handshake_count() == 4);
   CHECK(hub.server->evicted_count() == 36);
-  for (auto& s : stalled) {  // still held open by the hub: nothing to read, no end of file
-    s->non_blocking(true);
-    std::array<char, 16> buf{};
-    boost::system::error_code ec;
-    (void)s->read_some(asio::buffer(buf), ec);
-    CHECK(ec == asio::error::would_block);
-  }
+  for (auto* s : stalled) CHECK(held_open(*s));  // the hub's answer to read, but no end of file
   // A device from that address is a fifth handshake: the oldest stalled one goes, never the device.
   auto a = start_agent(hub.io, asio_tls(test_pki::get().agent_tls(test_pki::get().dev_a)), hub.port, "dev-a");
   REQUIRE(run_until(hub.io, [&] { return a->welcomed; }));
   CHECK(hub.server->authenticated_count() == 1);
   run_for(hub.io, 100ms);
-  for (std::size_t i = 0; i < stalled.size(); ++i) {
-    std::array<char, 16> buf{};
-    boost::system::error_code ec;
-    (void)stalled[i]->read_some(asio::buffer(buf), ec);
-    CHECK_MESSAGE((ec == asio::error::would_block) == (i > 0), "stalled connection " << i << ": " << ec.message());
-  }
+  for (std::size_t i = 0; i < stalled.size(); ++i) CHECK_MESSAGE(held_open(*stalled[i]) == (i > 0), "stalled connection " << i);
   // More silence after it changes nothing for the device.
   auto more = silent_connections(hub.io, "127.0.0.1", hub.port, 40);
   run_for(hub.io, 200ms);
   CHECK(!a->closed.has_value());
   CHECK(hub.server->silent_count() == 4);
+}
+
+TEST_CASE("server: a byte, a closed connection or a record header alone stays silent; what is not TLS is closed at once") {
+  net::session_config cfg = fast_config();
+  cfg.handshake_timeout = 10'000ms;
+  hub_fixture hub(cfg, {.max_sessions = 4, .max_handshakes = 8, .max_handshakes_per_source = 4});
+  const auto send = [&](std::vector<std::uint8_t> bytes) {
+    auto s = std::make_unique<tcp::socket>(hub.io);
+    s->connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), hub.port));
+    if (!bytes.empty()) asio::write(*s, asio::buffer(bytes));
+    return s;
+  };
+  auto one_byte = send({0x16});
+  auto header = send({0x16, 0x03, 0x01, 0x02, 0x00});  // announces 512 bytes that never come
+  auto half = send({0x16, 0x03, 0x01, 0x00, 0x08, 1, 2, 3});
+  run_for(hub.io, 200ms);
+  CHECK(hub.server->silent_count() == 3);
+  CHECK(hub.server->handshake_count() == 0);
+  auto http = send({'G', 'E', 'T', ' ', '/', ' '});  // not TLS: closed, no place taken
+  auto gone = send({});
+  gone->close();  // a FIN before anything: closed, no place taken
+  run_for(hub.io, 200ms);
+  CHECK(hub.server->silent_count() == 3);
+  CHECK(hub.server->handshake_count() == 0);
+  std::array<char, 8> buf{};
+  boost::system::error_code ec;
+  (void)http->read_some(asio::buffer(buf), ec);
+  CHECK((ec == asio::error::eof || ec == asio::error::connection_reset));
+  // The rest of the half record: whole now, it moves on to a handshake (which fails: it is no ClientHello).
+  asio::write(*half, asio::buffer(std::array<std::uint8_t, 5>{4, 5, 6, 7, 8}));
+  REQUIRE(run_until(hub.io, [&] { return hub.server->silent_count() == 2; }));
 }
 
 TEST_CASE("server: a silent connection is closed at the handshake deadline, with no session made for it") {

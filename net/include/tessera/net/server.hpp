@@ -1,10 +1,12 @@
 // tessera/net/server.hpp — accepts agents' connections and runs one hub-role session for each.
 //
 // The server owns the listening socket and the TLS context (built by crypto::make_hub_tls). Three pools:
-//   silent         connections that have sent nothing yet: a socket and a deadline each, no TLS state.
-//                  At most max_handshakes of them and max_handshakes_per_source from one address; a new
-//                  one beyond either bound closes the oldest silent one (of that address, or of all).
-//                  The first byte moves a connection on to the handshakes; handshake_timeout closes it.
+//   silent         connections whose first TLS record (the ClientHello) has not arrived whole: a socket
+//                  and a deadline each, no TLS state. At most max_handshakes of them and
+//                  max_handshakes_per_source from one address; a new one beyond either bound closes the
+//                  oldest silent one (of that address, or of all). The whole record moves a connection
+//                  on to the handshakes (a byte, a FIN or a header alone do not); handshake_timeout, a
+//                  first byte that is not TLS's, or the peer's close ends it.
 //   handshakes     connections whose TLS handshake has begun and not verified a device certificate
 //                  yet, bounded the same way and apart: a new one beyond a bound pushes out the oldest
 //                  pending handshake. So a flood of silent connections, even from the devices' own
@@ -78,6 +80,7 @@ class server : public std::enable_shared_from_this<server> {
   void on_accept(const boost::system::error_code& ec, tcp::socket socket);
   void start_handshake(tcp::socket socket, const std::string& source);
   void wait_silent(tcp::socket socket, const std::string& source);
+  void await_bytes(std::uint64_t seq);
   void on_first_bytes(std::uint64_t seq, const boost::system::error_code& ec);
   void close_silent(std::uint64_t seq);
   void arm_silent_deadline();
