@@ -236,11 +236,11 @@ core::result<rounds::round_metrics> simulation::run_round() {
   const auto started = rounds::recorder::clock::now();
   TESSERA_ASSIGN_OR_RETURN(const auto excluded, engine_.begin_round(offers()));
   // The simulator's budgets are checked before round 1, so a device left out means a wrong specification
-  // — unless a private round's sample left it out (beyond the cohort's size, or too few for any sum).
-  if (!excluded.empty() && !engine_.private_rounds())
-    return make_error(errc::invalid_spec, excluded.front().id + " cannot take part: " + excluded.front().reason);
-  for (const auto& note : engine_.take_notes())
-    if (log_) log_(core::log_level::warning, note);
+  // — unless a private round's sample left out a device that fits (beyond the cohort, too few for a sum).
+  const auto all = excluded.empty() ? std::vector<rounds::device_offer>{} : offers();
+  for (const auto& e : excluded)
+    if (!engine_.private_rounds() || !engine_.capacity(all[by_id_.find(e.id)->second])) return make_error(errc::invalid_spec, e.id + " cannot take part: " + e.reason);
+  for (const auto& note : engine_.take_notes()) if (log_) log_(core::log_level::warning, note);
   if (ranks::world().size() > 1) TESSERA_TRY(run_devices_over_ranks());
   else
     for (auto& a : engine_.assignments()) TESSERA_TRY(run_device(a, devices_[by_id_.find(a.device)->second]));
