@@ -22,4 +22,19 @@ namespace tessera::rounds {
 // cohort). `purpose` keeps draws of different kinds apart.
 [[nodiscard]] core::result<crypto::key256> draw_key(bool seeded, std::uint64_t seed, std::int64_t round, std::string_view purpose);
 
+// `k` of `items` (all of them when k is 0 or not fewer), drawn with random_subset under draw_key's key,
+// kept in their order.
+template <class T>
+[[nodiscard]] core::result<std::vector<T>> draw_from(std::vector<T> items, std::size_t k, bool seeded, std::uint64_t seed, std::int64_t round,
+                                                     std::string_view purpose) {
+  if (k == 0 || items.size() <= k) return items;
+  TESSERA_ASSIGN_OR_RETURN(const crypto::key256 key, draw_key(seeded, seed, round, purpose));
+  const std::vector<bool> kept = random_subset(key, items.size(), k);
+  std::vector<T> drawn;
+  drawn.reserve(k);
+  for (std::size_t i = 0; i < items.size(); ++i)
+    if (kept[i]) drawn.push_back(std::move(items[i]));
+  return drawn;
+}
+
 }  // namespace tessera::rounds

@@ -13,6 +13,7 @@
 #include "tessera/core/math/mlp.hpp"
 #include "tessera/core/train/train.hpp"
 #include "tessera/rounds/error.hpp"
+#include "cohort.hpp"
 #include "private_aggregation.hpp"
 #include "secure_aggregation.hpp"
 
@@ -148,7 +149,7 @@ core::result<std::vector<excluded_device>> engine::begin_round(std::vector<devic
   cohort_.drawn_from.reset();
   if (!private_rounds() && cohort_size() > 0 && offers.size() > cohort_size()) {
     cohort_.drawn_from = offers.size();
-    TESSERA_ASSIGN_OR_RETURN(offers, draw_cohort(std::move(offers), "tessera cohort v1"));
+    TESSERA_ASSIGN_OR_RETURN(offers, draw_from(std::move(offers), cohort_size(), cohort_.seeded, config_.seed, current_round(), "tessera cohort v1"));
   }
   TESSERA_ASSIGN_OR_RETURN(offers, aggregation_->sample(view(), std::move(offers)));
   std::vector<excluded_device> excluded;

@@ -40,14 +40,7 @@ core::result<std::vector<evaluator>> engine::plan_evaluation(std::vector<device_
     out.push_back({.id = o.id, .codec = codec, .blob_bytes = core::encoded_bytes(full_, codec), .examples = o.validation_examples});
   }
   // A cohort of those who can score, as a round's: at random, never the first by id.
-  const std::size_t k = cohort_size();
-  if (k == 0 || out.size() <= k) return out;
-  TESSERA_ASSIGN_OR_RETURN(const crypto::key256 key, draw_key(cohort_.seeded, config_.seed, completed_, "tessera evaluation v1"));
-  const std::vector<bool> kept = random_subset(key, out.size(), k);
-  std::vector<evaluator> drawn;
-  for (std::size_t i = 0; i < out.size(); ++i)
-    if (kept[i]) drawn.push_back(std::move(out[i]));
-  return drawn;
+  return draw_from(std::move(out), cohort_size(), cohort_.seeded, config_.seed, completed_, "tessera evaluation v1");
 }
 
 core::training_task engine::evaluation_task() const {

@@ -64,15 +64,7 @@ std::size_t engine::cohort_size() const noexcept {
 
 core::result<std::vector<device_offer>> engine::draw_cohort(std::vector<device_offer> offers, std::string_view purpose) const {
   std::sort(offers.begin(), offers.end(), [](const auto& a, const auto& b) { return natural_less(a.id, b.id); });
-  const std::size_t k = cohort_size();
-  if (k == 0 || offers.size() <= k) return offers;
-  TESSERA_ASSIGN_OR_RETURN(const crypto::key256 key, draw_key(cohort_.seeded, config_.seed, current_round(), purpose));
-  const std::vector<bool> kept = random_subset(key, offers.size(), k);
-  std::vector<device_offer> drawn;
-  drawn.reserve(k);
-  for (std::size_t i = 0; i < offers.size(); ++i)
-    if (kept[i]) drawn.push_back(std::move(offers[i]));
-  return drawn;
+  return draw_from(std::move(offers), cohort_size(), cohort_.seeded, config_.seed, current_round(), purpose);
 }
 
 const core::rdp_accountant& engine::privacy() const noexcept {
