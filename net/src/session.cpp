@@ -5,6 +5,7 @@
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/ssl/error.hpp>
 
 #include "tessera/crypto/tls.hpp"
@@ -195,12 +196,38 @@ bool session::on_control() {
   }
   if (const auto* a = std::get_if<msg::ack>(&m)) return on_ack(*a);
   if (const auto* r = std::get_if<msg::refuse>(&m)) {
-    if (on_.message) on_.message(m);
+    if (on_.message) to_owner([h = on_.message, m] { h(m); });
     fail(make_error(r->lasting ? errc::refused_lasting : errc::refused, "peer refused: " + r->reason), close_mode::graceful);
     return false;
   }
-  if (on_.message) on_.message(m);
+  if (on_.message && !hand_over([h = on_.message, m] { h(m); })) return false;
   return !lifecycle_.stopped();
+}
+
+void session::to_owner(std::function<void()> f) {
+  // The session lives until the handler has run: it may weigh what it was (its peer, its TLS failure).
+  if (owner_.executor) asio::post(owner_.executor, [self = shared_from_this(), f = std::move(f)] { f(); });
+  else f();
+}
+
+bool session::hand_over(std::function<void()> f) {
+  if (!owner_.executor) {
+    f();
+    return true;
+  }
+  owner_.busy = true;
+  asio::post(owner_.executor, [self = shared_from_this(), f = std::move(f)] {
+    f();
+    asio::post(self->strand_, [self] { self->resume_reading(); });
+  });
+  return false;
+}
+
+void session::resume_reading() {
+  owner_.busy = false;
+  if (lifecycle_.stopped()) return;  // the close went on without a read to wait for
+  activity_.last_rx = clock::now();  // the owner's turn is no silence of the peer
+  do_read();
 }
 
 bool session::on_ack(const msg::ack& a) {
@@ -211,7 +238,7 @@ bool session::on_ack(const msg::ack& a) {
   }
   if (!outcome.value().moved) return true;
   if (const auto& done = outcome.value().completed) {
-    if (on_.blob_sent) on_.blob_sent(done);
+    if (on_.blob_sent) to_owner([h = on_.blob_sent, done] { h(done); });
     if (lifecycle_.stopped()) return false;
   }
   pump_blobs();
@@ -240,7 +267,7 @@ bool session::on_chunk_end() {
   }
   if (done.value().forgotten) return true;
   enqueue(encode_message(done.value().ack));
-  if (done.value().completed && on_.blob_received) on_.blob_received(route.transfer);
+  if (done.value().completed && on_.blob_received) to_owner([h = on_.blob_received, t = route.transfer] { h(t); });
   return !lifecycle_.stopped();
 }
 
@@ -252,6 +279,7 @@ void session::do_tick() {
 void session::on_tick() {
   if (lifecycle_.closed()) return;
   const auto now = clock::now();
+  if (owner_.busy) activity_.last_rx = now;  // reading waits for the owner, not for the peer
   switch (const auto verdict = lifecycle_.check(config_, activity_, write_pending_, queue_.empty(), now)) {
     case watchdog_verdict::ok: break;
     case watchdog_verdict::ping:
@@ -315,7 +343,8 @@ void session::finish() {
   on_.message = nullptr;
   on_.blob_received = nullptr;
   on_.blob_sent = nullptr;
-  if (closed) closed(lifecycle_.reason());
+  owner_.ended.store(true, std::memory_order_release);
+  if (closed) to_owner([closed = std::move(closed), why = lifecycle_.reason()] { closed(why); });
   if (finished) finished();
 }
 

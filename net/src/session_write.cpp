@@ -6,6 +6,7 @@
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
 
 #include "tessera/net/session.hpp"
 
@@ -24,7 +25,7 @@ void session::send_blob(std::shared_ptr<outgoing_transfer> t, std::uint64_t peer
     switch (self->transfers_.attach(t, peer_offset)) {
       case transfer_table::attach_result::already_here: return;
       case transfer_table::attach_result::complete:
-        if (self->on_.blob_sent) self->on_.blob_sent(t);
+        if (self->on_.blob_sent) self->to_owner([h = self->on_.blob_sent, t] { h(t); });
         return;
       case transfer_table::attach_result::attached: self->pump_blobs(); return;
     }
@@ -61,6 +62,13 @@ void session::refuse(errc code, std::string reason, std::string wire_code, bool 
     self->refuse_code_ = std::move(wire);
     self->refuse_lasting_ = lasting;
     self->fail(make_error(code, reason), close_mode::refuse);
+  });
+}
+
+void session::abandon(errc code, std::string reason, std::function<void()> released) {
+  asio::dispatch(strand_, [self = shared_from_this(), code, reason = std::move(reason), released = std::move(released)]() mutable {
+    self->fail(make_error(code, std::move(reason)), close_mode::hard);  // finish(): its transfers detached, nothing more read
+    if (released) self->to_owner(std::move(released));
   });
 }
 

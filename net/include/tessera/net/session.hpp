@@ -35,6 +35,7 @@
 //   s->start();
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -42,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -72,7 +74,7 @@ class session : public std::enable_shared_from_this<session> {
   session(const session&) = delete;
   session& operator=(const session&) = delete;
 
-  // Handlers run on the session's strand. Set them before start().
+  // Handlers run on the session's strand (or the owner's executor: deliver_on). Set them before start().
   void on_ready(std::function<void()> f) { on_.ready = std::move(f); }
   void on_message(std::function<void(const message&)> f) { on_.message = std::move(f); }
   void on_blob_received(std::function<void(const std::shared_ptr<incoming_transfer>&)> f) {
@@ -80,6 +82,12 @@ class session : public std::enable_shared_from_this<session> {
   }
   void on_blob_sent(std::function<void(const std::shared_ptr<outgoing_transfer>&)> f) { on_.blob_sent = std::move(f); }
   void on_closed(std::function<void(const core::error&)> f) { on_.closed = std::move(f); }
+  // The four handlers above run on `owner` (the hub's strand, where all its state lives) instead of
+  // the session's strand, in the order the session saw their events, on_closed last. While the handler
+  // of a message is waiting or running, the session reads no further frame: what it calls on the
+  // session (expect_blob after an UPDATE) takes effect before the next frame, as when it ran here.
+  // Set before start().
+  void deliver_on(asio::any_io_executor owner) { owner_.executor = std::move(owner); }
 
   void start();
   // All of these may be called from any thread; from a handler they take effect before it returns.
@@ -105,6 +113,12 @@ class session : public std::enable_shared_from_this<session> {
   // any other bytes: the PONG may queue behind a blob) comes back within `within`, `done(false)` when
   // nothing does or the session ends first. Probes that overlap share one PING.
   void probe(std::chrono::milliseconds within, std::function<void(bool answered)> done);
+  // Ends the session at once, as a broken link (no REFUSE, no close_notify: for a peer that stopped
+  // answering), then calls `released` (on the owner's executor, after on_closed): from then on the
+  // session touches none of the transfers it held, and they may go to a session on another thread.
+  void abandon(errc code, std::string reason, std::function<void()> released);
+  // Whether the session has ended (its on_closed is under way or done); from any thread.
+  [[nodiscard]] bool ended() const noexcept { return owner_.ended.load(std::memory_order_acquire); }
 
   // Hub role: the device id of the peer certificate (empty before on_ready).
   [[nodiscard]] const std::string& peer_device_id() const noexcept { return peer_.device_id; }
@@ -145,6 +159,11 @@ class session : public std::enable_shared_from_this<session> {
   void continue_close();
   void finish();
   void end_probe(bool answered);
+  // Runs an owner's handler: here when there is no owner executor, else posted to it. hand_over() also
+  // pauses reading until the handler has run (then resume_reading()); it returns false when it did.
+  void to_owner(std::function<void()> f);
+  bool hand_over(std::function<void()> f);
+  void resume_reading();
   // A completion handler that runs `f` on the strand and keeps the session alive until then.
   template <class... Args>
   auto on_strand(void (session::*f)(Args...)) {
@@ -190,7 +209,15 @@ class session : public std::enable_shared_from_this<session> {
     asio::steady_timer timer;
   };
 
+  // deliver_on(): where the owner's handlers run; whether reading waits for one; whether finish() ran.
+  struct owner_link {
+    asio::any_io_executor executor;
+    bool busy = false;
+    std::atomic<bool> ended{false};
+  };
+
   callbacks on_;
+  owner_link owner_;
   session_lifecycle lifecycle_;
   // Operations in flight (not lifecycle: each is one outstanding completion handler).
   bool read_pending_ = false;

@@ -23,11 +23,13 @@
 //
 // A transfer is attached to one session at a time. Attaching it to a new session takes it over: the
 // old session (typically a dead link the hub has not noticed yet) stops sending or receiving it and
-// closes. Neither object is thread-safe: when sessions run on several threads, attach a transfer to a
-// new session only after the old one reported on_closed. The rules for their bytes (windows, ACKs,
+// closes. Neither object is thread-safe (but for its byte counts and complete(), readable from any
+// thread): when sessions run on several threads, attach a transfer to a new session only after the old
+// one let go of it (on_closed, or session::abandon's `released`). The rules for their bytes (windows, ACKs,
 // resume offsets, take-over) live in transfer_table.hpp, one table per session.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -54,7 +56,7 @@ class outgoing_transfer {
   [[nodiscard]] bool complete() const noexcept { return acked_ == data_.size(); }
   // Data bytes handed to TLS over all sessions (size() plus whatever was sent again after breaks), and
   // how many sent bytes were unacknowledged when a session ended: a resume re-sends at most those.
-  [[nodiscard]] std::uint64_t bytes_sent_total() const noexcept { return bytes_sent_total_; }
+  [[nodiscard]] std::uint64_t bytes_sent_total() const noexcept { return bytes_sent_total_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t unacked_at_breaks() const noexcept { return unacked_at_breaks_; }
 
  private:
@@ -66,7 +68,8 @@ class outgoing_transfer {
   std::uint64_t acked_ = 0;
   std::uint64_t next_ = 0;  // next offset to send on the current session
   const transfer_table* owner_ = nullptr;  // the session's table it is attached to; a newer one takes over
-  std::uint64_t bytes_sent_total_ = 0;
+  // Read by the owner on another thread while a session sends (a round's figures): counted atomically.
+  std::atomic<std::uint64_t> bytes_sent_total_{0};
   std::uint64_t unacked_at_breaks_ = 0;
   std::uint64_t sent_high_ = 0;  // end of the highest byte handed to TLS on the current session
 };
@@ -82,9 +85,9 @@ class incoming_transfer {
   [[nodiscard]] std::uint64_t size() const noexcept { return dest_.size(); }
   [[nodiscard]] std::uint64_t received() const noexcept { return received_; }
   // True once every byte arrived and the digest matched.
-  [[nodiscard]] bool complete() const noexcept { return verified_; }
+  [[nodiscard]] bool complete() const noexcept { return verified_.load(); }
   [[nodiscard]] std::span<std::byte> data() const noexcept { return dest_; }
-  [[nodiscard]] std::uint64_t bytes_received_total() const noexcept { return bytes_received_total_; }
+  [[nodiscard]] std::uint64_t bytes_received_total() const noexcept { return bytes_received_total_.load(std::memory_order_relaxed); }
 
  private:
   friend class transfer_table;
@@ -95,9 +98,9 @@ class incoming_transfer {
   // Hashes bytes as they become contiguous, so completing a 64 MiB blob costs no long pause that would
   // starve the session's deadlines; re-sent bytes before received_ are discarded, never rewritten.
   crypto::sha256 hasher_;
-  bool verified_ = false;
+  std::atomic<bool> verified_{false};  // read by the owner on another thread, like the count below
   const transfer_table* owner_ = nullptr;
-  std::uint64_t bytes_received_total_ = 0;
+  std::atomic<std::uint64_t> bytes_received_total_{0};
 };
 
 }  // namespace tessera::net

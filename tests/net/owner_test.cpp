@@ -1,0 +1,117 @@
+// A session whose owner lives on another thread (net::session::deliver_on, the hub's strand): its
+// handlers run there, reading waits for each message's handler (so what it calls on the session takes
+// effect before the next frame), the wait is no silence of the peer, and abandon() lets go of the
+// session's transfers before it says so.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <thread>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+
+#include "net_test_util.hpp"
+
+using namespace tessera::test;
+
+namespace {
+
+std::vector<std::byte> owner_test_bytes(std::size_t n, unsigned seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 131 + seed * 7) & 0xff);
+  return v;
+}
+
+// The owner: a strand of an io_context run by a thread of its own, as the hub's.
+struct owner_thread {
+  asio::io_context io;
+  asio::strand<asio::io_context::executor_type> strand = asio::make_strand(io);
+  asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
+  std::jthread thread{[this] { io.run(); }};
+
+  void join() {
+    work.reset();
+    if (thread.joinable()) thread.join();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("session owner: an UPDATE and its blob in one burst arrive whole while the owner's thread is busy past the idle deadline") {
+  owner_thread owner;  // outlives the hub's sessions: their last handlers are posted to it
+  hub_fixture hub;
+  std::atomic<int> received{0}, on_owner{0}, off_owner{0};
+  hub.extra = [&](const std::shared_ptr<net::session>& s) {
+    s->deliver_on(owner.strand);
+    s->on_blob_received([&](const std::shared_ptr<net::incoming_transfer>&) {
+      ++(owner.strand.running_in_this_thread() ? on_owner : off_owner);
+      ++received;
+    });
+  };
+  const auto up = owner_test_bytes((1u << 20) + 777, 3);
+  auto up_t = std::make_shared<net::outgoing_transfer>(9, up);
+  bool up_sent = false;
+  auto agent = start_agent(hub.io, asio_tls(test_pki::get().agent_tls(test_pki::get().dev_a)), hub.port, "dev-a", fast_config(),
+                           [&](agent_probe& probe, const net::message& m) {
+                             if (!std::holds_alternative<net::msg::welcome>(m)) return;
+                             // The owner is busy for 600 ms (idle_timeout is 400): the UPDATE's handler,
+                             // which registers the blob, waits behind it while the chunks are on the wire.
+                             asio::post(owner.strand, [] { std::this_thread::sleep_for(600ms); });
+                             probe.s->send(net::msg::update{.round = 1, .examples = 10, .steps = 3, .loss = 0.1, .transfer = 9,
+                                                            .size = up_t->size(), .blob_codec = net::codec::f32,
+                                                            .sha256 = up_t->sha256()});
+                             probe.s->send_blob(up_t);
+                           });
+  agent->s->on_blob_sent([&](const std::shared_ptr<net::outgoing_transfer>&) { up_sent = true; });
+  const bool done = run_until(hub.io, [&] { return received.load() == 1 && up_sent; }, 5000ms);
+  const bool agent_closed = agent->closed.has_value();
+  agent->s->close();
+  run_until(hub.io, [&] { return agent->closed.has_value(); }, 1000ms);
+  hub.server->stop();
+  run_until(hub.io, [&] { return hub.server->session_count() == 0; }, 1000ms);
+  owner.join();  // from here the owner's writes are visible to this thread
+  REQUIRE(done);
+  CHECK_FALSE(agent_closed);
+  CHECK(on_owner.load() == 1);
+  CHECK(off_owner.load() == 0);
+  CHECK(hub.upload_buf == up);
+  REQUIRE(hub.hellos.size() == 1);
+  REQUIRE(hub.closes.size() == 1);
+  CHECK(hub.closes.front().code != net::errc::idle_timeout);  // the wait was not the peer's silence
+}
+
+TEST_CASE("session owner: abandon() cuts the session at once and says it let go after on_closed, on the owner's thread") {
+  owner_thread owner;
+  hub_fixture hub;
+  std::shared_ptr<net::session> held;
+  hub.extra = [&](const std::shared_ptr<net::session>& s) {
+    s->deliver_on(owner.strand);
+    held = s;
+  };
+  auto agent = start_agent(hub.io, asio_tls(test_pki::get().agent_tls(test_pki::get().dev_a)), hub.port, "dev-a");
+  REQUIRE(run_until(hub.io, [&] { return agent->welcomed; }));
+  REQUIRE(held);
+  std::atomic<bool> released{false}, released_on_owner{false};
+  std::atomic<std::size_t> closes_before_release{99};
+  held->abandon(net::errc::replaced, "a newer connection", [&] {
+    released_on_owner = owner.strand.running_in_this_thread();
+    closes_before_release = hub.closes.size();  // on the owner's strand, like the fixture's on_closed
+    released = true;
+  });
+  CHECK(run_until(hub.io, [&] { return released.load() && agent->closed.has_value(); }, 2000ms));
+  const bool ended = held->ended();
+  held.reset();
+  hub.server->stop();
+  run_until(hub.io, [&] { return hub.server->session_count() == 0; }, 1000ms);
+  owner.join();
+  CHECK(released.load());
+  CHECK(released_on_owner.load());
+  CHECK(ended);
+  CHECK(closes_before_release.load() == 1);  // its on_closed came first
+  REQUIRE(hub.closes.size() == 1);
+  CHECK(hub.closes.front().code == net::errc::replaced);
+  // No REFUSE, no close_notify: the agent saw its link end, as a broken one does.
+  REQUIRE(agent->closed.has_value());
+  for (const auto& m : agent->messages) CHECK_FALSE(std::holds_alternative<net::msg::refuse>(m));
+}
