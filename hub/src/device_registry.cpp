@@ -48,7 +48,10 @@ void device_registry::restore(std::span<const rounds::device_record> records) {
 }
 
 void device_registry::release_sessions() {
-  for (auto& [id, d] : devices_) d.session.reset();
+  for (auto& [id, d] : devices_) {
+    d.session.reset();
+    d.handover.session.reset();
+  }
 }
 
 }  // namespace tessera::hub

@@ -4,6 +4,8 @@
 
 #include <random>
 
+#include <boost/asio/strand.hpp>
+
 #include "device_registry.hpp"
 #include "hub_context.hpp"
 #include "hub_figures.hpp"
@@ -27,11 +29,12 @@ std::uint64_t first_transfer_id() {
 
 hub_service::hub_service(boost::asio::io_context& io, const hub_config& config, core::log_sink log)
     : io_(io),
+      strand_(boost::asio::make_strand(io)),
       ctx_(std::make_unique<hub_context>(hub_context{.config = config, .log = std::move(log)})),
       devices_(std::make_unique<device_registry>(first_transfer_id())),
       refused_(std::make_unique<refusal_log>()),
       figures_(std::make_unique<hub_figures>()),
-      crl_timer_(io) {}
+      crl_timer_(strand_) {}
 
 hub_service::~hub_service() = default;
 
@@ -40,12 +43,12 @@ core::result<std::unique_ptr<hub_service>> hub_service::create(boost::asio::io_c
   std::unique_ptr<hub_service> h(new hub_service(io, config, std::move(log)));
   TESSERA_ASSIGN_OR_RETURN(revocations revoked, revocations::load(*h->ctx_));
   h->revoked_ = std::make_unique<revocations>(std::move(revoked));
-  TESSERA_ASSIGN_OR_RETURN(h->rounds_, round_driver::create(io, *h->ctx_, *h->devices_, *h->figures_));
+  TESSERA_ASSIGN_OR_RETURN(h->rounds_, round_driver::create(h->strand_, *h->ctx_, *h->devices_, *h->figures_));
   TESSERA_TRY(h->revoked_->load_operator_list());
   h->figures_->load_round_series(config.metrics_path, h->rounds_->resumed_from());
   h->rounds_->before_round([hub = h.get()] { hub->reload_revocations(); });
   h->rounds_->on_stopped([hub = h.get()] { hub->shut_down(); });
-  h->desk_ = std::make_unique<operator_desk>(io, *h->ctx_, *h->rounds_, *h->devices_, *h->revoked_, *h->figures_,
+  h->desk_ = std::make_unique<operator_desk>(h->strand_, *h->ctx_, *h->rounds_, *h->devices_, *h->revoked_, *h->figures_,
                                              [hub = h.get()] { hub->close_revoked(); });
   return h;
 }

@@ -35,6 +35,10 @@ core::result<hub_config> read_hub_config(core::config_reader& r) {
   c.max_handshakes_per_source = static_cast<std::size_t>(r.integer("max_handshakes_per_source", 16, 1, 1'000'000,
                                                                    "connections in their TLS handshake from one address, and as many silent ones"));
   c.handshake_timeout_s = r.number("handshake_timeout_s", 10, 0.1, 3600, "seconds for a connection's TLS handshake and its HELLO");
+  c.io_threads = static_cast<std::size_t>(r.integer("io_threads", 0, 0, 1024,
+                                                    "threads serving the agents' connections (TLS handshakes, frames, transfers), "
+                                                    "each connection on one at a time; 0: one per core. The rounds run on one "
+                                                    "of them at a time"));
   if (const auto* v = r.object("validation", "the hub's own test set (optional: a federation needs none)")) {
     core::config_reader vr = r.child("validation", *v);
     vr.renamed("images", "validation.features");

@@ -5,8 +5,9 @@
 #include <algorithm>
 #include <chrono>
 
-#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/core/math/layers.hpp"
@@ -29,6 +30,7 @@ using core::log_level;
 constexpr std::chrono::milliseconds k_duplicate_probe{2000};
 
 void hub_service::attach(const std::shared_ptr<net::session>& s) {
+  s->deliver_on(strand_);  // each handler below runs on the hub's strand
   std::weak_ptr<net::session> weak = s;
   s->on_message([this, weak](const net::message& m) {
     auto self = weak.lock();
@@ -101,17 +103,18 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
               "over_budget", /*lasting=*/true);
     return;
   }
-  if (device_entry* d = devices_->find(id); d != nullptr && d->session && d->session != s) {
+  const device_entry* d = devices_->find(id);
+  if (const auto& holder = d == nullptr ? nullptr : d->session ? d->session : d->handover.session; holder && holder != s) {
     // Another session of this device: a link that broke unnoticed (it does not answer, and gives way),
     // or a second agent with the same identity (it answers, and the newcomer is turned away).
-    std::weak_ptr<net::session> newer = s, older = d->session;
-    d->session->probe(k_duplicate_probe, [this, newer, older, h](bool answered) {
+    std::weak_ptr<net::session> newer = s, older = holder;
+    holder->probe(k_duplicate_probe, [this, newer, older, h](bool answered) {
       auto n = newer.lock();
       if (!n) return;
-      boost::asio::dispatch(n->strand(), [this, n, older, h, answered] {
-        if (n->stopped() || stopped(rounds_->phase())) return;
+      boost::asio::post(strand_, [this, n, older, h, answered] {
+        if (n->ended() || stopped(rounds_->phase())) return;
         const device_entry* e = devices_->find(n->peer_device_id());
-        if (auto o = older.lock(); answered && o && e != nullptr && e->session == o) refuse_duplicate(n, *o);
+        if (auto o = older.lock(); answered && o && e != nullptr && (e->session == o || e->handover.session == o)) refuse_duplicate(n, *o);
         else admit(n, h);
       });
     });
@@ -135,10 +138,17 @@ void hub_service::refuse_duplicate(const std::shared_ptr<net::session>& s, const
 void hub_service::admit(const std::shared_ptr<net::session>& s, const net::msg::hello& h) {
   const std::string& id = s->peer_device_id();
   device_entry& d = (*devices_)[id];
-  if (d.session && d.session != s)  // a dead link the hub had not noticed yet: it did not answer
-    d.session->refuse(net::errc::replaced, "a newer connection of this device replaced this one", "replaced");
+  // A dead link the hub had not noticed yet (it did not answer a PING), or a newer one still waiting
+  // for its WELCOME: cut at once. Its transfers go to this session once it has let go of them.
+  for (std::shared_ptr<net::session>* held : {&d.session, &d.handover.session}) {
+    if (!*held || *held == s) continue;
+    ++d.handover.releasing;
+    log(log_level::info, "device " + id + ": its connection from " + (*held)->peer_address() + " did not answer: cut, the one from " +
+                             s->peer_address() + " takes over");
+    std::exchange(*held, nullptr)->abandon(net::errc::replaced, "a newer connection of this device replaced this one",
+                                           [this, id] { on_released(id); });
+  }
   const bool known = d.record.id == id;
-  d.session = s;
   d.record.id = id;
   d.serial = s->peer_serial();
   if (d.validation_examples != h.validation_examples || d.record.budget_bytes != h.memory_budget_bytes)
@@ -155,7 +165,23 @@ void hub_service::admit(const std::shared_ptr<net::session>& s, const net::msg::
     log(log_level::info, "device " + id + " has other data now: it takes part again");
   }
   d.data_digest = h.data_digest;
+  if (d.handover.releasing > 0) {
+    d.handover.session = s;
+    d.handover.hello = h;
+    return;
+  }
+  d.session = s;
   rounds_->on_hello(s, d, h);  // WELCOME, and what it resumes
+}
+
+// An older session of the device let go of its transfers: the newest one, once none is left holding
+// them, gets its WELCOME and what it resumes.
+void hub_service::on_released(const std::string& id) {
+  device_entry* d = devices_->find(id);
+  if (d == nullptr || --d->handover.releasing > 0 || stopped(rounds_->phase())) return;
+  if (!d->handover.session || d->handover.session->ended()) return;  // gone: its on_closed says so
+  d->session = std::exchange(d->handover.session, nullptr);
+  rounds_->on_hello(d->session, *d, *d->handover.hello);
 }
 
 // A device refused at its HELLO: the log line names it by id, address and serial; /metrics counts it
@@ -183,8 +209,9 @@ void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::
     return;
   }
   device_entry* d = devices_->find(id);
-  if (d == nullptr || d->session != s) return;
-  d->session.reset();
+  if (d != nullptr && d->handover.session == s) d->handover.session.reset();  // never welcomed: it left all the same
+  else if (d == nullptr || d->session != s) return;
+  else d->session.reset();
   if (stopping) return;
   log(log_level::info, "device " + id + " disconnected: " + why.message);
   rounds_->on_disconnected(id);
@@ -211,11 +238,15 @@ void hub_service::reload_revocations() {
 void hub_service::close_revoked() {
   std::vector<std::string> gone;
   for (auto& [id, d] : devices_->entries()) {
-    if (!d.session || !revoked_->is_revoked(id, d.session->peer_serial())) continue;
-    turn_away(*d.session, "revoked", "its certificate is revoked: session closed");
-    auto s = std::move(d.session);
-    s->refuse(net::errc::revoked, "this device's certificate (serial " + s->peer_serial() + ") is revoked", "revoked", /*lasting=*/true);
-    gone.push_back(id);
+    bool revoked = false;
+    for (std::shared_ptr<net::session>* held : {&d.session, &d.handover.session}) {
+      if (!*held || !revoked_->is_revoked(id, (*held)->peer_serial())) continue;
+      turn_away(**held, "revoked", "its certificate is revoked: session closed");
+      auto s = std::exchange(*held, nullptr);
+      s->refuse(net::errc::revoked, "this device's certificate (serial " + s->peer_serial() + ") is revoked", "revoked", /*lasting=*/true);
+      revoked = true;
+    }
+    if (revoked) gone.push_back(id);
   }
   rounds_->on_revoked(gone);
 }

@@ -10,9 +10,9 @@ namespace tessera::hub {
 
 using core::log_level;
 
-operator_desk::operator_desk(boost::asio::io_context& io, const hub_context& ctx, round_driver& rounds, device_registry& devices,
+operator_desk::operator_desk(boost::asio::any_io_executor hub, const hub_context& ctx, round_driver& rounds, device_registry& devices,
                              revocations& revoked, hub_figures& figures, std::function<void()> close_revoked)
-    : io_(io),
+    : hub_(std::move(hub)),
       ctx_(ctx),
       rounds_(rounds),
       devices_(devices),
@@ -32,7 +32,7 @@ core::result<void> operator_desk::start(std::shared_ptr<const net::server> agent
                      .max_connections = http.max_connections,
                      .timeout = std::chrono::milliseconds(static_cast<std::int64_t>(http.timeout_s * 1000.0)),
                      .max_body_bytes = 16 * 1024};
-  endpoint_ = operator_endpoint::create(io_, ec, tls ? std::optional(revoked_.tls()) : std::nullopt,
+  endpoint_ = operator_endpoint::create(hub_, ec, tls ? std::optional(revoked_.tls()) : std::nullopt,
                                         [this](const http_request& r) { return serve(r); }, ctx_.log);
   TESSERA_ASSIGN_OR_RETURN(port_, endpoint_->listen());
   ctx_.say(log_level::info, std::string("operator endpoint on ") + (tls ? "https://" : "http://") + at.host + ":" + std::to_string(port_) +

@@ -3,7 +3,7 @@
 // operator_documents.hpp, Prometheus: hub_metrics.hpp), and takes the operator's actions: pause, resume
 // and finish go to the round driver, a revoked device to the revocation lists.
 //
-//   operator_desk desk(io, ctx, rounds, devices, revoked, figures, [&] { close_revoked_sessions(); });
+//   operator_desk desk(hub_strand, ctx, rounds, devices, revoked, figures, [&] { close_revoked_sessions(); });
 //   TESSERA_TRY(desk.start(agents_server));   // the bound port: desk.port() (0: no endpoint)
 #pragma once
 
@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include <boost/asio/io_context.hpp>
+#include <boost/asio/any_io_executor.hpp>
 
 #include "device_registry.hpp"
 #include "hub_context.hpp"
@@ -29,7 +29,8 @@ namespace tessera::hub {
 class operator_desk final : public operator_api {
  public:
   // `close_revoked` closes the open sessions the lists revoke now.
-  operator_desk(boost::asio::io_context& io, const hub_context& ctx, round_driver& rounds, device_registry& devices, revocations& revoked,
+  // The endpoint runs on `hub` (the hub's strand), beside the state it reads.
+  operator_desk(boost::asio::any_io_executor hub, const hub_context& ctx, round_driver& rounds, device_registry& devices, revocations& revoked,
                 hub_figures& figures, std::function<void()> close_revoked);
 
   // Opens the endpoint if http.listen is set; `agents` is the agents' listener, whose counts it serves.
@@ -56,7 +57,7 @@ class operator_desk final : public operator_api {
   [[nodiscard]] hub_view view() const;
   [[nodiscard]] http_response serve(const http_request& r);
 
-  boost::asio::io_context& io_;
+  boost::asio::any_io_executor hub_;
   const hub_context& ctx_;
   round_driver& rounds_;
   device_registry& devices_;

@@ -212,15 +212,15 @@ bool is_loopback_address(const std::string& address) noexcept {
   return false;
 }
 
-std::shared_ptr<operator_endpoint> operator_endpoint::create(asio::io_context& io, endpoint_config config,
+std::shared_ptr<operator_endpoint> operator_endpoint::create(asio::any_io_executor ex, endpoint_config config,
                                                              std::optional<crypto::tls_context> tls, handler h,
                                                              core::log_sink log) {
-  return std::make_shared<operator_endpoint>(io, std::move(config), std::move(tls), std::move(h), std::move(log));
+  return std::make_shared<operator_endpoint>(std::move(ex), std::move(config), std::move(tls), std::move(h), std::move(log));
 }
 
-operator_endpoint::operator_endpoint(asio::io_context& io, endpoint_config config, std::optional<crypto::tls_context> tls,
+operator_endpoint::operator_endpoint(asio::any_io_executor ex, endpoint_config config, std::optional<crypto::tls_context> tls,
                                      handler h, core::log_sink log)
-    : config_(std::move(config)), state_(std::make_shared<shared_state>()), acceptor_(io), retry_timer_(io) {
+    : config_(std::move(config)), state_(std::make_shared<shared_state>()), acceptor_(ex), retry_timer_(ex) {
   TESSERA_ASSERT(!config_.tls || (tls && tls->valid()));
   state_->handle = std::move(h);
   state_->log = std::move(log);

@@ -53,7 +53,7 @@ core::result<std::int64_t> resume_checkpoint(const hub_context& ctx, device_regi
 
 }  // namespace
 
-core::result<std::unique_ptr<round_driver>> round_driver::create(boost::asio::io_context& io, const hub_context& ctx,
+core::result<std::unique_ptr<round_driver>> round_driver::create(boost::asio::any_io_executor hub, const hub_context& ctx,
                                                                  device_registry& devices, hub_figures& figures) {
   const hub_config& config = ctx.config;
   rounds::recorder_settings rs;
@@ -76,14 +76,14 @@ core::result<std::unique_ptr<round_driver>> round_driver::create(boost::asio::io
   }
   TESSERA_TRY(check_frame_room(config));
   TESSERA_ASSIGN_OR_RETURN(auto recorder, rounds::recorder::open(config, std::move(rs), ctx.log));
-  return std::unique_ptr<round_driver>(new round_driver(io, ctx, devices, figures, std::move(engine), std::move(recorder),
+  return std::unique_ptr<round_driver>(new round_driver(std::move(hub), ctx, devices, figures, std::move(engine), std::move(recorder),
                                                         std::move(validation), resumed_from));
 }
 
-round_driver::round_driver(boost::asio::io_context& io, const hub_context& ctx, device_registry& devices, hub_figures& figures,
+round_driver::round_driver(boost::asio::any_io_executor hub, const hub_context& ctx, device_registry& devices, hub_figures& figures,
                            std::unique_ptr<rounds::engine> engine, rounds::recorder recorder,
                            std::unique_ptr<core::memory_table> validation, std::int64_t resumed_from)
-    : io_(io),
+    : hub_(hub),
       ctx_(ctx),
       devices_(devices),
       figures_(figures),
@@ -92,9 +92,9 @@ round_driver::round_driver(boost::asio::io_context& io, const hub_context& ctx, 
       validation_(std::move(validation)),
       transfers_(ctx, *engine_, devices, figures),
       resumed_from_(resumed_from),
-      wait_timer_(io),
-      deadline_timer_(io),
-      secure_timer_(io) {}
+      wait_timer_(hub),
+      deadline_timer_(hub),
+      secure_timer_(hub) {}
 
 const std::string& round_driver::failure() const noexcept {
   static const std::string none;

@@ -4,7 +4,7 @@
 // round, and ends the run. The timers that bound each phase are its own; the sessions' messages come
 // to it through hub_service, and the operator's pause, resume and finish through the desk.
 //
-//   TESSERA_ASSIGN_OR_RETURN(auto rounds, round_driver::create(io, ctx, devices, figures));
+//   TESSERA_ASSIGN_OR_RETURN(auto rounds, round_driver::create(hub_strand, ctx, devices, figures));
 //   rounds->on_stopped([&] { /* close the sessions and the listeners */ });
 //   rounds->start();      // waiting (or finished at once: the checkpoint's run was over)
 #pragma once
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include <boost/asio/io_context.hpp>
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "device_registry.hpp"
@@ -32,7 +32,7 @@ class round_driver {
  public:
   // The engine from the seeded model or the latest checkpoint (the devices' records come back with it),
   // the recorder, the hub's validation set; fails as the hub's start-up does.
-  [[nodiscard]] static core::result<std::unique_ptr<round_driver>> create(boost::asio::io_context& io, const hub_context& ctx,
+  [[nodiscard]] static core::result<std::unique_ptr<round_driver>> create(boost::asio::any_io_executor hub, const hub_context& ctx,
                                                                           device_registry& devices, hub_figures& figures);
   round_driver(const round_driver&) = delete;
   round_driver& operator=(const round_driver&) = delete;
@@ -80,7 +80,7 @@ class round_driver {
   void finish_after_round(const std::string& by);
 
  private:
-  round_driver(boost::asio::io_context& io, const hub_context& ctx, device_registry& devices, hub_figures& figures,
+  round_driver(boost::asio::any_io_executor hub, const hub_context& ctx, device_registry& devices, hub_figures& figures,
                std::unique_ptr<rounds::engine> engine, rounds::recorder recorder, std::unique_ptr<core::memory_table> validation,
                std::int64_t resumed_from);
 
@@ -130,7 +130,7 @@ class round_driver {
   // Why no round starts yet, said when it changes and at most every 30 s while it does not.
   void say_waiting(core::log_level level, const std::string& why);
 
-  boost::asio::io_context& io_;
+  boost::asio::any_io_executor hub_;  // the hub's strand: every handler of the driver runs there
   const hub_context& ctx_;
   device_registry& devices_;
   hub_figures& figures_;

@@ -28,7 +28,7 @@ void round_driver::resume(const std::string& by) {
   }
   ctx_.say(log_level::info, "operator " + by + " resumed the run");
   // Deferred: the endpoint's reply goes out before a round starts sending subnets.
-  boost::asio::post(io_, [this] { maybe_start_round(); });
+  boost::asio::post(hub_, [this] { maybe_start_round(); });
 }
 
 void round_driver::finish_after_round(const std::string& by) {
@@ -39,7 +39,7 @@ void round_driver::finish_after_round(const std::string& by) {
                                 (now ? std::string("now") : "after round " + std::to_string(engine_->current_round())) +
                                 (ctx_.config.output_path.empty() ? "" : " and write " + ctx_.config.output_path));
   if (now) {
-    boost::asio::post(io_, [this] {
+    boost::asio::post(hub_, [this] {
       if (!stopped()) finish("");
     });
   }

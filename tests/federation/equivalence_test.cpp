@@ -2,7 +2,7 @@
 // simulator's shards ends with tessera-sim's model, parameter by parameter, for IST and for FedAvg, and
 // for IST with a server optimizer (FedAdam) stepping after assembly, for agents whose budgets bind,
 // the simulator's devices given (budgets_mib) what each agent offered, and for successive layer training
-// within such budgets.
+// within such budgets; with the hub serving its connections on one thread and on two, by turns.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -98,13 +98,18 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
   const variant variants[] = {{"ist", "ist"}, {"fedavg", "fedavg"}, {"ist-adam", "ist", fedadam}, {"ist-cnn", "ist", cnn},
                               {"ist-micro", "ist", micro}, {"ist-budgets", "ist", nlohmann::json::object(), {0.25, 0.28, 16}},
                               {"slt-budgets", "slt", slt, {0.43, 0.45, 16}}, {"slt-q8", "slt", slt_q8, {0.43, 0.45, 16}}};
+  std::size_t io_threads = 0;
   for (const variant& v : variants) {
     const std::string& name = v.name;
     const std::string& strategy = v.strategy;
+    // The hub's connections on one thread, then on two, by turns: the model is the same either way.
+    io_threads = io_threads % 2 + 1;
     CAPTURE(name);
+    CAPTURE(io_threads);
     // The run over the network.
     nlohmann::json hub_json = run_fields(strategy, v.extra);
-    hub_json.update({{"min_devices", k_devices},
+    hub_json.update({{"io_threads", io_threads},
+                     {"min_devices", k_devices},
                      {"max_devices", k_devices},
                      {"device_wait_s", 60},
                      {"round_deadline_s", 60},
@@ -121,6 +126,7 @@ TEST_CASE("federation: hub and agents over TLS end with tessera-sim's model (ist
     }
     require_exit_0(hub.process, 120s);
     CHECK(count_of(hub.process.out(), "tessera-hub: done after 3 rounds") == 1);
+    CHECK(count_of(hub.process.out(), ", " + std::to_string(io_threads) + " io threads") == 1);
     for (child_process* a : agents) check_agent_left(*a, k_rounds);
 
     // The simulator's run, its devices offering what the agents offered.

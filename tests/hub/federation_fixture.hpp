@@ -1,5 +1,8 @@
-// The hub service with in-process agents on one io_context, over mutual TLS on 127.0.0.1: the fixture
-// of tests/hub (hub_test, hostile_peer_test). Every agent and the hub log into vectors the tests read.
+// The hub service with in-process agents, over mutual TLS on 127.0.0.1: the fixture of tests/hub
+// (hub_test, hostile_peer_test, operator_test). The hub runs as tessera-hub runs it, on an io_context of
+// its own served by two threads (its state on its strand); the agents share another, run by the test's
+// thread. Every agent and the hub log into vectors the tests read. What a test asks of the hub while
+// it runs goes through on_hub() (its strand); after run() the hub may be read directly.
 //
 //   testing::temp_dir dir("hub-service");
 //   tessera::hub_testing::federation f(dir);
@@ -14,11 +17,14 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <string_view>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
 
@@ -54,7 +60,7 @@ struct device_files {
   std::string images, labels;
 };
 
-// A hub and agents sharing one io_context; run() drives them until the hub stops (or a deadline).
+// A hub (on two threads) and agents (on the test's); run() drives them until the hub stops (or a deadline).
 class federation {
  public:
   explicit federation(const testing::temp_dir& dir) : dir_(dir) {
@@ -86,10 +92,16 @@ class federation {
   }
 
   void start_hub(const hub::hub_config& config) {
-    auto h = hub::hub_service::create(io_, config, [this](core::log_level, const std::string& line) { hub_log_.push_back(line); });
+    auto h = hub::hub_service::create(hub_io_, config, [this](core::log_level, const std::string& line) {
+      const std::lock_guard lock(hub_log_mutex_);
+      hub_log_.push_back(line);
+    });
     REQUIRE_MESSAGE(h.ok(), (h.ok() ? "" : h.error().message));
     hub_ = std::move(h.value());
-    hub_->on_round([this](const rounds::round_metrics& m) { rounds_.push_back(m); });
+    hub_->on_round([this](const rounds::round_metrics& m) {
+      const std::lock_guard lock(hub_log_mutex_);
+      rounds_.push_back(m);
+    });
     auto port = hub_->start();
     REQUIRE(port.ok());
     port_ = port.value();
@@ -134,20 +146,30 @@ class federation {
     deadline.async_wait([&](const boost::system::error_code& ec) {
       if (ec) return;
       timed_out = true;
-      hub_->stop();
+      on_hub([this] { hub_->stop(); });
     });
     hub_->on_stopped([this, &deadline, &grace] {
-      deadline.cancel();
-      grace.expires_after(300ms);
-      grace.async_wait([this](const boost::system::error_code&) {
-        for (auto& a : agents_) a->stop();
-        for (auto& a : scripted_) a->stop();
+      boost::asio::post(io_, [this, &deadline, &grace] {
+        deadline.cancel();
+        grace.expires_after(300ms);
+        grace.async_wait([this](const boost::system::error_code&) {
+          for (auto& a : agents_) a->stop();
+          for (auto& a : scripted_) a->stop();
+        });
       });
     });
-    io_.run();
+    {
+      std::vector<std::jthread> hub_threads;
+      for (int i = 0; i < 2; ++i) hub_threads.emplace_back([this] { hub_io_.run(); });
+      io_.run();
+    }  // joined: the hub's sessions are closed, its io_context out of work
     io_.restart();
+    hub_io_.restart();
     REQUIRE_FALSE(timed_out);
   }
+
+  // Runs `f` on the hub's strand, as a call from another thread must while the hub runs.
+  void on_hub(std::function<void()> f) { boost::asio::post(hub_->executor(), std::move(f)); }
 
   [[nodiscard]] hub::hub_service& hub() { return *hub_; }
   [[nodiscard]] boost::asio::io_context& io() { return io_; }
@@ -155,13 +177,17 @@ class federation {
   [[nodiscard]] const std::vector<rounds::round_metrics>& recorded() const { return rounds_; }
   // Everything the hub and the agents logged, for a failed check.
   [[nodiscard]] std::string logs() const {
+    const std::lock_guard lock(hub_log_mutex_);
     std::string out = "--- hub ---\n";
     for (const auto& l : hub_log_) out += l + "\n";
     out += "--- agents ---\n";
     for (const auto& l : agent_log_) out += l + "\n";
     return out;
   }
-  [[nodiscard]] std::size_t hub_lines_with(std::string_view needle) const { return lines_with(hub_log_, needle); }
+  [[nodiscard]] std::size_t hub_lines_with(std::string_view needle) const {
+    const std::lock_guard lock(hub_log_mutex_);
+    return lines_with(hub_log_, needle);
+  }
   [[nodiscard]] std::size_t agent_lines_with(std::string_view needle) const { return lines_with(agent_log_, needle); }
   // The longest backoff of the agents started after this (200 ms unless set).
   void set_agent_backoff_max(std::chrono::milliseconds most) { agent_backoff_max_ = most; }
@@ -175,12 +201,13 @@ class federation {
 
  private:
   const testing::temp_dir& dir_;
-  boost::asio::io_context io_;
+  boost::asio::io_context io_, hub_io_;
   std::unique_ptr<hub::hub_service> hub_;
   std::uint16_t port_ = 0;
   std::vector<std::unique_ptr<edge::agent>> agents_;
   std::vector<std::unique_ptr<crypto::tls_context>> tls_;
   std::vector<std::unique_ptr<testing::scripted_agent>> scripted_;
+  mutable std::mutex hub_log_mutex_;  // the hub's log and rounds: written on its threads
   std::vector<std::string> hub_log_, agent_log_;
   std::vector<rounds::round_metrics> rounds_;
   std::chrono::milliseconds agent_backoff_max_ = 200ms;

@@ -4,10 +4,12 @@
 // are checked here in seconds; tests/federation runs the same programs as separate processes.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -112,7 +114,7 @@ TEST_CASE("hub service: a hub waiting for min_devices says what it waits for, on
   f.start_hub(f.hub_config({{"rounds", 2}, {"min_devices", 2}, {"device_wait_s", 0.2}}));
   f.start_agent(test::test_pki::get().dev_a, f.data_for("dev-a", 400));
   boost::asio::steady_timer stop(f.io(), 3s);
-  stop.async_wait([&f](const boost::system::error_code&) { f.hub().stop(); });
+  stop.async_wait([&f](const boost::system::error_code&) { f.on_hub([&f] { f.hub().stop(); }); });
   f.run();
   INFO(f.logs());
   CHECK(f.recorded().empty());
@@ -194,7 +196,7 @@ TEST_CASE("hub service: a finish asked during a round nobody trains ends the run
   held.hooks().on_assign = [&](const net::msg::assign&) {
     if (asked) return;
     asked = true;
-    f.hub().finish_after_round("test");
+    f.on_hub([&f] { f.hub().finish_after_round("test"); });
   };
   f.run(30s);
   INFO(f.logs());
@@ -458,4 +460,55 @@ TEST_CASE("hub service: a round's cohort is drawn at random from the ready devic
   }
   CHECK(places == 20);
   CHECK(took_part >= 3);
+}
+
+TEST_CASE("hub service on two threads: a device's link that broke unnoticed is cut when it reconnects; the new session takes over its download") {
+  // The first connection freezes mid-round (its io_context stops: no byte read, no PONG, the socket left
+  // open), as a link that died without a FIN. The device comes back on a second connection: the hub
+  // probes the first, cuts it, and only then moves the round's download over (its transfer was the
+  // first session's, on another thread).
+  testing::temp_dir dir("hub-service-handover");
+  federation f(dir);
+  f.start_hub(f.hub_config({{"rounds", 2}, {"min_devices", 1}, {"max_devices", 1}, {"device_wait_s", 0.2}, {"round_deadline_s", 30}}));
+  const auto& pki = test::test_pki::get();
+  const net::client_config dial{.host = "127.0.0.1", .port = f.port(), .backoff_initial = 20ms, .backoff_max = 200ms, .jitter = 0, .seed = 1};
+  boost::asio::io_context frozen_io;
+  const crypto::tls_context tls = pki.agent_tls(pki.dev_a, "127.0.0.1");
+  testing::scripted_agent first(frozen_io, tls, {.id = "dev-a", .client = dial});
+  std::atomic<bool> assigned{false}, frozen{false};
+  first.hooks().on_assign = [&](const net::msg::assign&) { assigned = true; };
+  first.hold_after(0);  // sits on round 1's subnet
+  first.start();
+  std::jthread runner([&] {
+    while (!assigned) frozen_io.run_for(10ms);
+    frozen_io.run_for(50ms);
+    frozen = true;  // from now on nothing of `first` runs
+  });
+  auto& second = f.start_scripted(pki.dev_a, {.id = "dev-a"});
+  boost::asio::steady_timer poll(f.io());
+  std::function<void()> watch = [&] {
+    poll.expires_after(20ms);
+    poll.async_wait([&](const boost::system::error_code& ec) {
+      if (ec) return;
+      if (frozen) second.start();
+      else watch();
+    });
+  };
+  watch();
+  f.run();
+  runner.join();
+  INFO(f.logs());
+  REQUIRE(f.hub().finished());
+  CHECK(f.hub_lines_with("device dev-a: its connection from 127.0.0.1:") == 1);
+  CHECK(f.hub_lines_with("did not answer: cut, the one from 127.0.0.1:") == 1);
+  REQUIRE(f.recorded().size() == 2);
+  for (const auto& m : f.recorded()) {
+    CHECK(m.devices == 1);
+    CHECK(m.stragglers == 0);
+  }
+  CHECK(first.welcomes() == 1);
+  CHECK(second.welcomes() == 1);
+  REQUIRE(second.verdicts().size() == 2);
+  for (const auto& v : second.verdicts()) CHECK(v.accepted);
+  CHECK(second.problems().empty());
 }

@@ -106,7 +106,7 @@ void run_with_client(federation& f, const std::function<void()>& client, bool st
       thrown = e.what();
     }
     done = true;
-    if (stop_after) boost::asio::post(f.io(), [&f] { f.hub().stop(); });
+    if (stop_after) f.on_hub([&f] { f.hub().stop(); });
   });
   f.run(limit);
   t.join();
@@ -765,7 +765,7 @@ struct bare_endpoint {
   std::uint16_t port = 0;
   std::thread runner;
   explicit bare_endpoint(hub::endpoint_config c) {
-    ep = hub::operator_endpoint::create(io, c, std::nullopt, [](const hub::http_request& r) {
+    ep = hub::operator_endpoint::create(io.get_executor(), c, std::nullopt, [](const hub::http_request& r) {
       return hub::http_response{.status = 200, .content_type = "text/plain", .body = r.method + " " + r.path + " " + std::to_string(r.body.size())};
     }, {});
     auto p = ep->listen();

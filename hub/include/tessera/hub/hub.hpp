@@ -34,8 +34,13 @@
 //
 // Links may break at any point: a device that reconnects within the round resumes its download or
 // upload from the last acknowledged byte (HELLO's resume state, the transfer objects kept here); a
-// device that lost its state gets its assignment again. Everything runs on one thread: call io.run()
-// from one thread only.
+// device that lost its state gets its assignment again.
+//
+// Threads: io.run() may be called from several threads (tessera-hub runs io_threads of them). Each
+// session (its TLS, its frames, its transfers' bytes) runs on its own strand, so handshakes and
+// transfers use every core; everything the hub knows (the registry, the phase, the engine, the
+// operator endpoint) lives on one strand, executor(), where the sessions deliver their messages
+// (net::session::deliver_on). Call the service's methods there, or before io.run() starts.
 //
 // The service is a few parts (hub/src), each owned here: the device registry; the revocation lists;
 // the round driver, which holds the hub's phase (phase.hpp: the states above as one value) and the
@@ -43,7 +48,7 @@
 // the doors: sessions arriving and leaving, and who may stay connected.
 //
 // With http.listen set, the operator endpoint (operator_endpoint.hpp; routes and documents in
-// hub/src/operator_*.cpp) serves on the same thread: Prometheus /metrics, /api/status (the run and
+// hub/src/operator_*.cpp) serves on the hub's strand: Prometheus /metrics, /api/status (the run and
 // every device), /api/rounds (the per-round series), the status page at /, and, for operator
 // certificates, POST /api/pause, /api/resume, /api/finish (after the current round, then export) and
 // /api/devices/<id>/revoke.
@@ -64,6 +69,7 @@
 #include <set>
 #include <string>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -111,6 +117,8 @@ class hub_service {
   [[nodiscard]] std::int64_t resumed_from() const noexcept;
   // The operator endpoint's bound port (0: none); set by start().
   [[nodiscard]] std::uint16_t http_port() const noexcept;
+  // The strand the hub's state lives on: its timers, the sessions' handlers and the endpoint run there.
+  [[nodiscard]] boost::asio::any_io_executor executor() const { return strand_; }
 
   // Operator actions (the endpoint's POSTs); `by` names the operator for the log.
   // No round starts while paused; the round in progress runs to its end.
@@ -132,6 +140,7 @@ class hub_service {
   void attach(const std::shared_ptr<net::session>& s);
   void on_hello(const std::shared_ptr<net::session>& s, const net::msg::hello& h);
   void admit(const std::shared_ptr<net::session>& s, const net::msg::hello& h);
+  void on_released(const std::string& id);
   void refuse_duplicate(const std::shared_ptr<net::session>& s, const net::session& holder);
   void turn_away(const net::session& s, const std::string& code, const std::string& why);
   void tell_run_finished();
@@ -145,6 +154,7 @@ class hub_service {
   void shut_down();
 
   boost::asio::io_context& io_;
+  boost::asio::any_io_executor strand_;
   std::unique_ptr<const hub_context> ctx_;
   std::function<void()> on_stopped_;
   std::unique_ptr<device_registry> devices_;

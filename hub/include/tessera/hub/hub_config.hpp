@@ -47,6 +47,7 @@ struct hub_config : rounds::run_config {
   std::size_t max_handshakes = 256;    // connections not verified yet, the oldest pushed out by newer ones
   std::size_t max_handshakes_per_source = 16;
   double handshake_timeout_s = 10;     // TLS handshake and HELLO
+  std::size_t io_threads = 0;          // threads for the connections (TLS, frames, transfers); 0: one per core
   std::optional<core::data_source> validation;  // the hub's own test set, if it holds one
   std::string checkpoint_dir;          // empty: no checkpoints (and no resume)
   std::string seal_key;                // key file: checkpoints sealed with AES-256-GCM

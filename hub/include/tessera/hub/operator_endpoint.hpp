@@ -1,5 +1,5 @@
-// tessera/hub/operator_endpoint.hpp — the hub's operator endpoint: HTTP/1.1 (Boost.Beast) on the hub's
-// io_context, plain on a loopback address or HTTPS with an operator client certificate.
+// tessera/hub/operator_endpoint.hpp — the hub's operator endpoint: HTTP/1.1 (Boost.Beast) on one
+// executor (the hub's strand), plain on a loopback address or HTTPS with an operator client certificate.
 //
 // The endpoint knows HTTP, limits and who is asking; what to answer is the handler's (hub_operator.cpp
 // routes /metrics, /api/*, the status page and the actions). Over TLS the hub's own context is used
@@ -10,9 +10,10 @@
 //
 // Bounds: at most max_connections at once (more are closed on accept); a deadline on the TLS handshake,
 // each request and each response (a stalled client is dropped); request headers ≤ 8 KiB and bodies ≤
-// max_body_bytes, answered 431/413 and closed. Everything runs on the io_context's one thread.
+// max_body_bytes, answered 431/413 and closed. Everything (accepting, TLS, the handler) runs on the
+// executor it is given: a strand, or an io_context run by one thread.
 //
-//   auto ep = hub::operator_endpoint::create(io, {.address = "127.0.0.1", .port = 9464, .tls = false},
+//   auto ep = hub::operator_endpoint::create(strand, {.address = "127.0.0.1", .port = 9464, .tls = false},
 //                                            std::nullopt, [](const hub::http_request& r) { return hub::http_response{...}; }, log);
 //   auto port = ep->listen();   // result<uint16_t>
 //   ...
@@ -27,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include <boost/asio/io_context.hpp>
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -68,7 +69,7 @@ class operator_endpoint : public std::enable_shared_from_this<operator_endpoint>
   using handler = std::function<http_response(const http_request&)>;
 
   // `tls` is required when config.tls is set.
-  [[nodiscard]] static std::shared_ptr<operator_endpoint> create(boost::asio::io_context& io, endpoint_config config,
+  [[nodiscard]] static std::shared_ptr<operator_endpoint> create(boost::asio::any_io_executor ex, endpoint_config config,
                                                                  std::optional<crypto::tls_context> tls, handler h,
                                                                  core::log_sink log);
   [[nodiscard]] core::result<std::uint16_t> listen();
@@ -79,7 +80,7 @@ class operator_endpoint : public std::enable_shared_from_this<operator_endpoint>
   [[nodiscard]] std::uint64_t requests_served() const noexcept;
   [[nodiscard]] const endpoint_config& config() const noexcept { return config_; }
 
-  operator_endpoint(boost::asio::io_context& io, endpoint_config config, std::optional<crypto::tls_context> tls, handler h,
+  operator_endpoint(boost::asio::any_io_executor ex, endpoint_config config, std::optional<crypto::tls_context> tls, handler h,
                     core::log_sink log);
   ~operator_endpoint();
 
