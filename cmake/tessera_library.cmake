@@ -87,7 +87,7 @@ endfunction()
 # error_test 2.0 s with, 1.3 s without.
 function(tessera_test_build target)
   set_target_properties(${target} PROPERTIES UNITY_BUILD ${TESSERA_UNITY_TESTS} UNITY_BUILD_BATCH_SIZE 8)
-  if(TESSERA_SANITIZE)
+  if(TESSERA_SANITIZE OR TESSERA_TSAN)
     target_compile_options(${target} PRIVATE -O0)
   else()
     target_compile_options(${target} PRIVATE $<$<CONFIG:Release>:-O1>)
