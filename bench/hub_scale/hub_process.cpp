@@ -69,6 +69,7 @@ std::string write_hub_config(const std::filesystem::path& dir, const options& o,
       {"codec", "f32"},
       {"seed", 1},
       {"max_sessions", o.agents + 64},
+      {"io_threads", o.hub_threads},
       // Every agent dials from 127.0.0.1 at once: the per-address handshake bound is for real fleets.
       {"max_handshakes", o.agents + 64},
       {"max_handshakes_per_source", o.agents + 64},

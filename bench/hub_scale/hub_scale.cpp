@@ -36,8 +36,10 @@
 // With --cohort C, each round's devices are C drawn at random from the N agents (devices_per_round):
 // the others stay connected and idle, which is what a fleet of N with cohorts of C costs the hub.
 //
+// --hub-threads H sets the hub's io_threads (its connections' threads; 0, the default: one per core).
+//
 //   bench_hub_scale [--hub PATH] [--agents 500] [--cohort 0] [--rounds 5] [--model 784-512-512-10] [--min-width 8]
-//                   [--steps 1] [--threads 1] [--timeout 600] [--scrape-ms 0] [--keep]
+//                   [--steps 1] [--threads 1] [--hub-threads 0] [--timeout 600] [--scrape-ms 0] [--keep]
 #include <sys/resource.h>
 
 #include <algorithm>

@@ -28,7 +28,7 @@ std::optional<std::vector<std::int64_t>> parse_widths(const std::string& text) {
 
 const char* const k_usage =
     "usage: bench_hub_scale [--hub PATH] [--agents N] [--cohort C] [--rounds R] [--model 784-512-512-10] [--min-width W]\n"
-    "                       [--steps S] [--threads T] [--timeout SECONDS] [--scrape-ms MS] [--keep]\n";
+    "                       [--steps S] [--threads T] [--hub-threads H] [--timeout SECONDS] [--scrape-ms MS] [--keep]\n";
 
 std::optional<options> parse_options(int argc, char** argv) {
   options o;
@@ -63,6 +63,8 @@ std::optional<options> parse_options(int argc, char** argv) {
       o.steps = static_cast<std::int64_t>(*v);
     } else if (arg == "--threads" && (v = number(1, 64))) {
       o.threads = static_cast<std::size_t>(*v);
+    } else if (arg == "--hub-threads" && (v = number(0, 1024))) {
+      o.hub_threads = static_cast<std::size_t>(*v);
     } else if (arg == "--scrape-ms" && (v = number(1, 60000))) {
       o.scrape_ms = *v;
     } else if (arg == "--timeout" && (v = number(1, 86400))) {

@@ -20,6 +20,7 @@ struct options {
   std::int64_t min_width = 8;
   std::int64_t steps = 1;  // local steps each agent declares (it trains none)
   std::size_t threads = 1;  // agent io_contexts, one thread each
+  std::size_t hub_threads = 0;  // the hub's io_threads (0: one per core)
   double timeout_s = 600;
   bool keep = false;  // keep the run's folder (certificates, hub config, logs, metrics)
   double scrape_ms = 0;  // GET /metrics from the hub's operator endpoint this often during the rounds (0: never)

@@ -60,10 +60,10 @@ std::vector<round_row> collect_rounds(const std::filesystem::path& metrics, cons
 
 void print_header(const options& o, std::size_t params, double setup_s) {
   std::printf("bench_hub_scale: %zu agents, %lld rounds of IST, model %s (%zu parameters, %.2f MiB in f32), "
-              "min_width %lld, %lld local step(s) of batch %d, %zu agent thread(s), %u cores\n",
+              "min_width %lld, %lld local step(s) of batch %d, %zu agent thread(s), hub io_threads %zu (0: one per core), %u cores\n",
               o.agents, static_cast<long long>(o.rounds), widths_text(o.widths).c_str(), params,
               mib(static_cast<double>(params) * 4), static_cast<long long>(o.min_width), static_cast<long long>(o.steps),
-              k_batch, o.threads, std::thread::hardware_concurrency());
+              k_batch, o.threads, o.hub_threads, std::thread::hardware_concurrency());
   std::printf("  setup: CA, hub and %zu device certificates and agent TLS contexts in %.2f s\n", o.agents, setup_s);
   std::fflush(stdout);
 }
