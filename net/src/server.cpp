@@ -130,7 +130,7 @@ void server::start_handshake(tcp::socket socket, const std::string& source) {
   });
 }
 
-// ---- silent connections: a socket and a deadline each, until their first byte -------------------
+// ---- silent connections: a socket and a deadline each, until their first TLS record is here whole ---
 
 void server::wait_silent(tcp::socket socket, const std::string& source) {
   // Room in the pool: the address's oldest silent connection goes if the address is at its bound, else
