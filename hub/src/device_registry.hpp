@@ -62,12 +62,13 @@ struct device_entry {
   std::uint64_t bytes_down = 0, bytes_up = 0;
   std::optional<double> down_rate, up_rate;  // bytes per second
   std::chrono::steady_clock::time_point download_started{}, upload_started{};
-  // A connection that replaced a dead one waits for its WELCOME until every older one has let go of the
-  // transfers (net::session::abandon: they run on other threads); until then it is not `session`.
+  // A connection that replaced a dead one (or came after a revoked one) waits for its WELCOME until every
+  // older one has closed, and so let go of the transfers (they run on other threads); until then it is
+  // not `session`.
   struct {
     std::shared_ptr<net::session> session;
     std::optional<net::msg::hello> hello;
-    int releasing = 0;  // older sessions still letting go
+    std::vector<const net::session*> letting_go;  // older sessions cut or refused, their on_closed to come
   } handover;
 
   // Connected after its HELLO, and its data fit for this model: it may be offered a round.

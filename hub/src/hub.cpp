@@ -102,7 +102,8 @@ void hub_service::tell_run_finished() {
   const std::string why = "its run is finished, after round " + std::to_string(rounds_->engine().completed()) + " of " +
                           std::to_string(ctx_->config.rounds);
   for (auto& [id, d] : devices_->entries())
-    if (d.session) d.session->refuse(net::errc::refused, why, std::string(net::msg::k_run_finished), /*lasting=*/true);
+    for (const auto& s : {d.session, d.handover.session})
+      if (s) s->refuse(net::errc::refused, why, std::string(net::msg::k_run_finished), /*lasting=*/true);
 }
 
 }  // namespace tessera::hub

@@ -114,7 +114,10 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
       boost::asio::post(strand_, [this, n, older, h, answered] {
         if (n->ended() || stopped(rounds_->phase())) return;
         const device_entry* e = devices_->find(n->peer_device_id());
-        if (auto o = older.lock(); answered && o && e != nullptr && (e->session == o || e->handover.session == o)) refuse_duplicate(n, *o);
+        const auto& now = e == nullptr ? nullptr : e->session ? e->session : e->handover.session;
+        const auto o = older.lock();
+        if (answered && o && now == o) refuse_duplicate(n, *o);
+        else if (now && now != o && now != n) on_hello(n, h);  // another took its place meanwhile: that one is probed
         else admit(n, h);
       });
     });
@@ -137,16 +140,21 @@ void hub_service::refuse_duplicate(const std::shared_ptr<net::session>& s, const
 
 void hub_service::admit(const std::shared_ptr<net::session>& s, const net::msg::hello& h) {
   const std::string& id = s->peer_device_id();
+  if (revoked_->is_revoked(id, s->peer_serial())) {  // revoked while its HELLO waited for the probe
+    turn_away(*s, "revoked", "HELLO with a revoked certificate: refused");
+    s->refuse(net::errc::revoked, "this device's certificate (serial " + s->peer_serial() + ") is revoked", "revoked", /*lasting=*/true);
+    return;
+  }
   device_entry& d = (*devices_)[id];
   // A dead link the hub had not noticed yet (it did not answer a PING), or a newer one still waiting
-  // for its WELCOME: cut at once. Its transfers go to this session once it has let go of them.
+  // for its WELCOME: cut at once. Its transfers go to this session once it has closed.
   for (std::shared_ptr<net::session>* held : {&d.session, &d.handover.session}) {
     if (!*held || *held == s) continue;
-    ++d.handover.releasing;
     log(log_level::info, "device " + id + ": its connection from " + (*held)->peer_address() + " did not answer: cut, the one from " +
                              s->peer_address() + " takes over");
-    std::exchange(*held, nullptr)->abandon(net::errc::replaced, "a newer connection of this device replaced this one",
-                                           [this, id] { on_released(id); });
+    auto older = std::exchange(*held, nullptr);
+    older->abandon(net::errc::replaced, "a newer connection of this device replaced this one", {});
+    let_go(d, std::move(older));
   }
   const bool known = d.record.id == id;
   d.record.id = id;
@@ -165,23 +173,23 @@ void hub_service::admit(const std::shared_ptr<net::session>& s, const net::msg::
     log(log_level::info, "device " + id + " has other data now: it takes part again");
   }
   d.data_digest = h.data_digest;
-  if (d.handover.releasing > 0) {
-    d.handover.session = s;
-    d.handover.hello = h;
-    return;
-  }
-  d.session = s;
-  rounds_->on_hello(s, d, h);  // WELCOME, and what it resumes
+  d.handover.session = s;
+  d.handover.hello = h;
+  welcome_waiting(d);
 }
 
-// An older session of the device let go of its transfers: the newest one, once none is left holding
-// them, gets its WELCOME and what it resumes.
-void hub_service::on_released(const std::string& id) {
-  device_entry* d = devices_->find(id);
-  if (d == nullptr || --d->handover.releasing > 0 || stopped(rounds_->phase())) return;
-  if (!d->handover.session || d->handover.session->ended()) return;  // gone: its on_closed says so
-  d->session = std::exchange(d->handover.session, nullptr);
-  rounds_->on_hello(d->session, *d, *d->handover.hello);
+// A session the device no longer speaks through, closing (cut, or refused): until its on_closed, it may
+// still touch the device's transfers on its own thread, and no newer session gets them.
+void hub_service::let_go(device_entry& d, std::shared_ptr<net::session> older) {
+  if (!older->ended()) d.handover.letting_go.push_back(older.get());
+}
+
+// The newest session of the device gets its WELCOME and what it resumes once no older one holds the
+// transfers.
+void hub_service::welcome_waiting(device_entry& d) {
+  if (!d.handover.letting_go.empty() || !d.handover.session || stopped(rounds_->phase())) return;
+  d.session = std::exchange(d.handover.session, nullptr);
+  rounds_->on_hello(d.session, d, *d.handover.hello);
 }
 
 // A device refused at its HELLO: the log line names it by id, address and serial; /metrics counts it
@@ -209,8 +217,13 @@ void hub_service::on_closed(const std::shared_ptr<net::session>& s, const core::
     return;
   }
   device_entry* d = devices_->find(id);
-  if (d != nullptr && d->handover.session == s) d->handover.session.reset();  // never welcomed: it left all the same
-  else if (d == nullptr || d->session != s) return;
+  if (d == nullptr) return;
+  if (std::erase(d->handover.letting_go, s.get()) > 0) {  // an older session has let go: the newest may go on
+    welcome_waiting(*d);
+    return;
+  }
+  if (d->handover.session == s) d->handover.session.reset();  // never welcomed: it left all the same
+  else if (d->session != s) return;
   else d->session.reset();
   if (stopping) return;
   log(log_level::info, "device " + id + " disconnected: " + why.message);
@@ -244,6 +257,7 @@ void hub_service::close_revoked() {
       turn_away(**held, "revoked", "its certificate is revoked: session closed");
       auto s = std::exchange(*held, nullptr);
       s->refuse(net::errc::revoked, "this device's certificate (serial " + s->peer_serial() + ") is revoked", "revoked", /*lasting=*/true);
+      let_go(d, std::move(s));  // a device back with a new certificate waits until this one has closed
       revoked = true;
     }
     if (revoked) gone.push_back(id);

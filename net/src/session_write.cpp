@@ -83,10 +83,17 @@ void session::probe(std::chrono::milliseconds within, std::function<void(bool)> 
     self->probe_.from_seq = ++self->ping_seq_;
     self->activity_.last_tx = clock::now();
     self->enqueue(encode_message(msg::ping{self->probe_.from_seq}));
-    self->probe_.timer.expires_after(within);
-    self->probe_.timer.async_wait([self, seq = self->probe_.from_seq](const boost::system::error_code& ec) {
-      if (!ec && self->probe_.from_seq == seq) self->end_probe(false);  // not a later probe's
-    });
+    self->probe_.within = within;
+    self->arm_probe(self->probe_.from_seq);
+  });
+}
+
+void session::arm_probe(std::uint64_t seq) {
+  probe_.timer.expires_after(probe_.within);
+  probe_.timer.async_wait([self = shared_from_this(), seq](const boost::system::error_code& ec) {
+    if (ec || self->probe_.from_seq != seq || self->probe_.waiting.empty()) return;  // answered, or a later probe's
+    if (self->owner_.busy) self->arm_probe(seq);  // its answer may be unread behind our own pause
+    else self->end_probe(false);
   });
 }
 

@@ -36,6 +36,18 @@ struct owner_thread {
   }
 };
 
+// An agent welcomed by `hub`, whose session (`held`) delivers to `owner`.
+std::shared_ptr<agent_probe> welcomed_agent(owner_thread& owner, hub_fixture& hub, std::shared_ptr<net::session>& held) {
+  hub.extra = [&](const std::shared_ptr<net::session>& s) {
+    s->deliver_on(owner.strand);
+    held = s;
+  };
+  auto agent = start_agent(hub.io, asio_tls(test_pki::get().agent_tls(test_pki::get().dev_a)), hub.port, "dev-a");
+  REQUIRE(run_until(hub.io, [&] { return agent->welcomed; }));
+  REQUIRE(held);
+  return agent;
+}
+
 }  // namespace
 
 TEST_CASE("session owner: an UPDATE and its blob in one burst arrive whole while the owner's thread is busy past the idle deadline") {
@@ -85,13 +97,7 @@ TEST_CASE("session owner: abandon() cuts the session at once and says it let go 
   owner_thread owner;
   hub_fixture hub;
   std::shared_ptr<net::session> held;
-  hub.extra = [&](const std::shared_ptr<net::session>& s) {
-    s->deliver_on(owner.strand);
-    held = s;
-  };
-  auto agent = start_agent(hub.io, asio_tls(test_pki::get().agent_tls(test_pki::get().dev_a)), hub.port, "dev-a");
-  REQUIRE(run_until(hub.io, [&] { return agent->welcomed; }));
-  REQUIRE(held);
+  auto agent = welcomed_agent(owner, hub, held);
   std::atomic<bool> released{false}, released_on_owner{false};
   std::atomic<std::size_t> closes_before_release{99};
   held->abandon(net::errc::replaced, "a newer connection", [&] {
@@ -114,4 +120,27 @@ TEST_CASE("session owner: abandon() cuts the session at once and says it let go 
   // No REFUSE, no close_notify: the agent saw its link end, as a broken one does.
   REQUIRE(agent->closed.has_value());
   for (const auto& m : agent->messages) CHECK_FALSE(std::holds_alternative<net::msg::refuse>(m));
+}
+
+TEST_CASE("session owner: a probe while reading waits for the owner is not answered 'no': it waits for the PONG behind the pause") {
+  owner_thread owner;
+  hub_fixture hub;
+  std::shared_ptr<net::session> held;
+  auto agent = welcomed_agent(owner, hub, held);
+  // The owner is busy for 900 ms; the agent's next message waits for it, and reading with it.
+  asio::post(owner.strand, [] { std::this_thread::sleep_for(900ms); });
+  agent->s->send(net::msg::evaluation{.round = 1, .transfer = 1, .examples = 1, .loss_sum = 0.5, .correct = 1, .masked = {}});
+  run_until(hub.io, [] { return false; }, 100ms);
+  std::optional<bool> answered;
+  const auto asked = std::chrono::steady_clock::now();
+  held->probe(300ms, [&](bool yes) { answered = yes; });  // runs on the session's strand: this thread's io
+  REQUIRE(run_until(hub.io, [&] { return answered.has_value(); }, 3000ms));
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+  held.reset();
+  hub.server->stop();
+  run_until(hub.io, [&] { return hub.server->session_count() == 0; }, 1000ms);
+  owner.join();
+  MESSAGE("the probe answered after " << waited << " s (the owner was busy 0.8 s more)");
+  CHECK(*answered);
+  CHECK(waited >= 0.5);  // not before reading went on
 }

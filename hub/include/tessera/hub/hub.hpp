@@ -88,6 +88,7 @@ namespace tessera::hub {
 // operator's figures, the round engine's driver, and the operator's desk (the endpoint).
 struct hub_context;
 class device_registry;
+struct device_entry;
 class revocations;
 class refusal_log;
 struct hub_figures;
@@ -140,7 +141,8 @@ class hub_service {
   void attach(const std::shared_ptr<net::session>& s);
   void on_hello(const std::shared_ptr<net::session>& s, const net::msg::hello& h);
   void admit(const std::shared_ptr<net::session>& s, const net::msg::hello& h);
-  void on_released(const std::string& id);
+  void let_go(device_entry& d, std::shared_ptr<net::session> older);
+  void welcome_waiting(device_entry& d);
   void refuse_duplicate(const std::shared_ptr<net::session>& s, const net::session& holder);
   void turn_away(const net::session& s, const std::string& code, const std::string& why);
   void tell_run_finished();

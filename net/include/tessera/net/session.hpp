@@ -111,7 +111,8 @@ class session : public std::enable_shared_from_this<session> {
   void refuse(errc code, std::string reason, std::string wire_code = {}, bool lasting = false);
   // Whether the peer still answers: sends a PING and calls `done(true)` on the strand when its PONG (or
   // any other bytes: the PONG may queue behind a blob) comes back within `within`, `done(false)` when
-  // nothing does or the session ends first. Probes that overlap share one PING.
+  // nothing does or the session ends first. Probes that overlap share one PING. While reading waits for
+  // the owner (deliver_on), the silence is this side's: the probe waits on, `within` again.
   void probe(std::chrono::milliseconds within, std::function<void(bool answered)> done);
   // Ends the session at once, as a broken link (no REFUSE, no close_notify: for a peer that stopped
   // answering), then calls `released` (on the owner's executor, after on_closed): from then on the
@@ -159,6 +160,7 @@ class session : public std::enable_shared_from_this<session> {
   void continue_close();
   void finish();
   void end_probe(bool answered);
+  void arm_probe(std::uint64_t seq);
   // Runs an owner's handler: here when there is no owner executor, else posted to it. hand_over() also
   // pauses reading until the handler has run (then resume_reading()); it returns false when it did.
   void to_owner(std::function<void()> f);
@@ -205,6 +207,7 @@ class session : public std::enable_shared_from_this<session> {
   struct probe_state {
     explicit probe_state(const asio::strand<asio::any_io_executor>& strand) : timer(strand) {}
     std::uint64_t from_seq = 0;
+    std::chrono::milliseconds within{};
     std::vector<std::function<void(bool)>> waiting;
     asio::steady_timer timer;
   };
