@@ -61,11 +61,8 @@ void hub_service::attach(const std::shared_ptr<net::session>& s) {
 
 void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::msg::hello& h) {
   const std::string& id = s->peer_device_id();
-  if (revoked_->is_revoked(id, s->peer_serial())) {  // its handshake began under the list before, or an operator revoked it
-    turn_away(*s, "revoked", "HELLO with a revoked certificate: refused");
-    s->refuse(net::errc::revoked, "this device's certificate (serial " + s->peer_serial() + ") is revoked", "revoked", /*lasting=*/true);
-    return;
-  }
+  if (revoked_->is_revoked(id, s->peer_serial()))  // its handshake began under the list before, or an operator revoked it
+    return refuse_revoked(*s, "HELLO with a revoked certificate: refused");
   // A model with layers the agent cannot run (an agent from before convolutional networks) is refused at
   // the door, by name, not by a download of the wrong size later; until the agent is upgraded.
   if (const std::string missing = core::missing_layer_kinds(engine().config().model.layers, h.layer_kinds); !missing.empty()) {
@@ -126,6 +123,12 @@ void hub_service::on_hello(const std::shared_ptr<net::session>& s, const net::ms
   admit(s, h);
 }
 
+// Logged and counted (turn_away), then told: REFUSE, lasting (it waits its longest backoff).
+void hub_service::refuse_revoked(net::session& s, const std::string& why) {
+  turn_away(s, "revoked", why);
+  s.refuse(net::errc::revoked, "this device's certificate (serial " + s.peer_serial() + ") is revoked", "revoked", /*lasting=*/true);
+}
+
 void hub_service::refuse_duplicate(const std::shared_ptr<net::session>& s, const net::session& holder) {
   const std::string& id = s->peer_device_id();
   turn_away(*s, "duplicate_identity",
@@ -140,11 +143,8 @@ void hub_service::refuse_duplicate(const std::shared_ptr<net::session>& s, const
 
 void hub_service::admit(const std::shared_ptr<net::session>& s, const net::msg::hello& h) {
   const std::string& id = s->peer_device_id();
-  if (revoked_->is_revoked(id, s->peer_serial())) {  // revoked while its HELLO waited for the probe
-    turn_away(*s, "revoked", "HELLO with a revoked certificate: refused");
-    s->refuse(net::errc::revoked, "this device's certificate (serial " + s->peer_serial() + ") is revoked", "revoked", /*lasting=*/true);
-    return;
-  }
+  if (revoked_->is_revoked(id, s->peer_serial()))  // revoked while its HELLO waited for the probe
+    return refuse_revoked(*s, "HELLO with a revoked certificate: refused");
   device_entry& d = (*devices_)[id];
   // A dead link the hub had not noticed yet (it did not answer a PING), or a newer one still waiting
   // for its WELCOME: cut at once. Its transfers go to this session once it has closed.
@@ -153,7 +153,7 @@ void hub_service::admit(const std::shared_ptr<net::session>& s, const net::msg::
     log(log_level::info, "device " + id + ": its connection from " + (*held)->peer_address() + " did not answer: cut, the one from " +
                              s->peer_address() + " takes over");
     auto older = std::exchange(*held, nullptr);
-    older->abandon(net::errc::replaced, "a newer connection of this device replaced this one", {});
+    older->abandon(net::errc::replaced, "a newer connection of this device replaced this one");
     let_go(d, std::move(older));
   }
   const bool known = d.record.id == id;
@@ -254,9 +254,8 @@ void hub_service::close_revoked() {
     bool revoked = false;
     for (std::shared_ptr<net::session>* held : {&d.session, &d.handover.session}) {
       if (!*held || !revoked_->is_revoked(id, (*held)->peer_serial())) continue;
-      turn_away(**held, "revoked", "its certificate is revoked: session closed");
       auto s = std::exchange(*held, nullptr);
-      s->refuse(net::errc::revoked, "this device's certificate (serial " + s->peer_serial() + ") is revoked", "revoked", /*lasting=*/true);
+      refuse_revoked(*s, "its certificate is revoked: session closed");
       let_go(d, std::move(s));  // a device back with a new certificate waits until this one has closed
       revoked = true;
     }

@@ -65,10 +65,9 @@ void session::refuse(errc code, std::string reason, std::string wire_code, bool 
   });
 }
 
-void session::abandon(errc code, std::string reason, std::function<void()> released) {
-  asio::dispatch(strand_, [self = shared_from_this(), code, reason = std::move(reason), released = std::move(released)]() mutable {
+void session::abandon(errc code, std::string reason) {
+  asio::dispatch(strand_, [self = shared_from_this(), code, reason = std::move(reason)]() mutable {
     self->fail(make_error(code, std::move(reason)), close_mode::hard);  // finish(): its transfers detached, nothing more read
-    if (released) self->to_owner(std::move(released));
   });
 }
 

@@ -143,6 +143,7 @@ class hub_service {
   void admit(const std::shared_ptr<net::session>& s, const net::msg::hello& h);
   void let_go(device_entry& d, std::shared_ptr<net::session> older);
   void welcome_waiting(device_entry& d);
+  void refuse_revoked(net::session& s, const std::string& why);
   void refuse_duplicate(const std::shared_ptr<net::session>& s, const net::session& holder);
   void turn_away(const net::session& s, const std::string& code, const std::string& why);
   void tell_run_finished();

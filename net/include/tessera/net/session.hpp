@@ -115,9 +115,9 @@ class session : public std::enable_shared_from_this<session> {
   // the owner (deliver_on), the silence is this side's: the probe waits on, `within` again.
   void probe(std::chrono::milliseconds within, std::function<void(bool answered)> done);
   // Ends the session at once, as a broken link (no REFUSE, no close_notify: for a peer that stopped
-  // answering), then calls `released` (on the owner's executor, after on_closed): from then on the
-  // session touches none of the transfers it held, and they may go to a session on another thread.
-  void abandon(errc code, std::string reason, std::function<void()> released);
+  // answering). As after any end, once on_closed runs the session touches none of the transfers it
+  // held, and they may go to a session on another thread.
+  void abandon(errc code, std::string reason);
   // Whether the session has ended (its on_closed is under way or done); from any thread.
   [[nodiscard]] bool ended() const noexcept { return owner_.ended.load(std::memory_order_acquire); }
 

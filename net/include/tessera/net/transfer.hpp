@@ -24,9 +24,9 @@
 // A transfer is attached to one session at a time. Attaching it to a new session takes it over: the
 // old session (typically a dead link the hub has not noticed yet) stops sending or receiving it and
 // closes. Neither object is thread-safe (but for bytes_sent_total(), bytes_received_total() and an
-// incoming transfer's complete(), readable from any thread): when sessions run on several threads, attach a transfer to a new session only after the old
-// one let go of it (on_closed, or session::abandon's `released`). The rules for their bytes (windows, ACKs,
-// resume offsets, take-over) live in transfer_table.hpp, one table per session.
+// incoming transfer's complete(), readable from any thread): when sessions run on several threads,
+// attach a transfer to a new session only after the old one's on_closed. The rules for their bytes
+// (windows, ACKs, resume offsets, take-over) live in transfer_table.hpp, one table per session.
 #pragma once
 
 #include <atomic>
